@@ -1,0 +1,12 @@
+"""streamtrace: bounded-memory processing of huge PyTorch profiler traces.
+
+The library API mirrors the command line: each function takes sources and
+destinations (paths, ``-`` or binary file objects) and returns the summary
+the command prints.
+"""
+from .convert import convert
+from .errors import TraceError
+from .inspector import inspect
+
+__all__ = ["TraceError", "convert", "inspect"]
+__version__ = "0.1.0"

@@ -1,0 +1,4 @@
+"""``python -m streamtrace``."""
+from .cli import main
+
+raise SystemExit(main())

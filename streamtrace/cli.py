@@ -1,0 +1,197 @@
+"""Command line: a thin layer that parses flags and prints library summaries."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+from typing import Callable, Sequence
+
+import orjson
+
+from . import __version__
+from .convert import convert
+from .errors import TraceError
+from .inspector import inspect
+from .sink import COMPRESSIONS
+
+EPILOG = """\
+Inputs are paths, '-' for stdin, or fsspec URLs (s3://, gs://, https://; needs
+the 'cloud' extra). gzip and zstd inputs are recognised by their magic bytes.
+Outputs are written to a temporary file and renamed at the end, so a failed
+run never leaves a partial file. Errors print one line and exit with status 1.
+"""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("common options")
+    group.add_argument("--salvage", action="store_true",
+                       help="read a trace cut off mid-array (profiler killed) up to its last complete event")
+    group.add_argument("--spool-dir", metavar="DIR",
+                       help="directory for temporary spool files (default: the system temp dir)")
+    group.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
+    group.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamtrace",
+        description="Bounded-memory tools for huge PyTorch profiler (Kineto) traces.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"streamtrace {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    cmd = commands.add_parser(
+        "inspect", help="summarise what is in a trace (one pass)",
+        description="One streaming pass over TRACE: top-level keys, event counts by (ph, cat), "
+                    "pids with role and rank, GPU streams, runtime and graph launches, correlation-id "
+                    "collisions across pids/ranks, PP annotation counts, time span, size, time, peak RSS.",
+        epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
+    )
+    cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("--json", action="store_true", help="print only the JSON summary")
+    _common(cmd)
+    cmd.set_defaults(run=_run_inspect)
+
+    cmd = commands.add_parser(
+        "convert", help="recompress / normalise a trace, optionally dropping categories",
+        description="Stream IN to OUT event by event. Output compression follows OUT's suffix "
+                    "(.gz, .zst, else none) unless --compress says otherwise. The output is a JSON "
+                    "object with the input's top-level keys in order and one event per line.",
+        epilog="examples:\n  streamtrace convert trace.json.gz trace.json.zst\n"
+               "  cat trace.json.gz | streamtrace convert - small.json.gz --drop-cat python_function",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("input", help="input trace, '-' for stdin, or a URL")
+    cmd.add_argument("output", help="output path, or '-' for stdout (summary then goes to stderr)")
+    cmd.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
+                     help="drop events of this category (repeatable), e.g. python_function")
+    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from OUT's suffix)")
+    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    cmd.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    _common(cmd)
+    cmd.set_defaults(run=_run_convert)
+
+    cmd = commands.add_parser(
+        "demo", help="generate a small example trace and inspect it",
+        description="Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
+                    "PP annotations) into DIR and run 'inspect' on it: a quick check that everything works.",
+    )
+    cmd.add_argument("dir", nargs="?", help="where to write the example (default: a new temp directory)")
+    _common(cmd)
+    cmd.set_defaults(run=_run_demo)
+    return parser
+
+
+def _emit_summary(summary: dict, *, to_stderr: bool = False) -> None:
+    stream = sys.stderr if to_stderr else sys.stdout
+    stream.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+    stream.flush()
+
+
+def _progress(args: argparse.Namespace) -> bool | None:
+    return False if args.quiet else None
+
+
+def _run_inspect(args: argparse.Namespace) -> None:
+    summary = inspect(args.trace, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args))
+    if not args.json:
+        sys.stdout.write(format_inspect_table(summary))
+    _emit_summary(summary)
+
+
+def _run_convert(args: argparse.Namespace) -> None:
+    summary = convert(
+        args.input, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
+        overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+    )
+    _emit_summary(summary, to_stderr=args.output == "-")
+
+
+def _run_demo(args: argparse.Namespace) -> None:
+    from .synth import SynthConfig, write_traces
+
+    directory = args.dir or tempfile.mkdtemp(prefix="streamtrace-demo-")
+    os.makedirs(directory, exist_ok=True)
+    write_traces(SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1), directory, compress="gz")
+    trace = os.path.join(directory, "rank0_trace.json.gz")
+    print(f"demo traces written to {directory}")
+    summary = inspect(trace, spool_dir=args.spool_dir, progress=_progress(args))
+    sys.stdout.write(format_inspect_table(summary))
+    print(f"next: streamtrace inspect {trace} --json")
+
+
+def format_inspect_table(summary: dict) -> str:
+    """A short human-readable digest of an inspect summary."""
+    span = summary["time_span_us"]
+    collisions = summary["correlation_collisions"]
+    graphs = summary["graph_launches"]
+    rows = [
+        ("input", summary["input"]),
+        ("size", f"{summary['bytes_raw']:,} bytes read, {summary['bytes_decompressed']:,} decompressed "
+                 f"({summary['compression']})"),
+        ("events", f"{summary['events']:,}"),
+        ("top-level keys", ", ".join(summary["top_level_keys"])),
+        ("ranks", ", ".join(map(str, summary["ranks"])) or "unknown"),
+        ("pids", ", ".join(f"{p['pid']} ({p['role']}{'' if p['rank'] is None else ' rank ' + str(p['rank'])})"
+                           for p in summary["pids"][:12]) + (" ..." if len(summary["pids"]) > 12 else "")),
+        ("GPU streams", ", ".join(f"pid {pid}: {len(s)}" for pid, s in summary["gpu_streams"].items()) or "none"),
+        ("runtime launches", f"{summary['runtime_launches']:,}"),
+        ("graph launches", f"{graphs['count']:,}" + (
+            f", {graphs['gpu_events_per_launch_mean']} GPU events each on average" if graphs["count"] else "")),
+        ("correlation ids shared", f"{collisions['ids_shared_across_ranks']:,} across ranks, "
+                                   f"{collisions['ids_shared_across_pids']:,} across pids"),
+        ("PP annotations", ", ".join(f"{k} {v}" for k, v in summary["pp_annotations"].items()) or "none"),
+        ("time span", f"{span['duration']} us" if span["duration"] is not None else "no timed events"),
+        ("top categories", ", ".join(f"{k} {v:,}" for k, v in list(summary["events_by_ph_cat"].items())[:6])),
+        ("took", f"{summary['wall_seconds']} s, peak RSS {summary['peak_rss_mb']} MB"),
+    ]
+    repairs = [f"{summary[key]} {label}" for key, label in (
+        ("invalid_utf8_repaired", "invalid UTF-8 sequences replaced"),
+        ("control_chars_repaired", "raw control characters escaped")) if summary[key]]
+    if summary["truncated_salvaged"]:
+        repairs.append("input was truncated: complete events kept (--salvage)")
+    if repairs:
+        rows.append(("repairs", "; ".join(repairs)))
+    width = max(len(name) for name, _ in rows)
+    return "".join(f"{name:<{width}}  {value}\n" for name, value in rows) + "\nJSON summary:\n"
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """Turn SIGTERM into an exception so temporary files are cleaned up."""
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    run: Callable[[argparse.Namespace], None] = args.run
+    try:
+        run(args)
+    except TraceError as exc:
+        if args.debug:
+            raise
+        print(f"streamtrace: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("streamtrace: interrupted; no output written", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except OSError as exc:
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"streamtrace: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _silence_stdout() -> None:
+    """The reader closed the pipe: keep Python from failing again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

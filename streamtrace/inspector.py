@@ -1,0 +1,293 @@
+"""``inspect``: one pass that says what is in a trace.
+
+The visitor keeps counters, per-pid facts and correlation bitmaps, never
+events, so memory stays flat however large the trace is.
+"""
+from __future__ import annotations
+
+import time
+from array import array
+from collections import defaultdict
+from decimal import Decimal
+
+import orjson
+
+from .corrset import CorrelationSet, count_shared
+from .engine import index_pass
+from .jsonscan import RawMember
+from .pp import parse_pp_name
+from .progress import Progress
+from .ranks import rank_from_args, rank_from_process_name
+from .reader import ReadStats
+from .resources import peak_rss_mb
+from .source import InputSource, SourceSpec
+
+GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
+ANNOTATION_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation"})
+
+ROLE_GPU, ROLE_CPU = 1, 2
+
+
+class InspectVisitor:
+    """Pass-1 visitor for ``inspect``."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple, int] = defaultdict(int)
+        self.pid_events: dict[object, int] = defaultdict(int)
+        self.pid_roles: dict[object, int] = defaultdict(int)
+        self.pid_names: dict[object, str] = {}
+        self.pid_rank_args: dict[object, int] = {}
+        self.pid_rank_conflicts: set = set()
+        self.streams: dict[object, set] = defaultdict(set)
+        self.launches: dict[object, CorrelationSet] = defaultdict(CorrelationSet)
+        self.any_launch = CorrelationSet()
+        self.launch_count = 0
+        self.graph_launches: dict[tuple, int] = {}
+        self.graph_correlations: set = set()
+        self.graph_gpu: dict[tuple, int] = defaultdict(int)
+        self.pending_pids: list = []
+        self.pending_index = array("i")
+        self.pending_corr = array("q")
+        self.pending_odd: list[tuple] = []
+        self.pp_counts: dict[tuple, int] = defaultdict(int)
+        self.first_ts = float("inf")
+        self.last_end = float("-inf")
+        self.bad_ts = 0
+        self.flows = 0
+
+    def visit(self, event: dict) -> None:
+        cat = event.get("cat")
+        ph = event.get("ph")
+        self.counts[(ph, cat)] += 1
+        pid = event.get("pid")
+        self.pid_events[pid] += 1
+        ts = event.get("ts")
+        kind = type(ts)
+        if kind is float or kind is int or kind is Decimal:
+            if ts < self.first_ts:
+                self.first_ts = ts
+            end = ts
+            if ph == "X":
+                dur = event.get("dur")
+                if type(dur) in (float, int, Decimal):
+                    end = ts + dur
+            if end > self.last_end:
+                self.last_end = end
+        elif ph != "M":
+            self.bad_ts += 1
+        if pid not in self.pid_rank_args:
+            self._note_rank(pid, event.get("args"))
+        if cat in GPU_CATEGORIES:
+            self._gpu(event, pid)
+        elif cat in RUNTIME_CATEGORIES:
+            self._runtime(event, pid)
+        elif cat in ANNOTATION_CATEGORIES:
+            self._annotation(event, pid, cat)
+        elif ph == "M":
+            self._metadata(event, pid)
+        elif cat in CPU_CATEGORIES:
+            self.pid_roles[pid] |= ROLE_CPU
+
+    def _note_rank(self, pid: object, args: object) -> None:
+        rank = rank_from_args(args)
+        if rank is not None:
+            self.pid_rank_args[pid] = rank
+
+    def _gpu(self, event: dict, pid: object) -> None:
+        self.pid_roles[pid] |= ROLE_GPU
+        self.streams[pid].add(event.get("tid"))
+        args = event.get("args")
+        if not isinstance(args, dict):
+            return
+        correlation = args.get("correlation")
+        if correlation is None:
+            return
+        if correlation in self.graph_correlations:
+            self.graph_gpu[(pid, correlation)] += 1
+        elif correlation not in self.any_launch:
+            self._defer(pid, correlation)
+
+    def _defer(self, pid: object, correlation: object) -> None:
+        """A GPU event seen before any launch with its id: settle at the end."""
+        if type(correlation) is int and -(1 << 63) <= correlation < (1 << 63):
+            try:
+                position = self.pending_pids.index(pid)
+            except ValueError:
+                position = len(self.pending_pids)
+                self.pending_pids.append(pid)
+            self.pending_index.append(position)
+            self.pending_corr.append(correlation)
+        else:
+            self.pending_odd.append((pid, correlation))
+
+    def _runtime(self, event: dict, pid: object) -> None:
+        self.pid_roles[pid] |= ROLE_CPU
+        args = event.get("args")
+        if not isinstance(args, dict):
+            return
+        correlation = args.get("correlation")
+        if correlation is None:
+            return
+        self.launch_count += 1
+        self.launches[pid].add(correlation)
+        self.any_launch.add(correlation)
+        name = event.get("name")
+        if isinstance(name, str) and "GraphLaunch" in name:
+            self.graph_launches[(pid, correlation)] = self.graph_launches.get((pid, correlation), 0) + 1
+            self.graph_correlations.add(correlation)
+
+    def _annotation(self, event: dict, pid: object, cat: str) -> None:
+        side = "gpu" if cat == "gpu_user_annotation" else "cpu"
+        self.pid_roles[pid] |= ROLE_GPU if side == "gpu" else ROLE_CPU
+        name = event.get("name")
+        if isinstance(name, str):
+            for action in parse_pp_name(name):
+                self.pp_counts[(side, action.op)] += 1
+
+    def _metadata(self, event: dict, pid: object) -> None:
+        if event.get("name") == "process_name":
+            args = event.get("args")
+            if isinstance(args, dict) and isinstance(args.get("name"), str):
+                self.pid_names[pid] = args["name"]
+
+    def settle(self) -> None:
+        """Count the deferred GPU events whose graph launch came later."""
+        graph = self.graph_correlations
+        for position, correlation in zip(self.pending_index, self.pending_corr):
+            if correlation in graph:
+                self.graph_gpu[(self.pending_pids[position], correlation)] += 1
+        for pid, correlation in self.pending_odd:
+            if correlation in graph:
+                self.graph_gpu[(pid, correlation)] += 1
+
+
+def _member(members: list[RawMember], key: str) -> object:
+    for name, raw in members:
+        if name == key:
+            try:
+                return orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return None
+    return None
+
+
+def _pid_ranks(visitor: InspectVisitor, file_rank: object) -> dict[object, tuple[int | None, str]]:
+    """Rank of each pid and the rule that decided it (SPEC 6 order)."""
+    decided: dict[object, tuple[int | None, str]] = {}
+    for pid in visitor.pid_events:
+        if pid in visitor.pid_rank_args:
+            decided[pid] = (visitor.pid_rank_args[pid], "args.rank")
+        elif rank_from_process_name(visitor.pid_names.get(pid)) is not None:
+            decided[pid] = (rank_from_process_name(visitor.pid_names.get(pid)), "process_name")
+        elif type(file_rank) is int:
+            decided[pid] = (file_rank, "distributedInfo.rank")
+        else:
+            decided[pid] = (None, "unknown")
+    return decided
+
+
+def _pid_order(pid: object) -> tuple:
+    """Integers first in numeric order, then anything else by its text."""
+    return (0, pid, "") if type(pid) is int else (1, 0, str(pid))
+
+
+def _role(flags: int) -> str:
+    if flags & ROLE_GPU:
+        return "GPU"
+    if flags & ROLE_CPU:
+        return "CPU"
+    return "other"
+
+
+def _graph_summary(visitor: InspectVisitor, ranks: dict) -> dict:
+    """GPU events per graph launch, joined by (rank, correlation)."""
+    per_key: dict[tuple, int] = defaultdict(int)
+    for (pid, correlation), count in visitor.graph_gpu.items():
+        per_key[(ranks.get(pid, (None,))[0], correlation)] += count
+    sizes = []
+    for (pid, correlation), launches in visitor.graph_launches.items():
+        rank = ranks.get(pid, (None,))[0]
+        sizes.extend([per_key.get((rank, correlation), 0) // max(launches, 1)] * launches)
+    summary: dict = {"count": len(sizes)}
+    if sizes:
+        summary.update(
+            gpu_events_total=sum(per_key.values()),
+            gpu_events_per_launch_min=min(sizes),
+            gpu_events_per_launch_max=max(sizes),
+            gpu_events_per_launch_mean=round(sum(sizes) / len(sizes), 2),
+        )
+    return summary
+
+
+def _collisions(visitor: InspectVisitor, ranks: dict) -> dict:
+    by_rank: dict[object, CorrelationSet] = {}
+    for pid, ids in visitor.launches.items():
+        rank = ranks.get(pid, (None,))[0]
+        key = ("pid", pid) if rank is None else ("rank", rank)
+        merged = by_rank.setdefault(key, CorrelationSet())
+        merged.union_update(ids)
+    return {
+        "ids_shared_across_pids": count_shared(visitor.launches.values()),
+        "ids_shared_across_ranks": count_shared(by_rank.values()),
+    }
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, (int, float, Decimal)) and value not in (float("inf"), float("-inf")):
+        return float(value)
+    return None
+
+
+def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
+    """The inspect summary as a JSON-ready dict."""
+    visitor.settle()
+    members = stats.header + stats.trailer
+    distributed = _member(members, "distributedInfo")
+    file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
+    ranks = _pid_ranks(visitor, file_rank)
+    pids = []
+    for pid, events in sorted(visitor.pid_events.items(), key=lambda item: _pid_order(item[0])):
+        entry = {"pid": pid, "role": _role(visitor.pid_roles.get(pid, 0)), "rank": ranks[pid][0],
+                 "rank_source": ranks[pid][1], "events": events}
+        if pid in visitor.pid_names:
+            entry["name"] = visitor.pid_names[pid]
+        if pid in visitor.streams:
+            entry["gpu_streams"] = len(visitor.streams[pid])
+        pids.append(entry)
+    first, last = _number(visitor.first_ts), _number(visitor.last_end)
+    return {
+        "top_level_keys": [key for key, _ in stats.header] + ["traceEvents"] + [key for key, _ in stats.trailer],
+        "events_by_ph_cat": {f"{ph}/{cat}": n for (ph, cat), n in sorted(visitor.counts.items(), key=lambda kv: -kv[1])},
+        "pids": pids,
+        "ranks": sorted({rank for rank, _ in ranks.values() if rank is not None}),
+        "gpu_streams": {str(pid): sorted(streams, key=str) for pid, streams in visitor.streams.items()},
+        "runtime_launches": visitor.launch_count,
+        "graph_launches": _graph_summary(visitor, ranks),
+        "correlation_collisions": _collisions(visitor, ranks),
+        "pp_annotations": {f"{side}/{op}": n for (side, op), n in sorted(visitor.pp_counts.items())},
+        "time_span_us": {"first_ts": first, "last_end": last,
+                         "duration": None if first is None or last is None else round(last - first, 3)},
+        "events_without_numeric_ts": visitor.bad_ts,
+        "base_time_ns": _member(members, "baseTimeNanoseconds"),
+    }
+
+
+def inspect(
+    src: SourceSpec,
+    *,
+    salvage: bool = False,
+    spool_dir: str | None = None,
+    progress: bool | None = False,
+) -> dict:
+    """Summarise a trace in one streaming pass (the ``inspect`` command)."""
+    started = time.perf_counter()
+    with InputSource(src, spool_dir=spool_dir) as source:
+        meter = Progress(source.size, enabled=progress)
+        result = index_pass(source, InspectVisitor, keep_events=False, salvage=salvage, progress=meter)
+    summary = {"input": source.name, **result.stats.as_dict()}
+    summary.update(summarize(result.visitor, result.stats))
+    summary["wall_seconds"] = round(time.perf_counter() - started, 3)
+    summary["peak_rss_mb"] = peak_rss_mb()
+    return summary

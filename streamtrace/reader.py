@@ -1,0 +1,326 @@
+"""Reader: the events of a trace, one by one, through ijson's C backend.
+
+The bytes pass through repair filters on their way to the parser; the first
+bytes go to the header scanner, the last ones are kept for the trailer scan.
+Numbers are read as floats (fast) unless the trace holds integers beyond
+64 bits, in which case the engine rereads in exact mode (Decimal floats,
+written back out with their original text).
+"""
+from __future__ import annotations
+
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from decimal import Decimal
+from io import BytesIO
+from typing import Iterator
+
+import ijson
+import orjson
+
+from . import jsonscan
+from .errors import RobustModeNeeded, TraceError
+from .repair import ControlCharRepair, Utf8Repair
+from .source import DecodedStream, TruncatedInput
+
+PARSE_CHUNK = 256 * 1024
+HEADER_LIMIT = 64 << 20
+TAIL_WINDOW = 8 << 20
+
+_warned_backend = False
+
+
+def warn_if_slow_backend() -> None:
+    """Say once that the pure-Python ijson backend is about 10x slower."""
+    global _warned_backend
+    if not _warned_backend and not ijson.backend.startswith("yajl2_c"):
+        _warned_backend = True
+        print(
+            f"streamtrace: warning: ijson C backend unavailable (using {ijson.backend}); reading is ~10x slower",
+            file=sys.stderr,
+        )
+
+
+@dataclass(frozen=True)
+class ReadMode:
+    """How strictly to parse: escalated when the fast mode meets odd input."""
+
+    exact_numbers: bool = False
+    repair_strings: bool = False
+
+
+@dataclass
+class ReadStats:
+    """What one reading found out about the stream itself."""
+
+    form: str = ""
+    events: int = 0
+    bytes_decompressed: int = 0
+    bytes_raw: int = 0
+    compression: str = "none"
+    invalid_utf8_repaired: int = 0
+    control_chars_repaired: int = 0
+    exact_numbers: bool = False
+    truncated: bool = False
+    unterminated_array: bool = False
+    header: list[jsonscan.RawMember] = field(default_factory=list)
+    trailer: list[jsonscan.RawMember] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "form": self.form,
+            "compression": self.compression,
+            "bytes_raw": self.bytes_raw,
+            "bytes_decompressed": self.bytes_decompressed,
+            "events": self.events,
+            "invalid_utf8_repaired": self.invalid_utf8_repaired,
+            "control_chars_repaired": self.control_chars_repaired,
+            "exact_numbers": self.exact_numbers,
+            "truncated_salvaged": self.truncated,
+            "unterminated_array": self.unterminated_array,
+        }
+
+
+class _Feed:
+    """The file object ijson reads: filters, header scan, tail window."""
+
+    def __init__(self, stream: DecodedStream, mode: ReadMode, on_chunk) -> None:
+        self._stream = stream
+        self._utf8 = Utf8Repair()
+        self._control = ControlCharRepair() if mode.repair_strings else None
+        self._on_chunk = on_chunk
+        self._primed: deque[bytes] = deque()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self.tail_trimmed = False
+        self.offset = 0
+        self.last_chunk = b""
+        self.last_chunk_start = 0
+        self.eof = False
+        self.truncated_compression: str | None = None
+
+    def _pull(self, size: int) -> bytes:
+        if self.eof:
+            return b""
+        try:
+            data = self._stream.read(size)
+        except TruncatedInput as exc:
+            self.truncated_compression = str(exc)
+            data = b""
+        if data:
+            data = self._utf8.feed(data)
+        else:
+            self.eof = True
+            data = self._utf8.finish()
+        if self._control is not None and data:
+            data = self._control.feed(data)
+        self.last_chunk_start = self.offset
+        self.last_chunk = data
+        self.offset += len(data)
+        self._keep_tail(data)
+        self._on_chunk(self)
+        return data
+
+    def _keep_tail(self, data: bytes) -> None:
+        self._tail.append(data)
+        self._tail_size += len(data)
+        while self._tail_size - len(self._tail[0]) >= TAIL_WINDOW:
+            self._tail_size -= len(self._tail.popleft())
+            self.tail_trimmed = True
+
+    def tail(self) -> bytes:
+        return b"".join(self._tail)
+
+    def prime(self) -> tuple[str, list[jsonscan.RawMember]]:
+        """Read ahead until the header is scanned; the bytes are replayed to ijson."""
+        buffer = bytearray()
+        while True:
+            chunk = self._pull(PARSE_CHUNK)
+            self._primed.append(chunk)
+            buffer += chunk
+            try:
+                form, members, _ = jsonscan.scan_header(bytes(buffer))
+                return form, members
+            except jsonscan.MoreData:
+                if self.eof:
+                    if not buffer.strip():
+                        raise TraceError("empty input: no JSON at all", byte_offset=0) from None
+                    raise TraceError("input ends inside the top-level keys, before traceEvents",
+                                     byte_offset=self.offset) from None
+                if len(buffer) > HEADER_LIMIT:
+                    raise TraceError(f"no traceEvents key within the first {HEADER_LIMIT >> 20} MiB",
+                                     byte_offset=self.offset) from None
+            except jsonscan.ScanError as exc:
+                raise TraceError(str(exc), byte_offset=exc.offset) from None
+
+    def read(self, size: int) -> bytes:
+        if size == 0:  # ijson probes the type with read(0)
+            return b""
+        if self._primed:
+            return self._primed.popleft()
+        return self._pull(max(size, PARSE_CHUNK))
+
+    @property
+    def repaired_utf8(self) -> int:
+        return self._utf8.repaired
+
+    @property
+    def repaired_control(self) -> int:
+        return self._control.repaired if self._control is not None else 0
+
+
+_ESCALATE = {
+    "integer overflow": ReadMode(exact_numbers=True),
+    "numeric (floating point) overflow": ReadMode(exact_numbers=True),
+    "invalid character inside string": ReadMode(repair_strings=True),
+}
+
+
+class TraceReader:
+    """One reading of a trace in one mode."""
+
+    def __init__(self, stream: DecodedStream, mode: ReadMode, *, salvage: bool = False, on_chunk=None) -> None:
+        self.mode = mode
+        self.salvage = salvage
+        self.stats = ReadStats(compression=stream.compression, exact_numbers=mode.exact_numbers)
+        self._stream = stream
+        report = on_chunk or (lambda reader: None)
+        self._feed = _Feed(stream, mode, lambda feed: report(self))
+
+    @property
+    def raw_bytes_read(self) -> int:
+        return self._stream.raw_bytes_read
+
+    def events(self) -> Iterator[dict]:
+        """Yield every event; fill ``stats`` (header, trailer, counts) as it goes."""
+        stats = self.stats
+        feed = self._feed
+        stats.form, stats.header = feed.prime()
+        prefix = "traceEvents.item" if stats.form == "object" else "item"
+        self._last = None
+        count = 0
+        try:
+            for event in ijson.items(feed, prefix, use_float=not self.mode.exact_numbers, buf_size=PARSE_CHUNK):
+                if type(event) is not dict:
+                    raise TraceError(f"event is {_kind(event)}, expected an object", event_index=count)
+                self._last = event
+                count += 1
+                stats.events = count
+                yield event
+            if feed.truncated_compression:
+                self._truncated(feed.truncated_compression, count)
+            elif stats.form == "object":
+                self._read_trailer()
+        except ijson.IncompleteJSONError as exc:
+            self._parse_failure(exc, count)
+        finally:
+            self._finish_stats()
+
+    def _finish_stats(self) -> None:
+        stats = self.stats
+        stats.bytes_decompressed = self._feed.offset
+        stats.bytes_raw = self._stream.raw_bytes_read
+        stats.invalid_utf8_repaired = self._feed.repaired_utf8
+        stats.control_chars_repaired = self._feed.repaired_control
+
+    def _read_trailer(self) -> None:
+        feed = self._feed
+        try:
+            self.stats.trailer = jsonscan.scan_trailer(feed.tail(), not feed.tail_trimmed, self._is_last_event)
+        except jsonscan.WindowTooSmall:
+            raise TraceError(f"top-level keys after traceEvents exceed {TAIL_WINDOW >> 20} MiB",
+                             byte_offset=feed.offset) from None
+        except jsonscan.ScanError as exc:
+            start = feed.offset - len(feed.tail())
+            raise TraceError(f"after traceEvents: {exc}", byte_offset=start + exc.offset) from None
+
+    def _parse_failure(self, exc: ijson.IncompleteJSONError, count: int) -> None:
+        message = _first_line(exc)
+        feed = self._feed
+        if "premature EOF" in message:
+            if feed.truncated_compression:
+                message = feed.truncated_compression
+            elif self.stats.form == "array" and count and self._only_bracket_missing():
+                self.stats.unterminated_array = True
+                return
+            self._truncated(message, count)
+            return
+        for trigger, mode in _ESCALATE.items():
+            if trigger in message and not _covers(self.mode, mode):
+                raise RobustModeNeeded(mode)
+        raise TraceError(f"malformed JSON: {message}{_context(exc)}", event_index=count,
+                         byte_offset=self._error_offset(exc)) from None
+
+    def _truncated(self, reason: str, count: int) -> None:
+        if not self.salvage:
+            raise TraceError(
+                f"input is truncated ({reason}) after {count} complete events; "
+                "--salvage keeps the complete events",
+                event_index=count, byte_offset=self._feed.offset,
+            )
+        self.stats.truncated = True
+        self.stats.trailer = []
+
+    def _only_bracket_missing(self) -> bool:
+        """True when a bare array ends after a complete event, as Chrome allows."""
+        tail = self._feed.tail()
+        span = jsonscan.last_object_end(tail)
+        return span is not None and self._is_last_event(tail[span[0] : span[1]])
+
+    def _is_last_event(self, text: bytes) -> bool:
+        """Is ``text`` the JSON of the last event read?"""
+        try:
+            parsed = next(ijson.items(BytesIO(text), "", use_float=not self.mode.exact_numbers))
+        except (ijson.JSONError, StopIteration):
+            return False
+        return parsed == self._last
+
+    def _error_offset(self, exc: Exception) -> int:
+        """Pin the byte offset using the context text yajl quotes."""
+        lines = str(exc).split("\n")
+        feed = self._feed
+        if len(lines) >= 3 and "^" in lines[2]:
+            context = lines[1].strip()
+            caret = lines[2].index("^") - (len(lines[1]) - len(lines[1].lstrip()))
+            chunk = feed.last_chunk.replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\t", b" ")
+            found = chunk.rfind(context.encode("utf-8", "replace"))
+            if context and found >= 0:
+                return feed.last_chunk_start + found + max(caret, 0)
+        return feed.offset
+
+
+def _covers(current: ReadMode, wanted: ReadMode) -> bool:
+    return (current.exact_numbers or not wanted.exact_numbers) and (
+        current.repair_strings or not wanted.repair_strings
+    )
+
+
+def _first_line(exc: Exception) -> str:
+    text = exc.args[0] if exc.args else str(exc)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return str(text).split("\n", 1)[0].strip().rstrip(".")
+
+
+def _context(exc: Exception) -> str:
+    lines = str(exc).split("\n")
+    return f" near {lines[1].strip()[:60]!r}" if len(lines) > 1 and lines[1].strip() else ""
+
+
+def _kind(value: object) -> str:
+    names = {list: "a list", str: "a string", int: "a number", float: "a number", Decimal: "a number",
+             bool: "a boolean", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def decimal_as_json(value: object) -> orjson.Fragment:
+    """orjson ``default`` hook: write an exact-mode number with its original text."""
+    if isinstance(value, Decimal):
+        return orjson.Fragment(str(value))
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def dumps_event(event: dict) -> bytes:
+    """Serialise one event compactly; exact-mode numbers keep their text."""
+    return orjson.dumps(event, default=decimal_as_json)
+

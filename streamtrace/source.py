@@ -1,0 +1,237 @@
+"""Input side: where trace bytes come from and how they are decompressed.
+
+A source is a path, ``-`` (stdin), a binary file object, or (with the
+``cloud`` extra) an fsspec URL.  Compression is told by magic bytes, never
+by the file name.  A source can be opened more than once: a local file is
+reopened, anything else is copied to a spool file while it is first read.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import tempfile
+import zlib
+from typing import BinaryIO, Union
+
+import zstandard
+
+from .errors import TraceError
+
+try:
+    from isal import igzip as _fast_gzip
+except ImportError:  # the `fast` extra is optional
+    _fast_gzip = None
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+READ_SIZE = 1 << 20
+URL_SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://", "hf://", "file://")
+
+SourceSpec = Union[str, "os.PathLike[str]", BinaryIO]
+
+
+class TruncatedInput(Exception):
+    """The compressed stream ended before its end marker."""
+
+
+class _CountingReader:
+    """Counts the raw bytes read (for progress) and copies them to a spool."""
+
+    def __init__(self, raw: BinaryIO, spool: BinaryIO | None, prefix: bytes = b"") -> None:
+        self._raw = raw
+        self._spool = spool
+        self._prefix = prefix
+        self.bytes_read = 0
+
+    def read(self, size: int = -1) -> bytes:
+        if self._prefix:
+            data, self._prefix = self._prefix, b""
+            if size is not None and 0 <= size < len(data):
+                data, self._prefix = data[:size], data[size:]
+        else:
+            data = self._raw.read(size)
+        self.bytes_read += len(data)
+        if self._spool is not None and data:
+            self._spool.write(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def drain(self) -> None:
+        """Read the rest so that the spool holds the whole input."""
+        while self.read(READ_SIZE):
+            pass
+
+
+class DecodedStream:
+    """Decompressed bytes of one reading of a source."""
+
+    def __init__(self, counter: _CountingReader, compression: str, name: str) -> None:
+        self.counter = counter
+        self.compression = compression
+        self.name = name
+        if compression == "gzip":
+            opener = _fast_gzip.IGzipFile if _fast_gzip is not None else gzip.GzipFile
+            self._reader = opener(fileobj=counter, mode="rb")
+        elif compression == "zstd":
+            self._reader = zstandard.ZstdDecompressor().stream_reader(
+                counter, read_size=READ_SIZE, read_across_frames=True, closefd=False
+            )
+        else:
+            self._reader = counter
+
+    @property
+    def raw_bytes_read(self) -> int:
+        return self.counter.bytes_read
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self._reader.read(size)
+        except EOFError as exc:
+            raise TruncatedInput(f"{self.compression} data ends early ({exc})") from None
+        except (OSError, zlib.error, zstandard.ZstdError) as exc:
+            if "truncat" in str(exc).lower() or "end-of-stream" in str(exc).lower():
+                raise TruncatedInput(f"{self.compression} data ends early ({exc})") from None
+            raise TraceError(f"corrupt {self.compression} data: {exc}", path=self.name) from None
+
+
+def detect_compression(head: bytes) -> str:
+    """``gzip``, ``zstd`` or ``none`` from the first bytes."""
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return "none"
+
+
+def is_url(spec: object) -> bool:
+    return isinstance(spec, str) and spec.startswith(URL_SCHEMES)
+
+
+class InputSource:
+    """A trace input that can be read from the start more than once."""
+
+    def __init__(self, spec: SourceSpec, *, spool_dir: str | None = None) -> None:
+        self._spec = spec
+        self._spool_dir = spool_dir
+        self._path: str | None = None
+        self._stream: BinaryIO | None = None
+        self._owned: BinaryIO | None = None
+        self._spool_path: str | None = None
+        self._counter: _CountingReader | None = None
+        if spec == "-":
+            self.name = "<stdin>"
+            self._stream = sys.stdin.buffer
+        elif is_url(spec):
+            self.name = str(spec)
+        elif isinstance(spec, (str, os.PathLike)):
+            self.name = os.fspath(spec)
+            self._path = self.name
+            if not os.path.exists(self._path):
+                raise TraceError("no such file", path=self.name)
+            if os.path.isdir(self._path):
+                raise TraceError("is a directory, expected a trace file", path=self.name)
+        else:
+            self.name = getattr(spec, "name", None) or "<stream>"
+            self._stream = spec
+
+    @property
+    def path(self) -> str | None:
+        """The local file path, when the source is one."""
+        return self._path
+
+    @property
+    def size(self) -> int | None:
+        """Raw (possibly compressed) size in bytes, when known up front."""
+        if self._path is not None:
+            return os.path.getsize(self._path)
+        return None
+
+    def open(self) -> DecodedStream:
+        """A fresh reading from the first byte."""
+        if self._path is not None:
+            raw: BinaryIO = open(self._path, "rb")
+            self._close_owned()
+            self._owned = raw
+            spool = None
+        elif self._spool_path is None:
+            raw = self._first_stream()
+            spool = self._new_spool()
+        else:
+            self._finish_spool()
+            raw = open(self._spool_path, "rb")
+            self._close_owned()
+            self._owned = raw
+            spool = None
+        head = _read_exactly(raw, 4)
+        counter = _CountingReader(raw, spool, head)
+        if spool is not None:
+            self._counter = counter
+        return DecodedStream(counter, detect_compression(head), self.name)
+
+    def _first_stream(self) -> BinaryIO:
+        if self._stream is not None:
+            return self._stream
+        try:
+            import fsspec
+        except ImportError:
+            raise TraceError("URLs need the cloud extra: pip install 'streamtrace[cloud]'", path=self.name) from None
+        try:
+            self._owned = fsspec.open(self.name, "rb").open()
+        except Exception as exc:  # fsspec raises many kinds; all mean "cannot open"
+            raise TraceError(f"cannot open: {exc}", path=self.name) from None
+        return self._owned
+
+    def _new_spool(self) -> BinaryIO:
+        handle, self._spool_path = tempfile.mkstemp(prefix="streamtrace-input-", suffix=".spool", dir=self._spool_dir)
+        return os.fdopen(handle, "wb")
+
+    def _finish_spool(self) -> None:
+        """Copy what the first reading left unread, so the spool is whole."""
+        counter, self._counter = self._counter, None
+        if counter is None:
+            return
+        counter.drain()
+        counter._spool.close()
+
+    def _close_owned(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def close(self) -> None:
+        """Release files and delete the spool; safe to call twice."""
+        if self._counter is not None and self._counter._spool is not None:
+            self._counter._spool.close()
+            self._counter = None
+        self._close_owned()
+        if self._spool_path is not None:
+            try:
+                os.unlink(self._spool_path)
+            except FileNotFoundError:
+                pass
+            self._spool_path = None
+
+    def __enter__(self) -> "InputSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read_exactly(raw: BinaryIO, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        more = raw.read(size - len(data))
+        if not more:
+            break
+        data += more
+    return data
+

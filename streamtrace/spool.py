@@ -1,0 +1,71 @@
+"""Event spool: pass 1 keeps each event as one compact JSON line.
+
+Pass 2 then reads lines instead of parsing the input again: an unchanged
+event is copied as bytes, only patched ones are decoded.  The spool is
+zstd-compressed in a temporary directory and always deleted.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Iterator
+
+import zstandard
+
+SPOOL_LEVEL = 1
+READ_BLOCK = 1 << 20
+
+
+class EventSpool:
+    """A temporary file of event lines, written once and read back once."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="streamtrace-events-", suffix=".zst", dir=directory)
+        self._file = os.fdopen(handle, "wb")
+        self._writer = zstandard.ZstdCompressor(level=SPOOL_LEVEL, threads=1).stream_writer(self._file, closefd=False)
+        self.lines = 0
+
+    def reset(self) -> None:
+        """Forget everything written: the input is being read again."""
+        self._writer.close()
+        self._file.seek(0)
+        self._file.truncate()
+        self._writer = zstandard.ZstdCompressor(level=SPOOL_LEVEL, threads=1).stream_writer(self._file, closefd=False)
+        self.lines = 0
+
+    def add(self, line: bytes) -> None:
+        self._writer.write(line + b"\n")
+        self.lines += 1
+
+    def read_lines(self) -> Iterator[bytes]:
+        """Every line in order, without its newline."""
+        self._writer.close()
+        self._file.close()
+        with open(self.path, "rb") as raw:
+            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK)
+            carry = b""
+            while True:
+                block = reader.read(READ_BLOCK)
+                if not block:
+                    break
+                lines = (carry + block).split(b"\n")
+                carry = lines.pop()
+                yield from lines
+            if carry:
+                yield carry
+
+    def close(self) -> None:
+        """Delete the spool; safe to call twice."""
+        if not self._file.closed:
+            self._writer.close()
+            self._file.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "EventSpool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
