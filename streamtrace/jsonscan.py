@@ -17,6 +17,7 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 _STRUCTURE = re.compile(rb'["\[\]{}]')
 _SCALAR = re.compile(rb"[^\s,\]}:]+")
 _SCALAR_BYTES = frozenset(b"+-.0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+WALK_LIMIT = 64 * 1024
 _OPEN_FOR = {ord("]"): ord("["), ord("}"): ord("{")}
 
 RawMember = tuple[str, bytes]
@@ -99,7 +100,7 @@ def scan_header(buf: bytes) -> tuple[str, list[RawMember], int]:
     if first == 0x5B:
         return "array", [], pos
     if first != 0x7B:
-        kind = describe_value_start(first)
+        kind = describe_value_start(buf, pos)
         raise ScanError(f"top level is {kind}, expected an object with traceEvents or an array of events", pos)
     members: list[RawMember] = []
     pos += 1
@@ -117,7 +118,7 @@ def scan_header(buf: bytes) -> tuple[str, list[RawMember], int]:
         pos = skip_ws(buf, pos + 1)
         if key == "traceEvents":
             if buf[pos] != 0x5B:
-                kind = describe_value_start(buf[pos])
+                kind = describe_value_start(buf, pos)
                 raise ScanError(f"traceEvents is {kind}, expected a list of events", pos)
             return "object", members, pos
         value_end = skip_value(buf, pos)
@@ -129,21 +130,21 @@ def scan_header(buf: bytes) -> tuple[str, list[RawMember], int]:
             raise ScanError(f"expected ',' or '}}' after the value of {key!r}", pos)
 
 
-def describe_value_start(byte: int) -> str:
-    """Name the kind of JSON value that starts with ``byte``."""
+def describe_value_start(buf: bytes, pos: int) -> str:
+    """Name the kind of JSON value that starts at ``pos``."""
+    byte = buf[pos]
     if byte == 0x22:
         return "a string"
     if byte in b"-0123456789":
         return "a number"
-    if byte == 0x6E:
-        return "null"
-    if byte in b"tf":
-        return "a boolean"
     if byte == 0x7B:
         return "an object"
     if byte == 0x5B:
         return "an array"
-    return f"not JSON (starts with {chr(byte)!r})"
+    for literal, kind in ((b"null", "null"), (b"true", "a boolean"), (b"false", "a boolean")):
+        if buf.startswith(literal, pos):
+            return kind
+    return f"not JSON (starts with {buf[pos:pos + 12]!r})"
 
 
 class WindowTooSmall(Exception):
@@ -206,9 +207,10 @@ def scan_trailer(tail: bytes, whole: bool, is_last_event: Callable[[bytes], bool
     """The top-level members after the events array, from the end of the stream.
 
     ``tail`` holds the last bytes of the stream; ``whole`` says whether it is
-    the entire stream.  Walks back member by member.  A value ending in
-    ``]`` whose last element is the last event read (``is_last_event``) is
-    the events array, found without walking back through it.
+    the entire stream.  Walks back member by member, reading each key.  An
+    array value too long to walk back through within ``WALK_LIMIT`` bytes is
+    the events array if its last element is the last event read
+    (``is_last_event``): no trailer member is that long in practice.
     """
     members: list[RawMember] = []
     pos = _rskip_ws(tail, len(tail) - 1)
@@ -220,9 +222,15 @@ def scan_trailer(tail: bytes, whole: bool, is_last_event: Callable[[bytes], bool
         value_end = pos + 1
         if tail[pos] == 0x7B:
             raise ScanError("traceEvents not found scanning back from the end", pos)
-        if tail[pos] == 0x5D and _ends_with_event(tail, pos - 1, is_last_event):
-            return members
-        before_value = _rskip_value(tail, pos)
+        floor = max(0, pos - WALK_LIMIT)
+        try:
+            before_value = floor + _rskip_value(tail[floor:value_end], pos - floor)
+        except WindowTooSmall:
+            if tail[pos] == 0x5D and _ends_with_event(tail, pos - 1, is_last_event):
+                return members
+            if whole:
+                raise ScanError("unbalanced brackets after traceEvents", pos) from None
+            raise
         value = tail[before_value + 1 : value_end]
         pos = _rskip_ws(tail, before_value)
         if tail[pos] != 0x3A:

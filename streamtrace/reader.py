@@ -281,7 +281,7 @@ class TraceReader:
         feed = self._feed
         if len(lines) >= 3 and "^" in lines[2]:
             context = lines[1].strip()
-            caret = lines[2].index("^") - (len(lines[1]) - len(lines[1].lstrip()))
+            caret = lines[2].index("^") - 1 - (len(lines[1]) - len(lines[1].lstrip()))
             chunk = feed.last_chunk.replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\t", b" ")
             found = chunk.rfind(context.encode("utf-8", "replace"))
             if context and found >= 0:
@@ -322,5 +322,19 @@ def decimal_as_json(value: object) -> orjson.Fragment:
 
 def dumps_event(event: dict) -> bytes:
     """Serialise one event compactly; exact-mode numbers keep their text."""
-    return orjson.dumps(event, default=decimal_as_json)
+    try:
+        return orjson.dumps(event, default=decimal_as_json)
+    except TypeError:
+        return orjson.dumps(_big_ints_as_text(event), default=decimal_as_json)
+
+
+def _big_ints_as_text(value: object) -> object:
+    """Integers beyond 64 bits (orjson's limit) as raw JSON text."""
+    if type(value) is int and not -(1 << 63) <= value < (1 << 64):
+        return orjson.Fragment(str(value))
+    if type(value) is dict:
+        return {key: _big_ints_as_text(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_big_ints_as_text(item) for item in value]
+    return value
 

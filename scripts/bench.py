@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Time a streamtrace command against the floor: a bare ijson pass.
+
+Both run as child processes in the same invocation, so the ratio compares
+like with like on a noisy machine.  Peak RSS comes from wait4 per child.
+
+    python scripts/bench.py big.json.gz -- streamtrace inspect {input} --json
+    python scripts/bench.py big.json.gz --repeat 3 -- streamtrace convert {input} {tmp}/out.json.zst
+
+``{input}`` is replaced by the (first) input, ``{inputs}`` by all of them,
+``{tmp}`` by a fresh temporary directory (deleted afterwards).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+FLOOR_CODE = """
+import sys, ijson
+sys.path.insert(0, {root!r})
+from streamtrace.source import InputSource
+class Plain:
+    def __init__(self, stream): self.stream = stream
+    def read(self, size): return self.stream.read(size) if size else b""
+count = 0
+for path in sys.argv[1:]:
+    with InputSource(path) as source:
+        for _ in ijson.items(Plain(source.open()), "traceEvents.item", use_float=True):
+            count += 1
+print(count)
+"""
+
+
+def run_child(argv: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS in MB, and stdout of one child process."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        stderr = process.stderr.read().decode(errors="replace")
+        process.stderr.close()
+        if process.returncode != 0:
+            raise SystemExit(f"bench: {shlex.join(argv)} failed ({process.returncode}): {stderr.strip()[-500:]}")
+        out.seek(0)
+        return elapsed, usage.ru_maxrss / 1024, out.read().decode(errors="replace")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("inputs", nargs="+", help="trace file(s) the command reads")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest counts (default 1)")
+    parser.add_argument("--label", default="", help="name for this measurement in the report")
+    argv = sys.argv[1:]
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        parser.error("give the command to time after --")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    command = argv[split + 1:]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    floor_argv = [sys.executable, "-c", FLOOR_CODE.format(root=root), *args.inputs]
+    floor_runs, command_runs = [], []
+    for _ in range(args.repeat):
+        floor_runs.append(run_child(floor_argv))
+        scratch = tempfile.mkdtemp(prefix="streamtrace-bench-")
+        try:
+            argv = [part.replace("{input}", args.inputs[0]).replace("{tmp}", scratch) for part in command]
+            if "{inputs}" in argv:
+                at = argv.index("{inputs}")
+                argv[at:at + 1] = args.inputs
+            command_runs.append(run_child(argv))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    floor = min(floor_runs)
+    best = min(command_runs)
+    report = {
+        "label": args.label or " ".join(command[:2]),
+        "inputs": args.inputs,
+        "input_bytes": sum(os.path.getsize(p) for p in args.inputs),
+        "events": int(floor[2].strip() or 0),
+        "floor_seconds": round(floor[0], 2),
+        "floor_peak_rss_mb": round(max(run[1] for run in floor_runs), 1),
+        "command": shlex.join(command),
+        "command_seconds": round(best[0], 2),
+        "command_peak_rss_mb": round(max(run[1] for run in command_runs), 1),
+        "ratio_to_floor": round(best[0] / floor[0], 2),
+        "repeat": args.repeat,
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

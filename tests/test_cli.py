@@ -1,0 +1,145 @@
+"""The command line as a user meets it: exit codes, one-line errors, pipes, kills."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TRACES, events_of, load_json
+
+CLI = [sys.executable, "-m", "streamtrace"]
+NCCL = TRACES / "nccl_rank0.json.gz"
+
+
+def run(*args: str, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_help_teaches_every_command():
+    top = run("--help")
+    assert top.returncode == 0
+    for command in ("inspect", "convert", "demo"):
+        assert command in top.stdout.decode()
+        sub = run(command, "--help")
+        assert sub.returncode == 0 and b"usage:" in sub.stdout
+
+
+def test_inspect_prints_table_and_json(tmp_path):
+    result = run("inspect", str(NCCL))
+    text = result.stdout.decode()
+    assert result.returncode == 0
+    assert "events" in text.splitlines()[2]
+    summary = json.loads(text[text.index("JSON summary:") + len("JSON summary:"):])
+    assert summary["events"] == len(events_of(load_json(NCCL)))
+    only_json = run("inspect", "--json", str(NCCL))
+    assert json.loads(only_json.stdout) ["events"] == summary["events"]
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b'{"traceEvents": [{"ph": "X", "ts": 1}, {"ph": ', "truncated"),
+    (b"not json", "not JSON"),
+    (b"", "empty input"),
+])
+def test_bad_input_is_one_line_exit_1_no_output(tmp_path, content, fragment):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    for args in (["inspect", str(bad)], ["convert", str(bad), str(tmp_path / "out.json.gz")]):
+        result = run(*args)
+        err = result.stderr.decode()
+        assert result.returncode == 1
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert str(bad) in err and fragment in err
+    assert sorted(os.listdir(tmp_path)) == ["bad.json"]
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"[1")
+    result = run("inspect", "--debug", str(bad))
+    assert result.returncode != 0 and b"Traceback" in result.stderr
+
+
+def test_missing_file_and_directory_input(tmp_path):
+    for path in (tmp_path / "nope.json", tmp_path):
+        result = run("inspect", str(path))
+        assert result.returncode == 1 and b"Traceback" not in result.stderr
+
+
+def test_stdin_to_zstd_then_stdout_round_trip(tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    out = tmp_path / "out.json.zst"
+    piped = run("convert", "-", str(out), "--spool-dir", str(spool), stdin=NCCL.read_bytes())
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["events_written"] == len(events_of(load_json(NCCL)))
+    assert os.listdir(spool) == []
+    back = run("convert", str(out), "-")
+    assert back.returncode == 0
+    assert json.loads(back.stdout) == load_json(NCCL)
+    assert json.loads(back.stderr)["output"] == "<stdout>"
+
+
+def test_stdin_spool_removed_after_failure(tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    cut = gzip.compress(b'{"traceEvents": [{"ph": "X", "name": "a\nb", "ts": 1}, {"ph": "X", "ts": 18446744073709551616}, {')
+    result = run("convert", "-", str(tmp_path / "o.json"), "--spool-dir", str(spool), stdin=cut)
+    assert result.returncode == 1 and b"truncated" in result.stderr
+    assert os.listdir(spool) == []
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_stdin_reread_in_exact_mode_after_big_integer(tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    data = b'{"traceEvents": [{"ph": "X", "name": "a\nb", "ts": 1.250}, {"ph": "X", "ts": 2, "args": {"id": 18446744073709551616}}]}'
+    result = run("convert", "-", str(tmp_path / "o.json"), "--spool-dir", str(spool), stdin=gzip.compress(data))
+    assert result.returncode == 0, result.stderr
+    assert os.listdir(spool) == []
+    assert json.loads((tmp_path / "o.json").read_bytes()) == json.loads(data.replace(b"\n", b"\\n"))
+
+
+def test_pipe_closed_by_reader_is_quiet(tmp_path):
+    shell = f"{' '.join(CLI)} convert {NCCL} - | head -c 100 > /dev/null"
+    result = subprocess.run(shell, shell=True, capture_output=True, timeout=60)
+    assert b"Traceback" not in result.stderr
+
+
+def _big_input(tmp_path: Path) -> Path:
+    """A plain trace large enough that converting it takes a few seconds."""
+    events = events_of(load_json(NCCL))
+    path = tmp_path / "big.json"
+    with open(path, "wb") as handle:
+        handle.write(b'{"traceEvents": [')
+        for copy in range(8):
+            handle.write((b"," if copy else b"") + json.dumps(events)[1:-1].encode())
+        handle.write(b"]}")
+    return path
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_killed_convert_leaves_no_target(tmp_path, signum):
+    source = _big_input(tmp_path)
+    target = tmp_path / "out.json.gz"
+    process = subprocess.Popen([*CLI, "convert", str(source), str(target), "-q"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 30
+    while not any(name.endswith(".part") for name in os.listdir(tmp_path)):
+        assert time.time() < deadline and process.poll() is None, "convert never started writing"
+        time.sleep(0.02)
+    time.sleep(0.3)
+    process.send_signal(signum)
+    process.wait(timeout=30)
+    assert process.returncode != 0
+    assert not target.exists()
+    if signum != signal.SIGKILL:
+        assert sorted(os.listdir(tmp_path)) == ["big.json"]
+        assert b"Traceback" not in process.stderr.read()

@@ -1,0 +1,151 @@
+"""Outputs are atomic and guarded; the two-pass engine patches, drops, appends."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+
+import orjson
+import pytest
+
+import streamtrace
+from streamtrace import reader as reader_module
+from streamtrace.engine import EmitPlan, emit_pass, index_pass
+from streamtrace.errors import TraceError
+from streamtrace.sink import OutputTarget
+from streamtrace.source import InputSource
+from streamtrace.writer import TraceWriter
+
+SMALL = b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.5, "dur": 2.0}, {"ph": "i", "cat": "python_function", "name": "p", "ts": 3.0}], "traceName": "t"}'
+
+
+def write(tmp_path, name: str, data: bytes = SMALL):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def leftovers(directory) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(".part"))
+
+
+def test_existing_output_is_refused_without_overwrite(tmp_path):
+    src = write(tmp_path, "in.json")
+    out = write(tmp_path, "out.json", b"keep me")
+    with pytest.raises(TraceError, match="--overwrite"):
+        streamtrace.convert(src, out)
+    assert out.read_bytes() == b"keep me"
+    streamtrace.convert(src, out, overwrite=True)
+    assert json.loads(out.read_bytes())["traceName"] == "t"
+
+
+def test_writing_onto_the_input_is_refused_even_with_overwrite(tmp_path):
+    src = write(tmp_path, "in.json")
+    with pytest.raises(TraceError, match="onto the input"):
+        streamtrace.convert(src, src, overwrite=True)
+    assert src.read_bytes() == SMALL
+
+
+def test_failed_conversion_leaves_nothing(tmp_path):
+    src = write(tmp_path, "in.json", SMALL[:-40])
+    with pytest.raises(TraceError):
+        streamtrace.convert(src, tmp_path / "out.json.gz")
+    assert sorted(os.listdir(tmp_path)) == ["in.json"]
+
+
+def test_unwritable_directory_is_refused_up_front(tmp_path):
+    src = write(tmp_path, "in.json")
+    with pytest.raises(TraceError, match="does not exist"):
+        streamtrace.convert(src, tmp_path / "missing" / "out.json")
+
+
+def test_disk_full_leaves_no_partial_file(tmp_path, monkeypatch):
+    src = write(tmp_path, "in.json")
+
+    def full(self, line):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(TraceWriter, "event", full)
+    with pytest.raises(TraceError, match="disk full"):
+        streamtrace.convert(src, tmp_path / "out.json")
+    assert sorted(os.listdir(tmp_path)) == ["in.json"]
+
+
+@pytest.mark.parametrize("name, flag, magic", [
+    ("o.json.gz", None, b"\x1f\x8b"), ("o.json.zst", None, b"\x28\xb5\x2f\xfd"),
+    ("o.json", None, b"{"), ("o.json", "gzip", b"\x1f\x8b"), ("o.json.gz", "none", b"{"),
+])
+def test_compression_from_suffix_or_flag(tmp_path, name, flag, magic):
+    out = tmp_path / name
+    streamtrace.convert(write(tmp_path, "in.json"), out, compress=flag)
+    assert out.read_bytes().startswith(magic)
+    assert streamtrace.inspect(out)["events"] == 2
+
+
+def test_gzip_level_flag_is_applied(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "ts": i * 1.25, "dur": 1.0} for i in range(5000)]
+    src = write(tmp_path, "in.json", json.dumps({"traceEvents": events}).encode())
+    fast, best = tmp_path / "fast.json.gz", tmp_path / "best.json.gz"
+    streamtrace.convert(src, fast, level=1)
+    streamtrace.convert(src, best, level=9)
+    assert best.stat().st_size < fast.stat().st_size
+    assert json.loads(gzip.decompress(best.read_bytes()))["traceEvents"] == events
+
+
+class CountKernels:
+    def __init__(self) -> None:
+        self.kernel_indexes: list[int] = []
+        self.seen = 0
+
+    def visit(self, event: dict) -> None:
+        if event.get("cat") == "kernel":
+            self.kernel_indexes.append(self.seen)
+        self.seen += 1
+
+
+class MoveKernelsPlan(EmitPlan):
+    """Patch kernels onto tid 99, drop python_function, append one event."""
+
+    def __init__(self, kernel_indexes: list[int]) -> None:
+        self.kernels = set(kernel_indexes)
+
+    def patch(self, index: int, line: bytes) -> bytes | None:
+        if index in self.kernels:
+            event = orjson.loads(line)
+            event["tid"] = 99
+            return orjson.dumps(event)
+        if b'"python_function"' in line:
+            return None
+        return line
+
+    def appended(self):
+        return [orjson.dumps({"ph": "M", "name": "thread_name", "pid": 0, "tid": 99, "args": {"name": "lane"}})]
+
+
+@pytest.mark.parametrize("data", [SMALL, SMALL.replace(b'"ts": 1.5', b'"ts": 1.5, "big": 18446744073709551616')],
+                         ids=["fast", "reread-exact"])
+def test_two_pass_engine_patches_drops_and_appends(tmp_path, data, monkeypatch):
+    monkeypatch.setattr(reader_module, "PARSE_CHUNK", 16)
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    out = tmp_path / "out.json"
+    with InputSource(io.BytesIO(data), spool_dir=str(spool_dir)) as source:
+        result = index_pass(source, CountKernels, keep_events=True, spool_dir=str(spool_dir))
+        assert result.visitor.kernel_indexes == [0]
+        written = emit_pass(result, MoveKernelsPlan(result.visitor.kernel_indexes), OutputTarget(out))
+    assert written == 2
+    assert os.listdir(spool_dir) == []
+    doc = json.loads(out.read_bytes())
+    assert doc["traceEvents"][0]["tid"] == 99 and doc["traceEvents"][0]["ts"] == 1.5
+    assert doc["traceEvents"][1]["name"] == "thread_name"
+    assert list(doc) == ["schemaVersion", "traceEvents", "traceName"]
+
+
+def test_spool_removed_when_pass_one_fails(tmp_path):
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    with InputSource(io.BytesIO(SMALL[:-30]), spool_dir=str(spool_dir)) as source:
+        with pytest.raises(TraceError):
+            index_pass(source, CountKernels, keep_events=True, spool_dir=str(spool_dir))
+    assert os.listdir(spool_dir) == []
