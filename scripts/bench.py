@@ -29,12 +29,19 @@ from streamtrace.source import InputSource
 class Plain:
     def __init__(self, stream): self.stream = stream
     def read(self, size): return self.stream.read(size) if size else b""
-count = 0
-for path in sys.argv[1:]:
+def count(path, use_float):
     with InputSource(path) as source:
-        for _ in ijson.items(Plain(source.open()), "traceEvents.item", use_float=True):
-            count += 1
-print(count)
+        return sum(1 for _ in ijson.items(Plain(source.open()), "traceEvents.item", use_float=use_float))
+total = 0
+for path in sys.argv[1:]:
+    try:
+        total += count(path, True)
+    except ijson.JSONError as exc:
+        if "overflow" not in str(exc):
+            raise
+        print("floor: integers beyond 64 bits, exact mode", file=sys.stderr)
+        total += count(path, False)
+print(total)
 """
 
 

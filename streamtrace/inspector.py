@@ -9,6 +9,7 @@ import time
 from array import array
 from collections import defaultdict
 from decimal import Decimal
+from typing import Callable, Iterable
 
 import orjson
 
@@ -27,19 +28,23 @@ RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
 ANNOTATION_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation"})
 
-ROLE_GPU, ROLE_CPU = 1, 2
+GPU_SIDE_CATEGORIES = GPU_CATEGORIES | {"gpu_user_annotation"}
+NUMBER_TYPES = frozenset({float, int, Decimal})
+PP_PREFIXES = ("PP:", "Forward ", "Backward ")
 
 
 class InspectVisitor:
-    """Pass-1 visitor for ``inspect``."""
+    """Pass-1 visitor for ``inspect``.
+
+    ``visit`` runs once per event, so it is a closure over local variables
+    with one dict update on the common path; rarer work (GPU events,
+    launches, annotations, metadata, a pid's first events) is dispatched.
+    """
 
     def __init__(self) -> None:
-        self.counts: dict[tuple, int] = defaultdict(int)
-        self.pid_events: dict[object, int] = defaultdict(int)
-        self.pid_roles: dict[object, int] = defaultdict(int)
+        self.counts: dict[tuple, int] = {}
         self.pid_names: dict[object, str] = {}
         self.pid_rank_args: dict[object, int] = {}
-        self.pid_rank_conflicts: set = set()
         self.streams: dict[object, set] = defaultdict(set)
         self.launches: dict[object, CorrelationSet] = defaultdict(CorrelationSet)
         self.any_launch = CorrelationSet()
@@ -52,54 +57,74 @@ class InspectVisitor:
         self.pending_corr = array("q")
         self.pending_odd: list[tuple] = []
         self.pp_counts: dict[tuple, int] = defaultdict(int)
-        self.first_ts = float("inf")
-        self.last_end = float("-inf")
+        self.span = [float("inf"), float("-inf")]
         self.bad_ts = 0
-        self.flows = 0
+        handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
+        handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
+        handlers.update({cat: self._annotation for cat in ANNOTATION_CATEGORIES})
+        handlers[None] = self._metadata
+        self.visit = self._make_visit(handlers)
 
-    def visit(self, event: dict) -> None:
-        cat = event.get("cat")
-        ph = event.get("ph")
-        self.counts[(ph, cat)] += 1
-        pid = event.get("pid")
-        self.pid_events[pid] += 1
+    def _make_visit(self, handlers: dict) -> Callable[[dict], None]:
+        counts = self.counts
+        span = self.span
+        count_kind = self._count_kind
+        odd_event = self._odd_event
+
+        def visit(event: dict) -> None:
+            try:
+                ph = event["ph"]
+                cat = event["cat"]
+                key = (ph, cat, event["pid"])
+                ts = event["ts"]
+                end = ts + event["dur"] if ph == "X" else ts
+                if ts < span[0]:
+                    span[0] = ts
+                if end > span[1]:
+                    span[1] = end
+            except (KeyError, TypeError):
+                odd_event(event)
+                return
+            count = counts.get(key)
+            counts[key] = count_kind(key, event) if count is None else count + 1
+            if cat in handlers:
+                handlers[cat](event)
+
+        self._handlers = handlers
+        return visit
+
+    def _count_kind(self, key: tuple, event: dict) -> int:
+        """First event of a (ph, cat, pid): look for ``args.rank`` (on all events or none)."""
+        pid = key[2]
+        if pid not in self.pid_rank_args:
+            rank = rank_from_args(event.get("args"))
+            if rank is not None:
+                self.pid_rank_args[pid] = rank
+        return 1
+
+    def _odd_event(self, event: dict) -> None:
+        """The careful path, for events lacking a field the fast path reads."""
+        ph, cat = event.get("ph"), event.get("cat")
+        key = (ph, cat, event.get("pid"))
+        count = self.counts.get(key)
+        self.counts[key] = self._count_kind(key, event) if count is None else count + 1
         ts = event.get("ts")
-        kind = type(ts)
-        if kind is float or kind is int or kind is Decimal:
-            if ts < self.first_ts:
-                self.first_ts = ts
-            end = ts
-            if ph == "X":
-                dur = event.get("dur")
-                if type(dur) in (float, int, Decimal):
-                    end = ts + dur
-            if end > self.last_end:
-                self.last_end = end
+        if type(ts) in NUMBER_TYPES:
+            dur = event.get("dur") if ph == "X" else None
+            end = ts + dur if type(dur) in NUMBER_TYPES else ts
+            self.span[0] = min(self.span[0], ts)
+            self.span[1] = max(self.span[1], end)
         elif ph != "M":
             self.bad_ts += 1
-        if pid not in self.pid_rank_args:
-            self._note_rank(pid, event.get("args"))
-        if cat in GPU_CATEGORIES:
-            self._gpu(event, pid)
-        elif cat in RUNTIME_CATEGORIES:
-            self._runtime(event, pid)
-        elif cat in ANNOTATION_CATEGORIES:
-            self._annotation(event, pid, cat)
-        elif ph == "M":
-            self._metadata(event, pid)
-        elif cat in CPU_CATEGORIES:
-            self.pid_roles[pid] |= ROLE_CPU
+        handler = self._handlers.get(cat)
+        if handler is not None:
+            handler(event)
 
-    def _note_rank(self, pid: object, args: object) -> None:
-        rank = rank_from_args(args)
-        if rank is not None:
-            self.pid_rank_args[pid] = rank
-
-    def _gpu(self, event: dict, pid: object) -> None:
-        self.pid_roles[pid] |= ROLE_GPU
+    def _gpu(self, event: dict) -> None:
+        pid = event.get("pid")
         self.streams[pid].add(event.get("tid"))
         args = event.get("args")
-        if not isinstance(args, dict):
+        if args.__class__ is not dict:
             return
         correlation = args.get("correlation")
         if correlation is None:
@@ -122,35 +147,34 @@ class InspectVisitor:
         else:
             self.pending_odd.append((pid, correlation))
 
-    def _runtime(self, event: dict, pid: object) -> None:
-        self.pid_roles[pid] |= ROLE_CPU
+    def _runtime(self, event: dict) -> None:
         args = event.get("args")
-        if not isinstance(args, dict):
+        if args.__class__ is not dict:
             return
         correlation = args.get("correlation")
         if correlation is None:
             return
+        pid = event.get("pid")
         self.launch_count += 1
         self.launches[pid].add(correlation)
         self.any_launch.add(correlation)
         name = event.get("name")
-        if isinstance(name, str) and "GraphLaunch" in name:
+        if name.__class__ is str and "GraphLaunch" in name:
             self.graph_launches[(pid, correlation)] = self.graph_launches.get((pid, correlation), 0) + 1
             self.graph_correlations.add(correlation)
 
-    def _annotation(self, event: dict, pid: object, cat: str) -> None:
-        side = "gpu" if cat == "gpu_user_annotation" else "cpu"
-        self.pid_roles[pid] |= ROLE_GPU if side == "gpu" else ROLE_CPU
+    def _annotation(self, event: dict) -> None:
         name = event.get("name")
-        if isinstance(name, str):
+        if name.__class__ is str and name.startswith(PP_PREFIXES):
+            side = "gpu" if event.get("cat") == "gpu_user_annotation" else "cpu"
             for action in parse_pp_name(name):
                 self.pp_counts[(side, action.op)] += 1
 
-    def _metadata(self, event: dict, pid: object) -> None:
-        if event.get("name") == "process_name":
+    def _metadata(self, event: dict) -> None:
+        if event.get("ph") == "M" and event.get("name") == "process_name":
             args = event.get("args")
             if isinstance(args, dict) and isinstance(args.get("name"), str):
-                self.pid_names[pid] = args["name"]
+                self.pid_names[event.get("pid")] = args["name"]
 
     def settle(self) -> None:
         """Count the deferred GPU events whose graph launch came later."""
@@ -173,10 +197,10 @@ def _member(members: list[RawMember], key: str) -> object:
     return None
 
 
-def _pid_ranks(visitor: InspectVisitor, file_rank: object) -> dict[object, tuple[int | None, str]]:
+def _pid_ranks(visitor: InspectVisitor, pids: Iterable, file_rank: object) -> dict[object, tuple[int | None, str]]:
     """Rank of each pid and the rule that decided it (SPEC 6 order)."""
     decided: dict[object, tuple[int | None, str]] = {}
-    for pid in visitor.pid_events:
+    for pid in pids:
         if pid in visitor.pid_rank_args:
             decided[pid] = (visitor.pid_rank_args[pid], "args.rank")
         elif rank_from_process_name(visitor.pid_names.get(pid)) is not None:
@@ -193,12 +217,24 @@ def _pid_order(pid: object) -> tuple:
     return (0, pid, "") if type(pid) is int else (1, 0, str(pid))
 
 
-def _role(flags: int) -> str:
-    if flags & ROLE_GPU:
-        return "GPU"
-    if flags & ROLE_CPU:
-        return "CPU"
-    return "other"
+def _pid_facts(visitor: InspectVisitor) -> dict[object, tuple[int, str]]:
+    """Event count and role of each pid, from the (ph, cat, pid) counters."""
+    events: dict[object, int] = defaultdict(int)
+    roles: dict[object, str] = {}
+    for (_, cat, pid), count in visitor.counts.items():
+        events[pid] += count
+        if cat in GPU_SIDE_CATEGORIES:
+            roles[pid] = "GPU"
+        elif cat in CPU_CATEGORIES and roles.get(pid) != "GPU":
+            roles[pid] = "CPU"
+    return {pid: (count, roles.get(pid, "other")) for pid, count in events.items()}
+
+
+def _by_kind(visitor: InspectVisitor) -> dict[str, int]:
+    totals: dict[str, int] = defaultdict(int)
+    for (ph, cat, _), count in visitor.counts.items():
+        totals[f"{ph}/{cat}"] += count
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 def _graph_summary(visitor: InspectVisitor, ranks: dict) -> dict:
@@ -246,20 +282,21 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
     members = stats.header + stats.trailer
     distributed = _member(members, "distributedInfo")
     file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
-    ranks = _pid_ranks(visitor, file_rank)
+    facts = _pid_facts(visitor)
+    ranks = _pid_ranks(visitor, facts, file_rank)
     pids = []
-    for pid, events in sorted(visitor.pid_events.items(), key=lambda item: _pid_order(item[0])):
-        entry = {"pid": pid, "role": _role(visitor.pid_roles.get(pid, 0)), "rank": ranks[pid][0],
+    for pid, (events, role) in sorted(facts.items(), key=lambda item: _pid_order(item[0])):
+        entry = {"pid": pid, "role": role, "rank": ranks[pid][0],
                  "rank_source": ranks[pid][1], "events": events}
         if pid in visitor.pid_names:
             entry["name"] = visitor.pid_names[pid]
         if pid in visitor.streams:
             entry["gpu_streams"] = len(visitor.streams[pid])
         pids.append(entry)
-    first, last = _number(visitor.first_ts), _number(visitor.last_end)
+    first, last = _number(visitor.span[0]), _number(visitor.span[1])
     return {
         "top_level_keys": [key for key, _ in stats.header] + ["traceEvents"] + [key for key, _ in stats.trailer],
-        "events_by_ph_cat": {f"{ph}/{cat}": n for (ph, cat), n in sorted(visitor.counts.items(), key=lambda kv: -kv[1])},
+        "events_by_ph_cat": _by_kind(visitor),
         "pids": pids,
         "ranks": sorted({rank for rank, _ in ranks.values() if rank is not None}),
         "gpu_streams": {str(pid): sorted(streams, key=str) for pid, streams in visitor.streams.items()},

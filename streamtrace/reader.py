@@ -197,23 +197,26 @@ class TraceReader:
         feed = self._feed
         stats.form, stats.header = feed.prime()
         prefix = "traceEvents.item" if stats.form == "object" else "item"
-        self._last = None
         count = 0
+        event = None
         try:
             for event in ijson.items(feed, prefix, use_float=not self.mode.exact_numbers, buf_size=PARSE_CHUNK):
-                if type(event) is not dict:
+                if event.__class__ is not dict:
                     raise TraceError(f"event is {_kind(event)}, expected an object", event_index=count)
-                self._last = event
                 count += 1
-                stats.events = count
+                if not count & 0xFFF:
+                    stats.events = count
                 yield event
+            self._last = event
             if feed.truncated_compression:
                 self._truncated(feed.truncated_compression, count)
             elif stats.form == "object":
                 self._read_trailer()
         except ijson.IncompleteJSONError as exc:
+            self._last = event
             self._parse_failure(exc, count)
         finally:
+            stats.events = count
             self._finish_stats()
 
     def _finish_stats(self) -> None:
