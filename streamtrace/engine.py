@@ -153,7 +153,7 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
                 if new is not None:
                     write(new)
                 if progress is not None and index % EMIT_PROGRESS_EVERY == 0:
-                    progress.update("pass 2", index, index)
+                    progress.update("pass 2", None, index)
             for line in plan.appended():
                 write(line)
             writer.close(plan.trailer(result.stats.trailer))

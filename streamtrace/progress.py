@@ -19,7 +19,8 @@ class Progress:
         self._next = self._start + INTERVAL
         self._shown = False
 
-    def update(self, label: str, done_bytes: int, events: int) -> None:
+    def update(self, label: str, done_bytes: int | None, events: int) -> None:
+        """Show progress; ``done_bytes`` None when only events are counted (pass 2)."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -27,7 +28,9 @@ class Progress:
             return
         self._next = now + INTERVAL
         rate = events / max(now - self._start, 1e-9)
-        if self.total_bytes:
+        if done_bytes is None:
+            amount = "writing"
+        elif self.total_bytes:
             amount = f"{done_bytes / 1e9:.2f} of {self.total_bytes / 1e9:.2f} GB ({100 * done_bytes / self.total_bytes:.0f}%)"
         else:
             amount = f"{done_bytes / 1e9:.2f} GB"
