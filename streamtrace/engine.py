@@ -30,7 +30,14 @@ class Visitor(Protocol):
 
 
 class EmitPlan:
-    """Pass 2 decisions; the defaults copy the trace unchanged."""
+    """Pass 2 decisions; the defaults copy the trace unchanged.
+
+    A plan either overrides :meth:`patch` (called for every event), or sets
+    ``actions`` (one byte per event, 0 = copy unchanged) and overrides
+    :meth:`patch_action`, which is called only for the non-zero events.
+    """
+
+    actions: bytearray | None = None
 
     def header(self, members: list[RawMember]) -> list[RawMember]:
         return members
@@ -38,6 +45,10 @@ class EmitPlan:
     def patch(self, index: int, line: bytes) -> bytes | None:
         """The line to write for event ``index``, or None to drop it."""
         return line
+
+    def patch_action(self, action: int, line: bytes) -> bytes | None:
+        """The line to write for an event whose action byte is ``action``."""
+        raise NotImplementedError
 
     def appended(self) -> Iterable[bytes]:
         """Event lines to add before the array closes."""
@@ -146,14 +157,25 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
     try:
         with target.open() as out:
             writer = TraceWriter(out, plan.header(result.stats.header))
-            patch = plan.patch
             write = writer.event
-            for index, line in enumerate(spool.read_lines()):
-                new = patch(index, line)
-                if new is not None:
-                    write(new)
-                if progress is not None and index % EMIT_PROGRESS_EVERY == 0:
-                    progress.update("pass 2", None, index)
+            if plan.actions is None:
+                patch = plan.patch
+                for index, line in enumerate(spool.read_lines()):
+                    new = patch(index, line)
+                    if new is not None:
+                        write(new)
+                    if progress is not None and index % EMIT_PROGRESS_EVERY == 0:
+                        progress.update("pass 2", None, index)
+            else:
+                patch_action = plan.patch_action
+                for index, (line, action) in enumerate(zip(spool.read_lines(), plan.actions)):
+                    if action:
+                        line = patch_action(action, line)
+                        if line is None:
+                            continue
+                    write(line)
+                    if progress is not None and index % EMIT_PROGRESS_EVERY == 0:
+                        progress.update("pass 2", None, index)
             for line in plan.appended():
                 write(line)
             writer.close(plan.trailer(result.stats.trailer))

@@ -1,0 +1,159 @@
+"""Lane algorithms for ``compact`` (pure functions over typed arrays).
+
+Slices are addressed by their ordinal; starts and ends live in ``array('d')``.
+Orders and partitions are ``array('i')`` so that millions of slices cost a
+few bytes each, not a Python object each.
+"""
+from __future__ import annotations
+
+import heapq
+from array import array
+from bisect import bisect_left, bisect_right
+from typing import Iterable, Sequence
+
+
+def order_by_start(starts: Sequence[float], ends: Sequence[float], members: Iterable[int] | None = None) -> array:
+    """Ordinals sorted by (start, end, ordinal): the packing order."""
+    chosen = range(len(starts)) if members is None else members
+    by_end = sorted(chosen, key=ends.__getitem__)
+    return array("i", sorted(by_end, key=starts.__getitem__))
+
+
+def partition(order: Sequence[int], keys: Sequence[int], key_count: int) -> tuple[array, list[int]]:
+    """Stable counting sort of ``order`` by ``keys``; returns (permutation, offsets).
+
+    Members with key k are ``perm[offsets[k]:offsets[k + 1]]``, still in
+    ``order``'s order.
+    """
+    counts = [0] * (key_count + 1)
+    for item in order:
+        counts[keys[item] + 1] += 1
+    for key in range(key_count):
+        counts[key + 1] += counts[key]
+    offsets = counts[:]
+    perm = array("i", bytes(4 * len(order)))
+    for item in order:
+        key = keys[item]
+        perm[counts[key]] = item
+        counts[key] += 1
+    return perm, offsets
+
+
+def pack_lanes(order: Sequence[int], starts: Sequence[float], ends: Sequence[float], lanes: array) -> int:
+    """Interval partitioning: give each slice in ``order`` the lowest free lane.
+
+    ``order`` must be sorted by start.  A lane is free again once its last
+    slice ended at or before the next start (touching slices share a lane).
+    Writes ``lanes[ordinal]`` and returns the number of lanes used.
+    """
+    busy: list[tuple[float, int]] = []
+    free: list[int] = []
+    used = 0
+    for item in order:
+        start = starts[item]
+        while busy and busy[0][0] <= start:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            lane = heapq.heappop(free)
+        else:
+            lane = used
+            used += 1
+        lanes[item] = lane
+        heapq.heappush(busy, (ends[item], lane))
+    return used
+
+
+def first_overlap(order: Sequence[int], starts: Sequence[float], ends: Sequence[float],
+                  lanes: Sequence[int]) -> int | None:
+    """A slice that overlaps the previous slice of its lane, or None.
+
+    An independent check of :func:`pack_lanes`: walking in start order, each
+    slice must start at or after the end of its lane's previous slice.
+    """
+    last_end: dict[int, float] = {}
+    for item in order:
+        lane = lanes[item]
+        if starts[item] < last_end.get(lane, float("-inf")):
+            return item
+        last_end[lane] = max(last_end.get(lane, float("-inf")), ends[item])
+    return None
+
+
+def nearest_in_run(run: Sequence[int], starts: Sequence[float], ends: Sequence[float], ts: float) -> int:
+    """The slice of a start-sorted run nearest to time ``ts``.
+
+    A slice containing ``ts`` is at distance 0; otherwise the distance is to
+    its nearer edge.  Ties go to the earlier slice.
+    """
+    at = bisect_left(run, ts, key=starts.__getitem__)
+    best, best_distance = run[0], float("inf")
+    for position in range(max(at - 1, 0), min(at + 2, len(run))):
+        item = run[position]
+        if starts[item] <= ts <= ends[item]:
+            distance = 0.0
+        else:
+            distance = min(abs(ts - starts[item]), abs(ts - ends[item]))
+        if distance < best_distance:
+            best, best_distance = item, distance
+    return best
+
+
+def starting_at(run: Sequence[int], starts: Sequence[float], ts: float) -> int | None:
+    """The (last) slice of a start-sorted run that starts exactly at ``ts``."""
+    at = bisect_right(run, ts, key=starts.__getitem__)
+    if at and starts[run[at - 1]] == ts:
+        return run[at - 1]
+    return None
+
+
+def coalesce(order: Sequence[int], keys: Sequence[int], starts: Sequence[float],
+             ends: Sequence[float]) -> list[tuple[int, list[int], float, float]]:
+    """Clusters of same-key spans that overlap or touch.
+
+    ``order`` must be sorted by (key, start).  Returns, for every cluster of
+    two or more, ``(kept, removed, start, end)``: the member with the lowest
+    ordinal is kept and stretched to the union; the others are removed.
+    """
+    merged = []
+    cluster: list[int] = []
+    cluster_end = 0.0
+    for item in order:
+        if cluster and keys[item] == keys[cluster[0]] and starts[item] <= cluster_end:
+            cluster.append(item)
+            cluster_end = max(cluster_end, ends[item])
+            continue
+        if len(cluster) > 1:
+            merged.append(_union(cluster, starts, cluster_end))
+        cluster, cluster_end = [item], ends[item]
+    if len(cluster) > 1:
+        merged.append(_union(cluster, starts, cluster_end))
+    return merged
+
+
+def _union(cluster: list[int], starts: Sequence[float], end: float) -> tuple[int, list[int], float, float]:
+    kept = min(cluster)
+    return kept, [item for item in cluster if item != kept], min(starts[item] for item in cluster), end
+
+
+def label_runs(order: Sequence[int], lanes: Sequence[int], labels: Sequence[int], starts: Sequence[float],
+               ends: Sequence[float]) -> list[tuple[int, int, float, float]]:
+    """Runs of lane-neighbouring slices that carry the same label.
+
+    ``order`` is the start order; ``labels[ordinal]`` is a label id or -1 for
+    none (which breaks a run).  Returns ``(lane, label, start, end)`` runs.
+    """
+    open_runs: dict[int, list] = {}
+    runs = []
+    for item in order:
+        lane, label = lanes[item], labels[item]
+        current = open_runs.get(lane)
+        if current is not None and current[0] == label:
+            current[2] = max(current[2], ends[item])
+            continue
+        if current is not None:
+            runs.append((lane, current[0], current[1], current[2]))
+            del open_runs[lane]
+        if label >= 0:
+            open_runs[lane] = [label, starts[item], ends[item]]
+    runs.extend((lane, label, start, end) for lane, (label, start, end) in open_runs.items())
+    return runs
