@@ -4,9 +4,10 @@ The library API mirrors the command line: each function takes sources and
 destinations (paths, ``-`` or binary file objects) and returns the summary
 the command prints.
 """
+from .compact import compact
 from .convert import convert
 from .errors import TraceError
 from .inspector import inspect
 
-__all__ = ["TraceError", "convert", "inspect"]
+__all__ = ["TraceError", "compact", "convert", "inspect"]
 __version__ = "0.1.0"

@@ -11,9 +11,11 @@ from typing import Callable, Sequence
 import orjson
 
 from . import __version__
+from .compact import compact
 from .convert import convert
 from .errors import TraceError
 from .inspector import inspect
+from .rules import DEFAULT_RULES_TOML
 from .sink import COMPRESSIONS
 
 EPILOG = """\
@@ -76,6 +78,34 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(run=_run_convert)
 
     cmd = commands.add_parser(
+        "compact", help="repack CUDA-graph replay streams into a few semantic lanes (for Perfetto)",
+        description="Two streaming passes over TRACE. GPU slices (kernel, gpu_memcpy, gpu_memset) keep "
+                    "name, ts, dur, pid and args; only tid/args.stream change: slices are packed per GPU pid "
+                    "and group (Compute, NCCL all-gather, reduce-scatter, all-reduce, other, memcpy, memset...) "
+                    "into the fewest non-overlapping lanes. GPU annotations move to per-lane annotation tracks "
+                    "(identical overlapping ones merged), per-kernel args.name labels become spans, ac2g flow "
+                    "endpoints follow their kernels, and rank-local pipeline-parallel arrows are added. "
+                    "The run validates itself and writes nothing if a check fails.",
+        epilog="examples:\n  streamtrace compact rank0_trace.json.gz            # -> rank0_trace_compacted.json.gz\n"
+               "  streamtrace compact trace.json -o view.json.zst --rules my_rules.toml\n"
+               "  streamtrace compact --print-rules > my_rules.toml     # start from the defaults",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_compacted.json.gz beside the input)")
+    cmd.add_argument("--rules", metavar="FILE", help="TOML file with lane groups, labels and match rules")
+    cmd.add_argument("--print-rules", action="store_true", help="print the default rules file and exit")
+    cmd.add_argument("--no-pp-flows", action="store_true", help="do not add rank-local PP dependency arrows")
+    cmd.add_argument("--strict", action="store_true",
+                     help="fail on an ac2g endpoint that matches no slice start (default: move it to the "
+                          "nearest slice's lane and count it as gpu_flow_endpoints_unmatched)")
+    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from the suffix)")
+    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _common(cmd)
+    cmd.set_defaults(run=_run_compact)
+
+    cmd = commands.add_parser(
         "demo", help="generate a small example trace and inspect it",
         description="Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
                     "PP annotations) into DIR and run 'inspect' on it: a quick check that everything works.",
@@ -111,6 +141,25 @@ def _run_convert(args: argparse.Namespace) -> None:
     _emit_summary(summary, to_stderr=args.output == "-")
 
 
+def _run_compact(args: argparse.Namespace) -> None:
+    if args.print_rules:
+        sys.stdout.write(DEFAULT_RULES_TOML)
+        return
+    if args.trace is None:
+        raise TraceError("give a TRACE to compact (or --print-rules)")
+    summary = compact(
+        args.trace, args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
+        overwrite=args.overwrite, compress=args.compress, level=args.level, salvage=args.salvage,
+        spool_dir=args.spool_dir, progress=_progress(args),
+    )
+    if "notice" in summary:
+        print(f"streamtrace: {summary['notice']}", file=sys.stderr)
+    if summary.get("gpu_flow_endpoints_unmatched"):
+        print(f"streamtrace: {summary['gpu_flow_endpoints_unmatched']} ac2g endpoints matched no slice start "
+              "(trimmed or windowed capture); moved to the nearest slice's lane", file=sys.stderr)
+    _emit_summary(summary, to_stderr=args.output == "-")
+
+
 def _run_demo(args: argparse.Namespace) -> None:
     from .synth import SynthConfig, write_traces
 
@@ -120,8 +169,11 @@ def _run_demo(args: argparse.Namespace) -> None:
     trace = os.path.join(directory, "rank0_trace.json.gz")
     print(f"demo traces written to {directory}")
     summary = inspect(trace, spool_dir=args.spool_dir, progress=_progress(args))
-    sys.stdout.write(format_inspect_table(summary))
-    print(f"next: streamtrace inspect {trace} --json")
+    sys.stdout.write(format_inspect_table(summary).replace("\nJSON summary:\n", "\n"))
+    compacted = compact(trace, spool_dir=args.spool_dir, progress=_progress(args))
+    print(f"\ncompacted {compacted['measured_slices']:,} GPU slices from {compacted['original_streams']} streams "
+          f"into {compacted['compacted_lanes']} lanes: {compacted['output']}")
+    print("open it in https://ui.perfetto.dev; next: streamtrace inspect --json, streamtrace compact --help")
 
 
 def format_inspect_table(summary: dict) -> str:

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from array import array
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
+from typing import Callable, Iterator
 
 import orjson
 
 from .engine import EmitPlan, IndexResult, emit_pass, index_pass
 from .errors import TraceError
 from .jsonscan import RawMember
-from .lanes import (coalesce, first_overlap, label_runs, nearest_in_run, order_by_start, pack_lanes, partition,
-                    starting_at)
+from .lanes import (Runs, coalesce, first_overlap, label_runs, nearest_in_run, order_by_start, pack_lanes,
+                    partition, starting_at)
+from .pp import parse_pp_name
 from .pparrows import ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
 from .reader import decimal_as_json, dumps_event
@@ -73,20 +76,34 @@ class CompactIndex:
         handlers = {cat: self._slice for cat in SLICE_CATEGORIES}
         handlers.update(gpu_user_annotation=self._annotation, ac2g=self._flow,
                         cuda_runtime=self._runtime, cuda_driver=self._runtime)
-        self._handlers = handlers
+        self.visit = self._make_visit(handlers)
 
-    def visit(self, event: dict) -> None:
-        tid = event.get("tid")
-        if tid.__class__ is int:
-            self.int_tids.add(tid)
-        handler = self._handlers.get(event.get("cat"))
-        if handler is not None:
-            self.actions.append(handler(event))
-        elif event.get("ph") == "M" and event.get("name") in THREAD_METADATA:
-            self.meta_stream.append(self._stream(event))
-            self.actions.append(METADATA)
-        else:
-            self.actions.append(KEEP)
+    def _make_visit(self, handlers: dict) -> Callable[[dict], None]:
+        """The per-event hot loop: a closure over locals, one byte appended per event."""
+        record = self.actions.append
+        tids = self.int_tids
+        note_tid = tids.add
+        metadata = self._metadata
+
+        def visit(event: dict) -> None:
+            tid = event.get("tid")
+            if tid.__class__ is int and tid not in tids:
+                note_tid(tid)
+            handler = handlers.get(event.get("cat"))
+            if handler is not None:
+                record(handler(event))
+            elif event.get("ph") == "M":
+                record(metadata(event))
+            else:
+                record(KEEP)
+
+        return visit
+
+    def _metadata(self, event: dict) -> int:
+        if event.get("name") not in THREAD_METADATA:
+            return KEEP
+        self.meta_stream.append(self._stream(event))
+        return METADATA
 
     def _stream(self, event: dict) -> int:
         key = (event.get("pid"), event.get("tid"))
@@ -158,7 +175,7 @@ class CompactIndex:
 
 @dataclass
 class Compaction:
-    """Everything pass 2 needs, and the summary figures."""
+    """Everything pass 2 needs, the new events to append, and the summary."""
 
     lane_tid_of_slice: array
     note_tid: array
@@ -166,12 +183,9 @@ class Compaction:
     note_union: dict
     flow_tid: array
     meta_drop: bytearray
-    appended: list[dict]
+    new_events: Callable[[], Iterator[dict]]
     summary: dict
     slice_count: int
-    stream_keys: list[tuple] = field(repr=False, default_factory=list)
-    slice_stream: array = field(repr=False, default_factory=lambda: array("i"))
-    slice_start: array = field(repr=False, default_factory=lambda: array("d"))
 
 
 def _allocate_tids(used: set[int], count: int) -> int:
@@ -244,74 +258,17 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     note_track = {tid: note_base + n for n, tid in enumerate(sorted(lane_info, key=lambda t: (_pid_key(lane_info[t][0]), t)))}
 
     by_stream, stream_offsets = partition(order, index.slice_stream, len(index.stream_keys))
-
-    def run_of(stream: int):
-        return by_stream[stream_offsets[stream]:stream_offsets[stream + 1]]
-
-    old_streams = {s for s in range(len(index.stream_keys)) if stream_offsets[s + 1] > stream_offsets[s]}
-
-    note_tid = array("i", [-1]) * len(index.note_start)
-    mapped = []
-    for n, stream in enumerate(index.note_stream):
-        if stream in old_streams:
-            nearest = nearest_in_run(run_of(stream), starts, ends, index.note_start[n])
-            note_tid[n] = note_track[lane_tid[nearest]]
-            mapped.append(n)
-    note_keys = array("q", (hash((note_tid[n], index.note_identity[n])) if note_tid[n] >= 0 else 0
-                            for n in range(len(note_tid))))
-    by_key = sorted(sorted(mapped, key=index.note_start.__getitem__), key=note_keys.__getitem__)
-    note_drop, note_union = set(), {}
-    for kept, removed, start, end in coalesce(by_key, note_keys, index.note_start, index.note_end):
-        note_drop.update(removed)
-        note_union[kept] = (start, end - start)
-
+    runs = StreamRuns(by_stream, stream_offsets, starts, ends)
+    note_tid, mapped, note_drop, note_union = _move_annotations(index, runs, lane_tid, note_track)
+    flow_tid, flows_mapped, flows_unmatched = _move_flows(index, runs, lane_tid, strict)
+    meta_drop = bytearray(1 if runs.is_old(stream) else 0 for stream in index.meta_stream)
     kernel_runs = label_runs(order, lane_tid, index.slice_label, starts, ends)
-    labelled = sum(1 for label in index.slice_label if label >= 0)
-
-    flow_tid = array("i", [-1]) * len(index.flow_ts)
-    flows_mapped = flows_unmatched = 0
-    for n, stream in enumerate(index.flow_stream):
-        if stream not in old_streams:
-            continue
-        run = run_of(stream)
-        target = starting_at(run, starts, index.flow_ts[n])
-        if target is None:
-            if strict:
-                pid, tid = index.stream_keys[stream]
-                raise TraceError(f"ac2g endpoint at ts {index.flow_ts[n]} on pid {pid} stream {tid} "
-                                 "matches no slice start (--strict)")
-            target = nearest_in_run(run, starts, ends, index.flow_ts[n])
-            flows_unmatched += 1
-        else:
-            flows_mapped += 1
-        flow_tid[n] = lane_tid[target]
-    meta_drop = bytearray(1 if stream in old_streams else 0 for stream in index.meta_stream)
-
-    spans = [Span(index.stream_keys[index.note_stream[n]][0], note_tid[n], index.label_names[index.note_name[n]],
-                  *(_union_span(note_union[n]) if n in note_union else (index.note_start[n], index.note_end[n])))
-             for n in mapped if n not in note_drop and index.note_name[n] >= 0]
-    kernel_spans = [Span(lane_info[lane][0], note_track[lane], index.label_names[label], start, end)
-                    for lane, label, start, end in kernel_runs]
-    used_tracks = {(span.pid, span.tid) for span in spans + kernel_spans}
-
-    appended: list[dict] = [
-        {"name": span.name, "cat": "gpu_user_annotation", "ph": "X", "pid": span.pid, "tid": span.tid,
-         "ts": span.start, "dur": span.end - span.start, "args": {}}
-        for span in kernel_spans
-    ]
-    sort_index = 0
-    for tid in sorted(lane_info, key=lambda t: (_pid_key(lane_info[t][0]), t)):
-        pid, _, _, label = lane_info[tid]
-        tracks = [(note_track[tid], f"{label} annotations")] if (pid, note_track[tid]) in used_tracks else []
-        for track, name in tracks + [(tid, label)]:
-            appended.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": track, "args": {"name": name}})
-            appended.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": track,
-                             "args": {"sort_index": sort_index}})
-            sort_index += 1
+    used_tracks = {(index.stream_keys[index.note_stream[n]][0], note_tid[n]) for n in mapped if n not in note_drop}
+    used_tracks.update((lane_info[lane][0], note_track[lane]) for lane in set(kernel_runs.lane))
 
     summary = {
         "measured_slices": count,
-        "original_streams": len(old_streams),
+        "original_streams": runs.old_count,
         "compacted_lanes": len(lane_info),
         "slice_groups": _by_group_name(rules, index.slice_group),
         "lanes_by_group": dict(sorted(_lanes_by_group(rules, lane_info).items())),
@@ -319,29 +276,142 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
         "gpu_flow_endpoints_unmatched": flows_unmatched,
         "gpu_annotations_mapped": len(mapped),
         "gpu_annotations_coalesced": len(note_drop),
-        "kernel_annotations_converted": labelled,
+        "kernel_annotations_converted": sum(1 for label in index.slice_label if label >= 0),
         "kernel_annotation_blocks": len(kernel_runs),
         "gpu_annotations_retained": index.gpu_annotations - len(note_drop) + len(kernel_runs),
         "cuda_graph_launches": index.graph_launches,
     }
+    flows: list[dict] = []
     if pp_flows:
-        pp_rank, source = _pp_rank(members)
-        compute_tracks = {(info[0], note_track[tid]) for tid, info in lane_info.items()
-                          if rules.names[info[1]] == "compute" and info[2] == 0}
-        unshard_tracks = {(info[0], note_track[tid]) for tid, info in lane_info.items()
-                          if rules.names[info[1]] == "nccl_all_gather" and info[2] in (0, 1)}
-        maker = ArrowMaker({pid: pp_rank for pid in pid_order})
-        local_arrows(find_blocks(spans + kernel_spans, compute_tracks, unshard_tracks), maker)
-        appended.extend(maker.events)
-        summary.update(
-            pp_rank=pp_rank, pp_rank_source=source,
-            pp_compute_dependency_pairs=maker.pairs["pp_compute_dependency"],
-            pp_compute_dependency_unmatched=maker.unmatched["pp_compute_dependency"],
-            pp_unshard_compute_pairs=maker.pairs["pp_unshard_dependency"],
-            pp_unshard_compute_unmatched=maker.unmatched["pp_unshard_dependency"],
-        )
-    return Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, appended, summary, count,
-                      index.stream_keys, index.slice_stream, starts)
+        spans = _pp_spans(index, mapped, note_tid, note_drop, note_union, kernel_runs, lane_info, note_track)
+        flows = _pp_local_arrows(spans, rules, lane_info, note_track, pid_order, members, summary)
+
+    def new_events() -> Iterator[dict]:
+        for n in range(len(kernel_runs)):
+            lane = kernel_runs.lane[n]
+            start, end = kernel_runs.start[n], kernel_runs.end[n]
+            yield {"name": index.label_names[kernel_runs.label[n]], "cat": "gpu_user_annotation", "ph": "X",
+                   "pid": lane_info[lane][0], "tid": note_track[lane], "ts": start, "dur": end - start, "args": {}}
+        yield from _lane_metadata(lane_info, note_track, used_tracks)
+        yield from flows
+
+    return Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, new_events, summary, count)
+
+
+class StreamRuns:
+    """The slices of each original stream, in start order, as bounds into one array."""
+
+    def __init__(self, perm: array, offsets: list[int], starts: array, ends: array) -> None:
+        self.perm, self.offsets, self.starts, self.ends = perm, offsets, starts, ends
+        self.perm_starts = array("d", map(starts.__getitem__, perm))
+        self.old_count = sum(1 for k in range(len(offsets) - 1) if offsets[k + 1] > offsets[k])
+
+    def is_old(self, stream: int) -> bool:
+        """Did this (pid, tid) hold slices before compaction?"""
+        return self.offsets[stream + 1] > self.offsets[stream]
+
+    def nearest(self, stream: int, ts: float) -> int:
+        return nearest_in_run(self.perm, self.perm_starts, self.offsets[stream], self.offsets[stream + 1],
+                              self.starts, self.ends, ts)
+
+    def starting_at(self, stream: int, ts: float) -> int | None:
+        return starting_at(self.perm, self.perm_starts, self.offsets[stream], self.offsets[stream + 1], ts)
+
+
+def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
+                      note_track: dict) -> tuple[array, list[int], set, dict]:
+    """Annotation track of each GPU annotation on an old stream, and coalescing."""
+    note_tid = array("i", [-1]) * len(index.note_start)
+    mapped = []
+    for n, stream in enumerate(index.note_stream):
+        if runs.is_old(stream):
+            note_tid[n] = note_track[lane_tid[runs.nearest(stream, index.note_start[n])]]
+            mapped.append(n)
+    keys = array("q", bytes(8 * len(note_tid)))
+    for n in mapped:
+        keys[n] = hash((note_tid[n], index.note_identity[n]))
+    by_key = sorted(sorted(mapped, key=index.note_start.__getitem__), key=keys.__getitem__)
+    drop, union = set(), {}
+    for kept, removed, start, end in coalesce(by_key, keys, index.note_start, index.note_end):
+        drop.update(removed)
+        union[kept] = (start, end - start)
+    return note_tid, mapped, drop, union
+
+
+def _move_flows(index: CompactIndex, runs: StreamRuns, lane_tid: array, strict: bool) -> tuple[array, int, int]:
+    """Lane of each ac2g endpoint on an old stream: the slice starting at its ts,
+    else (dangling: trimmed captures) the stream's nearest slice."""
+    flow_tid = array("i", [-1]) * len(index.flow_ts)
+    mapped = unmatched = 0
+    for n, stream in enumerate(index.flow_stream):
+        if not runs.is_old(stream):
+            continue
+        ts = index.flow_ts[n]
+        target = runs.starting_at(stream, ts)
+        if target is None:
+            if strict:
+                pid, tid = index.stream_keys[stream]
+                raise TraceError(f"ac2g endpoint at ts {ts} on pid {pid} stream {tid} matches no slice start (--strict)")
+            target = runs.nearest(stream, ts)
+            unmatched += 1
+        else:
+            mapped += 1
+        flow_tid[n] = lane_tid[target]
+    return flow_tid, mapped, unmatched
+
+
+def _lane_metadata(lane_info: dict, note_track: dict, used_tracks: set) -> Iterator[dict]:
+    """thread_name and thread_sort_index for every lane, and for each used
+    annotation track just above its lane."""
+    sort_index = 0
+    for tid in sorted(lane_info, key=lambda t: (_pid_key(lane_info[t][0]), t)):
+        pid, _, _, label = lane_info[tid]
+        tracks = [(note_track[tid], f"{label} annotations")] if (pid, note_track[tid]) in used_tracks else []
+        for track, name in tracks + [(tid, label)]:
+            yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": track, "args": {"name": name}}
+            yield {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": track, "args": {"sort_index": sort_index}}
+            sort_index += 1
+
+
+def _pp_spans(index: CompactIndex, mapped: list[int], note_tid: array, note_drop: set, note_union: dict,
+              kernel_runs: Runs, lane_info: dict, note_track: dict) -> list[Span]:
+    """PP-named annotation spans as they sit after compaction."""
+    is_pp = [bool(parse_pp_name(name)) for name in index.label_names]
+    spans = []
+    for n in mapped:
+        label = index.note_name[n]
+        if label < 0 or not is_pp[label] or n in note_drop:
+            continue
+        start, end = index.note_start[n], index.note_end[n]
+        if n in note_union:
+            start, end = note_union[n][0], note_union[n][0] + note_union[n][1]
+        spans.append(Span(index.stream_keys[index.note_stream[n]][0], note_tid[n], index.label_names[label], start, end))
+    for n in range(len(kernel_runs)):
+        label, lane = kernel_runs.label[n], kernel_runs.lane[n]
+        if is_pp[label]:
+            spans.append(Span(lane_info[lane][0], note_track[lane], index.label_names[label],
+                              kernel_runs.start[n], kernel_runs.end[n]))
+    return spans
+
+
+def _pp_local_arrows(spans: list[Span], rules: Rules, lane_info: dict, note_track: dict, pids: list,
+                     members: list[RawMember], summary: dict) -> list[dict]:
+    """Rank-local PP arrows; adds their counts to ``summary``."""
+    pp_rank, source = _pp_rank(members)
+    compute_tracks = {(info[0], note_track[tid]) for tid, info in lane_info.items()
+                      if rules.names[info[1]] == "compute" and info[2] == 0}
+    unshard_tracks = {(info[0], note_track[tid]) for tid, info in lane_info.items()
+                      if rules.names[info[1]] == "nccl_all_gather" and info[2] in (0, 1)}
+    maker = ArrowMaker({pid: pp_rank for pid in pids})
+    local_arrows(find_blocks(spans, compute_tracks, unshard_tracks), maker)
+    summary.update(
+        pp_rank=pp_rank, pp_rank_source=source,
+        pp_compute_dependency_pairs=maker.pairs["pp_compute_dependency"],
+        pp_compute_dependency_unmatched=maker.unmatched["pp_compute_dependency"],
+        pp_unshard_compute_pairs=maker.pairs["pp_unshard_dependency"],
+        pp_unshard_compute_unmatched=maker.unmatched["pp_unshard_dependency"],
+    )
+    return maker.events
 
 
 def _union_span(union: tuple[float, float]) -> tuple[float, float]:
@@ -372,6 +442,7 @@ class CompactPlan(EmitPlan):
 
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
+        self.index = index
         self.compaction = compaction
         self._loads = _exact_loads if exact else orjson.loads
         self._cursor = [0, 0, 0, 0, 0]
@@ -382,29 +453,35 @@ class CompactPlan(EmitPlan):
         self._cursor[action] = ordinal + 1
         return self._patchers[action](ordinal, line)
 
-    def _retarget(self, line: bytes, tid: int, *, stream: bool = False, times: tuple | None = None) -> bytes:
+    def _old_tid(self, stream: int) -> object:
+        return self.index.stream_keys[stream][1]
+
+    def _retarget(self, line: bytes, old_tid: object, tid: int, *, stream: bool = False,
+                  times: tuple | None = None) -> bytes:
+        """Move an event line to ``tid``: a textual splice of the compact line
+        when it is unambiguous, else decode, change and re-encode."""
+        if times is None and type(old_tid) is int:
+            spliced = _splice(line, b'"tid":%d,' % old_tid, b'"tid":%d,' % tid)
+            if spliced is not None and stream:
+                spliced = _splice(spliced, b'"stream":%d,' % old_tid, b'"stream":%d,' % tid)
+            if spliced is not None:
+                return spliced
         event = self._loads(line)
         event["tid"] = tid
-        if stream:
-            args = event.get("args")
-            if isinstance(args, dict) and "stream" in args:
-                args["stream"] = tid
+        args = event.get("args")
+        if stream and isinstance(args, dict) and "stream" in args:
+            args["stream"] = tid
         if times is not None:
             event["ts"], event["dur"] = times
         return dumps_event(event)
 
     def _slice(self, ordinal: int, line: bytes) -> bytes:
-        plan = self.compaction
-        event = self._loads(line)
-        stream = plan.stream_keys[plan.slice_stream[ordinal]]
-        if (event.get("pid"), event.get("tid")) != stream or float(event["ts"]) != plan.slice_start[ordinal]:
+        index = self.index
+        start = _TS_FIELD.search(line)
+        if start is None or float(start.group(1)) != index.slice_start[ordinal]:
             raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
-        tid = plan.lane_tid_of_slice[ordinal]
-        event["tid"] = tid
-        args = event.get("args")
-        if isinstance(args, dict) and "stream" in args:
-            args["stream"] = tid
-        return dumps_event(event)
+        old_tid = self._old_tid(index.slice_stream[ordinal])
+        return self._retarget(line, old_tid, self.compaction.lane_tid_of_slice[ordinal], stream=True)
 
     def _annotation(self, ordinal: int, line: bytes) -> bytes | None:
         plan = self.compaction
@@ -413,20 +490,40 @@ class CompactPlan(EmitPlan):
             return line
         if ordinal in plan.note_drop:
             return None
-        return self._retarget(line, tid, times=plan.note_union.get(ordinal))
+        old_tid = self._old_tid(self.index.note_stream[ordinal])
+        return self._retarget(line, old_tid, tid, times=plan.note_union.get(ordinal))
 
     def _flow(self, ordinal: int, line: bytes) -> bytes:
         tid = self.compaction.flow_tid[ordinal]
-        return line if tid < 0 else self._retarget(line, tid)
+        if tid < 0:
+            return line
+        return self._retarget(line, self._old_tid(self.index.flow_stream[ordinal]), tid)
 
     def _metadata(self, ordinal: int, line: bytes) -> bytes | None:
         return None if self.compaction.meta_drop[ordinal] else line
 
-    def appended(self):
+    def appended(self) -> Iterator[bytes]:
         written = self._cursor[SLICE]
         if written != self.compaction.slice_count:
             raise TraceError(f"validation failed: {written} GPU slices written, {self.compaction.slice_count} read")
-        return (dumps_event(event) for event in self.compaction.appended)
+        return (dumps_event(event) for event in self.compaction.new_events())
+
+
+_TS_FIELD = re.compile(rb'"ts":(-?[0-9][0-9.eE+-]*)[,}]')
+
+
+def _splice(line: bytes, old: bytes, new: bytes) -> bytes | None:
+    """Replace the one integer field ``old`` (``"tid":7,``) by ``new``; None if ambiguous.
+
+    Safe on compact JSON: a quote inside a string is always escaped, so
+    ``"tid":`` can only be a key; the field must occur exactly once and end
+    with ``,`` (so ``"tid":7,`` does not match ``"tid":71,``).  Anything else
+    takes the decode path.
+    """
+    parts = line.split(old)
+    if len(parts) != 2:
+        return None
+    return parts[0] + new + parts[1]
 
 
 def _exact_loads(line: bytes) -> dict:

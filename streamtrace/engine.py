@@ -12,17 +12,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, TypeVar
 
+from orjson import dumps
+
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import ReadMode, ReadStats, TraceReader, dumps_event, warn_if_slow_backend
+from .reader import ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, warn_if_slow_backend
 from .sink import OutputTarget
 from .source import InputSource
 from .spool import EventSpool
 from .writer import TraceWriter
 
 T = TypeVar("T")
-EMIT_PROGRESS_EVERY = 65536
+SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
 
 
 class Visitor(Protocol):
@@ -131,10 +133,18 @@ def index_pass(
                 visit(event)
         else:
             spool.reset()
-            add = spool.add
+            lines: list[bytes] = []
+            keep = lines.append
             for event in reader.events():
                 visit(event)
-                add(dumps_event(event))
+                try:
+                    keep(dumps(event, default=decimal_as_json))
+                except TypeError:
+                    keep(dumps_event(event))
+                if len(lines) >= SPOOL_BATCH:
+                    spool.add_lines(lines)
+                    lines.clear()
+            spool.add_lines(lines)
         return visitor, reader.stats
 
     try:
@@ -144,6 +154,37 @@ def index_pass(
             spool.close()
         raise
     return IndexResult(visitor, stats, time.perf_counter() - started, spool)
+
+
+def _batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
+    batch: list[bytes] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    yield batch
+
+
+def _apply(plan: EmitPlan, block: list[bytes], first_index: int) -> list[bytes]:
+    """The output lines for a block of spooled lines starting at event ``first_index``."""
+    actions = plan.actions
+    if actions is None:
+        patched = (plan.patch(first_index + n, line) for n, line in enumerate(block))
+        return [line for line in patched if line is not None]
+    block_actions = actions[first_index:first_index + len(block)]
+    if block_actions.count(0) == len(block):
+        return block
+    patch_action = plan.patch_action
+    out: list[bytes] = []
+    keep = out.append
+    for line, action in zip(block, block_actions):
+        if action:
+            line = patch_action(action, line)
+            if line is None:
+                continue
+        keep(line)
+    return out
 
 
 def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, progress: Progress | None = None) -> int:
@@ -157,27 +198,14 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
     try:
         with target.open() as out:
             writer = TraceWriter(out, plan.header(result.stats.header))
-            write = writer.event
-            if plan.actions is None:
-                patch = plan.patch
-                for index, line in enumerate(spool.read_lines()):
-                    new = patch(index, line)
-                    if new is not None:
-                        write(new)
-                    if progress is not None and index % EMIT_PROGRESS_EVERY == 0:
-                        progress.update("pass 2", None, index)
-            else:
-                patch_action = plan.patch_action
-                for index, (line, action) in enumerate(zip(spool.read_lines(), plan.actions)):
-                    if action:
-                        line = patch_action(action, line)
-                        if line is None:
-                            continue
-                    write(line)
-                    if progress is not None and index % EMIT_PROGRESS_EVERY == 0:
-                        progress.update("pass 2", None, index)
-            for line in plan.appended():
-                write(line)
+            read = 0
+            for block in spool.read_blocks():
+                writer.events(_apply(plan, block, read))
+                read += len(block)
+                if progress is not None:
+                    progress.update("pass 2", None, read)
+            for batch in _batches(plan.appended(), SPOOL_BATCH):
+                writer.events(batch)
             writer.close(plan.trailer(result.stats.trailer))
             return writer.events_written
     finally:

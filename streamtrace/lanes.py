@@ -79,16 +79,18 @@ def first_overlap(order: Sequence[int], starts: Sequence[float], ends: Sequence[
     return None
 
 
-def nearest_in_run(run: Sequence[int], starts: Sequence[float], ends: Sequence[float], ts: float) -> int:
-    """The slice of a start-sorted run nearest to time ``ts``.
+def nearest_in_run(perm: Sequence[int], perm_starts: Sequence[float], lo: int, hi: int, starts: Sequence[float],
+                   ends: Sequence[float], ts: float) -> int:
+    """The slice of the start-sorted run ``perm[lo:hi]`` nearest to time ``ts``.
 
-    A slice containing ``ts`` is at distance 0; otherwise the distance is to
-    its nearer edge.  Ties go to the earlier slice.
+    ``perm_starts[k]`` is ``starts[perm[k]]`` (so bisect needs no key).  A
+    slice containing ``ts`` is at distance 0; otherwise the distance is to its
+    nearer edge.  Ties go to the earlier slice.
     """
-    at = bisect_left(run, ts, key=starts.__getitem__)
-    best, best_distance = run[0], float("inf")
-    for position in range(max(at - 1, 0), min(at + 2, len(run))):
-        item = run[position]
+    at = bisect_left(perm_starts, ts, lo, hi)
+    best, best_distance = perm[lo], float("inf")
+    for position in range(max(at - 1, lo), min(at + 2, hi)):
+        item = perm[position]
         if starts[item] <= ts <= ends[item]:
             distance = 0.0
         else:
@@ -98,11 +100,11 @@ def nearest_in_run(run: Sequence[int], starts: Sequence[float], ends: Sequence[f
     return best
 
 
-def starting_at(run: Sequence[int], starts: Sequence[float], ts: float) -> int | None:
-    """The (last) slice of a start-sorted run that starts exactly at ``ts``."""
-    at = bisect_right(run, ts, key=starts.__getitem__)
-    if at and starts[run[at - 1]] == ts:
-        return run[at - 1]
+def starting_at(perm: Sequence[int], perm_starts: Sequence[float], lo: int, hi: int, ts: float) -> int | None:
+    """The (last) slice of the start-sorted run ``perm[lo:hi]`` starting exactly at ``ts``."""
+    at = bisect_right(perm_starts, ts, lo, hi)
+    if at > lo and perm_starts[at - 1] == ts:
+        return perm[at - 1]
     return None
 
 
@@ -135,25 +137,46 @@ def _union(cluster: list[int], starts: Sequence[float], end: float) -> tuple[int
     return kept, [item for item in cluster if item != kept], min(starts[item] for item in cluster), end
 
 
+class Runs:
+    """Label runs as parallel typed arrays: lane, label, start, end."""
+
+    def __init__(self) -> None:
+        self.lane = array("i")
+        self.label = array("i")
+        self.start = array("d")
+        self.end = array("d")
+
+    def add(self, lane: int, label: int, start: float, end: float) -> None:
+        self.lane.append(lane)
+        self.label.append(label)
+        self.start.append(start)
+        self.end.append(end)
+
+    def __len__(self) -> int:
+        return len(self.lane)
+
+
 def label_runs(order: Sequence[int], lanes: Sequence[int], labels: Sequence[int], starts: Sequence[float],
-               ends: Sequence[float]) -> list[tuple[int, int, float, float]]:
+               ends: Sequence[float]) -> Runs:
     """Runs of lane-neighbouring slices that carry the same label.
 
     ``order`` is the start order; ``labels[ordinal]`` is a label id or -1 for
-    none (which breaks a run).  Returns ``(lane, label, start, end)`` runs.
+    none (which breaks a run).
     """
     open_runs: dict[int, list] = {}
-    runs = []
+    runs = Runs()
     for item in order:
-        lane, label = lanes[item], labels[item]
+        label = labels[item]
+        lane = lanes[item]
         current = open_runs.get(lane)
         if current is not None and current[0] == label:
             current[2] = max(current[2], ends[item])
             continue
         if current is not None:
-            runs.append((lane, current[0], current[1], current[2]))
+            runs.add(lane, *current)
             del open_runs[lane]
         if label >= 0:
             open_runs[lane] = [label, starts[item], ends[item]]
-    runs.extend((lane, label, start, end) for lane, (label, start, end) in open_runs.items())
+    for lane, current in open_runs.items():
+        runs.add(lane, *current)
     return runs

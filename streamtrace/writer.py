@@ -3,6 +3,8 @@
 Output is always the object form: header members, ``traceEvents`` (one
 event per line), appended events, then the members that followed the array
 in the input.  Member values are written as the raw JSON text they had.
+Event lines are batched into large writes: a compressor called once per
+event would cost more than the events.
 """
 from __future__ import annotations
 
@@ -12,13 +14,16 @@ import orjson
 
 from .jsonscan import RawMember
 
+BATCH_LINES = 512  # orjson.dumps results keep ~4 KB of capacity each
+
 
 class TraceWriter:
     """Writes one trace; call :meth:`event` per event, then :meth:`close`."""
 
     def __init__(self, out: BinaryIO, header: Iterable[RawMember]) -> None:
         self._out = out
-        self._first = True
+        self._batch: list[bytes] = []
+        self._started = False
         self.events_written = 0
         parts = [b"{"]
         for key, raw in header:
@@ -28,14 +33,26 @@ class TraceWriter:
 
     def event(self, line: bytes) -> None:
         """Write one event given as its compact JSON text."""
-        if self._first:
-            self._first = False
-            self._out.write(line)
-        else:
-            self._out.write(b",\n" + line)
-        self.events_written += 1
+        self._batch.append(line)
+        if len(self._batch) >= BATCH_LINES:
+            self._flush()
+
+    def events(self, lines: list[bytes]) -> None:
+        """Write a batch of event lines."""
+        self._flush()
+        if lines:
+            self._batch = lines
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._out.write((b",\n" if self._started else b"") + b",\n".join(self._batch))
+            self._started = True
+            self.events_written += len(self._batch)
+            self._batch = []
 
     def close(self, trailer: Iterable[RawMember]) -> None:
+        self._flush()
         parts = [b"\n]"]
         for key, raw in trailer:
             parts.append(b",\n" + orjson.dumps(key) + b": " + raw)

@@ -1,0 +1,295 @@
+"""compact end to end: SPEC 4 conventions on hand-built traces, invariants on
+real and generated traces, and an in-memory oracle."""
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+
+import pytest
+
+import streamtrace
+from conftest import events_of, load_json
+from streamtrace.errors import TraceError
+from streamtrace.synth import SynthConfig, write_traces
+
+SLICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def kernel(name, ts, dur, tid, *, pid=0, cat="kernel", label=None, **args):
+    args = {"stream": tid, "correlation": args.pop("correlation", 1), **args}
+    if label is not None:
+        args["name"] = label
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def note(name, ts, dur, tid, *, pid=0, **args):
+    return {"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def thread_meta(pid, tid, name, index):
+    return [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}},
+            {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": index}}]
+
+
+def run(tmp_path, events, *, trailer=None, **kwargs):
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events, **(trailer or {})}))
+    summary = streamtrace.compact(src, tmp_path / "out.json", **kwargs)
+    doc = json.loads((tmp_path / "out.json").read_text())
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    sort = {(e["pid"], e["tid"]): e["args"]["sort_index"] for e in doc["traceEvents"]
+            if e.get("ph") == "M" and e.get("name") == "thread_sort_index"}
+    return summary, doc["traceEvents"], names, sort
+
+
+def lane_of(events, names, name):
+    event = next(e for e in events if e.get("name") == name and e.get("cat") in SLICE_CATS)
+    return names[(event["pid"], event["tid"])]
+
+
+def test_lane_names_suffix_only_when_a_group_has_several_lanes(tmp_path):
+    events = [kernel("gemm_a", 0, 10, 7), kernel("gemm_b", 5, 10, 8), kernel("gemm_c", 20, 1, 9),
+              kernel("ncclDevKernel_AllGather_RING", 0, 3, 20), kernel("Memcpy HtoD", 1, 1, 7, cat="gpu_memcpy")]
+    summary, out, names, _ = run(tmp_path, events)
+    assert lane_of(out, names, "gemm_a") == "Compute 1"
+    assert lane_of(out, names, "gemm_b") == "Compute 2"
+    assert lane_of(out, names, "gemm_c") == "Compute 1"
+    assert lane_of(out, names, "ncclDevKernel_AllGather_RING") == "NCCL all-gather"
+    assert lane_of(out, names, "Memcpy HtoD") == "GPU memcpy"
+    assert summary["lanes_by_group"] == {"compute": 2, "memcpy": 1, "nccl_all_gather": 1}
+    assert summary["original_streams"] == 4 and summary["compacted_lanes"] == 4
+    for event in out:
+        if event.get("cat") in SLICE_CATS:
+            assert event["tid"] == event["args"]["stream"] and event["tid"] >= 1000 + 20
+
+
+def test_old_stream_metadata_dropped_and_lanes_sorted_with_tracks_above(tmp_path):
+    events = thread_meta(0, 7, "stream 7", 7) + thread_meta(0, 8, "stream 8", 8) + thread_meta(0, 99, "keep", 1) + [
+        kernel("gemm_a", 0, 10, 7), kernel("gemm_b", 5, 10, 8), note("PP:0F0", 0, 10, 7)]
+    summary, out, names, sort = run(tmp_path, events)
+    assert "stream 7" not in names.values() and "stream 8" not in names.values()
+    assert names[(0, 99)] == "keep"
+    by_name = {name: key for key, name in names.items()}
+    assert sort[by_name["Compute 1 annotations"]] + 1 == sort[by_name["Compute 1"]]
+    assert sort[by_name["Compute 1"]] < sort[by_name["Compute 2"]]
+    assert "Compute 2 annotations" not in by_name
+    moved = next(e for e in out if e.get("name") == "PP:0F0")
+    assert names[(0, moved["tid"])] == "Compute 1 annotations"
+
+
+def test_annotations_move_to_the_lane_of_the_nearest_slice_of_their_stream(tmp_path):
+    events = [kernel("a", 0, 10, 7), kernel("b", 5, 10, 8), kernel("c", 30, 5, 8),
+              note("inside_b", 6, 2, 8), note("after_c", 40, 1, 8), note("before_a", -5, 1, 7)]
+    summary, out, names, _ = run(tmp_path, events)
+    track = {e["name"]: names[(e["pid"], e["tid"])] for e in out if e.get("cat") == "gpu_user_annotation"}
+    assert track == {"inside_b": "Compute 2 annotations", "after_c": "Compute 1 annotations",
+                     "before_a": "Compute 1 annotations"}
+    assert summary["gpu_annotations_mapped"] == 3
+
+
+def test_identical_overlapping_annotations_coalesce_into_their_union(tmp_path):
+    events = [kernel("ncclDevKernel_AllGather_a", 0, 10, 20), kernel("ncclDevKernel_AllGather_b", 12, 4, 21),
+              note("nccl:all_gather", 9, 3, 20, **{"External id": 1}),
+              note("nccl:all_gather", 11, 5, 21, **{"External id": 1}),
+              note("nccl:all_gather", 13, 1, 21, **{"External id": 2}),
+              note("nccl:all_gather", 30, 1, 21, **{"External id": 1})]
+    summary, out, names, _ = run(tmp_path, events)
+    kept = sorted((e["args"]["External id"], e["ts"], e["dur"]) for e in out if e.get("cat") == "gpu_user_annotation")
+    assert kept == [(1, 9, 7), (1, 30, 1), (2, 13, 1)]
+    assert summary["gpu_annotations_coalesced"] == 1
+    assert summary["gpu_annotations_retained"] == 3
+
+
+def test_per_kernel_annotations_become_spans_on_the_lane_track(tmp_path):
+    labels = ["PP:0F0", "PP:0F0", "PP:0B0", None, "PP:0B0"]
+    events = [kernel(f"k{i}", 10 + 2 * i, 1, 30 + i, label=label) for i, label in enumerate(labels)]
+    summary, out, names, _ = run(tmp_path, events)
+    spans = sorted((e["name"], e["ts"], e["dur"]) for e in out if e.get("cat") == "gpu_user_annotation")
+    assert spans == [("PP:0B0", 14.0, 1.0), ("PP:0B0", 18.0, 1.0), ("PP:0F0", 10.0, 3.0)]
+    span_tracks = {names[(e["pid"], e["tid"])] for e in out if e.get("cat") == "gpu_user_annotation"}
+    assert span_tracks == {"Compute annotations"}
+    assert [e["args"].get("name") for e in out if e.get("cat") == "kernel"] == labels
+    assert (summary["kernel_annotations_converted"], summary["kernel_annotation_blocks"]) == (4, 3)
+
+
+def flow(ph, fid, pid, tid, ts):
+    event = {"ph": ph, "id": fid, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g"}
+    if ph == "f":
+        event["bp"] = "e"
+    return event
+
+
+def test_flow_endpoints_follow_their_slice_and_dangling_ones_are_counted(tmp_path):
+    events = [kernel("a", 0, 10, 7), kernel("b", 5, 10, 8), flow("s", 1, 100, 100, -1), flow("f", 1, 0, 8, 5),
+              flow("f", 2, 0, 8, 40), flow("s", 3, 100, 100, -2), flow("f", 3, 0, 7, 0)]
+    summary, out, names, _ = run(tmp_path, events)
+    ends = {e["id"]: e for e in out if e.get("cat") == "ac2g" and e["ph"] == "f"}
+    assert names[(0, ends[1]["tid"])] == "Compute 2" and names[(0, ends[3]["tid"])] == "Compute 1"
+    assert names[(0, ends[2]["tid"])] == "Compute 2"
+    assert [e["tid"] for e in out if e.get("cat") == "ac2g" and e["ph"] == "s"] == [100, 100]
+    assert (summary["gpu_flow_endpoints_mapped"], summary["gpu_flow_endpoints_unmatched"]) == (2, 1)
+    with pytest.raises(TraceError, match="matches no slice start"):
+        streamtrace.compact(tmp_path / "t.json", tmp_path / "strict.json", strict=True)
+    assert not (tmp_path / "strict.json").exists()
+
+
+PP_TRAILER = {"distributedInfo": {"rank": 4, "world_size": 8, "pg_config": [
+    {"pg_name": "torchtitan_real_pp", "pg_desc": "mesh_pp", "ranks": [0, 4]}]}}
+
+
+def test_rank_local_pp_arrows_and_counts(tmp_path):
+    events = [kernel("ncclDevKernel_SendRecv", 0, 2, 40), note("PP:1RECV_F0", 0, 2, 40),
+              kernel("gemm", 3, 4, 7), note("PP:1F0", 3, 4, 7),
+              kernel("ncclDevKernel_SendRecv", 8, 1, 40), note("PP:1SEND_F0", 8, 1, 40),
+              kernel("ncclDevKernel_AllGather", -3, 2, 50), note("PP:1UNSHARD", -3, 2, 50),
+              note("PP:1SEND_F5", 30, 1, 40)]
+    summary, out, names, _ = run(tmp_path, events, trailer=PP_TRAILER)
+    flows = [e for e in out if e.get("cat", "").startswith("pp_")]
+    pairs = defaultdict(dict)
+    for event in flows:
+        pairs[event["id"]][event["ph"]] = event
+    got = {(p["s"]["name"], names[(0, p["s"]["tid"])], names[(0, p["f"]["tid"])]) for p in pairs.values()}
+    assert got == {("1RECV_F0 -> 1F0", "NCCL other annotations", "Compute annotations"),
+                   ("1F0 -> 1SEND_F0", "Compute annotations", "NCCL other annotations"),
+                   ("1UNSHARD -> 1F0", "NCCL all-gather annotations", "Compute annotations")}
+    for pair in pairs.values():
+        assert pair["f"]["ts"] >= pair["s"]["ts"] and pair["f"]["bp"] == "e"
+        assert pair["s"]["args"]["source_pp_rank"] == 1
+    assert summary["pp_rank"] == 1
+    assert (summary["pp_compute_dependency_pairs"], summary["pp_compute_dependency_unmatched"]) == (2, 1)
+    assert (summary["pp_unshard_compute_pairs"], summary["pp_unshard_compute_unmatched"]) == (1, 0)
+    off, out, _, _ = run(tmp_path, events, trailer=PP_TRAILER, pp_flows=False, overwrite=True)
+    assert "pp_rank" not in off and not any(e.get("cat", "").startswith("pp_") for e in out)
+
+
+def test_default_output_name_and_refusal_to_overwrite(tmp_path):
+    src = tmp_path / "rank0_trace.json.gz"
+    src.write_bytes(gzip.compress(json.dumps({"traceEvents": [kernel("a", 0, 1, 7)]}).encode()))
+    summary = streamtrace.compact(src)
+    assert summary["output"] == str(tmp_path / "rank0_trace_compacted.json.gz")
+    before = (tmp_path / "rank0_trace_compacted.json.gz").read_bytes()
+    with pytest.raises(TraceError, match="--overwrite"):
+        streamtrace.compact(src)
+    assert (tmp_path / "rank0_trace_compacted.json.gz").read_bytes() == before
+    plain = tmp_path / "t.json"
+    plain.write_text(json.dumps({"traceEvents": [kernel("a", 0, 1, 7)]}))
+    assert streamtrace.compact(plain)["output"].endswith("t_compacted.json")
+
+
+def test_trace_without_gpu_slices_passes_through(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}]
+    summary, out, _, _ = run(tmp_path, events)
+    assert out == events and "notice" in summary
+
+
+def test_negative_duration_is_refused(tmp_path):
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": [kernel("a", 0, 1, 7), kernel("b", 3, -1, 7)]}))
+    with pytest.raises(TraceError, match="negative dur") as info:
+        streamtrace.compact(src, tmp_path / "o.json")
+    assert info.value.event_index == 1
+    assert not (tmp_path / "o.json").exists()
+
+
+def check_invariants(source_events: list[dict], out_events: list[dict], summary: dict) -> None:
+    """SPEC 4 invariants, checked with plain lists."""
+    def identity(event):
+        args = {k: v for k, v in event.get("args", {}).items() if k != "stream"}
+        return (event.get("name"), event.get("cat"), event.get("pid"), event.get("ts"), event.get("dur"),
+                json.dumps(args, sort_keys=True))
+
+    before = [e for e in source_events if e.get("cat") in SLICE_CATS and e.get("ph") == "X"]
+    after = [e for e in out_events if e.get("cat") in SLICE_CATS and e.get("ph") == "X"]
+    assert [identity(e) for e in before] == [identity(e) for e in after]
+    assert summary.get("measured_slices", 0) == len(after)
+    lanes = defaultdict(list)
+    for event in after:
+        assert event["tid"] == event["args"].get("stream", event["tid"])
+        lanes[(event["pid"], event["tid"])].append((event["ts"], event["ts"] + event["dur"]))
+    for spans in lanes.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    starts = defaultdict(set)
+    for event in after:
+        starts[(event["pid"], event["tid"])].add(event["ts"])
+    gpu_pids = {e["pid"] for e in after}
+    unmatched = 0
+    for event in out_events:
+        if event.get("cat") == "ac2g" and event.get("pid") in gpu_pids:
+            if event["ts"] not in starts.get((event["pid"], event["tid"]), ()):
+                unmatched += 1
+    assert unmatched == summary.get("gpu_flow_endpoints_unmatched", 0)
+
+
+def oracle_lanes(source_events: list[dict]) -> dict:
+    """Lanes per (pid, group) = the most slices of that group in flight at once."""
+    from streamtrace.rules import load_rules
+    rules = load_rules(None)
+    spans = defaultdict(list)
+    for e in source_events:
+        if e.get("cat") in SLICE_CATS and e.get("ph") == "X":
+            spans[(e["pid"], rules.names[rules.classify(e["cat"], e.get("name"))])].append((e["ts"], e["ts"] + e["dur"]))
+    depth = {}
+    for key, items in spans.items():
+        points = sorted([(s, 1) for s, _ in items] + [(e, -1) for _, e in items], key=lambda p: (p[0], p[1]))
+        level = best = 0
+        for _, step in points:
+            level += step
+            best = max(best, level)
+        depth[key] = best
+    return depth
+
+
+def test_real_traces_keep_every_invariant(real_trace, tmp_path):
+    out = tmp_path / "out.json"
+    summary = streamtrace.compact(real_trace, out)
+    source = events_of(load_json(real_trace))
+    result = json.loads(out.read_bytes())
+    check_invariants(source, events_of(result), summary)
+    if summary["measured_slices"]:
+        lanes = defaultdict(int)
+        for tid_info in oracle_lanes(source).items():
+            lanes[tid_info[0][1]] += tid_info[1]
+        assert summary["lanes_by_group"] == dict(sorted(lanes.items()))
+
+
+def test_kineto_small_dangling_endpoints_are_counted(tmp_path):
+    from conftest import TRACES
+    summary = streamtrace.compact(TRACES / "kineto_small.json", tmp_path / "o.json")
+    assert summary["gpu_flow_endpoints_unmatched"] == 2
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("gen")
+    config = SynthConfig(ranks=2, pp_stages=2, microbatches=3, steps=2, graph_streams=32, graph_kernels=48,
+                         eager_kernels=4, python_noise=1, schedule="zb")
+    truth = write_traces(config, directory, compress="gz", merged=False)
+    return directory, truth
+
+
+def test_generated_pp_trace_matches_oracle_and_schedule(generated, tmp_path):
+    directory, truth = generated
+    for rank in truth["ranks"]:
+        src = directory / rank["file"]
+        out = tmp_path / f"c{rank['rank']}.json"
+        summary = streamtrace.compact(src, out)
+        source = events_of(load_json(src))
+        result = events_of(json.loads(out.read_bytes()))
+        check_invariants(source, result, summary)
+        assert summary["original_streams"] >= 24
+        per_group = defaultdict(int)
+        for (_, group), depth in oracle_lanes(source).items():
+            per_group[group] += depth
+        assert summary["lanes_by_group"] == dict(sorted(per_group.items()))
+        counts = rank["pp_action_counts"]
+        comms = sum(counts.get(op, 0) for op in ("SEND_F", "RECV_F", "SEND_B", "RECV_B"))
+        assert summary["pp_compute_dependency_pairs"] == comms
+        assert summary["pp_compute_dependency_unmatched"] == 0
+        assert summary["pp_unshard_compute_pairs"] == counts.get("UNSHARD", 0)
+        assert summary["pp_rank"] == rank["pp_rank"]
+        assert summary["cuda_graph_launches"] == rank["graph_launches"]
+        assert set(summary["lanes_by_group"]) >= {"compute", "memcpy", "memset", "nccl_other"}
