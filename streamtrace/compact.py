@@ -9,6 +9,7 @@ lines and appends the new events.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -438,23 +439,20 @@ def _lanes_by_group(rules: Rules, lane_info: dict) -> dict[str, int]:
 
 
 class CompactPlan(EmitPlan):
-    """Pass 2: move slices, annotations and flow endpoints; drop old metadata."""
+    """Pass 2: move slices, annotations and flow endpoints; drop old metadata.
+
+    Each patcher is a closure that counts its own kind of event, so the k-th
+    slice line met in pass 2 is checked against the k-th slice of pass 1.
+    """
 
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
-        self.index = index
         self.compaction = compaction
         self._loads = _exact_loads if exact else orjson.loads
-        self._cursor = [0, 0, 0, 0, 0]
-        self._patchers = {SLICE: self._slice, ANNOTATION: self._annotation, FLOW: self._flow, METADATA: self._metadata}
-
-    def patch_action(self, action: int, line: bytes) -> bytes | None:
-        ordinal = self._cursor[action]
-        self._cursor[action] = ordinal + 1
-        return self._patchers[action](ordinal, line)
-
-    def _old_tid(self, stream: int) -> object:
-        return self.index.stream_keys[stream][1]
+        self._slices = itertools.count()
+        old_tids = [key[1] for key in index.stream_keys]
+        self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(index, old_tids),
+                         self._flow_patcher(index, old_tids), self._metadata_patcher()]
 
     def _retarget(self, line: bytes, old_tid: object, tid: int, *, stream: bool = False,
                   times: tuple | None = None) -> bytes:
@@ -475,35 +473,53 @@ class CompactPlan(EmitPlan):
             event["ts"], event["dur"] = times
         return dumps_event(event)
 
-    def _slice(self, ordinal: int, line: bytes) -> bytes:
-        index = self.index
-        start = _TS_FIELD.search(line)
-        if start is None or float(start.group(1)) != index.slice_start[ordinal]:
-            raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
-        old_tid = self._old_tid(index.slice_stream[ordinal])
-        return self._retarget(line, old_tid, self.compaction.lane_tid_of_slice[ordinal], stream=True)
+    def _slice_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:
+        starts, streams, lane_tids = index.slice_start, index.slice_stream, self.compaction.lane_tid_of_slice
+        retarget, counter, search = self._retarget, self._slices, _TS_FIELD.search
 
-    def _annotation(self, ordinal: int, line: bytes) -> bytes | None:
-        plan = self.compaction
-        tid = plan.note_tid[ordinal]
-        if tid < 0:
-            return line
-        if ordinal in plan.note_drop:
-            return None
-        old_tid = self._old_tid(self.index.note_stream[ordinal])
-        return self._retarget(line, old_tid, tid, times=plan.note_union.get(ordinal))
+        def patch(line: bytes) -> bytes:
+            ordinal = next(counter)
+            start = search(line)
+            if start is None or float(start.group(1)) != starts[ordinal]:
+                raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
+            return retarget(line, old_tids[streams[ordinal]], lane_tids[ordinal], stream=True)
 
-    def _flow(self, ordinal: int, line: bytes) -> bytes:
-        tid = self.compaction.flow_tid[ordinal]
-        if tid < 0:
-            return line
-        return self._retarget(line, self._old_tid(self.index.flow_stream[ordinal]), tid)
+        return patch
 
-    def _metadata(self, ordinal: int, line: bytes) -> bytes | None:
-        return None if self.compaction.meta_drop[ordinal] else line
+    def _annotation_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes | None]:
+        plan, streams, counter, retarget = self.compaction, index.note_stream, itertools.count(), self._retarget
+
+        def patch(line: bytes) -> bytes | None:
+            ordinal = next(counter)
+            tid = plan.note_tid[ordinal]
+            if tid < 0:
+                return line
+            if ordinal in plan.note_drop:
+                return None
+            return retarget(line, old_tids[streams[ordinal]], tid, times=plan.note_union.get(ordinal))
+
+        return patch
+
+    def _flow_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:
+        tids, streams, counter, retarget = self.compaction.flow_tid, index.flow_stream, itertools.count(), self._retarget
+
+        def patch(line: bytes) -> bytes:
+            ordinal = next(counter)
+            tid = tids[ordinal]
+            return line if tid < 0 else retarget(line, old_tids[streams[ordinal]], tid)
+
+        return patch
+
+    def _metadata_patcher(self) -> Callable[[bytes], bytes | None]:
+        drop, counter = self.compaction.meta_drop, itertools.count()
+
+        def patch(line: bytes) -> bytes | None:
+            return None if drop[next(counter)] else line
+
+        return patch
 
     def appended(self) -> Iterator[bytes]:
-        written = self._cursor[SLICE]
+        written = next(self._slices)
         if written != self.compaction.slice_count:
             raise TraceError(f"validation failed: {written} GPU slices written, {self.compaction.slice_count} read")
         return (dumps_event(event) for event in self.compaction.new_events())

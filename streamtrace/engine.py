@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, TypeVar
+from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
 from orjson import dumps
 
@@ -35,11 +35,13 @@ class EmitPlan:
     """Pass 2 decisions; the defaults copy the trace unchanged.
 
     A plan either overrides :meth:`patch` (called for every event), or sets
-    ``actions`` (one byte per event, 0 = copy unchanged) and overrides
-    :meth:`patch_action`, which is called only for the non-zero events.
+    ``actions`` (one byte per event, 0 = copy unchanged) and ``patchers``
+    (``patchers[action](line)`` is called only for the non-zero events, in
+    event order, so each patcher can count its own events).
     """
 
     actions: bytearray | None = None
+    patchers: Sequence[Callable[[bytes], bytes | None]] = ()
 
     def header(self, members: list[RawMember]) -> list[RawMember]:
         return members
@@ -47,10 +49,6 @@ class EmitPlan:
     def patch(self, index: int, line: bytes) -> bytes | None:
         """The line to write for event ``index``, or None to drop it."""
         return line
-
-    def patch_action(self, action: int, line: bytes) -> bytes | None:
-        """The line to write for an event whose action byte is ``action``."""
-        raise NotImplementedError
 
     def appended(self) -> Iterable[bytes]:
         """Event lines to add before the array closes."""
@@ -175,12 +173,12 @@ def _apply(plan: EmitPlan, block: list[bytes], first_index: int) -> list[bytes]:
     block_actions = actions[first_index:first_index + len(block)]
     if block_actions.count(0) == len(block):
         return block
-    patch_action = plan.patch_action
+    patchers = plan.patchers
     out: list[bytes] = []
     keep = out.append
     for line, action in zip(block, block_actions):
         if action:
-            line = patch_action(action, line)
+            line = patchers[action](line)
             if line is None:
                 continue
         keep(line)
