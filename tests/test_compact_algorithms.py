@@ -22,14 +22,19 @@ def max_depth(spans: list[tuple[float, float]]) -> int:
     return max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
 
 
-@settings(max_examples=200, deadline=None)
-@given(intervals)
-def test_packing_uses_the_minimum_number_of_lanes_and_never_overlaps(raw):
+def pack(raw: list[tuple[int, int]]) -> tuple[array, array, array, array, int]:
+    """Pack (start, duration) pairs; returns starts, ends, order, lanes, lane count."""
     starts = array("d", [float(s) for s, _ in raw])
     ends = array("d", [float(s + d) for s, d in raw])
     order = order_by_start(starts, ends)
     lanes = array("i", [0] * len(raw))
-    used = pack_lanes(order, starts, ends, lanes)
+    return starts, ends, order, lanes, pack_lanes(order, starts, ends, lanes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals)
+def test_packing_uses_the_minimum_number_of_lanes_and_never_overlaps(raw):
+    starts, ends, order, lanes, used = pack(raw)
     assert used == max_depth(list(zip(starts, ends)))
     for lane in range(used):
         members = sorted((starts[i], ends[i]) for i in range(len(raw)) if lanes[i] == lane)
@@ -40,11 +45,7 @@ def test_packing_uses_the_minimum_number_of_lanes_and_never_overlaps(raw):
 @settings(max_examples=100, deadline=None)
 @given(with_zero_length)
 def test_zero_length_slices_never_make_a_lane_overlap(raw):
-    starts = array("d", [float(s) for s, _ in raw])
-    ends = array("d", [float(s + d) for s, d in raw])
-    order = order_by_start(starts, ends)
-    lanes = array("i", [0] * len(raw))
-    pack_lanes(order, starts, ends, lanes)
+    starts, ends, order, lanes, _ = pack(raw)
     assert first_overlap(order, starts, ends, lanes) is None
 
 
