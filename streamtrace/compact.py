@@ -25,8 +25,8 @@ import orjson
 from .engine import EmitPlan, IndexResult, emit_pass, index_pass
 from .errors import TraceError
 from .jsonscan import RawMember
-from .lanes import (Runs, coalesce, first_overlap, label_runs, nearest_in_run, order_by_start, pack_lanes,
-                    partition, starting_at)
+from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes, partition,
+                    sorted_runs, starting_at)
 from .pp import parse_pp_name
 from .pparrows import ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
@@ -231,7 +231,8 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     starts, ends = index.slice_start, index.slice_end
     count = len(starts)
     stream_pid = [key[0] for key in index.stream_keys]
-    order = order_by_start(starts, ends)
+    by_stream, stream_offsets = sorted_runs(starts, ends, index.slice_stream, len(index.stream_keys))
+    order = merge_runs(by_stream, stream_offsets, starts, ends)
 
     pid_order = sorted({stream_pid[s] for s in index.slice_stream}, key=_pid_key)
     pid_group_ids = {(pid, group): n for n, (pid, group) in
@@ -258,7 +259,6 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     note_base = _allocate_tids(index.int_tids | set(lane_info), len(lane_info))
     note_track = {tid: note_base + n for n, tid in enumerate(sorted(lane_info, key=lambda t: (_pid_key(lane_info[t][0]), t)))}
 
-    by_stream, stream_offsets = partition(order, index.slice_stream, len(index.stream_keys))
     runs = StreamRuns(by_stream, stream_offsets, starts, ends)
     note_tid, mapped, note_drop, note_union = _move_annotations(index, runs, lane_tid, note_track)
     flow_tid, flows_mapped, flows_unmatched = _move_flows(index, runs, lane_tid, strict)

@@ -12,11 +12,38 @@ from bisect import bisect_left, bisect_right
 from typing import Iterable, Sequence
 
 
-def order_by_start(starts: Sequence[float], ends: Sequence[float], members: Iterable[int] | None = None) -> array:
-    """Ordinals sorted by (start, end, ordinal): the packing order."""
-    chosen = range(len(starts)) if members is None else members
-    by_end = sorted(chosen, key=ends.__getitem__)
-    return array("i", sorted(by_end, key=starts.__getitem__))
+def sorted_runs(starts: Sequence[float], ends: Sequence[float], keys: Sequence[int],
+                key_count: int) -> tuple[array, list[int]]:
+    """Ordinals grouped by key (a stream), each group in (start, end, ordinal) order.
+
+    A stream's slices nearly always come in time order already, so most groups
+    need only a check; the few that do not are sorted on their own.  This keeps
+    the memory of ordering millions of slices in typed arrays.
+    """
+    perm, offsets = partition(range(len(starts)), keys, key_count)
+    for key in range(key_count):
+        lo, hi = offsets[key], offsets[key + 1]
+        if not _in_time_order(perm, lo, hi, starts, ends):
+            perm[lo:hi] = array("i", sorted(perm[lo:hi], key=lambda item: (starts[item], ends[item], item)))
+    return perm, offsets
+
+
+def _in_time_order(perm: Sequence[int], lo: int, hi: int, starts: Sequence[float], ends: Sequence[float]) -> bool:
+    previous = (float("-inf"), float("-inf"))
+    for position in range(lo, hi):
+        item = perm[position]
+        current = (starts[item], ends[item])
+        if current < previous:
+            return False
+        previous = current
+    return True
+
+
+def merge_runs(perm: array, offsets: list[int], starts: Sequence[float], ends: Sequence[float]) -> array:
+    """All ordinals in (start, end, ordinal) order: a k-way merge of sorted runs."""
+    runs = [((starts[item], ends[item], item) for item in perm[offsets[key]:offsets[key + 1]])
+            for key in range(len(offsets) - 1) if offsets[key + 1] > offsets[key]]
+    return array("i", (entry[2] for entry in heapq.merge(*runs)))
 
 
 def partition(order: Sequence[int], keys: Sequence[int], key_count: int) -> tuple[array, list[int]]:

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtrace.errors import TraceError
-from streamtrace.lanes import coalesce, first_overlap, label_runs, nearest_in_run, order_by_start, pack_lanes
+from streamtrace.lanes import (coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes,
+                               sorted_runs)
 from streamtrace.pparrows import ArrowMaker, Block, Span, find_blocks, local_arrows
 from streamtrace.rules import DEFAULT_RULES_TOML, load_rules, parse_rules
 
@@ -20,6 +21,26 @@ def max_depth(spans: list[tuple[float, float]]) -> int:
     """Most intervals open at one instant (touching ones do not overlap): the
     lower bound on lanes, which greedy packing must reach."""
     return max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+
+
+def order_by_start(starts: array, ends: array, streams: list[int] | None = None) -> array:
+    """The packing order, built the way compact builds it (per-stream runs, merged)."""
+    streams = streams if streams is not None else [0] * len(starts)
+    return merge_runs(*sorted_runs(starts, ends, streams, max(streams) + 1), starts, ends)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=50))
+def test_merged_runs_equal_a_plain_sort(raw):
+    starts = array("d", [float(s) for s, _, _ in raw])
+    ends = array("d", [float(s + d) for s, d, _ in raw])
+    streams = [k for _, _, k in raw]
+    expected = sorted(range(len(raw)), key=lambda i: (starts[i], ends[i], i))
+    assert list(order_by_start(starts, ends, streams)) == expected
+    perm, offsets = sorted_runs(starts, ends, streams, 4)
+    for key in range(4):
+        members = list(perm[offsets[key]:offsets[key + 1]])
+        assert members == [i for i in expected if streams[i] == key]
 
 
 def pack(raw: list[tuple[int, int]]) -> tuple[array, array, array, array, int]:
