@@ -28,7 +28,7 @@ from .jsonscan import RawMember
 from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes, partition,
                     sorted_runs, starting_at)
 from .pp import parse_pp_name
-from .pparrows import ArrowMaker, Span, find_blocks, local_arrows
+from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
 from .reader import decimal_as_json, dumps_event
 from .resources import peak_rss_mb
@@ -284,8 +284,9 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     }
     flows: list[dict] = []
     if pp_flows:
-        spans = _pp_spans(index, mapped, note_tid, note_drop, note_union, kernel_runs, lane_info, note_track)
-        flows = _pp_local_arrows(spans, rules, lane_info, note_track, pid_order, members, summary)
+        tracks = _pp_tracks(rules, lane_info, note_track)
+        spans = _pp_spans(index, mapped, note_tid, note_drop, note_union, kernel_runs, lane_info, note_track, tracks)
+        flows = _pp_local_arrows(spans, tracks, pid_order, members, summary)
 
     def new_events() -> Iterator[dict]:
         for n in range(len(kernel_runs)):
@@ -320,10 +321,10 @@ class StreamRuns:
 
 
 def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
-                      note_track: dict) -> tuple[array, list[int], set, dict]:
+                      note_track: dict) -> tuple[array, array, set, dict]:
     """Annotation track of each GPU annotation on an old stream, and coalescing."""
     note_tid = array("i", [-1]) * len(index.note_start)
-    mapped = []
+    mapped = array("i")
     for n, stream in enumerate(index.note_stream):
         if runs.is_old(stream):
             note_tid[n] = note_track[lane_tid[runs.nearest(stream, index.note_start[n])]]
@@ -374,37 +375,55 @@ def _lane_metadata(lane_info: dict, note_track: dict, used_tracks: set) -> Itera
             sort_index += 1
 
 
-def _pp_spans(index: CompactIndex, mapped: list[int], note_tid: array, note_drop: set, note_union: dict,
-              kernel_runs: Runs, lane_info: dict, note_track: dict) -> list[Span]:
-    """PP-named annotation spans as they sit after compaction."""
-    is_pp = [bool(parse_pp_name(name)) for name in index.label_names]
+def _pp_tracks(rules: Rules, lane_info: dict, note_track: dict) -> tuple[set, set]:
+    """(pid, tid) of the first compute annotation track and the first two
+    all-gather annotation tracks of each GPU pid: where PP blocks are read."""
+    compute, unshard = set(), set()
+    for tid, (pid, group, lane, _) in lane_info.items():
+        if rules.names[group] == "compute" and lane == 0:
+            compute.add((pid, note_track[tid]))
+        elif rules.names[group] == "nccl_all_gather" and lane in (0, 1):
+            unshard.add((pid, note_track[tid]))
+    return compute, unshard
+
+
+def _pp_spans(index: CompactIndex, mapped: array, note_tid: array, note_drop: set, note_union: dict,
+              kernel_runs: Runs, lane_info: dict, note_track: dict, tracks: tuple[set, set]) -> list[Span]:
+    """PP-named annotation spans as they sit after compaction, only where
+    blocks are read (so graph replays projected on many lanes cost nothing)."""
+    compute_tracks, unshard_tracks = tracks
+    ops = [{action.op for action in parse_pp_name(name)} for name in index.label_names]
+
+    def wanted(label: int, pid: object, tid: int) -> bool:
+        kinds = ops[label]
+        return bool(kinds) and (any(op.startswith(("SEND_", "RECV_")) for op in kinds)
+                                or ((pid, tid) in compute_tracks and not kinds.isdisjoint(COMPUTE_OPS))
+                                or ((pid, tid) in unshard_tracks and "UNSHARD" in kinds))
+
     spans = []
     for n in mapped:
         label = index.note_name[n]
-        if label < 0 or not is_pp[label] or n in note_drop:
+        pid = index.stream_keys[index.note_stream[n]][0]
+        if label < 0 or n in note_drop or not wanted(label, pid, note_tid[n]):
             continue
         start, end = index.note_start[n], index.note_end[n]
         if n in note_union:
             start, end = note_union[n][0], note_union[n][0] + note_union[n][1]
-        spans.append(Span(index.stream_keys[index.note_stream[n]][0], note_tid[n], index.label_names[label], start, end))
+        spans.append(Span(pid, note_tid[n], index.label_names[label], start, end))
     for n in range(len(kernel_runs)):
         label, lane = kernel_runs.label[n], kernel_runs.lane[n]
-        if is_pp[label]:
-            spans.append(Span(lane_info[lane][0], note_track[lane], index.label_names[label],
-                              kernel_runs.start[n], kernel_runs.end[n]))
+        pid, tid = lane_info[lane][0], note_track[lane]
+        if wanted(label, pid, tid):
+            spans.append(Span(pid, tid, index.label_names[label], kernel_runs.start[n], kernel_runs.end[n]))
     return spans
 
 
-def _pp_local_arrows(spans: list[Span], rules: Rules, lane_info: dict, note_track: dict, pids: list,
-                     members: list[RawMember], summary: dict) -> list[dict]:
+def _pp_local_arrows(spans: list[Span], tracks: tuple[set, set], pids: list, members: list[RawMember],
+                     summary: dict) -> list[dict]:
     """Rank-local PP arrows; adds their counts to ``summary``."""
     pp_rank, source = _pp_rank(members)
-    compute_tracks = {(info[0], note_track[tid]) for tid, info in lane_info.items()
-                      if rules.names[info[1]] == "compute" and info[2] == 0}
-    unshard_tracks = {(info[0], note_track[tid]) for tid, info in lane_info.items()
-                      if rules.names[info[1]] == "nccl_all_gather" and info[2] in (0, 1)}
     maker = ArrowMaker({pid: pp_rank for pid in pids})
-    local_arrows(find_blocks(spans, compute_tracks, unshard_tracks), maker)
+    local_arrows(find_blocks(spans, *tracks), maker)
     summary.update(
         pp_rank=pp_rank, pp_rank_source=source,
         pp_compute_dependency_pairs=maker.pairs["pp_compute_dependency"],
