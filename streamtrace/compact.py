@@ -180,7 +180,7 @@ class Compaction:
 
     lane_tid_of_slice: array
     note_tid: array
-    note_drop: set
+    note_drop: bytearray
     note_union: dict
     flow_tid: array
     meta_drop: bytearray
@@ -264,7 +264,8 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     flow_tid, flows_mapped, flows_unmatched = _move_flows(index, runs, lane_tid, strict)
     meta_drop = bytearray(1 if runs.is_old(stream) else 0 for stream in index.meta_stream)
     kernel_runs = label_runs(order, lane_tid, index.slice_label, starts, ends)
-    used_tracks = {(index.stream_keys[index.note_stream[n]][0], note_tid[n]) for n in mapped if n not in note_drop}
+    used_tracks = {(index.stream_keys[index.note_stream[n]][0], note_tid[n]) for n in mapped if not note_drop[n]}
+    coalesced = note_drop.count(1)
     used_tracks.update((lane_info[lane][0], note_track[lane]) for lane in set(kernel_runs.lane))
 
     summary = {
@@ -276,10 +277,10 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
         "gpu_flow_endpoints_mapped": flows_mapped,
         "gpu_flow_endpoints_unmatched": flows_unmatched,
         "gpu_annotations_mapped": len(mapped),
-        "gpu_annotations_coalesced": len(note_drop),
+        "gpu_annotations_coalesced": coalesced,
         "kernel_annotations_converted": sum(1 for label in index.slice_label if label >= 0),
         "kernel_annotation_blocks": len(kernel_runs),
-        "gpu_annotations_retained": index.gpu_annotations - len(note_drop) + len(kernel_runs),
+        "gpu_annotations_retained": index.gpu_annotations - coalesced + len(kernel_runs),
         "cuda_graph_launches": index.graph_launches,
     }
     flows: list[dict] = []
@@ -321,7 +322,7 @@ class StreamRuns:
 
 
 def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
-                      note_track: dict) -> tuple[array, array, set, dict]:
+                      note_track: dict) -> tuple[array, array, bytearray, dict]:
     """Annotation track of each GPU annotation on an old stream, and coalescing."""
     note_tid = array("i", [-1]) * len(index.note_start)
     mapped = array("i")
@@ -333,9 +334,10 @@ def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
     for n in mapped:
         keys[n] = hash((note_tid[n], index.note_identity[n]))
     by_key = sorted(sorted(mapped, key=index.note_start.__getitem__), key=keys.__getitem__)
-    drop, union = set(), {}
+    drop, union = bytearray(len(note_tid)), {}
     for kept, removed, start, end in coalesce(by_key, keys, index.note_start, index.note_end):
-        drop.update(removed)
+        for n in removed:
+            drop[n] = 1
         union[kept] = (start, end - start)
     return note_tid, mapped, drop, union
 
@@ -387,7 +389,7 @@ def _pp_tracks(rules: Rules, lane_info: dict, note_track: dict) -> tuple[set, se
     return compute, unshard
 
 
-def _pp_spans(index: CompactIndex, mapped: array, note_tid: array, note_drop: set, note_union: dict,
+def _pp_spans(index: CompactIndex, mapped: array, note_tid: array, note_drop: bytearray, note_union: dict,
               kernel_runs: Runs, lane_info: dict, note_track: dict, tracks: tuple[set, set]) -> list[Span]:
     """PP-named annotation spans as they sit after compaction, only where
     blocks are read (so graph replays projected on many lanes cost nothing)."""
@@ -404,7 +406,7 @@ def _pp_spans(index: CompactIndex, mapped: array, note_tid: array, note_drop: se
     for n in mapped:
         label = index.note_name[n]
         pid = index.stream_keys[index.note_stream[n]][0]
-        if label < 0 or n in note_drop or not wanted(label, pid, note_tid[n]):
+        if label < 0 or note_drop[n] or not wanted(label, pid, note_tid[n]):
             continue
         start, end = index.note_start[n], index.note_end[n]
         if n in note_union:
@@ -513,7 +515,7 @@ class CompactPlan(EmitPlan):
             tid = plan.note_tid[ordinal]
             if tid < 0:
                 return line
-            if ordinal in plan.note_drop:
+            if plan.note_drop[ordinal]:
                 return None
             return retarget(line, old_tids[streams[ordinal]], tid, times=plan.note_union.get(ordinal))
 
