@@ -436,11 +436,6 @@ def _pp_local_arrows(spans: list[Span], tracks: tuple[set, set], pids: list, mem
     return maker.events
 
 
-def _union_span(union: tuple[float, float]) -> tuple[float, float]:
-    start, dur = union
-    return start, start + dur
-
-
 def _pid_key(pid: object) -> tuple:
     return (0, pid, "") if type(pid) is int else (1, 0, str(pid))
 

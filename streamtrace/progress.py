@@ -38,10 +38,6 @@ class Progress:
         self.stream.flush()
         self._shown = True
 
-    def restart(self) -> None:
-        """A new pass: rates count from now."""
-        self._start = time.monotonic()
-
     def done(self) -> None:
         if self._shown:
             self.stream.write("\r" + " " * 79 + "\r")
