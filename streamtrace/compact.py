@@ -333,9 +333,10 @@ def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
     keys = array("q", bytes(8 * len(note_tid)))
     for n in mapped:
         keys[n] = hash((note_tid[n], index.note_identity[n]))
-    by_key = sorted(sorted(mapped, key=index.note_start.__getitem__), key=keys.__getitem__)
+    by_stream, offsets = sorted_runs(index.note_start, index.note_end, index.note_stream, len(index.stream_keys))
+    in_start_order = (n for n in merge_runs(by_stream, offsets, index.note_start, index.note_end) if note_tid[n] >= 0)
     drop, union = bytearray(len(note_tid)), {}
-    for kept, removed, start, end in coalesce(by_key, keys, index.note_start, index.note_end):
+    for kept, removed, start, end in coalesce(in_start_order, keys, index.note_start, index.note_end):
         for n in removed:
             drop[n] = 1
         union[kept] = (start, end - start)

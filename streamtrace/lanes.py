@@ -135,33 +135,44 @@ def starting_at(perm: Sequence[int], perm_starts: Sequence[float], lo: int, hi: 
     return None
 
 
-def coalesce(order: Sequence[int], keys: Sequence[int], starts: Sequence[float],
+def coalesce(order: Iterable[int], keys: Sequence[int], starts: Sequence[float],
              ends: Sequence[float]) -> list[tuple[int, list[int], float, float]]:
     """Clusters of same-key spans that overlap or touch.
 
-    ``order`` must be sorted by (key, start).  Returns, for every cluster of
+    ``order`` must be in start order.  One sweep, holding only the clusters
+    that can still grow (end not before the current start), so memory follows
+    what is in flight, not the number of spans.  Returns, for every cluster of
     two or more, ``(kept, removed, start, end)``: the member with the lowest
     ordinal is kept and stretched to the union; the others are removed.
     """
+    growing: dict[int, list] = {}
+    closing: list[tuple[float, int]] = []
     merged = []
-    cluster: list[int] = []
-    cluster_end = 0.0
+
+    def close(key: int) -> None:
+        members, start, end = growing.pop(key)
+        if len(members) > 1:
+            kept = min(members)
+            merged.append((kept, [item for item in members if item != kept], start, end))
+
     for item in order:
-        if cluster and keys[item] == keys[cluster[0]] and starts[item] <= cluster_end:
-            cluster.append(item)
-            cluster_end = max(cluster_end, ends[item])
+        start, end, key = starts[item], ends[item], keys[item]
+        while closing and closing[0][0] < start:
+            last_end, done = heapq.heappop(closing)
+            if done in growing and growing[done][2] == last_end:
+                close(done)
+        cluster = growing.get(key)
+        if cluster is None:
+            growing[key] = [[item], start, end]
+            heapq.heappush(closing, (end, key))
             continue
-        if len(cluster) > 1:
-            merged.append(_union(cluster, starts, cluster_end))
-        cluster, cluster_end = [item], ends[item]
-    if len(cluster) > 1:
-        merged.append(_union(cluster, starts, cluster_end))
+        cluster[0].append(item)
+        if end > cluster[2]:
+            cluster[2] = end
+            heapq.heappush(closing, (end, key))
+    for key in list(growing):
+        close(key)
     return merged
-
-
-def _union(cluster: list[int], starts: Sequence[float], end: float) -> tuple[int, list[int], float, float]:
-    kept = min(cluster)
-    return kept, [item for item in cluster if item != kept], min(starts[item] for item in cluster), end
 
 
 class Runs:

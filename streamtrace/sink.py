@@ -19,7 +19,7 @@ import zstandard
 from .errors import TraceError
 
 try:
-    from isal import igzip as _fast_gzip
+    from isal import igzip_threaded as _fast_gzip
 except ImportError:  # the `fast` extra is optional
     _fast_gzip = None
 
@@ -148,7 +148,8 @@ def _compressed(raw: BinaryIO, compression: str, level: int | None) -> Iterator[
     if compression == "gzip":
         chosen = DEFAULT_LEVEL["gzip"] if level is None else level
         if _fast_gzip is not None and chosen <= 3:
-            writer = _fast_gzip.IGzipFile(fileobj=raw, mode="wb", compresslevel=chosen)
+            # compresses in a background thread, off the GIL: overlaps with the event loop
+            writer = _fast_gzip.open(raw, "wb", compresslevel=chosen, threads=1)
         else:
             writer = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=chosen, mtime=0)
     else:

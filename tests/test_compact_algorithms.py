@@ -95,8 +95,33 @@ def test_nearest_slice_prefers_containment_then_nearer_edge():
 def test_coalesce_merges_overlapping_and_touching_same_key_only():
     starts, ends = array("d", [0, 3, 5, 20, 1]), array("d", [4, 5, 6, 21, 2])
     keys = [7, 7, 7, 7, 8]
-    order = sorted(range(5), key=lambda i: (keys[i], starts[i]))
+    order = sorted(range(5), key=starts.__getitem__)
     assert coalesce(order, keys, starts, ends) == [(0, [1, 2], 0.0, 6.0)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 6), st.integers(0, 2)), min_size=1, max_size=40))
+def test_coalesce_sweep_equals_grouping_by_key(raw):
+    starts = array("d", [float(s) for s, _, _ in raw])
+    ends = array("d", [float(s + d) for s, d, _ in raw])
+    keys = [k for _, _, k in raw]
+    expected = []
+    for key in set(keys):
+        members = sorted((i for i in range(len(raw)) if keys[i] == key), key=lambda i: (starts[i], i))
+        cluster = [members[0]]
+        for item in members[1:] + [None]:
+            if item is not None and starts[item] <= max(ends[m] for m in cluster):
+                cluster.append(item)
+                continue
+            if len(cluster) > 1:
+                kept = min(cluster)
+                expected.append((kept, sorted(set(cluster) - {kept}), min(starts[m] for m in cluster),
+                                 max(ends[m] for m in cluster)))
+            cluster = [item]
+    got = [(kept, sorted(removed), start, end)
+           for kept, removed, start, end in coalesce(sorted(range(len(raw)), key=lambda i: (starts[i], i)),
+                                                     keys, starts, ends)]
+    assert sorted(got) == sorted(expected)
 
 
 def test_label_runs_break_on_unlabelled_and_per_lane():
