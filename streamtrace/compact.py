@@ -235,23 +235,7 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     order = merge_runs(by_stream, stream_offsets, starts, ends)
 
     pid_order = sorted({stream_pid[s] for s in index.slice_stream}, key=_pid_key)
-    pid_group_ids = {(pid, group): n for n, (pid, group) in
-                     enumerate((pid, group) for pid in pid_order for group in range(len(rules.names)))}
-    pid_group = array("i", (pid_group_ids[(stream_pid[s], g)] for s, g in zip(index.slice_stream, index.slice_group)))
-    by_group, group_offsets = partition(order, pid_group, len(pid_group_ids))
-    lanes = array("i", bytes(4 * count))
-    lane_counts = [pack_lanes(by_group[group_offsets[k]:group_offsets[k + 1]], starts, ends, lanes)
-                   for k in range(len(pid_group_ids))]
-
-    base = _allocate_tids(index.int_tids, sum(lane_counts))
-    lane_base, lane_info, next_tid = [], {}, base
-    for (pid, group), k in pid_group_ids.items():
-        lane_base.append(next_tid)
-        for lane in range(lane_counts[k]):
-            suffix = f" {lane + 1}" if lane_counts[k] > 1 else ""
-            lane_info[next_tid + lane] = (pid, group, lane, rules.labels[group] + suffix)
-        next_tid += lane_counts[k]
-    lane_tid = array("i", (lane_base[pid_group[i]] + lanes[i] for i in range(count)))
+    lane_tid, lane_info = _assign_lanes(index, order, stream_pid, pid_order)
     overlap = first_overlap(order, starts, ends, lane_tid)
     if overlap is not None:
         raise TraceError(f"validation failed: lane {lane_tid[overlap]} would hold overlapping slices")
@@ -263,6 +247,8 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     note_tid, mapped, note_drop, note_union = _move_annotations(index, runs, lane_tid, note_track)
     flow_tid, flows_mapped, flows_unmatched = _move_flows(index, runs, lane_tid, strict)
     meta_drop = bytearray(1 if runs.is_old(stream) else 0 for stream in index.meta_stream)
+    old_streams = runs.old_count
+    del runs, by_stream  # the per-stream index is done with: free it before the next allocations
     kernel_runs = label_runs(order, lane_tid, index.slice_label, starts, ends)
     used_tracks = {(index.stream_keys[index.note_stream[n]][0], note_tid[n]) for n in mapped if not note_drop[n]}
     coalesced = note_drop.count(1)
@@ -270,7 +256,7 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
 
     summary = {
         "measured_slices": count,
-        "original_streams": runs.old_count,
+        "original_streams": old_streams,
         "compacted_lanes": len(lane_info),
         "slice_groups": _by_group_name(rules, index.slice_group),
         "lanes_by_group": dict(sorted(_lanes_by_group(rules, lane_info).items())),
@@ -299,6 +285,30 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
         yield from flows
 
     return Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, new_events, summary, count)
+
+
+def _assign_lanes(index: CompactIndex, order: array, stream_pid: list, pid_order: list) -> tuple[array, dict]:
+    """Pack each (pid, group) into lanes; returns every slice's lane tid and
+    ``lane_info[tid] = (pid, group, lane, label)``.  Its scratch arrays die here."""
+    rules, starts, ends = index.rules, index.slice_start, index.slice_end
+    pid_group_ids = {(pid, group): n for n, (pid, group) in
+                     enumerate((pid, group) for pid in pid_order for group in range(len(rules.names)))}
+    pid_group = array("i", (pid_group_ids[(stream_pid[s], g)] for s, g in zip(index.slice_stream, index.slice_group)))
+    by_group, group_offsets = partition(order, pid_group, len(pid_group_ids))
+    lanes = array("i", bytes(4 * len(starts)))
+    lane_counts = [pack_lanes(by_group[group_offsets[k]:group_offsets[k + 1]], starts, ends, lanes)
+                   for k in range(len(pid_group_ids))]
+    del by_group
+    lane_base, lane_info, next_tid = [], {}, _allocate_tids(index.int_tids, sum(lane_counts))
+    for (pid, group), k in pid_group_ids.items():
+        lane_base.append(next_tid)
+        for lane in range(lane_counts[k]):
+            suffix = f" {lane + 1}" if lane_counts[k] > 1 else ""
+            lane_info[next_tid + lane] = (pid, group, lane, rules.labels[group] + suffix)
+        next_tid += lane_counts[k]
+    for item, group in enumerate(pid_group):
+        lanes[item] += lane_base[group]
+    return lanes, lane_info
 
 
 class StreamRuns:

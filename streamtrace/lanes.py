@@ -39,8 +39,19 @@ def _in_time_order(perm: Sequence[int], lo: int, hi: int, starts: Sequence[float
     return True
 
 
+IN_MEMORY_SORT_LIMIT = 1_000_000
+
+
 def merge_runs(perm: array, offsets: list[int], starts: Sequence[float], ends: Sequence[float]) -> array:
-    """All ordinals in (start, end, ordinal) order: a k-way merge of sorted runs."""
+    """All ordinals in (start, end, ordinal) order.
+
+    Up to ``IN_MEMORY_SORT_LIMIT`` ordinals a C sort is fastest; beyond, its
+    Python lists (~100 bytes an ordinal) would dominate memory, so the sorted
+    runs are merged k-way instead.
+    """
+    if len(perm) <= IN_MEMORY_SORT_LIMIT:
+        by_end = sorted(sorted(perm), key=ends.__getitem__)
+        return array("i", sorted(by_end, key=starts.__getitem__))
     runs = [((starts[item], ends[item], item) for item in perm[offsets[key]:offsets[key + 1]])
             for key in range(len(offsets) - 1) if offsets[key + 1] > offsets[key]]
     return array("i", (entry[2] for entry in heapq.merge(*runs)))

@@ -7,7 +7,9 @@ zstd-compressed in a temporary directory and always deleted.
 from __future__ import annotations
 
 import os
+import queue
 import tempfile
+import threading
 from typing import Iterator
 
 import zstandard
@@ -41,14 +43,23 @@ class EventSpool:
             self._writer.write(b"\n".join(lines) + b"\n")
 
     def read_blocks(self) -> Iterator[list[bytes]]:
-        """The lines in order, without newlines, a block (about 1 MB) at a time."""
+        """The lines in order, without newlines, a block (about 1 MB) at a time.
+
+        Decompression runs in a background thread (zstd releases the GIL), so
+        it overlaps with the caller's work on the previous block.
+        """
         self._writer.close()
         self._file.close()
-        with open(self.path, "rb") as raw:
-            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK)
-            carry = b""
+        blocks: queue.Queue = queue.Queue(maxsize=4)
+        stop = threading.Event()
+        reader = threading.Thread(target=self._decompress_into, args=(blocks, stop), daemon=True)
+        reader.start()
+        carry = b""
+        try:
             while True:
-                block = reader.read(READ_BLOCK)
+                block = blocks.get()
+                if isinstance(block, BaseException):
+                    raise block
                 if not block:
                     break
                 lines = (carry + block).split(b"\n")
@@ -56,6 +67,25 @@ class EventSpool:
                 yield lines
             if carry:
                 yield [carry]
+        finally:
+            stop.set()
+            while reader.is_alive():
+                try:
+                    blocks.get(timeout=0.1)
+                except queue.Empty:
+                    pass
+
+    def _decompress_into(self, blocks: queue.Queue, stop: threading.Event) -> None:
+        try:
+            with open(self.path, "rb") as raw:
+                reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK)
+                while not stop.is_set():
+                    block = reader.read(READ_BLOCK)
+                    blocks.put(block)
+                    if not block:
+                        return
+        except BaseException as exc:  # handed to the consumer, which raises it
+            blocks.put(exc)
 
     def close(self) -> None:
         """Delete the spool; safe to call twice."""

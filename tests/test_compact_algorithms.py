@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamtrace import lanes as lanes_module
 from streamtrace.errors import TraceError
 from streamtrace.lanes import (coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes,
                                sorted_runs)
@@ -29,9 +30,18 @@ def order_by_start(starts: array, ends: array, streams: list[int] | None = None)
     return merge_runs(*sorted_runs(starts, ends, streams, max(streams) + 1), starts, ends)
 
 
+@pytest.mark.parametrize("limit", [0, 10**6], ids=["k-way merge", "in-memory sort"])
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=50))
-def test_merged_runs_equal_a_plain_sort(raw):
+@given(raw=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=50))
+def test_merged_runs_equal_a_plain_sort(limit, raw):
+    lanes_module.IN_MEMORY_SORT_LIMIT, saved = limit, lanes_module.IN_MEMORY_SORT_LIMIT
+    try:
+        check_merged_runs(raw)
+    finally:
+        lanes_module.IN_MEMORY_SORT_LIMIT = saved
+
+
+def check_merged_runs(raw):
     starts = array("d", [float(s) for s, _, _ in raw])
     ends = array("d", [float(s + d) for s, d, _ in raw])
     streams = [k for _, _, k in raw]
