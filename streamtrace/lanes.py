@@ -39,7 +39,7 @@ def _in_time_order(perm: Sequence[int], lo: int, hi: int, starts: Sequence[float
     return True
 
 
-IN_MEMORY_SORT_LIMIT = 300_000
+IN_MEMORY_SORT_LIMIT = 600_000
 
 
 def merge_runs(perm: array, offsets: list[int], starts: Sequence[float], ends: Sequence[float]) -> array:

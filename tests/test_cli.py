@@ -143,3 +143,35 @@ def test_killed_convert_leaves_no_target(tmp_path, signum):
     if signum != signal.SIGKILL:
         assert sorted(os.listdir(tmp_path)) == ["big.json"]
         assert b"Traceback" not in process.stderr.read()
+
+
+def test_killed_compact_leaves_no_output_and_no_spool(tmp_path):
+    source = _big_input(tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    target = tmp_path / "out.json.gz"
+    process = subprocess.Popen([*CLI, "compact", str(source), "-o", str(target), "--spool-dir", str(spool), "-q"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 30
+    while not os.listdir(spool):
+        assert time.time() < deadline and process.poll() is None, "compact never started spooling"
+        time.sleep(0.02)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+    assert process.returncode != 0
+    assert os.listdir(spool) == []
+    assert sorted(os.listdir(tmp_path)) == ["big.json", "spool"]
+    assert b"Traceback" not in process.stderr.read()
+
+
+def test_compact_cli_writes_default_output_and_refuses_overwrite(tmp_path):
+    trace = tmp_path / "rank0_trace.json"
+    trace.write_bytes(gzip.decompress(NCCL.read_bytes()))
+    first = run("compact", str(trace), "-q")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["output"] == str(tmp_path / "rank0_trace_compacted.json")
+    again = run("compact", str(trace), "-q")
+    assert again.returncode == 1 and b"--overwrite" in again.stderr and again.stderr.count(b"\n") == 1
+    rules = run("compact", "--print-rules")
+    assert rules.returncode == 0 and b"[groups]" in rules.stdout
