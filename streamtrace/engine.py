@@ -202,6 +202,8 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
                 read += len(block)
                 if progress is not None:
                     progress.update("pass 2", None, read)
+            if plan.actions is not None and read != len(plan.actions):
+                raise TraceError(f"validation failed: {read} events spooled, {len(plan.actions)} indexed")
             for batch in _batches(plan.appended(), SPOOL_BATCH):
                 writer.events(batch)
             writer.close(plan.trailer(result.stats.trailer))
