@@ -23,7 +23,7 @@ from .errors import RobustModeNeeded, TraceError
 from .repair import ControlCharRepair, Utf8Repair
 from .source import DecodedStream, TruncatedInput
 
-PARSE_CHUNK = 256 * 1024
+PARSE_CHUNK = 64 * 1024  # larger chunks make ijson slower (more pending items per call)
 HEADER_LIMIT = 64 << 20
 TAIL_WINDOW = 8 << 20
 
