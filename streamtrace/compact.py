@@ -24,7 +24,7 @@ import orjson
 
 from .engine import EmitPlan, IndexResult, emit_pass, index_pass
 from .errors import TraceError
-from .jsonscan import RawMember
+from .jsonscan import RawMember, member_value
 from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes, partition,
                     sorted_runs, starting_at)
 from .pp import parse_pp_name
@@ -206,13 +206,7 @@ def _allocate_tids(used: set[int], count: int) -> int:
 
 def _pp_rank(members: list[RawMember]) -> tuple[int, str]:
     """This rank's index in its PP process group (SPEC 2), and how it was found."""
-    info = None
-    for key, raw in members:
-        if key == "distributedInfo":
-            try:
-                info = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                info = None
+    info = member_value(members, "distributedInfo")
     if not isinstance(info, dict) or type(info.get("rank")) is not int:
         return 0, "default (no distributedInfo.rank)"
     rank = info["rank"]

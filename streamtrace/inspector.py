@@ -11,11 +11,10 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Callable, Iterable
 
-import orjson
 
 from .corrset import CorrelationSet, count_shared
 from .engine import index_pass
-from .jsonscan import RawMember
+from .jsonscan import member_value
 from .pp import parse_pp_name
 from .progress import Progress
 from .ranks import rank_from_args, rank_from_process_name
@@ -187,16 +186,6 @@ class InspectVisitor:
                 self.graph_gpu[(pid, correlation)] += 1
 
 
-def _member(members: list[RawMember], key: str) -> object:
-    for name, raw in members:
-        if name == key:
-            try:
-                return orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                return None
-    return None
-
-
 def _pid_ranks(visitor: InspectVisitor, pids: Iterable, file_rank: object) -> dict[object, tuple[int | None, str]]:
     """Rank of each pid and the rule that decided it (SPEC 6 order)."""
     decided: dict[object, tuple[int | None, str]] = {}
@@ -280,7 +269,7 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
     """The inspect summary as a JSON-ready dict."""
     visitor.settle()
     members = stats.header + stats.trailer
-    distributed = _member(members, "distributedInfo")
+    distributed = member_value(members, "distributedInfo")
     file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
     facts = _pid_facts(visitor)
     ranks = _pid_ranks(visitor, facts, file_rank)
@@ -307,7 +296,7 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
         "time_span_us": {"first_ts": first, "last_end": last,
                          "duration": None if first is None or last is None else round(last - first, 3)},
         "events_without_numeric_ts": visitor.bad_ts,
-        "base_time_ns": _member(members, "baseTimeNanoseconds"),
+        "base_time_ns": member_value(members, "baseTimeNanoseconds"),
     }
 
 

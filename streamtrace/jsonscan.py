@@ -130,6 +130,18 @@ def scan_header(buf: bytes) -> tuple[str, list[RawMember], int]:
             raise ScanError(f"expected ',' or '}}' after the value of {key!r}", pos)
 
 
+def member_value(members: list[RawMember], key: str) -> object:
+    """The parsed value of a top-level member (the last one named ``key``), or None."""
+    value = None
+    for name, raw in members:
+        if name == key:
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                value = None
+    return value
+
+
 def describe_value_start(buf: bytes, pos: int) -> str:
     """Name the kind of JSON value that starts at ``pos``."""
     byte = buf[pos]

@@ -782,7 +782,7 @@ class _RankGen:
 
     def finish(self) -> RankTruth:
         """Emit Kineto's trailing metadata and instants; return the truth."""
-        cfg, pid, gpid = self.cfg, self.cpu_pid, self.gpu_pid
+        pid, gpid = self.cpu_pid, self.gpu_pid
         ts = self._ts(self.t_first if self.t_first is not None else self.t_step)
         named = self.merged_style == "process-name"
         streams = sorted(self.free)
