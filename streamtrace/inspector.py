@@ -11,7 +11,6 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Callable, Iterable
 
-
 from .corrset import CorrelationSet, count_shared
 from .engine import index_pass
 from .jsonscan import member_value
