@@ -129,7 +129,7 @@ def _progress(args: argparse.Namespace) -> bool | None:
 def _run_inspect(args: argparse.Namespace) -> None:
     summary = inspect(args.trace, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args))
     if not args.json:
-        sys.stdout.write(format_inspect_table(summary))
+        sys.stdout.write(format_inspect_table(summary) + "\nJSON summary:\n")
     _emit_summary(summary)
 
 
@@ -169,7 +169,7 @@ def _run_demo(args: argparse.Namespace) -> None:
     trace = os.path.join(directory, "rank0_trace.json.gz")
     print(f"demo traces written to {directory}")
     summary = inspect(trace, spool_dir=args.spool_dir, progress=_progress(args))
-    sys.stdout.write(format_inspect_table(summary).replace("\nJSON summary:\n", "\n"))
+    sys.stdout.write(format_inspect_table(summary))
     compacted = compact(trace, spool_dir=args.spool_dir, progress=_progress(args))
     print(f"\ncompacted {compacted['measured_slices']:,} GPU slices from {compacted['original_streams']} streams "
           f"into {compacted['compacted_lanes']} lanes: {compacted['output']}")
@@ -209,7 +209,7 @@ def format_inspect_table(summary: dict) -> str:
     if repairs:
         rows.append(("repairs", "; ".join(repairs)))
     width = max(len(name) for name, _ in rows)
-    return "".join(f"{name:<{width}}  {value}\n" for name, value in rows) + "\nJSON summary:\n"
+    return "".join(f"{name:<{width}}  {value}\n" for name, value in rows)
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -30,7 +30,7 @@ from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, neare
 from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
-from .reader import decimal_as_json, dumps_event
+from .reader import NUMBER_TYPES, decimal_as_json, dumps_event
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec
@@ -123,7 +123,7 @@ class CompactIndex:
 
     def _times(self, event: dict, what: str) -> tuple[float, float]:
         ts, dur = event.get("ts"), event.get("dur", 0)
-        if ts.__class__ not in (float, int, Decimal) or dur.__class__ not in (float, int, Decimal):
+        if ts.__class__ not in NUMBER_TYPES or dur.__class__ not in NUMBER_TYPES:
             raise TraceError(f"{what} needs numeric ts and dur", event_index=len(self.actions))
         if dur < 0:
             raise TraceError(f"{what} has negative dur {dur}", event_index=len(self.actions))
@@ -162,7 +162,7 @@ class CompactIndex:
 
     def _flow(self, event: dict) -> int:
         ts = event.get("ts")
-        if ts.__class__ not in (float, int, Decimal):
+        if ts.__class__ not in NUMBER_TYPES:
             return KEEP
         self.flow_stream.append(self._stream(event))
         self.flow_ts.append(float(ts))
@@ -186,7 +186,6 @@ class Compaction:
     meta_drop: bytearray
     new_events: Callable[[], Iterator[dict]]
     summary: dict
-    slice_count: int
 
 
 def _allocate_tids(used: set[int], count: int) -> int:
@@ -278,7 +277,7 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
         yield from _lane_metadata(lane_info, note_track, used_tracks)
         yield from flows
 
-    return Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, new_events, summary, count)
+    return Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, new_events, summary)
 
 
 def _assign_lanes(index: CompactIndex, order: array, stream_pid: list, pid_order: list) -> tuple[array, dict]:
@@ -541,8 +540,9 @@ class CompactPlan(EmitPlan):
 
     def appended(self) -> Iterator[bytes]:
         written = next(self._slices)
-        if written != self.compaction.slice_count:
-            raise TraceError(f"validation failed: {written} GPU slices written, {self.compaction.slice_count} read")
+        read = len(self.compaction.lane_tid_of_slice)
+        if written != read:
+            raise TraceError(f"validation failed: {written} GPU slices written, {read} read")
         return (dumps_event(event) for event in self.compaction.new_events())
 
 

@@ -17,7 +17,7 @@ from .jsonscan import member_value
 from .pp import parse_pp_name
 from .progress import Progress
 from .ranks import rank_from_args, rank_from_process_name
-from .reader import ReadStats
+from .reader import NUMBER_TYPES, ReadStats
 from .resources import peak_rss_mb
 from .source import InputSource, SourceSpec
 
@@ -27,7 +27,6 @@ CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cud
 ANNOTATION_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation"})
 
 GPU_SIDE_CATEGORIES = GPU_CATEGORIES | {"gpu_user_annotation"}
-NUMBER_TYPES = frozenset({float, int, Decimal})
 PP_PREFIXES = ("PP:", "Forward ", "Backward ")
 
 

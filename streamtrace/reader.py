@@ -23,6 +23,8 @@ from .errors import RobustModeNeeded, TraceError
 from .repair import ControlCharRepair, Utf8Repair
 from .source import DecodedStream, TruncatedInput
 
+NUMBER_TYPES = frozenset({float, int, Decimal})
+"""The types a JSON number is read as, in fast and in exact mode."""
 PARSE_CHUNK = 64 * 1024  # larger chunks make ijson slower (more pending items per call)
 HEADER_LIMIT = 64 << 20
 TAIL_WINDOW = 8 << 20
