@@ -1,0 +1,27 @@
+from hypothesis import given, strategies as st
+
+from streamtrace.ids import MAX_SAFE_ID, check_id_space, id_multiplier, rank_unique_id
+
+
+def test_multiplier_is_a_power_of_ten_above_every_raw_id():
+    assert id_multiplier(0) == 10**9
+    assert id_multiplier(10**9 - 1) == 10**9
+    assert id_multiplier(10**9) == 10**10
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 10**12)), min_size=2, max_size=50),
+)
+def test_ids_are_unique_across_ranks_and_keep_the_raw_id(pairs):
+    multiplier = id_multiplier(max(raw for _, raw in pairs))
+    ids = {rank_unique_id(rank, raw, multiplier): (rank, raw) for rank, raw in pairs}
+    assert len(ids) == len(set(pairs))
+    for new_id, (rank, raw) in ids.items():
+        assert new_id % multiplier == raw
+        assert new_id // multiplier == rank + 1
+        assert new_id <= MAX_SAFE_ID
+
+
+def test_id_space_overflow_is_reported():
+    assert check_id_space(1023, 10**9) is None
+    assert "2^53" in check_id_space(10**7, 10**9)
