@@ -10,14 +10,13 @@ lines and appends the new events.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import time
+from bisect import bisect_right
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Callable, Iterator
 
 import orjson
@@ -26,11 +25,11 @@ from .engine import EmitPlan, IndexResult, emit_pass, index_pass
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
 from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes, partition,
-                    sorted_runs, starting_at)
+                    sorted_runs)
 from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
-from .reader import NUMBER_TYPES, decimal_as_json, dumps_event
+from .reader import NUMBER_TYPES, decimal_as_json, dumps_event, loads_exact
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec
@@ -40,6 +39,7 @@ SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
 THREAD_METADATA = frozenset({"thread_name", "thread_sort_index"})
 KEEP, SLICE, ANNOTATION, FLOW, METADATA = range(5)
+RUNTIME = 5  # an event kind the index counts but pass 2 keeps
 TID_GAP = 1000
 TID_LIMIT = 2**31
 PP_GROUP_NAMES = ("torchtitan_real_pp",)
@@ -74,28 +74,71 @@ class CompactIndex:
         self.int_tids: set[int] = set()
         self.graph_launches = 0
         self.gpu_annotations = 0
-        handlers = {cat: self._slice for cat in SLICE_CATEGORIES}
-        handlers.update(gpu_user_annotation=self._annotation, ac2g=self._flow,
-                        cuda_runtime=self._runtime, cuda_driver=self._runtime)
-        self.visit = self._make_visit(handlers)
+        self.visit = self._make_visit()
 
-    def _make_visit(self, handlers: dict) -> Callable[[dict], None]:
-        """The per-event hot loop: a closure over locals, one byte appended per event."""
+    def _make_visit(self) -> Callable[[dict], None]:
+        """The per-event hot loop, written as one closure over local names:
+        at millions of events, attribute lookups and method calls per event
+        cost more than the indexing itself."""
         record = self.actions.append
         tids = self.int_tids
         note_tid = tids.add
-        metadata = self._metadata
+        kinds = dict.fromkeys(SLICE_CATEGORIES, SLICE)
+        kinds.update(gpu_user_annotation=ANNOTATION, ac2g=FLOW, cuda_runtime=RUNTIME, cuda_driver=RUNTIME)
+        stream_ids, new_stream = self.stream_ids, self._new_stream
+        group_cache, classify = self.group_cache, self._classify
+        label_ids, new_label = self.label_ids, self._new_label
+        slice_stream, slice_start, slice_end = self.slice_stream.append, self.slice_start.append, self.slice_end.append
+        slice_group, slice_label = self.slice_group.append, self.slice_label.append
+        flow_stream, flow_ts = self.flow_stream.append, self.flow_ts.append
+        annotation, metadata, span = self._annotation, self._metadata, self._span
 
         def visit(event: dict) -> None:
-            tid = event.get("tid")
+            get = event.get
+            tid = get("tid")
             if tid.__class__ is int and tid not in tids:
                 note_tid(tid)
-            handler = handlers.get(event.get("cat"))
-            if handler is not None:
-                record(handler(event))
-            elif event.get("ph") == "M":
-                record(metadata(event))
+            kind = kinds.get(get("cat"))
+            if kind is None:
+                record(metadata(event) if get("ph") == "M" else KEEP)
+            elif kind == FLOW:
+                ts = get("ts")
+                if ts.__class__ in NUMBER_TYPES:
+                    key = (get("pid"), tid)
+                    stream = stream_ids.get(key)
+                    flow_stream(new_stream(key) if stream is None else stream)
+                    flow_ts(float(ts))
+                    record(FLOW)
+                else:
+                    record(KEEP)
+            elif kind == SLICE and get("ph") == "X":
+                ts, dur = get("ts"), get("dur", 0)
+                if ts.__class__ is float and dur.__class__ is float and dur >= 0:
+                    end = ts + dur
+                else:
+                    ts, end = span(ts, dur, "GPU slice")
+                key = (get("pid"), tid)
+                stream = stream_ids.get(key)
+                slice_stream(new_stream(key) if stream is None else stream)
+                slice_start(ts)
+                slice_end(end)
+                name = get("name")
+                by_name = group_cache.get(kind_key := get("cat"))
+                group = by_name.get(name) if by_name is not None else None
+                slice_group(classify(kind_key, name) if group is None else group)
+                args = get("args")
+                label = args.get("name") if args.__class__ is dict else None
+                if label.__class__ is str and label:
+                    found = label_ids.get(label)
+                    slice_label(new_label(label) if found is None else found)
+                else:
+                    slice_label(-1)
+                record(SLICE)
+            elif kind == ANNOTATION:
+                record(annotation(event))
             else:
+                if kind == RUNTIME and get("name") in GRAPH_LAUNCH_NAMES:
+                    self.graph_launches += 1
                 record(KEEP)
 
         return visit
@@ -109,69 +152,60 @@ class CompactIndex:
     def _stream(self, event: dict) -> int:
         key = (event.get("pid"), event.get("tid"))
         found = self.stream_ids.get(key)
-        if found is None:
-            found = self.stream_ids[key] = len(self.stream_keys)
-            self.stream_keys.append(key)
+        return self._new_stream(key) if found is None else found
+
+    def _new_stream(self, key: tuple) -> int:
+        found = self.stream_ids[key] = len(self.stream_keys)
+        self.stream_keys.append(key)
         return found
+
+    def _classify(self, category: str, name: object) -> int:
+        group = self.group_cache.setdefault(category, {})[name] = self.rules.classify(category, name)
+        return group
 
     def _label(self, text: str) -> int:
         found = self.label_ids.get(text)
-        if found is None:
-            found = self.label_ids[text] = len(self.label_names)
-            self.label_names.append(text)
+        return self._new_label(text) if found is None else found
+
+    def _new_label(self, text: str) -> int:
+        found = self.label_ids[text] = len(self.label_names)
+        self.label_names.append(text)
         return found
 
-    def _times(self, event: dict, what: str) -> tuple[float, float]:
-        ts, dur = event.get("ts"), event.get("dur", 0)
+    def _span(self, ts: object, dur: object, what: str) -> tuple[float, float]:
+        """Checked (start, end) of a slice whose times are not plain floats."""
         if ts.__class__ not in NUMBER_TYPES or dur.__class__ not in NUMBER_TYPES:
             raise TraceError(f"{what} needs numeric ts and dur", event_index=len(self.actions))
         if dur < 0:
             raise TraceError(f"{what} has negative dur {dur}", event_index=len(self.actions))
         return float(ts), float(ts) + float(dur)
 
-    def _slice(self, event: dict) -> int:
-        if event.get("ph") != "X":
-            return KEEP
-        start, end = self._times(event, "GPU slice")
-        category, name = event.get("cat"), event.get("name")
-        group = self.group_cache.get((category, name))
-        if group is None:
-            group = self.group_cache[(category, name)] = self.rules.classify(category, name)
-        args = event.get("args")
-        label = args.get("name") if args.__class__ is dict else None
-        self.slice_stream.append(self._stream(event))
-        self.slice_start.append(start)
-        self.slice_end.append(end)
-        self.slice_group.append(group)
-        self.slice_label.append(self._label(label) if label.__class__ is str and label else -1)
-        return SLICE
-
     def _annotation(self, event: dict) -> int:
         self.gpu_annotations += 1
         if event.get("ph") != "X":
             return KEEP
-        start, end = self._times(event, "GPU annotation")
-        identity = {key: value for key, value in event.items() if key not in ("ts", "dur", "tid")}
+        start, end = self._span(event.get("ts"), event.get("dur", 0), "GPU annotation")
         name = event.get("name")
         self.note_stream.append(self._stream(event))
         self.note_start.append(start)
         self.note_end.append(end)
-        self.note_identity.append(hash(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS, default=decimal_as_json)))
+        self.note_identity.append(_identity_hash(event))
         self.note_name.append(self._label(name) if name.__class__ is str else -1)
         return ANNOTATION
 
-    def _flow(self, event: dict) -> int:
-        ts = event.get("ts")
-        if ts.__class__ not in NUMBER_TYPES:
-            return KEEP
-        self.flow_stream.append(self._stream(event))
-        self.flow_ts.append(float(ts))
-        return FLOW
 
-    def _runtime(self, event: dict) -> int:
-        if event.get("name") in GRAPH_LAUNCH_NAMES:
-            self.graph_launches += 1
-        return KEEP
+KINETO_ANNOTATION_KEYS = frozenset({"ph", "cat", "name", "pid", "tid", "ts", "dur", "args"})
+
+
+def _identity_hash(event: dict) -> int:
+    """A hash of everything but ts, dur and tid: what makes two annotations
+    identical for coalescing.  Kineto's own key set takes a shortcut that
+    serialises only ``args``; equal events take the same path."""
+    if event.keys() == KINETO_ANNOTATION_KEYS:
+        args = orjson.dumps(event["args"], option=orjson.OPT_SORT_KEYS, default=decimal_as_json)
+        return hash((event["ph"], event["cat"], event["name"], event["pid"], args))
+    identity = {key: value for key, value in event.items() if key not in ("ts", "dur", "tid")}
+    return hash(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS, default=decimal_as_json))
 
 
 @dataclass
@@ -316,22 +350,40 @@ class StreamRuns:
         """Did this (pid, tid) hold slices before compaction?"""
         return self.offsets[stream + 1] > self.offsets[stream]
 
-    def nearest(self, stream: int, ts: float) -> int:
-        return nearest_in_run(self.perm, self.perm_starts, self.offsets[stream], self.offsets[stream + 1],
-                              self.starts, self.ends, ts)
+    def nearest_each(self, streams: array, times: array) -> array:
+        """For each (stream, time): the stream's nearest slice, or -1 when the
+        stream held no slices (one loop: a call per item would cost more)."""
+        perm, perm_starts, offsets, starts, ends = self.perm, self.perm_starts, self.offsets, self.starts, self.ends
+        found = array("i", [-1]) * len(streams)
+        for n, stream in enumerate(streams):
+            lo, hi = offsets[stream], offsets[stream + 1]
+            if lo < hi:
+                found[n] = nearest_in_run(perm, perm_starts, lo, hi, starts, ends, times[n])
+        return found
 
-    def starting_at(self, stream: int, ts: float) -> int | None:
-        return starting_at(self.perm, self.perm_starts, self.offsets[stream], self.offsets[stream + 1], ts)
+    def starting_at_each(self, streams: array, times: array) -> array:
+        """For each (stream, time): the slice starting exactly then, -2 when
+        none does, -1 when the stream held no slices."""
+        perm, perm_starts, offsets = self.perm, self.perm_starts, self.offsets
+        found = array("i", [-1]) * len(streams)
+        for n, stream in enumerate(streams):
+            lo, hi = offsets[stream], offsets[stream + 1]
+            if lo < hi:
+                ts = times[n]
+                at = bisect_right(perm_starts, ts, lo, hi)
+                found[n] = perm[at - 1] if at > lo and perm_starts[at - 1] == ts else -2
+        return found
 
 
 def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
                       note_track: dict) -> tuple[array, array, bytearray, dict]:
     """Annotation track of each GPU annotation on an old stream, and coalescing."""
-    note_tid = array("i", [-1]) * len(index.note_start)
+    nearest = runs.nearest_each(index.note_stream, index.note_start)
+    note_tid = array("i", [-1]) * len(nearest)
     mapped = array("i")
-    for n, stream in enumerate(index.note_stream):
-        if runs.is_old(stream):
-            note_tid[n] = note_track[lane_tid[runs.nearest(stream, index.note_start[n])]]
+    for n, target in enumerate(nearest):
+        if target >= 0:
+            note_tid[n] = note_track[lane_tid[target]]
             mapped.append(n)
     keys = array("q", bytes(8 * len(note_tid)))
     for n in mapped:
@@ -349,22 +401,22 @@ def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
 def _move_flows(index: CompactIndex, runs: StreamRuns, lane_tid: array, strict: bool) -> tuple[array, int, int]:
     """Lane of each ac2g endpoint on an old stream: the slice starting at its ts,
     else (dangling: trimmed captures) the stream's nearest slice."""
-    flow_tid = array("i", [-1]) * len(index.flow_ts)
-    mapped = unmatched = 0
-    for n, stream in enumerate(index.flow_stream):
-        if not runs.is_old(stream):
-            continue
-        ts = index.flow_ts[n]
-        target = runs.starting_at(stream, ts)
-        if target is None:
-            if strict:
-                pid, tid = index.stream_keys[stream]
-                raise TraceError(f"ac2g endpoint at ts {ts} on pid {pid} stream {tid} matches no slice start (--strict)")
-            target = runs.nearest(stream, ts)
-            unmatched += 1
-        else:
-            mapped += 1
-        flow_tid[n] = lane_tid[target]
+    targets = runs.starting_at_each(index.flow_stream, index.flow_ts)
+    dangling = array("i", (n for n, target in enumerate(targets) if target == -2))
+    if dangling and strict:
+        pid, tid = index.stream_keys[index.flow_stream[dangling[0]]]
+        raise TraceError(f"ac2g endpoint at ts {index.flow_ts[dangling[0]]} on pid {pid} stream {tid} "
+                         "matches no slice start (--strict)")
+    nearest = runs.nearest_each(array("i", map(index.flow_stream.__getitem__, dangling)),
+                                array("d", map(index.flow_ts.__getitem__, dangling)))
+    for n, target in zip(dangling, nearest):
+        targets[n] = target
+    flow_tid = array("i", [-1]) * len(targets)
+    for n, target in enumerate(targets):
+        if target >= 0:
+            flow_tid[n] = lane_tid[target]
+    unmatched = len(dangling)
+    mapped = len(targets) - targets.count(-1) - unmatched
     return flow_tid, mapped, unmatched
 
 
@@ -468,7 +520,7 @@ class CompactPlan(EmitPlan):
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
         self.compaction = compaction
-        self._loads = _exact_loads if exact else orjson.loads
+        self._loads = loads_exact if exact else orjson.loads
         self._slices = itertools.count()
         old_tids = [key[1] for key in index.stream_keys]
         self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(index, old_tids),
@@ -561,11 +613,6 @@ def _splice(line: bytes, old: bytes, new: bytes) -> bytes | None:
     if len(parts) != 2:
         return None
     return parts[0] + new + parts[1]
-
-
-def _exact_loads(line: bytes) -> dict:
-    """Decode a spooled line keeping exact-mode numbers exact."""
-    return json.loads(line, parse_float=Decimal)
 
 
 def default_output(src: object) -> str:

@@ -8,22 +8,27 @@ event spool between the passes, and cleanup.
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
-from orjson import dumps
+from orjson import JSONDecodeError, dumps, loads
+
+from . import parseproc
 
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, warn_if_slow_backend
+from .reader import (ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, loads_exact,
+                     warn_if_slow_backend)
 from .sink import OutputTarget
 from .source import InputSource
 from .spool import EventSpool
 from .writer import TraceWriter
 
 T = TypeVar("T")
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")  # an int orjson cannot hold exactly
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
 
 
@@ -79,14 +84,19 @@ def read_with_retries(
     to three times (fast, exact numbers, string repair).
     """
     warn_if_slow_backend()
-    mode = ReadMode()
     tick = None
     if progress is not None:
         tick = lambda reader: progress.update(label, reader.raw_bytes_read, reader.stats.events)  # noqa: E731
+    return _retrying(source, lambda mode: attempt(TraceReader(source.open(), mode, salvage=salvage, on_chunk=tick)),
+                     progress)
+
+
+def _retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Progress | None) -> T:
+    """Call ``run`` in the fast mode, then in stricter modes while it asks for them."""
+    mode = ReadMode()
     while True:
-        reader = TraceReader(source.open(), mode, salvage=salvage, on_chunk=tick)
         try:
-            return attempt(reader)
+            return run(mode)
         except RobustModeNeeded as need:
             mode = _combine(mode, need.args[0])
         except TraceError as exc:
@@ -114,9 +124,12 @@ def index_pass(
     spool_dir: str | None = None,
     salvage: bool = False,
     progress: Progress | None = None,
+    child_parse_min_bytes: int | None = None,
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
 
+    With a spool and a large local file, parsing runs in a child process
+    (:mod:`streamtrace.parseproc`) while this process indexes.
     On failure the spool is deleted; on success the caller owns it (see
     :func:`emit_pass`, which deletes it).
     """
@@ -145,8 +158,35 @@ def index_pass(
             spool.add_lines(lines)
         return visitor, reader.stats
 
+    def attempt_in_child(mode: ReadMode) -> tuple[Visitor, ReadStats]:
+        """The same, with parsing and encoding done by a child process."""
+        visitor = make_visitor()
+        visit = visitor.visit
+        spool.reset()
+
+        def index_lines(block: memoryview) -> None:
+            spool.add_block(block)
+            for line in bytes(block[:-1]).split(b"\n"):
+                visit(loads(line))
+
+        def index_exact_lines(block: memoryview) -> None:
+            """Exact mode: orjson would round ints beyond 64 bits and refuse huge floats."""
+            spool.add_block(block)
+            for line in bytes(block[:-1]).split(b"\n"):
+                try:
+                    visit(loads_exact(line) if _LONG_NUMBER.search(line) else loads(line))
+                except JSONDecodeError:
+                    visit(loads_exact(line))
+
+        on_lines = index_exact_lines if mode.exact_numbers else index_lines
+        return visitor, parseproc.parse_in_child(source, mode, on_lines, salvage=salvage, progress=progress)
+
     try:
-        visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress)
+        if spool is not None and parseproc.available(source, min_bytes=child_parse_min_bytes):
+            warn_if_slow_backend()
+            visitor, stats = _retrying(source, attempt_in_child, progress)
+        else:
+            visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress)
     except BaseException:
         if spool is not None:
             spool.close()

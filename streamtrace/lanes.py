@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from typing import Iterable, Sequence
 
 
@@ -136,14 +136,6 @@ def nearest_in_run(perm: Sequence[int], perm_starts: Sequence[float], lo: int, h
         if distance < best_distance:
             best, best_distance = item, distance
     return best
-
-
-def starting_at(perm: Sequence[int], perm_starts: Sequence[float], lo: int, hi: int, ts: float) -> int | None:
-    """The (last) slice of the start-sorted run ``perm[lo:hi]`` starting exactly at ``ts``."""
-    at = bisect_right(perm_starts, ts, lo, hi)
-    if at > lo and perm_starts[at - 1] == ts:
-        return perm[at - 1]
-    return None
 
 
 def coalesce(order: Iterable[int], keys: Sequence[int], starts: Sequence[float],

@@ -8,6 +8,7 @@ written back out with their original text).
 """
 from __future__ import annotations
 
+import json
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -323,6 +324,12 @@ def decimal_as_json(value: object) -> orjson.Fragment:
     if isinstance(value, Decimal):
         return orjson.Fragment(str(value))
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def loads_exact(line: bytes) -> dict:
+    """Decode an event line keeping exact-mode numbers exact (ints beyond
+    64 bits, floats as Decimal), for the lines orjson refuses or rounds."""
+    return json.loads(line, parse_float=Decimal)
 
 
 def dumps_event(event: dict) -> bytes:

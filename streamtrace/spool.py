@@ -42,6 +42,10 @@ class EventSpool:
         if lines:
             self._writer.write(b"\n".join(lines) + b"\n")
 
+    def add_block(self, block: bytes | memoryview) -> None:
+        """Keep event lines already joined and ``\\n``-terminated."""
+        self._writer.write(block)
+
     def read_blocks(self) -> Iterator[list[bytes]]:
         """The lines in order, without newlines, a block (about 1 MB) at a time.
 

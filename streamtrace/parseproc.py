@@ -1,0 +1,119 @@
+"""Pass 1 on two cores: a child process parses, the parent indexes.
+
+Parsing JSON with ijson is most of a pass, and it holds the GIL, so threads
+cannot share it.  When pass 2 follows, pass 1 must turn every event into a
+compact line for the spool anyway, so the work splits cleanly: the child
+parses the file and encodes each event as a line; the parent receives
+batches of lines, writes them to the spool as they are, and decodes them
+with orjson (much cheaper than parsing the raw text) for the index visitor.
+The wall time of pass 1 is then about one bare parse instead of parse +
+encode + index.
+
+Only local files take this path (the child reopens the file by name); pipes
+and file objects are read in-process.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import struct
+from typing import Callable
+
+from orjson import dumps
+
+from .errors import TraceError
+from .progress import Progress
+from .reader import ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event
+from .source import InputSource
+
+BATCH_EVENTS = 512
+MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
+_BATCH, _DONE, _FAILED = b"B", b"D", b"F"
+_PROGRESS = struct.Struct("<QQ")  # raw bytes read, events so far
+
+
+def available(source: InputSource, *, min_bytes: int | None = None) -> bool:
+    """Can (and should) this source be parsed in a child process?"""
+    if min_bytes is None:
+        min_bytes = MIN_BYTES
+    if source.path is None or not os.path.isfile(source.path) or (source.size or 0) < min_bytes:
+        return False
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def parse_in_child(
+    source: InputSource,
+    mode: ReadMode,
+    on_lines: Callable[[bytes], None],
+    *,
+    salvage: bool = False,
+    progress: Progress | None = None,
+    label: str = "pass 1",
+) -> ReadStats:
+    """Parse ``source`` in a child; call ``on_lines`` with each batch of event
+    lines (``\\n``-terminated) in order; return the reading's stats.
+
+    Errors raised while parsing (:class:`TraceError`, a request to reread in
+    a stricter mode) are raised here, in the parent.
+    """
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_child_main, args=(source.path, mode, salvage, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        while True:
+            try:
+                message = receiver.recv_bytes()
+            except EOFError:
+                raise TraceError(f"the parser process stopped unexpectedly (exit status {child.exitcode})") from None
+            tag, body = message[:1], memoryview(message)[1:]
+            if tag == _BATCH:
+                raw_bytes, events = _PROGRESS.unpack_from(body)
+                on_lines(body[_PROGRESS.size:])
+                if progress is not None:
+                    progress.update(label, raw_bytes, events)
+            elif tag == _DONE:
+                return pickle.loads(body)
+            else:
+                raise pickle.loads(body)
+    finally:
+        receiver.close()
+        if child.is_alive():
+            child.terminate()
+        child.join()
+
+
+def _child_main(path: str, mode: ReadMode, salvage: bool, sender) -> None:
+    """Parse ``path`` and send event lines in batches, then the stats or the failure."""
+    try:
+        with InputSource(path) as source:
+            stream = source.open()
+            reader = TraceReader(stream, mode, salvage=salvage)
+            lines: list[bytes] = []
+            keep = lines.append
+            for event in reader.events():
+                try:
+                    keep(dumps(event, default=decimal_as_json))
+                except TypeError:
+                    keep(dumps_event(event))
+                if len(lines) >= BATCH_EVENTS:
+                    _send_lines(sender, lines, stream.raw_bytes_read, reader.stats.events)
+                    lines.clear()
+            _send_lines(sender, lines, stream.raw_bytes_read, reader.stats.events)
+            sender.send_bytes(_DONE + pickle.dumps(reader.stats))
+    except KeyboardInterrupt:
+        pass  # the parent got the same signal and cleans up
+    except BaseException as exc:  # every failure is handed to the parent, which raises it
+        try:
+            sender.send_bytes(_FAILED + pickle.dumps(exc))
+        except (OSError, pickle.PicklingError):
+            pass
+    finally:
+        sender.close()
+
+
+def _send_lines(sender, lines: list[bytes], raw_bytes: int, events: int) -> None:
+    if lines:
+        sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(raw_bytes, events), b"\n".join(lines), b"\n")))
