@@ -16,7 +16,7 @@ import time
 from bisect import bisect_right
 from array import array
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import orjson
@@ -29,6 +29,7 @@ from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, neare
 from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
+from .ranks import pp_group_ranks
 from .reader import NUMBER_TYPES, decimal_as_json, dumps_event, loads_exact
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
@@ -42,8 +43,6 @@ KEEP, SLICE, ANNOTATION, FLOW, METADATA = range(5)
 RUNTIME = 5  # an event kind the index counts but pass 2 keeps
 TID_GAP = 1000
 TID_LIMIT = 2**31
-PP_GROUP_NAMES = ("torchtitan_real_pp",)
-PP_GROUP_DESCS = ("mesh_pp",)
 
 
 class CompactIndex:
@@ -143,6 +142,12 @@ class CompactIndex:
 
         return visit
 
+    def __getstate__(self) -> dict:
+        """Everything but the hot-loop closure (which cannot be pickled)."""
+        state = dict(self.__dict__)
+        del state["visit"]
+        return state
+
     def _metadata(self, event: dict) -> int:
         if event.get("name") not in THREAD_METADATA:
             return KEEP
@@ -210,7 +215,11 @@ def _identity_hash(event: dict) -> int:
 
 @dataclass
 class Compaction:
-    """Everything pass 2 needs, the new events to append, and the summary."""
+    """Everything pass 2 needs, the new events to append, and the summary.
+
+    Plain data (typed arrays, small dicts), so a worker process can hand a
+    rank's compaction to the process that writes the merged output.
+    """
 
     lane_tid_of_slice: array
     note_tid: array
@@ -218,8 +227,26 @@ class Compaction:
     note_union: dict
     flow_tid: array
     meta_drop: bytearray
-    new_events: Callable[[], Iterator[dict]]
     summary: dict
+    kernel_runs: Runs
+    label_names: list[str]
+    lane_info: dict
+    note_track: dict
+    used_tracks: set
+    pp_spans: list[Span] = field(default_factory=list)
+    pp_tracks: tuple[set, set] = (set(), set())
+    arrows: list[dict] = field(default_factory=list)
+
+    def new_events(self) -> Iterator[dict]:
+        """Per-kernel annotation spans, lane and track metadata, PP arrows."""
+        runs, lane_info, note_track = self.kernel_runs, self.lane_info, self.note_track
+        for n in range(len(runs)):
+            lane = runs.lane[n]
+            start, end = runs.start[n], runs.end[n]
+            yield {"name": self.label_names[runs.label[n]], "cat": "gpu_user_annotation", "ph": "X",
+                   "pid": lane_info[lane][0], "tid": note_track[lane], "ts": start, "dur": end - start, "args": {}}
+        yield from _lane_metadata(lane_info, note_track, self.used_tracks)
+        yield from self.arrows
 
 
 def _allocate_tids(used: set[int], count: int) -> int:
@@ -243,17 +270,19 @@ def _pp_rank(members: list[RawMember]) -> tuple[int, str]:
     if not isinstance(info, dict) or type(info.get("rank")) is not int:
         return 0, "default (no distributedInfo.rank)"
     rank = info["rank"]
-    for group in info.get("pg_config") or []:
-        if isinstance(group, dict) and (group.get("pg_name") in PP_GROUP_NAMES or group.get("pg_desc") in PP_GROUP_DESCS):
-            ranks = group.get("ranks")
-            if isinstance(ranks, list) and rank in ranks:
-                return ranks.index(rank), "pp process group"
+    group = pp_group_ranks(info)
+    if group is not None and rank in group:
+        return group.index(rank), "pp process group"
     return rank, "global rank (no PP process group)"
 
 
 def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: bool = True,
-                    strict: bool = False) -> Compaction:
-    """Between the passes: lanes, tids, annotation and flow moves, new events."""
+                    local_arrows: bool = True, strict: bool = False) -> Compaction:
+    """Between the passes: lanes, tids, annotation and flow moves, new events.
+
+    With ``pp_flows`` the PP spans are collected, and with ``local_arrows``
+    too the rank-local arrows are made (``merge`` makes all arrows itself).
+    """
     rules = index.rules
     starts, ends = index.slice_start, index.slice_end
     count = len(starts)
@@ -296,22 +325,15 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
         "gpu_annotations_retained": index.gpu_annotations - coalesced + len(kernel_runs),
         "cuda_graph_launches": index.graph_launches,
     }
-    flows: list[dict] = []
+    compaction = Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, summary, kernel_runs,
+                            index.label_names, lane_info, note_track, used_tracks)
     if pp_flows:
-        tracks = _pp_tracks(rules, lane_info, note_track)
-        spans = _pp_spans(index, mapped, note_tid, note_drop, note_union, kernel_runs, lane_info, note_track, tracks)
-        flows = _pp_local_arrows(spans, tracks, pid_order, members, summary)
-
-    def new_events() -> Iterator[dict]:
-        for n in range(len(kernel_runs)):
-            lane = kernel_runs.lane[n]
-            start, end = kernel_runs.start[n], kernel_runs.end[n]
-            yield {"name": index.label_names[kernel_runs.label[n]], "cat": "gpu_user_annotation", "ph": "X",
-                   "pid": lane_info[lane][0], "tid": note_track[lane], "ts": start, "dur": end - start, "args": {}}
-        yield from _lane_metadata(lane_info, note_track, used_tracks)
-        yield from flows
-
-    return Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, new_events, summary)
+        compaction.pp_tracks = _pp_tracks(rules, lane_info, note_track)
+        compaction.pp_spans = _pp_spans(index, mapped, note_tid, note_drop, note_union, kernel_runs, lane_info,
+                                        note_track, compaction.pp_tracks)
+        if local_arrows:
+            compaction.arrows = _pp_local_arrows(compaction.pp_spans, compaction.pp_tracks, pid_order, members, summary)
+    return compaction
 
 
 def _assign_lanes(index: CompactIndex, order: array, stream_pid: list, pid_order: list) -> tuple[array, dict]:
@@ -590,11 +612,15 @@ class CompactPlan(EmitPlan):
 
         return patch
 
-    def appended(self) -> Iterator[bytes]:
+    def check_slices_written(self) -> None:
+        """Every slice indexed in pass 1 went through pass 2."""
         written = next(self._slices)
         read = len(self.compaction.lane_tid_of_slice)
         if written != read:
             raise TraceError(f"validation failed: {written} GPU slices written, {read} read")
+
+    def appended(self) -> Iterator[bytes]:
+        self.check_slices_written()
         return (dumps_event(event) for event in self.compaction.new_events())
 
 

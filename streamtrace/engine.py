@@ -230,24 +230,35 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
 
     Returns the number of events written.  Always deletes the spool.
     """
-    spool = result.spool
-    if spool is None:
-        raise ValueError("emit_pass needs an index pass run with keep_events=True")
     try:
         with target.open() as out:
             writer = TraceWriter(out, plan.header(result.stats.header))
-            read = 0
-            for block in spool.read_blocks():
-                writer.events(_apply(plan, block, read))
-                read += len(block)
-                if progress is not None:
-                    progress.update("pass 2", None, read)
-            if plan.actions is not None and read != len(plan.actions):
-                raise TraceError(f"validation failed: {read} events spooled, {len(plan.actions)} indexed")
-            for batch in _batches(plan.appended(), SPOOL_BATCH):
-                writer.events(batch)
+            emit_events(result.spool, plan, writer, progress=progress)
             writer.close(plan.trailer(result.stats.trailer))
             return writer.events_written
+    finally:
+        if result.spool is not None:
+            result.spool.close()
+
+
+def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *,
+                progress: Progress | None = None) -> None:
+    """The event part of pass 2: spooled lines through ``plan``, then its
+    appended events, into an open ``writer`` (``merge`` writes several
+    spools into one writer).  Deletes the spool."""
+    if spool is None:
+        raise ValueError("emit_pass needs an index pass run with keep_events=True")
+    try:
+        read = 0
+        for block in spool.read_blocks():
+            writer.events(_apply(plan, block, read))
+            read += len(block)
+            if progress is not None:
+                progress.update("pass 2", None, read)
+        if plan.actions is not None and read != len(plan.actions):
+            raise TraceError(f"validation failed: {read} events spooled, {len(plan.actions)} indexed")
+        for batch in _batches(plan.appended(), SPOOL_BATCH):
+            writer.events(batch)
     finally:
         spool.close()
         if progress is not None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 import re
 
 _RANK_IN_NAME = re.compile(r"\brank\s*[:#]?\s*(\d+)", re.IGNORECASE)
+_RANK_IN_FILE_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+PP_GROUP_NAMES = ("torchtitan_real_pp",)
+PP_GROUP_DESCS = ("mesh_pp",)
 
 
 def rank_from_process_name(name: object) -> int | None:
@@ -20,4 +23,23 @@ def rank_from_args(args: object) -> int | None:
         rank = args.get("rank")
         if type(rank) is int and rank >= 0:
             return rank
+    return None
+
+
+def rank_from_file_name(path: str) -> int | None:
+    """The global rank a file name states (``rank3_trace.json``, ``host_rank-3.pt.trace.json``)."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    match = _RANK_IN_FILE_NAME.search(name)
+    return int(match.group(1)) if match else None
+
+
+def pp_group_ranks(info: object) -> list[int] | None:
+    """The ``ranks`` of the pipeline process group in a ``distributedInfo`` (SPEC 2)."""
+    if not isinstance(info, dict):
+        return None
+    for group in info.get("pg_config") or []:
+        if isinstance(group, dict) and (group.get("pg_name") in PP_GROUP_NAMES or group.get("pg_desc") in PP_GROUP_DESCS):
+            ranks = group.get("ranks")
+            if isinstance(ranks, list) and all(type(rank) is int for rank in ranks):
+                return ranks
     return None

@@ -46,14 +46,30 @@ class EventSpool:
         """Keep event lines already joined and ``\\n``-terminated."""
         self._writer.write(block)
 
+    def finish(self) -> None:
+        """Close the writing side (idempotent)."""
+        if self._file is not None and not self._file.closed:
+            self._writer.close()
+            self._file.close()
+
+    def __getstate__(self) -> dict:
+        """A finished spool travels between processes by its path; the
+        receiving process then owns (and deletes) the file."""
+        self.finish()
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self._file = None
+        self._writer = None
+
     def read_blocks(self) -> Iterator[list[bytes]]:
         """The lines in order, without newlines, a block (about 1 MB) at a time.
 
         Decompression runs in a background thread (zstd releases the GIL), so
         it overlaps with the caller's work on the previous block.
         """
-        self._writer.close()
-        self._file.close()
+        self.finish()
         blocks: queue.Queue = queue.Queue(maxsize=4)
         stop = threading.Event()
         reader = threading.Thread(target=self._decompress_into, args=(blocks, stop), daemon=True)
@@ -93,9 +109,7 @@ class EventSpool:
 
     def close(self) -> None:
         """Delete the spool; safe to call twice."""
-        if not self._file.closed:
-            self._writer.close()
-            self._file.close()
+        self.finish()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

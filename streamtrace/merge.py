@@ -1,0 +1,472 @@
+"""``merge``: per-rank traces into one aligned, rank-correct timeline (SPEC 5, 6).
+
+Phase 1, per input (in ``jobs`` worker processes): the index pass with
+:class:`MergeIndex` (compact's index plus the pids and the largest id), then
+the rank's compaction plan.  The heavy part (indexes, plan, event spool) is
+parked in a temporary file so the coordinating process holds only small
+facts.  Between the phases: ranks, PP order, time offsets, fresh pids, one
+id multiplier, and every PP arrow.  Phase 2 streams the ranks one after the
+other, in PP order, into one output.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+import re
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import orjson
+
+from .compact import ANNOTATION, FLOW, METADATA, SLICE, CompactIndex, CompactPlan, Compaction, plan_compaction
+from .engine import EmitPlan, IndexResult, emit_events, index_pass
+from .errors import TraceError
+from .jsonscan import RawMember, member_value
+from .mergeplan import (EventRewrite, RankFacts, check_unique_ranks, fresh_pids, pp_order, process_metadata,
+                        shared_multiplier, time_offsets_ns)
+from .pp import parse_pp_name
+from .pparrows import FLOW_ID_BASE, ArrowMaker, Span, find_blocks, local_arrows, send_recv_arrows
+from .progress import Progress
+from .ranks import pp_group_ranks, rank_from_file_name
+from .reader import ReadStats, dumps_event, loads_exact
+from .resources import peak_rss_mb
+from .rules import load_rules
+from .sink import OutputTarget, SinkSpec
+from .source import InputSource
+from .writer import TraceWriter
+
+RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
+IN_PROCESS = 1 << 62  # child_parse_min_bytes that keeps parsing in the indexing process
+MERGE_ONLY = 5  # action code: an event the compaction keeps, which the merge still rewrites
+_PID_FIELD = re.compile(rb'"pid":(-?[0-9]+),')
+
+
+def discover_inputs(specs: Sequence[str]) -> list[str]:
+    """Trace files named by ``specs``: files, directories (their rank trace
+    files) and glob patterns, in the order given."""
+    files: list[str] = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found = sorted(os.path.join(spec, name) for name in os.listdir(spec) if RANK_TRACE_NAME.match(name))
+            if not found:
+                raise TraceError("no rank<N>_trace.json[.gz|.zst] or *rank*<N>*.pt.trace.json* files", path=spec)
+            files.extend(found)
+        elif glob.has_magic(spec):
+            found = sorted(glob.glob(spec))
+            if not found:
+                raise TraceError("the pattern matches no file", path=spec)
+            files.extend(found)
+        else:
+            files.append(spec)
+    return files
+
+
+def parse_rank_list(text: str) -> set[int]:
+    """``0-7,12`` -> {0, ..., 7, 12}."""
+    ranks: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            ranks.update(range(int(low), int(high or low) + 1))
+        except ValueError:
+            raise TraceError(f"--ranks: cannot read {part!r}; expected a list like 0-7,12") from None
+    return ranks
+
+
+class MergeIndex(CompactIndex):
+    """Compact's index plus what merging needs: every pid and the largest
+    correlation or flow id (to size the rank-unique ids)."""
+
+    def __init__(self, rules) -> None:
+        super().__init__(rules)
+        self.pids: dict = {}
+        self._largest = [0]
+        self.visit = self._with_ids(self.visit)
+
+    @property
+    def max_id(self) -> int:
+        return self._largest[0]
+
+    def _with_ids(self, compact_visit: Callable[[dict], None]) -> Callable[[dict], None]:
+        pids, largest = self.pids, self._largest
+
+        def visit(event: dict) -> None:
+            compact_visit(event)
+            pid = event.get("pid")
+            if pid not in pids:
+                pids[pid] = None
+            args = event.get("args")
+            if args.__class__ is dict:
+                correlation = args.get("correlation")
+                if correlation.__class__ is int and correlation > largest[0]:
+                    largest[0] = correlation
+            if event.get("ph") in ("s", "t", "f"):
+                flow_id = event.get("id")
+                if flow_id.__class__ is int and flow_id > largest[0]:
+                    largest[0] = flow_id
+
+        return visit
+
+
+@dataclass
+class RankIndex:
+    """Phase 1's result for one input: small facts kept by the coordinator,
+    and the path of the parked heavy state (index, plan, spool)."""
+
+    facts: RankFacts
+    rank_source: str
+    header: list[RawMember]
+    trailer: list[RawMember]
+    exact_numbers: bool
+    events: int
+    compaction_summary: dict | None
+    pp_spans: list[Span]
+    pp_tracks: tuple[set, set]
+    state_path: str
+    pass1_seconds: float
+    plan_seconds: float
+    backend: object = None
+
+
+@dataclass
+class _Parked:
+    index: CompactIndex
+    compaction: Compaction | None
+    spool: object
+    stats: ReadStats = field(repr=False)
+
+
+@dataclass(frozen=True)
+class _PhaseOneOptions:
+    compact: bool
+    pp_flows: bool
+    rules: str | None
+    spool_dir: str | None
+    salvage: bool
+    child_parse_min_bytes: int | None
+
+
+def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
+    """Phase 1 for one input (runs in a worker process when jobs > 1)."""
+    started = time.perf_counter()
+    rules = load_rules(options.rules)
+    with InputSource(path, spool_dir=options.spool_dir) as source:
+        result: IndexResult = index_pass(source, lambda: MergeIndex(rules), keep_events=True,
+                                         spool_dir=options.spool_dir, salvage=options.salvage,
+                                         child_parse_min_bytes=options.child_parse_min_bytes)
+    try:
+        return _plan_rank(path, result, options, started)
+    except BaseException:
+        result.spool.close()
+        raise
+
+
+def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions, started: float) -> RankIndex:
+    index: MergeIndex = result.visitor  # type: ignore[assignment]
+    members = result.stats.header + result.stats.trailer
+    planned = time.perf_counter()
+    compaction = None
+    if options.compact and index.slice_start:
+        try:
+            compaction = plan_compaction(index, members, pp_flows=options.pp_flows, local_arrows=False)
+        except TraceError as exc:
+            raise exc.located(path)
+    spans, tracks = _pp_spans(index, compaction) if options.pp_flows else ([], (set(), set()))
+    info = member_value(members, "distributedInfo")
+    rank, rank_source = _rank_of(path, info)
+    base = member_value(members, "baseTimeNanoseconds")
+    gpu_pids = {index.stream_keys[stream][0] for stream in set(index.slice_stream)}
+    facts = RankFacts(path, rank, base if type(base) is int else None, pp_group_ranks(info), list(index.pids),
+                      gpu_pids, index.max_id)
+    handle, state_path = tempfile.mkstemp(prefix="streamtrace-rank-", suffix=".pickle", dir=options.spool_dir)
+    with os.fdopen(handle, "wb") as state:
+        pickle.dump(_Parked(index, compaction, result.spool, result.stats), state, protocol=pickle.HIGHEST_PROTOCOL)
+    return RankIndex(
+        facts, rank_source, result.stats.header, result.stats.trailer, result.stats.exact_numbers, result.stats.events,
+        None if compaction is None else compaction.summary, spans, tracks, state_path,
+        round(result.seconds, 3), round(time.perf_counter() - planned, 3),
+        info.get("backend") if isinstance(info, dict) else None,
+    )
+
+
+def _rank_of(path: str, info: object) -> tuple[int, str]:
+    if isinstance(info, dict) and type(info.get("rank")) is int:
+        return info["rank"], "distributedInfo.rank"
+    rank = rank_from_file_name(path)
+    if rank is None:
+        raise TraceError("no distributedInfo.rank and no rank<N> in the file name", path=path)
+    return rank, "file name"
+
+
+def _pp_spans(index: CompactIndex, compaction: Compaction | None) -> tuple[list[Span], tuple[set, set]]:
+    """The PP spans arrows are made from: after compaction its spans, else
+    every PP-named annotation where it stands (every track counts)."""
+    if compaction is not None:
+        return compaction.pp_spans, compaction.pp_tracks
+    spans = []
+    for n, label in enumerate(index.note_name):
+        if label >= 0 and parse_pp_name(index.label_names[label]):
+            pid, tid = index.stream_keys[index.note_stream[n]]
+            spans.append(Span(pid, tid, index.label_names[label], index.note_start[n], index.note_end[n]))
+    tracks = {(span.pid, span.tid) for span in spans}
+    return spans, (tracks, tracks)
+
+
+class MergePlan(EmitPlan):
+    """Pass 2 for one rank: compaction's patch (when compacting), then the
+    merge rewrite of every event; the rank's appended events follow."""
+
+    def __init__(self, parked: _Parked, rewrite: EventRewrite, extra_events: list[dict]) -> None:
+        index, compaction = parked.index, parked.compaction
+        self.rewrite = rewrite
+        self.extra_events = extra_events
+        self._loads = loads_exact if parked.stats.exact_numbers else orjson.loads
+        self._compact = CompactPlan(index, compaction, parked.stats.exact_numbers) if compaction is not None else None
+        self.actions = index.actions.translate(_ALL_REWRITTEN if compaction is not None else _ONLY_REWRITTEN)
+        merged = self._merged
+        patchers: list = [None] * (MERGE_ONLY + 1)
+        patchers[MERGE_ONLY] = self._merge_only
+        for code in (SLICE, ANNOTATION, FLOW, METADATA):
+            patchers[code] = merged if self._compact is None else self._after(self._compact.patchers[code])
+        self.patchers = patchers
+
+    def _after(self, compact_patch: Callable[[bytes], bytes | None]) -> Callable[[bytes], bytes | None]:
+        merged = self._merged
+
+        def patch(line: bytes) -> bytes | None:
+            line = compact_patch(line)
+            return None if line is None else merged(line)
+
+        return patch
+
+    def _merge_only(self, line: bytes) -> bytes | None:
+        """Most events only change pid: a textual splice when the line holds
+        nothing else the merge rewrites."""
+        if not self.rewrite.offset_ns and b'"correlation"' not in line and b'"id":' not in line \
+                and b'"ph":"M"' not in line:
+            match = _PID_FIELD.search(line)
+            if match is not None and line.count(b'"pid":') == 1:
+                new_pid = self.rewrite.pid_map.get(int(match.group(1)))
+                if new_pid is not None:
+                    return b"%s\"pid\":%d,%s" % (line[:match.start()], new_pid, line[match.end():])
+        return self._merged(line)
+
+    def _merged(self, line: bytes) -> bytes | None:
+        event = self.rewrite.apply(self._loads(line))
+        return None if event is None else dumps_event(event)
+
+    def appended(self) -> Iterator[bytes]:
+        if self._compact is not None:
+            self._compact.check_slices_written()
+            for event in self._compact.compaction.new_events():
+                event = self.rewrite.apply(event)
+                if event is not None:
+                    yield dumps_event(event)
+        for event in self.extra_events:
+            yield dumps_event(event)
+
+
+_ALL_REWRITTEN = bytes([MERGE_ONLY, SLICE, ANNOTATION, FLOW, METADATA]) + bytes(range(5, 256))
+_ONLY_REWRITTEN = bytes([MERGE_ONLY] * 5) + bytes(range(5, 256))
+
+
+def default_output(files: list[str], has_pp: bool) -> str:
+    directory = os.path.dirname(os.path.abspath(files[0]))
+    name = "pp_traces_merged_compacted.json.gz" if has_pp else "merged_compacted.json.gz"
+    return os.path.join(directory, name)
+
+
+def merge(
+    srcs: Sequence[str] | str,
+    dst: SinkSpec | None = None,
+    *,
+    compact: bool = True,
+    pp_flows: bool = True,
+    jobs: int = 1,
+    ranks: str | set[int] | None = None,
+    overwrite: bool = False,
+    rules: str | None = None,
+    compress: str | None = None,
+    level: int | None = None,
+    salvage: bool = False,
+    spool_dir: str | None = None,
+    progress: bool | None = False,
+) -> dict:
+    """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary."""
+    started = time.perf_counter()
+    files = discover_inputs([srcs] if isinstance(srcs, str) else list(srcs))
+    wanted = parse_rank_list(ranks) if isinstance(ranks, str) else ranks
+    if wanted is not None:
+        files = [path for path in files if rank_from_file_name(path) in (wanted | {None})]
+    if len(files) < 2:
+        raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
+    options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage,
+                               None if jobs == 1 else IN_PROCESS)
+    indexed = _phase_one(files, options, max(1, jobs), progress)
+    try:
+        if wanted is not None:
+            for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
+                _discard(dropped)
+            indexed = [entry for entry in indexed if entry.facts.rank in wanted]
+            if len(indexed) < 2:
+                raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
+        return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
+                          progress=progress, started=started)
+    finally:
+        for entry in indexed:
+            _discard(entry)
+
+
+def _phase_one(files: list[str], options: _PhaseOneOptions, jobs: int, progress: bool | None) -> list[RankIndex]:
+    """Index every input (in ``jobs`` processes); on failure nothing is left behind."""
+    done: list[RankIndex] = []
+    meter = Progress(None, enabled=progress)
+    try:
+        if jobs == 1:
+            for number, path in enumerate(files, 1):
+                done.append(index_rank(path, options))
+                meter.update(f"indexed {number}/{len(files)} ranks", None, sum(entry.events for entry in done))
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
+                futures = [pool.submit(index_rank, path, options) for path in files]
+                failure = None
+                for future in futures:
+                    try:
+                        done.append(future.result())
+                    except BaseException as exc:  # collect the others' results so their files get removed
+                        failure = failure or exc
+                if failure is not None:
+                    raise failure
+    except BaseException:
+        for entry in done:
+            _discard(entry)
+        raise
+    finally:
+        meter.done()
+    return done
+
+
+def _discard(entry: RankIndex) -> None:
+    """Delete a rank's parked state and its spool (safe to call twice)."""
+    try:
+        with open(entry.state_path, "rb") as state:
+            parked: _Parked = pickle.load(state)
+        parked.spool.close()
+        os.unlink(entry.state_path)
+    except FileNotFoundError:
+        pass
+
+
+def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: bool, compress: str | None,
+               level: int | None, pp_flows: bool, progress: bool | None, started: float) -> dict:
+    facts = [entry.facts for entry in indexed]
+    check_unique_ranks(facts)
+    pp_ranks, order_source = pp_order(facts)
+    offsets, common_base, warnings = time_offsets_ns(facts)
+    for warning in warnings:
+        print(f"streamtrace: warning: {warning}", file=sys.stderr)
+    order = sorted(range(len(indexed)), key=pp_ranks.__getitem__)
+    pid_maps = dict(zip(order, fresh_pids([facts[n] for n in order])))
+    multiplier = shared_multiplier(facts)
+    has_pp = any(entry.pp_spans for entry in indexed) or any(fact.pp_group for fact in facts)
+    rewrites = {
+        n: EventRewrite(facts[n].rank, pid_maps[n], offsets[n],
+                        f"PP rank {pp_ranks[n]} | " if has_pp else f"rank {facts[n].rank} | ", multiplier)
+        for n in order
+    }
+    arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, multiplier) if pp_flows else ([], {})
+    dst = default_output([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
+    target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
+                          inputs=[entry.facts.path for entry in indexed])
+    first = indexed[order[0]]
+    merged_info = {"backend": first.backend, "ranks": [facts[n].rank for n in order], "pp_rank_count": len(order)}
+    replacements = {"baseTimeNanoseconds": common_base, "distributedInfo": merged_info,
+                    "traceName": "streamtrace merge of " + ", ".join(str(facts[n].rank) for n in order)}
+    meter = Progress(None, enabled=progress)
+    written = 0
+    with target.open() as out:
+        writer = TraceWriter(out, _replace_members(first.header, replacements))
+        for position, n in enumerate(order):
+            entry = indexed[n]
+            with open(entry.state_path, "rb") as state:
+                parked: _Parked = pickle.load(state)
+            extra = process_metadata(pid_maps[n], facts[n].gpu_pids, pp_ranks[n] if has_pp else None, facts[n].rank)
+            if position == len(order) - 1:
+                extra += arrows
+            emit_events(parked.spool, MergePlan(parked, rewrites[n], extra), writer, progress=meter)
+            os.unlink(entry.state_path)
+            del parked
+        writer.close(_replace_members(first.trailer, replacements, add_missing=first.header))
+        written = writer.events_written
+    summary = {
+        "input": [entry.facts.path for entry in indexed],
+        "output": target.name,
+        "ranks": len(indexed),
+        "events_read": sum(entry.events for entry in indexed),
+        "events_written": written,
+        "time_alignment": "baseTimeNanoseconds" if common_base is not None else "none (no baseTimeNanoseconds)",
+        "time_offsets_us": {str(facts[n].rank): offsets[n] / 1000 for n in range(len(indexed))},
+        "pp_order": order_source,
+        "pp_ranks": [{"pp_rank": pp_ranks[n], "global_rank": facts[n].rank, "file": facts[n].path,
+                      "rank_from": indexed[n].rank_source} for n in order],
+        "id_multiplier": multiplier,
+        **arrow_counts,
+        "per_rank_compaction": {str(facts[n].rank): indexed[n].compaction_summary for n in order},
+        "warnings": warnings,
+        "pass1_seconds": {str(facts[n].rank): indexed[n].pass1_seconds for n in order},
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    return summary
+
+
+def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], multiplier: int) -> tuple[list[dict], dict]:
+    """Every PP arrow, on the merged pids and clock, with ids above all rank ids."""
+    spans, compute_tracks, unshard_tracks, pp_rank_of = [], set(), set(), {}
+    for n, entry in enumerate(indexed):
+        rewrite = rewrites[n]
+        move = rewrite.pid_map.get
+        for span in entry.pp_spans:
+            spans.append(Span(move(span.pid, span.pid), span.tid, span.name, rewrite.shift_us(span.start),
+                              rewrite.shift_us(span.end)))
+        compute, unshard = entry.pp_tracks
+        compute_tracks.update((move(pid, pid), tid) for pid, tid in compute)
+        unshard_tracks.update((move(pid, pid), tid) for pid, tid in unshard)
+        pp_rank_of.update((new_pid, pp_ranks[n]) for new_pid in rewrite.pid_map.values())
+    first_id = max(FLOW_ID_BASE, (max(entry.facts.rank for entry in indexed) + 2) * multiplier)
+    maker = ArrowMaker(pp_rank_of, next_id=first_id)
+    blocks = find_blocks(spans, compute_tracks, unshard_tracks)
+    send_recv_arrows(blocks, maker)
+    local_arrows(blocks, maker)
+    counts = {
+        "pp_send_recv_pairs": maker.pairs["pp_send_recv"],
+        "pp_send_recv_unmatched": maker.unmatched["pp_send_recv"],
+        "pp_compute_dependency_pairs": maker.pairs["pp_compute_dependency"],
+        "pp_compute_dependency_unmatched": maker.unmatched["pp_compute_dependency"],
+        "pp_unshard_compute_pairs": maker.pairs["pp_unshard_dependency"],
+        "pp_unshard_compute_unmatched": maker.unmatched["pp_unshard_dependency"],
+    }
+    return maker.events, counts
+
+
+def _replace_members(members: list[RawMember], replacements: dict, *, add_missing: list[RawMember] | None = None
+                     ) -> list[RawMember]:
+    """Top-level members with the merge's values; keys found in neither the
+    header nor the trailer are added to the trailer."""
+    out = []
+    for key, raw in members:
+        if key in replacements:
+            value = replacements[key]
+            out.append((key, b"null" if value is None else orjson.dumps(value)))
+        else:
+            out.append((key, raw))
+    if add_missing is not None:
+        present = {key for key, _ in members} | {key for key, _ in add_missing}
+        out.extend((key, orjson.dumps(value)) for key, value in replacements.items()
+                   if key not in present and value is not None)
+    return out

@@ -1,0 +1,158 @@
+"""Merge decisions (pure functions over small per-rank facts, SPEC 5).
+
+Which rank a file is, the PP order, the time offsets, the fresh pids, the
+rank-unique ids, and the rewrite of one event into the merged timeline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from .errors import TraceError
+from .ids import check_id_space, id_multiplier, rank_unique_id
+from .reader import NUMBER_TYPES
+
+FLOW_PHASES = frozenset({"s", "t", "f"})
+NAMED_METADATA = frozenset({"process_name", "thread_name"})
+
+
+@dataclass
+class RankFacts:
+    """What the merge decisions need to know about one input."""
+
+    path: str
+    rank: int
+    base_time: int | None
+    pp_group: list[int] | None
+    pids: list  # in first-seen order
+    gpu_pids: set
+    max_id: int  # largest raw correlation or flow id
+
+
+def check_unique_ranks(facts: list[RankFacts]) -> None:
+    seen: dict[int, str] = {}
+    for fact in facts:
+        if fact.rank in seen:
+            raise TraceError(f"global rank {fact.rank} appears twice: {seen[fact.rank]} and {fact.path}")
+        seen[fact.rank] = fact.path
+
+
+def pp_order(facts: list[RankFacts]) -> tuple[list[int], str]:
+    """Each input's PP rank (by input position) and how the order was found.
+
+    The first PP process group that holds every merged rank decides;
+    otherwise the global-rank order stands in (right only when the two agree).
+    """
+    ranks = [fact.rank for fact in facts]
+    for fact in facts:
+        group = fact.pp_group
+        if group is not None and all(rank in group for rank in ranks):
+            order = sorted(ranks, key=group.index)
+            return [order.index(rank) for rank in ranks], "pp process group"
+    order = sorted(ranks)
+    return [order.index(rank) for rank in ranks], "global rank order (no PP process group holds every rank)"
+
+
+def time_offsets_ns(facts: list[RankFacts]) -> tuple[list[int], int | None, list[str]]:
+    """Per input, ns to add to its timestamps; the common base; warnings.
+
+    Kineto's ``ts`` are relative to ``baseTimeNanoseconds``; shifting by the
+    difference to the smallest base puts every rank on one clock.
+    """
+    bases = [fact.base_time for fact in facts if fact.base_time is not None]
+    common = min(bases) if bases else None
+    warnings = [f"{fact.path}: no integer baseTimeNanoseconds; aligned at offset 0" for fact in facts
+                if fact.base_time is None]
+    return [0 if fact.base_time is None else fact.base_time - common for fact in facts], common, warnings
+
+
+def fresh_pids(facts_in_pp_order: list[RankFacts]) -> list[dict]:
+    """Per rank (in PP order) ``{old pid: new pid}``: consecutive from 1,
+    CPU processes first and GPU last within a rank; only int pids."""
+    next_pid = 1
+    maps = []
+    for fact in facts_in_pp_order:
+        int_pids = [pid for pid in fact.pids if type(pid) is int]
+        ordered = sorted(int_pids, key=lambda pid: (pid in fact.gpu_pids, pid))
+        maps.append({pid: next_pid + n for n, pid in enumerate(ordered)})
+        next_pid += len(ordered)
+    if next_pid >= 2**31:
+        raise TraceError("too many processes for 32-bit pids")
+    return maps
+
+
+def shared_multiplier(facts: list[RankFacts]) -> int:
+    """One id multiplier for every rank, checked against the 2^53 limit."""
+    multiplier = id_multiplier(max(fact.max_id for fact in facts))
+    problem = check_id_space(max(fact.rank for fact in facts), multiplier)
+    if problem is not None:
+        raise TraceError(problem)
+    return multiplier
+
+
+@dataclass
+class EventRewrite:
+    """How one rank's events change in the merged file (applied to decoded events)."""
+
+    rank: int
+    pid_map: dict
+    offset_ns: int
+    prefix: str
+    multiplier: int
+    offset_us: Decimal = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.offset_us = Decimal(self.offset_ns) / 1000
+
+    def apply(self, event: dict) -> dict | None:
+        """The merged form of ``event`` (changed in place), or None to drop it."""
+        if event.get("ph") == "M":
+            name = event.get("name")
+            if name == "process_sort_index":
+                return None  # replaced by the merge's own ordering of ranks
+            args = event.get("args")
+            if name in NAMED_METADATA and isinstance(args, dict) and isinstance(args.get("name"), str):
+                args["name"] = self.prefix + args["name"]
+        pid = event.get("pid")
+        if pid.__class__ is int:
+            event["pid"] = self.pid_map.get(pid, pid)
+        if self.offset_ns:
+            ts = event.get("ts")
+            if ts.__class__ in NUMBER_TYPES:
+                event["ts"] = _shifted(ts, self.offset_us)
+        args = event.get("args")
+        if isinstance(args, dict):
+            correlation = args.get("correlation")
+            if correlation.__class__ is int:
+                args["correlation"] = rank_unique_id(self.rank, correlation, self.multiplier)
+                args["correlation_raw"] = correlation
+        if event.get("ph") in FLOW_PHASES:
+            flow_id = event.get("id")
+            if flow_id.__class__ is int:
+                event["id"] = rank_unique_id(self.rank, flow_id, self.multiplier)
+            elif flow_id is not None:
+                event["id"] = f"rank{self.rank}:{flow_id}"
+        return event
+
+    def shift_us(self, ts: float) -> float:
+        """A float time (PP spans, appended events) on the merged clock."""
+        return ts + self.offset_ns / 1000
+
+
+def _shifted(value: object, offset_us: Decimal) -> Decimal:
+    """``value + offset`` in decimal, so the result is exactly what a person
+    adding the numbers would write (no binary rounding noise)."""
+    return Decimal(repr(value)) + offset_us if value.__class__ is float else Decimal(value) + offset_us
+
+
+def process_metadata(pid_map: dict, gpu_pids: set, pp_rank: int | None, rank: int) -> list[dict]:
+    """``process_name`` and ``process_sort_index`` for each of a rank's processes."""
+    events = []
+    who = f"PP rank {pp_rank} (global rank {rank})" if pp_rank is not None else f"rank {rank}"
+    order = pp_rank if pp_rank is not None else rank
+    for index, (old_pid, new_pid) in enumerate(sorted(pid_map.items(), key=lambda item: item[1])):
+        role = "GPU" if old_pid in gpu_pids else f"process {old_pid}"
+        events.append({"name": "process_name", "ph": "M", "pid": new_pid, "tid": 0, "args": {"name": f"{who} | {role}"}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": new_pid, "tid": 0,
+                       "args": {"sort_index": order * 1000 + index}})
+    return events
