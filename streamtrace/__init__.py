@@ -8,6 +8,7 @@ from .compact import compact
 from .convert import convert
 from .errors import TraceError
 from .inspector import inspect
+from .merge import merge
 
-__all__ = ["TraceError", "compact", "convert", "inspect"]
+__all__ = ["TraceError", "compact", "convert", "inspect", "merge"]
 __version__ = "0.1.0"

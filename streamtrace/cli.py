@@ -15,6 +15,7 @@ from .compact import compact
 from .convert import convert
 from .errors import TraceError
 from .inspector import inspect
+from .merge import merge
 from .rules import DEFAULT_RULES_TOML
 from .sink import COMPRESSIONS
 
@@ -106,6 +107,40 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(run=_run_compact)
 
     cmd = commands.add_parser(
+        "merge", help="merge per-rank traces into one aligned, compacted timeline with PP arrows",
+        description="Merge the traces of several ranks of one run into one file for Perfetto and analysis "
+                    "tools. Each rank is compacted (as 'compact' does), shifted onto a common clock "
+                    "(baseTimeNanoseconds), given fresh pids (CPU processes first, GPU last; ranks stacked in "
+                    "pipeline-parallel order), and its correlation and flow ids are made unique across ranks "
+                    "(args.correlation_raw keeps the original), so every CPU launch links to its own rank's "
+                    "kernels. Pipeline-parallel arrows are added: SEND->RECV across ranks, RECV->compute->SEND "
+                    "and UNSHARD->compute within a rank. Each input is read twice (index, then emit); memory "
+                    "holds compact per-rank indexes only.",
+        epilog="examples:\n  streamtrace merge traces/                       # rank<N>_trace.json[.gz|.zst] files in traces/\n"
+               "  streamtrace merge 'run/*rank*.pt.trace.json.gz' -o merged.json.gz -j 2\n"
+               "  streamtrace merge traces/ --ranks 0-3 --no-compact\n\n"
+               "The rank of a file is its distributedInfo.rank, else the number after 'rank' in its name;\n"
+               "the PP order comes from the PP process group (pg_name torchtitan_real_pp or pg_desc mesh_pp),\n"
+               "else from the global ranks (the summary says which). Non-zero *_unmatched counts usually mean\n"
+               "the capture window cut a pipeline step.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("inputs", nargs="+", metavar="INPUT", help="trace files, directories or glob patterns")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: merged_compacted.json.gz, or "
+                                            "pp_traces_merged_compacted.json.gz with PP annotations, beside the inputs)")
+    cmd.add_argument("--ranks", metavar="LIST", help="only these global ranks, e.g. 0-7,12")
+    cmd.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                     help="index N ranks at a time in separate processes (default 1)")
+    cmd.add_argument("--no-compact", action="store_true", help="keep the GPU streams as they are")
+    cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
+    cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
+    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from the suffix)")
+    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _common(cmd)
+    cmd.set_defaults(run=_run_merge)
+
+    cmd = commands.add_parser(
         "demo", help="generate a small example trace and inspect it",
         description="Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
                     "PP annotations) into DIR and run 'inspect' on it: a quick check that everything works.",
@@ -160,6 +195,21 @@ def _run_compact(args: argparse.Namespace) -> None:
     _emit_summary(summary, to_stderr=args.output == "-")
 
 
+def _run_merge(args: argparse.Namespace) -> None:
+    if args.jobs < 1:
+        raise TraceError("-j/--jobs must be at least 1")
+    summary = merge(
+        args.inputs, args.output, compact=not args.no_compact, pp_flows=not args.no_pp_flows, jobs=args.jobs,
+        ranks=args.ranks, overwrite=args.overwrite, rules=args.rules, compress=args.compress, level=args.level,
+        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+    )
+    unmatched = {key: value for key, value in summary.items() if key.endswith("_unmatched") and value}
+    if unmatched:
+        print("streamtrace: unmatched PP blocks " + ", ".join(f"{k}={v}" for k, v in unmatched.items())
+              + " (usually the capture window cut a pipeline step)", file=sys.stderr)
+    _emit_summary(summary, to_stderr=args.output == "-")
+
+
 def _run_demo(args: argparse.Namespace) -> None:
     from .synth import SynthConfig, write_traces
 
@@ -170,10 +220,14 @@ def _run_demo(args: argparse.Namespace) -> None:
     print(f"demo traces written to {directory}")
     summary = inspect(trace, spool_dir=args.spool_dir, progress=_progress(args))
     sys.stdout.write(format_inspect_table(summary))
-    compacted = compact(trace, spool_dir=args.spool_dir, progress=_progress(args))
+    compacted = compact(trace, overwrite=True, spool_dir=args.spool_dir, progress=_progress(args))
     print(f"\ncompacted {compacted['measured_slices']:,} GPU slices from {compacted['original_streams']} streams "
           f"into {compacted['compacted_lanes']} lanes: {compacted['output']}")
-    print("open it in https://ui.perfetto.dev; next: streamtrace inspect --json, streamtrace compact --help")
+    merged = merge([os.path.join(directory, f"rank{rank}_trace.json.gz") for rank in (0, 1)],
+                   overwrite=True, spool_dir=args.spool_dir, progress=_progress(args))
+    print(f"merged 2 ranks with {merged['pp_send_recv_pairs']} SEND->RECV arrows: {merged['output']}")
+    print("open them in https://ui.perfetto.dev; next: streamtrace inspect --json, streamtrace compact --help, "
+          "streamtrace merge --help")
 
 
 def format_inspect_table(summary: dict) -> str:

@@ -63,6 +63,12 @@ def discover_inputs(specs: Sequence[str]) -> list[str]:
             files.extend(found)
         else:
             files.append(spec)
+    seen: dict[str, str] = {}
+    for path in files:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise TraceError(f"the same file is given twice: {seen[real]} and {path}")
+        seen[real] = path
     return files
 
 
