@@ -30,7 +30,7 @@ from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, neare
 from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
-from .reader import NUMBER_TYPES, decimal_as_json, dumps_event
+from .reader import NUMBER_TYPES, dumps_event
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec
@@ -132,6 +132,8 @@ class CompactIndex:
     def _slice(self, event: dict) -> int:
         if event.get("ph") != "X":
             return KEEP
+        if event.get("pid") is None:
+            raise TraceError("GPU slice has no pid (its device)", event_index=len(self.actions))
         start, end = self._times(event, "GPU slice")
         category, name = event.get("cat"), event.get("name")
         group = self.group_cache.get((category, name))
@@ -156,7 +158,7 @@ class CompactIndex:
         self.note_stream.append(self._stream(event))
         self.note_start.append(start)
         self.note_end.append(end)
-        self.note_identity.append(hash(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS, default=decimal_as_json)))
+        self.note_identity.append(hash(dumps_event(identity, orjson.OPT_SORT_KEYS)))
         self.note_name.append(self._label(name) if name.__class__ is str else -1)
         return ANNOTATION
 

@@ -17,7 +17,8 @@ from orjson import dumps
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, warn_if_slow_backend
+from .reader import (ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, raise_if_container_field,
+                     warn_if_slow_backend)
 from .sink import OutputTarget
 from .source import InputSource
 from .spool import EventSpool
@@ -90,7 +91,7 @@ def read_with_retries(
         except RobustModeNeeded as need:
             mode = _combine(mode, need.args[0])
         except TraceError as exc:
-            raise exc.located(source.name)
+            raise reader.blame(exc).located(source.name)
         finally:
             if progress is not None:
                 progress.done()
@@ -126,23 +127,28 @@ def index_pass(
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
         visitor = make_visitor()
         visit = visitor.visit
-        if spool is None:
-            for event in reader.events():
-                visit(event)
-        else:
-            spool.reset()
-            lines: list[bytes] = []
-            keep = lines.append
-            for event in reader.events():
-                visit(event)
-                try:
-                    keep(dumps(event, default=decimal_as_json))
-                except TypeError:
-                    keep(dumps_event(event))
-                if len(lines) >= SPOOL_BATCH:
-                    spool.add_lines(lines)
-                    lines.clear()
-            spool.add_lines(lines)
+        event = None
+        try:
+            if spool is None:
+                for event in reader.events():
+                    visit(event)
+            else:
+                spool.reset()
+                lines: list[bytes] = []
+                keep = lines.append
+                for event in reader.events():
+                    visit(event)
+                    try:
+                        keep(dumps(event, default=decimal_as_json))
+                    except TypeError:
+                        keep(dumps_event(event))
+                    if len(lines) >= SPOOL_BATCH:
+                        spool.add_lines(lines)
+                        lines.clear()
+                spool.add_lines(lines)
+        except TypeError:
+            raise_if_container_field(event)
+            raise
         return visitor, reader.stats
 
     try:

@@ -88,14 +88,18 @@ class EventSpool:
             blocks.put(exc)
 
     def close(self) -> None:
-        """Delete the spool; safe to call twice."""
-        if not self._file.closed:
-            self._writer.close()
-            self._file.close()
+        """Delete the spool; safe to call twice, and also when flushing it fails (disk full)."""
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            if not self._file.closed:
+                try:
+                    self._writer.close()
+                finally:
+                    self._file.close()
+        finally:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
 
     def __enter__(self) -> "EventSpool":
         return self
