@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from badinputs.matrix import COMMANDS, cases, markdown_table, run_all  # noqa: E402
+from badinputs.matrix import COMMANDS, cases, failures, markdown_table, run_all  # noqa: E402
 
 
 def main() -> int:
@@ -29,9 +29,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="streamtrace-badinputs-") as root:
         futures = run_all(Path(root), selected, args.workers)
         results = {key: future.result() for key, future in futures.items()}
-    table = markdown_table(results)
-    print(table)
-    return 1 if "FAIL" in table else 0
+    print(markdown_table(results))
+    return 1 if failures(results) else 0
 
 
 if __name__ == "__main__":

@@ -72,6 +72,13 @@ def _corrupt_gzip_crc() -> bytes:
     return bytes(data)
 
 
+def _corrupt_zstd() -> bytes:
+    data = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(trace_bytes(base_events() * 50)))
+    middle = len(data) // 2
+    data[middle:middle + 4] = bytes(byte ^ 0xA5 for byte in data[middle:middle + 4])
+    return bytes(data)
+
+
 def _cut_half(data: bytes) -> bytes:
     return data[: len(data) // 2]
 
@@ -112,6 +119,8 @@ BAD_INPUTS: tuple[BadInput, ...] = (
     BadInput("truncated_zstd", "zstd frame cut in half",
              lambda: _cut_half(zstandard.ZstdCompressor().compress(trace_bytes())), ".json.zst"),
     BadInput("corrupt_gzip_crc", "gzip CRC32 does not match the data", _corrupt_gzip_crc, ".json.gz"),
+    BadInput("corrupt_zstd", "damaged bytes in a zstd frame with a checksum (as the zstd tool writes)",
+             _corrupt_zstd, ".json.zst"),
     BadInput("empty", "zero bytes", lambda: b""),
     BadInput("whitespace_only", "only blanks and newlines", lambda: b" \n\t\r\n  \n"),
     BadInput("not_json", "plain text", lambda: b"this is the profiler's log, not a trace\n"),
@@ -122,6 +131,7 @@ BAD_INPUTS: tuple[BadInput, ...] = (
              lambda: b'{"schemaVersion": 1, "deviceProperties": [], "traceName": "x"}\n'),
     BadInput("trace_events_not_list", "traceEvents is an object",
              lambda: b'{"schemaVersion": 1, "traceEvents": {"0": {"ph": "X", "ts": 1}}}\n'),
+    BadInput("trailing_garbage", "text after the top-level object", lambda: trace_bytes() + b"} garbage\n"),
     BadInput("event_not_object", "the third event is a number",
              lambda: trace_bytes(base_events()[:2] + [5] + base_events()[2:])),  # type: ignore[list-item]
     BadInput("key_fields_not_scalar", "a CPU op whose pid is a list and tid an object",

@@ -121,6 +121,7 @@ _EXPECTED: dict[str, Outcome | dict[str, Outcome]] = {
     "truncated_gzip": refuse("truncated"),
     "truncated_zstd": refuse("truncated"),
     "corrupt_gzip_crc": refuse("corrupt gzip data"),
+    "corrupt_zstd": refuse("corrupt zstd data"),
     "empty": refuse("empty input"),
     "whitespace_only": refuse("empty input"),
     "not_json": refuse("not JSON"),
@@ -129,6 +130,7 @@ _EXPECTED: dict[str, Outcome | dict[str, Outcome]] = {
     "top_level_null": refuse("top level is null"),
     "no_trace_events": refuse("no traceEvents"),
     "trace_events_not_list": refuse("traceEvents is an object"),
+    "trailing_garbage": refuse("trailing garbage"),
     "event_not_object": refuse("event is a number"),
     "key_fields_not_scalar": {name: refuse("pid is a list, expected a number or string")
                               for name in ("inspect",) + RANKERS},
@@ -318,6 +320,12 @@ def run_all(root: Path, selected: Iterable[tuple[Command, BadInput]], workers: i
                for command, bad in selected if available(command.name)}
     pool.shutdown(wait=False)
     return futures
+
+
+def failures(results: dict[tuple[str, str], CaseRun]) -> dict[tuple[str, str], list[str]]:
+    """The cases that did not go as documented, with what went wrong."""
+    found = {key: problems(run, expected(*key)) for key, run in results.items()}
+    return {key: wrong for key, wrong in found.items() if wrong}
 
 
 def cell(run: CaseRun | None, outcome: Outcome) -> str:
