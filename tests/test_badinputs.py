@@ -33,3 +33,30 @@ def test_matrix_table(matrix_runs, capsys):
     with capsys.disabled():
         print("\n" + table)
     assert failures(results) == {}
+
+
+def test_accepted_damage_comes_out_as_documented(tmp_path):
+    """What the README promises for inputs processed as they are: last duplicate
+    wins inside an event, duplicate top-level keys kept raw, long strings and
+    odd non-GPU events unchanged."""
+    import json
+
+    import streamtrace
+    from badinputs.generate import BY_NAME, base_events
+
+    def converted(name: str) -> bytes:
+        source = tmp_path / BY_NAME[name].filename
+        source.write_bytes(BY_NAME[name].build())
+        streamtrace.convert(source, tmp_path / f"{name}.out.json")
+        return (tmp_path / f"{name}.out.json").read_bytes()
+
+    duplicated = converted("duplicate_keys")
+    assert b'"schemaVersion": 1,\n"schemaVersion": 2' in duplicated
+    assert json.loads(duplicated)["traceEvents"][4]["ts"] == 22.0
+    long_name = json.loads(converted("string_10mb"))["traceEvents"][4]["name"]
+    assert long_name == "relu_" + "x" * (10 << 20)
+    odd = tmp_path / "odd.json"
+    odd.write_bytes(BY_NAME["key_fields_not_scalar"].build())
+    streamtrace.compact(odd, tmp_path / "odd.out.json")
+    kept = json.loads((tmp_path / "odd.out.json").read_bytes())["traceEvents"][1]
+    assert kept == {**base_events()[1], "pid": [100], "tid": {"thread": 101}}
