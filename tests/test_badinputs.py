@@ -5,9 +5,12 @@ prints the same table without pytest.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from badinputs.generate import BAD_INPUTS
+import streamtrace
+from badinputs.generate import BAD_INPUTS, BY_NAME, base_events
 from badinputs.matrix import COMMANDS, available, cases, expected, failures, markdown_table, problems, run_all
 
 
@@ -39,11 +42,6 @@ def test_accepted_damage_comes_out_as_documented(tmp_path):
     """What the README promises for inputs processed as they are: last duplicate
     wins inside an event, duplicate top-level keys kept raw, long strings and
     odd non-GPU events unchanged."""
-    import json
-
-    import streamtrace
-    from badinputs.generate import BY_NAME, base_events
-
     def converted(name: str) -> bytes:
         source = tmp_path / BY_NAME[name].filename
         source.write_bytes(BY_NAME[name].build())

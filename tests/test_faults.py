@@ -24,7 +24,6 @@ from streamtrace import cli
 
 OUTPUT_COMMANDS = [command for command in COMMANDS if command.output_name]
 STDOUT_COMMANDS = [command for command in COMMANDS if command.stdout_argv]
-by_name = pytest.mark.parametrize
 
 
 def needs(command: Command) -> None:
@@ -58,7 +57,7 @@ def has_open(pid: int, path: Path) -> bool:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see when the run is under way")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
-@by_name("command", COMMANDS, ids=lambda c: c.name)
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
 def test_signal_mid_run_leaves_nothing(command, signum, big_trace, tmp_path):
     needs(command)
     before = digest(big_trace)
@@ -81,7 +80,7 @@ def test_signal_mid_run_leaves_nothing(command, signum, big_trace, tmp_path):
         assert os.listdir(spool) == []
 
 
-@by_name("command", STDOUT_COMMANDS, ids=lambda c: c.name)
+@pytest.mark.parametrize("command", STDOUT_COMMANDS, ids=lambda c: c.name)
 def test_reader_closing_the_pipe_stops_quietly(command, big_trace, tmp_path):
     """``streamtrace ... - | head -c 100``: no traceback, no spool, exit 1 when output was cut."""
     needs(command)
@@ -119,7 +118,7 @@ def locked(directory: Path) -> Iterator[None]:
         subprocess.run(["chattr", "-i", str(directory)], check=True)
 
 
-@by_name("command", OUTPUT_COMMANDS, ids=lambda c: c.name)
+@pytest.mark.parametrize("command", OUTPUT_COMMANDS, ids=lambda c: c.name)
 def test_unwritable_output_directory_is_one_line(command, tmp_path):
     needs(command)
     trace = tmp_path / "trace.json"
@@ -158,7 +157,7 @@ class FullDisk:
 
 
 @pytest.mark.parametrize("room", [0, 64 << 10], ids=["full", "fills-mid-run"])
-@by_name("command", OUTPUT_COMMANDS, ids=lambda c: c.name)
+@pytest.mark.parametrize("command", OUTPUT_COMMANDS, ids=lambda c: c.name)
 def test_full_disk_is_one_line_and_leaves_nothing(command, room, tmp_path, monkeypatch, capsys):
     """Every file opened for writing (output and spools alike) hits ENOSPC."""
     needs(command)

@@ -5,7 +5,10 @@ and an output, and which outputs must not exist after a refusal).  Commands
 not on this branch yet are found missing at run time and skipped, so when
 they land the matrix covers them with no further change.  The expected
 outcome of each (command, input) pair is :func:`expected`; the README section
-"What streamtrace accepts, repairs and refuses" says the same in words.
+"What streamtrace accepts, repairs and refuses" says the same in words.  For
+merge, relink, split and attribute the expectations follow the rule the
+present commands keep (refuse an event only when a field the command needs
+is missing or of the wrong type) and are to be confirmed when they land.
 
 Each case runs the CLI as a subprocess (``python -m streamtrace``) with
 ``PYTHONPATH`` at the checkout these tests come from, in a directory of its
@@ -110,8 +113,8 @@ def refuse(reason: str) -> Outcome:
     return Outcome(False, reason)
 
 
-WRITERS = ("convert", "compact", "merge", "relink", "split", "attribute")
-"""Commands that write events (or rows) out; ``inspect`` only reads."""
+WRITERS = ("convert", "compact", "merge", "relink", "split")
+"""Commands that write events out (``inspect`` and ``attribute`` write summaries and rows)."""
 PLACERS = ("compact", "merge")
 """Commands that place GPU slices on lanes: they need a slice's pid, numeric ts and dur >= 0."""
 RANKERS = ("merge", "relink", "split", "attribute")
