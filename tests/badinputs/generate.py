@@ -154,10 +154,11 @@ BAD_INPUTS: tuple[BadInput, ...] = (
     BadInput("nan_literal", "NaN as a dur (Python's json.dumps writes it)",
              lambda: _replace_once(b'"dur": 5.5', b'"dur": NaN')),
     BadInput("infinity_literal", "Infinity as a ts", lambda: _replace_once(b'"ts": 22.0', b'"ts": Infinity')),
-    BadInput("int_beyond_64_bits", "NCCL Comms Id 2^64 + 1 and a 30-digit integer",
+    BadInput("int_beyond_64_bits", "NCCL Comms Id 2^64 + 1 and a 30-digit integer on a kernel and an annotation",
              lambda: _replace_once(b'"correlation": 43, "device": 0}',
                                    b'"correlation": 43, "device": 0, "Comms Id": 18446744073709551617, '
-                                   b'"seq": 123456789012345678901234567890}')),
+                                   b'"seq": 123456789012345678901234567890}').replace(
+                 b'"dur": 8.0, "args": {}', b'"dur": 8.0, "args": {"Comms Id": 18446744073709551618}')),
     BadInput("invalid_utf8", "bytes that are not UTF-8 in a kernel name",
              lambda: _replace_once(b'"gemm_kernel"', b'"gemm_\xff\xfe_kernel\xc3"')),
     BadInput("raw_control_chars", "a raw newline, tab and \\x01 inside a name",
