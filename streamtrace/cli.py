@@ -266,9 +266,13 @@ def format_inspect_table(summary: dict) -> str:
     return "".join(f"{name:<{width}}  {value}\n" for name, value in rows)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the same cleanup runs."""
+
+
 def _terminate(signum: int, frame: object) -> None:
     """Turn SIGTERM into an exception so temporary files are cleaned up."""
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -282,9 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"streamtrace: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("streamtrace: interrupted; no output written", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except BrokenPipeError:
         _silence_stdout()
         return 1

@@ -30,7 +30,7 @@ from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
 from .ranks import pp_group_ranks
-from .reader import NUMBER_TYPES, decimal_as_json, dumps_event, loads_exact
+from .reader import NUMBER_TYPES, dumps_event, loads_exact
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec
@@ -79,7 +79,8 @@ class CompactIndex:
         """The per-event hot loop, written as one closure over local names:
         at millions of events, attribute lookups and method calls per event
         cost more than the indexing itself."""
-        record = self.actions.append
+        actions = self.actions
+        record = actions.append
         tids = self.int_tids
         note_tid = tids.add
         kinds = dict.fromkeys(SLICE_CATEGORIES, SLICE)
@@ -111,6 +112,8 @@ class CompactIndex:
                 else:
                     record(KEEP)
             elif kind == SLICE and get("ph") == "X":
+                if get("pid") is None:
+                    raise TraceError("GPU slice has no pid (its device)", event_index=len(actions))
                 ts, dur = get("ts"), get("dur", 0)
                 if ts.__class__ is float and dur.__class__ is float and dur >= 0:
                     end = ts + dur
@@ -207,10 +210,10 @@ def _identity_hash(event: dict) -> int:
     identical for coalescing.  Kineto's own key set takes a shortcut that
     serialises only ``args``; equal events take the same path."""
     if event.keys() == KINETO_ANNOTATION_KEYS:
-        args = orjson.dumps(event["args"], option=orjson.OPT_SORT_KEYS, default=decimal_as_json)
+        args = dumps_event(event["args"], orjson.OPT_SORT_KEYS)
         return hash((event["ph"], event["cat"], event["name"], event["pid"], args))
     identity = {key: value for key, value in event.items() if key not in ("ts", "dur", "tid")}
-    return hash(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS, default=decimal_as_json))
+    return hash(dumps_event(identity, orjson.OPT_SORT_KEYS))
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Iterable
 from .engine import read_with_retries
 from .errors import RobustModeNeeded, TraceError
 from .progress import Progress
-from .reader import ReadStats, TraceReader, dumps_event
+from .reader import ReadStats, TraceReader, dumps_event, raise_if_container_field
 from .resources import peak_rss_mb
 from .sink import OutputTarget, SinkSpec
 from .source import InputSource, SourceSpec
@@ -40,6 +40,7 @@ def convert(
         def attempt(reader: TraceReader) -> tuple[int, int, ReadStats]:
             dropped = 0
             writer = None
+            event = None
             with target.open() as out:
                 try:
                     for event in reader.events():
@@ -49,6 +50,9 @@ def convert(
                             dropped += 1
                         else:
                             writer.event(dumps_event(event))
+                except TypeError:
+                    raise_if_container_field(event)
+                    raise
                 except RobustModeNeeded:
                     if not target.rewindable and writer is not None:
                         raise TraceError(

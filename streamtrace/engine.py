@@ -21,6 +21,7 @@ from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
 from .reader import (ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, loads_exact,
+                     raise_if_container_field,
                      warn_if_slow_backend)
 from .sink import OutputTarget
 from .source import InputSource
@@ -87,8 +88,15 @@ def read_with_retries(
     tick = None
     if progress is not None:
         tick = lambda reader: progress.update(label, reader.raw_bytes_read, reader.stats.events)  # noqa: E731
-    return _retrying(source, lambda mode: attempt(TraceReader(source.open(), mode, salvage=salvage, on_chunk=tick)),
-                     progress)
+
+    def run(mode: ReadMode) -> T:
+        reader = TraceReader(source.open(), mode, salvage=salvage, on_chunk=tick)
+        try:
+            return attempt(reader)
+        except TraceError as exc:
+            raise reader.blame(exc)
+
+    return _retrying(source, run, progress)
 
 
 def _retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Progress | None) -> T:
@@ -139,23 +147,28 @@ def index_pass(
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
         visitor = make_visitor()
         visit = visitor.visit
-        if spool is None:
-            for event in reader.events():
-                visit(event)
-        else:
-            spool.reset()
-            lines: list[bytes] = []
-            keep = lines.append
-            for event in reader.events():
-                visit(event)
-                try:
-                    keep(dumps(event, default=decimal_as_json))
-                except TypeError:
-                    keep(dumps_event(event))
-                if len(lines) >= SPOOL_BATCH:
-                    spool.add_lines(lines)
-                    lines.clear()
-            spool.add_lines(lines)
+        event = None
+        try:
+            if spool is None:
+                for event in reader.events():
+                    visit(event)
+            else:
+                spool.reset()
+                lines: list[bytes] = []
+                keep = lines.append
+                for event in reader.events():
+                    visit(event)
+                    try:
+                        keep(dumps(event, default=decimal_as_json))
+                    except TypeError:
+                        keep(dumps_event(event))
+                    if len(lines) >= SPOOL_BATCH:
+                        spool.add_lines(lines)
+                        lines.clear()
+                spool.add_lines(lines)
+        except TypeError:
+            raise_if_container_field(event)
+            raise
         return visitor, reader.stats
 
     def attempt_in_child(mode: ReadMode) -> tuple[Visitor, ReadStats]:
@@ -164,22 +177,38 @@ def index_pass(
         visit = visitor.visit
         spool.reset()
 
+        visitor_event: list = [None]  # the event being visited, for errors raised on it
+        visited = [0]
+
         def index_lines(block: memoryview) -> None:
             spool.add_block(block)
             for line in bytes(block[:-1]).split(b"\n"):
-                visit(loads(line))
+                visitor_event[0] = event = loads(line)
+                visited[0] += 1
+                visit(event)
 
         def index_exact_lines(block: memoryview) -> None:
             """Exact mode: orjson would round ints beyond 64 bits and refuse huge floats."""
             spool.add_block(block)
             for line in bytes(block[:-1]).split(b"\n"):
                 try:
-                    visit(loads_exact(line) if _LONG_NUMBER.search(line) else loads(line))
+                    event = loads_exact(line) if _LONG_NUMBER.search(line) else loads(line)
                 except JSONDecodeError:
-                    visit(loads_exact(line))
+                    event = loads_exact(line)
+                visitor_event[0] = event
+                visited[0] += 1
+                visit(event)
 
         on_lines = index_exact_lines if mode.exact_numbers else index_lines
-        return visitor, parseproc.parse_in_child(source, mode, on_lines, salvage=salvage, progress=progress)
+        try:
+            return visitor, parseproc.parse_in_child(source, mode, on_lines, salvage=salvage, progress=progress)
+        except TypeError:
+            raise_if_container_field(visitor_event[0])
+            raise
+        except TraceError as exc:
+            if exc.path is None and exc.event_index is None and visitor_event[0] is not None:
+                exc.event_index = visited[0] - 1  # a complaint about the event being visited
+            raise
 
     try:
         if spool is not None and parseproc.available(source, min_bytes=child_parse_min_bytes):

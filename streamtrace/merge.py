@@ -46,11 +46,11 @@ MERGE_ONLY = 5  # action code: an event the compaction keeps, which the merge st
 _PID_FIELD = re.compile(rb'"pid":(-?[0-9]+),')
 
 
-def discover_inputs(specs: Sequence[str]) -> list[str]:
+def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
     """Trace files named by ``specs``: files, directories (their rank trace
     files) and glob patterns, in the order given."""
     files: list[str] = []
-    for spec in specs:
+    for spec in map(os.fspath, specs):
         if os.path.isdir(spec):
             found = sorted(os.path.join(spec, name) for name in os.listdir(spec) if RANK_TRACE_NAME.match(name))
             if not found:
@@ -137,6 +137,7 @@ class RankIndex:
     pass1_seconds: float
     plan_seconds: float
     backend: object = None
+    read: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -196,7 +197,7 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions, starte
         facts, rank_source, result.stats.header, result.stats.trailer, result.stats.exact_numbers, result.stats.events,
         None if compaction is None else compaction.summary, spans, tracks, state_path,
         round(result.seconds, 3), round(time.perf_counter() - planned, 3),
-        info.get("backend") if isinstance(info, dict) else None,
+        info.get("backend") if isinstance(info, dict) else None, result.stats.as_dict(),
     )
 
 
@@ -288,7 +289,7 @@ def default_output(files: list[str], has_pp: bool) -> str:
 
 
 def merge(
-    srcs: Sequence[str] | str,
+    srcs: Sequence[str | os.PathLike] | str | os.PathLike,
     dst: SinkSpec | None = None,
     *,
     compact: bool = True,
@@ -305,12 +306,14 @@ def merge(
 ) -> dict:
     """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary."""
     started = time.perf_counter()
-    files = discover_inputs([srcs] if isinstance(srcs, str) else list(srcs))
+    files = discover_inputs([srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs))
     wanted = parse_rank_list(ranks) if isinstance(ranks, str) else ranks
     if wanted is not None:
         files = [path for path in files if rank_from_file_name(path) in (wanted | {None})]
     if len(files) < 2:
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
+    if dst is not None:  # refuse a bad output now, not after reading every input
+        OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
     options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage,
                                None if jobs == 1 else IN_PROCESS)
     indexed = _phase_one(files, options, max(1, jobs), progress)
@@ -424,6 +427,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
         **arrow_counts,
         "per_rank_compaction": {str(facts[n].rank): indexed[n].compaction_summary for n in order},
         "warnings": warnings,
+        "read": {str(facts[n].rank): indexed[n].read for n in order},
         "pass1_seconds": {str(facts[n].rank): indexed[n].pass1_seconds for n in order},
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),

@@ -59,7 +59,7 @@ def parse_in_child(
     """
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child_main, args=(source.path, mode, salvage, sender), daemon=True)
+    child = context.Process(target=_child_main, args=(source.path, mode, salvage, sender, receiver), daemon=True)
     child.start()
     sender.close()
     try:
@@ -85,8 +85,13 @@ def parse_in_child(
         child.join()
 
 
-def _child_main(path: str, mode: ReadMode, salvage: bool, sender) -> None:
-    """Parse ``path`` and send event lines in batches, then the stats or the failure."""
+def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> None:
+    """Parse ``path`` and send event lines in batches, then the stats or the failure.
+
+    The inherited reading end is closed first: if the parent dies, the next
+    send then fails at once instead of blocking on a pipe nobody reads.
+    """
+    receiver.close()
     try:
         with InputSource(path) as source:
             stream = source.open()

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal
 from io import BytesIO
-from typing import Iterator
+from typing import Generator, Iterator
 
 import ijson
 import orjson
@@ -110,6 +110,10 @@ class _Feed:
         except TruncatedInput as exc:
             self.truncated_compression = str(exc)
             data = b""
+        except TraceError as exc:  # corrupt compressed data: say how far decoding got
+            if exc.byte_offset is None:
+                exc.byte_offset = self.offset
+            raise
         if data:
             data = self._utf8.feed(data)
         else:
@@ -146,6 +150,9 @@ class _Feed:
                 return form, members
             except jsonscan.MoreData:
                 if self.eof:
+                    if self.truncated_compression:
+                        raise TraceError(f"input is truncated ({self.truncated_compression}) before the first event",
+                                         byte_offset=self.offset) from None
                     if not buffer.strip():
                         raise TraceError("empty input: no JSON at all", byte_offset=0) from None
                     raise TraceError("input ends inside the top-level keys, before traceEvents",
@@ -189,13 +196,31 @@ class TraceReader:
         self._stream = stream
         report = on_chunk or (lambda reader: None)
         self._feed = _Feed(stream, mode, lambda feed: report(self))
+        self._iterator: Generator[dict, None, None] | None = None
 
     @property
     def raw_bytes_read(self) -> int:
         return self._stream.raw_bytes_read
 
     def events(self) -> Iterator[dict]:
-        """Yield every event; fill ``stats`` (header, trailer, counts) as it goes."""
+        """Every event, one by one; fills ``stats`` (header, trailer, counts) as it goes."""
+        self._iterator = self._read_events()
+        return self._iterator
+
+    def blame(self, exc: TraceError) -> TraceError:
+        """Give the event being handled to an error its consumer raised on it.
+
+        Only errors tied to no file or position yet (a visitor's or the
+        writer's complaint about the event): an error about the output file
+        keeps its own path.
+        """
+        events = self._iterator
+        if exc.path is None and exc.event_index is None and events is not None and events.gi_frame is not None:
+            events.close()  # its cleanup records how many events were read, the current one included
+            exc.event_index = self.stats.events - 1
+        return exc
+
+    def _read_events(self) -> Iterator[dict]:
         stats = self.stats
         feed = self._feed
         stats.form, stats.header = feed.prime()
@@ -218,6 +243,10 @@ class TraceReader:
         except ijson.IncompleteJSONError as exc:
             self._last = event
             self._parse_failure(exc, count)
+        except TraceError as exc:
+            if exc.event_index is None:  # raised below the parser (corrupt compression): where in the events
+                exc.event_index = count
+            raise
         finally:
             stats.events = count
             self._finish_stats()
@@ -314,9 +343,27 @@ def _context(exc: Exception) -> str:
 
 
 def _kind(value: object) -> str:
-    names = {list: "a list", str: "a string", int: "a number", float: "a number", Decimal: "a number",
-             bool: "a boolean", type(None): "null"}
+    names = {list: "a list", dict: "an object", str: "a string", int: "a number", float: "a number",
+             Decimal: "a number", bool: "a boolean", type(None): "null"}
     return names.get(type(value), type(value).__name__)
+
+
+KEY_FIELDS = ("ph", "cat", "name", "pid", "tid", "id")
+"""Event fields commands use as dictionary keys: a list or object there cannot be indexed."""
+
+
+def raise_if_container_field(event: object) -> None:
+    """After a TypeError while handling ``event``: refuse it if a key field is a list or object.
+
+    Checked only on failure, so the per-event hot paths stay free of type
+    checks; a TypeError with well-typed fields is a bug and propagates.
+    """
+    if event.__class__ is not dict:
+        return
+    for key in KEY_FIELDS:
+        value = event.get(key)
+        if value.__class__ in (list, dict):
+            raise TraceError(f"{key} is {_kind(value)}, expected a number or string") from None
 
 
 def decimal_as_json(value: object) -> orjson.Fragment:
@@ -332,12 +379,23 @@ def loads_exact(line: bytes) -> dict:
     return json.loads(line, parse_float=Decimal)
 
 
-def dumps_event(event: dict) -> bytes:
-    """Serialise one event compactly; exact-mode numbers keep their text."""
+WRITE_DEPTH_LIMIT = 254
+"""Deepest nesting orjson writes; deeper events are refused by every command that writes events."""
+
+
+def dumps_event(event: dict, option: int = 0) -> bytes:
+    """Serialise one event compactly; exact-mode numbers keep their text.
+
+    Raises :class:`TraceError` (without a position: the caller knows the
+    event index) for an event nested too deep to write.
+    """
     try:
-        return orjson.dumps(event, default=decimal_as_json)
-    except TypeError:
-        return orjson.dumps(_big_ints_as_text(event), default=decimal_as_json)
+        return orjson.dumps(event, default=decimal_as_json, option=option)
+    except TypeError as exc:
+        if "Recursion limit" in str(exc):
+            raise TraceError(f"event is nested more than {WRITE_DEPTH_LIMIT} levels deep, "
+                             "more than the JSON writer takes") from None
+        return orjson.dumps(_big_ints_as_text(event), default=decimal_as_json, option=option)
 
 
 def _big_ints_as_text(value: object) -> object:

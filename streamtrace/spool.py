@@ -49,8 +49,10 @@ class EventSpool:
     def finish(self) -> None:
         """Close the writing side (idempotent)."""
         if self._file is not None and not self._file.closed:
-            self._writer.close()
-            self._file.close()
+            try:
+                self._writer.close()
+            finally:
+                self._file.close()
 
     def __getstate__(self) -> dict:
         """A finished spool travels between processes by its path; the
@@ -108,12 +110,14 @@ class EventSpool:
             blocks.put(exc)
 
     def close(self) -> None:
-        """Delete the spool; safe to call twice."""
-        self.finish()
+        """Delete the spool; safe to call twice, and also when flushing it fails (disk full)."""
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            self.finish()
+        finally:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
 
     def __enter__(self) -> "EventSpool":
         return self

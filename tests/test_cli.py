@@ -1,26 +1,22 @@
-"""The command line as a user meets it: exit codes, one-line errors, pipes, kills."""
+"""The command line as a user meets it: help, exit codes, stdin and stdout.
+
+Bad inputs are in test_badinputs.py, signals, pipes and full disks in test_faults.py."""
 from __future__ import annotations
 
 import gzip
 import json
 import os
-import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
-import pytest
-
+from badinputs.matrix import CLI, cli_env
 from conftest import TRACES, events_of, load_json
 
-CLI = [sys.executable, "-m", "streamtrace"]
 NCCL = TRACES / "nccl_rank0.json.gz"
 
 
 def run(*args: str, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], input=stdin, capture_output=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+                          env={**cli_env(), **(env or {})})
 
 
 def test_help_teaches_every_command():
@@ -41,23 +37,6 @@ def test_inspect_prints_table_and_json(tmp_path):
     assert summary["events"] == len(events_of(load_json(NCCL)))
     only_json = run("inspect", "--json", str(NCCL))
     assert json.loads(only_json.stdout) ["events"] == summary["events"]
-
-
-@pytest.mark.parametrize("content, fragment", [
-    (b'{"traceEvents": [{"ph": "X", "ts": 1}, {"ph": ', "truncated"),
-    (b"not json", "not JSON"),
-    (b"", "empty input"),
-])
-def test_bad_input_is_one_line_exit_1_no_output(tmp_path, content, fragment):
-    bad = tmp_path / "bad.json"
-    bad.write_bytes(content)
-    for args in (["inspect", str(bad)], ["convert", str(bad), str(tmp_path / "out.json.gz")]):
-        result = run(*args)
-        err = result.stderr.decode()
-        assert result.returncode == 1
-        assert err.count("\n") == 1 and "Traceback" not in err
-        assert str(bad) in err and fragment in err
-    assert sorted(os.listdir(tmp_path)) == ["bad.json"]
 
 
 def test_debug_shows_the_traceback(tmp_path):
@@ -105,64 +84,6 @@ def test_stdin_reread_in_exact_mode_after_big_integer(tmp_path):
     assert result.returncode == 0, result.stderr
     assert os.listdir(spool) == []
     assert json.loads((tmp_path / "o.json").read_bytes()) == json.loads(data.replace(b"\n", b"\\n"))
-
-
-def test_pipe_closed_by_reader_is_quiet(tmp_path):
-    shell = f"{' '.join(CLI)} convert {NCCL} - | head -c 100 > /dev/null"
-    result = subprocess.run(shell, shell=True, capture_output=True, timeout=60)
-    assert b"Traceback" not in result.stderr
-
-
-def _big_input(tmp_path: Path) -> Path:
-    """A plain trace large enough that converting it takes a few seconds."""
-    events = events_of(load_json(NCCL))
-    path = tmp_path / "big.json"
-    with open(path, "wb") as handle:
-        handle.write(b'{"traceEvents": [')
-        for copy in range(8):
-            handle.write((b"," if copy else b"") + json.dumps(events)[1:-1].encode())
-        handle.write(b"]}")
-    return path
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
-def test_killed_convert_leaves_no_target(tmp_path, signum):
-    source = _big_input(tmp_path)
-    target = tmp_path / "out.json.gz"
-    process = subprocess.Popen([*CLI, "convert", str(source), str(target), "-q"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 30
-    while not any(name.endswith(".part") for name in os.listdir(tmp_path)):
-        assert time.time() < deadline and process.poll() is None, "convert never started writing"
-        time.sleep(0.02)
-    time.sleep(0.3)
-    process.send_signal(signum)
-    process.wait(timeout=30)
-    assert process.returncode != 0
-    assert not target.exists()
-    if signum != signal.SIGKILL:
-        assert sorted(os.listdir(tmp_path)) == ["big.json"]
-        assert b"Traceback" not in process.stderr.read()
-
-
-def test_killed_compact_leaves_no_output_and_no_spool(tmp_path):
-    source = _big_input(tmp_path)
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    target = tmp_path / "out.json.gz"
-    process = subprocess.Popen([*CLI, "compact", str(source), "-o", str(target), "--spool-dir", str(spool), "-q"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 30
-    while not os.listdir(spool):
-        assert time.time() < deadline and process.poll() is None, "compact never started spooling"
-        time.sleep(0.02)
-    time.sleep(0.5)
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=30)
-    assert process.returncode != 0
-    assert os.listdir(spool) == []
-    assert sorted(os.listdir(tmp_path)) == ["big.json", "spool"]
-    assert b"Traceback" not in process.stderr.read()
 
 
 def test_compact_cli_writes_default_output_and_refuses_overwrite(tmp_path):
