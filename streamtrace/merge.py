@@ -375,11 +375,11 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
                level: int | None, pp_flows: bool, progress: bool | None, started: float) -> dict:
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
-    pp_ranks, order_source = pp_order(facts)
+    pp_ranks, pipelines, order_source = pp_order(facts)
     offsets, common_base, warnings = time_offsets_ns(facts)
     for warning in warnings:
         print(f"streamtrace: warning: {warning}", file=sys.stderr)
-    order = sorted(range(len(indexed)), key=pp_ranks.__getitem__)
+    order = sorted(range(len(indexed)), key=lambda n: (pp_ranks[n], facts[n].rank))
     pid_maps = dict(zip(order, fresh_pids([facts[n] for n in order])))
     multiplier = shared_multiplier(facts)
     has_pp = any(entry.pp_spans for entry in indexed) or any(fact.pp_group for fact in facts)
@@ -388,7 +388,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
                         f"PP rank {pp_ranks[n]} | " if has_pp else f"rank {facts[n].rank} | ", multiplier)
         for n in order
     }
-    arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, multiplier) if pp_flows else ([], {})
+    arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, pipelines, multiplier) if pp_flows else ([], {})
     dst = default_output([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
     target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
                           inputs=[entry.facts.path for entry in indexed])
@@ -435,9 +435,10 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     return summary
 
 
-def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], multiplier: int) -> tuple[list[dict], dict]:
+def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipelines: list[object],
+            multiplier: int) -> tuple[list[dict], dict]:
     """Every PP arrow, on the merged pids and clock, with ids above all rank ids."""
-    spans, compute_tracks, unshard_tracks, pp_rank_of = [], set(), set(), {}
+    spans, compute_tracks, unshard_tracks, pp_rank_of, pipeline_of = [], set(), set(), {}, {}
     for n, entry in enumerate(indexed):
         rewrite = rewrites[n]
         move = rewrite.pid_map.get
@@ -448,10 +449,11 @@ def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], multi
         compute_tracks.update((move(pid, pid), tid) for pid, tid in compute)
         unshard_tracks.update((move(pid, pid), tid) for pid, tid in unshard)
         pp_rank_of.update((new_pid, pp_ranks[n]) for new_pid in rewrite.pid_map.values())
+        pipeline_of.update((new_pid, pipelines[n]) for new_pid in rewrite.pid_map.values())
     first_id = max(FLOW_ID_BASE, (max(entry.facts.rank for entry in indexed) + 2) * multiplier)
     maker = ArrowMaker(pp_rank_of, next_id=first_id)
     blocks = find_blocks(spans, compute_tracks, unshard_tracks)
-    send_recv_arrows(blocks, maker)
+    send_recv_arrows(blocks, maker, pipeline_of)
     local_arrows(blocks, maker)
     counts = {
         "pp_send_recv_pairs": maker.pairs["pp_send_recv"],

@@ -37,20 +37,22 @@ def check_unique_ranks(facts: list[RankFacts]) -> None:
         seen[fact.rank] = fact.path
 
 
-def pp_order(facts: list[RankFacts]) -> tuple[list[int], str]:
-    """Each input's PP rank (by input position) and how the order was found.
+def pp_order(facts: list[RankFacts]) -> tuple[list[int], list[object], str]:
+    """Each input's PP rank and pipeline (by input position), and how they were found.
 
-    The first PP process group that holds every merged rank decides;
-    otherwise the global-rank order stands in (right only when the two agree).
+    A rank's PP rank is its index in its PP process group; ranks of several
+    pipelines (data-parallel replicas) each keep their own group as pipeline.
+    Without a group for every rank, the global-rank order stands in (right
+    only when the two agree) and all ranks form one pipeline.
     """
     ranks = [fact.rank for fact in facts]
-    for fact in facts:
-        group = fact.pp_group
-        if group is not None and all(rank in group for rank in ranks):
-            order = sorted(ranks, key=group.index)
-            return [order.index(rank) for rank in ranks], "pp process group"
+    groups = [fact.pp_group for fact in facts]
+    if all(group is not None and rank in group for group, rank in zip(groups, ranks)):
+        return [group.index(rank) for group, rank in zip(groups, ranks)], [tuple(group) for group in groups], \
+            "pp process group"
     order = sorted(ranks)
-    return [order.index(rank) for rank in ranks], "global rank order (no PP process group holds every rank)"
+    return [order.index(rank) for rank in ranks], [None] * len(ranks), \
+        "global rank order (no PP process group for every rank)"
 
 
 def time_offsets_ns(facts: list[RankFacts]) -> tuple[list[int], int | None, list[str]]:

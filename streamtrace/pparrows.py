@@ -162,23 +162,25 @@ def local_arrows(blocks: list[Block], maker: ArrowMaker) -> None:
             maker.connect(block, target, "pp_unshard_dependency")
 
 
-def send_recv_arrows(blocks: list[Block], maker: ArrowMaker) -> None:
+def send_recv_arrows(blocks: list[Block], maker: ArrowMaker, pipeline_of: dict | None = None) -> None:
     """Across ranks: SEND_F of stage s to RECV_F of s+1, SEND_B of s to RECV_B
-    of s-1, same microbatch, nearest midpoints paired, finish strictly after
-    the start.  Unpaired blocks, dropped arrows and receives no send group
-    aims at are counted as unmatched."""
+    of s-1, same microbatch and pipeline (``pipeline_of[pid]``; one pipeline
+    when not given), nearest midpoints paired, finish strictly after the
+    start.  Unpaired blocks, dropped arrows and receives no send group aims
+    at are counted as unmatched."""
+    pipeline_of = pipeline_of or {}
     groups: dict[tuple, list[Block]] = defaultdict(list)
     for block in blocks:
         if block.op in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
-            groups[(block.stage, block.op, block.microbatch)].append(block)
+            groups[(pipeline_of.get(block.pid), block.stage, block.op, block.microbatch)].append(block)
     aimed_at = set()
-    for (stage, op, microbatch), sends in sorted(groups.items(), key=str):
+    for (pipeline, stage, op, microbatch), sends in sorted(groups.items(), key=str):
         if not op.startswith("SEND_"):
             continue
         direction = op[-1]
-        peer = (stage + (1 if direction == "F" else -1), f"RECV_{direction}", microbatch)
+        peer = (pipeline, stage + (1 if direction == "F" else -1), f"RECV_{direction}", microbatch)
         aimed_at.add(peer)
         receives = groups.get(peer, [])
         maker.connect_nearest(sends, receives, "pp_send_recv", unpaired=sends + receives, strictly_forward=True)
     maker.unmatched["pp_send_recv"] += sum(len(receives) for key, receives in groups.items()
-                                           if key[1].startswith("RECV_") and key not in aimed_at)
+                                           if key[2].startswith("RECV_") and key not in aimed_at)

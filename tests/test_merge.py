@@ -1,0 +1,272 @@
+"""``merge``: SPEC 5 conventions on hand-built ranks, real ranks, generated PP runs."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from streamtrace import merge
+from streamtrace.errors import TraceError
+from streamtrace.mergeplan import RankFacts, fresh_pids, pp_order, time_offsets_ns
+from streamtrace.synth import SynthConfig, write_traces
+
+from conftest import TRACES, events_of, load_json
+
+BASE = 1_700_000_000_000_000_000
+SLICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def kernel(name: str, ts: float, dur: float, stream: int, correlation: int) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"stream": stream, "correlation": correlation, "device": 0}}
+
+
+def note(name: str, ts: float, dur: float, stream: int) -> dict:
+    return {"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {}}
+
+
+def launch(ts: float, correlation: int) -> list[dict]:
+    return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": ts, "dur": 0.5,
+             "args": {"correlation": correlation}},
+            {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": correlation, "pid": 10, "tid": 11, "ts": ts}]
+
+
+def finish(ts: float, stream: int, correlation: int) -> dict:
+    return {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": correlation, "pid": 0, "tid": stream, "ts": ts, "bp": "e"}
+
+
+def rank_file(directory: Path, rank: int, events: list[dict], *, base: int | None, group=(0, 4)) -> Path:
+    doc = {"schemaVersion": 1, "traceEvents": events}
+    if base is not None:
+        doc["baseTimeNanoseconds"] = base
+    doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 8,
+                              "pg_config": [{"pg_name": "torchtitan_real_pp", "pg_desc": "pp", "ranks": list(group)}]}
+    path = directory / f"rank{rank}_trace.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def metadata(pid: int, tid: int, kind: str, name: str) -> dict:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def stage0() -> list[dict]:
+    return [metadata(0, 0, "process_name", "GPU 0"), metadata(10, 0, "process_name", "python"),
+            {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "args": {"sort_index": 5}},
+            metadata(10, 11, "thread_name", "main"),
+            *launch(1.0, 5), kernel("gemm", 2.0, 4.0, 7, 5), finish(2.0, 7, 5), note("PP:0F0", 2.0, 4.0, 7),
+            *launch(7.0, 6), kernel("ncclDevKernel_SendRecv", 8.0, 2.0, 8, 6), finish(8.0, 8, 6),
+            note("PP:0SEND_F0", 8.0, 2.0, 8)]
+
+
+def stage1() -> list[dict]:
+    return [metadata(0, 0, "process_name", "GPU 0"),
+            *launch(6.0, 5), kernel("ncclDevKernel_SendRecv", 7.0, 4.0, 8, 5), finish(7.0, 8, 5),
+            note("PP:1RECV_F0", 7.0, 4.0, 8),
+            *launch(11.0, 6), kernel("gemm", 12.0, 3.0, 7, 6), finish(12.0, 7, 6), note("PP:1F0", 12.0, 3.0, 7),
+            note("PP:1RECV_F1", 20.0, 1.0, 8)]  # its send fell outside the capture window
+
+
+@pytest.fixture
+def two_ranks(tmp_path) -> tuple[Path, Path, Path]:
+    second = rank_file(tmp_path, 4, stage1(), base=BASE + 1000)
+    first = rank_file(tmp_path, 0, stage0(), base=BASE)
+    return tmp_path, second, first
+
+
+def by_pid_names(events: list[dict]) -> dict:
+    return {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"
+            and e["args"]["name"].startswith("PP rank") and "global rank" in e["args"]["name"]}
+
+
+def thread_names(events: list[dict]) -> dict:
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e["name"] == "thread_name"}
+
+
+def test_hand_built_pp_merge_follows_spec_5(two_ranks):
+    directory, second, first = two_ranks
+    out = directory / "merged.json"
+    summary = merge([second, first], out)  # given in the wrong order on purpose
+    events = events_of(load_json(out))
+
+    assert summary["pp_order"] == "pp process group"
+    assert [(r["pp_rank"], r["global_rank"]) for r in summary["pp_ranks"]] == [(0, 0), (1, 4)]
+    assert summary["time_offsets_us"] == {"4": 1.0, "0": 0.0}
+    # fresh pids from 1 in PP order, CPU processes first, GPU last
+    assert by_pid_names(events) == {1: "PP rank 0 (global rank 0) | process 10", 2: "PP rank 0 (global rank 0) | GPU",
+                                    3: "PP rank 1 (global rank 4) | process 10", 4: "PP rank 1 (global rank 4) | GPU"}
+    sort_index = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    assert sort_index == {1: 0, 2: 1, 3: 1000, 4: 1001}  # the input's own sort index was dropped
+    names = thread_names(events)
+    assert names[(1, 11)] == "PP rank 0 | main"
+    assert {"PP rank 0 | GPU 0", "PP rank 1 | GPU 0"} <= {e["args"]["name"] for e in events
+                                                          if e.get("name") == "process_name"}
+    # rank 4 moved by exactly 1 us; correlation and flow ids unique per rank, raw kept
+    rank4_gemm = next(e for e in events if e.get("name") == "gemm" and e["pid"] == 4)
+    assert Decimal(str(rank4_gemm["ts"])) == Decimal("13.0")
+    assert rank4_gemm["args"]["correlation_raw"] == 6 and rank4_gemm["args"]["correlation"] == 5 * 10**9 + 6
+    flows = [e for e in events if e.get("cat") == "ac2g"]
+    assert {e["id"] for e in flows if e["pid"] in (1, 2)} == {10**9 + 5, 10**9 + 6}
+    assert {e["id"] for e in flows if e["pid"] in (3, 4)} == {5 * 10**9 + 5, 5 * 10**9 + 6}
+
+    arrows = defaultdict(list)
+    for e in events:
+        if e.get("cat", "").startswith("pp_"):
+            arrows[(e["cat"], e["id"])].append(e)
+    pairs = {cat_id[0]: [] for cat_id in arrows}
+    for (cat, _), (start, end) in arrows.items():
+        pairs[cat].append((start, end))
+    (send, recv), = pairs["pp_send_recv"]
+    assert send["name"] == "0SEND_F0 -> 1RECV_F0" and (send["pid"], recv["pid"]) == (2, 4)
+    assert recv["ts"] > send["ts"] == 8.0  # strictly forward although RECV started at the same time
+    assert names[(send["pid"], send["tid"])] == "PP rank 0 | NCCL other annotations"
+    assert names[(recv["pid"], recv["tid"])] == "PP rank 1 | NCCL other annotations"
+    assert send["args"]["source_pp_rank"] == 0 and recv["args"]["destination_pp_rank"] == 1
+    assert {s["name"] for s, _ in pairs["pp_compute_dependency"]} == {"0F0 -> 0SEND_F0", "1RECV_F0 -> 1F0"}
+    for start, end in pairs["pp_compute_dependency"]:
+        assert names[(end["pid"], end["tid"])].endswith("annotations") and end["ph"] == "f" and start["ph"] == "s"
+    assert summary["pp_send_recv_pairs"] == 1 and summary["pp_send_recv_unmatched"] == 1  # the orphan RECV_F1
+    assert summary["pp_compute_dependency_pairs"] == 2 and summary["pp_compute_dependency_unmatched"] == 1
+    assert summary["per_rank_compaction"]["4"]["measured_slices"] == 2
+    ids = [e["id"] for e in events if e.get("cat", "").startswith("pp_")]
+    assert min(ids) > max(e["id"] for e in flows)
+
+
+def test_default_output_name_and_refusals(two_ranks, tmp_path):
+    directory, second, first = two_ranks
+    summary = merge(directory)
+    assert summary["output"] == str(directory / "pp_traces_merged_compacted.json.gz")
+    with pytest.raises(TraceError, match="exists"):
+        merge(directory)
+    twin = directory / "copy"
+    twin.mkdir()
+    (twin / "rank_zero.json").write_bytes(first.read_bytes())
+    with pytest.raises(TraceError, match=r"global rank 0 appears twice: .*rank0_trace.json and .*rank_zero.json"):
+        merge([first, second, twin / "rank_zero.json"], tmp_path / "out.json")
+    assert not (tmp_path / "out.json").exists()
+    with pytest.raises(TraceError, match="at least two"):
+        merge([first], tmp_path / "out.json")
+
+
+def test_missing_base_time_aligns_at_zero_with_a_warning(tmp_path, capsys):
+    rank_file(tmp_path, 0, stage0(), base=BASE)
+    rank_file(tmp_path, 4, stage1(), base=None)
+    summary = merge(tmp_path, tmp_path / "out.json", ranks="0-4")
+    assert summary["time_offsets_us"]["4"] == 0.0
+    assert "no integer baseTimeNanoseconds" in capsys.readouterr().err
+    assert summary["warnings"]
+
+
+def test_no_compact_and_global_rank_order(tmp_path):
+    rank_file(tmp_path, 0, stage0(), base=BASE, group=(9, 10))  # PP groups that do not hold the ranks
+    rank_file(tmp_path, 4, stage1(), base=BASE, group=(9, 10))
+    summary = merge(tmp_path, tmp_path / "out.json", compact=False)
+    assert summary["pp_order"].startswith("global rank order")
+    assert summary["per_rank_compaction"] == {"0": None, "4": None}
+    events = events_of(load_json(tmp_path / "out.json"))
+    streams = {(e["pid"], e["tid"]) for e in events if e.get("cat") == "kernel"}
+    assert streams == {(2, 7), (2, 8), (4, 7), (4, 8)}  # streams kept
+    assert summary["pp_send_recv_pairs"] == 1
+
+
+def test_pure_decisions():
+    facts = [RankFacts("b", 4, BASE + 2000, [0, 4], [0, 10, "x"], {0}, 7),
+             RankFacts("a", 0, BASE, [0, 4], [0, 10], {0}, 9)]
+    assert pp_order(facts)[0] == [1, 0]
+    assert time_offsets_ns(facts)[:2] == ([2000, 0], BASE)
+    assert fresh_pids([facts[1], facts[0]]) == [{10: 1, 0: 2}, {10: 3, 0: 4}]
+
+
+MERGED_PROCESS = re.compile(r"^(?:PP rank \d+ \(global rank (\d+)\)|rank (\d+)) \| (?:GPU|process )")
+
+
+def rank_of_pid(events: list[dict]) -> dict:
+    """Merged pid -> global rank, from the process names the merge adds."""
+    ranks = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            match = MERGED_PROCESS.match(e["args"]["name"])
+            if match:
+                ranks[e["pid"]] = int(match.group(1) or match.group(2))
+    return ranks
+
+
+def assert_ids_rank_correct(events: list[dict], multiplier: int) -> None:
+    """No correlation or flow id shared by two ranks; each flow and each GPU
+    event's correlation lead to a launch of its own rank."""
+    owner = rank_of_pid(events)
+    launches = {}
+    for e in events:
+        corr = e.get("args", {}).get("correlation") if isinstance(e.get("args"), dict) else None
+        if corr is not None and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            assert corr // multiplier - 1 == owner[e["pid"]]
+            launches[corr] = owner[e["pid"]]
+    gpu_with_launch = 0
+    for e in events:
+        if e.get("cat") in SLICE_CATS:
+            corr = e["args"]["correlation"]
+            assert corr // multiplier - 1 == owner[e["pid"]]
+            if corr in launches:
+                assert launches[corr] == owner[e["pid"]]
+                gpu_with_launch += 1
+        if e.get("cat") == "ac2g":
+            assert e["id"] // multiplier - 1 == owner[e["pid"]]
+            if e["ph"] == "f":
+                assert launches[e["id"]] == owner[e["pid"]]
+    assert gpu_with_launch > 0
+
+
+def test_real_sampled_ranks_merge_rank_correct(tmp_path):
+    files = [TRACES / "sampled_rank-0.json.gz", TRACES / "sampled_rank-1.json.gz"]
+    out = tmp_path / "merged.json.gz"
+    summary = merge(files, out)
+    events = events_of(load_json(out))
+    assert summary["events_read"] == sum(len(events_of(load_json(f))) for f in files)
+    assert summary["pp_order"].startswith("global rank order")
+    assert_ids_rank_correct(events, summary["id_multiplier"])
+    raw = [events_of(load_json(f)) for f in files]
+    assert sum(1 for e in events if e.get("cat") in SLICE_CATS) == sum(
+        1 for rank in raw for e in rank if e.get("cat") in SLICE_CATS)
+
+
+@pytest.mark.parametrize("schedule", ["zb", "1f1b"])
+def test_generated_pp_run_arrows_match_the_schedule(tmp_path, schedule):
+    cfg = SynthConfig(ranks=8, pp_stages=4, microbatches=8, schedule=schedule, steps=1, graph_streams=24,
+                      graph_kernels=24, eager_kernels=4, python_noise=1, base_skew_ns=1500)
+    truth = write_traces(cfg, tmp_path, compress="gz", merged=False)
+    out = tmp_path / "merged.json.gz"
+    summary = merge(tmp_path, out, jobs=2)
+    counts = defaultdict(int)
+    for rank in truth["ranks"]:
+        for op, n in rank["pp_action_counts"].items():
+            counts[op] += n
+    sends = counts["SEND_F"] + counts["SEND_B"]
+    comms = sends + counts["RECV_F"] + counts["RECV_B"]
+    assert summary["pp_send_recv_pairs"] == sends > 0
+    assert summary["pp_compute_dependency_pairs"] == comms
+    assert summary["pp_unshard_compute_pairs"] == counts["UNSHARD"]
+    assert [summary[k] for k in summary if k.endswith("_unmatched")] == [0, 0, 0]
+    assert summary["time_offsets_us"] == {str(r): r * 1.5 for r in range(8)}
+    events = events_of(load_json(out))
+    assert_ids_rank_correct(events, summary["id_multiplier"])
+    owner = rank_of_pid(events)
+    stage_of = {rank["rank"]: rank["pp_stage"] for rank in truth["ranks"]}
+    group_of = {rank["rank"]: tuple(rank["pp_group"]) for rank in truth["ranks"]}
+    pairs = defaultdict(dict)
+    for e in events:
+        if e.get("cat") == "pp_send_recv":
+            pairs[e["id"]][e["ph"]] = e
+    for pair in pairs.values():
+        source, target = owner[pair["s"]["pid"]], owner[pair["f"]["pid"]]
+        assert group_of[source] == group_of[target]  # never across data-parallel replicas
+        assert abs(stage_of[source] - stage_of[target]) == 1
+        assert pair["f"]["ts"] > pair["s"]["ts"]
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("streamtrace-")]
