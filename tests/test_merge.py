@@ -61,6 +61,7 @@ def stage0() -> list[dict]:
     return [metadata(0, 0, "process_name", "GPU 0"), metadata(10, 0, "process_name", "python"),
             {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "args": {"sort_index": 5}},
             metadata(10, 11, "thread_name", "main"),
+            *launch(0.2, 4), kernel("ncclDevKernel_AllGather", 0.5, 1.0, 9, 4), note("PP:0UNSHARD", 0.5, 1.0, 9),
             *launch(1.0, 5), kernel("gemm", 2.0, 4.0, 7, 5), finish(2.0, 7, 5), note("PP:0F0", 2.0, 4.0, 7),
             *launch(7.0, 6), kernel("ncclDevKernel_SendRecv", 8.0, 2.0, 8, 6), finish(8.0, 8, 6),
             note("PP:0SEND_F0", 8.0, 2.0, 8)]
@@ -114,7 +115,7 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     assert Decimal(str(rank4_gemm["ts"])) == Decimal("13.0")
     assert rank4_gemm["args"]["correlation_raw"] == 6 and rank4_gemm["args"]["correlation"] == 5 * 10**9 + 6
     flows = [e for e in events if e.get("cat") == "ac2g"]
-    assert {e["id"] for e in flows if e["pid"] in (1, 2)} == {10**9 + 5, 10**9 + 6}
+    assert {e["id"] for e in flows if e["pid"] in (1, 2)} == {10**9 + 4, 10**9 + 5, 10**9 + 6}
     assert {e["id"] for e in flows if e["pid"] in (3, 4)} == {5 * 10**9 + 5, 5 * 10**9 + 6}
 
     arrows = defaultdict(list)
@@ -133,6 +134,11 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     assert {s["name"] for s, _ in pairs["pp_compute_dependency"]} == {"0F0 -> 0SEND_F0", "1RECV_F0 -> 1F0"}
     for start, end in pairs["pp_compute_dependency"]:
         assert names[(end["pid"], end["tid"])].endswith("annotations") and end["ph"] == "f" and start["ph"] == "s"
+    (unshard, compute), = pairs["pp_unshard_dependency"]
+    assert unshard["name"] == "0UNSHARD -> 0F0" and compute["ts"] == 2.0
+    assert names[(unshard["pid"], unshard["tid"])] == "PP rank 0 | NCCL all-gather annotations"
+    assert names[(compute["pid"], compute["tid"])] == "PP rank 0 | Compute annotations"
+    assert summary["pp_unshard_compute_pairs"] == 1 and summary["pp_unshard_compute_unmatched"] == 0
     assert summary["pp_send_recv_pairs"] == 1 and summary["pp_send_recv_unmatched"] == 1  # the orphan RECV_F1
     assert summary["pp_compute_dependency_pairs"] == 2 and summary["pp_compute_dependency_unmatched"] == 1
     assert summary["per_rank_compaction"]["4"]["measured_slices"] == 2
