@@ -30,7 +30,7 @@ from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
 from .ranks import pp_group_ranks
-from .reader import NUMBER_TYPES, dumps_event, loads_exact
+from .reader import NUMBER_TYPES, dumps_event, loads_line
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec
@@ -545,7 +545,7 @@ class CompactPlan(EmitPlan):
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
         self.compaction = compaction
-        self._loads = loads_exact if exact else orjson.loads
+        self._loads = loads_line if exact else orjson.loads
         self._slices = itertools.count()
         old_tids = [key[1] for key in index.stream_keys]
         self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(index, old_tids),

@@ -8,19 +8,18 @@ event spool between the passes, and cleanup.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
-from orjson import JSONDecodeError, dumps, loads
+from orjson import dumps, loads
 
 from . import parseproc
 
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import (ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, loads_exact,
+from .reader import (ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, loads_line,
                      raise_if_container_field,
                      warn_if_slow_backend)
 from .sink import OutputTarget
@@ -29,7 +28,6 @@ from .spool import EventSpool
 from .writer import TraceWriter
 
 T = TypeVar("T")
-_LONG_NUMBER = re.compile(rb"[0-9]{20}")  # an int orjson cannot hold exactly
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
 
 
@@ -188,14 +186,9 @@ def index_pass(
                 visit(event)
 
         def index_exact_lines(block: memoryview) -> None:
-            """Exact mode: orjson would round ints beyond 64 bits and refuse huge floats."""
             spool.add_block(block)
             for line in bytes(block[:-1]).split(b"\n"):
-                try:
-                    event = loads_exact(line) if _LONG_NUMBER.search(line) else loads(line)
-                except JSONDecodeError:
-                    event = loads_exact(line)
-                visitor_event[0] = event
+                visitor_event[0] = event = loads_line(line)
                 visited[0] += 1
                 visit(event)
 

@@ -33,7 +33,7 @@ from .pp import parse_pp_name
 from .pparrows import FLOW_ID_BASE, ArrowMaker, Span, find_blocks, local_arrows, send_recv_arrows
 from .progress import Progress
 from .ranks import pp_group_ranks, rank_from_file_name
-from .reader import ReadStats, dumps_event, loads_exact
+from .reader import ReadStats, dumps_event, loads_line
 from .resources import peak_rss_mb
 from .rules import load_rules
 from .sink import OutputTarget, SinkSpec
@@ -232,7 +232,7 @@ class MergePlan(EmitPlan):
         index, compaction = parked.index, parked.compaction
         self.rewrite = rewrite
         self.extra_events = extra_events
-        self._loads = loads_exact if parked.stats.exact_numbers else orjson.loads
+        self._loads = loads_line if parked.stats.exact_numbers else orjson.loads
         self._compact = CompactPlan(index, compaction, parked.stats.exact_numbers) if compaction is not None else None
         self.actions = index.actions.translate(_ALL_REWRITTEN if compaction is not None else _ONLY_REWRITTEN)
         merged = self._merged

@@ -9,6 +9,7 @@ written back out with their original text).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -377,6 +378,31 @@ def loads_exact(line: bytes) -> dict:
     """Decode an event line keeping exact-mode numbers exact (ints beyond
     64 bits, floats as Decimal), for the lines orjson refuses or rounds."""
     return json.loads(line, parse_float=Decimal)
+
+
+_DIGITS_AS_NINES = bytes(57 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_DIGIT_RUN = re.compile(rb"-?[0-9]{19,}")
+_ORJSON_INTS = range(-(1 << 63), 1 << 64)
+
+
+def loads_line(line: bytes) -> dict:
+    """Decode a spooled event line of an exact-mode reading, fast.
+
+    orjson reads nearly every line exactly and ~6x faster than the json
+    module; it only rounds integers outside [-2^63, 2^64) to floats (without
+    saying so) and refuses floats beyond double range.  A cheap byte-level
+    test finds the lines with 19+ digit runs, and only those whose number is
+    out of orjson's range take the slow exact decoder.  (Decimal floats
+    become plain floats, as in a fast-mode reading; the line itself, which is
+    what gets written, keeps its text.)
+    """
+    if b"9999999999999999999" in line.translate(_DIGITS_AS_NINES):
+        if any(int(run) not in _ORJSON_INTS for run in _LONG_DIGIT_RUN.findall(line)):
+            return loads_exact(line)
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return loads_exact(line)
 
 
 WRITE_DEPTH_LIMIT = 254

@@ -179,7 +179,7 @@ def test_no_compact_and_global_rank_order(tmp_path):
     assert summary["per_rank_compaction"] == {"0": None, "4": None}
     events = events_of(load_json(tmp_path / "out.json"))
     streams = {(e["pid"], e["tid"]) for e in events if e.get("cat") == "kernel"}
-    assert streams == {(2, 7), (2, 8), (4, 7), (4, 8)}  # streams kept
+    assert streams == {(2, 7), (2, 8), (2, 9), (4, 7), (4, 8)}  # streams kept
     assert summary["pp_send_recv_pairs"] == 1
 
 

@@ -177,3 +177,17 @@ def test_error_names_event_index_and_byte_offset():
         read(data)
     assert info.value.event_index == 2
     assert info.value.byte_offset == data.index(b"@")
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b'{"id": 18446744073709551615, "ts": 1.5}', 18446744073709551615),  # u64 max: orjson holds it
+    (b'{"id": 18446744073709551616, "ts": 1.5}', 18446744073709551616),  # beyond: the exact decoder
+    (b'{"id": -9223372036854775809, "ts": 1.5}', -9223372036854775809),
+    (b'{"id": 123456789012345678901234567890, "ts": 1.5}', 123456789012345678901234567890),
+    (b'{"id": 7, "ts": 1e400}', 7),
+])
+def test_exact_mode_lines_decode_exactly(text, expected):
+    from streamtrace.reader import loads_line
+    event = loads_line(text)
+    assert event["id"] == expected and type(event["id"]) is int
+    assert float(event["ts"]) in (1.5, float("inf"))
