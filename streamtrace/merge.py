@@ -398,6 +398,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
                     "traceName": "streamtrace merge of " + ", ".join(str(facts[n].rank) for n in order)}
     meter = Progress(None, enabled=progress)
     written = 0
+    pass2_started = time.perf_counter()
     with target.open() as out:
         writer = TraceWriter(out, _replace_members(first.header, replacements))
         for position, n in enumerate(order):
@@ -429,6 +430,8 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
         "warnings": warnings,
         "read": {str(facts[n].rank): indexed[n].read for n in order},
         "pass1_seconds": {str(facts[n].rank): indexed[n].pass1_seconds for n in order},
+        "plan_seconds": {str(facts[n].rank): indexed[n].plan_seconds for n in order},
+        "pass2_seconds": round(time.perf_counter() - pass2_started, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }

@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import struct
 from typing import Callable
 
@@ -80,9 +81,10 @@ def parse_in_child(
                 raise pickle.loads(body)
     finally:
         receiver.close()
+        child.join(timeout=2)  # after its last message the child is exiting anyway
         if child.is_alive():
             child.terminate()
-        child.join()
+            child.join()
 
 
 def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> None:
@@ -92,6 +94,8 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> N
     send then fails at once instead of blocking on a pipe nobody reads.
     """
     receiver.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the child
     try:
         with InputSource(path) as source:
             stream = source.open()
@@ -108,8 +112,6 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> N
                     lines.clear()
             _send_lines(sender, lines, stream.raw_bytes_read, reader.stats.events)
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))
-    except KeyboardInterrupt:
-        pass  # the parent got the same signal and cleans up
     except BaseException as exc:  # every failure is handed to the parent, which raises it
         try:
             sender.send_bytes(_FAILED + pickle.dumps(exc))
