@@ -10,14 +10,12 @@ lines and appends the new events.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import time
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Callable, Iterator
 
 import orjson
@@ -30,10 +28,10 @@ from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, neare
 from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
-from .reader import NUMBER_TYPES, decimal_as_json, dumps_event
+from .reader import NUMBER_TYPES, decimal_as_json, dumps_event, event_loader
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
-from .sink import OutputTarget, SinkSpec
+from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
@@ -468,7 +466,7 @@ class CompactPlan(EmitPlan):
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
         self.compaction = compaction
-        self._loads = _exact_loads if exact else orjson.loads
+        self._loads = event_loader(exact)
         self._slices = itertools.count()
         old_tids = [key[1] for key in index.stream_keys]
         self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(index, old_tids),
@@ -563,22 +561,6 @@ def _splice(line: bytes, old: bytes, new: bytes) -> bytes | None:
     return parts[0] + new + parts[1]
 
 
-def _exact_loads(line: bytes) -> dict:
-    """Decode a spooled line keeping exact-mode numbers exact."""
-    return json.loads(line, parse_float=Decimal)
-
-
-def default_output(src: object) -> str:
-    """``<name>_compacted.json.gz`` beside the input (``.json`` and ``.zst`` kept)."""
-    if not isinstance(src, (str, os.PathLike)) or src == "-":
-        raise TraceError("give an output path with -o when reading from stdin or a stream")
-    path = os.fspath(src)
-    for suffix in (".json.gz", ".json.zst", ".json"):
-        if path.endswith(suffix):
-            return path[: -len(suffix)] + "_compacted" + suffix
-    return path + "_compacted.json.gz"
-
-
 def compact(
     src: SourceSpec,
     dst: SinkSpec | None = None,
@@ -596,7 +578,7 @@ def compact(
     """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary."""
     started = time.perf_counter()
     chosen_rules = load_rules(rules)
-    dst = default_output(src) if dst is None else dst
+    dst = default_output(src, "_compacted") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir) as source:
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)

@@ -8,12 +8,13 @@ written back out with their original text).
 """
 from __future__ import annotations
 
+import json
 import sys
 from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal
 from io import BytesIO
-from typing import Iterator
+from typing import Callable, Iterator
 
 import ijson
 import orjson
@@ -343,3 +344,13 @@ def _big_ints_as_text(value: object) -> object:
         return [_big_ints_as_text(item) for item in value]
     return value
 
+
+
+def _exact_loads(line: bytes) -> dict:
+    """Decode a spooled line keeping exact-mode numbers exact."""
+    return json.loads(line, parse_float=Decimal)
+
+
+def event_loader(exact: bool) -> Callable[[bytes], dict]:
+    """How pass 2 decodes a spooled event line: orjson, or keeping exact-mode numbers exact."""
+    return _exact_loads if exact else orjson.loads

@@ -132,6 +132,17 @@ class OutputTarget:
             raise
 
 
+def default_output(src: object, tag: str) -> str:
+    """``<name><tag>.json.gz`` beside the input (``.json`` and ``.zst`` kept)."""
+    if not isinstance(src, (str, os.PathLike)) or src == "-":
+        raise TraceError("give an output path with -o when reading from stdin or a stream")
+    path = os.fspath(src)
+    for suffix in (".json.gz", ".json.zst", ".json"):
+        if path.endswith(suffix):
+            return path[: -len(suffix)] + tag + suffix
+    return path + tag + ".json.gz"
+
+
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
