@@ -64,31 +64,56 @@ def pair_by_time(
     ``gpu_samples[gpu] = [(correlation, gpu_ts), ...]``;
     ``launches_by_id[correlation] = [(cpu_slot, launch_ts), ...]``.  The true
     launcher scores one consistent sample per matched event and never an
-    inconsistent one; another rank's CPU pid shares the ids but not the
-    timing.  The score is consistent - inconsistent; a tie leaves the GPU pid
-    unpaired.
+    inconsistent one; another rank's CPU pid shares the ids but, unless the
+    ranks run in lockstep, not the timing.  The score is consistent -
+    inconsistent.  Ranks in lockstep tie: a CPU pid already paired with
+    another GPU pid drops out of a tie (one process drives one GPU), which
+    settles a chain of lockstep ranks from its first one; a tie that remains
+    leaves the GPU pid unpaired.
     """
+    scores = {gpu: _scores(samples, launches_by_id) for gpu, samples in gpu_samples.items()}
+    tops: dict[int, list[int]] = {}
+    for gpu, score in scores.items():
+        best = max((good - bad for good, bad in score.values() if good), default=None)
+        tops[gpu] = sorted(cpu for cpu, (good, bad) in score.items() if good and good - bad == best)
+    paired: dict[int, int] = {}
+    settled = True
+    while settled:
+        settled = False
+        taken = set(paired.values())
+        for gpu, top in tops.items():
+            if gpu in paired:
+                continue
+            free = [cpu for cpu in top if cpu not in taken] if len(top) > 1 else top
+            if len(free) == 1:
+                paired[gpu] = free[0]
+                taken.add(free[0])
+                settled = True
     pairings: dict[int, Pairing] = {}
-    for gpu, samples in gpu_samples.items():
-        scores: dict[int, list[int]] = {}
-        for correlation, gpu_ts in samples:
-            earliest: dict[int, float] = {}
-            for cpu, launch_ts in launches_by_id.get(correlation, ()):
-                if cpu not in earliest or launch_ts < earliest[cpu]:
-                    earliest[cpu] = launch_ts
-            for cpu, launch_ts in earliest.items():
-                score = scores.setdefault(cpu, [0, 0])
-                score[0 if launch_ts <= gpu_ts else 1] += 1
-        ranked = sorted(scores.items(), key=lambda item: (item[1][1] - item[1][0], item[0]))
-        if not ranked or ranked[0][1][0] == 0:
-            pairings[gpu] = Pairing(gpu, None, 0, 0)
-            continue
-        (best, (good, bad)) = ranked[0]
-        if len(ranked) > 1 and ranked[1][1][0] - ranked[1][1][1] == good - bad:
-            pairings[gpu] = Pairing(gpu, None, good, bad, tied_with=ranked[1][0])
+    for gpu, top in tops.items():
+        cpu = paired.get(gpu)
+        if cpu is not None:
+            pairings[gpu] = Pairing(gpu, cpu, *scores[gpu][cpu])
+        elif top:
+            pairings[gpu] = Pairing(gpu, None, *scores[gpu][top[0]], tied_with=top[1])
         else:
-            pairings[gpu] = Pairing(gpu, best, good, bad)
+            pairings[gpu] = Pairing(gpu, None, 0, 0)
     return pairings
+
+
+def _scores(samples: Iterable[tuple[int, float]], launches_by_id: Mapping[int, list[tuple[int, float]]]
+            ) -> dict[int, list[int]]:
+    """[consistent, inconsistent] sample counts per CPU pid sharing the samples' ids."""
+    scores: dict[int, list[int]] = {}
+    for correlation, gpu_ts in samples:
+        earliest: dict[int, float] = {}
+        for cpu, launch_ts in launches_by_id.get(correlation, ()):
+            if cpu not in earliest or launch_ts < earliest[cpu]:
+                earliest[cpu] = launch_ts
+        for cpu, launch_ts in earliest.items():
+            score = scores.setdefault(cpu, [0, 0])
+            score[0 if launch_ts <= gpu_ts else 1] += 1
+    return scores
 
 
 @dataclass
@@ -167,7 +192,7 @@ def _infer(pids: list[PidEvidence], ranks: list[int], rules: list[str], pairings
             parent[root(gpu)] = root(cpu)
     groups: dict[int, list[int]] = {}
     for slot, facts in enumerate(pids):
-        if ranks[slot] == UNKNOWN and facts.first_work is not None:
+        if ranks[slot] == UNKNOWN and facts.first_work is not None and rules[slot] == "unknown":
             groups.setdefault(root(slot), []).append(slot)
     if len(groups) < 2 and not any(rank >= 0 for rank in ranks):
         return
