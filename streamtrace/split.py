@@ -137,8 +137,9 @@ def _write_group(result: IndexResult, ranks_of_events: array, group: list[int], 
         writers: dict[int, TraceWriter] = {}
         batches: dict[int, list[bytes]] = {}
         for rank in group:
-            out = stack.enter_context(OutputTarget(os.path.join(staging, names[rank]), compress=compress,
-                                                   level=level).open())
+            target = OutputTarget(os.path.join(staging, names[rank]), compress=compress, level=level,
+                                  background=False)  # a compressor thread per rank would cost MBs each
+            out = stack.enter_context(target.open())
             writers[rank] = TraceWriter(out, with_rank(stats.header, rank, add=False))
             batches[rank] = []
         everyone = list(batches.values())
