@@ -10,7 +10,6 @@ lines and appends the new events.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import time
 from array import array

@@ -210,6 +210,9 @@ def split(
             clashes = [name for name in names.values() if os.path.exists(os.path.join(directory, name))]
             if clashes and not overwrite:
                 raise TraceError(f"{clashes[0]} exists; pass --overwrite to replace it", path=directory)
+            blocked = [name for name in clashes if os.path.isdir(os.path.join(directory, name))]
+            if blocked:  # found now, not when the files are moved into place (half the set moved)
+                raise TraceError(f"{blocked[0]} is a directory", path=directory)
             os.makedirs(directory, exist_ok=True)
             staging = tempfile.mkdtemp(prefix=".streamtrace-split-", dir=directory)
             counts: dict[int, int] = {}

@@ -251,3 +251,17 @@ def test_cli_commands_print_summaries_and_one_line_errors(tmp_path):
     assert len(json.loads(relinked.stdout)["traceEvents"]) == json.loads(relinked.stderr)["events_written"]
     with gzip.open(tmp_path / "d" / "rank1_trace.json.gz") as handle:
         assert b'"rank": 1' in handle.read()
+
+
+def test_split_failures_leave_no_files(tmp_path):
+    trace = TRACES / "sampled_rank-1.json.gz"
+    truncated = tmp_path / "truncated.json"
+    with gzip.open(trace) as handle:
+        truncated.write_bytes(handle.read()[:-5000])
+    with pytest.raises(TraceError, match="truncated"):
+        streamtrace.split(truncated, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "old" / "rank1_trace.json.gz").mkdir(parents=True)
+    with pytest.raises(TraceError, match="is a directory"):
+        streamtrace.split(trace, tmp_path / "old", overwrite=True)
+    assert os.listdir(tmp_path / "old") == ["rank1_trace.json.gz"]
