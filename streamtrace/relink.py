@@ -12,6 +12,7 @@ work, an ``f`` after each linked GPU event), exactly where Kineto puts them.
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from typing import Callable
 
@@ -26,6 +27,38 @@ from .reader import dumps_event, event_loader
 from .resources import peak_rss_mb
 from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
+
+
+ID_KEY = b'"correlation":'
+_POSITION = tuple((key, re.compile(rb'"%s":(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")[,}]' % key))
+                  for key in (b"pid", b"tid", b"ts"))
+
+
+def with_new_id(line: bytes, raw: int, new: int) -> bytes | None:
+    """The compact event line with ``args.correlation`` rewritten and ``correlation_raw`` added,
+    by splicing text; None when the line is not unambiguous (then decode it instead).
+
+    ``"correlation":`` can only be a key in compact JSON (a quote inside a
+    string is escaped), so one occurrence followed by the raw id is the one.
+    """
+    if line.count(ID_KEY) != 1:
+        return None
+    for end in (b",", b"}"):
+        parts = line.split(b'"correlation":%d%s' % (raw, end))
+        if len(parts) == 2:
+            return parts[0] + b'"correlation":%d,"correlation_raw":%d%s' % (new, raw, end) + parts[1]
+    return None
+
+
+def position_text(line: bytes) -> bytes | None:
+    """``"pid":..,"tid":..,"ts":..`` copied from a compact event line; None if any is not there exactly once."""
+    parts = []
+    for key, pattern in _POSITION:
+        found = pattern.findall(line)
+        if len(found) != 1:
+            return None
+        parts.append(b'"%s":%s' % (key, found[0]))
+    return b",".join(parts)
 
 
 class RelinkPlan(EmitPlan):
@@ -61,24 +94,32 @@ class RelinkPlan(EmitPlan):
         """Rank-unique id; events of no known rank keep their raw id (below every rank-unique one)."""
         return raw if rank < 0 else rank_unique_id(rank, raw, self.multiplier)
 
-    def _rewrite(self, line: bytes, kind: str, ordinal: int, raw: int, new: int) -> dict:
-        event = self._loads(line)
-        args = event.get("args")
-        if not isinstance(args, dict) or args.get("correlation") != raw:
-            raise TraceError(f"validation failed: {kind} {ordinal} differs between the passes")
-        if new != raw:
-            args["correlation"] = new
-            args["correlation_raw"] = raw
-            self.ids_rewritten += 1
-        return event
+    def _rewrite(self, line: bytes, kind: str, ordinal: int, raw: int, new: int, flow: str | None) -> bytes:
+        """The patched line, followed by its ac2g flow when ``flow`` ("s" or "f") is given.
 
-    def _flow(self, event: dict, phase: str, flow_id: int) -> bytes:
-        flow = {"ph": phase, "id": flow_id, "pid": event.get("pid"), "tid": event.get("tid"), "ts": event.get("ts"),
-                "cat": "ac2g", "name": "ac2g"}
-        if phase == "f":
-            flow["bp"] = "e"
+        Text splicing when unambiguous (no decoding: exact-mode lines decode
+        slowly), else decode, check, change and re-encode.
+        """
+        patched = line if new == raw else with_new_id(line, raw, new)
+        position = position_text(line) if flow is not None and patched is not None else b""
+        if patched is None or position is None:
+            event = self._loads(line)
+            args = event.get("args")
+            if not isinstance(args, dict) or args.get("correlation") != raw:
+                raise TraceError(f"validation failed: {kind} {ordinal} differs between the passes")
+            if new != raw:
+                args["correlation"] = new
+                args["correlation_raw"] = raw
+            patched = dumps_event(event)
+            position = dumps_event({key: event.get(key) for key in ("pid", "tid", "ts")})[1:-1]
+        if new != raw:
+            self.ids_rewritten += 1
+        if flow is None:
+            return patched
         self.flows_written += 1
-        return dumps_event(flow)
+        finish = b',"bp":"e"' if flow == "f" else b""
+        return patched + b',\n{"ph":"%s","id":%d,%s,"cat":"ac2g","name":"ac2g"%s}' % (
+            flow.encode(), new, position, finish)
 
     def _launch_patcher(self) -> Callable[[bytes], bytes]:
         index, buckets, counter = self._resolved.index, self._resolved.launch_bucket, itertools.count()
@@ -86,12 +127,8 @@ class RelinkPlan(EmitPlan):
         def patch(line: bytes) -> bytes:
             ordinal = next(counter)
             raw = index.launch_id[ordinal]
-            new = self._new_id(buckets[ordinal], raw)
-            event = self._rewrite(line, "launch", ordinal, raw, new)
-            out = dumps_event(event)
-            if self.has_gpu_work[ordinal]:
-                out += b",\n" + self._flow(event, "s", new)
-            return out
+            flow = "s" if self.has_gpu_work[ordinal] else None
+            return self._rewrite(line, "launch", ordinal, raw, self._new_id(buckets[ordinal], raw), flow)
 
         return patch
 
@@ -106,11 +143,10 @@ class RelinkPlan(EmitPlan):
                 return line
             launch = launch_of_gpu[ordinal]
             if launch == NO_LAUNCH:
-                event = self._rewrite(line, "GPU event", ordinal, raw, self._new_id(resolved.gpu_bucket[ordinal], raw))
-                return dumps_event(event)
+                return self._rewrite(line, "GPU event", ordinal, raw, self._new_id(resolved.gpu_bucket[ordinal], raw),
+                                     None)
             new = self._new_id(resolved.launch_bucket[launch], index.launch_id[launch])
-            event = self._rewrite(line, "GPU event", ordinal, raw, new)
-            return dumps_event(event) + b",\n" + self._flow(event, "f", new)
+            return self._rewrite(line, "GPU event", ordinal, raw, new, "f")
 
         return patch
 

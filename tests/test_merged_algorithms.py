@@ -217,3 +217,17 @@ def test_lockstep_ranks_that_nothing_tells_apart_stay_unpaired():
     samples = {1: [(5, 10.0)], 3: [(5, 10.5)]}
     launches = {5: [(0, 9.0), (2, 9.2)]}
     assert {gpu: p.cpu for gpu, p in pair_by_time(samples, launches).items()} == {1: None, 3: None}
+
+
+def test_id_splice_and_position_copy_on_compact_lines():
+    from streamtrace.relink import position_text, with_new_id
+
+    line = b'{"ph":"X","pid":3,"tid":"s 1","ts":12.5,"name":"a\\"ts\\":1","args":{"correlation":7,"x":1}}'
+    assert json.loads(with_new_id(line, 7, 1000000007))["args"] == {
+        "correlation": 1000000007, "correlation_raw": 7, "x": 1}
+    assert position_text(line) == b'"pid":3,"tid":"s 1","ts":12.5'
+    last = b'{"pid":3,"tid":4,"ts":1,"args":{"correlation":7}}'
+    assert json.loads(with_new_id(last, 7, 9))["args"] == {"correlation": 9, "correlation_raw": 7}
+    assert with_new_id(last, 8, 9) is None  # not the id pass 1 saw: decode and fail validation
+    nested = b'{"pid":3,"tid":4,"ts":1,"args":{"correlation":7,"inner":{"correlation":7,"ts":2}}}'
+    assert with_new_id(nested, 7, 9) is None and position_text(nested) is None

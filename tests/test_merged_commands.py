@@ -265,3 +265,30 @@ def test_split_failures_leave_no_files(tmp_path):
     with pytest.raises(TraceError, match="is a directory"):
         streamtrace.split(trace, tmp_path / "old", overwrite=True)
     assert os.listdir(tmp_path / "old") == ["rank1_trace.json.gz"]
+
+
+def test_relink_decodes_lines_it_cannot_splice(tmp_path):
+    """A GPU event whose args nest another "correlation" key takes the decode path."""
+    events = []
+    for rank, cpu in ((0, 10), (1, 11)):
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": cpu, "tid": 1, "ts": 110.0,
+             "dur": 5.0, "args": {"correlation": 5, "rank": rank}},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": rank, "tid": 7, "ts": 120.5, "dur": 3.0,
+             "args": {"correlation": 5, "rank": rank, "meta": {"correlation": 5}}},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": rank, "tid": 8, "ts": 121.5, "dur": 3.0,
+             "args": {"correlation": 5, "rank": rank}},
+        ]
+    trace = tmp_path / "nested.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    summary = streamtrace.relink(trace, tmp_path / "out.json")
+    assert summary["graph_launches"]["by_rank"] == {
+        "0": {"launches": 1, "gpu_events": 2, "min": 2, "max": 2},
+        "1": {"launches": 1, "gpu_events": 2, "min": 2, "max": 2}}
+    out = events_of(json.loads((tmp_path / "out.json").read_bytes()))
+    ids = [(e["ph"], e.get("id", e.get("args", {}).get("correlation"))) for e in out]
+    first, second = 10**9 + 5, 2 * 10**9 + 5
+    assert ids == [("X", first), ("s", first), ("X", first), ("f", first), ("X", first), ("f", first),
+                   ("X", second), ("s", second), ("X", second), ("f", second), ("X", second), ("f", second)]
+    assert out[2]["args"] == {"correlation": first, "rank": 0, "meta": {"correlation": 5}, "correlation_raw": 5}
+    assert (out[3]["pid"], out[3]["tid"], out[3]["ts"], out[3]["bp"]) == (0, 7, 120.5, "e")
