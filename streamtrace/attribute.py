@@ -281,11 +281,8 @@ def attribute(
             index.finish()
             resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)
             resolved.require_links("attribute")
-            wanted = bytearray(len(index.launch_id))
-            for launch in resolved.links.launch_of_gpu:
-                if launch != NO_LAUNCH:
-                    wanted[launch] = 1
-            enclosure = Enclosure(index.launch_thread, index.launch_ts, index.launch_end, wanted)
+            enclosure = Enclosure(index.launch_thread, index.launch_ts, index.launch_end,
+                                  resolved.launches_with_gpu_work())
             enclosure.offer(index.ops.records())
             index.ops.close()
             attribution = Attribution(index, resolved, enclosure)

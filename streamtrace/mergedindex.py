@@ -193,6 +193,14 @@ class Resolved:
             "graph_launches": self.graph_summary(),
         }
 
+    def launches_with_gpu_work(self) -> bytearray:
+        """1 for each launch that some GPU event links to."""
+        flags = bytearray(len(self.index.launch_id))
+        for launch in self.links.launch_of_gpu:
+            if launch != NO_LAUNCH:
+                flags[launch] = 1
+        return flags
+
     def graph_summary(self) -> dict:
         """Graph launches per rank with the GPU events each one got."""
         index = self.index

@@ -80,10 +80,7 @@ class RelinkPlan(EmitPlan):
             problem = check_id_space(max(resolved.gpu_bucket, default=0), self.multiplier)
         if problem is not None:
             raise TraceError(f"cannot relink: {problem}")
-        self.has_gpu_work = bytearray(len(index.launch_id))
-        for launch in resolved.links.launch_of_gpu:
-            if launch != NO_LAUNCH:
-                self.has_gpu_work[launch] = 1
+        self.has_gpu_work = resolved.launches_with_gpu_work()
         self.flows_written = 0
         self.ids_rewritten = 0
         patchers: dict[int, Callable[[bytes], bytes | None]] = {
