@@ -6,18 +6,22 @@ import os
 import signal
 import sys
 import tempfile
+import textwrap
 from typing import Callable, Sequence
 
 import orjson
 
 from . import __version__
+from .attribute import attribute
 from .compact import compact
 from .convert import convert
 from .errors import TraceError
 from .inspector import inspect
 from .merge import merge
+from .relink import relink
 from .rules import DEFAULT_RULES_TOML
 from .sink import COMPRESSIONS
+from .split import SUFFIXES, split
 
 EPILOG = """\
 Inputs are paths, '-' for stdin, or fsspec URLs (s3://, gs://, https://; needs
@@ -35,6 +39,26 @@ def _common(parser: argparse.ArgumentParser) -> None:
                        help="directory for temporary spool files (default: the system temp dir)")
     group.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
     group.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+
+
+RANK_RULES = ("args.rank, else the rank a process_name states such as 'RANK 3 - GPU', else --rank-map, "
+              "else inference: a GPU pid pairs with the CPU pid that launched its correlation ids before "
+              "its GPU events ran, else distributedInfo.rank for a single-rank file")
+RANK_MAP_HELP = """\
+--rank-map FILE is a JSON object from pid to rank, for pids no other rule
+places, e.g. {"4037": 0, "0": 0, "4045": 1, "1": 1}. The summary lists every
+pid with its rank and the rule that decided it. A pid that several ranks
+claim, with colliding correlation ids, stops the command with an error
+instead of guessing."""
+
+
+def _paragraphs(*texts: str) -> str:
+    """Descriptions kept readable under RawDescriptionHelpFormatter (which does not wrap)."""
+    return "\n\n".join(textwrap.fill(text, 79) if "\n" not in text else text for text in texts)
+
+
+def _rank_map(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rank-map", metavar="FILE", help="JSON object {pid: rank} for pids no other rule places")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,6 +165,89 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(run=_run_merge)
 
     cmd = commands.add_parser(
+        "relink", help="repair a merged multi-rank trace: rank-unique correlation ids, correct ac2g flows",
+        description=_paragraphs(
+            "Two streaming passes over TRACE, a file that merges several ranks (whose correlation ids collide).",
+            "Every pid gets a rank: " + RANK_RULES + ". Every GPU event is linked to the one runtime call of its "
+            "own rank with its correlation id (or counted as an orphan), so a cudaGraphLaunch gets exactly its "
+            "own rank's kernels.",
+            "The output is the same trace with correlation ids rewritten to (rank + 1) * 10^k + id (below 2^53) "
+            "in runtime calls and GPU events, the original kept as args.correlation_raw, and every ac2g flow "
+            "replaced by a correct one beside the events it binds. Tools that key by correlation alone "
+            "(TraceLens, HTA, Perfetto's flow matching) then read the file correctly."),
+        epilog="examples:\n  streamtrace relink merged.json.gz                   # -> merged_relinked.json.gz\n"
+               "  streamtrace relink merged.json.gz -o fixed.json.zst --rank-map ranks.json\n"
+               "  streamtrace relink merged.json.gz -o - | gzip > fixed.json.gz\n\n" + RANK_MAP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("trace", help="merged trace file, '-' for stdin (then give -o), or a URL")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input)")
+    _rank_map(cmd)
+    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from the suffix)")
+    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _common(cmd)
+    cmd.set_defaults(run=_run_relink)
+
+    cmd = commands.add_parser(
+        "split", help="write one trace per rank out of a merged trace",
+        description=_paragraphs(
+            "Write DIR/rank<N>_trace.json.gz for every rank of TRACE, each with that rank's events in input "
+            "order, the merged file's top-level keys, and distributedInfo.rank set to N (added when missing).",
+            "Ranks: " + RANK_RULES + ". Events of pids no rule places (Spans, Record Window End) go with the "
+            "closest preceding ranked event.",
+            "One pass indexes, then the events are streamed to one open writer per rank. At most "
+            "--max-open-files writers are open at once (default 128, less if the open-file limit is lower): "
+            "with more ranks, the events are streamed again for each further group of ranks. Files appear only "
+            "when all of them are complete."),
+        epilog="examples:\n  streamtrace split merged.json.gz -o per_rank/\n"
+               "  streamtrace split merged.json.gz -o per_rank/ --compress zstd --max-open-files 32\n\n"
+               + RANK_MAP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("trace", help="merged trace file, '-' for stdin, or a URL")
+    cmd.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="directory for the per-rank files "
+                     "(created if missing)")
+    _rank_map(cmd)
+    cmd.add_argument("--compress", choices=tuple(SUFFIXES), default="gzip",
+                     help="per-rank file compression: gzip (.json.gz, default), zstd (.json.zst), none (.json)")
+    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    cmd.add_argument("--max-open-files", type=int, metavar="N",
+                     help="writers open at once (default: 128 or the open-file limit minus 32)")
+    cmd.add_argument("--overwrite", action="store_true", help="replace existing rank<N>_trace files in DIR")
+    _common(cmd)
+    cmd.set_defaults(run=_run_split)
+
+    cmd = commands.add_parser(
+        "attribute", help="CSV of every GPU event with its rank, launching call and enclosing CPU ops",
+        description=_paragraphs(
+            "One row per GPU event (kernel, gpu_memcpy, gpu_memset), in input order, columns:",
+            "  rank,pid,tid,ts,dur,cat,name,correlation,\n  launch_name,launch_pid,launch_tid,launch_ts,cpu_op,root_op",
+            "pid..correlation are the GPU event's own values as in the input (tid = stream); launch_* describe "
+            "its runtime call, linked by (rank, correlation) (all empty for an orphan, launched before the "
+            "capture window); cpu_op is the innermost cpu_op enclosing the launch on the launching thread, "
+            "root_op the outermost enclosing cpu_op or user_annotation (e.g. ProfilerStep#3).",
+            "Ranks: " + RANK_RULES + ".",
+            "--group-by op prints GPU time per (rank, cpu_op) instead: rank,cpu_op,gpu_events,gpu_time_us, "
+            "largest first within each rank. Memory grows with GPU events and launches; CPU ops are spilled to "
+            "a temporary file."),
+        epilog="examples:\n  streamtrace attribute merged.json.gz -o kernels.csv\n"
+               "  streamtrace attribute trace.json.gz --group-by op | head -20\n"
+               "  streamtrace attribute merged.json.gz -o kernels.csv.gz --rank-map ranks.json\n\n"
+               + RANK_MAP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("-o", "--output", default="-",
+                     help="CSV path ('.gz'/'.zst' compress it) or '-' for stdout (default; the summary then goes "
+                          "to stderr)")
+    cmd.add_argument("--group-by", choices=("op",), help="print GPU time per (rank, cpu op) instead of rows")
+    _rank_map(cmd)
+    cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _common(cmd)
+    cmd.set_defaults(run=_run_attribute)
+
+    cmd = commands.add_parser(
         "demo", help="generate a small example trace and inspect it",
         description="Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
                     "PP annotations) into DIR and run 'inspect' on it: a quick check that everything works.",
@@ -207,6 +314,31 @@ def _run_merge(args: argparse.Namespace) -> None:
     if unmatched:
         print("streamtrace: unmatched PP blocks " + ", ".join(f"{k}={v}" for k, v in unmatched.items())
               + " (usually the capture window cut a pipeline step)", file=sys.stderr)
+    _emit_summary(summary, to_stderr=args.output == "-")
+
+
+def _run_relink(args: argparse.Namespace) -> None:
+    summary = relink(
+        args.trace, args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
+        level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+    )
+    _emit_summary(summary, to_stderr=args.output == "-")
+
+
+def _run_split(args: argparse.Namespace) -> None:
+    summary = split(
+        args.trace, args.output_dir, rank_map=args.rank_map, compress=args.compress, level=args.level,
+        max_open=args.max_open_files, overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir,
+        progress=_progress(args),
+    )
+    _emit_summary(summary)
+
+
+def _run_attribute(args: argparse.Namespace) -> None:
+    summary = attribute(
+        args.trace, args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite,
+        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+    )
     _emit_summary(summary, to_stderr=args.output == "-")
 
 

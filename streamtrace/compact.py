@@ -10,7 +10,6 @@ lines and appends the new events.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import time
 from bisect import bisect_right
@@ -30,10 +29,10 @@ from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
 from .ranks import pp_group_ranks
-from .reader import NUMBER_TYPES, dumps_event, loads_line
+from .reader import NUMBER_TYPES, dumps_event, event_loader
 from .resources import peak_rss_mb
 from .rules import Rules, load_rules
-from .sink import OutputTarget, SinkSpec
+from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
@@ -545,7 +544,7 @@ class CompactPlan(EmitPlan):
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
         self.compaction = compaction
-        self._loads = loads_line if exact else orjson.loads
+        self._loads = event_loader(exact)
         self._slices = itertools.count()
         old_tids = [key[1] for key in index.stream_keys]
         self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(index, old_tids),
@@ -644,17 +643,6 @@ def _splice(line: bytes, old: bytes, new: bytes) -> bytes | None:
     return parts[0] + new + parts[1]
 
 
-def default_output(src: object) -> str:
-    """``<name>_compacted.json.gz`` beside the input (``.json`` and ``.zst`` kept)."""
-    if not isinstance(src, (str, os.PathLike)) or src == "-":
-        raise TraceError("give an output path with -o when reading from stdin or a stream")
-    path = os.fspath(src)
-    for suffix in (".json.gz", ".json.zst", ".json"):
-        if path.endswith(suffix):
-            return path[: -len(suffix)] + "_compacted" + suffix
-    return path + "_compacted.json.gz"
-
-
 def compact(
     src: SourceSpec,
     dst: SinkSpec | None = None,
@@ -672,7 +660,7 @@ def compact(
     """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary."""
     started = time.perf_counter()
     chosen_rules = load_rules(rules)
-    dst = default_output(src) if dst is None else dst
+    dst = default_output(src, "_compacted") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir) as source:
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)

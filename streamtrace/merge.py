@@ -33,7 +33,7 @@ from .pp import parse_pp_name
 from .pparrows import FLOW_ID_BASE, ArrowMaker, Span, find_blocks, local_arrows, send_recv_arrows
 from .progress import Progress
 from .ranks import pp_group_ranks, rank_from_file_name
-from .reader import ReadStats, dumps_event, loads_line
+from .reader import ReadStats, dumps_event, event_loader
 from .resources import peak_rss_mb
 from .rules import load_rules
 from .sink import OutputTarget, SinkSpec
@@ -232,7 +232,7 @@ class MergePlan(EmitPlan):
         index, compaction = parked.index, parked.compaction
         self.rewrite = rewrite
         self.extra_events = extra_events
-        self._loads = loads_line if parked.stats.exact_numbers else orjson.loads
+        self._loads = event_loader(parked.stats.exact_numbers)
         self._compact = CompactPlan(index, compaction, parked.stats.exact_numbers) if compaction is not None else None
         self.actions = index.actions.translate(_ALL_REWRITTEN if compaction is not None else _ONLY_REWRITTEN)
         merged = self._merged
@@ -282,7 +282,7 @@ _ALL_REWRITTEN = bytes([MERGE_ONLY, SLICE, ANNOTATION, FLOW, METADATA]) + bytes(
 _ONLY_REWRITTEN = bytes([MERGE_ONLY] * 5) + bytes(range(5, 256))
 
 
-def default_output(files: list[str], has_pp: bool) -> str:
+def _merged_output_name(files: list[str], has_pp: bool) -> str:
     directory = os.path.dirname(os.path.abspath(files[0]))
     name = "pp_traces_merged_compacted.json.gz" if has_pp else "merged_compacted.json.gz"
     return os.path.join(directory, name)
@@ -389,7 +389,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
         for n in order
     }
     arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, pipelines, multiplier) if pp_flows else ([], {})
-    dst = default_output([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
+    dst = _merged_output_name([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
     target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
                           inputs=[entry.facts.path for entry in indexed])
     first = indexed[order[0]]

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal
 from io import BytesIO
-from typing import Generator, Iterator
+from typing import Callable, Generator, Iterator
 
 import ijson
 import orjson
@@ -434,3 +434,7 @@ def _big_ints_as_text(value: object) -> object:
         return [_big_ints_as_text(item) for item in value]
     return value
 
+
+def event_loader(exact: bool) -> Callable[[bytes], dict]:
+    """How pass 2 decodes a spooled event line: orjson, or keeping exact-mode numbers exact."""
+    return loads_line if exact else orjson.loads

@@ -19,9 +19,10 @@ import zstandard
 from .errors import TraceError
 
 try:
+    from isal import igzip as _isal_gzip
     from isal import igzip_threaded as _fast_gzip
 except ImportError:  # the `fast` extra is optional
-    _fast_gzip = None
+    _fast_gzip = _isal_gzip = None
 
 COMPRESSIONS = ("none", "gzip", "zstd")
 DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
@@ -62,8 +63,10 @@ class OutputTarget:
         compress: str | None = None,
         level: int | None = None,
         inputs: Iterable[str | None] = (),
+        background: bool = True,
     ) -> None:
         self.spec = spec
+        self.background = background  # compress in a helper thread (several MB of buffers per output)
         self.overwrite = overwrite
         if spec == "-":
             self.name, self.path = "<stdout>", None
@@ -106,7 +109,7 @@ class OutputTarget:
         """A writable binary stream; the file appears only if the block succeeds."""
         if self.path is None:
             raw = sys.stdout.buffer if self.to_stdout else self.spec
-            with _compressed(raw, self.compression, self.level) as out:
+            with _compressed(raw, self.compression, self.level, self.background) as out:
                 yield out
             raw.flush()
             return
@@ -118,7 +121,7 @@ class OutputTarget:
             raise TraceError(f"cannot create a file here: {exc.strerror}", path=self.path) from None
         try:
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
-                with _compressed(raw, self.compression, self.level) as out:
+                with _compressed(raw, self.compression, self.level, self.background) as out:
                     yield out
             self.check()
             os.replace(temp, self.path)
@@ -132,6 +135,17 @@ class OutputTarget:
             raise
 
 
+def default_output(src: object, tag: str) -> str:
+    """``<name><tag>.json.gz`` beside the input (``.json`` and ``.zst`` kept)."""
+    if not isinstance(src, (str, os.PathLike)) or src == "-":
+        raise TraceError("give an output path with -o when reading from stdin or a stream")
+    path = os.fspath(src)
+    for suffix in (".json.gz", ".json.zst", ".json"):
+        if path.endswith(suffix):
+            return path[: -len(suffix)] + tag + suffix
+    return path + tag + ".json.gz"
+
+
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
@@ -140,21 +154,23 @@ def _remove(path: str) -> None:
 
 
 @contextmanager
-def _compressed(raw: BinaryIO, compression: str, level: int | None) -> Iterator[BinaryIO]:
+def _compressed(raw: BinaryIO, compression: str, level: int | None, background: bool = True) -> Iterator[BinaryIO]:
     """Wrap ``raw`` in a compressor; closing flushes it but leaves ``raw`` open."""
     if compression == "none":
         yield raw
         return
     if compression == "gzip":
         chosen = DEFAULT_LEVEL["gzip"] if level is None else level
-        if _fast_gzip is not None and chosen <= 3:
+        if _fast_gzip is not None and chosen <= 3 and background:
             # compresses in a background thread, off the GIL: overlaps with the event loop
             writer = _fast_gzip.open(raw, "wb", compresslevel=chosen, threads=1)
+        elif _isal_gzip is not None and chosen <= 3:
+            writer = _isal_gzip.IGzipFile(fileobj=raw, mode="wb", compresslevel=chosen, mtime=0)
         else:
             writer = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=chosen, mtime=0)
     else:
         chosen = DEFAULT_LEVEL["zstd"] if level is None else level
-        compressor = zstandard.ZstdCompressor(level=chosen, threads=1)
+        compressor = zstandard.ZstdCompressor(level=chosen, threads=1 if background else 0)
         writer = compressor.stream_writer(raw, closefd=False)
     try:
         yield writer

@@ -22,7 +22,7 @@ def run(*args: str, stdin: bytes | None = None, env: dict | None = None) -> subp
 def test_help_teaches_every_command():
     top = run("--help")
     assert top.returncode == 0
-    for command in ("inspect", "convert", "compact", "demo"):
+    for command in ("inspect", "convert", "compact", "relink", "split", "attribute", "demo"):
         assert command in top.stdout.decode()
         sub = run(command, "--help")
         assert sub.returncode == 0 and b"usage:" in sub.stdout

@@ -1,0 +1,308 @@
+"""``attribute``: a CSV of every GPU event with its rank, launch and CPU ops.
+
+Pass 1 (:class:`AttributeIndex`) records launches and GPU events like
+``relink``'s index, plus: each GPU event's own columns as text, spooled to
+disk in input order; each CPU op (``cpu_op``, ``user_annotation``) as a
+25-byte record in a disk spill, never in memory.  Between the passes the
+ranks and links are resolved, then the op spill is streamed past the
+launches that have GPU work (:mod:`streamtrace.enclosure`).  Pass 2 reads
+the GPU spool back and writes one row per GPU event.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+import tempfile
+import time
+from array import array
+from collections import defaultdict
+from decimal import Decimal
+from typing import Iterator
+
+import orjson
+
+from .engine import index_pass
+from .enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
+from .links import NO_LAUNCH
+from .mergedindex import GPU, KEEP, LAUNCH, MergedIndex, Resolved, resolve
+from .progress import Progress
+from .rankmap import load_rank_map
+from .ranks import rank_from_args
+from .reader import NUMBER_TYPES, decimal_as_json
+from .resources import peak_rss_mb
+from .sink import OutputTarget, SinkSpec
+from .source import InputSource, SourceSpec
+from .spool import EventSpool
+
+COLUMNS = ("rank", "pid", "tid", "ts", "dur", "cat", "name", "correlation", "launch_name", "launch_pid",
+           "launch_tid", "launch_ts", "cpu_op", "root_op")
+GROUP_COLUMNS = ("rank", "cpu_op", "gpu_events", "gpu_time_us")
+OP_KINDS = {"cpu_op": CPU_OP, "user_annotation": ANNOTATION}
+OP_RECORD = struct.Struct("<iddiB")
+SPILL_FLUSH = 1 << 20
+GPU_BATCH = 512
+_NEEDS_QUOTES = re.compile(r'[,"\r\n]')
+
+
+def cell(value: object) -> str:
+    """A JSON value as its CSV text: numbers as the trace writes them, strings quoted when needed."""
+    if value is None:
+        return ""
+    kind = value.__class__
+    if kind is str:
+        text = value
+    elif kind is int or kind is Decimal:
+        text = str(value)
+    else:
+        text = orjson.dumps(value, default=decimal_as_json).decode()
+    if _NEEDS_QUOTES.search(text):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+class OpSpill:
+    """CPU op intervals on disk, in file order: the index never holds them."""
+
+    def __init__(self, directory: str | None) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="streamtrace-ops-", suffix=".bin", dir=directory)
+        self._file = os.fdopen(handle, "w+b")
+        self._buffer = bytearray()
+        self.count = 0
+
+    def add(self, thread: int, start: float, end: float, name: int, kind: int) -> None:
+        self._buffer += OP_RECORD.pack(thread, start, end, name, kind)
+        self.count += 1
+        if len(self._buffer) >= SPILL_FLUSH:
+            self._file.write(self._buffer)
+            self._buffer.clear()
+
+    def records(self) -> Iterator[tuple[int, float, float, int, int]]:
+        self._file.write(self._buffer)
+        self._buffer.clear()
+        self._file.seek(0)
+        size = OP_RECORD.size * (SPILL_FLUSH // OP_RECORD.size)
+        while True:
+            block = self._file.read(size)
+            if not block:
+                return
+            yield from OP_RECORD.iter_unpack(block)
+
+    def close(self) -> None:
+        self._file.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class AttributeIndex(MergedIndex):
+    """Pass-1 visitor for ``attribute``: the merged index plus launch details,
+    the GPU events' own columns (spooled) and the CPU ops (spilled)."""
+
+    def __init__(self, spool_dir: str | None) -> None:
+        self.thread_slots: dict[tuple, int] = {}
+        self.thread_keys: list[tuple] = []
+        self.name_ids: dict[str, int] = {}
+        self.names: list[str] = []
+        self.launch_thread = array("i")
+        self.launch_name = array("i")
+        self.launch_end = array("d")
+        self.launch_ts_int = bytearray()  # the input wrote this launch's ts as an integer
+        self.launch_ts_text: dict[int, str] = {}  # only for ts values a float cannot spell back (exact mode)
+        self.gpu_rows = EventSpool(spool_dir)
+        self._rows: list[bytes] = []
+        self.ops = OpSpill(spool_dir)
+        super().__init__()
+        for category, kind in OP_KINDS.items():
+            self.handlers[category] = self._op_handler(kind)
+
+    def close(self) -> None:
+        self.gpu_rows.close()
+        self.ops.close()
+
+    def _thread(self, event: dict, args: object) -> int:
+        key = (event.get("pid"), event.get("tid"), rank_from_args(args))
+        found = self.thread_slots.get(key)
+        if found is None:
+            found = self.thread_slots[key] = len(self.thread_keys)
+            self.thread_keys.append(key)
+        return found
+
+    def _name(self, name: object) -> int:
+        text = name if name.__class__ is str else cell(name)
+        found = self.name_ids.get(text)
+        if found is None:
+            found = self.name_ids[text] = len(self.names)
+            self.names.append(text)
+        return found
+
+    def _op_handler(self, kind: int):
+        spill = self.ops.add
+
+        def handle(event: dict) -> int:
+            ts, dur = event.get("ts"), event.get("dur")
+            if event.get("ph") == "X" and ts.__class__ in NUMBER_TYPES and dur.__class__ in NUMBER_TYPES:
+                start = float(ts)
+                spill(self._thread(event, event.get("args")), start, start + float(dur), self._name(event.get("name")),
+                      kind)
+            return KEEP
+
+        return handle
+
+    def _launch(self, event: dict) -> int:
+        action = super()._launch(event)
+        if action == LAUNCH:
+            ts, dur = event["ts"], event.get("dur")
+            self.launch_thread.append(self._thread(event, event.get("args")))
+            self.launch_name.append(self._name(event.get("name")))
+            self.launch_end.append(float(ts) + (float(dur) if dur.__class__ in NUMBER_TYPES else 0.0))
+            self.launch_ts_int.append(ts.__class__ is int)
+            if ts.__class__ is Decimal:
+                self.launch_ts_text[len(self.launch_end) - 1] = str(ts)
+        return action
+
+    def _gpu(self, event: dict) -> int:
+        action = super()._gpu(event)
+        if action == GPU:
+            args = event.get("args")
+            correlation = args.get("correlation") if args.__class__ is dict else None
+            self._rows.append(orjson.dumps([cell(event.get(key)) for key in ("pid", "tid", "ts", "dur", "cat", "name")]
+                                           + [cell(correlation)]))
+            if len(self._rows) >= GPU_BATCH:
+                self.gpu_rows.add_lines(self._rows)
+                self._rows.clear()
+        return action
+
+    def finish(self) -> None:
+        self.gpu_rows.add_lines(self._rows)
+        self._rows.clear()
+
+
+class Attribution:
+    """Pass 2: the row of each GPU event, from its spooled columns and the links."""
+
+    def __init__(self, index: AttributeIndex, resolved: Resolved, enclosure: Enclosure) -> None:
+        self.index = index
+        self.resolved = resolved
+        self.enclosure = enclosure
+
+    def _launch_cells(self, launch: int) -> list[str]:
+        index, enclosure = self.index, self.enclosure
+        pid, tid, _ = index.thread_keys[index.launch_thread[launch]]
+        ts = index.launch_ts_text.get(launch)
+        if ts is None:
+            value = index.launch_ts[launch]
+            ts = str(int(value)) if index.launch_ts_int[launch] else cell(value)
+        inner, outer = enclosure.inner[launch], enclosure.outer[launch]
+        return [cell(index.names[index.launch_name[launch]]), cell(pid), cell(tid), ts,
+                cell(index.names[inner]) if inner != NO_OP else "",
+                cell(index.names[outer]) if outer != NO_OP else ""]
+
+    def rows(self) -> Iterator[tuple[int, int, list[str]]]:
+        """(rank, launch ordinal, the GPU event's own cells) per GPU event, in input order."""
+        buckets, launches = self.resolved.gpu_bucket, self.resolved.links.launch_of_gpu
+        ordinal = 0
+        for block in self.index.gpu_rows.read_blocks():
+            for line in block:
+                yield buckets[ordinal], launches[ordinal], orjson.loads(line)
+                ordinal += 1
+
+    def write_csv(self, out: io.TextIOBase) -> int:
+        out.write(",".join(COLUMNS) + "\n")
+        empty = [""] * 6
+        written = 0
+        batch: list[str] = []
+        for rank, launch, own in self.rows():
+            launch_cells = self._launch_cells(launch) if launch != NO_LAUNCH else empty
+            batch.append(",".join([str(rank) if rank >= 0 else "", *own, *launch_cells]))
+            if len(batch) >= GPU_BATCH:
+                out.write("\n".join(batch) + "\n")
+                batch.clear()
+            written += 1
+        if batch:
+            out.write("\n".join(batch) + "\n")
+        return written
+
+    def write_groups(self, out: io.TextIOBase) -> int:
+        """GPU time per (rank, innermost cpu op), largest first within a rank."""
+        totals: dict[tuple[int, int], list] = defaultdict(lambda: [0, 0.0])
+        inner = self.enclosure.inner
+        for rank, launch, own in self.rows():
+            op = inner[launch] if launch != NO_LAUNCH else NO_OP
+            entry = totals[(rank, op)]
+            entry[0] += 1
+            dur = own[3]
+            entry[1] += float(dur) if dur else 0.0
+        out.write(",".join(GROUP_COLUMNS) + "\n")
+        ordered = sorted(totals.items(), key=lambda item: (item[0][0], -item[1][1]))
+        for (rank, op), (events, time_us) in ordered:
+            name = cell(self.index.names[op]) if op != NO_OP else ""
+            out.write(f"{rank if rank >= 0 else ''},{name},{events},{round(time_us, 3)}\n")
+        return len(ordered)
+
+
+def attribute(
+    src: SourceSpec,
+    dst: SinkSpec = "-",
+    *,
+    group_by: str | None = None,
+    rank_map: str | dict | None = None,
+    overwrite: bool = False,
+    compress: str | None = None,
+    salvage: bool = False,
+    spool_dir: str | None = None,
+    progress: bool | None = False,
+) -> dict:
+    """Write the GPU-event attribution CSV (or, with ``group_by="op"``, GPU time per rank and cpu op).
+
+    Columns: ``rank,pid,tid,ts,dur,cat,name,correlation,launch_name,launch_pid,
+    launch_tid,launch_ts,cpu_op,root_op``; see the README.  Returns the summary.
+    """
+    if group_by not in (None, "op"):
+        raise ValueError("group_by must be None or 'op'")
+    started = time.perf_counter()
+    mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
+    visitors: list[AttributeIndex] = []
+
+    def make_visitor() -> AttributeIndex:
+        for old in visitors:
+            old.close()
+        visitors.append(AttributeIndex(spool_dir))
+        return visitors[-1]
+
+    with InputSource(src, spool_dir=spool_dir) as source:
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, inputs=[source.path])
+        meter = Progress(source.size, enabled=progress)
+        try:
+            result = index_pass(source, make_visitor, keep_events=False, salvage=salvage, progress=meter)
+            index: AttributeIndex = result.visitor  # type: ignore[assignment]
+            index.finish()
+            resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)
+            resolved.require_links("attribute")
+            enclosure = Enclosure(index.launch_thread, index.launch_ts, index.launch_end,
+                                  resolved.launches_with_gpu_work())
+            enclosure.offer(index.ops.records())
+            index.ops.close()
+            attribution = Attribution(index, resolved, enclosure)
+            with target.open() as raw:
+                text = io.TextIOWrapper(raw, encoding="utf-8", newline="", write_through=False)
+                rows = attribution.write_groups(text) if group_by else attribution.write_csv(text)
+                text.flush()
+                text.detach()
+        finally:
+            for visitor in visitors:
+                visitor.close()
+    summary = resolved.summary()
+    return {
+        "input": source.name,
+        "output": target.name,
+        "rows": rows,
+        "group_by": group_by,
+        **summary,
+        "cpu_ops_spilled": index.ops.count,
+        "read": result.stats.as_dict(),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }

@@ -1,0 +1,288 @@
+"""Pass 1 for the merged-trace commands (relink, split, attribute), and the
+rank map and links computed from it between the passes.
+
+The visitor keeps, per launch (runtime call with a correlation id) and per
+GPU event, a few typed-array entries; per pid, the rank evidence; per GPU
+pid, a bounded sample of (id, ts) for rank inference.  Nothing grows with
+CPU ops.  :func:`resolve` then decides every pid's rank (:mod:`rankmap`)
+and links GPU events to launches by (rank, correlation) (:mod:`links`).
+"""
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import Callable
+
+from .corrset import CorrelationSet, count_shared
+from .errors import TraceError
+from .inspector import GPU_CATEGORIES, RUNTIME_CATEGORIES
+from .jsonscan import RawMember, member_value
+from .links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
+from .rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, RankResolution, pair_by_time, resolve_ranks
+from .ranks import rank_from_args, rank_from_process_name
+from .reader import NUMBER_TYPES
+
+KEEP, LAUNCH, GPU, AC2G = range(4)
+NO_ID = -(1 << 63)  # a GPU event without a usable correlation id
+ID_LIMIT = 1 << 62
+SAMPLES_PER_GPU_PID = 4096
+NO_RANK = -1
+
+
+def _id_of(args: object) -> int:
+    """The event's correlation id, or NO_ID when absent or not a plain integer."""
+    if args.__class__ is dict:
+        correlation = args.get("correlation")
+        if correlation.__class__ is int and 0 <= correlation < ID_LIMIT:
+            return correlation
+    return NO_ID
+
+
+class MergedIndex:
+    """Pass-1 visitor: launches, GPU events and rank evidence, in typed arrays.
+
+    ``actions`` holds one byte per event (KEEP, LAUNCH, GPU, AC2G) for the
+    commands that patch events in pass 2.
+    """
+
+    def __init__(self) -> None:
+        self.pid_slots: dict[object, int] = {}
+        self.pids: list[PidEvidence] = []
+        self.actions = bytearray()
+        self.launch_pid = array("i")
+        self.launch_id = array("q")
+        self.launch_ts = array("d")
+        self.launch_rank = array("i")
+        self.launch_graph = bytearray()
+        self.gpu_pid = array("i")
+        self.gpu_id = array("q")
+        self.gpu_rank = array("i")
+        self.samples: dict[int, list[tuple[int, float]]] = {}
+        self.ac2g_flows = 0
+        self.handlers: dict[object, Callable[[dict], int]] = {cat: self._gpu for cat in GPU_CATEGORIES}
+        self.handlers.update({cat: self._launch for cat in RUNTIME_CATEGORIES})
+        self.handlers["ac2g"] = self._flow
+        self.visit = self._make_visit()
+
+    def _make_visit(self) -> Callable[[dict], None]:
+        """The per-event hot loop: one dict lookup and one byte for most events."""
+        handlers = self.handlers
+        record = self.actions.append
+        metadata = self._metadata
+
+        def visit(event: dict) -> None:
+            handler = handlers.get(event.get("cat"))
+            if handler is not None:
+                record(handler(event))
+            elif event.get("ph") == "M":
+                record(metadata(event))
+            else:
+                record(KEEP)
+
+        return visit
+
+    def slot(self, pid: object) -> int:
+        found = self.pid_slots.get(pid)
+        if found is None:
+            if pid.__class__ not in (int, str):  # pids are ints or strings; anything else by its text
+                return self.slot(str(pid))
+            found = self.pid_slots[pid] = len(self.pids)
+            self.pids.append(PidEvidence(pid))
+        return found
+
+    def _work(self, event: dict) -> tuple[int, int]:
+        """Pid slot and ``args.rank`` (or NO_RANK) of a launch or GPU event."""
+        slot = self.slot(event.get("pid"))
+        facts = self.pids[slot]
+        if facts.first_work is None:
+            facts.first_work = len(self.actions)
+        rank = rank_from_args(event.get("args"))
+        if rank is None:
+            facts.unranked = True
+            return slot, NO_RANK
+        facts.arg_ranks.add(rank)
+        return slot, rank
+
+    def _launch(self, event: dict) -> int:
+        correlation = _id_of(event.get("args"))
+        ts = event.get("ts")
+        if correlation == NO_ID or ts.__class__ not in NUMBER_TYPES:
+            return KEEP
+        slot, rank = self._work(event)
+        self.launch_pid.append(slot)
+        self.launch_id.append(correlation)
+        self.launch_ts.append(float(ts))
+        self.launch_rank.append(rank)
+        name = event.get("name")
+        self.launch_graph.append(name.__class__ is str and "GraphLaunch" in name)
+        return LAUNCH
+
+    def _gpu(self, event: dict) -> int:
+        if event.get("ph") != "X":
+            return KEEP
+        slot, rank = self._work(event)
+        correlation = _id_of(event.get("args"))
+        self.gpu_pid.append(slot)
+        self.gpu_id.append(correlation)
+        self.gpu_rank.append(rank)
+        ts = event.get("ts")
+        if correlation != NO_ID and ts.__class__ in NUMBER_TYPES:
+            samples = self.samples.setdefault(slot, [])
+            if len(samples) < SAMPLES_PER_GPU_PID:
+                samples.append((correlation, float(ts)))
+        return GPU
+
+    def _flow(self, event: dict) -> int:
+        self.ac2g_flows += 1
+        return AC2G
+
+    def _metadata(self, event: dict) -> int:
+        if event.get("name") == "process_name":
+            args = event.get("args")
+            rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
+            if rank is not None:
+                self.pids[self.slot(event.get("pid"))].name_ranks.add(rank)
+            rank = rank_from_args(args)
+            if rank is not None:
+                self.pids[self.slot(event.get("pid"))].arg_ranks.add(rank)
+        return KEEP
+
+
+@dataclass
+class Resolved:
+    """Ranks and links of a merged trace, ready for pass 2 and the summary."""
+
+    index: MergedIndex
+    ranks: RankResolution
+    launch_bucket: array  # per launch: rank, UNKNOWN or AMBIGUOUS
+    gpu_bucket: array  # per GPU event: rank (its launch's for an ambiguous pid), UNKNOWN or AMBIGUOUS
+    links: Links
+    collisions: dict
+    clashes: dict[int, list[int]]  # ambiguous pid slot -> ids that several launches carry
+
+    def rank_table(self) -> list[dict]:
+        """Every pid with its rank and the rule that decided it."""
+        rows = []
+        for slot, facts in enumerate(self.index.pids):
+            rank = self.ranks.ranks[slot]
+            row = {"pid": facts.pid, "rank": rank if rank >= 0 else None, "rule": self.ranks.rules[slot]}
+            if slot in self.ranks.ambiguous:
+                row["claimed_by_ranks"] = self.ranks.ambiguous[slot]
+            pairing = self.ranks.pairings.get(slot)
+            if pairing is not None and pairing.cpu is not None and self.ranks.rules[slot] == "inferred":
+                row["paired_with_pid"] = self.index.pids[pairing.cpu].pid
+                row["ids_consistent_in_time"] = pairing.consistent
+                row["ids_inconsistent_in_time"] = pairing.inconsistent
+            rows.append(row)
+        return rows
+
+    def summary(self) -> dict:
+        """The rank map, collisions, links, orphans and graph launches."""
+        index, links = self.index, self.links
+        ambiguous = [{"pid": index.pids[slot].pid, "ranks": ranks} for slot, ranks in self.ranks.ambiguous.items()]
+        return {
+            "ranks": sorted({rank for rank in self.gpu_bucket if rank >= 0} | set(self.ranks.known())),
+            "rank_map": self.rank_table(),
+            "ambiguous_pids": ambiguous,
+            "correlation_collisions": self.collisions,
+            "runtime_launches": len(index.launch_id),
+            "gpu_events": len(index.gpu_id),
+            "links": len(index.gpu_id) - links.orphans,
+            "orphans": links.orphans,
+            "duplicate_launch_ids": links.duplicate_launch_ids,
+            "graph_launches": self.graph_summary(),
+        }
+
+    def launches_with_gpu_work(self) -> bytearray:
+        """1 for each launch that some GPU event links to."""
+        flags = bytearray(len(self.index.launch_id))
+        for launch in self.links.launch_of_gpu:
+            if launch != NO_LAUNCH:
+                flags[launch] = 1
+        return flags
+
+    def graph_summary(self) -> dict:
+        """Graph launches per rank with the GPU events each one got."""
+        index = self.index
+        per_launch = array("i", [0]) * len(index.launch_id)
+        for launch in self.links.launch_of_gpu:
+            if launch != NO_LAUNCH:
+                per_launch[launch] += 1
+        by_rank: dict[str, dict] = {}
+        for ordinal, is_graph in enumerate(index.launch_graph):
+            if is_graph:
+                bucket = self.launch_bucket[ordinal]
+                key = str(bucket) if bucket >= 0 else "unknown"
+                entry = by_rank.setdefault(key, {"launches": 0, "gpu_events": 0, "min": None, "max": 0})
+                count = per_launch[ordinal]
+                entry["launches"] += 1
+                entry["gpu_events"] += count
+                entry["min"] = count if entry["min"] is None else min(entry["min"], count)
+                entry["max"] = max(entry["max"], count)
+        return {"count": sum(entry["launches"] for entry in by_rank.values()), "by_rank": by_rank}
+
+    def require_links(self, command: str) -> None:
+        """Stop when an ambiguous pid's ids collide: linking would guess."""
+        for slot, clashing in self.clashes.items():
+            raise TraceError(
+                f"pid {self.index.pids[slot].pid!r} holds events of ranks {self.ranks.ambiguous[slot]} "
+                f"({self.ranks.rules[slot]}) and their correlation ids collide (e.g. "
+                f"{', '.join(map(str, clashing))}): {command} cannot tell which launch is whose; "
+                "give --rank-map, or args.rank on the events")
+
+
+def _buckets(event_pid: array, event_rank: array, pid_ranks: list[int]) -> array:
+    """Each event's rank: its own ``args.rank``, else its pid's (or UNKNOWN/AMBIGUOUS)."""
+    return array("i", (rank if rank != NO_RANK else pid_ranks[slot] for slot, rank in zip(event_pid, event_rank)))
+
+
+def _pairings(index: MergedIndex) -> dict:
+    """Rank inference input: the launches of the sampled ids, then the pairing."""
+    wanted = {correlation for samples in index.samples.values() for correlation, _ in samples}
+    launches_by_id: dict[int, list[tuple[int, float]]] = {}
+    for slot, correlation, ts in zip(index.launch_pid, index.launch_id, index.launch_ts):
+        if correlation in wanted:
+            launches_by_id.setdefault(correlation, []).append((slot, ts))
+    return pair_by_time(index.samples, launches_by_id)
+
+
+def _collisions(buckets: array, ids: array) -> dict:
+    """How many correlation ids launches of more than one rank share (the merged-trace hazard)."""
+    per_rank: dict[int, CorrelationSet] = {}
+    for bucket, correlation in zip(buckets, ids):
+        if bucket >= 0:
+            found = per_rank.get(bucket)
+            if found is None:
+                found = per_rank[bucket] = CorrelationSet()
+            found.add(correlation)
+    return {"ids_shared_across_ranks": count_shared(per_rank.values())}
+
+
+def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None = None) -> Resolved:
+    """Decide every pid's rank, then link every GPU event to its launch."""
+    distributed = member_value(members, "distributedInfo")
+    file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
+    ranks = resolve_ranks(index.pids, rank_map=rank_map, pairings=_pairings(index), file_rank=file_rank)
+    launch_bucket = _buckets(index.launch_pid, index.launch_rank, ranks.ranks)
+    gpu_bucket = _buckets(index.gpu_pid, index.gpu_rank, ranks.ranks)
+    tables = build_tables(launch_bucket, index.launch_id)
+    links = link(tables, gpu_bucket, index.gpu_id, NO_ID)
+    clashes = {}
+    for slot in ranks.ambiguous:
+        ids = array("q", (c for s, b, c in zip(index.launch_pid, launch_bucket, index.launch_id)
+                          if s == slot and b == AMBIGUOUS))
+        ids.extend(c for s, b, c in zip(index.gpu_pid, gpu_bucket, index.gpu_id)
+                   if s == slot and b == AMBIGUOUS and c != NO_ID)
+        clashing = ambiguous_collisions(tables, ids)
+        if clashing:
+            clashes[slot] = clashing
+    for ordinal, bucket in enumerate(gpu_bucket):
+        if bucket == AMBIGUOUS:
+            launch = links.launch_of_gpu[ordinal]
+            if launch != NO_LAUNCH and launch_bucket[launch] >= 0:
+                gpu_bucket[ordinal] = launch_bucket[launch]
+    return Resolved(index, ranks, launch_bucket, gpu_bucket, links, _collisions(launch_bucket, index.launch_id),
+                    clashes)
+
+
+__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "Resolved", "UNKNOWN", "resolve"]

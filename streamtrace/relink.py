@@ -1,0 +1,203 @@
+"""``relink``: repair a merged multi-rank trace's launch -> GPU links (SPEC 6).
+
+Pass 1 (:class:`~streamtrace.mergedindex.MergedIndex`) records launches and
+GPU events; between the passes every pid gets its rank and every GPU event
+its launch, keyed by (rank, correlation).  Pass 2 rewrites correlation ids
+into the rank-unique form of :mod:`streamtrace.ids` (the original kept as
+``args.correlation_raw``) and replaces every ``ac2g`` flow: the input's may
+pair ranks up by their shared ids, so each is dropped and a correct pair is
+written beside the events it binds (an ``s`` after each launch that has GPU
+work, an ``f`` after each linked GPU event), exactly where Kineto puts them.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from typing import Callable
+
+from .engine import EmitPlan, emit_pass, index_pass
+from .errors import TraceError
+from .ids import check_id_space, id_multiplier, rank_unique_id
+from .links import NO_LAUNCH
+from .mergedindex import AC2G, GPU, LAUNCH, NO_ID, MergedIndex, Resolved, resolve
+from .progress import Progress
+from .rankmap import load_rank_map
+from .reader import dumps_event, event_loader
+from .resources import peak_rss_mb
+from .sink import OutputTarget, SinkSpec, default_output
+from .source import InputSource, SourceSpec
+
+
+ID_KEY = b'"correlation":'
+_POSITION = tuple((key, re.compile(rb'"%s":(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")[,}]' % key))
+                  for key in (b"pid", b"tid", b"ts"))
+
+
+def with_new_id(line: bytes, raw: int, new: int) -> bytes | None:
+    """The compact event line with ``args.correlation`` rewritten and ``correlation_raw`` added,
+    by splicing text; None when the line is not unambiguous (then decode it instead).
+
+    ``"correlation":`` can only be a key in compact JSON (a quote inside a
+    string is escaped), so one occurrence followed by the raw id is the one.
+    """
+    if line.count(ID_KEY) != 1:
+        return None
+    for end in (b",", b"}"):
+        parts = line.split(b'"correlation":%d%s' % (raw, end))
+        if len(parts) == 2:
+            return parts[0] + b'"correlation":%d,"correlation_raw":%d%s' % (new, raw, end) + parts[1]
+    return None
+
+
+def position_text(line: bytes) -> bytes | None:
+    """``"pid":..,"tid":..,"ts":..`` copied from a compact event line; None if any is not there exactly once."""
+    parts = []
+    for key, pattern in _POSITION:
+        found = pattern.findall(line)
+        if len(found) != 1:
+            return None
+        parts.append(b'"%s":%s' % (key, found[0]))
+    return b",".join(parts)
+
+
+class RelinkPlan(EmitPlan):
+    """Pass 2: new ids on launches and GPU events, ac2g flows regenerated.
+
+    Patchers count their own kind of event, so the k-th launch line of pass 2
+    is the k-th launch of pass 1; each checks that its id agrees.
+    """
+
+    def __init__(self, resolved: Resolved, exact: bool) -> None:
+        index = resolved.index
+        self.actions = index.actions
+        self._resolved = resolved
+        self._loads = event_loader(exact)
+        raw_ids = [max(index.launch_id, default=0), max(index.gpu_id, default=0)]
+        self.multiplier = id_multiplier(max(raw_ids))
+        problem = check_id_space(max(resolved.launch_bucket, default=0), self.multiplier)
+        if problem is None:
+            problem = check_id_space(max(resolved.gpu_bucket, default=0), self.multiplier)
+        if problem is not None:
+            raise TraceError(f"cannot relink: {problem}")
+        self.has_gpu_work = resolved.launches_with_gpu_work()
+        self.flows_written = 0
+        self.ids_rewritten = 0
+        patchers: dict[int, Callable[[bytes], bytes | None]] = {
+            LAUNCH: self._launch_patcher(), GPU: self._gpu_patcher(), AC2G: lambda line: None}
+        self.patchers = [patchers.get(action) for action in range(max(patchers) + 1)]
+
+    def _new_id(self, rank: int, raw: int) -> int:
+        """Rank-unique id; events of no known rank keep their raw id (below every rank-unique one)."""
+        return raw if rank < 0 else rank_unique_id(rank, raw, self.multiplier)
+
+    def _rewrite(self, line: bytes, kind: str, ordinal: int, raw: int, new: int, flow: str | None) -> bytes:
+        """The patched line, followed by its ac2g flow when ``flow`` ("s" or "f") is given.
+
+        Text splicing when unambiguous (no decoding: exact-mode lines decode
+        slowly), else decode, check, change and re-encode.
+        """
+        patched = line if new == raw else with_new_id(line, raw, new)
+        position = position_text(line) if flow is not None and patched is not None else b""
+        if patched is None or position is None:
+            event = self._loads(line)
+            args = event.get("args")
+            if not isinstance(args, dict) or args.get("correlation") != raw:
+                raise TraceError(f"validation failed: {kind} {ordinal} differs between the passes")
+            if new != raw:
+                args["correlation"] = new
+                args["correlation_raw"] = raw
+            patched = dumps_event(event)
+            position = dumps_event({key: event.get(key) for key in ("pid", "tid", "ts")})[1:-1]
+        if new != raw:
+            self.ids_rewritten += 1
+        if flow is None:
+            return patched
+        self.flows_written += 1
+        finish = b',"bp":"e"' if flow == "f" else b""
+        return patched + b',\n{"ph":"%s","id":%d,%s,"cat":"ac2g","name":"ac2g"%s}' % (
+            flow.encode(), new, position, finish)
+
+    def _launch_patcher(self) -> Callable[[bytes], bytes]:
+        index, buckets, counter = self._resolved.index, self._resolved.launch_bucket, itertools.count()
+
+        def patch(line: bytes) -> bytes:
+            ordinal = next(counter)
+            raw = index.launch_id[ordinal]
+            flow = "s" if self.has_gpu_work[ordinal] else None
+            return self._rewrite(line, "launch", ordinal, raw, self._new_id(buckets[ordinal], raw), flow)
+
+        return patch
+
+    def _gpu_patcher(self) -> Callable[[bytes], bytes]:
+        resolved, counter = self._resolved, itertools.count()
+        index, launch_of_gpu = resolved.index, resolved.links.launch_of_gpu
+
+        def patch(line: bytes) -> bytes:
+            ordinal = next(counter)
+            raw = index.gpu_id[ordinal]
+            if raw == NO_ID:
+                return line
+            launch = launch_of_gpu[ordinal]
+            if launch == NO_LAUNCH:
+                return self._rewrite(line, "GPU event", ordinal, raw, self._new_id(resolved.gpu_bucket[ordinal], raw),
+                                     None)
+            new = self._new_id(resolved.launch_bucket[launch], index.launch_id[launch])
+            return self._rewrite(line, "GPU event", ordinal, raw, new, "f")
+
+        return patch
+
+
+def relink(
+    src: SourceSpec,
+    dst: SinkSpec | None = None,
+    *,
+    rank_map: str | dict | None = None,
+    overwrite: bool = False,
+    compress: str | None = None,
+    level: int | None = None,
+    salvage: bool = False,
+    spool_dir: str | None = None,
+    progress: bool | None = False,
+) -> dict:
+    """Rewrite a merged trace with rank-unique correlation ids and correct ac2g flows.
+
+    ``rank_map`` is a JSON file path or a dict {pid: rank} for pids no other
+    rule decides.  Returns the summary (ranks and the rule that decided each
+    pid, collisions, links, orphans, graph launches, flows).
+    """
+    started = time.perf_counter()
+    mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
+    dst = default_output(src, "_relinked") if dst is None else dst
+    with InputSource(src, spool_dir=spool_dir) as source:
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+        meter = Progress(source.size, enabled=progress)
+        result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
+                            progress=meter)
+        try:
+            resolved = resolve(result.visitor, result.stats.header + result.stats.trailer, mapping)
+            resolved.require_links("relink")
+            plan = RelinkPlan(resolved, result.stats.exact_numbers)
+        except BaseException:
+            result.spool.close()
+            raise
+        planned = time.perf_counter()
+        emit_pass(result, plan, target, progress=meter)
+    index: MergedIndex = result.visitor  # type: ignore[assignment]
+    return {
+        "input": source.name,
+        "output": target.name,
+        **resolved.summary(),
+        "id_multiplier": plan.multiplier,
+        "ids_rewritten": plan.ids_rewritten,
+        "ac2g_flows_dropped": index.ac2g_flows,
+        "ac2g_flows_written": plan.flows_written,
+        "events_read": result.stats.events,
+        "events_written": result.stats.events - index.ac2g_flows + plan.flows_written,
+        "read": result.stats.as_dict(),
+        "pass1_seconds": round(result.seconds, 3),
+        "plan_seconds": round(planned - started - result.seconds, 3),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+

@@ -1,0 +1,246 @@
+"""``split``: one trace per rank out of a merged trace (SPEC 6).
+
+Pass 1 (:class:`SplitIndex`) keeps, per event, who owns it: its own
+``args.rank``, or its pid (4 bytes an event), plus the merged index the rank
+rules need.  Pass 2 streams the event spool once per group of ranks, each
+rank with its own open writer; the group size bounds open files and
+compressor memory (``max_open``), so 1000 ranks take ceil(1000 / max_open)
+spool readings.  Events of pids no rule places (``Spans``, the empty pid of
+``Record Window End``) go with the closest preceding ranked event (a merged
+file keeps each rank's events together), those before any ranked event to
+every file.
+
+All files are written into a hidden staging directory inside the output
+directory and moved into place only when every one of them is complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from array import array
+from contextlib import ExitStack
+from typing import Callable
+
+from .engine import IndexResult, index_pass
+from .errors import TraceError
+from .jsonscan import RawMember
+from .mergedindex import MergedIndex, resolve
+from .progress import Progress
+from .rankmap import load_rank_map
+from .ranks import rank_from_args
+from .resources import peak_rss_mb
+from .sink import OutputTarget
+from .source import InputSource, SourceSpec
+from .writer import TraceWriter
+
+SUFFIXES = {"gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
+DEFAULT_MAX_OPEN = 128
+FD_RESERVE = 32
+BATCH = 512
+
+
+class SplitIndex(MergedIndex):
+    """The merged index plus each event's owner: a pid slot (>= 0), or
+    ``-2 - rank`` for an event carrying ``args.rank``."""
+
+    def __init__(self) -> None:
+        self.owners = array("i")
+        super().__init__()
+
+    def _make_visit(self) -> Callable[[dict], None]:
+        index_visit = super()._make_visit()
+        owners = self.owners.append
+        slots = self.pid_slots
+        slot_of = self.slot
+        pids = self.pids
+
+        def visit(event: dict) -> None:
+            pid = event.get("pid")
+            slot = slots.get(pid)
+            if slot is None:
+                slot = slot_of(pid)
+            rank = rank_from_args(event.get("args"))
+            if rank is None:
+                owners(slot)
+                pids[slot].unranked = True
+            else:
+                owners(-2 - rank)
+                pids[slot].arg_ranks.add(rank)
+            index_visit(event)
+
+        return visit
+
+
+def event_ranks(owners: array, pid_ranks: list[int]) -> array:
+    """Each event's rank; -1 for the leading events that precede every ranked one.
+
+    An event with no rank of its own or of its pid takes the rank of the
+    closest ranked event before it.
+    """
+    ranks = array("i", bytes(4 * len(owners)))
+    last = -1
+    for position, owner in enumerate(owners):
+        rank = -2 - owner if owner < 0 else pid_ranks[owner]
+        if rank < 0:
+            rank = last
+        else:
+            last = rank
+        ranks[position] = rank
+    return ranks
+
+
+def with_rank(members: list[RawMember], rank: int, *, add: bool) -> list[RawMember]:
+    """The members with ``distributedInfo.rank`` set (added when ``add`` and absent).
+
+    Written by the stdlib's default separators: HTA finds a file's rank with a
+    regex that needs ``"rank": 3``.
+    """
+    out: list[RawMember] = []
+    found = False
+    for key, raw in members:
+        if key == "distributedInfo":
+            found = True
+            info = json.loads(raw)
+            info = {**info, "rank": rank} if isinstance(info, dict) else {"rank": rank}
+            raw = json.dumps(info).encode()
+        out.append((key, raw))
+    if add and not found:
+        out.append(("distributedInfo", json.dumps({"rank": rank}).encode()))
+    return out
+
+
+def _max_open(requested: int | None) -> int:
+    """Writers open at once: the request, else a default within the open-file limit."""
+    if requested is not None:
+        if requested < 1:
+            raise TraceError("max_open must be at least 1")
+        return requested
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, ValueError, OSError):
+        return DEFAULT_MAX_OPEN
+    if soft == resource.RLIM_INFINITY:
+        return DEFAULT_MAX_OPEN
+    return max(1, min(DEFAULT_MAX_OPEN, soft - FD_RESERVE))
+
+
+def _write_group(result: IndexResult, ranks_of_events: array, group: list[int], staging: str, names: dict[int, str],
+                 compress: str, level: int | None, counts: dict[int, int]) -> None:
+    """One reading of the spool, writing the files of the ranks in ``group``."""
+    stats = result.stats
+    with ExitStack() as stack:
+        writers: dict[int, TraceWriter] = {}
+        batches: dict[int, list[bytes]] = {}
+        for rank in group:
+            target = OutputTarget(os.path.join(staging, names[rank]), compress=compress, level=level,
+                                  background=False)  # a compressor thread per rank would cost MBs each
+            out = stack.enter_context(target.open())
+            writers[rank] = TraceWriter(out, with_rank(stats.header, rank, add=False))
+            batches[rank] = []
+        everyone = list(batches.values())
+        position = 0
+        for block in result.spool.read_blocks():
+            for line in block:
+                rank = ranks_of_events[position]
+                position += 1
+                if rank < 0:
+                    for batch in everyone:
+                        batch.append(line)
+                    continue
+                batch = batches.get(rank)
+                if batch is not None:
+                    batch.append(line)
+                    if len(batch) >= BATCH:
+                        writers[rank].events(batch)
+                        batch.clear()
+        if position != len(ranks_of_events):
+            raise TraceError(f"validation failed: {position} events spooled, {len(ranks_of_events)} indexed")
+        for rank, writer in writers.items():
+            writer.events(batches[rank])
+            writer.close(with_rank(stats.trailer, rank, add=not any(k == "distributedInfo" for k, _ in stats.header)))
+            counts[rank] = writer.events_written
+
+
+def split(
+    src: SourceSpec,
+    out_dir: str | os.PathLike,
+    *,
+    rank_map: str | dict | None = None,
+    compress: str = "gzip",
+    level: int | None = None,
+    max_open: int | None = None,
+    overwrite: bool = False,
+    salvage: bool = False,
+    spool_dir: str | None = None,
+    progress: bool | None = False,
+) -> dict:
+    """Write ``rank<N>_trace.json.gz`` (or ``.json.zst`` / ``.json``) per rank into ``out_dir``.
+
+    Returns the summary: ranks, the rule that decided each pid, files and
+    their event counts, spool readings.
+    """
+    if compress not in SUFFIXES:
+        raise TraceError(f"unknown compression {compress!r}; choose from {', '.join(SUFFIXES)}")
+    started = time.perf_counter()
+    mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
+    directory = os.fspath(out_dir)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise TraceError("exists and is not a directory", path=directory)
+    group_size = _max_open(max_open)
+    with InputSource(src, spool_dir=spool_dir) as source:
+        meter = Progress(source.size, enabled=progress)
+        result = index_pass(source, SplitIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
+                            progress=meter)
+        created = not os.path.isdir(directory)
+        staging = None
+        try:
+            index: SplitIndex = result.visitor  # type: ignore[assignment]
+            resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)
+            ranks_of_events = event_ranks(index.owners, resolved.ranks.ranks)
+            ranks = sorted(set(ranks_of_events) - {-1})
+            if not ranks:
+                raise TraceError("no event has a rank (no args.rank, process_name, rank map, distributedInfo or "
+                                 "inferable launches): nothing to split", path=source.name)
+            names = {rank: f"rank{rank}_trace{SUFFIXES[compress]}" for rank in ranks}
+            clashes = [name for name in names.values() if os.path.exists(os.path.join(directory, name))]
+            if clashes and not overwrite:
+                raise TraceError(f"{clashes[0]} exists; pass --overwrite to replace it", path=directory)
+            blocked = [name for name in clashes if os.path.isdir(os.path.join(directory, name))]
+            if blocked:  # found now, not when the files are moved into place (half the set moved)
+                raise TraceError(f"{blocked[0]} is a directory", path=directory)
+            os.makedirs(directory, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix=".streamtrace-split-", dir=directory)
+            counts: dict[int, int] = {}
+            groups = [ranks[at:at + group_size] for at in range(0, len(ranks), group_size)]
+            for group in groups:
+                _write_group(result, ranks_of_events, group, staging, names, compress, level, counts)
+            for rank in ranks:
+                os.replace(os.path.join(staging, names[rank]), os.path.join(directory, names[rank]))
+        finally:
+            result.spool.close()
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            if created and os.path.isdir(directory) and not os.listdir(directory):
+                os.rmdir(directory)
+    leading = sum(1 for rank in ranks_of_events if rank < 0)
+    summary = resolved.summary()
+    return {
+        "input": source.name,
+        "output_dir": directory,
+        "ranks": ranks,
+        "files": {names[rank]: counts[rank] for rank in ranks},
+        "events_read": result.stats.events,
+        "events_copied_to_every_file": leading,
+        "spool_readings": len(groups),
+        "max_open_writers": group_size,
+        "rank_map": summary["rank_map"],
+        "ambiguous_pids": summary["ambiguous_pids"],
+        "read": result.stats.as_dict(),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
