@@ -90,11 +90,14 @@ class OpSpill:
             yield from OP_RECORD.iter_unpack(block)
 
     def close(self) -> None:
-        self._file.close()
+        """Delete the spill, also when flushing it fails (disk full)."""
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            self._file.close()
+        finally:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
 
 
 class AttributeIndex(MergedIndex):
@@ -119,8 +122,10 @@ class AttributeIndex(MergedIndex):
             self.handlers[category] = self._op_handler(kind)
 
     def close(self) -> None:
-        self.gpu_rows.close()
-        self.ops.close()
+        try:
+            self.gpu_rows.close()
+        finally:
+            self.ops.close()
 
     def _thread(self, event: dict, args: object) -> int:
         key = (event.get("pid"), event.get("tid"), rank_from_args(args))

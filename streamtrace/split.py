@@ -191,6 +191,11 @@ def split(
     directory = os.fspath(out_dir)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise TraceError("exists and is not a directory", path=directory)
+    existing = directory
+    while not os.path.isdir(existing):  # the directory is created later: its nearest existing parent decides
+        existing = os.path.dirname(os.path.abspath(existing))
+    if not os.access(existing, os.W_OK):  # refuse now, not after reading the whole input
+        raise TraceError("output directory is not writable", path=directory)
     group_size = _max_open(max_open)
     with InputSource(src, spool_dir=spool_dir) as source:
         meter = Progress(source.size, enabled=progress)
