@@ -43,7 +43,8 @@ from .writer import TraceWriter
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
 IN_PROCESS = 1 << 62  # child_parse_min_bytes that keeps parsing in the indexing process
 MERGE_ONLY = 5  # action code: an event the compaction keeps, which the merge still rewrites
-_PID_FIELD = re.compile(rb'"pid":(-?[0-9]+),')
+_MERGE_FIELD = re.compile(rb'"(pid|correlation|id)":(-?[0-9]+)(?=[,}])')
+_FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
 
 
 def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
@@ -235,35 +236,57 @@ class MergePlan(EmitPlan):
         self._loads = event_loader(parked.stats.exact_numbers)
         self._compact = CompactPlan(index, compaction, parked.stats.exact_numbers) if compaction is not None else None
         self.actions = index.actions.translate(_ALL_REWRITTEN if compaction is not None else _ONLY_REWRITTEN)
-        merged = self._merged
+        rewrite_line = self._rewrite_line
         patchers: list = [None] * (MERGE_ONLY + 1)
-        patchers[MERGE_ONLY] = self._merge_only
+        patchers[MERGE_ONLY] = rewrite_line
         for code in (SLICE, ANNOTATION, FLOW, METADATA):
-            patchers[code] = merged if self._compact is None else self._after(self._compact.patchers[code])
+            patchers[code] = rewrite_line if self._compact is None else self._after(self._compact.patchers[code])
         self.patchers = patchers
 
     def _after(self, compact_patch: Callable[[bytes], bytes | None]) -> Callable[[bytes], bytes | None]:
-        merged = self._merged
+        rewrite_line = self._rewrite_line
 
         def patch(line: bytes) -> bytes | None:
             line = compact_patch(line)
-            return None if line is None else merged(line)
+            return None if line is None else rewrite_line(line)
 
         return patch
 
-    def _merge_only(self, line: bytes) -> bytes | None:
-        """Most events only change pid: a textual splice when the line holds
-        nothing else the merge rewrites."""
-        if not self.rewrite.offset_ns and b'"correlation"' not in line and b'"id":' not in line \
-                and b'"ph":"M"' not in line:
-            match = _PID_FIELD.search(line)
-            if match is not None and line.count(b'"pid":') == 1:
-                new_pid = self.rewrite.pid_map.get(int(match.group(1)))
-                if new_pid is not None:
-                    return b"%s\"pid\":%d,%s" % (line[:match.start()], new_pid, line[match.end():])
-        return self._merged(line)
+    def _rewrite_line(self, line: bytes) -> bytes | None:
+        """The merged form of one event line.
 
-    def _merged(self, line: bytes) -> bytes | None:
+        Most lines change only integer fields (pid, correlation, flow id):
+        those are spliced in the text, which costs a fraction of decoding
+        and re-encoding.  Anything else (metadata names, a time shift, a
+        field found twice or of another type) takes :meth:`_decoded`.
+        """
+        rewrite = self.rewrite
+        if rewrite.offset_ns or b'"ph":"M"' in line or b'"correlation_raw"' in line:
+            return self._decoded(line)
+        matches = list(_MERGE_FIELD.finditer(line))
+        keys = [match.group(1) for match in matches]
+        if keys.count(b"pid") != 1 or keys.count(b"correlation") > 1 or keys.count(b"id") > 1:
+            return self._decoded(line)
+        if (b"id" in keys or b'"id":"' in line) and (b"id" not in keys or not _FLOW_PHASE.search(line)):
+            return self._decoded(line)  # a non-integer flow id, or an "id" outside a flow event
+        parts, last = [], 0
+        for match, key in zip(matches, keys):
+            value = int(match.group(2))
+            if key == b"pid":
+                new_pid = rewrite.pid_map.get(value)
+                if new_pid is None:
+                    return self._decoded(line)
+                text = b'"pid":%d' % new_pid
+            elif key == b"correlation":
+                text = b'"correlation":%d,"correlation_raw":%d' % (rewrite.unique(value), value)
+            else:
+                text = b'"id":%d' % rewrite.unique(value)
+            parts += (line[last:match.start()], text)
+            last = match.end()
+        parts.append(line[last:])
+        return b"".join(parts)
+
+    def _decoded(self, line: bytes) -> bytes | None:
         event = self.rewrite.apply(self._loads(line))
         return None if event is None else dumps_event(event)
 

@@ -126,15 +126,19 @@ class EventRewrite:
         if isinstance(args, dict):
             correlation = args.get("correlation")
             if correlation.__class__ is int:
-                args["correlation"] = rank_unique_id(self.rank, correlation, self.multiplier)
+                args["correlation"] = self.unique(correlation)
                 args["correlation_raw"] = correlation
         if event.get("ph") in FLOW_PHASES:
             flow_id = event.get("id")
             if flow_id.__class__ is int:
-                event["id"] = rank_unique_id(self.rank, flow_id, self.multiplier)
+                event["id"] = self.unique(flow_id)
             elif flow_id is not None:
                 event["id"] = f"rank{self.rank}:{flow_id}"
         return event
+
+    def unique(self, raw_id: int) -> int:
+        """This rank's form of a correlation or flow id."""
+        return rank_unique_id(self.rank, raw_id, self.multiplier)
 
     def shift_us(self, ts: float) -> float:
         """A float time (PP spans, appended events) on the merged clock."""

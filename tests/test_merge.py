@@ -276,3 +276,16 @@ def test_generated_pp_run_arrows_match_the_schedule(tmp_path, schedule):
         assert abs(stage_of[source] - stage_of[target]) == 1
         assert pair["f"]["ts"] > pair["s"]["ts"]
     assert not [name for name in os.listdir(tmp_path) if name.startswith("streamtrace-")]
+
+
+def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
+    """Pass 2 splices integer fields in the text; decoding every line must give the same events."""
+    from streamtrace.merge import MergePlan
+    cfg = SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8)
+    write_traces(cfg, tmp_path, compress="none", merged=False)
+    merge(tmp_path, tmp_path / "text.json")
+    monkeypatch.setattr(MergePlan, "_rewrite_line", MergePlan._decoded)
+    merge(tmp_path, tmp_path / "decoded.json")
+    spliced, decoded = events_of(load_json(tmp_path / "text.json")), events_of(load_json(tmp_path / "decoded.json"))
+    assert len(spliced) == len(decoded) > 1000
+    assert spliced == decoded
