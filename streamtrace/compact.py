@@ -404,18 +404,16 @@ def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
     """Annotation track of each GPU annotation on an old stream, and coalescing."""
     nearest = runs.nearest_each(index.note_stream, index.note_start)
     note_tid = array("i", [-1]) * len(nearest)
+    keys = array("q", bytes(8 * len(nearest)))
     mapped = array("i")
+    identities = index.note_identity
     for n, target in enumerate(nearest):
         if target >= 0:
-            note_tid[n] = note_track[lane_tid[target]]
+            note_tid[n] = tid = note_track[lane_tid[target]]
+            keys[n] = hash((tid, identities[n]))
             mapped.append(n)
-    keys = array("q", bytes(8 * len(note_tid)))
-    for n in mapped:
-        keys[n] = hash((note_tid[n], index.note_identity[n]))
-    by_stream, offsets = sorted_runs(index.note_start, index.note_end, index.note_stream, len(index.stream_keys))
-    in_start_order = (n for n in merge_runs(by_stream, offsets, index.note_start, index.note_end) if note_tid[n] >= 0)
     drop, union = bytearray(len(note_tid)), {}
-    for kept, removed, start, end in coalesce(in_start_order, keys, index.note_start, index.note_end):
+    for kept, removed, start, end in coalesce(mapped, keys, index.note_start, index.note_end):
         for n in removed:
             drop[n] = 1
         union[kept] = (start, end - start)
