@@ -10,6 +10,7 @@ lines and appends the new events.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 import time
 from bisect import bisect_right
@@ -342,9 +343,13 @@ def _assign_lanes(index: CompactIndex, order: array, stream_pid: list, pid_order
     """Pack each (pid, group) into lanes; returns every slice's lane tid and
     ``lane_info[tid] = (pid, group, lane, label)``.  Its scratch arrays die here."""
     rules, starts, ends = index.rules, index.slice_start, index.slice_end
+    group_count = len(rules.names)
     pid_group_ids = {(pid, group): n for n, (pid, group) in
-                     enumerate((pid, group) for pid in pid_order for group in range(len(rules.names)))}
-    pid_group = array("i", (pid_group_ids[(stream_pid[s], g)] for s, g in zip(index.slice_stream, index.slice_group)))
+                     enumerate((pid, group) for pid in pid_order for group in range(group_count))}
+    pid_number = {pid: n for n, pid in enumerate(pid_order)}
+    stream_base = [pid_number.get(pid, 0) * group_count for pid in stream_pid]
+    # map() over typed arrays runs in C: no Python step per slice
+    pid_group = array("i", map(operator.add, map(stream_base.__getitem__, index.slice_stream), index.slice_group))
     by_group, group_offsets = partition(order, pid_group, len(pid_group_ids))
     lanes = array("i", bytes(4 * len(starts)))
     lane_counts = [pack_lanes(by_group[group_offsets[k]:group_offsets[k + 1]], starts, ends, lanes)
@@ -357,9 +362,7 @@ def _assign_lanes(index: CompactIndex, order: array, stream_pid: list, pid_order
             suffix = f" {lane + 1}" if lane_counts[k] > 1 else ""
             lane_info[next_tid + lane] = (pid, group, lane, rules.labels[group] + suffix)
         next_tid += lane_counts[k]
-    for item, group in enumerate(pid_group):
-        lanes[item] += lane_base[group]
-    return lanes, lane_info
+    return array("i", map(operator.add, lanes, map(lane_base.__getitem__, pid_group))), lane_info
 
 
 class StreamRuns:
@@ -424,7 +427,7 @@ def _move_flows(index: CompactIndex, runs: StreamRuns, lane_tid: array, strict: 
     """Lane of each ac2g endpoint on an old stream: the slice starting at its ts,
     else (dangling: trimmed captures) the stream's nearest slice."""
     targets = runs.starting_at_each(index.flow_stream, index.flow_ts)
-    dangling = array("i", (n for n, target in enumerate(targets) if target == -2))
+    dangling = array("i", (n for n, target in enumerate(targets) if target == -2) if -2 in targets else ())
     if dangling and strict:
         pid, tid = index.stream_keys[index.flow_stream[dangling[0]]]
         raise TraceError(f"ac2g endpoint at ts {index.flow_ts[dangling[0]]} on pid {pid} stream {tid} "
@@ -433,10 +436,8 @@ def _move_flows(index: CompactIndex, runs: StreamRuns, lane_tid: array, strict: 
                                 array("d", map(index.flow_ts.__getitem__, dangling)))
     for n, target in zip(dangling, nearest):
         targets[n] = target
-    flow_tid = array("i", [-1]) * len(targets)
-    for n, target in enumerate(targets):
-        if target >= 0:
-            flow_tid[n] = lane_tid[target]
+    with_none = lane_tid + array("i", [-1])  # target -1 (not an old stream) reads the appended -1
+    flow_tid = array("i", map(with_none.__getitem__, targets))
     unmatched = len(dangling)
     mapped = len(targets) - targets.count(-1) - unmatched
     return flow_tid, mapped, unmatched
