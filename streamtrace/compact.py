@@ -31,7 +31,7 @@ from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
 from .progress import Progress
 from .ranks import pp_group_ranks
 from .reader import NUMBER_TYPES, dumps_event, event_loader
-from .resources import peak_rss_mb
+from .resources import gc_paused, peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
@@ -279,6 +279,7 @@ def _pp_rank(members: list[RawMember]) -> tuple[int, str]:
     return rank, "global rank (no PP process group)"
 
 
+@gc_paused()
 def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: bool = True,
                     local_arrows: bool = True, strict: bool = False) -> Compaction:
     """Between the passes: lanes, tids, annotation and flow moves, new events.

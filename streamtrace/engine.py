@@ -26,6 +26,7 @@ from .sink import OutputTarget
 from .source import InputSource
 from .spool import EventSpool
 from .writer import TraceWriter
+from .resources import gc_paused
 
 T = TypeVar("T")
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
@@ -122,6 +123,7 @@ class IndexResult:
     spool: EventSpool | None = field(default=None, repr=False)
 
 
+@gc_paused()
 def index_pass(
     source: InputSource,
     make_visitor: Callable[[], Visitor],
@@ -263,6 +265,7 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
             result.spool.close()
 
 
+@gc_paused()
 def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *,
                 progress: Progress | None = None) -> None:
     """The event part of pass 2: spooled lines through ``plan``, then its

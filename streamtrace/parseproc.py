@@ -27,6 +27,7 @@ from .errors import TraceError
 from .progress import Progress
 from .reader import ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event
 from .source import InputSource
+from .resources import gc_paused
 
 BATCH_EVENTS = 512
 MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
@@ -87,6 +88,7 @@ def parse_in_child(
             child.join()
 
 
+@gc_paused()
 def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> None:
     """Parse ``path`` and send event lines in batches, then the stats or the failure.
 

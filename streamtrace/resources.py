@@ -1,8 +1,11 @@
 """Resource figures reported in summaries."""
 from __future__ import annotations
 
+import gc
 import resource
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def peak_rss_mb() -> float:
@@ -21,3 +24,20 @@ def peak_rss_mb() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     scale = 1 if sys.platform == "darwin" else 1024
     return round(peak * scale / 1e6, 1)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Run without the cyclic garbage collector.
+
+    The passes allocate millions of short-lived, acyclic containers (event
+    dicts, lines, sort keys); the collector's scans of them cost 10-20% of
+    a pass and find nothing.  Usable as a decorator; nests.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
