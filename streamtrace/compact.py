@@ -27,7 +27,7 @@ from .jsonscan import RawMember, member_value
 from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes, partition,
                     sorted_runs)
 from .pp import parse_pp_name
-from .pparrows import COMPUTE_OPS, ArrowMaker, Span, find_blocks, local_arrows
+from .pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows
 from .progress import Progress
 from .ranks import pp_group_ranks
 from .reader import NUMBER_TYPES, dumps_event, event_loader
@@ -238,7 +238,7 @@ class Compaction:
     used_tracks: set
     pp_spans: list[Span] = field(default_factory=list)
     pp_tracks: tuple[set, set] = (set(), set())
-    arrows: list[dict] = field(default_factory=list)
+    arrows: list[Arrow] = field(default_factory=list)
 
     def new_events(self) -> Iterator[dict]:
         """Per-kernel annotation spans, lane and track metadata, PP arrows."""
@@ -249,7 +249,7 @@ class Compaction:
             yield {"name": self.label_names[runs.label[n]], "cat": "gpu_user_annotation", "ph": "X",
                    "pid": lane_info[lane][0], "tid": note_track[lane], "ts": start, "dur": end - start, "args": {}}
         yield from _lane_metadata(lane_info, note_track, self.used_tracks)
-        yield from self.arrows
+        yield from arrow_events(self.arrows)
 
 
 def _allocate_tids(used: set[int], count: int) -> int:
@@ -501,7 +501,7 @@ def _pp_spans(index: CompactIndex, mapped: array, note_tid: array, note_drop: by
 
 
 def _pp_local_arrows(spans: list[Span], tracks: tuple[set, set], pids: list, members: list[RawMember],
-                     summary: dict) -> list[dict]:
+                     summary: dict) -> list[Arrow]:
     """Rank-local PP arrows; adds their counts to ``summary``."""
     pp_rank, source = _pp_rank(members)
     maker = ArrowMaker({pid: pp_rank for pid in pids})
@@ -513,7 +513,7 @@ def _pp_local_arrows(spans: list[Span], tracks: tuple[set, set], pids: list, mem
         pp_unshard_compute_pairs=maker.pairs["pp_unshard_dependency"],
         pp_unshard_compute_unmatched=maker.unmatched["pp_unshard_dependency"],
     )
-    return maker.events
+    return maker.arrows
 
 
 def _pid_key(pid: object) -> tuple:

@@ -11,6 +11,7 @@ other, in PP order, into one output.
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import pickle
 import re
@@ -19,7 +20,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -30,7 +31,8 @@ from .jsonscan import RawMember, member_value
 from .mergeplan import (EventRewrite, RankFacts, check_unique_ranks, fresh_pids, pp_order, process_metadata,
                         shared_multiplier, time_offsets_ns)
 from .pp import parse_pp_name
-from .pparrows import FLOW_ID_BASE, ArrowMaker, Span, find_blocks, local_arrows, send_recv_arrows
+from .pparrows import (FLOW_ID_BASE, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows,
+                       send_recv_arrows)
 from .progress import Progress
 from .ranks import pp_group_ranks, rank_from_file_name
 from .reader import ReadStats, dumps_event, event_loader
@@ -229,7 +231,7 @@ class MergePlan(EmitPlan):
     """Pass 2 for one rank: compaction's patch (when compacting), then the
     merge rewrite of every event; the rank's appended events follow."""
 
-    def __init__(self, parked: _Parked, rewrite: EventRewrite, extra_events: list[dict]) -> None:
+    def __init__(self, parked: _Parked, rewrite: EventRewrite, extra_events: Iterable[dict]) -> None:
         index, compaction = parked.index, parked.compaction
         self.rewrite = rewrite
         self.extra_events = extra_events
@@ -428,9 +430,10 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
             entry = indexed[n]
             with open(entry.state_path, "rb") as state:
                 parked: _Parked = pickle.load(state)
-            extra = process_metadata(pid_maps[n], facts[n].gpu_pids, pp_ranks[n] if has_pp else None, facts[n].rank)
+            extra: Iterable[dict] = process_metadata(pid_maps[n], facts[n].gpu_pids, pp_ranks[n] if has_pp else None,
+                                                     facts[n].rank)
             if position == len(order) - 1:
-                extra += arrows
+                extra = itertools.chain(extra, arrow_events(arrows))
             emit_events(parked.spool, MergePlan(parked, rewrites[n], extra), writer, progress=meter)
             os.unlink(entry.state_path)
             del parked
@@ -462,7 +465,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
 
 
 def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipelines: list[object],
-            multiplier: int) -> tuple[list[dict], dict]:
+            multiplier: int) -> tuple[list[Arrow], dict]:
     """Every PP arrow, on the merged pids and clock, with ids above all rank ids."""
     spans, compute_tracks, unshard_tracks, pp_rank_of, pipeline_of = [], set(), set(), {}, {}
     for n, entry in enumerate(indexed):
@@ -489,7 +492,7 @@ def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipel
         "pp_unshard_compute_pairs": maker.pairs["pp_unshard_dependency"],
         "pp_unshard_compute_unmatched": maker.unmatched["pp_unshard_dependency"],
     }
-    return maker.events, counts
+    return maker.arrows, counts
 
 
 def _replace_members(members: list[RawMember], replacements: dict, *, add_missing: list[RawMember] | None = None

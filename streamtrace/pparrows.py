@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from .pp import parse_pp_name
 
@@ -87,15 +87,25 @@ def pair_nearest(sources: list[Block], targets: list[Block]) -> list[tuple[Block
     return pairs
 
 
+Arrow = tuple  # (category, flow id, source Block, target Block, finish ts, source pp rank, target pp rank)
+
+
 class ArrowMaker:
-    """Builds flow event pairs with fresh ids and counts what was made."""
+    """Makes flow arrows with fresh ids and counts what was made.
+
+    Arrows are kept as small tuples over the shared blocks (a merged run has
+    tens of thousands); :func:`arrow_events` writes them out as events.
+    """
 
     def __init__(self, pp_rank_of: dict, next_id: int = FLOW_ID_BASE) -> None:
         self.pp_rank_of = pp_rank_of
         self.next_id = next_id
-        self.events: list[dict] = []
+        self.arrows: list[Arrow] = []
         self.pairs: dict[str, int] = defaultdict(int)
         self.unmatched: dict[str, int] = defaultdict(int)
+
+    def events(self) -> Iterator[dict]:
+        return arrow_events(self.arrows)
 
     def connect(self, source: Block, target: Block, category: str, *, strictly_forward: bool = False) -> None:
         finish = max(source.start, target.start)
@@ -104,21 +114,9 @@ class ArrowMaker:
         if finish > target.end:
             self.unmatched[category] += 1
             return
-        flow_id = self.next_id
+        self.arrows.append((category, self.next_id, source, target, finish,
+                            self.pp_rank_of.get(source.pid), self.pp_rank_of.get(target.pid)))
         self.next_id += 1
-        args = {
-            "source_pp_rank": self.pp_rank_of.get(source.pid),
-            "destination_pp_rank": self.pp_rank_of.get(target.pid),
-            "source_stage": source.stage,
-            "destination_stage": target.stage,
-            "source_operation": source.op,
-            "destination_operation": target.op,
-            "microbatch": source.microbatch if source.microbatch is not None else target.microbatch,
-        }
-        name = f"{source.label} -> {target.label}"
-        for phase, block, ts in (("s", source, source.start), ("f", target, finish)):
-            self.events.append({"name": name, "cat": category, "ph": phase, "bp": "e", "pid": block.pid,
-                                "tid": block.tid, "ts": ts, "id": flow_id, "args": args})
         self.pairs[category] += 1
 
     def connect_nearest(self, sources: list[Block], targets: list[Block], category: str, *,
@@ -129,6 +127,24 @@ class ArrowMaker:
         self.unmatched[category] += sum(1 for block in unpaired if id(block) not in paired)
         for source, target in pairs:
             self.connect(source, target, category, strictly_forward=strictly_forward)
+
+
+def arrow_events(arrows: Iterable[Arrow]) -> Iterator[dict]:
+    """Each arrow as its flow pair: ``s`` on the source block, ``f`` on the target."""
+    for category, flow_id, source, target, finish, source_rank, target_rank in arrows:
+        args = {
+            "source_pp_rank": source_rank,
+            "destination_pp_rank": target_rank,
+            "source_stage": source.stage,
+            "destination_stage": target.stage,
+            "source_operation": source.op,
+            "destination_operation": target.op,
+            "microbatch": source.microbatch if source.microbatch is not None else target.microbatch,
+        }
+        name = f"{source.label} -> {target.label}"
+        for phase, block, ts in (("s", source, source.start), ("f", target, finish)):
+            yield {"name": name, "cat": category, "ph": phase, "bp": "e", "pid": block.pid, "tid": block.tid,
+                   "ts": ts, "id": flow_id, "args": args}
 
 
 def local_arrows(blocks: list[Block], maker: ArrowMaker) -> None:

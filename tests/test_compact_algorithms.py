@@ -209,12 +209,12 @@ def test_local_arrows_recv_compute_send_and_unshard():
               _block("SEND_B", 1, 1, 20, 21, tid=3)]
     maker = ArrowMaker({0: 1})
     local_arrows(blocks, maker)
-    names = sorted({e["name"] for e in maker.events})
+    names = sorted({e["name"] for e in maker.events()})
     assert names == ["1F0 -> 1SEND_F0", "1RECV_B0 -> 1B0", "1RECV_F0 -> 1F0", "1UNSHARD -> 1F0"]
     assert maker.pairs == {"pp_compute_dependency": 3, "pp_unshard_dependency": 1}
     assert maker.unmatched["pp_compute_dependency"] == 1  # SEND_B1 has no B1
-    starts = {e["id"]: e for e in maker.events if e["ph"] == "s"}
-    for finish in (e for e in maker.events if e["ph"] == "f"):
+    starts = {e["id"]: e for e in maker.events() if e["ph"] == "s"}
+    for finish in (e for e in maker.events() if e["ph"] == "f"):
         start = starts[finish["id"]]
         assert finish["ts"] >= start["ts"] and finish["bp"] == "e"
         assert finish["args"]["source_pp_rank"] == finish["args"]["destination_pp_rank"] == 1
@@ -223,12 +223,12 @@ def test_local_arrows_recv_compute_send_and_unshard():
 def test_arrow_dropped_when_target_ends_before_source_starts():
     maker = ArrowMaker({0: 0})
     maker.connect(_block("F", 0, 0, 10, 12), _block("SEND_F", 0, 0, 0, 5), "pp_compute_dependency")
-    assert maker.events == [] and maker.unmatched["pp_compute_dependency"] == 1
+    assert maker.arrows == [] and maker.unmatched["pp_compute_dependency"] == 1
 
 
 def test_strictly_forward_arrow_finishes_after_its_start():
     maker = ArrowMaker({0: 0, 1: 1})
     maker.connect(_block("SEND_F", 0, 0, 5, 6), _block("RECV_F", 1, 0, 5, 9, pid=1), "pp_send_recv",
                   strictly_forward=True)
-    start, finish = maker.events
+    start, finish = maker.events()
     assert finish["ts"] > start["ts"] == 5

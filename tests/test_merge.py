@@ -289,3 +289,12 @@ def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     spliced, decoded = events_of(load_json(tmp_path / "text.json")), events_of(load_json(tmp_path / "decoded.json"))
     assert len(spliced) == len(decoded) > 1000
     assert spliced == decoded
+
+
+def test_parallel_indexing_gives_the_same_file(tmp_path):
+    cfg = SynthConfig(ranks=4, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8)
+    write_traces(cfg, tmp_path, compress="gz", merged=False)
+    one = merge(tmp_path, tmp_path / "one.json", jobs=1)
+    two = merge(tmp_path, tmp_path / "two.json", jobs=2)
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
+    assert one["pp_send_recv_pairs"] == two["pp_send_recv_pairs"] > 0
