@@ -45,8 +45,22 @@ from .writer import TraceWriter
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
 IN_PROCESS = 1 << 62  # child_parse_min_bytes that keeps parsing in the indexing process
 MERGE_ONLY = 5  # action code: an event the compaction keeps, which the merge still rewrites
-_MERGE_FIELD = re.compile(rb'"(pid|correlation|id)":(-?[0-9]+)(?=[,}])')
+_INTEGER = re.compile(rb"-?[0-9]+(?=[,}])")
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
+
+
+def _swap_int(line: bytes, key: bytes, new_text: Callable[[bytes], bytes | None]) -> bytes | None:
+    """``line`` with the integer after ``key`` (which must occur once) replaced
+    by ``new_text(digits)``; None when that is not possible."""
+    at = line.find(key)
+    if at < 0 or line.find(key, at + len(key)) >= 0:
+        return None
+    start = at + len(key)
+    number = _INTEGER.match(line, start)
+    if number is None:
+        return None
+    replacement = new_text(number.group())
+    return None if replacement is None else line[:start] + replacement + line[number.end():]
 
 
 def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
@@ -258,35 +272,29 @@ class MergePlan(EmitPlan):
         """The merged form of one event line.
 
         Most lines change only integer fields (pid, correlation, flow id):
-        those are spliced in the text, which costs a fraction of decoding
-        and re-encoding.  Anything else (metadata names, a time shift, a
-        field found twice or of another type) takes :meth:`_decoded`.
+        those are swapped in the text with ``bytes.find``, a fraction of the
+        cost of decoding and re-encoding.  Anything else (metadata names, a
+        time shift, a field found twice or not an integer, an ``id`` outside
+        a flow) takes :meth:`_decoded`.
         """
-        rewrite = self.rewrite
-        if rewrite.offset_ns or b'"ph":"M"' in line or b'"correlation_raw"' in line:
+        if self.rewrite.offset_ns or b'"ph":"M"' in line or b'"correlation_raw"' in line:
             return self._decoded(line)
-        matches = list(_MERGE_FIELD.finditer(line))
-        keys = [match.group(1) for match in matches]
-        if keys.count(b"pid") != 1 or keys.count(b"correlation") > 1 or keys.count(b"id") > 1:
-            return self._decoded(line)
-        if (b"id" in keys or b'"id":"' in line) and (b"id" not in keys or not _FLOW_PHASE.search(line)):
-            return self._decoded(line)  # a non-integer flow id, or an "id" outside a flow event
-        parts, last = [], 0
-        for match, key in zip(matches, keys):
-            value = int(match.group(2))
-            if key == b"pid":
-                new_pid = rewrite.pid_map.get(value)
-                if new_pid is None:
-                    return self._decoded(line)
-                text = b'"pid":%d' % new_pid
-            elif key == b"correlation":
-                text = b'"correlation":%d,"correlation_raw":%d' % (rewrite.unique(value), value)
-            else:
-                text = b'"id":%d' % rewrite.unique(value)
-            parts += (line[last:match.start()], text)
-            last = match.end()
-        parts.append(line[last:])
-        return b"".join(parts)
+        swapped = _swap_int(line, b'"pid":', self._pid_text)
+        if swapped is not None and b'"correlation":' in swapped:
+            swapped = _swap_int(swapped, b'"correlation":', self._correlation_text)
+        if swapped is not None and b'"id":' in swapped:
+            swapped = _swap_int(swapped, b'"id":', self._id_text) if _FLOW_PHASE.search(swapped) else None
+        return self._decoded(line) if swapped is None else swapped
+
+    def _pid_text(self, digits: bytes) -> bytes | None:
+        new_pid = self.rewrite.pid_map.get(int(digits))
+        return None if new_pid is None else b"%d" % new_pid
+
+    def _correlation_text(self, digits: bytes) -> bytes:
+        return b'%d,"correlation_raw":%s' % (self.rewrite.unique(int(digits)), digits)
+
+    def _id_text(self, digits: bytes) -> bytes:
+        return b"%d" % self.rewrite.unique(int(digits))
 
     def _decoded(self, line: bytes) -> bytes | None:
         event = self.rewrite.apply(self._loads(line))
