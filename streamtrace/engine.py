@@ -218,7 +218,7 @@ def index_pass(
     return IndexResult(visitor, stats, time.perf_counter() - started, spool)
 
 
-def _batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
+def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
     batch: list[bytes] = []
     for item in items:
         batch.append(item)
@@ -282,7 +282,7 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
                 progress.update("pass 2", None, read)
         if plan.actions is not None and read != len(plan.actions):
             raise TraceError(f"validation failed: {read} events spooled, {len(plan.actions)} indexed")
-        for batch in _batches(plan.appended(), SPOOL_BATCH):
+        for batch in batches(plan.appended(), SPOOL_BATCH):
             writer.events(batch)
     finally:
         spool.close()

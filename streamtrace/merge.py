@@ -10,8 +10,8 @@ other, in PP order, into one output.
 """
 from __future__ import annotations
 
+import gc
 import glob
-import itertools
 import os
 import pickle
 import re
@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
 import orjson
+import zstandard
 
 from .compact import ANNOTATION, FLOW, METADATA, SLICE, CompactIndex, CompactPlan, Compaction, plan_compaction
-from .engine import EmitPlan, IndexResult, emit_events, index_pass
+from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
 from .mergeplan import (EventRewrite, RankFacts, check_unique_ranks, fresh_pids, pp_order, process_metadata,
@@ -38,12 +39,14 @@ from .ranks import pp_group_ranks, rank_from_file_name
 from .reader import ReadStats, dumps_event, event_loader
 from .resources import peak_rss_mb
 from .rules import load_rules
-from .sink import OutputTarget, SinkSpec
+from .sink import OutputTarget, SinkSpec, remove_quietly
 from .source import InputSource
 from .writer import TraceWriter
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
 IN_PROCESS = 1 << 62  # child_parse_min_bytes that keeps parsing in the indexing process
+CHUNK_LEVEL = 1
+CHUNK_PIECE = 1 << 20
 MERGE_ONLY = 5  # action code: an event the compaction keeps, which the merge still rewrites
 _INTEGER = re.compile(rb"-?[0-9]+(?=[,}])")
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
@@ -188,6 +191,9 @@ def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
     except BaseException:
         result.spool.close()
         raise
+    finally:
+        del result
+        gc.collect()  # the index's hot-loop closure makes a cycle: free this rank's arrays before the next
 
 
 def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions, started: float) -> RankIndex:
@@ -358,7 +364,7 @@ def merge(
             if len(indexed) < 2:
                 raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
         return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
-                          progress=progress, started=started)
+                          jobs=max(1, jobs), spool_dir=spool_dir, progress=progress, started=started)
     finally:
         for entry in indexed:
             _discard(entry)
@@ -405,7 +411,8 @@ def _discard(entry: RankIndex) -> None:
 
 
 def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: bool, compress: str | None,
-               level: int | None, pp_flows: bool, progress: bool | None, started: float) -> dict:
+               level: int | None, pp_flows: bool, jobs: int, spool_dir: str | None, progress: bool | None,
+               started: float) -> dict:
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
     pp_ranks, pipelines, order_source = pp_order(facts)
@@ -432,19 +439,18 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     meter = Progress(None, enabled=progress)
     written = 0
     pass2_started = time.perf_counter()
+    extras = {n: process_metadata(pid_maps[n], facts[n].gpu_pids, pp_ranks[n] if has_pp else None, facts[n].rank)
+              for n in order}
     with target.open() as out:
         writer = TraceWriter(out, _replace_members(first.header, replacements))
-        for position, n in enumerate(order):
-            entry = indexed[n]
-            with open(entry.state_path, "rb") as state:
-                parked: _Parked = pickle.load(state)
-            extra: Iterable[dict] = process_metadata(pid_maps[n], facts[n].gpu_pids, pp_ranks[n] if has_pp else None,
-                                                     facts[n].rank)
-            if position == len(order) - 1:
-                extra = itertools.chain(extra, arrow_events(arrows))
-            emit_events(parked.spool, MergePlan(parked, rewrites[n], extra), writer, progress=meter)
-            os.unlink(entry.state_path)
-            del parked
+        if jobs == 1:
+            for n in order:
+                _emit_rank(indexed[n].state_path, rewrites[n], extras[n], writer, meter)
+        else:
+            _emit_ranks_in_workers([(indexed[n].state_path, rewrites[n], extras[n]) for n in order], writer, jobs,
+                                   spool_dir)
+        for batch in batches((dumps_event(event) for event in arrow_events(arrows)), SPOOL_BATCH):
+            writer.events(batch)
         writer.close(_replace_members(first.trailer, replacements, add_missing=first.header))
         written = writer.events_written
     summary = {
@@ -470,6 +476,64 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
         "peak_rss_mb": peak_rss_mb(),
     }
     return summary
+
+
+def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer: TraceWriter,
+               meter: Progress | None = None) -> int:
+    """Pass 2 of one rank into ``writer``; returns the events written."""
+    with open(state_path, "rb") as state:
+        parked: _Parked = pickle.load(state)
+    before = writer.events_written
+    emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter)
+    os.unlink(state_path)
+    del parked
+    gc.collect()  # the plan's patcher closures make cycles holding this rank's arrays
+    return writer.events_written - before
+
+
+def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict],
+                        chunk_dir: str | None) -> tuple[str, int]:
+    """Pass 2 of one rank in a worker: its events as a zstd fragment file."""
+    handle, chunk_path = tempfile.mkstemp(prefix="streamtrace-chunk-", suffix=".zst", dir=chunk_dir)
+    try:
+        with os.fdopen(handle, "wb") as raw:
+            with zstandard.ZstdCompressor(level=CHUNK_LEVEL).stream_writer(raw, closefd=False) as out:
+                writer = TraceWriter(out, None)
+                count = _emit_rank(state_path, rewrite, extra, writer)
+                writer.flush()
+    except BaseException:
+        remove_quietly(chunk_path)
+        raise
+    return chunk_path, count
+
+
+def _emit_ranks_in_workers(jobs_in_order: list[tuple], writer: TraceWriter, jobs: int, chunk_dir: str | None) -> None:
+    """Pass 2 of every rank in ``jobs`` worker processes, spliced into ``writer``
+    in order as each rank's fragment is ready; fragments never outlive the call."""
+    with ProcessPoolExecutor(max_workers=min(jobs, len(jobs_in_order))) as pool:
+        futures = [pool.submit(_emit_rank_to_chunk, *job, chunk_dir) for job in jobs_in_order]
+        try:
+            for future in futures:
+                chunk_path, count = future.result()
+                try:
+                    writer.splice(_chunk_pieces(chunk_path), count)
+                finally:
+                    remove_quietly(chunk_path)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        finally:
+            for future in futures:  # fragments finished but not spliced
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    remove_quietly(future.result()[0])
+
+
+def _chunk_pieces(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as raw:
+        reader = zstandard.ZstdDecompressor().stream_reader(raw)
+        while piece := reader.read(CHUNK_PIECE):
+            yield piece
 
 
 def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipelines: list[object],

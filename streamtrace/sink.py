@@ -126,12 +126,12 @@ class OutputTarget:
             self.check()
             os.replace(temp, self.path)
         except OSError as exc:
-            _remove(temp)
+            remove_quietly(temp)
             if exc.errno == errno.ENOSPC:
                 raise TraceError("disk full while writing", path=self.path) from None
             raise TraceError(f"cannot write: {exc.strerror or exc}", path=self.path) from None
         except BaseException:
-            _remove(temp)
+            remove_quietly(temp)
             raise
 
 
@@ -146,7 +146,8 @@ def default_output(src: object, tag: str) -> str:
     return path + tag + ".json.gz"
 
 
-def _remove(path: str) -> None:
+def remove_quietly(path: str) -> None:
+    """Delete ``path`` if it is there."""
     try:
         os.unlink(path)
     except FileNotFoundError:

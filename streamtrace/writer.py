@@ -18,13 +18,20 @@ BATCH_LINES = 512  # orjson.dumps results keep ~4 KB of capacity each
 
 
 class TraceWriter:
-    """Writes one trace; call :meth:`event` per event, then :meth:`close`."""
+    """Writes one trace; call :meth:`event` per event, then :meth:`close`.
 
-    def __init__(self, out: BinaryIO, header: Iterable[RawMember]) -> None:
+    With ``header`` None it writes a fragment instead: only the events, joined
+    as in a trace (finish it with :meth:`flush`); another writer can
+    :meth:`splice` it in, so worker processes can prepare parts of one output.
+    """
+
+    def __init__(self, out: BinaryIO, header: Iterable[RawMember] | None) -> None:
         self._out = out
         self._batch: list[bytes] = []
         self._started = False
         self.events_written = 0
+        if header is None:
+            return
         parts = [b"{"]
         for key, raw in header:
             parts.append(orjson.dumps(key) + b": " + raw + b",\n")
@@ -43,6 +50,21 @@ class TraceWriter:
         if lines:
             self._batch = lines
             self._flush()
+
+    def splice(self, fragment: Iterable[bytes], count: int) -> None:
+        """Write a fragment of ``count`` events (its bytes, in pieces)."""
+        self.flush()
+        separator = b",\n" if self._started else b""
+        for piece in fragment:
+            if piece:
+                self._out.write(separator + piece)
+                separator = b""
+        self._started = self._started or count > 0
+        self.events_written += count
+
+    def flush(self) -> None:
+        """Write the batched events out."""
+        self._flush()
 
     def _flush(self) -> None:
         if self._batch:
