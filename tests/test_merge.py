@@ -1,7 +1,6 @@
 """``merge``: SPEC 5 conventions on hand-built ranks, real ranks, generated PP runs."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
