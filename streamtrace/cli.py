@@ -248,9 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(run=_run_attribute)
 
     cmd = commands.add_parser(
-        "demo", help="generate a small example trace and inspect it",
+        "demo", help="generate a small example trace, inspect, compact and merge it",
         description="Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
-                    "PP annotations) into DIR and run 'inspect' on it: a quick check that everything works.",
+                    "PP annotations) into DIR, run 'inspect' and 'compact' on rank 0 and 'merge' the two ranks: "
+                    "a quick check that everything works, and files to open in Perfetto.",
     )
     cmd.add_argument("dir", nargs="?", help="where to write the example (default: a new temp directory)")
     _common(cmd)
