@@ -24,8 +24,8 @@ import orjson
 from .engine import EmitPlan, IndexResult, emit_pass, index_pass
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
-from .lanes import (Runs, coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes, partition,
-                    sorted_runs)
+from .lanes import (IN_MEMORY_SORT_LIMIT, Runs, coalesce, coalesce_in_start_order, first_overlap, label_runs,
+                    merge_runs, nearest_in_run, pack_lanes, partition, sorted_runs)
 from .pp import parse_pp_name
 from .pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows
 from .progress import Progress
@@ -416,8 +416,15 @@ def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
             note_tid[n] = tid = note_track[lane_tid[target]]
             keys[n] = hash((tid, identities[n]))
             mapped.append(n)
+    starts, ends = index.note_start, index.note_end
+    if len(mapped) <= IN_MEMORY_SORT_LIMIT:
+        clusters = coalesce(mapped, keys, starts, ends)
+    else:
+        by_stream, offsets = sorted_runs(starts, ends, index.note_stream, len(index.stream_keys))
+        in_start_order = (n for n in merge_runs(by_stream, offsets, starts, ends) if note_tid[n] >= 0)
+        clusters = coalesce_in_start_order(in_start_order, keys, starts, ends)
     drop, union = bytearray(len(note_tid)), {}
-    for kept, removed, start, end in coalesce(mapped, keys, index.note_start, index.note_end):
+    for kept, removed, start, end in clusters:
         for n in removed:
             drop[n] = 1
         union[kept] = (start, end - start)

@@ -144,7 +144,8 @@ def coalesce(items: Iterable[int], keys: Sequence[int], starts: Sequence[float],
 
     Two C sorts (by start, then stably by key) put each key's spans in start
     order; one sweep then closes a cluster when the next span starts after
-    its end.  Returns, for every cluster of two or more, ``(kept, removed,
+    its end.  The sorts cost ~70 bytes a span at their peak: above
+    ``IN_MEMORY_SORT_LIMIT`` spans use :func:`coalesce_in_start_order`.  Returns, for every cluster of two or more, ``(kept, removed,
     start, end)``: the member with the lowest ordinal is kept and stretched
     to the union; the others are removed.
     """
@@ -166,6 +167,48 @@ def coalesce(items: Iterable[int], keys: Sequence[int], starts: Sequence[float],
     if len(members) > 1:
         kept = min(members)
         merged.append((kept, [other for other in members if other != kept], cluster_start, cluster_end))
+    return merged
+
+
+def coalesce_in_start_order(order: Iterable[int], keys: Sequence[int], starts: Sequence[float],
+             ends: Sequence[float]) -> list[tuple[int, list[int], float, float]]:
+    """Clusters of same-key spans that overlap or touch.
+
+    ``order`` must be in start order.  One sweep, holding only the clusters
+    that can still grow (end not before the current start), so memory follows
+    what is in flight, not the number of spans: for more spans than a sort
+    of Python ints should hold (see :func:`merge_runs`).  Same result as
+    :func:`coalesce`.  Returns, for every cluster of
+    two or more, ``(kept, removed, start, end)``: the member with the lowest
+    ordinal is kept and stretched to the union; the others are removed.
+    """
+    growing: dict[int, list] = {}
+    closing: list[tuple[float, int]] = []
+    merged = []
+
+    def close(key: int) -> None:
+        members, start, end = growing.pop(key)
+        if len(members) > 1:
+            kept = min(members)
+            merged.append((kept, [item for item in members if item != kept], start, end))
+
+    for item in order:
+        start, end, key = starts[item], ends[item], keys[item]
+        while closing and closing[0][0] < start:
+            last_end, done = heapq.heappop(closing)
+            if done in growing and growing[done][2] == last_end:
+                close(done)
+        cluster = growing.get(key)
+        if cluster is None:
+            growing[key] = [[item], start, end]
+            heapq.heappush(closing, (end, key))
+            continue
+        cluster[0].append(item)
+        if end > cluster[2]:
+            cluster[2] = end
+            heapq.heappush(closing, (end, key))
+    for key in list(growing):
+        close(key)
     return merged
 
 

@@ -3,15 +3,19 @@ real and generated traces, and an in-memory oracle."""
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 from collections import defaultdict
 
 import pytest
 
 import streamtrace
+
 from conftest import events_of, load_json
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
+
+compact_module = importlib.import_module("streamtrace.compact")  # the package's `compact` is the function
 
 SLICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -90,7 +94,9 @@ def test_annotations_move_to_the_lane_of_the_nearest_slice_of_their_stream(tmp_p
     assert summary["gpu_annotations_mapped"] == 3
 
 
-def test_identical_overlapping_annotations_coalesce_into_their_union(tmp_path):
+@pytest.mark.parametrize("sort_limit", [600_000, 0], ids=["in-memory sorts", "streamed sweep"])
+def test_identical_overlapping_annotations_coalesce_into_their_union(tmp_path, monkeypatch, sort_limit):
+    monkeypatch.setattr(compact_module, "IN_MEMORY_SORT_LIMIT", sort_limit)
     events = [kernel("ncclDevKernel_AllGather_a", 0, 10, 20), kernel("ncclDevKernel_AllGather_b", 12, 4, 21),
               note("nccl:all_gather", 9, 3, 20, **{"External id": 1}),
               note("nccl:all_gather", 11, 5, 21, **{"External id": 1}),

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from streamtrace import lanes as lanes_module
 from streamtrace.errors import TraceError
-from streamtrace.lanes import (coalesce, first_overlap, label_runs, merge_runs, nearest_in_run, pack_lanes,
-                               sorted_runs)
+from streamtrace.lanes import (coalesce, coalesce_in_start_order, first_overlap, label_runs, merge_runs,
+                               nearest_in_run, pack_lanes, sorted_runs)
 from streamtrace.pparrows import ArrowMaker, Block, Span, find_blocks, local_arrows
 from streamtrace.rules import DEFAULT_RULES_TOML, load_rules, parse_rules
 
@@ -128,10 +128,11 @@ def test_coalesce_sweep_equals_grouping_by_key(raw):
                 expected.append((kept, sorted(set(cluster) - {kept}), min(starts[m] for m in cluster),
                                  max(ends[m] for m in cluster)))
             cluster = [item]
-    got = [(kept, sorted(removed), start, end)
-           for kept, removed, start, end in coalesce(sorted(range(len(raw)), key=lambda i: (starts[i], i)),
-                                                     keys, starts, ends)]
-    assert sorted(got) == sorted(expected)
+    in_start_order = sorted(range(len(raw)), key=lambda i: (starts[i], i))
+    for clusters in (coalesce(in_start_order, keys, starts, ends),
+                     coalesce_in_start_order(in_start_order, keys, starts, ends)):
+        got = [(kept, sorted(removed), start, end) for kept, removed, start, end in clusters]
+        assert sorted(got) == sorted(expected)
 
 
 def test_label_runs_break_on_unlabelled_and_per_lane():
