@@ -73,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = commands.add_parser(
         "inspect", help="summarise what is in a trace (one pass)",
-        description="One streaming pass over TRACE: top-level keys, event counts by (ph, cat), "
-                    "pids with role and rank, GPU streams, runtime and graph launches, correlation-id "
-                    "collisions across pids/ranks, PP annotation counts, time span, size, time, peak RSS.",
+        description=_paragraphs("One streaming pass over TRACE: top-level keys, event counts by (ph, cat), "
+                        "pids with role and rank, GPU streams, runtime and graph launches, correlation-id "
+                        "collisions across pids/ranks, PP annotation counts, time span, size, time, peak RSS."),
         epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
     )
     cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
@@ -85,9 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = commands.add_parser(
         "convert", help="recompress / normalise a trace, optionally dropping categories",
-        description="Stream IN to OUT event by event. Output compression follows OUT's suffix "
-                    "(.gz, .zst, else none) unless --compress says otherwise. The output is a JSON "
-                    "object with the input's top-level keys in order and one event per line.",
+        description=_paragraphs("Stream IN to OUT event by event. Output compression follows OUT's suffix "
+                        "(.gz, .zst, else none) unless --compress says otherwise. The output is a JSON "
+                        "object with the input's top-level keys in order and one event per line."),
         epilog="examples:\n  streamtrace convert trace.json.gz trace.json.zst\n"
                "  cat trace.json.gz | streamtrace convert - small.json.gz --drop-cat python_function",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -104,13 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = commands.add_parser(
         "compact", help="repack CUDA-graph replay streams into a few semantic lanes (for Perfetto)",
-        description="Two streaming passes over TRACE. GPU slices (kernel, gpu_memcpy, gpu_memset) keep "
-                    "name, ts, dur, pid and args; only tid/args.stream change: slices are packed per GPU pid "
-                    "and group (Compute, NCCL all-gather, reduce-scatter, all-reduce, other, memcpy, memset...) "
-                    "into the fewest non-overlapping lanes. GPU annotations move to per-lane annotation tracks "
-                    "(identical overlapping ones merged), per-kernel args.name labels become spans, ac2g flow "
-                    "endpoints follow their kernels, and rank-local pipeline-parallel arrows are added. "
-                    "The run validates itself and writes nothing if a check fails.",
+        description=_paragraphs("Two streaming passes over TRACE. GPU slices (kernel, gpu_memcpy, gpu_memset) keep "
+                        "name, ts, dur, pid and args; only tid/args.stream change: slices are packed per GPU pid "
+                        "and group (Compute, NCCL all-gather, reduce-scatter, all-reduce, other, memcpy, memset...) "
+                        "into the fewest non-overlapping lanes. GPU annotations move to per-lane annotation tracks "
+                        "(identical overlapping ones merged), per-kernel args.name labels become spans, ac2g flow "
+                        "endpoints follow their kernels, and rank-local pipeline-parallel arrows are added. "
+                        "The run validates itself and writes nothing if a check fails."),
         epilog="examples:\n  streamtrace compact rank0_trace.json.gz            # -> rank0_trace_compacted.json.gz\n"
                "  streamtrace compact trace.json -o view.json.zst --rules my_rules.toml\n"
                "  streamtrace compact --print-rules > my_rules.toml     # start from the defaults",
@@ -132,14 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = commands.add_parser(
         "merge", help="merge per-rank traces into one aligned, compacted timeline with PP arrows",
-        description="Merge the traces of several ranks of one run into one file for Perfetto and analysis "
-                    "tools. Each rank is compacted (as 'compact' does), shifted onto a common clock "
-                    "(baseTimeNanoseconds), given fresh pids (CPU processes first, GPU last; ranks stacked in "
-                    "pipeline-parallel order), and its correlation and flow ids are made unique across ranks "
-                    "(args.correlation_raw keeps the original), so every CPU launch links to its own rank's "
-                    "kernels. Pipeline-parallel arrows are added: SEND->RECV across ranks, RECV->compute->SEND "
-                    "and UNSHARD->compute within a rank. Each input is read twice (index, then emit); memory "
-                    "holds compact per-rank indexes only.",
+        description=_paragraphs(
+            "Merge the traces of several ranks of one run into one file for Perfetto and analysis tools. Each "
+            "rank is compacted (as 'compact' does), shifted onto a common clock (baseTimeNanoseconds), given "
+            "fresh pids (CPU processes first, GPU last; ranks stacked in pipeline-parallel order), and its "
+            "correlation and flow ids are made unique across ranks (args.correlation_raw keeps the original), "
+            "so every CPU launch links to its own rank's kernels.",
+            "Pipeline-parallel arrows are added: SEND->RECV across ranks, RECV->compute->SEND and "
+            "UNSHARD->compute within a rank.",
+            "Each input is read twice (index, then emit); memory holds compact per-rank indexes only, and with "
+            "-j N both passes of different ranks run in N processes (the output is the same)."),
         epilog="examples:\n  streamtrace merge traces/                       # rank<N>_trace.json[.gz|.zst] files in traces/\n"
                "  streamtrace merge 'run/*rank*.pt.trace.json.gz' -o merged.json.gz -j 2\n"
                "  streamtrace merge traces/ --ranks 0-3 --no-compact\n\n"
@@ -154,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "pp_traces_merged_compacted.json.gz with PP annotations, beside the inputs)")
     cmd.add_argument("--ranks", metavar="LIST", help="only these global ranks, e.g. 0-7,12")
     cmd.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                     help="index N ranks at a time in separate processes (default 1)")
+                     help="process N ranks at a time in separate processes (default 1)")
     cmd.add_argument("--no-compact", action="store_true", help="keep the GPU streams as they are")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
@@ -249,9 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = commands.add_parser(
         "demo", help="generate a small example trace, inspect, compact and merge it",
-        description="Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
-                    "PP annotations) into DIR, run 'inspect' and 'compact' on rank 0 and 'merge' the two ranks: "
-                    "a quick check that everything works, and files to open in Perfetto.",
+        description=_paragraphs("Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
+                        "PP annotations) into DIR, run 'inspect' and 'compact' on rank 0 and 'merge' the two ranks: "
+                        "a quick check that everything works, and files to open in Perfetto."),
     )
     cmd.add_argument("dir", nargs="?", help="where to write the example (default: a new temp directory)")
     _common(cmd)
