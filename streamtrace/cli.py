@@ -57,6 +57,14 @@ def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(text, 79) if "\n" not in text else text for text in texts)
 
 
+def _output_options(parser: argparse.ArgumentParser, output: str) -> None:
+    """--compress, --level and --overwrite of the commands that write one trace."""
+    parser.add_argument("--compress", choices=COMPRESSIONS,
+                        help=f"output compression (default: from the suffix of {output})")
+    parser.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    parser.add_argument("--overwrite", action="store_true", help=f"replace {output} if it exists")
+
+
 def _rank_map(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-map", metavar="FILE", help="JSON object {pid: rank} for pids no other rule places")
 
@@ -96,9 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("output", help="output path, or '-' for stdout (summary then goes to stderr)")
     cmd.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
                      help="drop events of this category (repeatable), e.g. python_function")
-    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from OUT's suffix)")
-    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
-    cmd.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    _output_options(cmd, "OUT")
     _common(cmd)
     cmd.set_defaults(run=_run_convert)
 
@@ -124,9 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--strict", action="store_true",
                      help="fail on an ac2g endpoint that matches no slice start (default: move it to the "
                           "nearest slice's lane and count it as gpu_flow_endpoints_unmatched)")
-    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from the suffix)")
-    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
-    cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _output_options(cmd, "the output")
     _common(cmd)
     cmd.set_defaults(run=_run_compact)
 
@@ -160,9 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--no-compact", action="store_true", help="keep the GPU streams as they are")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
-    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from the suffix)")
-    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
-    cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _output_options(cmd, "the output")
     _common(cmd)
     cmd.set_defaults(run=_run_merge)
 
@@ -185,9 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("trace", help="merged trace file, '-' for stdin (then give -o), or a URL")
     cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input)")
     _rank_map(cmd)
-    cmd.add_argument("--compress", choices=COMPRESSIONS, help="output compression (default: from the suffix)")
-    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
-    cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _output_options(cmd, "the output")
     _common(cmd)
     cmd.set_defaults(run=_run_relink)
 

@@ -12,21 +12,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
-from orjson import dumps, loads
+from orjson import loads
 
 from . import parseproc
-
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import (ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event, loads_line,
-                     raise_if_container_field,
+from .reader import (ReadMode, ReadStats, TraceReader, dumps_event, loads_line, raise_if_container_field,
                      warn_if_slow_backend)
+from .resources import gc_paused
 from .sink import OutputTarget
 from .source import InputSource
 from .spool import EventSpool
 from .writer import TraceWriter
-from .resources import gc_paused
 
 T = TypeVar("T")
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
@@ -158,10 +156,7 @@ def index_pass(
                 keep = lines.append
                 for event in reader.events():
                     visit(event)
-                    try:
-                        keep(dumps(event, default=decimal_as_json))
-                    except TypeError:
-                        keep(dumps_event(event))
+                    keep(dumps_event(event))
                     if len(lines) >= SPOOL_BATCH:
                         spool.add_lines(lines)
                         lines.clear()
@@ -180,23 +175,18 @@ def index_pass(
         visitor_event: list = [None]  # the event being visited, for errors raised on it
         visited = [0]
 
+        # exact mode: orjson alone would round ints beyond 64 bits and refuse huge floats
+        decode = loads_line if mode.exact_numbers else loads
+
         def index_lines(block: memoryview) -> None:
             spool.add_block(block)
             for line in bytes(block[:-1]).split(b"\n"):
-                visitor_event[0] = event = loads(line)
+                visitor_event[0] = event = decode(line)
                 visited[0] += 1
                 visit(event)
 
-        def index_exact_lines(block: memoryview) -> None:
-            spool.add_block(block)
-            for line in bytes(block[:-1]).split(b"\n"):
-                visitor_event[0] = event = loads_line(line)
-                visited[0] += 1
-                visit(event)
-
-        on_lines = index_exact_lines if mode.exact_numbers else index_lines
         try:
-            return visitor, parseproc.parse_in_child(source, mode, on_lines, salvage=salvage, progress=progress)
+            return visitor, parseproc.parse_in_child(source, mode, index_lines, salvage=salvage, progress=progress)
         except TypeError:
             raise_if_container_field(visitor_event[0])
             raise

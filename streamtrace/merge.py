@@ -148,16 +148,19 @@ class RankIndex:
     rank_source: str
     header: list[RawMember]
     trailer: list[RawMember]
-    exact_numbers: bool
-    events: int
     compaction_summary: dict | None
     pp_spans: list[Span]
     pp_tracks: tuple[set, set]
     state_path: str
+    spool_path: str
     pass1_seconds: float
     plan_seconds: float
-    backend: object = None
-    read: dict = field(default_factory=dict)
+    backend: object
+    read: dict  # the reading's stats
+
+    @property
+    def events(self) -> int:
+        return self.read["events"]
 
 
 @dataclass
@@ -180,14 +183,13 @@ class _PhaseOneOptions:
 
 def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
     """Phase 1 for one input (runs in a worker process when jobs > 1)."""
-    started = time.perf_counter()
     rules = load_rules(options.rules)
     with InputSource(path, spool_dir=options.spool_dir) as source:
         result: IndexResult = index_pass(source, lambda: MergeIndex(rules), keep_events=True,
                                          spool_dir=options.spool_dir, salvage=options.salvage,
                                          child_parse_min_bytes=options.child_parse_min_bytes)
     try:
-        return _plan_rank(path, result, options, started)
+        return _plan_rank(path, result, options)
     except BaseException:
         result.spool.close()
         raise
@@ -196,7 +198,7 @@ def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
         gc.collect()  # the index's hot-loop closure makes a cycle: free this rank's arrays before the next
 
 
-def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions, started: float) -> RankIndex:
+def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> RankIndex:
     index: MergeIndex = result.visitor  # type: ignore[assignment]
     members = result.stats.header + result.stats.trailer
     planned = time.perf_counter()
@@ -217,8 +219,8 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions, starte
     with os.fdopen(handle, "wb") as state:
         pickle.dump(_Parked(index, compaction, result.spool, result.stats), state, protocol=pickle.HIGHEST_PROTOCOL)
     return RankIndex(
-        facts, rank_source, result.stats.header, result.stats.trailer, result.stats.exact_numbers, result.stats.events,
-        None if compaction is None else compaction.summary, spans, tracks, state_path,
+        facts, rank_source, result.stats.header, result.stats.trailer,
+        None if compaction is None else compaction.summary, spans, tracks, state_path, result.spool.path,
         round(result.seconds, 3), round(time.perf_counter() - planned, 3),
         info.get("backend") if isinstance(info, dict) else None, result.stats.as_dict(),
     )
@@ -401,13 +403,8 @@ def _phase_one(files: list[str], options: _PhaseOneOptions, jobs: int, progress:
 
 def _discard(entry: RankIndex) -> None:
     """Delete a rank's parked state and its spool (safe to call twice)."""
-    try:
-        with open(entry.state_path, "rb") as state:
-            parked: _Parked = pickle.load(state)
-        parked.spool.close()
-        os.unlink(entry.state_path)
-    except FileNotFoundError:
-        pass
+    remove_quietly(entry.state_path)
+    remove_quietly(entry.spool_path)
 
 
 def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: bool, compress: str | None,

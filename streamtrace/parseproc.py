@@ -21,13 +21,11 @@ import signal
 import struct
 from typing import Callable
 
-from orjson import dumps
-
 from .errors import TraceError
 from .progress import Progress
-from .reader import ReadMode, ReadStats, TraceReader, decimal_as_json, dumps_event
-from .source import InputSource
+from .reader import ReadMode, ReadStats, TraceReader, dumps_event
 from .resources import gc_paused
+from .source import InputSource
 
 BATCH_EVENTS = 512
 MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
@@ -105,10 +103,7 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> N
             lines: list[bytes] = []
             keep = lines.append
             for event in reader.events():
-                try:
-                    keep(dumps(event, default=decimal_as_json))
-                except TypeError:
-                    keep(dumps_event(event))
+                keep(dumps_event(event))
                 if len(lines) >= BATCH_EVENTS:
                     _send_lines(sender, lines, stream.raw_bytes_read, reader.stats.events)
                     lines.clear()

@@ -42,14 +42,14 @@ class TraceWriter:
         """Write one event given as its compact JSON text."""
         self._batch.append(line)
         if len(self._batch) >= BATCH_LINES:
-            self._flush()
+            self.flush()
 
     def events(self, lines: list[bytes]) -> None:
         """Write a batch of event lines."""
-        self._flush()
+        self.flush()
         if lines:
             self._batch = lines
-            self._flush()
+            self.flush()
 
     def splice(self, fragment: Iterable[bytes], count: int) -> None:
         """Write a fragment of ``count`` events (its bytes, in pieces)."""
@@ -64,9 +64,6 @@ class TraceWriter:
 
     def flush(self) -> None:
         """Write the batched events out."""
-        self._flush()
-
-    def _flush(self) -> None:
         if self._batch:
             self._out.write((b",\n" if self._started else b"") + b",\n".join(self._batch))
             self._started = True
@@ -74,7 +71,7 @@ class TraceWriter:
             self._batch = []
 
     def close(self, trailer: Iterable[RawMember]) -> None:
-        self._flush()
+        self.flush()
         parts = [b"\n]"]
         for key, raw in trailer:
             parts.append(b",\n" + orjson.dumps(key) + b": " + raw)
