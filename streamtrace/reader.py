@@ -1,7 +1,12 @@
-"""Reader: the events of a trace, one by one, through ijson's C backend.
+"""Reader: the events of a trace, one by one.
 
 The bytes pass through repair filters on their way to the parser; the first
 bytes go to the header scanner, the last ones are kept for the trailer scan.
+The body of the events array is parsed a chunk at a time by a C parser
+(orjson, or the json module in exact mode), several times faster than a
+token stream; the last chunk, and everything after anything the chunk parser
+refuses, goes through ijson's C backend, which owns the error messages,
+truncation handling and the keys after the array.
 Numbers are read as floats (fast) unless the trace holds integers beyond
 64 bits, in which case the engine rereads in exact mode (Decimal floats,
 written back out with their original text).
@@ -28,6 +33,9 @@ from .source import DecodedStream, TruncatedInput
 NUMBER_TYPES = frozenset({float, int, Decimal})
 """The types a JSON number is read as, in fast and in exact mode."""
 PARSE_CHUNK = 64 * 1024  # larger chunks make ijson slower (more pending items per call)
+CHUNK_PARSE_BYTES = 1 << 20  # events parsed at once: ~4k, a few MB of dicts
+CHUNK_PARSE_LIMIT = 32 << 20  # no event boundary found within this: leave the rest to ijson
+CUT_ATTEMPTS = 4  # boundaries tried per chunk before leaving the rest to ijson
 HEADER_LIMIT = 64 << 20
 TAIL_WINDOW = 8 << 20
 
@@ -93,7 +101,7 @@ class _Feed:
         self._utf8 = Utf8Repair()
         self._control = ControlCharRepair() if mode.repair_strings else None
         self._on_chunk = on_chunk
-        self._primed: deque[bytes] = deque()
+        self._primed: deque[tuple[int, bytes]] = deque()  # (offset, bytes) replayed before reading on
         self._tail: deque[bytes] = deque()
         self._tail_size = 0
         self.tail_trimmed = False
@@ -103,7 +111,8 @@ class _Feed:
         self.eof = False
         self.truncated_compression: str | None = None
 
-    def _pull(self, size: int) -> bytes:
+    def pull(self, size: int) -> bytes:
+        """The next decoded, repaired bytes (b"" once at the end; see ``eof``)."""
         if self.eof:
             return b""
         try:
@@ -139,16 +148,17 @@ class _Feed:
     def tail(self) -> bytes:
         return b"".join(self._tail)
 
-    def prime(self) -> tuple[str, list[jsonscan.RawMember]]:
-        """Read ahead until the header is scanned; the bytes are replayed to ijson."""
+    def prime(self) -> tuple[str, list[jsonscan.RawMember], int]:
+        """Read ahead until the header is scanned; the bytes are kept for
+        :meth:`take_primed`.  Returns the form, the header members and the
+        offset of the events array's ``[``."""
         buffer = bytearray()
         while True:
-            chunk = self._pull(PARSE_CHUNK)
-            self._primed.append(chunk)
+            chunk = self.pull(PARSE_CHUNK)
+            self._primed.append((self.last_chunk_start, chunk))
             buffer += chunk
             try:
-                form, members, _ = jsonscan.scan_header(bytes(buffer))
-                return form, members
+                return jsonscan.scan_header(bytes(buffer))
             except jsonscan.MoreData:
                 if self.eof:
                     if self.truncated_compression:
@@ -164,12 +174,24 @@ class _Feed:
             except jsonscan.ScanError as exc:
                 raise TraceError(str(exc), byte_offset=exc.offset) from None
 
+    def take_primed(self) -> bytes:
+        """The bytes read ahead so far (from offset 0), no longer to be replayed."""
+        data = b"".join(chunk for _, chunk in self._primed)
+        self._primed.clear()
+        return data
+
+    def replay(self, prefix: bytes, rest: bytes, rest_offset: int) -> None:
+        """Make ijson read ``prefix`` then ``rest`` (found at ``rest_offset``)
+        before the bytes still unread, so error offsets stay true."""
+        self._primed.append((rest_offset - len(prefix), prefix + rest))
+
     def read(self, size: int) -> bytes:
         if size == 0:  # ijson probes the type with read(0)
             return b""
         if self._primed:
-            return self._primed.popleft()
-        return self._pull(max(size, PARSE_CHUNK))
+            self.last_chunk_start, self.last_chunk = self._primed.popleft()
+            return self.last_chunk
+        return self.pull(max(size, PARSE_CHUNK))
 
     @property
     def repaired_utf8(self) -> int:
@@ -224,12 +246,11 @@ class TraceReader:
     def _read_events(self) -> Iterator[dict]:
         stats = self.stats
         feed = self._feed
-        stats.form, stats.header = feed.prime()
-        prefix = "traceEvents.item" if stats.form == "object" else "item"
+        stats.form, stats.header, events_at = feed.prime()
         count = 0
         event = None
         try:
-            for event in ijson.items(feed, prefix, use_float=not self.mode.exact_numbers, buf_size=PARSE_CHUNK):
+            for event in self._parsed_events(events_at):
                 if event.__class__ is not dict:
                     raise TraceError(f"event is {_kind(event)}, expected an object", event_index=count)
                 count += 1
@@ -251,6 +272,54 @@ class TraceReader:
         finally:
             stats.events = count
             self._finish_stats()
+
+    def _parsed_events(self, events_at: int) -> Iterator[object]:
+        """The array's elements: chunk by chunk while that works, then through ijson."""
+        for batch in self._chunk_parsed(events_at):
+            yield from batch
+        prefix = "traceEvents.item" if self.stats.form == "object" else "item"
+        yield from ijson.items(self._feed, prefix, use_float=not self.mode.exact_numbers, buf_size=PARSE_CHUNK)
+
+    def _chunk_parsed(self, events_at: int) -> Iterator[list]:
+        """Lists of elements parsed a chunk at a time; then hand the rest to ijson.
+
+        Each chunk is cut after a ``}`` that a ``,`` and a ``{`` follow, and
+        ``[`` + chunk + ``]`` is parsed whole.  As every chunk starts where
+        an element starts, that parse succeeds only if the cut is really
+        between two elements (a cut inside a string or a nested value leaves
+        the array unclosed), so the parser itself checks each cut.  The final
+        chunk, a chunk no cut works for, and anything the chunk parser
+        refuses or would read differently are left to ijson, whose reading
+        is replayed from the last good cut with the document's own opening
+        (``{"traceEvents":[`` or ``[``).
+        """
+        feed = self._feed
+        loads = _chunk_loads_exact if self.mode.exact_numbers else _chunk_loads_fast
+        data = feed.take_primed()
+        data_offset = 0  # where data[0] is in the stream
+        start = events_at + 1
+        while not feed.eof:
+            if len(data) - start > CHUNK_PARSE_LIMIT:
+                break
+            pending = len(data) - start  # an element longer than a chunk: read as much again
+            data = data[start:] + feed.pull(max(CHUNK_PARSE_BYTES, pending))
+            data_offset += start
+            start = 0
+            if feed.eof:
+                break
+            first = _ELEMENT_START.match(data)
+            if first is None:
+                break
+            start = first.end() - 1
+            parsed = _parse_to_a_cut(data, start, loads)
+            if parsed is None:
+                continue  # no cut yet (one large element): read on
+            elements, start = parsed
+            if elements is None:
+                break
+            yield elements
+        opening = b'{"traceEvents":[' if self.stats.form == "object" else b"["
+        feed.replay(opening, data[start:], data_offset + start)
 
     def _finish_stats(self) -> None:
         stats = self.stats
@@ -325,6 +394,61 @@ class TraceReader:
         return feed.offset
 
 
+_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_ELEMENT_START = re.compile(rb"[ \t\r\n]*\{")
+_BOUNDARY_SEARCH_LIMIT = 256  # closing braces looked at per chunk when none is a cut
+
+
+def _parse_to_a_cut(data: bytes, start: int, loads: Callable[[bytes], list | None]) -> tuple[list | None, int] | None:
+    """Parse ``data[start:]`` up to the last cut that parses.
+
+    Returns ``(elements, next_start)``; ``(None, start)`` when cuts exist
+    but none parses (the chunk parser refuses something: leave it to
+    ijson); None when there is no cut yet.
+    """
+    brace = data.rfind(b"}", start)
+    attempts = 0
+    for _ in range(_BOUNDARY_SEARCH_LIMIT):
+        if brace <= start:
+            break
+        cut = _CUT.match(data, brace)
+        if cut is not None:
+            elements = loads(b"[" + data[start:brace + 1] + b"]")
+            if elements is not None:
+                return elements, cut.end() - 1
+            attempts += 1
+            if attempts == CUT_ATTEMPTS:
+                return None, start
+        brace = data.rfind(b"}", start, brace)
+    return (None, start) if attempts else None
+
+
+def _chunk_loads_fast(text: bytes) -> list | None:
+    """Parse a chunk as a fast-mode reading would, or None.
+
+    orjson reads integers beyond 64 bits as floats without a word: a chunk
+    holding one is left to ijson, which asks for the exact-mode reread.
+    """
+    if _has_int_beyond_orjson(text):
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _chunk_loads_exact(text: bytes) -> list | None:
+    """Parse a chunk as an exact-mode reading would (Decimal floats, ints of any size), or None."""
+    try:
+        return json.loads(text, parse_float=Decimal, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _covers(current: ReadMode, wanted: ReadMode) -> bool:
     return (current.exact_numbers or not wanted.exact_numbers) and (
         current.repair_strings or not wanted.repair_strings
@@ -385,6 +509,16 @@ _LONG_DIGIT_RUN = re.compile(rb"-?[0-9]{19,}")
 _ORJSON_INTS = range(-(1 << 63), 1 << 64)
 
 
+def _has_int_beyond_orjson(text: bytes) -> bool:
+    """Does ``text`` hold a digit run orjson would round (outside [-2^63, 2^64))?
+
+    A C-speed test first (19+ digits in a row anywhere); only then the runs.
+    """
+    if b"9999999999999999999" not in text.translate(_DIGITS_AS_NINES):
+        return False
+    return any(int(run) not in _ORJSON_INTS for run in _LONG_DIGIT_RUN.findall(text))
+
+
 def loads_line(line: bytes) -> dict:
     """Decode a spooled event line of an exact-mode reading, fast.
 
@@ -396,9 +530,8 @@ def loads_line(line: bytes) -> dict:
     become plain floats, as in a fast-mode reading; the line itself, which is
     what gets written, keeps its text.)
     """
-    if b"9999999999999999999" in line.translate(_DIGITS_AS_NINES):
-        if any(int(run) not in _ORJSON_INTS for run in _LONG_DIGIT_RUN.findall(line)):
-            return loads_exact(line)
+    if _has_int_beyond_orjson(line):
+        return loads_exact(line)
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError:

@@ -41,8 +41,9 @@ def convert_bytes(data: bytes, tmp_path, **kwargs) -> bytes:
 
 @pytest.fixture(params=[7, 64, 1 << 18], ids=["chunk7", "chunk64", "chunk256k"])
 def chunk_size(request, monkeypatch):
-    """Run a test with tiny parse chunks too, so every boundary case is hit."""
+    """Run a test with tiny parse chunks too (ijson's and the chunk parser's), so every boundary case is hit."""
     monkeypatch.setattr(reader_module, "PARSE_CHUNK", request.param)
+    monkeypatch.setattr(reader_module, "CHUNK_PARSE_BYTES", request.param)
     return request.param
 
 
