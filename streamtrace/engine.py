@@ -170,7 +170,6 @@ def index_pass(
         """The same, with parsing and encoding done by a child process."""
         visitor = make_visitor()
         visit = visitor.visit
-        spool.reset()
 
         visitor_event: list = [None]  # the event being visited, for errors raised on it
         visited = [0]
@@ -179,14 +178,14 @@ def index_pass(
         decode = loads_line if mode.exact_numbers else loads
 
         def index_lines(block: memoryview) -> None:
-            spool.add_block(block)
             for line in bytes(block[:-1]).split(b"\n"):
                 visitor_event[0] = event = decode(line)
                 visited[0] += 1
                 visit(event)
 
         try:
-            return visitor, parseproc.parse_in_child(source, mode, index_lines, salvage=salvage, progress=progress)
+            return visitor, parseproc.parse_in_child(source, mode, spool, index_lines, salvage=salvage,
+                                                     progress=progress)
         except TypeError:
             raise_if_container_field(visitor_event[0])
             raise

@@ -1,19 +1,19 @@
 """Pass 1 on two cores: a child process parses, the parent indexes.
 
-Parsing JSON with ijson is most of a pass, and it holds the GIL, so threads
-cannot share it.  When pass 2 follows, pass 1 must turn every event into a
-compact line for the spool anyway, so the work splits cleanly: the child
-parses the file and encodes each event as a line; the parent receives
-batches of lines, writes them to the spool as they are, and decodes them
-with orjson (much cheaper than parsing the raw text) for the index visitor.
-The wall time of pass 1 is then about one bare parse instead of parse +
-encode + index.
+Parsing JSON is most of a pass, and it holds the GIL, so threads cannot
+share it.  When pass 2 follows, pass 1 must turn every event into a compact
+line for the spool anyway, so the work splits cleanly: the child parses the
+file, encodes each event as a line and writes the spool; it also sends the
+lines, in batches, to the parent, which decodes them with orjson (much
+cheaper than parsing the raw text) for the index visitor.  The wall time of
+pass 1 is then the larger of the two halves instead of their sum.
 
 Only local files take this path (the child reopens the file by name); pipes
 and file objects are read in-process.
 """
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 import pickle
@@ -26,8 +26,10 @@ from .progress import Progress
 from .reader import ReadMode, ReadStats, TraceReader, dumps_event
 from .resources import gc_paused
 from .source import InputSource
+from .spool import EventSpool
 
 BATCH_EVENTS = 512
+PIPE_BYTES = 1 << 20
 MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
 _BATCH, _DONE, _FAILED = b"B", b"D", b"F"
 _PROGRESS = struct.Struct("<QQ")  # raw bytes read, events so far
@@ -45,21 +47,27 @@ def available(source: InputSource, *, min_bytes: int | None = None) -> bool:
 def parse_in_child(
     source: InputSource,
     mode: ReadMode,
+    spool: EventSpool,
     on_lines: Callable[[bytes], None],
     *,
     salvage: bool = False,
     progress: Progress | None = None,
     label: str = "pass 1",
 ) -> ReadStats:
-    """Parse ``source`` in a child; call ``on_lines`` with each batch of event
-    lines (``\\n``-terminated) in order; return the reading's stats.
+    """Parse ``source`` in a child that writes the event lines to ``spool``
+    (from scratch); call ``on_lines`` with each batch of those lines
+    (``\\n``-terminated) in order; return the reading's stats.
 
-    Errors raised while parsing (:class:`TraceError`, a request to reread in
-    a stricter mode) are raised here, in the parent.
+    ``spool`` is finished here: its file is the child's to write.  Errors
+    raised while parsing (:class:`TraceError`, a request to reread in a
+    stricter mode) are raised here, in the parent.
     """
+    spool.finish()
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child_main, args=(source.path, mode, salvage, sender, receiver), daemon=True)
+    _widen(sender)
+    child = context.Process(target=_child_main, args=(source.path, mode, salvage, spool.path, sender, receiver),
+                            daemon=True)
     child.start()
     sender.close()
     try:
@@ -87,8 +95,8 @@ def parse_in_child(
 
 
 @gc_paused()
-def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> None:
-    """Parse ``path`` and send event lines in batches, then the stats or the failure.
+def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str, sender, receiver) -> None:
+    """Parse ``path``, spool and send event lines in batches, then the stats or the failure.
 
     The inherited reading end is closed first: if the parent dies, the next
     send then fails at once instead of blocking on a pipe nobody reads.
@@ -100,14 +108,16 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> N
         with InputSource(path) as source:
             stream = source.open()
             reader = TraceReader(stream, mode, salvage=salvage)
+            spool = EventSpool(path=spool_path)
             lines: list[bytes] = []
             keep = lines.append
             for event in reader.events():
                 keep(dumps_event(event))
                 if len(lines) >= BATCH_EVENTS:
-                    _send_lines(sender, lines, stream.raw_bytes_read, reader.stats.events)
+                    _send_lines(sender, spool, lines, stream.raw_bytes_read, reader.stats.events)
                     lines.clear()
-            _send_lines(sender, lines, stream.raw_bytes_read, reader.stats.events)
+            _send_lines(sender, spool, lines, stream.raw_bytes_read, reader.stats.events)
+            spool.finish()
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))
     except BaseException as exc:  # every failure is handed to the parent, which raises it
         try:
@@ -118,6 +128,17 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, sender, receiver) -> N
         sender.close()
 
 
-def _send_lines(sender, lines: list[bytes], raw_bytes: int, events: int) -> None:
+def _widen(connection) -> None:
+    """A 1 MiB pipe (Linux; 64 KiB by default) lets the child run several
+    batches ahead instead of waiting for the parent at every batch."""
+    try:
+        fcntl.fcntl(connection.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:
+        pass
+
+
+def _send_lines(sender, spool: EventSpool, lines: list[bytes], raw_bytes: int, events: int) -> None:
     if lines:
-        sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(raw_bytes, events), b"\n".join(lines), b"\n")))
+        message = b"".join((_BATCH, _PROGRESS.pack(raw_bytes, events), b"\n".join(lines), b"\n"))
+        spool.add_block(memoryview(message)[1 + _PROGRESS.size:])
+        sender.send_bytes(message)

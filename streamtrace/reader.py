@@ -283,14 +283,15 @@ class TraceReader:
     def _chunk_parsed(self, events_at: int) -> Iterator[list]:
         """Lists of elements parsed a chunk at a time; then hand the rest to ijson.
 
-        Each chunk is cut after a ``}`` that a ``,`` and a ``{`` follow, and
-        ``[`` + chunk + ``]`` is parsed whole.  As every chunk starts where
-        an element starts, that parse succeeds only if the cut is really
-        between two elements (a cut inside a string or a nested value leaves
-        the array unclosed), so the parser itself checks each cut.  The final
-        chunk, a chunk no cut works for, and anything the chunk parser
-        refuses or would read differently are left to ijson, whose reading
-        is replayed from the last good cut with the document's own opening
+        Each chunk is cut after a ``}`` that a ``,`` and a ``{`` follow (the
+        last one: before a ``]``), and ``[`` + chunk + ``]`` is parsed whole.
+        As every chunk starts where an element starts, that parse succeeds
+        only if the cut is really between two elements (a cut inside a string
+        or a nested value leaves the array unclosed), so the parser itself
+        checks each cut.  What follows the array, an input that ends inside
+        it, a chunk no cut works for, and anything the chunk parser refuses
+        or would read differently are left to ijson, whose reading is
+        replayed from the last good cut with the document's own opening
         (``{"traceEvents":[`` or ``[``).
         """
         feed = self._feed
@@ -298,6 +299,7 @@ class TraceReader:
         data = feed.take_primed()
         data_offset = 0  # where data[0] is in the stream
         start = events_at + 1
+        failed_at = -1  # where the element starts that the last cuts failed after
         while not feed.eof:
             if len(data) - start > CHUNK_PARSE_LIMIT:
                 break
@@ -305,18 +307,21 @@ class TraceReader:
             data = data[start:] + feed.pull(max(CHUNK_PARSE_BYTES, pending))
             data_offset += start
             start = 0
-            if feed.eof:
-                break
             first = _ELEMENT_START.match(data)
             if first is None:
                 break
             start = first.end() - 1
-            parsed = _parse_to_a_cut(data, start, loads)
+            at_end = feed.eof
+            candidates = _array_ends(data, start) if at_end else _cuts(data, start)
+            parsed = _parse_up_to(data, start, candidates, loads)
             if parsed is None:
                 continue  # no cut yet (one large element): read on
             elements, start = parsed
             if elements is None:
-                break
+                if failed_at == data_offset + start or at_end:
+                    break
+                failed_at = data_offset + start  # perhaps the last element and what follows the array: read on once
+                continue
             yield elements
         opening = b'{"traceEvents":[' if self.stats.form == "object" else b"["
         feed.replay(opening, data[start:], data_offset + start)
@@ -396,30 +401,54 @@ class TraceReader:
 
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _ELEMENT_START = re.compile(rb"[ \t\r\n]*\{")
-_BOUNDARY_SEARCH_LIMIT = 256  # closing braces looked at per chunk when none is a cut
+_BOUNDARY_SEARCH_LIMIT = 256  # closing braces (or brackets) looked at per chunk when none is a cut
+_JSON_WHITESPACE = b" \t\r\n"
+
+Candidates = Iterator[tuple[int, int]]  # (where the elements would end, where reading goes on), last first
 
 
-def _parse_to_a_cut(data: bytes, start: int, loads: Callable[[bytes], list | None]) -> tuple[list | None, int] | None:
-    """Parse ``data[start:]`` up to the last cut that parses.
-
-    Returns ``(elements, next_start)``; ``(None, start)`` when cuts exist
-    but none parses (the chunk parser refuses something: leave it to
-    ijson); None when there is no cut yet.
-    """
+def _cuts(data: bytes, start: int) -> Candidates:
+    """``}`` then ``,`` then ``{``: the next element would start at the ``{``."""
     brace = data.rfind(b"}", start)
-    attempts = 0
     for _ in range(_BOUNDARY_SEARCH_LIMIT):
         if brace <= start:
-            break
+            return
         cut = _CUT.match(data, brace)
         if cut is not None:
-            elements = loads(b"[" + data[start:brace + 1] + b"]")
-            if elements is not None:
-                return elements, cut.end() - 1
-            attempts += 1
-            if attempts == CUT_ATTEMPTS:
-                return None, start
+            yield brace + 1, cut.end() - 1
         brace = data.rfind(b"}", start, brace)
+
+
+def _array_ends(data: bytes, start: int) -> Candidates:
+    """``}`` then ``]``: the ``]`` would close the events array."""
+    bracket = data.rfind(b"]", start)
+    for _ in range(_BOUNDARY_SEARCH_LIMIT):
+        if bracket <= start:
+            return
+        before = bracket - 1
+        while before > start and data[before] in _JSON_WHITESPACE:
+            before -= 1
+        if data[before] == 0x7D:
+            yield before + 1, before + 1
+        bracket = data.rfind(b"]", start, before + 1)
+
+
+def _parse_up_to(data: bytes, start: int, candidates: Candidates,
+                 loads: Callable[[bytes], list | None]) -> tuple[list | None, int] | None:
+    """Parse ``data[start:]`` up to the last candidate end that parses.
+
+    Returns ``(elements, where reading goes on)``; ``(None, start)`` when
+    candidates exist but none parses (the chunk parser refuses something:
+    leave it to ijson); None when there is no candidate yet.
+    """
+    attempts = 0
+    for end, resume in candidates:
+        elements = loads(b"[" + data[start:end] + b"]")
+        if elements is not None:
+            return elements, resume
+        attempts += 1
+        if attempts == CUT_ATTEMPTS:
+            break
     return (None, start) if attempts else None
 
 
@@ -505,18 +534,29 @@ def loads_exact(line: bytes) -> dict:
 
 
 _DIGITS_AS_NINES = bytes(57 if 48 <= byte <= 57 else 32 for byte in range(256))
-_LONG_DIGIT_RUN = re.compile(rb"-?[0-9]{19,}")
+_NINETEEN_DIGITS = b"9" * 19
+_DIGIT_RUN = re.compile(rb"9+")
 _ORJSON_INTS = range(-(1 << 63), 1 << 64)
 
 
 def _has_int_beyond_orjson(text: bytes) -> bool:
-    """Does ``text`` hold a digit run orjson would round (outside [-2^63, 2^64))?
+    """Does ``text`` hold an integer orjson would round (outside [-2^63, 2^64))?
 
-    A C-speed test first (19+ digits in a row anywhere); only then the runs.
+    Digits become ``9`` in a translated copy, so C-level ``find`` locates
+    the runs of 19 or more; only those are looked at.  A run that is part
+    of a float (after ``.``, before ``.``/``e``) is not an integer.  A run
+    inside a string counts (rarely costly: that text is parsed exactly).
     """
-    if b"9999999999999999999" not in text.translate(_DIGITS_AS_NINES):
-        return False
-    return any(int(run) not in _ORJSON_INTS for run in _LONG_DIGIT_RUN.findall(text))
+    digits = text.translate(_DIGITS_AS_NINES)
+    at = digits.find(_NINETEEN_DIGITS)
+    while at >= 0:
+        end = _DIGIT_RUN.match(digits, at).end()
+        in_float = (at and text[at - 1] == 0x2E) or text[end:end + 1] in (b".", b"e", b"E")
+        start = at - 1 if at and text[at - 1] == 0x2D else at
+        if not in_float and int(text[start:end]) not in _ORJSON_INTS:
+            return True
+        at = digits.find(_NINETEEN_DIGITS, end)
+    return False
 
 
 def loads_line(line: bytes) -> dict:

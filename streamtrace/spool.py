@@ -21,9 +21,15 @@ READ_BLOCK = 1 << 20
 class EventSpool:
     """A temporary file of event lines, written once and read back once."""
 
-    def __init__(self, directory: str | None = None) -> None:
-        handle, self.path = tempfile.mkstemp(prefix="streamtrace-events-", suffix=".zst", dir=directory)
-        self._file = os.fdopen(handle, "wb")
+    def __init__(self, directory: str | None = None, *, path: str | None = None) -> None:
+        """A new spool in ``directory``, or (``path``) a rewrite of an existing
+        spool's file by another process: see :meth:`parseproc.parse_in_child`."""
+        if path is None:
+            handle, self.path = tempfile.mkstemp(prefix="streamtrace-events-", suffix=".zst", dir=directory)
+            self._file = os.fdopen(handle, "wb")
+        else:
+            self.path = path
+            self._file = open(path, "wb")
         self._writer = self._new_writer()
 
     def _new_writer(self) -> zstandard.ZstdCompressionWriter:

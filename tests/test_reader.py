@@ -192,3 +192,17 @@ def test_exact_mode_lines_decode_exactly(text, expected):
     event = loads_line(text)
     assert event["id"] == expected and type(event["id"]) is int
     assert float(event["ts"]) in (1.5, float("inf"))
+
+
+@pytest.mark.parametrize("text, beyond", [
+    (b'{"a": 18446744073709551615}', False),
+    (b'{"a": 18446744073709551616}', True),
+    (b'{"a": -9223372036854775808}', False),
+    (b'{"a": -9223372036854775809}', True),
+    (b'{"a": 123456789012345678901234567890, "b": 1}', True),
+    (b'{"a": 0.1000000000000000055511151231257827}', False),  # a float's digits, not an integer
+    (b'{"a": 1000000000000000000000.5, "b": 1000000000000000000000e5, "c": 10000000000000000000E5}', False),
+    (b'{"a": 1234567890123456789, "b": 99999999999999999999}', True),  # the second run decides
+])
+def test_integers_orjson_would_round_are_found(text, beyond):
+    assert reader_module._has_int_beyond_orjson(text) is beyond
