@@ -278,14 +278,22 @@ def test_generated_pp_run_arrows_match_the_schedule(tmp_path, schedule):
 
 
 def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
-    """Pass 2 splices integer fields in the text; decoding every line must give the same events."""
+    """Pass 2 splices numeric fields (pid, shifted ts, ids) in the text;
+    decoding every line must give the same events, number text included."""
     from streamtrace.merge import MergePlan
-    cfg = SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8)
+    cfg = SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8,
+                      base_skew_ns=1_537)
     write_traces(cfg, tmp_path, compress="none", merged=False)
-    merge(tmp_path, tmp_path / "text.json")
-    monkeypatch.setattr(MergePlan, "_rewrite_line", MergePlan._decoded)
+    decoded_lines = []
+    real_decoded = MergePlan._decoded
+    monkeypatch.setattr(MergePlan, "_decoded", lambda plan, line: decoded_lines.append(line) or real_decoded(plan, line))
+    summary = merge(tmp_path, tmp_path / "text.json")
+    assert sorted(summary["time_offsets_us"].values()) == [0, 1.537]
+    assert 0 < len(decoded_lines) < summary["events_written"] / 20  # metadata only: the rest is spliced
+    monkeypatch.setattr(MergePlan, "_rewrite_line", real_decoded)
     merge(tmp_path, tmp_path / "decoded.json")
-    spliced, decoded = events_of(load_json(tmp_path / "text.json")), events_of(load_json(tmp_path / "decoded.json"))
+    spliced, decoded = (events_of(json.loads((tmp_path / name).read_bytes(), parse_float=Decimal))
+                        for name in ("text.json", "decoded.json"))
     assert len(spliced) == len(decoded) > 1000
     assert spliced == decoded
 
