@@ -53,6 +53,11 @@ class EmitPlan:
         """The line to write for event ``index``, or None to drop it."""
         return line
 
+    def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
+        """The output lines for a block of spooled lines starting at event
+        ``first_index``; a plan may override this to work on whole blocks."""
+        return patched_lines(self, block, first_index)
+
     def appended(self) -> Iterable[bytes]:
         """Event lines to add before the array closes."""
         return ()
@@ -217,22 +222,32 @@ def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
     yield batch
 
 
-def _apply(plan: EmitPlan, block: list[bytes], first_index: int) -> list[bytes]:
-    """The output lines for a block of spooled lines starting at event ``first_index``."""
+def patched_lines(plan: EmitPlan, block: list[bytes], first_index: int,
+                  dropped: list[int] | None = None) -> list[bytes]:
+    """A block of spooled lines through ``plan.patch`` or its patchers; the
+    events dropped are added to ``dropped`` (when given) by event index."""
     actions = plan.actions
     if actions is None:
-        patched = (plan.patch(first_index + n, line) for n, line in enumerate(block))
-        return [line for line in patched if line is not None]
+        out = []
+        for n, line in enumerate(block):
+            line = plan.patch(first_index + n, line)
+            if line is not None:
+                out.append(line)
+            elif dropped is not None:
+                dropped.append(first_index + n)
+        return out
     block_actions = actions[first_index:first_index + len(block)]
     if block_actions.count(0) == len(block):
         return block
     patchers = plan.patchers
-    out: list[bytes] = []
+    out = []
     keep = out.append
-    for line, action in zip(block, block_actions):
+    for n, (line, action) in enumerate(zip(block, block_actions)):
         if action:
             line = patchers[action](line)
             if line is None:
+                if dropped is not None:
+                    dropped.append(first_index + n)
                 continue
         keep(line)
     return out
@@ -265,7 +280,7 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
     try:
         read = 0
         for block in spool.read_blocks():
-            writer.events(_apply(plan, block, read))
+            writer.events(plan.lines(block, read))
             read += len(block)
             if progress is not None:
                 progress.update("pass 2", None, read)

@@ -26,8 +26,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import orjson
 import zstandard
 
-from .compact import ANNOTATION, FLOW, METADATA, SLICE, CompactIndex, CompactPlan, Compaction, plan_compaction
-from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass
+from .compact import CompactIndex, CompactPlan, Compaction, plan_compaction
+from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
 from .mergeplan import (EventRewrite, RankFacts, check_unique_ranks, fresh_pids, pp_order, process_metadata,
@@ -48,17 +48,18 @@ RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.
 IN_PROCESS = 1 << 62  # child_parse_min_bytes that keeps parsing in the indexing process
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
-MERGE_ONLY = 5  # action code: an event the compaction keeps, which the merge still rewrites
 _INTEGER = re.compile(rb"-?[0-9]+(?=[,}])")
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?=[,}])")
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
 
+Convert = Callable[[list[bytes]], Iterable[bytes]]
+"""New texts for a list of number texts, computed with ``map`` over C
+functions so a block's worth costs no Python call per number."""
 
-def _swap_number(line: bytes, key: bytes, new_text: Callable[[bytes], bytes | None],
-                 number_pattern: re.Pattern = _INTEGER) -> bytes | None:
+
+def _swap_number(line: bytes, key: bytes, convert: Convert, number_pattern: re.Pattern = _INTEGER) -> bytes | None:
     """``line`` with the number (by default: integer) after ``key`` (which
-    must occur once) replaced by ``new_text(its text)``; None when that is
-    not possible."""
+    must occur once) converted; None when that is not possible."""
     at = line.find(key)
     if at < 0 or line.find(key, at + len(key)) >= 0:
         return None
@@ -66,8 +67,16 @@ def _swap_number(line: bytes, key: bytes, new_text: Callable[[bytes], bytes | No
     number = number_pattern.match(line, start)
     if number is None:
         return None
-    replacement = new_text(number.group())
-    return None if replacement is None else line[:start] + replacement + line[number.end():]
+    return line[:start] + next(iter(convert([number.group()]))) + line[number.end():]
+
+
+def _swap_all(pattern: re.Pattern, text: bytes, convert: Convert) -> tuple[bytes, int]:
+    """``text`` with the number after every key ``pattern`` finds converted,
+    and how many (``pattern`` captures the key, then the number)."""
+    parts = pattern.split(text)
+    numbers = parts[2::3]
+    parts[2::3] = convert(numbers)
+    return b"".join(parts), len(numbers)
 
 
 def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
@@ -110,35 +119,57 @@ def parse_rank_list(text: str) -> set[int]:
 
 class MergeIndex(CompactIndex):
     """Compact's index plus what merging needs: every pid and the largest
-    correlation or flow id (to size the rank-unique ids)."""
+    correlation or flow id (to size the rank-unique ids), and what lets
+    pass 2 rewrite whole blocks of lines as text: one byte per event for
+    "has an integer ``args.correlation``" and for "is a flow with an integer
+    id", and how many non-metadata events lack a pid or a ts.
+    """
 
     def __init__(self, rules) -> None:
         super().__init__(rules)
         self.pids: dict = {}
+        self.correlated = bytearray()
+        self.flows_with_id = bytearray()
         self._largest = [0]
+        self._irregular = [0]
         self.visit = self._with_ids(self.visit)
 
     @property
     def max_id(self) -> int:
         return self._largest[0]
 
+    @property
+    def regular(self) -> bool:
+        """Does every non-metadata event have a pid and a ts (of any type)?"""
+        return not self._irregular[0]
+
     def _with_ids(self, compact_visit: Callable[[dict], None]) -> Callable[[dict], None]:
-        pids, largest = self.pids, self._largest
+        pids, largest, irregular = self.pids, self._largest, self._irregular
+        mark_correlated, mark_flow = self.correlated.append, self.flows_with_id.append
 
         def visit(event: dict) -> None:
             compact_visit(event)
             pid = event.get("pid")
             if pid not in pids:
                 pids[pid] = None
+            phase = event.get("ph")
+            if phase != "M" and ("pid" not in event or "ts" not in event):
+                irregular[0] += 1
             args = event.get("args")
-            if args.__class__ is dict:
-                correlation = args.get("correlation")
-                if correlation.__class__ is int and correlation > largest[0]:
+            correlation = args.get("correlation") if args.__class__ is dict else None
+            if correlation.__class__ is int:
+                mark_correlated(1)
+                if correlation > largest[0]:
                     largest[0] = correlation
-            if event.get("ph") in ("s", "t", "f"):
-                flow_id = event.get("id")
-                if flow_id.__class__ is int and flow_id > largest[0]:
+            else:
+                mark_correlated(0)
+            flow_id = event.get("id") if phase in ("s", "t", "f") else None
+            if flow_id.__class__ is int:
+                mark_flow(1)
+                if flow_id > largest[0]:
                     largest[0] = flow_id
+            else:
+                mark_flow(0)
 
         return visit
 
@@ -261,27 +292,68 @@ class MergePlan(EmitPlan):
         index, compaction = parked.index, parked.compaction
         self.rewrite = rewrite
         self.extra_events = extra_events
+        self._index = index
         self._loads = event_loader(parked.stats.exact_numbers)
         self._compact = CompactPlan(index, compaction, parked.stats.exact_numbers) if compaction is not None else None
-        self.actions = index.actions.translate(_ALL_REWRITTEN if compaction is not None else _ONLY_REWRITTEN)
-        rewrite_line = self._rewrite_line
-        patchers: list = [None] * (MERGE_ONLY + 1)
-        patchers[MERGE_ONLY] = rewrite_line
-        for code in (SLICE, ANNOTATION, FLOW, METADATA):
-            patchers[code] = rewrite_line if self._compact is None else self._after(self._compact.patchers[code])
-        self.patchers = patchers
+        if self._compact is not None:
+            self.actions, self.patchers = index.actions, self._compact.patchers
+        else:
+            self.actions = bytearray(len(index.actions))  # every line as it is, before the rewrite
+        self._pid_texts = {b"%d" % old: b"%d" % new for old, new in rewrite.pid_map.items() if old.__class__ is int}
+        self._id_offset = rewrite.unique(0)  # a rank-unique id is the raw id plus this
+        fields = [(b'"pid":', _INTEGER, self._pids, None)]
+        if rewrite.offset_ns:
+            fields.append((b'"ts":', _NUMBER, self._times, None))
+        fields += [(b'"correlation":', _INTEGER, self._correlations, index.correlated),
+                   (b'"id":', _INTEGER, self._flow_ids, index.flows_with_id)]
+        self._fields = [(key, re.compile(b"(" + re.escape(key) + b")(" + number.pattern + b")"), convert, marks)
+                        for key, number, convert, marks in fields]
 
-    def _after(self, compact_patch: Callable[[bytes], bytes | None]) -> Callable[[bytes], bytes | None]:
-        rewrite_line = self._rewrite_line
+    def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
+        """Compaction's patches, then the merge rewrite of the whole block."""
+        dropped: list[int] = []
+        kept = patched_lines(self, block, first_index, dropped)
+        if self._index.regular and kept:
+            rewritten = self._rewrite_block(kept, first_index, first_index + len(block), dropped)
+            if rewritten is not None:
+                return rewritten
+        out = []
+        for line in kept:
+            line = self._rewrite_line(line)
+            if line is not None:
+                out.append(line)
+        return out
 
-        def patch(line: bytes) -> bytes | None:
-            line = compact_patch(line)
-            return None if line is None else rewrite_line(line)
+    def _rewrite_block(self, lines: list[bytes], first: int, end: int, dropped: list[int]) -> list[bytes] | None:
+        """The block rewritten as one text, or None when that is not exact.
 
-        return patch
+        Pass 1 says how many of the kept events have each field where the
+        rewrite looks (every event: pid and ts, changed when they are
+        numbers; some: an integer ``args.correlation``, an integer flow id).
+        Each of those events has the key at least once, so when the key
+        occurs in the block exactly that many times, every occurrence is the
+        one to change and one regular-expression substitution over the
+        block does the work of a loop over its lines.  Metadata lines need
+        names prefixed: their blocks go line by line.
+        """
+        joined = b"\n".join(lines)
+        if b'"ph":"M"' in joined or b'"correlation_raw"' in joined:
+            return None
+        for key, pattern, convert, marks in self._fields:
+            if marks is None:
+                expected = len(lines)
+            else:
+                expected = marks.count(1, first, end) - sum(marks[index] for index in dropped)
+            if joined.count(key) != expected:
+                return None
+            if expected:
+                joined, done = _swap_all(pattern, joined, convert)
+                if marks is not None and done != expected:
+                    return None
+        return joined.split(b"\n")
 
     def _rewrite_line(self, line: bytes) -> bytes | None:
-        """The merged form of one event line.
+        """The merged form of one event line (blocks that cannot be rewritten whole).
 
         Most lines change only numeric fields (pid, ts, correlation, flow
         id): those are swapped in the text with ``bytes.find``, a fraction
@@ -292,27 +364,28 @@ class MergePlan(EmitPlan):
         """
         if b'"ph":"M"' in line or b'"correlation_raw"' in line:
             return self._decoded(line)
-        swapped = _swap_number(line, b'"pid":', self._pid_text)
+        swapped = _swap_number(line, b'"pid":', self._pids)
         if swapped is not None and self.rewrite.offset_ns and b'"ts":' in swapped:
-            swapped = _swap_number(swapped, b'"ts":', self._ts_text, _NUMBER)
+            swapped = _swap_number(swapped, b'"ts":', self._times, _NUMBER)
         if swapped is not None and b'"correlation":' in swapped:
-            swapped = _swap_number(swapped, b'"correlation":', self._correlation_text)
+            swapped = _swap_number(swapped, b'"correlation":', self._correlations)
         if swapped is not None and b'"id":' in swapped:
-            swapped = _swap_number(swapped, b'"id":', self._id_text) if _FLOW_PHASE.search(swapped) else None
+            swapped = _swap_number(swapped, b'"id":', self._flow_ids) if _FLOW_PHASE.search(swapped) else None
         return self._decoded(line) if swapped is None else swapped
 
-    def _pid_text(self, digits: bytes) -> bytes | None:
-        new_pid = self.rewrite.pid_map.get(int(digits))
-        return None if new_pid is None else b"%d" % new_pid
+    def _pids(self, numbers: list[bytes]) -> Iterable[bytes]:
+        return map(self._pid_texts.get, numbers, numbers)
 
-    def _ts_text(self, number: bytes) -> bytes:
-        return str(Decimal(number.decode()) + self.rewrite.offset_us).encode()
+    def _times(self, numbers: list[bytes]) -> Iterable[bytes]:
+        """Shifted by the rank's offset as a decimal sum, like :meth:`EventRewrite.apply`."""
+        return map(str.encode, map(str, map(self.rewrite.offset_us.__add__, map(Decimal, map(bytes.decode, numbers)))))
 
-    def _correlation_text(self, digits: bytes) -> bytes:
-        return b'%d,"correlation_raw":%s' % (self.rewrite.unique(int(digits)), digits)
+    def _correlations(self, numbers: list[bytes]) -> Iterable[bytes]:
+        """The rank-unique id, then the original as ``correlation_raw``."""
+        return map(b'%d,"correlation_raw":%s'.__mod__, zip(map(self._id_offset.__add__, map(int, numbers)), numbers))
 
-    def _id_text(self, digits: bytes) -> bytes:
-        return b"%d" % self.rewrite.unique(int(digits))
+    def _flow_ids(self, numbers: list[bytes]) -> Iterable[bytes]:
+        return map(b"%d".__mod__, map(self._id_offset.__add__, map(int, numbers)))
 
     def _decoded(self, line: bytes) -> bytes | None:
         event = self.rewrite.apply(self._loads(line))
@@ -327,10 +400,6 @@ class MergePlan(EmitPlan):
                     yield dumps_event(event)
         for event in self.extra_events:
             yield dumps_event(event)
-
-
-_ALL_REWRITTEN = bytes([MERGE_ONLY, SLICE, ANNOTATION, FLOW, METADATA]) + bytes(range(5, 256))
-_ONLY_REWRITTEN = bytes([MERGE_ONLY] * 5) + bytes(range(5, 256))
 
 
 def _merged_output_name(files: list[str], has_pp: bool) -> str:

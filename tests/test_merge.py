@@ -284,12 +284,15 @@ def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     cfg = SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8,
                       base_skew_ns=1_537)
     write_traces(cfg, tmp_path, compress="none", merged=False)
-    decoded_lines = []
-    real_decoded = MergePlan._decoded
+    decoded_lines, single_lines = [], []
+    real_decoded, real_single = MergePlan._decoded, MergePlan._rewrite_line
     monkeypatch.setattr(MergePlan, "_decoded", lambda plan, line: decoded_lines.append(line) or real_decoded(plan, line))
+    monkeypatch.setattr(MergePlan, "_rewrite_line", lambda plan, line: single_lines.append(line) or real_single(plan, line))
+    monkeypatch.setattr("streamtrace.spool.READ_BLOCK", 4096)  # blocks of ~20 lines
     summary = merge(tmp_path, tmp_path / "text.json")
     assert sorted(summary["time_offsets_us"].values()) == [0, 1.537]
     assert 0 < len(decoded_lines) < summary["events_written"] / 20  # metadata only: the rest is spliced
+    assert len(single_lines) < summary["events_written"] / 5  # blocks with metadata; the rest block by block
     monkeypatch.setattr(MergePlan, "_rewrite_line", real_decoded)
     merge(tmp_path, tmp_path / "decoded.json")
     spliced, decoded = (events_of(json.loads((tmp_path / name).read_bytes(), parse_float=Decimal))
