@@ -51,6 +51,7 @@ CHUNK_PIECE = 1 << 20
 _INTEGER = re.compile(rb"-?[0-9]+(?=[,}])")
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?=[,}])")
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
+_FLOW_PHASES = ("s", "t", "f")  # a tuple: a list-valued ph compares unequal instead of failing to hash
 
 Convert = Callable[[list[bytes]], Iterable[bytes]]
 """New texts for a list of number texts, computed with ``map`` over C
@@ -149,13 +150,14 @@ class MergeIndex(CompactIndex):
 
         def visit(event: dict) -> None:
             compact_visit(event)
-            pid = event.get("pid")
+            get = event.get
+            pid = get("pid")
             if pid not in pids:
                 pids[pid] = None
-            phase = event.get("ph")
-            if phase != "M" and ("pid" not in event or "ts" not in event):
+            phase = get("ph")
+            if (pid is None or get("ts") is None) and phase != "M" and ("pid" not in event or "ts" not in event):
                 irregular[0] += 1
-            args = event.get("args")
+            args = get("args")
             correlation = args.get("correlation") if args.__class__ is dict else None
             if correlation.__class__ is int:
                 mark_correlated(1)
@@ -163,8 +165,7 @@ class MergeIndex(CompactIndex):
                     largest[0] = correlation
             else:
                 mark_correlated(0)
-            flow_id = event.get("id") if phase in ("s", "t", "f") else None
-            if flow_id.__class__ is int:
+            if phase in _FLOW_PHASES and (flow_id := get("id")).__class__ is int:
                 mark_flow(1)
                 if flow_id > largest[0]:
                     largest[0] = flow_id
