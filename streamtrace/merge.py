@@ -27,7 +27,7 @@ import orjson
 import zstandard
 
 from .compact import CompactIndex, CompactPlan, Compaction, plan_compaction
-from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
+from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
 from .mergeplan import (EventRewrite, RankFacts, check_unique_ranks, fresh_pids, pp_order, process_metadata,
@@ -42,42 +42,15 @@ from .resources import peak_rss_mb
 from .rules import load_rules
 from .sink import OutputTarget, SinkSpec, remove_quietly
 from .source import InputSource
+from .textfields import INTEGER, NUMBER, as_texts, field_pattern, swap_all, swap_one
 from .writer import TraceWriter
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
 IN_PROCESS = 1 << 62  # child_parse_min_bytes that keeps parsing in the indexing process
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
-_INTEGER = re.compile(rb"-?[0-9]+(?=[,}])")
-_NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?=[,}])")
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
 _FLOW_PHASES = ("s", "t", "f")  # a tuple: a list-valued ph compares unequal instead of failing to hash
-
-Convert = Callable[[list[bytes]], Iterable[bytes]]
-"""New texts for a list of number texts, computed with ``map`` over C
-functions so a block's worth costs no Python call per number."""
-
-
-def _swap_number(line: bytes, key: bytes, convert: Convert, number_pattern: re.Pattern = _INTEGER) -> bytes | None:
-    """``line`` with the number (by default: integer) after ``key`` (which
-    must occur once) converted; None when that is not possible."""
-    at = line.find(key)
-    if at < 0 or line.find(key, at + len(key)) >= 0:
-        return None
-    start = at + len(key)
-    number = number_pattern.match(line, start)
-    if number is None:
-        return None
-    return line[:start] + next(iter(convert([number.group()]))) + line[number.end():]
-
-
-def _swap_all(pattern: re.Pattern, text: bytes, convert: Convert) -> tuple[bytes, int]:
-    """``text`` with the number after every key ``pattern`` finds converted,
-    and how many (``pattern`` captures the key, then the number)."""
-    parts = pattern.split(text)
-    numbers = parts[2::3]
-    parts[2::3] = convert(numbers)
-    return b"".join(parts), len(numbers)
 
 
 def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
@@ -296,24 +269,20 @@ class MergePlan(EmitPlan):
         self._index = index
         self._loads = event_loader(parked.stats.exact_numbers)
         self._compact = CompactPlan(index, compaction, parked.stats.exact_numbers) if compaction is not None else None
-        if self._compact is not None:
-            self.actions, self.patchers = index.actions, self._compact.patchers
-        else:
-            self.actions = bytearray(len(index.actions))  # every line as it is, before the rewrite
+        self.actions = index.actions  # each event's compaction action, done by the compaction's plan
         self._pid_texts = {b"%d" % old: b"%d" % new for old, new in rewrite.pid_map.items() if old.__class__ is int}
         self._id_offset = rewrite.unique(0)  # a rank-unique id is the raw id plus this
-        fields = [(b'"pid":', _INTEGER, self._pids, None)]
+        fields = [(b'"pid":', INTEGER, self._pids, None)]
         if rewrite.offset_ns:
-            fields.append((b'"ts":', _NUMBER, self._times, None))
-        fields += [(b'"correlation":', _INTEGER, self._correlations, index.correlated),
-                   (b'"id":', _INTEGER, self._flow_ids, index.flows_with_id)]
-        self._fields = [(key, re.compile(b"(" + re.escape(key) + b")(" + number.pattern + b")"), convert, marks)
-                        for key, number, convert, marks in fields]
+            fields.append((b'"ts":', NUMBER, self._times, None))
+        fields += [(b'"correlation":', INTEGER, self._correlations, index.correlated),
+                   (b'"id":', INTEGER, self._flow_ids, index.flows_with_id)]
+        self._fields = [(key, field_pattern(key, number), convert, marks) for key, number, convert, marks in fields]
 
     def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
         """Compaction's patches, then the merge rewrite of the whole block."""
         dropped: list[int] = []
-        kept = patched_lines(self, block, first_index, dropped)
+        kept = block if self._compact is None else self._compact.lines(block, first_index, dropped)
         if self._index.regular and kept:
             rewritten = self._rewrite_block(kept, first_index, first_index + len(block), dropped)
             if rewritten is not None:
@@ -348,7 +317,7 @@ class MergePlan(EmitPlan):
             if joined.count(key) != expected:
                 return None
             if expected:
-                joined, done = _swap_all(pattern, joined, convert)
+                joined, done = swap_all(pattern, joined, convert)
                 if marks is not None and done != expected:
                     return None
         return joined.split(b"\n")
@@ -365,13 +334,13 @@ class MergePlan(EmitPlan):
         """
         if b'"ph":"M"' in line or b'"correlation_raw"' in line:
             return self._decoded(line)
-        swapped = _swap_number(line, b'"pid":', self._pids)
+        swapped = swap_one(line, b'"pid":', self._pids)
         if swapped is not None and self.rewrite.offset_ns and b'"ts":' in swapped:
-            swapped = _swap_number(swapped, b'"ts":', self._times, _NUMBER)
+            swapped = swap_one(swapped, b'"ts":', self._times, NUMBER)
         if swapped is not None and b'"correlation":' in swapped:
-            swapped = _swap_number(swapped, b'"correlation":', self._correlations)
+            swapped = swap_one(swapped, b'"correlation":', self._correlations)
         if swapped is not None and b'"id":' in swapped:
-            swapped = _swap_number(swapped, b'"id":', self._flow_ids) if _FLOW_PHASE.search(swapped) else None
+            swapped = swap_one(swapped, b'"id":', self._flow_ids) if _FLOW_PHASE.search(swapped) else None
         return self._decoded(line) if swapped is None else swapped
 
     def _pids(self, numbers: list[bytes]) -> Iterable[bytes]:
@@ -386,7 +355,7 @@ class MergePlan(EmitPlan):
         return map(b'%d,"correlation_raw":%s'.__mod__, zip(map(self._id_offset.__add__, map(int, numbers)), numbers))
 
     def _flow_ids(self, numbers: list[bytes]) -> Iterable[bytes]:
-        return map(b"%d".__mod__, map(self._id_offset.__add__, map(int, numbers)))
+        return as_texts(map(self._id_offset.__add__, map(int, numbers)))
 
     def _decoded(self, line: bytes) -> bytes | None:
         event = self.rewrite.apply(self._loads(line))
@@ -436,7 +405,7 @@ def merge(
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
     options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage,
-                               None if jobs == 1 else IN_PROCESS)
+                               IN_PROCESS)
     indexed = _phase_one(files, options, max(1, jobs), progress)
     try:
         if wanted is not None:
