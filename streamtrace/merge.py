@@ -405,7 +405,7 @@ def merge(
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
     options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage,
-                               IN_PROCESS)
+                               None if jobs == 1 else IN_PROCESS)
     indexed = _phase_one(files, options, max(1, jobs), progress)
     try:
         if wanted is not None:
