@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import orjson
 
-from .engine import EmitPlan, IndexResult, emit_pass, index_pass, patched_lines
+from .engine import EmitPlan, IndexResult, emit_pass, index_pass
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
 from .lanes import (IN_MEMORY_SORT_LIMIT, Runs, coalesce, coalesce_in_start_order, first_overlap, label_runs,
@@ -35,7 +35,6 @@ from .resources import gc_paused, peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
-from .textfields import NUMBER, as_texts, field_pattern, swap_all
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
@@ -63,7 +62,6 @@ class CompactIndex:
         self.slice_end = array("d")
         self.slice_group = array("B")
         self.slice_label = array("i")
-        self.slice_stream_arg = bytearray()  # 1 when the slice's args has a "stream" key (pass 2 moves it too)
         self.note_stream = array("i")
         self.note_start = array("d")
         self.note_end = array("d")
@@ -92,7 +90,6 @@ class CompactIndex:
         label_ids, new_label = self.label_ids, self._new_label
         slice_stream, slice_start, slice_end = self.slice_stream.append, self.slice_start.append, self.slice_end.append
         slice_group, slice_label = self.slice_group.append, self.slice_label.append
-        slice_stream_arg = self.slice_stream_arg.append
         flow_stream, flow_ts = self.flow_stream.append, self.flow_ts.append
         annotation, metadata, span = self._annotation, self._metadata, self._span
 
@@ -132,12 +129,7 @@ class CompactIndex:
                 group = by_name.get(name) if by_name is not None else None
                 slice_group(classify(kind_key, name) if group is None else group)
                 args = get("args")
-                if args.__class__ is dict:
-                    label = args.get("name")
-                    slice_stream_arg("stream" in args)
-                else:
-                    label = None
-                    slice_stream_arg(0)
+                label = args.get("name") if args.__class__ is dict else None
                 if label.__class__ is str and label:
                     found = label_ids.get(label)
                     slice_label(new_label(label) if found is None else found)
@@ -559,62 +551,11 @@ class CompactPlan(EmitPlan):
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
         self.compaction = compaction
-        self._index = index
         self._loads = event_loader(exact)
-        self._slices_done = [0]
+        self._slices = itertools.count()
         old_tids = [key[1] for key in index.stream_keys]
-        self._int_tid_streams = bytearray(tid.__class__ is int for tid in old_tids)
         self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(index, old_tids),
                          self._flow_patcher(index, old_tids), self._metadata_patcher()]
-
-    def lines(self, block: list[bytes], first_index: int, dropped: list[int] | None = None) -> list[bytes]:
-        """The block's slices moved together (:meth:`_moved_slices`), the
-        other events line by line by their patchers."""
-        block_actions = self.actions[first_index:first_index + len(block)]
-        slice_count = block_actions.count(SLICE)
-        if slice_count:
-            moved = self._moved_slices(block, block_actions, slice_count)
-            if moved is not None:
-                block, block_actions = moved, block_actions.replace(bytes([SLICE]), bytes([KEEP]))
-        return patched_lines(self, block, first_index, dropped, block_actions)
-
-    def _moved_slices(self, block: list[bytes], block_actions: bytearray, count: int) -> list[bytes] | None:
-        """The block with its ``count`` slice lines moved to their lanes, or
-        None (then the slice patcher does it line by line, and says which
-        slice differs, if one does).
-
-        Exact by counting, as the slice patcher's splice is exact by finding
-        a field once: every slice has an integer tid (its stream's), so when
-        the slices' text holds ``"tid":`` exactly ``count`` times, each
-        occurrence is a slice's own; likewise ``"stream":`` against the
-        slices pass 1 saw with ``args.stream``, and ``"ts":`` checks each
-        start against pass 1.
-        """
-        index, first = self._index, self._slices_done[0]
-        end = first + count
-        streams = index.slice_stream[first:end]
-        if not all(map(self._int_tid_streams.__getitem__, streams)):
-            return None
-        positions = list(itertools.compress(range(len(block)), map(SLICE.__eq__, block_actions)))
-        text = b"\n".join(map(block.__getitem__, positions))
-        with_stream = index.slice_stream_arg[first:end]
-        if (text.count(b'"tid":') != count or text.count(b'"ts":') != count
-                or text.count(b'"stream":') != with_stream.count(1)):
-            return None
-        if list(map(float, _START.findall(text))) != index.slice_start[first:end].tolist():
-            return None
-        lanes = self.compaction.lane_tid_of_slice[first:end]
-        text, found = swap_all(_TID_FIELD, text, lambda _: as_texts(lanes))
-        if found != count:
-            return None
-        text, found = swap_all(_STREAM_FIELD, text, lambda _: as_texts(itertools.compress(lanes, with_stream)))
-        if found != with_stream.count(1):
-            return None
-        moved = list(block)
-        for position, line in zip(positions, text.split(b"\n")):
-            moved[position] = line
-        self._slices_done[0] = end
-        return moved
 
     def _retarget(self, line: bytes, old_tid: object, tid: int, *, stream: bool = False,
                   times: tuple | None = None) -> bytes:
@@ -637,11 +578,10 @@ class CompactPlan(EmitPlan):
 
     def _slice_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:
         starts, streams, lane_tids = index.slice_start, index.slice_stream, self.compaction.lane_tid_of_slice
-        retarget, done, search = self._retarget, self._slices_done, _TS_FIELD.search
+        retarget, counter, search = self._retarget, self._slices, _TS_FIELD.search
 
         def patch(line: bytes) -> bytes:
-            ordinal = done[0]
-            done[0] = ordinal + 1
+            ordinal = next(counter)
             start = search(line)
             if start is None or float(start.group(1)) != starts[ordinal]:
                 raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
@@ -683,7 +623,7 @@ class CompactPlan(EmitPlan):
 
     def check_slices_written(self) -> None:
         """Every slice indexed in pass 1 went through pass 2."""
-        written = self._slices_done[0]
+        written = next(self._slices)
         read = len(self.compaction.lane_tid_of_slice)
         if written != read:
             raise TraceError(f"validation failed: {written} GPU slices written, {read} read")
@@ -694,9 +634,6 @@ class CompactPlan(EmitPlan):
 
 
 _TS_FIELD = re.compile(rb'"ts":(-?[0-9][0-9.eE+-]*)[,}]')
-_START = re.compile(rb'"ts":(' + NUMBER.pattern + rb")")
-_TID_FIELD = field_pattern(b'"tid":')
-_STREAM_FIELD = field_pattern(b'"stream":')
 
 
 def _splice(line: bytes, old: bytes, new: bytes) -> bytes | None:

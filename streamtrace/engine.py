@@ -222,12 +222,10 @@ def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
     yield batch
 
 
-def patched_lines(plan: EmitPlan, block: list[bytes], first_index: int, dropped: list[int] | None = None,
-                  block_actions: bytes | bytearray | None = None) -> list[bytes]:
+def patched_lines(plan: EmitPlan, block: list[bytes], first_index: int,
+                  dropped: list[int] | None = None) -> list[bytes]:
     """A block of spooled lines through ``plan.patch`` or its patchers; the
-    events dropped are added to ``dropped`` (when given) by event index.
-    ``block_actions`` replaces the plan's actions for the block (a plan that
-    handled some lines already)."""
+    events dropped are added to ``dropped`` (when given) by event index."""
     actions = plan.actions
     if actions is None:
         out = []
@@ -238,8 +236,7 @@ def patched_lines(plan: EmitPlan, block: list[bytes], first_index: int, dropped:
             elif dropped is not None:
                 dropped.append(first_index + n)
         return out
-    if block_actions is None:
-        block_actions = actions[first_index:first_index + len(block)]
+    block_actions = actions[first_index:first_index + len(block)]
     if block_actions.count(0) == len(block):
         return block
     patchers = plan.patchers

@@ -27,7 +27,7 @@ import orjson
 import zstandard
 
 from .compact import CompactIndex, CompactPlan, Compaction, plan_compaction
-from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass
+from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
 from .mergeplan import (EventRewrite, RankFacts, check_unique_ranks, fresh_pids, pp_order, process_metadata,
@@ -269,7 +269,10 @@ class MergePlan(EmitPlan):
         self._index = index
         self._loads = event_loader(parked.stats.exact_numbers)
         self._compact = CompactPlan(index, compaction, parked.stats.exact_numbers) if compaction is not None else None
-        self.actions = index.actions  # each event's compaction action, done by the compaction's plan
+        if self._compact is not None:
+            self.actions, self.patchers = index.actions, self._compact.patchers
+        else:
+            self.actions = bytearray(len(index.actions))  # every line as it is, before the rewrite
         self._pid_texts = {b"%d" % old: b"%d" % new for old, new in rewrite.pid_map.items() if old.__class__ is int}
         self._id_offset = rewrite.unique(0)  # a rank-unique id is the raw id plus this
         fields = [(b'"pid":', INTEGER, self._pids, None)]
@@ -282,7 +285,7 @@ class MergePlan(EmitPlan):
     def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
         """Compaction's patches, then the merge rewrite of the whole block."""
         dropped: list[int] = []
-        kept = block if self._compact is None else self._compact.lines(block, first_index, dropped)
+        kept = patched_lines(self, block, first_index, dropped)
         if self._index.regular and kept:
             rewritten = self._rewrite_block(kept, first_index, first_index + len(block), dropped)
             if rewritten is not None:

@@ -11,7 +11,7 @@ import pytest
 
 import streamtrace
 
-from conftest import TRACES, events_of, load_json
+from conftest import events_of, load_json
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -314,30 +314,8 @@ def test_exact_numbers_survive_compaction(tmp_path):
     assert summary["read"]["exact_numbers"] and summary["gpu_flow_endpoints_mapped"] == 1
 
 
-@pytest.mark.parametrize("source", ["generated", "real"])
-def test_slices_moved_block_by_block_equal_the_line_by_line_patch(source, tmp_path, monkeypatch):
-    """Pass 2 moves a block's slices as one text; the per-line patcher is the reference."""
-    from streamtrace.compact import CompactPlan
-    if source == "generated":
-        write_traces(SynthConfig(ranks=1, pp_stages=1, microbatches=4, steps=1, graph_streams=8, graph_kernels=8),
-                     tmp_path, compress="none", merged=False)
-        src = tmp_path / "rank0_trace.json"
-    else:
-        src = TRACES / "vllm_decode_graph_replay_mi300.json.gz"
-    monkeypatch.setattr("streamtrace.spool.READ_BLOCK", 8192)  # many blocks
-    moved_blocks = []
-    real_moved = CompactPlan._moved_slices
-    monkeypatch.setattr(CompactPlan, "_moved_slices",
-                        lambda plan, *args: moved_blocks.append(real_moved(plan, *args)) or moved_blocks[-1])
-    streamtrace.compact(src, tmp_path / "blocks.json")
-    assert sum(moved is not None for moved in moved_blocks) > 0.9 * len(moved_blocks) > 5
-    monkeypatch.setattr(CompactPlan, "_moved_slices", lambda plan, *args: None)
-    streamtrace.compact(src, tmp_path / "lines.json")
-    assert (tmp_path / "blocks.json").read_bytes() == (tmp_path / "lines.json").read_bytes()
-
-
 def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch):
-    """The block path defers to the slice patcher, which names the slice."""
+    """Pass 2 checks each slice's start against pass 1 and names the one that differs."""
     from streamtrace.compact import CompactPlan
     write_traces(SynthConfig(ranks=1, pp_stages=1, microbatches=2, steps=1, graph_streams=4, graph_kernels=4),
                  tmp_path, compress="none", merged=False)
