@@ -18,7 +18,7 @@ from . import parseproc
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import (ReadMode, ReadStats, TraceReader, dumps_event, loads_line, raise_if_container_field,
+from .reader import (ReadMode, ReadStats, TraceReader, dumps_event, loads_batch, raise_if_container_field,
                      warn_if_slow_backend)
 from .resources import gc_paused
 from .sink import OutputTarget
@@ -180,16 +180,16 @@ def index_pass(
         visited = [0]
 
         # exact mode: orjson alone would round ints beyond 64 bits and refuse huge floats
-        decode = loads_line if mode.exact_numbers else loads
+        decode = loads_batch if mode.exact_numbers else loads
 
-        def index_lines(block: memoryview) -> None:
-            for line in bytes(block[:-1]).split(b"\n"):
-                visitor_event[0] = event = decode(line)
+        def index_batch(batch: memoryview) -> None:
+            for event in decode(batch):
+                visitor_event[0] = event
                 visited[0] += 1
                 visit(event)
 
         try:
-            return visitor, parseproc.parse_in_child(source, mode, spool, index_lines, salvage=salvage,
+            return visitor, parseproc.parse_in_child(source, mode, spool, index_batch, salvage=salvage,
                                                      progress=progress)
         except TypeError:
             raise_if_container_field(visitor_event[0])

@@ -48,15 +48,15 @@ def parse_in_child(
     source: InputSource,
     mode: ReadMode,
     spool: EventSpool,
-    on_lines: Callable[[bytes], None],
+    on_batch: Callable[[memoryview], None],
     *,
     salvage: bool = False,
     progress: Progress | None = None,
     label: str = "pass 1",
 ) -> ReadStats:
     """Parse ``source`` in a child that writes the event lines to ``spool``
-    (from scratch); call ``on_lines`` with each batch of those lines
-    (``\\n``-terminated) in order; return the reading's stats.
+    (from scratch); call ``on_batch`` with each batch of those lines, in
+    order, as the text of one JSON array; return the reading's stats.
 
     ``spool`` is finished here: its file is the child's to write.  Errors
     raised while parsing (:class:`TraceError`, a request to reread in a
@@ -79,7 +79,7 @@ def parse_in_child(
             tag, body = message[:1], memoryview(message)[1:]
             if tag == _BATCH:
                 raw_bytes, events = _PROGRESS.unpack_from(body)
-                on_lines(body[_PROGRESS.size:])
+                on_batch(body[_PROGRESS.size:])
                 if progress is not None:
                     progress.update(label, raw_bytes, events)
             elif tag == _DONE:
@@ -138,7 +138,7 @@ def _widen(connection) -> None:
 
 
 def _send_lines(sender, spool: EventSpool, lines: list[bytes], raw_bytes: int, events: int) -> None:
+    """Spool a batch of lines; send it as one JSON array (one decode call in the parent)."""
     if lines:
-        message = b"".join((_BATCH, _PROGRESS.pack(raw_bytes, events), b"\n".join(lines), b"\n"))
-        spool.add_block(memoryview(message)[1 + _PROGRESS.size:])
-        sender.send_bytes(message)
+        spool.add_lines(lines)
+        sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(raw_bytes, events), b"[", b",".join(lines), b"]")))

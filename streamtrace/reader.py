@@ -578,6 +578,18 @@ def loads_line(line: bytes) -> dict:
         return loads_exact(line)
 
 
+def loads_batch(text: bytes | memoryview) -> list:
+    """Decode a JSON array of spooled event lines of an exact-mode reading:
+    orjson, unless an integer beyond its range (or a float beyond double
+    range) is in it; then exactly, as :func:`loads_exact` does a line."""
+    if not _has_int_beyond_orjson(bytes(text)):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return loads_exact(bytes(text))
+
+
 WRITE_DEPTH_LIMIT = 254
 """Deepest nesting orjson writes; deeper events are refused by every command that writes events."""
 

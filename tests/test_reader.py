@@ -206,3 +206,13 @@ def test_exact_mode_lines_decode_exactly(text, expected):
 ])
 def test_integers_orjson_would_round_are_found(text, beyond):
     assert reader_module._has_int_beyond_orjson(text) is beyond
+
+
+def test_exact_mode_batches_decode_exactly():
+    """The parse child sends lines as JSON arrays; a batch with an integer beyond orjson's range decodes exactly."""
+    plain = b'[{"id": 18446744073709551615, "ts": 1.5}, {"ts": 2}]'
+    assert reader_module.loads_batch(memoryview(plain)) == [{"id": 2**64 - 1, "ts": 1.5}, {"ts": 2}]
+    big = b'[{"ts": 1.5}, {"id": 123456789012345678901234567890, "ts": 2.50}]'
+    events = reader_module.loads_batch(memoryview(big))
+    assert events[1]["id"] == 123456789012345678901234567890 and str(events[1]["ts"]) == "2.50"
+    assert reader_module.loads_batch(b'[{"ts": 1e400}]')[0]["ts"] == Decimal("1e400")
