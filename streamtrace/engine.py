@@ -18,7 +18,7 @@ from . import parseproc
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import (ReadMode, ReadStats, TraceReader, dumps_event, loads_batch, raise_if_container_field,
+from .reader import (ReadMode, ReadStats, TraceReader, dumps_event, loads_spooled, raise_if_container_field,
                      warn_if_slow_backend)
 from .resources import gc_paused
 from .sink import OutputTarget
@@ -180,7 +180,7 @@ def index_pass(
         visited = [0]
 
         # exact mode: orjson alone would round ints beyond 64 bits and refuse huge floats
-        decode = loads_batch if mode.exact_numbers else loads
+        decode = loads_spooled if mode.exact_numbers else loads
 
         def index_batch(batch: memoryview) -> None:
             for event in decode(batch):

@@ -305,8 +305,8 @@ class MergePlan(EmitPlan):
         numbers; some: an integer ``args.correlation``, an integer flow id).
         Each of those events has the key at least once, so when the key
         occurs in the block exactly that many times, every occurrence is the
-        one to change and one regular-expression substitution over the
-        block does the work of a loop over its lines.  Metadata lines need
+        one to change, and one split of the block on the key (new numbers
+        from ``map`` over C functions) does the work of a loop over its lines.  Metadata lines need
         names prefixed: their blocks go line by line.
         """
         joined = b"\n".join(lines)

@@ -4,8 +4,9 @@ Parsing JSON is most of a pass, and it holds the GIL, so threads cannot
 share it.  When pass 2 follows, pass 1 must turn every event into a compact
 line for the spool anyway, so the work splits cleanly: the child parses the
 file, encodes each event as a line and writes the spool; it also sends the
-lines, in batches, to the parent, which decodes them with orjson (much
-cheaper than parsing the raw text) for the index visitor.  The wall time of
+lines, 512 at a time as one JSON array, to the parent, which decodes each
+batch with one orjson call (much cheaper than parsing the raw text) for the
+index visitor.  The wall time of
 pass 1 is then the larger of the two halves instead of their sum.
 
 Only local files take this path (the child reopens the file by name); pipes

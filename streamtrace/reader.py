@@ -559,35 +559,25 @@ def _has_int_beyond_orjson(text: bytes) -> bool:
     return False
 
 
-def loads_line(line: bytes) -> dict:
-    """Decode a spooled event line of an exact-mode reading, fast.
+def loads_spooled(text: bytes | memoryview) -> object:
+    """Decode spooled text of an exact-mode reading (an event line, or the
+    parse child's JSON array of lines), fast.
 
     orjson reads nearly every line exactly and ~6x faster than the json
     module; it only rounds integers outside [-2^63, 2^64) to floats (without
     saying so) and refuses floats beyond double range.  A cheap byte-level
-    test finds the lines with 19+ digit runs, and only those whose number is
-    out of orjson's range take the slow exact decoder.  (Decimal floats
-    become plain floats, as in a fast-mode reading; the line itself, which is
-    what gets written, keeps its text.)
+    test finds the text with such an integer, and only that, or what orjson
+    refuses, takes the slow exact decoder.  (Decimal floats become plain
+    floats, as in a fast-mode reading; the line itself, which is what gets
+    written, keeps its text.)
     """
-    if _has_int_beyond_orjson(line):
-        return loads_exact(line)
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return loads_exact(line)
-
-
-def loads_batch(text: bytes | memoryview) -> list:
-    """Decode a JSON array of spooled event lines of an exact-mode reading:
-    orjson, unless an integer beyond its range (or a float beyond double
-    range) is in it; then exactly, as :func:`loads_exact` does a line."""
-    if not _has_int_beyond_orjson(bytes(text)):
+    text = bytes(text)
+    if not _has_int_beyond_orjson(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
-    return loads_exact(bytes(text))
+    return loads_exact(text)
 
 
 WRITE_DEPTH_LIMIT = 254
@@ -622,4 +612,4 @@ def _big_ints_as_text(value: object) -> object:
 
 def event_loader(exact: bool) -> Callable[[bytes], dict]:
     """How pass 2 decodes a spooled event line: orjson, or keeping exact-mode numbers exact."""
-    return loads_line if exact else orjson.loads
+    return loads_spooled if exact else orjson.loads

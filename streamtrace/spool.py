@@ -46,11 +46,7 @@ class EventSpool:
     def add_lines(self, lines: list[bytes]) -> None:
         """Keep a batch of event lines (one compressor call per line would be slow)."""
         if lines:
-            self.add_block(b"\n".join(lines) + b"\n")
-
-    def add_block(self, block: bytes | memoryview) -> None:
-        """Keep event lines already joined and ``\\n``-terminated."""
-        self._writer.write(block)
+            self._writer.write(b"\n".join(lines) + b"\n")
 
     def finish(self) -> None:
         """Close the writing side (idempotent)."""

@@ -1,11 +1,11 @@
 """Numeric fields of compact event lines, changed as text.
 
-Pass 2 changes a few numbers per event (a tid, a pid, a shifted ts, an id).
+Merge's pass 2 changes a few numbers per event (pid, a shifted ts, ids).
 Decoding and re-encoding each line costs several microseconds; changing the
 digits in the text costs a fraction, and over a whole block of lines at
 once (``split`` on a key pattern, new texts from ``map`` over C functions)
-no Python call runs per line at all.  Callers guarantee exactness by
-counting: see the plans in ``compact`` and ``merge``.
+no Python call runs per line at all.  The caller guarantees exactness by
+counting: see ``MergePlan`` in ``merge``.
 """
 from __future__ import annotations
 

@@ -188,8 +188,8 @@ def test_error_names_event_index_and_byte_offset():
     (b'{"id": 7, "ts": 1e400}', 7),
 ])
 def test_exact_mode_lines_decode_exactly(text, expected):
-    from streamtrace.reader import loads_line
-    event = loads_line(text)
+    from streamtrace.reader import loads_spooled
+    event = loads_spooled(text)
     assert event["id"] == expected and type(event["id"]) is int
     assert float(event["ts"]) in (1.5, float("inf"))
 
@@ -211,8 +211,8 @@ def test_integers_orjson_would_round_are_found(text, beyond):
 def test_exact_mode_batches_decode_exactly():
     """The parse child sends lines as JSON arrays; a batch with an integer beyond orjson's range decodes exactly."""
     plain = b'[{"id": 18446744073709551615, "ts": 1.5}, {"ts": 2}]'
-    assert reader_module.loads_batch(memoryview(plain)) == [{"id": 2**64 - 1, "ts": 1.5}, {"ts": 2}]
+    assert reader_module.loads_spooled(memoryview(plain)) == [{"id": 2**64 - 1, "ts": 1.5}, {"ts": 2}]
     big = b'[{"ts": 1.5}, {"id": 123456789012345678901234567890, "ts": 2.50}]'
-    events = reader_module.loads_batch(memoryview(big))
+    events = reader_module.loads_spooled(memoryview(big))
     assert events[1]["id"] == 123456789012345678901234567890 and str(events[1]["ts"]) == "2.50"
-    assert reader_module.loads_batch(b'[{"ts": 1e400}]')[0]["ts"] == Decimal("1e400")
+    assert reader_module.loads_spooled(b'[{"ts": 1e400}]')[0]["ts"] == Decimal("1e400")
