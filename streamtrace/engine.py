@@ -18,13 +18,13 @@ from . import parseproc
 from .errors import RobustModeNeeded, TraceError
 from .jsonscan import RawMember
 from .progress import Progress
-from .reader import (ReadMode, ReadStats, TraceReader, dumps_event, loads_spooled, raise_if_container_field,
+from .reader import (ReadMode, ReadStats, TraceReader, dumped_batch, loads_spooled, raise_if_container_field,
                      warn_if_slow_backend)
 from .resources import gc_paused
 from .sink import OutputTarget
 from .source import InputSource
 from .spool import EventSpool
-from .writer import TraceWriter
+from .writer import JoinedLines, TraceWriter
 
 T = TypeVar("T")
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
@@ -53,7 +53,7 @@ class EmitPlan:
         """The line to write for event ``index``, or None to drop it."""
         return line
 
-    def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
+    def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
         """The output lines for a block of spooled lines starting at event
         ``first_index``; a plan may override this to work on whole blocks."""
         return patched_lines(self, block, first_index)
@@ -157,17 +157,18 @@ def index_pass(
                     visit(event)
             else:
                 spool.reset()
-                lines: list[bytes] = []
-                keep = lines.append
-                for event in reader.events():
-                    visit(event)
-                    keep(dumps_event(event))
-                    if len(lines) >= SPOOL_BATCH:
-                        spool.add_lines(lines)
-                        lines.clear()
-                spool.add_lines(lines)
+                done = 0
+                for batch in reader.batches():
+                    for event in batch:
+                        visit(event)
+                    spool.add_text(dumped_batch(batch, done)[1])
+                    done += len(batch)
         except TypeError:
             raise_if_container_field(event)
+            raise
+        except TraceError as exc:
+            if exc.event_index is None and spool is not None and event is not None:
+                exc.event_index = done + next(n for n, seen in enumerate(batch) if seen is event)
             raise
         return visitor, reader.stats
 

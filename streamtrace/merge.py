@@ -18,6 +18,8 @@ import re
 import sys
 import tempfile
 import time
+from array import array
+from bisect import bisect_left
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -42,11 +44,11 @@ from .resources import peak_rss_mb
 from .rules import load_rules
 from .sink import OutputTarget, SinkSpec, remove_quietly
 from .source import InputSource
-from .textfields import INTEGER, NUMBER, as_texts, field_pattern, swap_all, swap_one
-from .writer import TraceWriter
+from .textfields import INTEGER, NUMBER, field_pattern, swap_all, swap_one
+from .writer import JoinedLines, TraceWriter
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
-IN_PROCESS = 1 << 62  # child_parse_min_bytes that keeps parsing in the indexing process
+IN_PROCESS = 1 << 62  # child_parse_min_bytes for parsing in the indexing process: -j N = N busy processes
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
@@ -96,7 +98,8 @@ class MergeIndex(CompactIndex):
     correlation or flow id (to size the rank-unique ids), and what lets
     pass 2 rewrite whole blocks of lines as text: one byte per event for
     "has an integer ``args.correlation``" and for "is a flow with an integer
-    id", and how many non-metadata events lack a pid or a ts.
+    id", how many non-metadata events lack a pid or a ts, and where the
+    events are that must be decoded (metadata, ``correlation_raw`` present).
     """
 
     def __init__(self, rules) -> None:
@@ -104,6 +107,7 @@ class MergeIndex(CompactIndex):
         self.pids: dict = {}
         self.correlated = bytearray()
         self.flows_with_id = bytearray()
+        self.decode_at = array("q")
         self._largest = [0]
         self._irregular = [0]
         self.visit = self._with_ids(self.visit)
@@ -118,8 +122,8 @@ class MergeIndex(CompactIndex):
         return not self._irregular[0]
 
     def _with_ids(self, compact_visit: Callable[[dict], None]) -> Callable[[dict], None]:
-        pids, largest, irregular = self.pids, self._largest, self._irregular
-        mark_correlated, mark_flow = self.correlated.append, self.flows_with_id.append
+        pids, largest, irregular, correlated = self.pids, self._largest, self._irregular, self.correlated
+        mark_correlated, mark_flow, mark_decode = correlated.append, self.flows_with_id.append, self.decode_at.append
 
         def visit(event: dict) -> None:
             compact_visit(event)
@@ -128,11 +132,15 @@ class MergeIndex(CompactIndex):
             if pid not in pids:
                 pids[pid] = None
             phase = get("ph")
-            if (pid is None or get("ts") is None) and phase != "M" and ("pid" not in event or "ts" not in event):
+            if phase == "M":
+                mark_decode(len(correlated))
+            elif (pid is None or get("ts") is None) and ("pid" not in event or "ts" not in event):
                 irregular[0] += 1
             args = get("args")
             correlation = args.get("correlation") if args.__class__ is dict else None
             if correlation.__class__ is int:
+                if "correlation_raw" in args:
+                    mark_decode(len(correlated))
                 mark_correlated(1)
                 if correlation > largest[0]:
                     largest[0] = correlation
@@ -187,7 +195,6 @@ class _PhaseOneOptions:
     rules: str | None
     spool_dir: str | None
     salvage: bool
-    child_parse_min_bytes: int | None
 
 
 def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
@@ -196,7 +203,7 @@ def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
     with InputSource(path, spool_dir=options.spool_dir) as source:
         result: IndexResult = index_pass(source, lambda: MergeIndex(rules), keep_events=True,
                                          spool_dir=options.spool_dir, salvage=options.salvage,
-                                         child_parse_min_bytes=options.child_parse_min_bytes)
+                                         child_parse_min_bytes=IN_PROCESS)
     try:
         return _plan_rank(path, result, options)
     except BaseException:
@@ -258,6 +265,18 @@ def _pp_spans(index: CompactIndex, compaction: Compaction | None) -> tuple[list[
     return spans, (tracks, tracks)
 
 
+class _KeyedTexts(dict):
+    """Old number text -> key and new number text; a number not in the map
+    keeps its text (the key is prefixed all the same)."""
+
+    def __init__(self, key: bytes, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        super().__init__((old, key + new) for old, new in pairs)
+        self.key = key
+
+    def __missing__(self, number: bytes) -> bytes:
+        return self.key + number
+
+
 class MergePlan(EmitPlan):
     """Pass 2 for one rank: compaction's patch (when compacting), then the
     merge rewrite of every event; the rank's appended events follow."""
@@ -273,7 +292,8 @@ class MergePlan(EmitPlan):
             self.actions, self.patchers = index.actions, self._compact.patchers
         else:
             self.actions = bytearray(len(index.actions))  # every line as it is, before the rewrite
-        self._pid_texts = {b"%d" % old: b"%d" % new for old, new in rewrite.pid_map.items() if old.__class__ is int}
+        self._pid_texts = _KeyedTexts(b'"pid":', ((b"%d" % old, b"%d" % new) for old, new in rewrite.pid_map.items()
+                                                if old.__class__ is int))
         self._id_offset = rewrite.unique(0)  # a rank-unique id is the raw id plus this
         fields = [(b'"pid":', INTEGER, self._pids, None)]
         if rewrite.offset_ns:
@@ -281,8 +301,9 @@ class MergePlan(EmitPlan):
         fields += [(b'"correlation":', INTEGER, self._correlations, index.correlated),
                    (b'"id":', INTEGER, self._flow_ids, index.flows_with_id)]
         self._fields = [(key, field_pattern(key, number), convert, marks) for key, number, convert, marks in fields]
+        self._patterns = {key: pattern for key, pattern, _, _ in self._fields}
 
-    def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
+    def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
         """Compaction's patches, then the merge rewrite of the whole block."""
         dropped: list[int] = []
         kept = patched_lines(self, block, first_index, dropped)
@@ -297,68 +318,76 @@ class MergePlan(EmitPlan):
                 out.append(line)
         return out
 
-    def _rewrite_block(self, lines: list[bytes], first: int, end: int, dropped: list[int]) -> list[bytes] | None:
+    def _rewrite_block(self, lines: list[bytes], first: int, end: int, dropped: list[int]) -> JoinedLines | None:
         """The block rewritten as one text, or None when that is not exact.
 
         Pass 1 says how many of the kept events have each field where the
-        rewrite looks (every event: pid and ts, changed when they are
-        numbers; some: an integer ``args.correlation``, an integer flow id).
-        Each of those events has the key at least once, so when the key
-        occurs in the block exactly that many times, every occurrence is the
-        one to change, and one split of the block on the key (new numbers
-        from ``map`` over C functions) does the work of a loop over its lines.  Metadata lines need
-        names prefixed: their blocks go line by line.
+        rewrite looks (every event: pid and ts; some: an integer
+        ``args.correlation``, an integer flow id).  Each of those events has
+        the key at least once, so when the key occurs in the block exactly
+        that many times, and a number follows it each time, every occurrence
+        is the one to change: one split of the block on the key (new texts
+        from ``map`` over C functions) does the work of a loop over its
+        lines.  Blocks with events pass 1 marked for decoding (metadata,
+        whose names get prefixed; a ``correlation_raw`` already there) go
+        line by line.
         """
-        joined = b"\n".join(lines)
-        if b'"ph":"M"' in joined or b'"correlation_raw"' in joined:
+        decode_at = self._index.decode_at
+        marked = bisect_left(decode_at, first)
+        if marked < len(decode_at) and decode_at[marked] < end:
             return None
+        joined = b"\n".join(lines)
         for key, pattern, convert, marks in self._fields:
             if marks is None:
                 expected = len(lines)
             else:
                 expected = marks.count(1, first, end) - sum(marks[index] for index in dropped)
-            if joined.count(key) != expected:
-                return None
-            if expected:
-                joined, done = swap_all(pattern, joined, convert)
-                if marks is not None and done != expected:
+            if not expected:
+                if key in joined:
                     return None
-        return joined.split(b"\n")
+                continue
+            joined = swap_all(pattern, joined, convert, expected)
+            if joined is None:
+                return None
+        return JoinedLines(joined, len(lines))
 
     def _rewrite_line(self, line: bytes) -> bytes | None:
         """The merged form of one event line (blocks that cannot be rewritten whole).
 
         Most lines change only numeric fields (pid, ts, correlation, flow
-        id): those are swapped in the text with ``bytes.find``, a fraction
-        of the cost of decoding and re-encoding, with the same result (a
-        time shift is the same decimal sum).  Anything else (metadata names,
-        a field found twice or not a number, an ``id`` outside a flow) takes
+        id): those are swapped in the text, a fraction of the cost of
+        decoding and re-encoding, with the same result (a time shift is the
+        same decimal sum).  Anything else (metadata names, a field found
+        twice or not a number, an ``id`` outside a flow) takes
         :meth:`_decoded`.
         """
         if b'"ph":"M"' in line or b'"correlation_raw"' in line:
             return self._decoded(line)
-        swapped = swap_one(line, b'"pid":', self._pids)
+        patterns = self._patterns
+        swapped = swap_one(line, patterns[b'"pid":'], self._pids)
         if swapped is not None and self.rewrite.offset_ns and b'"ts":' in swapped:
-            swapped = swap_one(swapped, b'"ts":', self._times, NUMBER)
+            swapped = swap_one(swapped, patterns[b'"ts":'], self._times)
         if swapped is not None and b'"correlation":' in swapped:
-            swapped = swap_one(swapped, b'"correlation":', self._correlations)
+            swapped = swap_one(swapped, patterns[b'"correlation":'], self._correlations)
         if swapped is not None and b'"id":' in swapped:
-            swapped = swap_one(swapped, b'"id":', self._flow_ids) if _FLOW_PHASE.search(swapped) else None
+            swapped = swap_one(swapped, patterns[b'"id":'], self._flow_ids) if _FLOW_PHASE.search(swapped) else None
         return self._decoded(line) if swapped is None else swapped
 
     def _pids(self, numbers: list[bytes]) -> Iterable[bytes]:
-        return map(self._pid_texts.get, numbers, numbers)
+        return map(self._pid_texts.__getitem__, numbers)
 
     def _times(self, numbers: list[bytes]) -> Iterable[bytes]:
         """Shifted by the rank's offset as a decimal sum, like :meth:`EventRewrite.apply`."""
-        return map(str.encode, map(str, map(self.rewrite.offset_us.__add__, map(Decimal, map(bytes.decode, numbers)))))
+        shifted = map(self.rewrite.offset_us.__add__, map(Decimal, map(bytes.decode, numbers)))
+        return map(str.encode, map('"ts":{}'.format, shifted))
 
     def _correlations(self, numbers: list[bytes]) -> Iterable[bytes]:
         """The rank-unique id, then the original as ``correlation_raw``."""
-        return map(b'%d,"correlation_raw":%s'.__mod__, zip(map(self._id_offset.__add__, map(int, numbers)), numbers))
+        return map(b'"correlation":%d,"correlation_raw":%s'.__mod__,
+                   zip(map(self._id_offset.__add__, map(int, numbers)), numbers))
 
     def _flow_ids(self, numbers: list[bytes]) -> Iterable[bytes]:
-        return as_texts(map(self._id_offset.__add__, map(int, numbers)))
+        return map(b'"id":%d'.__mod__, map(self._id_offset.__add__, map(int, numbers)))
 
     def _decoded(self, line: bytes) -> bytes | None:
         event = self.rewrite.apply(self._loads(line))
@@ -407,8 +436,7 @@ def merge(
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
-    options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage,
-                               None if jobs == 1 else IN_PROCESS)
+    options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage)
     indexed = _phase_one(files, options, max(1, jobs), progress)
     try:
         if wanted is not None:

@@ -3,10 +3,10 @@
 Parsing JSON is most of a pass, and it holds the GIL, so threads cannot
 share it.  When pass 2 follows, pass 1 must turn every event into a compact
 line for the spool anyway, so the work splits cleanly: the child parses the
-file, encodes each event as a line and writes the spool; it also sends the
-lines, 512 at a time as one JSON array, to the parent, which decodes each
-batch with one orjson call (much cheaper than parsing the raw text) for the
-index visitor.  The wall time of
+file, encodes each parsed chunk of events (a few thousand) with one orjson
+call, writes them to the spool as lines and sends the same text, as one JSON
+array, to the parent, which decodes it with one orjson call (much cheaper
+than parsing the raw text) for the index visitor.  The wall time of
 pass 1 is then the larger of the two halves instead of their sum.
 
 Only local files take this path (the child reopens the file by name); pipes
@@ -24,12 +24,11 @@ from typing import Callable
 
 from .errors import TraceError
 from .progress import Progress
-from .reader import ReadMode, ReadStats, TraceReader, dumps_event
+from .reader import ReadMode, ReadStats, TraceReader, dumped_batch
 from .resources import gc_paused
 from .source import InputSource
 from .spool import EventSpool
 
-BATCH_EVENTS = 512
 PIPE_BYTES = 1 << 20
 MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
 _BATCH, _DONE, _FAILED = b"B", b"D", b"F"
@@ -110,14 +109,12 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str, sende
             stream = source.open()
             reader = TraceReader(stream, mode, salvage=salvage)
             spool = EventSpool(path=spool_path)
-            lines: list[bytes] = []
-            keep = lines.append
-            for event in reader.events():
-                keep(dumps_event(event))
-                if len(lines) >= BATCH_EVENTS:
-                    _send_lines(sender, spool, lines, stream.raw_bytes_read, reader.stats.events)
-                    lines.clear()
-            _send_lines(sender, spool, lines, stream.raw_bytes_read, reader.stats.events)
+            done = 0
+            for batch in reader.batches():
+                array, lines = dumped_batch(batch, done)
+                done += len(batch)
+                spool.add_text(lines)
+                sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done), array)))
             spool.finish()
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))
     except BaseException as exc:  # every failure is handed to the parent, which raises it
@@ -136,10 +133,3 @@ def _widen(connection) -> None:
         fcntl.fcntl(connection.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
     except OSError:
         pass
-
-
-def _send_lines(sender, spool: EventSpool, lines: list[bytes], raw_bytes: int, events: int) -> None:
-    """Spool a batch of lines; send it as one JSON array (one decode call in the parent)."""
-    if lines:
-        spool.add_lines(lines)
-        sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(raw_bytes, events), b"[", b",".join(lines), b"]")))

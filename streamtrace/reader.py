@@ -36,6 +36,7 @@ PARSE_CHUNK = 64 * 1024  # larger chunks make ijson slower (more pending items p
 CHUNK_PARSE_BYTES = 1 << 20  # events parsed at once: ~4k, a few MB of dicts
 CHUNK_PARSE_LIMIT = 32 << 20  # no event boundary found within this: leave the rest to ijson
 CUT_ATTEMPTS = 4  # boundaries tried per chunk before leaving the rest to ijson
+IJSON_BATCH = 512  # events ijson hands out at a time
 HEADER_LIMIT = 64 << 20
 TAIL_WINDOW = 8 << 20
 
@@ -219,7 +220,7 @@ class TraceReader:
         self._stream = stream
         report = on_chunk or (lambda reader: None)
         self._feed = _Feed(stream, mode, lambda feed: report(self))
-        self._iterator: Generator[dict, None, None] | None = None
+        self._iterator: Generator | None = None
 
     @property
     def raw_bytes_read(self) -> int:
@@ -227,7 +228,15 @@ class TraceReader:
 
     def events(self) -> Iterator[dict]:
         """Every event, one by one; fills ``stats`` (header, trailer, counts) as it goes."""
-        self._iterator = self._read_events()
+        self._iterator = self._one_by_one()
+        return self._iterator
+
+    def batches(self) -> Iterator[list[dict]]:
+        """The events a list at a time (a parsed chunk, a few thousand), for
+        consumers with per-batch work; as :meth:`events` otherwise, except
+        that errors the consumer raises get no event index from :meth:`blame`
+        (only the consumer knows which event of the batch it was on)."""
+        self._iterator = self._read_batches()
         return self._iterator
 
     def blame(self, exc: TraceError) -> TraceError:
@@ -239,31 +248,46 @@ class TraceReader:
         """
         events = self._iterator
         if exc.path is None and exc.event_index is None and events is not None and events.gi_frame is not None:
-            events.close()  # its cleanup records how many events were read, the current one included
+            events.close()  # its cleanup records how many events were handed out, the current one included
             exc.event_index = self.stats.events - 1
         return exc
 
-    def _read_events(self) -> Iterator[dict]:
+    def _one_by_one(self) -> Iterator[dict]:
+        batches = self._read_batches()
+        delivered = 0
+        try:
+            for batch in batches:
+                for event in batch:
+                    delivered += 1
+                    yield event
+        finally:
+            batches.close()
+            self.stats.events = delivered
+
+    def _read_batches(self) -> Iterator[list]:
         stats = self.stats
         feed = self._feed
         stats.form, stats.header, events_at = feed.prime()
         count = 0
-        event = None
+        last = None
         try:
-            for event in self._parsed_events(events_at):
-                if event.__class__ is not dict:
-                    raise TraceError(f"event is {_kind(event)}, expected an object", event_index=count)
-                count += 1
-                if not count & 0xFFF:
-                    stats.events = count
-                yield event
-            self._last = event
+            for batch in self._parsed_batches(events_at):
+                if not batch:
+                    continue
+                if set(map(type, batch)) != _ONLY_DICTS:
+                    bad = next(n for n, event in enumerate(batch) if event.__class__ is not dict)
+                    raise TraceError(f"event is {_kind(batch[bad])}, expected an object", event_index=count + bad)
+                count += len(batch)
+                stats.events = count
+                last = batch[-1]
+                yield batch
+            self._last = last
             if feed.truncated_compression:
                 self._truncated(feed.truncated_compression, count)
             elif stats.form == "object":
                 self._read_trailer()
         except ijson.IncompleteJSONError as exc:
-            self._last = event
+            self._last = last
             self._parse_failure(exc, count)
         except TraceError as exc:
             if exc.event_index is None:  # raised below the parser (corrupt compression): where in the events
@@ -273,12 +297,12 @@ class TraceReader:
             stats.events = count
             self._finish_stats()
 
-    def _parsed_events(self, events_at: int) -> Iterator[object]:
-        """The array's elements: chunk by chunk while that works, then through ijson."""
-        for batch in self._chunk_parsed(events_at):
-            yield from batch
+    def _parsed_batches(self, events_at: int) -> Iterator[list]:
+        """The array's elements in lists: chunk by chunk while that works, then through ijson."""
+        yield from self._chunk_parsed(events_at)
         prefix = "traceEvents.item" if self.stats.form == "object" else "item"
-        yield from ijson.items(self._feed, prefix, use_float=not self.mode.exact_numbers, buf_size=PARSE_CHUNK)
+        yield from _grouped(ijson.items(self._feed, prefix, use_float=not self.mode.exact_numbers,
+                                        buf_size=PARSE_CHUNK), IJSON_BATCH)
 
     def _chunk_parsed(self, events_at: int) -> Iterator[list]:
         """Lists of elements parsed a chunk at a time; then hand the rest to ijson.
@@ -496,6 +520,27 @@ def _context(exc: Exception) -> str:
     return f" near {lines[1].strip()[:60]!r}" if len(lines) > 1 and lines[1].strip() else ""
 
 
+_ONLY_DICTS = {dict}
+
+
+def _grouped(items: Iterator[object], size: int) -> Iterator[list]:
+    """``items`` in lists of ``size``; when ``items`` fails, the items read
+    before the failure are handed out first (a truncated input keeps them)."""
+    batch: list = []
+    try:
+        for item in items:
+            batch.append(item)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+    except BaseException:
+        if batch:
+            yield batch
+        raise
+    if batch:
+        yield batch
+
+
 def _kind(value: object) -> str:
     names = {list: "a list", dict: "an object", str: "a string", int: "a number", float: "a number",
              Decimal: "a number", bool: "a boolean", type(None): "null"}
@@ -597,6 +642,36 @@ def dumps_event(event: dict, option: int = 0) -> bytes:
             raise TraceError(f"event is nested more than {WRITE_DEPTH_LIMIT} levels deep, "
                              "more than the JSON writer takes") from None
         return orjson.dumps(_big_ints_as_text(event), default=decimal_as_json, option=option)
+
+
+def dumped_batch(events: list, first_index: int) -> tuple[bytes, bytes]:
+    """A list of events as one JSON array and as spool lines (each event
+    compact on its own line, newline-terminated), from one orjson call.
+
+    In compact JSON, two adjacent objects in the array meet as ``},{``; that
+    also occurs inside strings and nested lists, so the split is kept only
+    when it yields exactly one line per event (orjson writes no raw newline).
+    Otherwise, and for what orjson cannot write in one go, each event is
+    written alone (errors then name the event: ``first_index`` + position).
+    """
+    if not events:
+        return b"[]", b""
+    try:
+        array = orjson.dumps(events, default=decimal_as_json)
+    except TypeError:
+        array = None
+    if array is not None:
+        lines = array[1:-1].replace(b"},{", b"}\n{")
+        if lines.count(b"\n") == len(events) - 1:
+            return array, lines + b"\n"
+    texts = []
+    for n, event in enumerate(events):
+        try:
+            texts.append(dumps_event(event))
+        except TraceError as exc:
+            exc.event_index = first_index + n
+            raise
+    return b"[" + b",".join(texts) + b"]", b"\n".join(texts) + b"\n"
 
 
 def _big_ints_as_text(value: object) -> object:

@@ -46,7 +46,11 @@ class EventSpool:
     def add_lines(self, lines: list[bytes]) -> None:
         """Keep a batch of event lines (one compressor call per line would be slow)."""
         if lines:
-            self._writer.write(b"\n".join(lines) + b"\n")
+            self.add_text(b"\n".join(lines) + b"\n")
+
+    def add_text(self, text: bytes) -> None:
+        """Keep event lines given as one text, each line newline-terminated."""
+        self._writer.write(text)
 
     def finish(self) -> None:
         """Close the writing side (idempotent)."""

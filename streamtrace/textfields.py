@@ -3,9 +3,10 @@
 Merge's pass 2 changes a few numbers per event (pid, a shifted ts, ids).
 Decoding and re-encoding each line costs several microseconds; changing the
 digits in the text costs a fraction, and over a whole block of lines at
-once (``split`` on a key pattern, new texts from ``map`` over C functions)
-no Python call runs per line at all.  The caller guarantees exactness by
-counting: see ``MergePlan`` in ``merge``.
+once (one ``split`` on a key pattern, new texts from ``map`` over C
+functions) no Python call runs per line at all.  The caller guarantees
+exactness by knowing how often each key must occur: see ``MergePlan`` in
+``merge``.
 """
 from __future__ import annotations
 
@@ -16,35 +17,32 @@ INTEGER = re.compile(rb"-?[0-9]+(?=[,}])")
 NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?=[,}])")
 
 Convert = Callable[[list[bytes]], Iterable[bytes]]
-"""New texts for a list of number texts."""
+"""New texts, key included, for a list of number texts found after the key."""
 
 
 def field_pattern(key: bytes, number: re.Pattern = INTEGER) -> re.Pattern:
-    """Matches ``key`` (e.g. ``b'"tid":'``) then a number, capturing both."""
-    return re.compile(b"(" + re.escape(key) + b")(" + number.pattern + b")")
+    """Matches every ``key`` (e.g. ``b'"tid":'``) and, when a number of the
+    form ``number`` follows it, that number (group 1; None otherwise)."""
+    return re.compile(re.escape(key) + b"(" + number.pattern + b")?")
 
 
-def swap_all(pattern: re.Pattern, text: bytes, convert: Convert) -> tuple[bytes, int]:
-    """``text`` with the number after every key ``pattern`` finds converted,
-    and how many (``pattern`` from :func:`field_pattern`)."""
+def swap_all(pattern: re.Pattern, text: bytes, convert: Convert, expected: int) -> bytes | None:
+    """``text`` with every key ``pattern`` finds, and its number, replaced by
+    ``convert``'s texts; None unless the key occurs exactly ``expected``
+    times, each time before a number (``pattern`` from :func:`field_pattern`)."""
     parts = pattern.split(text)
-    numbers = parts[2::3]
-    parts[2::3] = convert(numbers)
-    return b"".join(parts), len(numbers)
-
-
-def swap_one(line: bytes, key: bytes, convert: Convert, number: re.Pattern = INTEGER) -> bytes | None:
-    """``line`` with the number after ``key`` (which must occur once)
-    converted; None when that is not possible."""
-    at = line.find(key)
-    if at < 0 or line.find(key, at + len(key)) >= 0:
+    numbers = parts[1::2]
+    if len(numbers) != expected or None in numbers:
         return None
-    start = at + len(key)
-    found = number.match(line, start)
-    if found is None:
+    parts[1::2] = convert(numbers)
+    return b"".join(parts)
+
+
+def swap_one(line: bytes, pattern: re.Pattern, convert: Convert) -> bytes | None:
+    """``line`` with its one key ``pattern`` finds, and the number after it,
+    replaced by ``convert``'s text; None when the key is missing, occurs
+    twice or has no number after it."""
+    found = pattern.search(line)
+    if found is None or found.group(1) is None or pattern.search(line, found.end()) is not None:
         return None
-    return line[:start] + next(iter(convert([found.group()]))) + line[found.end():]
-
-
-def as_texts(numbers: Iterable[int]) -> Iterable[bytes]:
-    return map(b"%d".__mod__, numbers)
+    return line[:found.start()] + next(iter(convert([found.group(1)]))) + line[found.end():]

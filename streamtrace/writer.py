@@ -8,6 +8,7 @@ event would cost more than the events.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import BinaryIO, Iterable
 
 import orjson
@@ -15,6 +16,15 @@ import orjson
 from .jsonscan import RawMember
 
 BATCH_LINES = 512  # orjson.dumps results keep ~4 KB of capacity each
+
+
+@dataclass(frozen=True)
+class JoinedLines:
+    """``count`` event lines as one text, separated by newlines (cheaper to
+    write than a list when the lines were joined anyway)."""
+
+    text: bytes
+    count: int
 
 
 class TraceWriter:
@@ -44,10 +54,15 @@ class TraceWriter:
         if len(self._batch) >= BATCH_LINES:
             self.flush()
 
-    def events(self, lines: list[bytes]) -> None:
+    def events(self, lines: list[bytes] | JoinedLines) -> None:
         """Write a batch of event lines."""
         self.flush()
-        if lines:
+        if isinstance(lines, JoinedLines):
+            if lines.count:
+                self._out.write((b",\n" if self._started else b"") + lines.text.replace(b"\n", b",\n"))
+                self._started = True
+                self.events_written += lines.count
+        elif lines:
             self._batch = lines
             self.flush()
 
