@@ -644,9 +644,9 @@ def dumps_event(event: dict, option: int = 0) -> bytes:
         return orjson.dumps(_big_ints_as_text(event), default=decimal_as_json, option=option)
 
 
-def dumped_batch(events: list, first_index: int) -> tuple[bytes, bytes]:
+def dumped_batch(events: list, first_index: int) -> tuple[bytes, bytes | memoryview]:
     """A list of events as one JSON array and as spool lines (each event
-    compact on its own line, newline-terminated), from one orjson call.
+    compact on its own line; newlines between them), from one orjson call.
 
     In compact JSON, two adjacent objects in the array meet as ``},{``; that
     also occurs inside strings and nested lists, so the split is kept only
@@ -655,15 +655,15 @@ def dumped_batch(events: list, first_index: int) -> tuple[bytes, bytes]:
     written alone (errors then name the event: ``first_index`` + position).
     """
     if not events:
-        return b"[]", b""
+        raise ValueError("no events to write")
     try:
         array = orjson.dumps(events, default=decimal_as_json)
     except TypeError:
         array = None
     if array is not None:
-        lines = array[1:-1].replace(b"},{", b"}\n{")
-        if lines.count(b"\n") == len(events) - 1:
-            return array, lines + b"\n"
+        joined = array.replace(b"},{", b"}\n{")
+        if joined.count(b"\n") == len(events) - 1:
+            return array, memoryview(joined)[1:-1]
     texts = []
     for n, event in enumerate(events):
         try:
@@ -671,7 +671,7 @@ def dumped_batch(events: list, first_index: int) -> tuple[bytes, bytes]:
         except TraceError as exc:
             exc.event_index = first_index + n
             raise
-    return b"[" + b",".join(texts) + b"]", b"\n".join(texts) + b"\n"
+    return b"[" + b",".join(texts) + b"]", b"\n".join(texts)
 
 
 def _big_ints_as_text(value: object) -> object:

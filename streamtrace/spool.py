@@ -46,11 +46,12 @@ class EventSpool:
     def add_lines(self, lines: list[bytes]) -> None:
         """Keep a batch of event lines (one compressor call per line would be slow)."""
         if lines:
-            self.add_text(b"\n".join(lines) + b"\n")
+            self.add_text(b"\n".join(lines))
 
-    def add_text(self, text: bytes) -> None:
-        """Keep event lines given as one text, each line newline-terminated."""
+    def add_text(self, text: bytes | memoryview) -> None:
+        """Keep event lines given as one text, newlines between them."""
         self._writer.write(text)
+        self._writer.write(b"\n")
 
     def finish(self) -> None:
         """Close the writing side (idempotent)."""

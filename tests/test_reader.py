@@ -216,3 +216,55 @@ def test_exact_mode_batches_decode_exactly():
     events = reader_module.loads_spooled(memoryview(big))
     assert events[1]["id"] == 123456789012345678901234567890 and str(events[1]["ts"]) == "2.50"
     assert reader_module.loads_spooled(b'[{"ts": 1e400}]')[0]["ts"] == Decimal("1e400")
+
+
+def spool_lines(events: list) -> list[bytes]:
+    array, lines = reader_module.dumped_batch(events, 0)
+    assert json.loads(array) == events
+    return bytes(lines).split(b"\n")
+
+
+@pytest.mark.parametrize("events", [
+    [{"ph": "X", "name": "a},{b"}, {"ph": "i"}],  # the separator inside a string
+    [{"args": {"shapes": [{"a": 1}, {"b": 2}]}}, {"ph": "i"}],  # and between nested objects
+    [{}, {}, {"x": {}}, {}],  # empty objects meet as },{ too
+    [{"id": 2**64 + 1}, {"ts": Decimal("1.50")}],  # beyond orjson: written one by one, exactly
+])
+def test_spool_lines_are_one_event_each_whatever_the_text_holds(events):
+    lines = spool_lines(events)
+    assert len(lines) == len(events)
+    assert [json.loads(line, parse_float=Decimal) for line in lines] == events
+
+
+def test_spool_lines_come_from_one_encoding_on_plain_events(monkeypatch):
+    """The per-event fallback is not taken when nothing calls for it."""
+    calls = []
+    monkeypatch.setattr(reader_module, "dumps_event", lambda event: calls.append(event))
+    events = [{"ph": "X", "name": f"k{n}", "args": {"grid": [1, 2, 3], "n": n}} for n in range(50)]
+    assert [json.loads(line) for line in spool_lines(events)] == events
+    assert calls == []
+
+
+def test_too_deep_event_is_refused_with_its_index():
+    deep: dict = {}
+    for _ in range(300):
+        deep = {"a": deep}
+    with pytest.raises(TraceError, match="nested") as info:
+        reader_module.dumped_batch([{"ph": "i"}, {"ph": "i", "args": deep}], 40)
+    assert info.value.event_index == 41
+
+
+def test_visitor_error_names_the_event_inside_a_batch(tmp_path):
+    """Pass 1 with a spool hands the visitor whole parsed chunks; its complaint still names the event."""
+    events = [{"ph": "i", "n": n} for n in range(3000)]
+
+    class Picky:
+        def visit(self, event: dict) -> None:
+            if event["n"] == 2345:
+                raise TraceError("this one")
+
+    with InputSource(io.BytesIO(json.dumps({"traceEvents": events}).encode())) as source:
+        with pytest.raises(TraceError, match="this one") as info:
+            index_pass(source, Picky, keep_events=True, spool_dir=str(tmp_path))
+    assert info.value.event_index == 2345
+    assert list(tmp_path.iterdir()) == []
