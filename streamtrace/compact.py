@@ -9,11 +9,12 @@ lines and appends the new events.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import operator
 import re
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Callable, Iterator
 
 import orjson
 
-from .engine import EmitPlan, IndexResult, emit_pass, index_pass
+from .engine import EmitPlan, IndexResult, emit_pass, index_pass, patched_lines
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
 from .lanes import (IN_MEMORY_SORT_LIMIT, Runs, coalesce, coalesce_in_start_order, first_overlap, label_runs,
@@ -35,6 +36,8 @@ from .resources import gc_paused, peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
+from .textfields import Field, field_pattern, swap_fields
+from .writer import JoinedLines
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
@@ -70,7 +73,9 @@ class CompactIndex:
         self.flow_stream = array("i")
         self.flow_ts = array("d")
         self.meta_stream = array("i")
+        self.slice_stream_arg = bytearray()  # per slice: 1 when args.stream is an integer
         self.int_tids: set[int] = set()
+        self.odd_tid_at = array("q")  # events whose tid is not an integer (or is missing)
         self.graph_launches = 0
         self.gpu_annotations = 0
         self.visit = self._make_visit()
@@ -90,13 +95,16 @@ class CompactIndex:
         label_ids, new_label = self.label_ids, self._new_label
         slice_stream, slice_start, slice_end = self.slice_stream.append, self.slice_start.append, self.slice_end.append
         slice_group, slice_label = self.slice_group.append, self.slice_label.append
+        slice_stream_arg, odd_tid = self.slice_stream_arg.append, self.odd_tid_at.append
         flow_stream, flow_ts = self.flow_stream.append, self.flow_ts.append
         annotation, metadata, span = self._annotation, self._metadata, self._span
 
         def visit(event: dict) -> None:
             get = event.get
             tid = get("tid")
-            if tid.__class__ is int and tid not in tids:
+            if tid.__class__ is not int:
+                odd_tid(len(actions))
+            elif tid not in tids:
                 note_tid(tid)
             kind = kinds.get(get("cat"))
             if kind is None:
@@ -129,7 +137,12 @@ class CompactIndex:
                 group = by_name.get(name) if by_name is not None else None
                 slice_group(classify(kind_key, name) if group is None else group)
                 args = get("args")
-                label = args.get("name") if args.__class__ is dict else None
+                if args.__class__ is dict:
+                    label = args.get("name")
+                    slice_stream_arg(args.get("stream").__class__ is int)
+                else:
+                    label = None
+                    slice_stream_arg(0)
                 if label.__class__ is str and label:
                     found = label_ids.get(label)
                     slice_label(new_label(label) if found is None else found)
@@ -544,18 +557,108 @@ def _lanes_by_group(rules: Rules, lane_info: dict) -> dict[str, int]:
 class CompactPlan(EmitPlan):
     """Pass 2: move slices, annotations and flow endpoints; drop old metadata.
 
-    Each patcher is a closure that counts its own kind of event, so the k-th
+    A block of lines is moved as one text when it can be (:meth:`moved_block`):
+    the tid of every line (and ``args.stream`` of the slices) swapped by one
+    split of the joined block, dropped lines left out, only retimed
+    annotations patched one by one.  Otherwise each line goes through its
+    kind's patcher, a closure that counts its own kind of event, so the k-th
     slice line met in pass 2 is checked against the k-th slice of pass 1.
     """
 
     def __init__(self, index: CompactIndex, compaction: Compaction, exact: bool) -> None:
         self.actions = index.actions
         self.compaction = compaction
+        self._index = index
         self._loads = event_loader(exact)
-        self._slices = itertools.count()
-        old_tids = [key[1] for key in index.stream_keys]
-        self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(index, old_tids),
+        self._counters = {kind: itertools.count() for kind in (SLICE, ANNOTATION, FLOW, METADATA)}
+        self._slices = self._counters[SLICE]
+        self._old_tids = old_tids = [key[1] for key in index.stream_keys]
+        self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(),
                          self._flow_patcher(index, old_tids), self._metadata_patcher()]
+        self._cursor = [0, {SLICE: 0, ANNOTATION: 0, FLOW: 0, METADATA: 0}]  # next event, ordinals there
+        tids = set(compaction.lane_tid_of_slice) | set(compaction.note_tid) | set(compaction.flow_tid)
+        self._tid_texts = {tid: b'"tid":%d' % tid for tid in tids if tid >= 0}
+
+    def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
+        moved = self.moved_block(block, first_index)
+        if moved is not None:
+            joined = swap_fields(b"\n".join(moved.lines), moved.fields)
+            if joined is not None:
+                moved.commit()
+                return JoinedLines(joined, len(moved.lines))
+        return patched_lines(self, block, first_index)
+
+    def moved_block(self, block: list[bytes], first: int) -> "MovedBlock | None":
+        """The block's kept lines and the fields to swap in their joined
+        text, or None when the block must go line by line (an event without
+        an integer tid).  Nothing changes until :meth:`MovedBlock.commit`."""
+        end = first + len(block)
+        bases = self._bases(first, end)
+        odd = self._index.odd_tid_at
+        at = bisect_left(odd, first)
+        if at < len(odd) and odd[at] < end:
+            return None
+        actions = self.actions[first:end]
+        plan = self.compaction
+        new_tids = array("i", [-1]) * len(block)
+        lines = block
+        counts = {kind: actions.count(kind) for kind in bases}
+        slice_at = _positions(actions, SLICE)
+        s0 = bases[SLICE]
+        lanes = plan.lane_tid_of_slice[s0:s0 + len(slice_at)]
+        for position, tid in zip(slice_at, lanes):
+            new_tids[position] = tid
+        if slice_at:
+            self._check_slice(block[slice_at[0]], s0)
+            self._check_slice(block[slice_at[-1]], s0 + len(slice_at) - 1)
+        for position, tid in zip(_positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
+            new_tids[position] = tid
+        drop = []
+        for ordinal, position in enumerate(_positions(actions, ANNOTATION), bases[ANNOTATION]):
+            tid = plan.note_tid[ordinal]
+            if tid < 0:
+                continue
+            if plan.note_drop[ordinal]:
+                drop.append(position)
+                continue
+            new_tids[position] = tid
+            if ordinal in plan.note_union:
+                if lines is block:
+                    lines = list(block)
+                lines[position] = self._annotation_line(block[position], ordinal)
+        for ordinal, position in enumerate(_positions(actions, METADATA), bases[METADATA]):
+            if plan.meta_drop[ordinal]:
+                drop.append(position)
+        if drop:
+            keep = bytearray(b"\x01") * len(block)
+            for position in drop:
+                keep[position] = 0
+            lines = list(itertools.compress(lines, keep))
+            new_tids = array("i", itertools.compress(new_tids, keep))
+        stream_marks = self._index.slice_stream_arg[s0:s0 + len(slice_at)]
+        streams = list(itertools.compress(lanes, stream_marks))
+        tid_texts = self._tid_texts
+        fields = [
+            (_TID_KEY, lambda numbers: map(tid_texts.get, new_tids, map(b'"tid":'.__add__, numbers)), len(lines)),
+            (_STREAM_KEY, lambda numbers: map(b'"stream":%d'.__mod__, streams), len(streams)),
+        ]
+        return MovedBlock(lines, fields, sorted(first + position for position in drop),
+                          lambda: self._skip(counts))
+
+    def _bases(self, first: int, end: int) -> dict[int, int]:
+        """Each kind's ordinal at event ``first``; blocks come in order, so
+        the cursor then moves on to ``end``."""
+        cursor, bases = self._cursor
+        if cursor != first:
+            raise TraceError(f"validation failed: pass 2 expected event {cursor}, got {first}")
+        moved = {kind: ordinal + self.actions.count(kind, first, end) for kind, ordinal in bases.items()}
+        self._cursor = [end, moved]
+        return bases
+
+    def _skip(self, counts: dict[int, int]) -> None:
+        """Keep the line-by-line patchers' counters in step with a block moved whole."""
+        for kind, count in counts.items():
+            collections.deque(itertools.islice(self._counters[kind], count), maxlen=0)
 
     def _retarget(self, line: bytes, old_tid: object, tid: int, *, stream: bool = False,
                   times: tuple | None = None) -> bytes:
@@ -576,35 +679,38 @@ class CompactPlan(EmitPlan):
             event["ts"], event["dur"] = times
         return dumps_event(event)
 
+    def _check_slice(self, line: bytes, ordinal: int) -> None:
+        start = _TS_FIELD.search(line)
+        if start is None or float(start.group(1)) != self._index.slice_start[ordinal]:
+            raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
+
     def _slice_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:
-        starts, streams, lane_tids = index.slice_start, index.slice_stream, self.compaction.lane_tid_of_slice
-        retarget, counter, search = self._retarget, self._slices, _TS_FIELD.search
+        streams, lane_tids = index.slice_stream, self.compaction.lane_tid_of_slice
+        retarget, counter, check = self._retarget, self._slices, self._check_slice
 
         def patch(line: bytes) -> bytes:
             ordinal = next(counter)
-            start = search(line)
-            if start is None or float(start.group(1)) != starts[ordinal]:
-                raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
+            check(line, ordinal)
             return retarget(line, old_tids[streams[ordinal]], lane_tids[ordinal], stream=True)
 
         return patch
 
-    def _annotation_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes | None]:
-        plan, streams, counter, retarget = self.compaction, index.note_stream, itertools.count(), self._retarget
+    def _annotation_line(self, line: bytes, ordinal: int) -> bytes | None:
+        plan = self.compaction
+        tid = plan.note_tid[ordinal]
+        if tid < 0:
+            return line
+        if plan.note_drop[ordinal]:
+            return None
+        old_tid = self._old_tids[self._index.note_stream[ordinal]]
+        return self._retarget(line, old_tid, tid, times=plan.note_union.get(ordinal))
 
-        def patch(line: bytes) -> bytes | None:
-            ordinal = next(counter)
-            tid = plan.note_tid[ordinal]
-            if tid < 0:
-                return line
-            if plan.note_drop[ordinal]:
-                return None
-            return retarget(line, old_tids[streams[ordinal]], tid, times=plan.note_union.get(ordinal))
-
-        return patch
+    def _annotation_patcher(self) -> Callable[[bytes], bytes | None]:
+        counter, patch = self._counters[ANNOTATION], self._annotation_line
+        return lambda line: patch(line, next(counter))
 
     def _flow_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:
-        tids, streams, counter, retarget = self.compaction.flow_tid, index.flow_stream, itertools.count(), self._retarget
+        tids, streams, counter, retarget = self.compaction.flow_tid, index.flow_stream, self._counters[FLOW], self._retarget
 
         def patch(line: bytes) -> bytes:
             ordinal = next(counter)
@@ -614,7 +720,7 @@ class CompactPlan(EmitPlan):
         return patch
 
     def _metadata_patcher(self) -> Callable[[bytes], bytes | None]:
-        drop, counter = self.compaction.meta_drop, itertools.count()
+        drop, counter = self.compaction.meta_drop, self._counters[METADATA]
 
         def patch(line: bytes) -> bytes | None:
             return None if drop[next(counter)] else line
@@ -631,6 +737,31 @@ class CompactPlan(EmitPlan):
     def appended(self) -> Iterator[bytes]:
         self.check_slices_written()
         return (dumps_event(event) for event in self.compaction.new_events())
+
+
+@dataclass
+class MovedBlock:
+    """A block of lines as compaction leaves it: the kept lines, the fields
+    (key pattern, new texts, expected count) to swap in their joined text,
+    the event indexes dropped, and ``commit`` to call once it is written."""
+
+    lines: list[bytes]
+    fields: list[Field]
+    dropped: list[int]
+    commit: Callable[[], None]
+
+
+_TID_KEY = field_pattern(b'"tid":')
+_STREAM_KEY = field_pattern(b'"stream":')
+
+
+def _positions(actions: bytes, kind: int) -> list[int]:
+    """Where ``kind`` occurs in a block's actions."""
+    found, at = [], actions.find(kind)
+    while at >= 0:
+        found.append(at)
+        at = actions.find(kind, at + 1)
+    return found
 
 
 _TS_FIELD = re.compile(rb'"ts":(-?[0-9][0-9.eE+-]*)[,}]')

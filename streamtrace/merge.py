@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import orjson
 import zstandard
 
-from .compact import CompactIndex, CompactPlan, Compaction, plan_compaction
+from .compact import CompactIndex, CompactPlan, Compaction, MovedBlock, plan_compaction
 from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
 from .errors import TraceError
 from .jsonscan import RawMember, member_value
@@ -44,7 +44,7 @@ from .resources import peak_rss_mb
 from .rules import load_rules
 from .sink import OutputTarget, SinkSpec, remove_quietly
 from .source import InputSource
-from .textfields import INTEGER, NUMBER, field_pattern, swap_all, swap_one
+from .textfields import INTEGER, NUMBER, Field, field_pattern, swap_fields, swap_one
 from .writer import JoinedLines, TraceWriter
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
@@ -300,15 +300,25 @@ class MergePlan(EmitPlan):
             fields.append((b'"ts":', NUMBER, self._times, None))
         fields += [(b'"correlation":', INTEGER, self._correlations, index.correlated),
                    (b'"id":', INTEGER, self._flow_ids, index.flows_with_id)]
-        self._fields = [(key, field_pattern(key, number), convert, marks) for key, number, convert, marks in fields]
-        self._patterns = {key: pattern for key, pattern, _, _ in self._fields}
+        self._patterns = {key: field_pattern(key, number) for key, number, _, _ in fields}
+        self._fields = [(self._patterns[key], convert, marks) for key, _, convert, marks in fields]
 
     def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
-        """Compaction's patches, then the merge rewrite of the whole block."""
+        """Compaction's moves and the merge rewrite, on the whole block at once when that is exact."""
+        end = first_index + len(block)
+        if self._compact is None:
+            moved = MovedBlock(block, [], [], lambda: None)
+        else:
+            moved = self._compact.moved_block(block, first_index)
+        if moved is not None and self._index.regular:
+            rewritten = self._rewrite_block(moved.lines, first_index, end, moved.dropped, moved.fields)
+            if rewritten is not None:
+                moved.commit()
+                return rewritten
         dropped: list[int] = []
         kept = patched_lines(self, block, first_index, dropped)
         if self._index.regular and kept:
-            rewritten = self._rewrite_block(kept, first_index, first_index + len(block), dropped)
+            rewritten = self._rewrite_block(kept, first_index, end, dropped, [])
             if rewritten is not None:
                 return rewritten
         out = []
@@ -318,8 +328,10 @@ class MergePlan(EmitPlan):
                 out.append(line)
         return out
 
-    def _rewrite_block(self, lines: list[bytes], first: int, end: int, dropped: list[int]) -> JoinedLines | None:
-        """The block rewritten as one text, or None when that is not exact.
+    def _rewrite_block(self, lines: list[bytes], first: int, end: int, dropped: list[int],
+                       fields: list[Field]) -> JoinedLines | None:
+        """The block rewritten as one text (``fields``, compaction's, first),
+        or None when that is not exact.
 
         Pass 1 says how many of the kept events have each field where the
         rewrite looks (every event: pid and ts; some: an integer
@@ -334,22 +346,17 @@ class MergePlan(EmitPlan):
         """
         decode_at = self._index.decode_at
         marked = bisect_left(decode_at, first)
-        if marked < len(decode_at) and decode_at[marked] < end:
+        if marked < len(decode_at) and decode_at[marked] < end or not lines:
             return None
-        joined = b"\n".join(lines)
-        for key, pattern, convert, marks in self._fields:
+        fields = list(fields)
+        for pattern, convert, marks in self._fields:
             if marks is None:
                 expected = len(lines)
             else:
                 expected = marks.count(1, first, end) - sum(marks[index] for index in dropped)
-            if not expected:
-                if key in joined:
-                    return None
-                continue
-            joined = swap_all(pattern, joined, convert, expected)
-            if joined is None:
-                return None
-        return JoinedLines(joined, len(lines))
+            fields.append((pattern, convert, expected))
+        joined = swap_fields(b"\n".join(lines), fields)
+        return None if joined is None else JoinedLines(joined, len(lines))
 
     def _rewrite_line(self, line: bytes) -> bytes | None:
         """The merged form of one event line (blocks that cannot be rewritten whole).

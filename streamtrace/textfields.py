@@ -18,6 +18,8 @@ NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?=[,}])")
 
 Convert = Callable[[list[bytes]], Iterable[bytes]]
 """New texts, key included, for a list of number texts found after the key."""
+Field = tuple[re.Pattern, Convert, int]
+"""A key pattern (from :func:`field_pattern`), the new texts, how often the key must occur."""
 
 
 def field_pattern(key: bytes, number: re.Pattern = INTEGER) -> re.Pattern:
@@ -36,6 +38,19 @@ def swap_all(pattern: re.Pattern, text: bytes, convert: Convert, expected: int) 
         return None
     parts[1::2] = convert(numbers)
     return b"".join(parts)
+
+
+def swap_fields(text: bytes, fields: Iterable[Field]) -> bytes | None:
+    """:func:`swap_all` for each field in turn; None as soon as one is not exact."""
+    for pattern, convert, expected in fields:
+        if not expected:
+            if pattern.search(text) is not None:
+                return None
+            continue
+        text = swap_all(pattern, text, convert, expected)
+        if text is None:
+            return None
+    return text
 
 
 def swap_one(line: bytes, pattern: re.Pattern, convert: Convert) -> bytes | None:
