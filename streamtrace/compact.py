@@ -36,7 +36,7 @@ from .resources import gc_paused, peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
-from .textfields import Field, field_pattern, swap_fields
+from .textfields import Convert, field_pattern, positions, splice_number, swap_all
 from .writer import JoinedLines
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
@@ -577,21 +577,34 @@ class CompactPlan(EmitPlan):
                          self._flow_patcher(index, old_tids), self._metadata_patcher()]
         self._cursor = [0, {SLICE: 0, ANNOTATION: 0, FLOW: 0, METADATA: 0}]  # next event, ordinals there
         tids = set(compaction.lane_tid_of_slice) | set(compaction.note_tid) | set(compaction.flow_tid)
-        self._tid_texts = {tid: b'"tid":%d' % tid for tid in tids if tid >= 0}
+        self._new_tids = {tid for tid in tids if tid >= 0}
+        self._tid_texts: dict[bytes, dict[int, bytes]] = {}
 
     def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
         moved = self.moved_block(block, first_index)
         if moved is not None:
-            joined = swap_fields(b"\n".join(moved.lines), moved.fields)
+            lines, tids = moved.kept()
+            joined = swap_all(_TID_KEY, b"\n".join(lines), self.tid_swap(tids, b'"tid":'), len(lines))
             if joined is not None:
                 moved.commit()
-                return JoinedLines(joined, len(moved.lines))
+                return JoinedLines(joined, len(lines))
         return patched_lines(self, block, first_index)
 
+    def tid_swap(self, tids: array, prefix: bytes) -> Convert:
+        """New texts (``prefix`` + tid) for the tids of a moved block's kept
+        lines in order: the lane tid, or the old number where it stays."""
+        texts = self._tid_texts.get(prefix)
+        if texts is None:
+            texts = self._tid_texts[prefix] = {tid: prefix + b"%d" % tid for tid in self._new_tids}
+        return lambda numbers: map(texts.get, tids, map(prefix.__add__, numbers))
+
     def moved_block(self, block: list[bytes], first: int) -> "MovedBlock | None":
-        """The block's kept lines and the fields to swap in their joined
-        text, or None when the block must go line by line (an event without
-        an integer tid).  Nothing changes until :meth:`MovedBlock.commit`."""
+        """The block with compaction's moves decided (each line's new tid,
+        the lines to drop) and done where they are per line (``args.stream``
+        of slices, retimed annotations), or None when the block must go
+        through the per-line patchers (an event without an integer tid, an
+        ``args.stream`` that is not exactly once in its line).  Nothing
+        changes until :meth:`MovedBlock.commit`."""
         end = first + len(block)
         bases = self._bases(first, end)
         odd = self._index.odd_tid_at
@@ -601,20 +614,24 @@ class CompactPlan(EmitPlan):
         actions = self.actions[first:end]
         plan = self.compaction
         new_tids = array("i", [-1]) * len(block)
-        lines = block
+        lines = list(block)
         counts = {kind: actions.count(kind) for kind in bases}
-        slice_at = _positions(actions, SLICE)
+        slice_at = positions(actions, SLICE)
         s0 = bases[SLICE]
         lanes = plan.lane_tid_of_slice[s0:s0 + len(slice_at)]
-        for position, tid in zip(slice_at, lanes):
+        check = self._check_slice
+        for ordinal, position, tid, stream in zip(itertools.count(s0), slice_at, lanes,
+                                                  self._index.slice_stream_arg[s0:s0 + len(slice_at)]):
+            check(lines[position], ordinal)
             new_tids[position] = tid
-        if slice_at:
-            self._check_slice(block[slice_at[0]], s0)
-            self._check_slice(block[slice_at[-1]], s0 + len(slice_at) - 1)
-        for position, tid in zip(_positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
+            if stream:
+                lines[position] = splice_number(lines[position], b'"stream":', b'"stream":%d' % tid)
+                if lines[position] is None:
+                    return None
+        for position, tid in zip(positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
             new_tids[position] = tid
         drop = []
-        for ordinal, position in enumerate(_positions(actions, ANNOTATION), bases[ANNOTATION]):
+        for ordinal, position in enumerate(positions(actions, ANNOTATION), bases[ANNOTATION]):
             tid = plan.note_tid[ordinal]
             if tid < 0:
                 continue
@@ -623,26 +640,16 @@ class CompactPlan(EmitPlan):
                 continue
             new_tids[position] = tid
             if ordinal in plan.note_union:
-                if lines is block:
-                    lines = list(block)
                 lines[position] = self._annotation_line(block[position], ordinal)
-        for ordinal, position in enumerate(_positions(actions, METADATA), bases[METADATA]):
+        for ordinal, position in enumerate(positions(actions, METADATA), bases[METADATA]):
             if plan.meta_drop[ordinal]:
                 drop.append(position)
+        keep = None
         if drop:
             keep = bytearray(b"\x01") * len(block)
             for position in drop:
                 keep[position] = 0
-            lines = list(itertools.compress(lines, keep))
-            new_tids = array("i", itertools.compress(new_tids, keep))
-        stream_marks = self._index.slice_stream_arg[s0:s0 + len(slice_at)]
-        streams = list(itertools.compress(lanes, stream_marks))
-        tid_texts = self._tid_texts
-        fields = [
-            (_TID_KEY, lambda numbers: map(tid_texts.get, new_tids, map(b'"tid":'.__add__, numbers)), len(lines)),
-            (_STREAM_KEY, lambda numbers: map(b'"stream":%d'.__mod__, streams), len(streams)),
-        ]
-        return MovedBlock(lines, fields, sorted(first + position for position in drop),
+        return MovedBlock(lines, new_tids, keep, sorted(first + position for position in drop),
                           lambda: self._skip(counts))
 
     def _bases(self, first: int, end: int) -> dict[int, int]:
@@ -741,27 +748,25 @@ class CompactPlan(EmitPlan):
 
 @dataclass
 class MovedBlock:
-    """A block of lines as compaction leaves it: the kept lines, the fields
-    (key pattern, new texts, expected count) to swap in their joined text,
-    the event indexes dropped, and ``commit`` to call once it is written."""
+    """A block of lines on its way through compaction: every line (changed
+    where changes are per line), each line's new tid (-1: it stays), which
+    lines to keep (None: all), the event indexes dropped, and ``commit`` to
+    call once the block is written."""
 
     lines: list[bytes]
-    fields: list[Field]
+    new_tids: array
+    keep: bytearray | None
     dropped: list[int]
     commit: Callable[[], None]
 
+    def kept(self) -> tuple[list[bytes], array]:
+        """The kept lines and their new tids."""
+        if self.keep is None:
+            return self.lines, self.new_tids
+        return list(itertools.compress(self.lines, self.keep)), array("i", itertools.compress(self.new_tids, self.keep))
+
 
 _TID_KEY = field_pattern(b'"tid":')
-_STREAM_KEY = field_pattern(b'"stream":')
-
-
-def _positions(actions: bytes, kind: int) -> list[int]:
-    """Where ``kind`` occurs in a block's actions."""
-    found, at = [], actions.find(kind)
-    while at >= 0:
-        found.append(at)
-        at = actions.find(kind, at + 1)
-    return found
 
 
 _TS_FIELD = re.compile(rb'"ts":(-?[0-9][0-9.eE+-]*)[,}]')

@@ -44,7 +44,7 @@ from .resources import peak_rss_mb
 from .rules import load_rules
 from .sink import OutputTarget, SinkSpec, remove_quietly
 from .source import InputSource
-from .textfields import INTEGER, NUMBER, Field, field_pattern, swap_fields, swap_one
+from .textfields import INTEGER, NUMBER, Convert, field_pattern, positions, splice_number, swap_fields, swap_one
 from .writer import JoinedLines, TraceWriter
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
@@ -295,68 +295,87 @@ class MergePlan(EmitPlan):
         self._pid_texts = _KeyedTexts(b'"pid":', ((b"%d" % old, b"%d" % new) for old, new in rewrite.pid_map.items()
                                                 if old.__class__ is int))
         self._id_offset = rewrite.unique(0)  # a rank-unique id is the raw id plus this
-        fields = [(b'"pid":', INTEGER, self._pids, None)]
+        self._patterns = {key: field_pattern(key, number) for key, number in
+                          ((b'"pid":', INTEGER), (b'"tid":', INTEGER), (b'"ts":', NUMBER))}
+        dense = rb'"pid":(' + INTEGER.pattern + rb')?(?:,"tid":(' + INTEGER.pattern + rb'))?'
         if rewrite.offset_ns:
-            fields.append((b'"ts":', NUMBER, self._times, None))
-        fields += [(b'"correlation":', INTEGER, self._correlations, index.correlated),
-                   (b'"id":', INTEGER, self._flow_ids, index.flows_with_id)]
-        self._patterns = {key: field_pattern(key, number) for key, number, _, _ in fields}
-        self._fields = [(self._patterns[key], convert, marks) for key, _, convert, marks in fields]
+            dense += rb'(?:,"ts":(' + NUMBER.pattern + rb'))?'
+        self._dense = re.compile(dense)
 
     def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
         """Compaction's moves and the merge rewrite, on the whole block at once when that is exact."""
-        end = first_index + len(block)
         if self._compact is None:
-            moved = MovedBlock(block, [], [], lambda: None)
+            moved = MovedBlock(list(block), None, None, [], lambda: None)
         else:
             moved = self._compact.moved_block(block, first_index)
         if moved is not None and self._index.regular:
-            rewritten = self._rewrite_block(moved.lines, first_index, end, moved.dropped, moved.fields)
+            rewritten = self._rewrite_block(moved, first_index, first_index + len(block))
             if rewritten is not None:
                 moved.commit()
                 return rewritten
-        dropped: list[int] = []
-        kept = patched_lines(self, block, first_index, dropped)
-        if self._index.regular and kept:
-            rewritten = self._rewrite_block(kept, first_index, end, dropped, [])
-            if rewritten is not None:
-                return rewritten
         out = []
-        for line in kept:
+        for line in patched_lines(self, block, first_index):
             line = self._rewrite_line(line)
             if line is not None:
                 out.append(line)
         return out
 
-    def _rewrite_block(self, lines: list[bytes], first: int, end: int, dropped: list[int],
-                       fields: list[Field]) -> JoinedLines | None:
-        """The block rewritten as one text (``fields``, compaction's, first),
-        or None when that is not exact.
+    def _rewrite_block(self, moved: MovedBlock, first: int, end: int) -> JoinedLines | None:
+        """The block rewritten as one text, or None when that is not exact.
 
-        Pass 1 says how many of the kept events have each field where the
-        rewrite looks (every event: pid and ts; some: an integer
-        ``args.correlation``, an integer flow id).  Each of those events has
-        the key at least once, so when the key occurs in the block exactly
-        that many times, and a number follows it each time, every occurrence
-        is the one to change: one split of the block on the key (new texts
-        from ``map`` over C functions) does the work of a loop over its
-        lines.  Blocks with events pass 1 marked for decoding (metadata,
-        whose names get prefixed; a ``correlation_raw`` already there) go
-        line by line.
+        The ids some events carry (an integer ``args.correlation``, a flow's
+        integer id: pass 1 marked which) are changed line by line in the
+        lines that have them.  The fields every event has (pid, tid, ts)
+        are changed in the joined block by one split on ``"pid":`` that also
+        takes the ``"tid":`` and ``"ts":`` right after it (their order in
+        Kineto's events), from ``map`` over C functions, with no Python step
+        per line; every event has one ``"pid":`` key, so as many matches as
+        lines, each with its numbers, is exact (else each field is split on
+        its own, with the same count check).  Blocks with events pass 1
+        marked for decoding (metadata, whose names get prefixed; a
+        ``correlation_raw`` already there) go line by line.
         """
         decode_at = self._index.decode_at
         marked = bisect_left(decode_at, first)
-        if marked < len(decode_at) and decode_at[marked] < end or not lines:
+        if marked < len(decode_at) and decode_at[marked] < end:
             return None
-        fields = list(fields)
-        for pattern, convert, marks in self._fields:
-            if marks is None:
-                expected = len(lines)
-            else:
-                expected = marks.count(1, first, end) - sum(marks[index] for index in dropped)
-            fields.append((pattern, convert, expected))
-        joined = swap_fields(b"\n".join(lines), fields)
-        return None if joined is None else JoinedLines(joined, len(lines))
+        lines = moved.lines
+        for marks, key, new in ((self._index.correlated, b'"correlation":', self._correlation),
+                                (self._index.flows_with_id, b'"id":', self._flow_id)):
+            for position in positions(marks[first:end], 1):
+                changed = splice_number(lines[position], key, new)
+                if changed is None:
+                    return None
+                lines[position] = changed
+        kept, tids = moved.kept()
+        if not kept:
+            return None
+        joined = self._swap_dense(b"\n".join(kept), len(kept), tids)
+        return None if joined is None else JoinedLines(joined, len(kept))
+
+    def _swap_dense(self, joined: bytes, count: int, tids: array | None) -> bytes | None:
+        """pid, tid (``tids``: compaction's, or None) and the shifted ts of every line of ``joined``."""
+        parts = self._dense.split(joined)
+        stride = self._dense.groups + 1
+        found = [parts[group::stride] for group in range(1, stride)]
+        if len(found[0]) == count and not any(None in numbers for numbers in found):
+            parts[1::stride] = self._pids(found[0])
+            parts[2::stride] = self._tids(tids, b',"tid":')(found[1])
+            if self.rewrite.offset_ns:
+                parts[3::stride] = map(b",".__add__, self._times(found[2]))
+            return b"".join(parts)
+        patterns = self._patterns
+        fields = [(patterns[b'"pid":'], self._pids, count)]
+        if tids is not None:
+            fields.append((patterns[b'"tid":'], self._tids(tids, b'"tid":'), count))
+        if self.rewrite.offset_ns:
+            fields.append((patterns[b'"ts":'], self._times, count))
+        return swap_fields(joined, fields)
+
+    def _tids(self, tids: array | None, prefix: bytes) -> Convert:
+        if tids is None:
+            return lambda numbers: map(prefix.__add__, numbers)
+        return self._compact.tid_swap(tids, prefix)
 
     def _rewrite_line(self, line: bytes) -> bytes | None:
         """The merged form of one event line (blocks that cannot be rewritten whole).
@@ -375,9 +394,9 @@ class MergePlan(EmitPlan):
         if swapped is not None and self.rewrite.offset_ns and b'"ts":' in swapped:
             swapped = swap_one(swapped, patterns[b'"ts":'], self._times)
         if swapped is not None and b'"correlation":' in swapped:
-            swapped = swap_one(swapped, patterns[b'"correlation":'], self._correlations)
+            swapped = splice_number(swapped, b'"correlation":', self._correlation)
         if swapped is not None and b'"id":' in swapped:
-            swapped = swap_one(swapped, patterns[b'"id":'], self._flow_ids) if _FLOW_PHASE.search(swapped) else None
+            swapped = splice_number(swapped, b'"id":', self._flow_id) if _FLOW_PHASE.search(swapped) else None
         return self._decoded(line) if swapped is None else swapped
 
     def _pids(self, numbers: list[bytes]) -> Iterable[bytes]:
@@ -388,13 +407,12 @@ class MergePlan(EmitPlan):
         shifted = map(self.rewrite.offset_us.__add__, map(Decimal, map(bytes.decode, numbers)))
         return map(str.encode, map('"ts":{}'.format, shifted))
 
-    def _correlations(self, numbers: list[bytes]) -> Iterable[bytes]:
+    def _correlation(self, number: bytes) -> bytes:
         """The rank-unique id, then the original as ``correlation_raw``."""
-        return map(b'"correlation":%d,"correlation_raw":%s'.__mod__,
-                   zip(map(self._id_offset.__add__, map(int, numbers)), numbers))
+        return b'"correlation":%d,"correlation_raw":%s' % (self._id_offset + int(number), number)
 
-    def _flow_ids(self, numbers: list[bytes]) -> Iterable[bytes]:
-        return map(b'"id":%d'.__mod__, map(self._id_offset.__add__, map(int, numbers)))
+    def _flow_id(self, number: bytes) -> bytes:
+        return b'"id":%d' % (self._id_offset + int(number))
 
     def _decoded(self, line: bytes) -> bytes | None:
         event = self.rewrite.apply(self._loads(line))

@@ -53,6 +53,29 @@ def swap_fields(text: bytes, fields: Iterable[Field]) -> bytes | None:
     return text
 
 
+def positions(marks: bytes, value: int) -> list[int]:
+    """Where the byte ``value`` occurs in ``marks`` (a few per block: a
+    ``find`` loop beats a Python step per byte)."""
+    found, at = [], marks.find(value)
+    while at >= 0:
+        found.append(at)
+        at = marks.find(value, at + 1)
+    return found
+
+
+def splice_number(line: bytes, key: bytes, new: bytes | Callable[[bytes], bytes]) -> bytes | None:
+    """``line`` with its one ``key`` and the integer after it replaced by
+    ``new`` (or ``new(integer text)``); None when the key is not there
+    exactly once or no integer follows it."""
+    head, found, tail = line.partition(key)
+    if not found or key in tail:
+        return None
+    number = INTEGER.match(tail)
+    if number is None:
+        return None
+    return head + (new if new.__class__ is bytes else new(number.group())) + tail[number.end():]
+
+
 def swap_one(line: bytes, pattern: re.Pattern, convert: Convert) -> bytes | None:
     """``line`` with its one key ``pattern`` finds, and the number after it,
     replaced by ``convert``'s text; None when the key is missing, occurs

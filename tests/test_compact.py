@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import json
+import sys
 from collections import defaultdict
 
 import pytest
@@ -314,18 +315,55 @@ def test_exact_numbers_survive_compaction(tmp_path):
     assert summary["read"]["exact_numbers"] and summary["gpu_flow_endpoints_mapped"] == 1
 
 
-def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch):
-    """Pass 2 checks each slice's start against pass 1 and names the one that differs."""
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch, whole):
+    """Pass 2 checks each slice's start against pass 1 and names the one that
+    differs, in blocks moved whole and in blocks moved line by line."""
     from streamtrace.compact import CompactPlan
     write_traces(SynthConfig(ranks=1, pp_stages=1, microbatches=2, steps=1, graph_streams=4, graph_kernels=4),
                  tmp_path, compress="none", merged=False)
     real_init = CompactPlan.__init__
+    changed = []
 
-    def with_third_start_moved(plan, index, *args):
-        index.slice_start[2] += 1.0  # as if the input changed under us between the passes
+    def with_a_start_moved(plan, index, *args):
+        changed.append(len(index.slice_start) // 2)
+        index.slice_start[changed[0]] += 1.0  # as if the input changed under us between the passes
         real_init(plan, index, *args)
 
-    monkeypatch.setattr(CompactPlan, "__init__", with_third_start_moved)
-    with pytest.raises(TraceError, match="GPU slice 2 differs between the passes"):
+    real_check, callers = CompactPlan._check_slice, set()
+
+    def check(plan, line, ordinal):
+        callers.add(sys._getframe(1).f_code.co_name)
+        real_check(plan, line, ordinal)
+
+    monkeypatch.setattr(CompactPlan, "__init__", with_a_start_moved)
+    monkeypatch.setattr(CompactPlan, "_check_slice", check)
+    monkeypatch.setattr("streamtrace.spool.READ_BLOCK", 16384)  # the middle slice in a block without metadata
+    if not whole:
+        monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
+    with pytest.raises(TraceError, match="differs between the passes") as info:
         streamtrace.compact(tmp_path / "rank0_trace.json", tmp_path / "out.json")
+    assert f"GPU slice {changed[0]} differs" in str(info.value)
+    assert ("moved_block" in callers) is whole
     assert not (tmp_path / "out.json").exists()
+
+
+def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, monkeypatch):
+    """Compaction moves most blocks as one text; the same trace through the
+    per-line patchers alone gives the same events."""
+    from streamtrace.compact import CompactPlan
+    directory, truth = generated
+    src = directory / truth["ranks"][0]["file"]
+    monkeypatch.setattr("streamtrace.spool.READ_BLOCK", 8192)  # many blocks
+    real_moved, outcomes = CompactPlan.moved_block, []
+    monkeypatch.setattr(CompactPlan, "moved_block",
+                        lambda plan, block, first: outcomes.append(real_moved(plan, block, first)) or outcomes[-1])
+    whole = streamtrace.compact(src, tmp_path / "whole.json")
+    moved = [outcome for outcome in outcomes if outcome is not None]
+    assert len(moved) > 0.9 * len(outcomes) and any(outcome.dropped for outcome in moved)
+    monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
+    by_line = streamtrace.compact(src, tmp_path / "by_line.json")
+    assert whole == {**by_line, "wall_seconds": whole["wall_seconds"], "pass1_seconds": whole["pass1_seconds"],
+                     "plan_seconds": whole["plan_seconds"], "peak_rss_mb": whole["peak_rss_mb"],
+                     "output": whole["output"]}
+    assert events_of(load_json(tmp_path / "whole.json")) == events_of(load_json(tmp_path / "by_line.json"))

@@ -278,8 +278,9 @@ def test_generated_pp_run_arrows_match_the_schedule(tmp_path, schedule):
 
 
 def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
-    """Pass 2 splices numeric fields (pid, shifted ts, ids) in the text;
-    decoding every line must give the same events, number text included."""
+    """Pass 2 splices numeric fields (pid, tid, shifted ts, ids) in the text,
+    block by block; compaction's per-line patches and then decoding every
+    line must give the same events, number text included."""
     from streamtrace.merge import MergePlan
     cfg = SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8,
                       base_skew_ns=1_537)
@@ -294,6 +295,7 @@ def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     assert 0 < len(decoded_lines) < summary["events_written"] / 20  # metadata only: the rest is spliced
     assert len(single_lines) < summary["events_written"] / 5  # blocks with metadata; the rest block by block
     monkeypatch.setattr(MergePlan, "_rewrite_line", real_decoded)
+    monkeypatch.setattr(MergePlan, "_rewrite_block", lambda *args: None)
     merge(tmp_path, tmp_path / "decoded.json")
     spliced, decoded = (events_of(json.loads((tmp_path / name).read_bytes(), parse_float=Decimal))
                         for name in ("text.json", "decoded.json"))
