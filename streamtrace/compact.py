@@ -36,7 +36,7 @@ from .resources import gc_paused, peak_rss_mb
 from .rules import Rules, load_rules
 from .sink import OutputTarget, SinkSpec, default_output
 from .source import InputSource, SourceSpec
-from .textfields import Convert, field_pattern, positions, splice_number, swap_all
+from .textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
 from .writer import JoinedLines
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
@@ -600,8 +600,8 @@ class CompactPlan(EmitPlan):
 
     def moved_block(self, block: list[bytes], first: int) -> "MovedBlock | None":
         """The block with compaction's moves decided (each line's new tid,
-        the lines to drop) and done where they are per line (``args.stream``
-        of slices, retimed annotations), or None when the block must go
+        the lines to drop) and done where they concern a few lines
+        (``args.stream`` of slices, retimed annotations), or None when the block must go
         through the per-line patchers (an event without an integer tid, an
         ``args.stream`` that is not exactly once in its line).  Nothing
         changes until :meth:`MovedBlock.commit`."""
@@ -620,14 +620,13 @@ class CompactPlan(EmitPlan):
         s0 = bases[SLICE]
         lanes = plan.lane_tid_of_slice[s0:s0 + len(slice_at)]
         check = self._check_slice
-        for ordinal, position, tid, stream in zip(itertools.count(s0), slice_at, lanes,
-                                                  self._index.slice_stream_arg[s0:s0 + len(slice_at)]):
+        for ordinal, position, tid in zip(itertools.count(s0), slice_at, lanes):
             check(lines[position], ordinal)
             new_tids[position] = tid
-            if stream:
-                lines[position] = splice_number(lines[position], b'"stream":', b'"stream":%d' % tid)
-                if lines[position] is None:
-                    return None
+        with_stream = self._index.slice_stream_arg[s0:s0 + len(slice_at)]
+        if not swap_in_lines(lines, list(itertools.compress(slice_at, with_stream)), _STREAM_KEY,
+                             lambda numbers: map(b'"stream":%d'.__mod__, itertools.compress(lanes, with_stream))):
+            return None
         for position, tid in zip(positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
             new_tids[position] = tid
         drop = []
@@ -767,6 +766,7 @@ class MovedBlock:
 
 
 _TID_KEY = field_pattern(b'"tid":')
+_STREAM_KEY = field_pattern(b'"stream":')
 
 
 _TS_FIELD = re.compile(rb'"ts":(-?[0-9][0-9.eE+-]*)[,}]')

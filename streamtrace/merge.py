@@ -44,7 +44,8 @@ from .resources import peak_rss_mb
 from .rules import load_rules
 from .sink import OutputTarget, SinkSpec, remove_quietly
 from .source import InputSource
-from .textfields import INTEGER, NUMBER, Convert, field_pattern, positions, splice_number, swap_fields, swap_one
+from .textfields import (INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines,
+                         swap_one)
 from .writer import JoinedLines, TraceWriter
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
@@ -296,7 +297,8 @@ class MergePlan(EmitPlan):
                                                 if old.__class__ is int))
         self._id_offset = rewrite.unique(0)  # a rank-unique id is the raw id plus this
         self._patterns = {key: field_pattern(key, number) for key, number in
-                          ((b'"pid":', INTEGER), (b'"tid":', INTEGER), (b'"ts":', NUMBER))}
+                          ((b'"pid":', INTEGER), (b'"tid":', INTEGER), (b'"ts":', NUMBER),
+                           (b'"correlation":', INTEGER), (b'"id":', INTEGER))}
         dense = rb'"pid":(' + INTEGER.pattern + rb')?(?:,"tid":(' + INTEGER.pattern + rb'))?'
         if rewrite.offset_ns:
             dense += rb'(?:,"ts":(' + NUMBER.pattern + rb'))?'
@@ -324,8 +326,8 @@ class MergePlan(EmitPlan):
         """The block rewritten as one text, or None when that is not exact.
 
         The ids some events carry (an integer ``args.correlation``, a flow's
-        integer id: pass 1 marked which) are changed line by line in the
-        lines that have them.  The fields every event has (pid, tid, ts)
+        integer id: pass 1 marked which) are changed in the lines that have
+        them, joined for one split.  The fields every event has (pid, tid, ts)
         are changed in the joined block by one split on ``"pid":`` that also
         takes the ``"tid":`` and ``"ts":`` right after it (their order in
         Kineto's events), from ``map`` over C functions, with no Python step
@@ -340,13 +342,10 @@ class MergePlan(EmitPlan):
         if marked < len(decode_at) and decode_at[marked] < end:
             return None
         lines = moved.lines
-        for marks, key, new in ((self._index.correlated, b'"correlation":', self._correlation),
-                                (self._index.flows_with_id, b'"id":', self._flow_id)):
-            for position in positions(marks[first:end], 1):
-                changed = splice_number(lines[position], key, new)
-                if changed is None:
-                    return None
-                lines[position] = changed
+        for marks, pattern, convert in ((self._index.correlated, self._patterns[b'"correlation":'], self._correlations),
+                                        (self._index.flows_with_id, self._patterns[b'"id":'], self._flow_ids)):
+            if not swap_in_lines(lines, positions(marks[first:end], 1), pattern, convert):
+                return None
         kept, tids = moved.kept()
         if not kept:
             return None
@@ -394,9 +393,9 @@ class MergePlan(EmitPlan):
         if swapped is not None and self.rewrite.offset_ns and b'"ts":' in swapped:
             swapped = swap_one(swapped, patterns[b'"ts":'], self._times)
         if swapped is not None and b'"correlation":' in swapped:
-            swapped = splice_number(swapped, b'"correlation":', self._correlation)
+            swapped = swap_one(swapped, patterns[b'"correlation":'], self._correlations)
         if swapped is not None and b'"id":' in swapped:
-            swapped = splice_number(swapped, b'"id":', self._flow_id) if _FLOW_PHASE.search(swapped) else None
+            swapped = swap_one(swapped, patterns[b'"id":'], self._flow_ids) if _FLOW_PHASE.search(swapped) else None
         return self._decoded(line) if swapped is None else swapped
 
     def _pids(self, numbers: list[bytes]) -> Iterable[bytes]:
@@ -407,12 +406,13 @@ class MergePlan(EmitPlan):
         shifted = map(self.rewrite.offset_us.__add__, map(Decimal, map(bytes.decode, numbers)))
         return map(str.encode, map('"ts":{}'.format, shifted))
 
-    def _correlation(self, number: bytes) -> bytes:
+    def _correlations(self, numbers: list[bytes]) -> Iterable[bytes]:
         """The rank-unique id, then the original as ``correlation_raw``."""
-        return b'"correlation":%d,"correlation_raw":%s' % (self._id_offset + int(number), number)
+        return map(b'"correlation":%d,"correlation_raw":%s'.__mod__,
+                   zip(map(self._id_offset.__add__, map(int, numbers)), numbers))
 
-    def _flow_id(self, number: bytes) -> bytes:
-        return b'"id":%d' % (self._id_offset + int(number))
+    def _flow_ids(self, numbers: list[bytes]) -> Iterable[bytes]:
+        return map(b'"id":%d'.__mod__, map(self._id_offset.__add__, map(int, numbers)))
 
     def _decoded(self, line: bytes) -> bytes | None:
         event = self.rewrite.apply(self._loads(line))
