@@ -50,35 +50,40 @@ print(total)
 """
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants, now (Linux /proc)."""
-    total, pending = 0, [pid]
+def tree_memory_mb(pid: int) -> tuple[float, float]:
+    """Resident memory of a process and all its descendants, now (Linux
+    /proc): RSS summed (pages shared by forked processes count in each) and
+    PSS summed (shared pages split between their sharers: the real total)."""
+    rss = pss = 0
+    pending = [pid]
     while pending:
         current = pending.pop()
         try:
             with open(f"/proc/{current}/status") as status:
-                total += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+                rss += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{current}/smaps_rollup") as rollup:
+                pss += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as children:
                     pending.extend(int(child) for child in children.read().split())
         except (OSError, ValueError):
             continue
-    return total / 1024
+    return rss / 1024, pss / 1024
 
 
-def run_child(argv: list[str]) -> tuple[float, float, str, float]:
+def run_child(argv: list[str]) -> tuple[float, float, str, float, float]:
     """Wall seconds, peak RSS in MB (the largest single process), stdout, and
-    the peak of the whole process tree's RSS summed (sampled every 0.1 s: a
-    command may use worker processes)."""
+    the peaks of the whole process tree's RSS and PSS summed (sampled every
+    0.1 s: a command may use worker processes)."""
     started = time.perf_counter()
-    tree_peak = [0.0]
+    tree_peak = [0.0, 0.0]
     with tempfile.TemporaryFile() as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE)
         done = threading.Event()
 
         def sample() -> None:
             while not done.wait(0.1):
-                tree_peak[0] = max(tree_peak[0], tree_rss_mb(process.pid))
+                tree_peak[:] = map(max, tree_peak, tree_memory_mb(process.pid))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -92,7 +97,7 @@ def run_child(argv: list[str]) -> tuple[float, float, str, float]:
         if process.returncode != 0:
             raise SystemExit(f"bench: {shlex.join(argv)} failed ({process.returncode}): {stderr.strip()[-500:]}")
         out.seek(0)
-        return elapsed, usage.ru_maxrss / 1024, out.read().decode(errors="replace"), tree_peak[0]
+        return elapsed, usage.ru_maxrss / 1024, out.read().decode(errors="replace"), *tree_peak
 
 
 def main() -> int:
@@ -133,6 +138,7 @@ def main() -> int:
         "command_seconds": round(best[0], 2),
         "command_peak_rss_mb": round(max(run[1] for run in command_runs), 1),
         "command_process_tree_peak_rss_mb": round(max(run[3] for run in command_runs), 1),
+        "command_process_tree_peak_pss_mb": round(max(run[4] for run in command_runs), 1),
         "ratio_to_floor": round(best[0] / floor[0], 2),
         "ratio_per_pair": [round(command[0] / bare[0], 2) for bare, command in zip(floor_runs, command_runs)],
         "ratio_median_of_pairs": round(statistics.median(c[0] / f[0] for f, c in zip(floor_runs, command_runs)), 2),
