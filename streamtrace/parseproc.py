@@ -3,9 +3,9 @@
 Parsing JSON is most of a pass, and it holds the GIL, so threads cannot
 share it.  When pass 2 follows, pass 1 must turn every event into a compact
 line for the spool anyway, so the work splits cleanly: the child parses the
-file, encodes each parsed chunk of events (a few thousand) with one orjson
-call, writes them to the spool as lines and sends the same text, as one JSON
-array, to the parent, which decodes it with one orjson call (much cheaper
+file, encodes events a thousand at a time with one orjson call, writes
+them to the spool as lines and sends the same text, as one JSON array, to
+the parent, which decodes it with one orjson call (much cheaper
 than parsing the raw text) for the index visitor.  The wall time of
 pass 1 is then the larger of the two halves instead of their sum.
 
@@ -29,6 +29,7 @@ from .resources import gc_paused
 from .source import InputSource
 from .spool import EventSpool
 
+BATCH_EVENTS = 1024  # events per message: the parent holds one message's events at a time
 PIPE_BYTES = 1 << 20
 MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
 _BATCH, _DONE, _FAILED = b"B", b"D", b"F"
@@ -110,11 +111,13 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str, sende
             reader = TraceReader(stream, mode, salvage=salvage)
             spool = EventSpool(path=spool_path)
             done = 0
-            for batch in reader.batches():
-                array, lines = dumped_batch(batch, done)
-                done += len(batch)
-                spool.add_text(lines)
-                sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done), array)))
+            for chunk in reader.batches():
+                for at in range(0, len(chunk), BATCH_EVENTS):
+                    batch = chunk[at:at + BATCH_EVENTS]
+                    array, lines = dumped_batch(batch, done)
+                    done += len(batch)
+                    spool.add_text(lines)
+                    sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done), array)))
             spool.finish()
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))
     except BaseException as exc:  # every failure is handed to the parent, which raises it
