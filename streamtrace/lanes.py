@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 
 def sorted_runs(starts: Sequence[float], ends: Sequence[float], keys: Sequence[int],
@@ -139,18 +139,19 @@ def nearest_in_run(perm: Sequence[int], perm_starts: Sequence[float], lo: int, h
 
 
 def coalesce(items: Iterable[int], keys: Sequence[int], starts: Sequence[float],
-             ends: Sequence[float]) -> list[tuple[int, list[int], float, float]]:
+             ends: Sequence[float]) -> Iterator[tuple[int, list[int], float, float]]:
     """Clusters of same-key spans that overlap or touch.
 
     Two C sorts (by start, then stably by key) put each key's spans in start
     order; one sweep then closes a cluster when the next span starts after
     its end.  The sorts cost ~70 bytes a span at their peak: above
-    ``IN_MEMORY_SORT_LIMIT`` spans use :func:`coalesce_in_start_order`.  Returns, for every cluster of two or more, ``(kept, removed,
-    start, end)``: the member with the lowest ordinal is kept and stretched
-    to the union; the others are removed.
+    ``IN_MEMORY_SORT_LIMIT`` spans use :func:`coalesce_in_start_order`.
+    Yields, for every cluster of two or more, ``(kept, removed, start,
+    end)``: the member with the lowest ordinal is kept and stretched to the
+    union; the others are removed.  (Yielded, not listed: with hundreds of
+    thousands of clusters a list of them would be the plan's largest object.)
     """
     ordered = sorted(sorted(items, key=starts.__getitem__), key=keys.__getitem__)
-    merged = []
     members: list[int] = []
     cluster_key, cluster_start, cluster_end = None, 0.0, 0.0
     for item in ordered:
@@ -162,42 +163,43 @@ def coalesce(items: Iterable[int], keys: Sequence[int], starts: Sequence[float],
             continue
         if len(members) > 1:
             kept = min(members)
-            merged.append((kept, [other for other in members if other != kept], cluster_start, cluster_end))
+            yield kept, [other for other in members if other != kept], cluster_start, cluster_end
         members, cluster_key, cluster_start, cluster_end = [item], key, start, end
     if len(members) > 1:
         kept = min(members)
-        merged.append((kept, [other for other in members if other != kept], cluster_start, cluster_end))
-    return merged
+        yield kept, [other for other in members if other != kept], cluster_start, cluster_end
 
 
 def coalesce_in_start_order(order: Iterable[int], keys: Sequence[int], starts: Sequence[float],
-             ends: Sequence[float]) -> list[tuple[int, list[int], float, float]]:
+             ends: Sequence[float]) -> Iterator[tuple[int, list[int], float, float]]:
     """Clusters of same-key spans that overlap or touch.
 
     ``order`` must be in start order.  One sweep, holding only the clusters
     that can still grow (end not before the current start), so memory follows
     what is in flight, not the number of spans: for more spans than a sort
     of Python ints should hold (see :func:`merge_runs`).  Same result as
-    :func:`coalesce`.  Returns, for every cluster of
-    two or more, ``(kept, removed, start, end)``: the member with the lowest
-    ordinal is kept and stretched to the union; the others are removed.
+    :func:`coalesce`.  Yields, for every cluster of two or more, ``(kept,
+    removed, start, end)``: the member with the lowest ordinal is kept and
+    stretched to the union; the others are removed.
     """
     growing: dict[int, list] = {}
     closing: list[tuple[float, int]] = []
-    merged = []
 
-    def close(key: int) -> None:
+    def close(key: int) -> tuple[int, list[int], float, float] | None:
         members, start, end = growing.pop(key)
-        if len(members) > 1:
-            kept = min(members)
-            merged.append((kept, [item for item in members if item != kept], start, end))
+        if len(members) < 2:
+            return None
+        kept = min(members)
+        return kept, [item for item in members if item != kept], start, end
 
     for item in order:
         start, end, key = starts[item], ends[item], keys[item]
         while closing and closing[0][0] < start:
             last_end, done = heapq.heappop(closing)
             if done in growing and growing[done][2] == last_end:
-                close(done)
+                closed = close(done)
+                if closed is not None:
+                    yield closed
         cluster = growing.get(key)
         if cluster is None:
             growing[key] = [[item], start, end]
@@ -208,8 +210,9 @@ def coalesce_in_start_order(order: Iterable[int], keys: Sequence[int], starts: S
             cluster[2] = end
             heapq.heappush(closing, (end, key))
     for key in list(growing):
-        close(key)
-    return merged
+        closed = close(key)
+        if closed is not None:
+            yield closed
 
 
 class Runs:

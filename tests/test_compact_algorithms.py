@@ -106,7 +106,7 @@ def test_coalesce_merges_overlapping_and_touching_same_key_only():
     starts, ends = array("d", [0, 3, 5, 20, 1]), array("d", [4, 5, 6, 21, 2])
     keys = [7, 7, 7, 7, 8]
     order = sorted(range(5), key=starts.__getitem__)
-    assert coalesce(order, keys, starts, ends) == [(0, [1, 2], 0.0, 6.0)]
+    assert list(coalesce(order, keys, starts, ends)) == [(0, [1, 2], 0.0, 6.0)]
 
 
 @settings(max_examples=200, deadline=None)
