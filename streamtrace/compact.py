@@ -606,7 +606,7 @@ class CompactPlan(EmitPlan):
         ``args.stream`` that is not exactly once in its line).  Nothing
         changes until :meth:`MovedBlock.commit`."""
         end = first + len(block)
-        bases = self._bases(first, end)
+        bases, counts = self._bases(first, end)
         odd = self._index.odd_tid_at
         at = bisect_left(odd, first)
         if at < len(odd) and odd[at] < end:
@@ -615,7 +615,6 @@ class CompactPlan(EmitPlan):
         plan = self.compaction
         new_tids = array("i", [-1]) * len(block)
         lines = list(block)
-        counts = {kind: actions.count(kind) for kind in bases}
         slice_at = positions(actions, SLICE)
         s0 = bases[SLICE]
         lanes = plan.lane_tid_of_slice[s0:s0 + len(slice_at)]
@@ -648,18 +647,17 @@ class CompactPlan(EmitPlan):
             keep = bytearray(b"\x01") * len(block)
             for position in drop:
                 keep[position] = 0
-        return MovedBlock(lines, new_tids, keep, sorted(first + position for position in drop),
-                          lambda: self._skip(counts))
+        return MovedBlock(lines, new_tids, keep, lambda: self._skip(counts))
 
-    def _bases(self, first: int, end: int) -> dict[int, int]:
-        """Each kind's ordinal at event ``first``; blocks come in order, so
-        the cursor then moves on to ``end``."""
+    def _bases(self, first: int, end: int) -> tuple[dict[int, int], dict[int, int]]:
+        """Each kind's ordinal at event ``first`` and its count in the block;
+        blocks come in order, so the cursor then moves on to ``end``."""
         cursor, bases = self._cursor
         if cursor != first:
             raise TraceError(f"validation failed: pass 2 expected event {cursor}, got {first}")
-        moved = {kind: ordinal + self.actions.count(kind, first, end) for kind, ordinal in bases.items()}
-        self._cursor = [end, moved]
-        return bases
+        counts = {kind: self.actions.count(kind, first, end) for kind in bases}
+        self._cursor = [end, {kind: ordinal + counts[kind] for kind, ordinal in bases.items()}]
+        return bases, counts
 
     def _skip(self, counts: dict[int, int]) -> None:
         """Keep the line-by-line patchers' counters in step with a block moved whole."""
@@ -748,17 +746,16 @@ class CompactPlan(EmitPlan):
 @dataclass
 class MovedBlock:
     """A block of lines on its way through compaction: every line (changed
-    where changes are per line), each line's new tid (-1: it stays), which
-    lines to keep (None: all), the event indexes dropped, and ``commit`` to
-    call once the block is written."""
+    where changes are per line), each line's new tid (-1: it stays; None:
+    no compaction), which lines to keep (None: all), and ``commit`` to call
+    once the block is written."""
 
     lines: list[bytes]
-    new_tids: array
+    new_tids: array | None
     keep: bytearray | None
-    dropped: list[int]
     commit: Callable[[], None]
 
-    def kept(self) -> tuple[list[bytes], array]:
+    def kept(self) -> tuple[list[bytes], array | None]:
         """The kept lines and their new tids."""
         if self.keep is None:
             return self.lines, self.new_tids

@@ -307,7 +307,7 @@ class MergePlan(EmitPlan):
     def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
         """Compaction's moves and the merge rewrite, on the whole block at once when that is exact."""
         if self._compact is None:
-            moved = MovedBlock(list(block), None, None, [], lambda: None)
+            moved = MovedBlock(list(block), None, None, lambda: None)
         else:
             moved = self._compact.moved_block(block, first_index)
         if moved is not None and self._index.regular:
