@@ -30,7 +30,7 @@ import time
 FLOOR_CODE = """
 import sys, ijson
 sys.path.insert(0, {root!r})
-from streamtrace.source import InputSource
+from streamtrace.io.source import InputSource
 class Plain:
     def __init__(self, stream): self.stream = stream
     def read(self, size): return self.stream.read(size) if size else b""

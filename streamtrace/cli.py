@@ -12,16 +12,16 @@ from typing import Callable, Sequence
 import orjson
 
 from . import __version__
-from .attribute import attribute
-from .compact import compact
-from .convert import convert
+from .algo.rules import DEFAULT_RULES_TOML
+from .commands.attribute import attribute
+from .commands.compact import compact
+from .commands.convert import convert
+from .commands.inspect import inspect
+from .commands.merge import merge
+from .commands.relink import relink
+from .commands.split import SUFFIXES, split
 from .errors import TraceError
-from .inspector import inspect
-from .merge import merge
-from .relink import relink
-from .rules import DEFAULT_RULES_TOML
-from .sink import COMPRESSIONS
-from .split import SUFFIXES, split
+from .io.sink import COMPRESSIONS
 
 EPILOG = """\
 Inputs are paths, '-' for stdin, or fsspec URLs (s3://, gs://, https://; needs

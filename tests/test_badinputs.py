@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-import streamtrace
 from badinputs.generate import BAD_INPUTS, BY_NAME, base_events
 from badinputs.matrix import COMMANDS, available, cases, expected, failures, markdown_table, problems, run_all
+
+import streamtrace
 
 
 @pytest.fixture(scope="session")

@@ -14,16 +14,15 @@ from decimal import Decimal
 from unittest import mock
 
 import pytest
+from conftest import events_of, load_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamtrace
-from streamtrace import reader as reader_module
-from streamtrace.engine import index_pass
+from streamtrace.engine.passes import index_pass
 from streamtrace.errors import TraceError
-from streamtrace.source import InputSource
-
-from conftest import events_of, load_json
+from streamtrace.io import reader as reader_module
+from streamtrace.io.source import InputSource
 
 
 class Collect:

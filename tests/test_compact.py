@@ -9,14 +9,13 @@ import sys
 from collections import defaultdict
 
 import pytest
+from conftest import events_of, load_json
 
 import streamtrace
-
-from conftest import events_of, load_json
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
 
-compact_module = importlib.import_module("streamtrace.compact")  # the package's `compact` is the function
+compact_module = importlib.import_module("streamtrace.commands.compact")  # the package's `compact` is the function
 
 SLICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -233,7 +232,7 @@ def check_invariants(source_events: list[dict], out_events: list[dict], summary:
 
 def oracle_lanes(source_events: list[dict]) -> dict:
     """Lanes per (pid, group) = the most slices of that group in flight at once."""
-    from streamtrace.rules import load_rules
+    from streamtrace.io.configfiles import load_rules
     rules = load_rules(None)
     spans = defaultdict(list)
     for e in source_events:
@@ -319,7 +318,7 @@ def test_exact_numbers_survive_compaction(tmp_path):
 def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch, whole):
     """Pass 2 checks each slice's start against pass 1 and names the one that
     differs, in blocks moved whole and in blocks moved line by line."""
-    from streamtrace.compact import CompactPlan
+    from streamtrace.commands.compact import CompactPlan
     write_traces(SynthConfig(ranks=1, pp_stages=1, microbatches=2, steps=1, graph_streams=4, graph_kernels=4),
                  tmp_path, compress="none", merged=False)
     real_init = CompactPlan.__init__
@@ -338,7 +337,7 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
 
     monkeypatch.setattr(CompactPlan, "__init__", with_a_start_moved)
     monkeypatch.setattr(CompactPlan, "_check_slice", check)
-    monkeypatch.setattr("streamtrace.spool.READ_BLOCK", 16384)  # the middle slice in a block without metadata
+    monkeypatch.setattr("streamtrace.io.spool.READ_BLOCK", 16384)  # the middle slice in a block without metadata
     if not whole:
         monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
     with pytest.raises(TraceError, match="differs between the passes") as info:
@@ -351,10 +350,10 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
 def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, monkeypatch):
     """Compaction moves most blocks as one text; the same trace through the
     per-line patchers alone gives the same events."""
-    from streamtrace.compact import CompactPlan
+    from streamtrace.commands.compact import CompactPlan
     directory, truth = generated
     src = directory / truth["ranks"][0]["file"]
-    monkeypatch.setattr("streamtrace.spool.READ_BLOCK", 8192)  # many blocks
+    monkeypatch.setattr("streamtrace.io.spool.READ_BLOCK", 8192)  # many blocks
     real_moved, outcomes = CompactPlan.moved_block, []
     monkeypatch.setattr(CompactPlan, "moved_block",
                         lambda plan, block, first: outcomes.append(real_moved(plan, block, first)) or outcomes[-1])

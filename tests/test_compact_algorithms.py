@@ -7,12 +7,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtrace import lanes as lanes_module
+from streamtrace.algo import lanes as lanes_module
+from streamtrace.algo.lanes import (
+    coalesce,
+    coalesce_in_start_order,
+    first_overlap,
+    label_runs,
+    merge_runs,
+    nearest_in_run,
+    pack_lanes,
+    sorted_runs,
+)
+from streamtrace.algo.pparrows import ArrowMaker, Block, Span, find_blocks, local_arrows
+from streamtrace.algo.rules import DEFAULT_RULES_TOML, parse_rules
 from streamtrace.errors import TraceError
-from streamtrace.lanes import (coalesce, coalesce_in_start_order, first_overlap, label_runs, merge_runs,
-                               nearest_in_run, pack_lanes, sorted_runs)
-from streamtrace.pparrows import ArrowMaker, Block, Span, find_blocks, local_arrows
-from streamtrace.rules import DEFAULT_RULES_TOML, load_rules, parse_rules
+from streamtrace.io.configfiles import load_rules
 
 intervals = st.lists(st.tuples(st.integers(0, 50), st.integers(1, 10)), min_size=1, max_size=60)
 with_zero_length = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 3)), min_size=1, max_size=40)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from badinputs.matrix import CLI, COMMANDS, Command, available, cli_env, command_line, files_under
 from conftest import TRACES, events_of, load_json
+
 from streamtrace import cli
 
 OUTPUT_COMMANDS = [command for command in COMMANDS if command.output_name]

@@ -1,6 +1,7 @@
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from streamtrace.ids import MAX_SAFE_ID, check_id_space, id_multiplier, rank_unique_id
+from streamtrace.algo.ids import MAX_SAFE_ID, check_id_space, id_multiplier, rank_unique_id
 
 
 def test_multiplier_is_a_power_of_ten_above_every_raw_id():

@@ -9,13 +9,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import TRACES, events_of, load_json
 
 from streamtrace import merge
+from streamtrace.algo.mergeplan import RankFacts, fresh_pids, pp_order, time_offsets_ns
 from streamtrace.errors import TraceError
-from streamtrace.mergeplan import RankFacts, fresh_pids, pp_order, time_offsets_ns
 from streamtrace.synth import SynthConfig, write_traces
-
-from conftest import TRACES, events_of, load_json
 
 BASE = 1_700_000_000_000_000_000
 SLICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
@@ -281,7 +280,7 @@ def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     """Pass 2 splices numeric fields (pid, tid, shifted ts, ids) in the text,
     block by block; compaction's per-line patches and then decoding every
     line must give the same events, number text included."""
-    from streamtrace.merge import MergePlan
+    from streamtrace.commands.merge import MergePlan
     cfg = SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8,
                       base_skew_ns=1_537)
     write_traces(cfg, tmp_path, compress="none", merged=False)
@@ -289,7 +288,7 @@ def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     real_decoded, real_single = MergePlan._decoded, MergePlan._rewrite_line
     monkeypatch.setattr(MergePlan, "_decoded", lambda plan, line: decoded_lines.append(line) or real_decoded(plan, line))
     monkeypatch.setattr(MergePlan, "_rewrite_line", lambda plan, line: single_lines.append(line) or real_single(plan, line))
-    monkeypatch.setattr("streamtrace.spool.READ_BLOCK", 4096)  # blocks of ~20 lines
+    monkeypatch.setattr("streamtrace.io.spool.READ_BLOCK", 4096)  # blocks of ~20 lines
     summary = merge(tmp_path, tmp_path / "text.json")
     assert sorted(summary["time_offsets_us"].values()) == [0, 1.537]
     assert 0 < len(decoded_lines) < summary["events_written"] / 20  # metadata only: the rest is spliced

@@ -5,13 +5,15 @@ import json
 from array import array
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from streamtrace.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
+from streamtrace.algo.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
+from streamtrace.algo.links import NO_LAUNCH, IdTable, ambiguous_collisions, build_tables, link
+from streamtrace.algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, pair_by_time, resolve_ranks
+from streamtrace.commands.split import event_ranks, with_rank
 from streamtrace.errors import TraceError
-from streamtrace.links import NO_LAUNCH, IdTable, ambiguous_collisions, build_tables, link
-from streamtrace.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, load_rank_map, pair_by_time, resolve_ranks
-from streamtrace.split import event_ranks, with_rank
+from streamtrace.io.configfiles import load_rank_map
 
 NO_ID = -(1 << 63)
 
@@ -220,7 +222,7 @@ def test_lockstep_ranks_that_nothing_tells_apart_stay_unpaired():
 
 
 def test_id_splice_and_position_copy_on_compact_lines():
-    from streamtrace.relink import position_text, with_new_id
+    from streamtrace.commands.relink import position_text, with_new_id
 
     line = b'{"ph":"X","pid":3,"tid":"s 1","ts":12.5,"name":"a\\"ts\\":1","args":{"correlation":7,"x":1}}'
     assert json.loads(with_new_id(line, 7, 1000000007))["args"] == {

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TRACES, events_of, load_json
 
 import streamtrace
-from conftest import TRACES, events_of, load_json
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
 

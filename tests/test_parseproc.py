@@ -5,13 +5,13 @@ import gzip
 import os
 
 import pytest
-
-from streamtrace import compact, parseproc
-from streamtrace.engine import index_pass
-from streamtrace.errors import TraceError
-from streamtrace.source import InputSource
-
 from conftest import REAL_TRACES, TRACES, load_json
+
+from streamtrace import compact
+from streamtrace.engine.passes import index_pass
+from streamtrace.errors import TraceError
+from streamtrace.io import parseproc
+from streamtrace.io.source import InputSource
 
 IN_PROCESS = 1 << 62
 

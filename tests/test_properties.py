@@ -16,9 +16,9 @@ from typing import Callable
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_compact import SLICE_CATS, check_invariants
 
 import streamtrace
-from test_compact import SLICE_CATS, check_invariants
 
 KINDS = [("kernel", "gemm_bf16"), ("kernel", "ncclDevKernel_AllGather_RING_LL"),
          ("kernel", "ncclDevKernel_ReduceScatter_Sum"), ("Kernel", "elementwise_add"),

@@ -9,10 +9,10 @@ from decimal import Decimal
 import pytest
 
 import streamtrace
-from streamtrace import reader as reader_module
-from streamtrace.engine import index_pass
+from streamtrace.engine.passes import index_pass
 from streamtrace.errors import TraceError
-from streamtrace.source import InputSource
+from streamtrace.io import reader as reader_module
+from streamtrace.io.source import InputSource
 
 
 class Collect:
@@ -188,7 +188,7 @@ def test_error_names_event_index_and_byte_offset():
     (b'{"id": 7, "ts": 1e400}', 7),
 ])
 def test_exact_mode_lines_decode_exactly(text, expected):
-    from streamtrace.reader import loads_spooled
+    from streamtrace.io.reader import loads_spooled
     event = loads_spooled(text)
     assert event["id"] == expected and type(event["id"]) is int
     assert float(event["ts"]) in (1.5, float("inf"))

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import zstandard
+from conftest import events_of, load_json
 
 import streamtrace
-from conftest import events_of, load_json
 
 
 def _plain_bytes(path: Path) -> bytes:

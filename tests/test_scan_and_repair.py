@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtrace import jsonscan
-from streamtrace.repair import ControlCharRepair, Utf8Repair
+from streamtrace.io import jsonscan
+from streamtrace.io.repair import ControlCharRepair, Utf8Repair
 
 
 def test_header_scan_needs_more_data_until_trace_events():

@@ -10,12 +10,12 @@ import orjson
 import pytest
 
 import streamtrace
-from streamtrace import reader as reader_module
-from streamtrace.engine import EmitPlan, emit_pass, index_pass
+from streamtrace.engine.passes import EmitPlan, emit_pass, index_pass
 from streamtrace.errors import TraceError
-from streamtrace.sink import OutputTarget
-from streamtrace.source import InputSource
-from streamtrace.writer import TraceWriter
+from streamtrace.io import reader as reader_module
+from streamtrace.io.sink import OutputTarget
+from streamtrace.io.source import InputSource
+from streamtrace.io.writer import TraceWriter
 
 SMALL = b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.5, "dur": 2.0}, {"ph": "i", "cat": "python_function", "name": "p", "ts": 3.0}], "traceName": "t"}'
 

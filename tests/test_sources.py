@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 import streamtrace
-from streamtrace.progress import Progress
+from streamtrace.io.progress import Progress
 
 EVENTS = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i + 0.5, "dur": 0.25} for i in range(300)]
 DOC = json.dumps({"schemaVersion": 1, "traceEvents": EVENTS}).encode()

@@ -113,8 +113,8 @@ def _check_links(events: list[dict], rows, offset: int = 0, rank: int | None = N
     gpu_idx = {i for i in range(offset, stop) if events[i].get("cat") in GPU_CATS}
     assert {g + offset for g, _, _ in rows} == gpu_idx
     assert len(rows) == len(gpu_idx)
-    for g, l, corr in rows:
-        ge, le = events[g + offset], events[l + offset]
+    for g, launch, corr in rows:
+        ge, le = events[g + offset], events[launch + offset]
         assert ge["cat"] in GPU_CATS and ge["args"]["correlation"] == corr
         assert le["cat"] == "cuda_runtime" and le["args"]["correlation"] == corr
         assert ns(le["ts"]) < ns(ge["ts"])
@@ -203,7 +203,7 @@ def test_streams_and_threads_never_overlap(small):
         for key, spans in lanes.items():
             spans.sort(key=lambda x: (x[0], -x[1]))
             if key[0] == "gpu":
-                for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+                for (_, a1), (b0, _) in zip(spans, spans[1:]):
                     assert b0 >= a1, key
             else:  # CPU slices nest properly
                 stack: list[int] = []

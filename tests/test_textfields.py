@@ -7,8 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtrace.textfields import (INTEGER, NUMBER, field_pattern, positions, swap_all, swap_fields, swap_in_lines,
-                                    swap_one)
+from streamtrace.io.textfields import (
+    INTEGER,
+    NUMBER,
+    field_pattern,
+    positions,
+    swap_all,
+    swap_fields,
+    swap_in_lines,
+    swap_one,
+)
 
 PID = field_pattern(b'"pid":')
 TS = field_pattern(b'"ts":', NUMBER)

@@ -16,7 +16,7 @@ from typing import BinaryIO, Iterable, Iterator, Union
 
 import zstandard
 
-from .errors import TraceError
+from ..errors import TraceError
 
 try:
     from isal import igzip as _isal_gzip

@@ -22,12 +22,10 @@ collide.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from .errors import TraceError
+from ..errors import TraceError
 
 UNKNOWN = -1
 AMBIGUOUS = -2
@@ -207,25 +205,18 @@ def _infer(pids: list[PidEvidence], ranks: list[int], rules: list[str], pairings
         taken.add(fresh)
 
 
-def load_rank_map(path: str | os.PathLike) -> dict[object, int]:
-    """A ``--rank-map`` file: a JSON object from pid to rank.
+def rank_map_from_json(mapping: object, origin: str) -> dict[object, int]:
+    """A ``--rank-map`` document (a JSON object from pid to rank), checked.
 
     JSON keys are strings, so a key that spells an integer names the integer
     pid as well (``{"4037": 0, "GPU 1": 1}``).
     """
-    try:
-        with open(path, "rb") as handle:
-            mapping = json.loads(handle.read())
-    except OSError as exc:
-        raise TraceError(f"cannot read the rank map: {exc.strerror}", path=os.fspath(path)) from None
-    except ValueError as exc:
-        raise TraceError(f"rank map is not JSON: {exc}", path=os.fspath(path)) from None
     if not isinstance(mapping, dict):
-        raise TraceError("rank map must be a JSON object {pid: rank}", path=os.fspath(path))
+        raise TraceError("rank map must be a JSON object {pid: rank}", path=origin)
     result: dict[object, int] = {}
     for key, rank in mapping.items():
         if type(rank) is not int or rank < 0:
-            raise TraceError(f"rank map: rank of pid {key!r} must be a non-negative integer", path=os.fspath(path))
+            raise TraceError(f"rank map: rank of pid {key!r} must be a non-negative integer", path=origin)
         result[key] = rank
         if key.lstrip("-").isdigit():
             result[int(key)] = rank

@@ -13,14 +13,13 @@ from array import array
 from dataclasses import dataclass
 from typing import Callable
 
-from .corrset import CorrelationSet, count_shared
-from .errors import TraceError
-from .inspector import GPU_CATEGORIES, RUNTIME_CATEGORIES
-from .jsonscan import RawMember, member_value
-from .links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
-from .rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, RankResolution, pair_by_time, resolve_ranks
-from .ranks import rank_from_args, rank_from_process_name
-from .reader import NUMBER_TYPES
+from ..algo.corrset import CorrelationSet, count_shared
+from ..algo.links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
+from ..algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, RankResolution, pair_by_time, resolve_ranks
+from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..errors import TraceError
+from ..io.jsonscan import RawMember, member_value
+from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
 
 KEEP, LAUNCH, GPU, AC2G = range(4)
 NO_ID = -(1 << 63)  # a GPU event without a usable correlation id

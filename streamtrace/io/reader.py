@@ -25,13 +25,11 @@ from typing import Callable, Generator, Iterator
 import ijson
 import orjson
 
+from ..errors import RobustModeNeeded, TraceError
 from . import jsonscan
-from .errors import RobustModeNeeded, TraceError
 from .repair import ControlCharRepair, Utf8Repair
 from .source import DecodedStream, TruncatedInput
 
-NUMBER_TYPES = frozenset({float, int, Decimal})
-"""The types a JSON number is read as, in fast and in exact mode."""
 PARSE_CHUNK = 64 * 1024  # larger chunks make ijson slower (more pending items per call)
 CHUNK_PARSE_BYTES = 1 << 20  # events parsed at once: ~4k, a few MB of dicts
 CHUNK_PARSE_LIMIT = 32 << 20  # no event boundary found within this: leave the rest to ijson

@@ -16,18 +16,17 @@ import re
 import time
 from typing import Callable
 
-from .engine import EmitPlan, emit_pass, index_pass
-from .errors import TraceError
-from .ids import check_id_space, id_multiplier, rank_unique_id
-from .links import NO_LAUNCH
+from ..algo.ids import check_id_space, id_multiplier, rank_unique_id
+from ..algo.links import NO_LAUNCH
+from ..engine.passes import EmitPlan, emit_pass, index_pass
+from ..errors import TraceError
+from ..io.configfiles import load_rank_map
+from ..io.progress import Progress
+from ..io.reader import dumps_event, event_loader
+from ..io.sink import OutputTarget, SinkSpec, default_output
+from ..io.source import InputSource, SourceSpec
+from ..resources import peak_rss_mb
 from .mergedindex import AC2G, GPU, LAUNCH, NO_ID, MergedIndex, Resolved, resolve
-from .progress import Progress
-from .rankmap import load_rank_map
-from .reader import dumps_event, event_loader
-from .resources import peak_rss_mb
-from .sink import OutputTarget, SinkSpec, default_output
-from .source import InputSource, SourceSpec
-
 
 ID_KEY = b'"correlation":'
 _POSITION = tuple((key, re.compile(rb'"%s":(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")[,}]' % key))

@@ -24,17 +24,17 @@ from array import array
 from contextlib import ExitStack
 from typing import Callable
 
-from .engine import IndexResult, index_pass
-from .errors import TraceError
-from .jsonscan import RawMember
+from ..algo.ranks import rank_from_args
+from ..engine.passes import IndexResult, index_pass
+from ..errors import TraceError
+from ..io.configfiles import load_rank_map
+from ..io.jsonscan import RawMember
+from ..io.progress import Progress
+from ..io.sink import OutputTarget
+from ..io.source import InputSource, SourceSpec
+from ..io.writer import TraceWriter
+from ..resources import peak_rss_mb
 from .mergedindex import MergedIndex, resolve
-from .progress import Progress
-from .rankmap import load_rank_map
-from .ranks import rank_from_args
-from .resources import peak_rss_mb
-from .sink import OutputTarget
-from .source import InputSource, SourceSpec
-from .writer import TraceWriter
 
 SUFFIXES = {"gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
 DEFAULT_MAX_OPEN = 128

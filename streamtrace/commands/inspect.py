@@ -11,18 +11,17 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Callable, Iterable
 
-from .corrset import CorrelationSet, count_shared
-from .engine import index_pass
-from .jsonscan import member_value
-from .pp import parse_pp_name
-from .progress import Progress
-from .ranks import rank_from_args, rank_from_process_name
-from .reader import NUMBER_TYPES, ReadStats
-from .resources import peak_rss_mb
-from .source import InputSource, SourceSpec
+from ..algo.corrset import CorrelationSet, count_shared
+from ..algo.pp import parse_pp_name
+from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..engine.passes import index_pass
+from ..io.jsonscan import member_value
+from ..io.progress import Progress
+from ..io.reader import ReadStats
+from ..io.source import InputSource, SourceSpec
+from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
+from ..resources import peak_rss_mb
 
-GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
-RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
 ANNOTATION_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation"})
 

@@ -28,25 +28,40 @@ from typing import Callable, Iterable, Iterator, Sequence
 import orjson
 import zstandard
 
-from .compact import CompactIndex, CompactPlan, Compaction, MovedBlock, plan_compaction
-from .engine import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
-from .errors import TraceError
-from .jsonscan import RawMember, member_value
-from .mergeplan import (EventRewrite, RankFacts, check_unique_ranks, fresh_pids, pp_order, process_metadata,
-                        shared_multiplier, time_offsets_ns)
-from .pp import parse_pp_name
-from .pparrows import (FLOW_ID_BASE, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows,
-                       send_recv_arrows)
-from .progress import Progress
-from .ranks import pp_group_ranks, rank_from_file_name
-from .reader import ReadStats, dumps_event, event_loader
-from .resources import peak_rss_mb
-from .rules import load_rules
-from .sink import OutputTarget, SinkSpec, remove_quietly
-from .source import InputSource
-from .textfields import (INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines,
-                         swap_one)
-from .writer import JoinedLines, TraceWriter
+from ..algo.mergeplan import (
+    EventRewrite,
+    RankFacts,
+    check_unique_ranks,
+    fresh_pids,
+    pp_order,
+    process_metadata,
+    shared_multiplier,
+    time_offsets_ns,
+)
+from ..algo.pp import parse_pp_name
+from ..algo.pparrows import (
+    FLOW_ID_BASE,
+    Arrow,
+    ArrowMaker,
+    Span,
+    arrow_events,
+    find_blocks,
+    local_arrows,
+    send_recv_arrows,
+)
+from ..algo.ranks import pp_group_ranks, rank_from_file_name
+from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
+from ..errors import TraceError
+from ..io.configfiles import load_rules
+from ..io.jsonscan import RawMember, member_value
+from ..io.progress import Progress
+from ..io.reader import ReadStats, dumps_event, event_loader
+from ..io.sink import OutputTarget, SinkSpec, remove_quietly
+from ..io.source import InputSource
+from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
+from ..io.writer import JoinedLines, TraceWriter
+from ..resources import peak_rss_mb
+from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
 IN_PROCESS = 1 << 62  # child_parse_min_bytes for parsing in the indexing process: -j N = N busy processes

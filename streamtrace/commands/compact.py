@@ -14,30 +14,43 @@ import itertools
 import operator
 import re
 import time
-from bisect import bisect_left, bisect_right
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import orjson
 
-from .engine import EmitPlan, IndexResult, emit_pass, index_pass, patched_lines
-from .errors import TraceError
-from .jsonscan import RawMember, member_value
-from .lanes import (IN_MEMORY_SORT_LIMIT, Runs, coalesce, coalesce_in_start_order, first_overlap, label_runs,
-                    merge_runs, nearest_in_run, pack_lanes, partition, sorted_runs)
-from .pp import parse_pp_name
-from .pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows
-from .progress import Progress
-from .ranks import pp_group_ranks
-from .reader import NUMBER_TYPES, dumps_event, event_loader
-from .resources import gc_paused, peak_rss_mb
-from .rules import Rules, load_rules
-from .sink import OutputTarget, SinkSpec, default_output
-from .source import InputSource, SourceSpec
-from .textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
-from .writer import JoinedLines
+from ..algo.lanes import (
+    IN_MEMORY_SORT_LIMIT,
+    Runs,
+    coalesce,
+    coalesce_in_start_order,
+    first_overlap,
+    label_runs,
+    merge_runs,
+    nearest_in_run,
+    pack_lanes,
+    partition,
+    sorted_runs,
+)
+from ..algo.pp import parse_pp_name
+from ..algo.pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows
+from ..algo.ranks import pp_group_ranks
+from ..algo.rules import Rules
+from ..engine.passes import EmitPlan, IndexResult, emit_pass, index_pass, patched_lines
+from ..errors import TraceError
+from ..io.configfiles import load_rules
+from ..io.jsonscan import RawMember, member_value
+from ..io.progress import Progress
+from ..io.reader import dumps_event, event_loader
+from ..io.sink import OutputTarget, SinkSpec, default_output
+from ..io.source import InputSource, SourceSpec
+from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
+from ..io.writer import JoinedLines
+from ..kineto import NUMBER_TYPES
+from ..resources import gc_paused, peak_rss_mb
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})

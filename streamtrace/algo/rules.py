@@ -1,4 +1,4 @@
-"""Slice classification rules for ``compact`` (pure, loaded from TOML).
+"""Slice classification rules for ``compact`` (pure; parsed from TOML text).
 
 Users change which lane group a GPU slice goes to without editing code: a
 rules file lists the groups in display order with their labels, and match
@@ -15,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from .errors import TraceError
+from ..errors import TraceError
 
 DEFAULT_RULES_TOML = """\
 # streamtrace compact rules: which lane group each GPU slice goes to.
@@ -132,14 +132,3 @@ def parse_rules(text: str, source: str = "rules") -> Rules:
 
 def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def load_rules(path: str | None) -> Rules:
-    """The rules in ``path``, or the defaults."""
-    if path is None:
-        return parse_rules(DEFAULT_RULES_TOML, "default rules")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_rules(handle.read(), path)
-    except OSError as exc:
-        raise TraceError(f"cannot read rules: {exc.strerror}", path=path) from None

@@ -22,10 +22,10 @@ import signal
 import struct
 from typing import Callable
 
-from .errors import TraceError
+from ..errors import TraceError
+from ..resources import gc_paused
 from .progress import Progress
 from .reader import ReadMode, ReadStats, TraceReader, dumped_batch
-from .resources import gc_paused
 from .source import InputSource
 from .spool import EventSpool
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from .errors import TraceError
+from ..errors import TraceError
+from ..kineto import NUMBER_TYPES
 from .ids import check_id_space, id_multiplier, rank_unique_id
-from .reader import NUMBER_TYPES
 
 FLOW_PHASES = frozenset({"s", "t", "f"})
 NAMED_METADATA = frozenset({"process_name", "thread_name"})

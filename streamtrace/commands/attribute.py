@@ -23,18 +23,19 @@ from typing import Iterator
 
 import orjson
 
-from .engine import index_pass
-from .enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
-from .links import NO_LAUNCH
+from ..algo.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
+from ..algo.links import NO_LAUNCH
+from ..algo.ranks import rank_from_args
+from ..engine.passes import index_pass
+from ..io.configfiles import load_rank_map
+from ..io.progress import Progress
+from ..io.reader import decimal_as_json
+from ..io.sink import OutputTarget, SinkSpec
+from ..io.source import InputSource, SourceSpec
+from ..io.spool import EventSpool
+from ..kineto import NUMBER_TYPES
+from ..resources import peak_rss_mb
 from .mergedindex import GPU, KEEP, LAUNCH, MergedIndex, Resolved, resolve
-from .progress import Progress
-from .rankmap import load_rank_map
-from .ranks import rank_from_args
-from .reader import NUMBER_TYPES, decimal_as_json
-from .resources import peak_rss_mb
-from .sink import OutputTarget, SinkSpec
-from .source import InputSource, SourceSpec
-from .spool import EventSpool
 
 COLUMNS = ("rank", "pid", "tid", "ts", "dur", "cat", "name", "correlation", "launch_name", "launch_pid",
            "launch_tid", "launch_ts", "cpu_op", "root_op")

@@ -4,14 +4,14 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-from .engine import read_with_retries
-from .errors import RobustModeNeeded, TraceError
-from .progress import Progress
-from .reader import ReadStats, TraceReader, dumps_event, raise_if_container_field
-from .resources import peak_rss_mb
-from .sink import OutputTarget, SinkSpec
-from .source import InputSource, SourceSpec
-from .writer import TraceWriter
+from ..engine.passes import read_with_retries
+from ..errors import RobustModeNeeded, TraceError
+from ..io.progress import Progress
+from ..io.reader import ReadStats, TraceReader, dumps_event, raise_if_container_field
+from ..io.sink import OutputTarget, SinkSpec
+from ..io.source import InputSource, SourceSpec
+from ..io.writer import TraceWriter
+from ..resources import peak_rss_mb
 
 
 def convert(

@@ -14,17 +14,24 @@ from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
 from orjson import loads
 
-from . import parseproc
-from .errors import RobustModeNeeded, TraceError
-from .jsonscan import RawMember
-from .progress import Progress
-from .reader import (ReadMode, ReadStats, TraceReader, dumped_batch, loads_spooled, raise_if_container_field,
-                     warn_if_slow_backend)
-from .resources import gc_paused
-from .sink import OutputTarget
-from .source import InputSource
-from .spool import EventSpool
-from .writer import JoinedLines, TraceWriter
+from ..errors import RobustModeNeeded, TraceError
+from ..io import parseproc
+from ..io.jsonscan import RawMember
+from ..io.progress import Progress
+from ..io.reader import (
+    ReadMode,
+    ReadStats,
+    TraceReader,
+    dumped_batch,
+    loads_spooled,
+    raise_if_container_field,
+    warn_if_slow_backend,
+)
+from ..io.sink import OutputTarget
+from ..io.source import InputSource
+from ..io.spool import EventSpool
+from ..io.writer import JoinedLines, TraceWriter
+from ..resources import gc_paused
 
 T = TypeVar("T")
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
