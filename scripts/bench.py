@@ -1,17 +1,34 @@
 #!/usr/bin/env python3
-"""Time a streamtrace command against the floor: a bare ijson pass.
+"""Time a streamtrace command against two yardsticks, in alternating rounds.
 
-Both run as child processes in the same invocation, alternating (floor,
-command, floor, command, ...), so each pair ran under the same machine
-conditions; ``ratio_median_of_pairs`` is the figure to quote on a noisy
-machine, ``ratio_to_floor`` compares the fastest of each.  Peak RSS comes from
-wait4 per child.
+Yardsticks (each a child process over the same input):
 
-    python scripts/bench.py big.json.gz -- streamtrace inspect {input} --json
-    python scripts/bench.py big.json.gz --repeat 3 -- streamtrace convert {input} {tmp}/out.json.zst
+- ``ijson``: a bare ``ijson.items(..., "traceEvents.item")`` pass, the
+  cheapest way to stream every event;
+- ``orjson``: ``orjson.loads`` of the whole decompressed document, what
+  in-memory tools do (time and peak RSS), with the garbage collector off:
+  the fastest that approach can be.
+
+Each round runs every yardstick and then the command, so the ratios of one
+round were measured under the same machine conditions; the figures to quote
+are the medians of the per-round ratios (with min and max), on a noisy
+machine as well as a quiet one.  Peak RSS comes from wait4 per child; the
+command's whole process tree (workers included) is sampled for RSS and PSS
+(PSS splits pages that forked processes share).  When the command prints a
+JSON summary with ``pass1_seconds`` / ``plan_seconds`` / ``wall_seconds``,
+their medians are reported too.
+
+    python scripts/bench.py big.json -- streamtrace inspect {input} --json -j 2
+    python scripts/bench.py big.json --rounds 5 -- streamtrace compact {input} -o {tmp}/out.json.gz -q -j 1
+
+Several commands, each after its own ``--``, share the yardstick runs of a
+round (one report per command):
+
+    python scripts/bench.py big.json -- streamtrace relink {input} -o {tmp}/o.json.gz -q -j 1 \
+        -- streamtrace relink {input} -o {tmp}/o.json.gz -q -j 2
 
 ``{input}`` is replaced by the (first) input, ``{inputs}`` by all of them,
-``{tmp}`` by a fresh temporary directory (deleted afterwards).
+``{tmp}`` by a fresh temporary directory (deleted after each run).
 """
 from __future__ import annotations
 
@@ -27,7 +44,8 @@ import tempfile
 import threading
 import time
 
-FLOOR_CODE = """
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IJSON_CODE = """
 import sys, ijson
 sys.path.insert(0, {root!r})
 from streamtrace.io.source import InputSource
@@ -44,10 +62,24 @@ for path in sys.argv[1:]:
     except ijson.JSONError as exc:
         if "overflow" not in str(exc):
             raise
-        print("floor: integers beyond 64 bits, exact mode", file=sys.stderr)
         total += count(path, False)
 print(total)
 """
+ORJSON_CODE = """
+import gc, sys, orjson
+gc.disable()  # the fastest an in-memory load can be: with the collector on it takes 2-3x longer at 1 GB
+sys.path.insert(0, {root!r})
+from streamtrace.io.source import InputSource
+total = 0
+for path in sys.argv[1:]:
+    with InputSource(path) as source:
+        document = orjson.loads(source.open().read())
+    total += len(document["traceEvents"] if isinstance(document, dict) else document)
+    del document
+print(total)
+"""
+YARDSTICKS = {"ijson": IJSON_CODE, "orjson": ORJSON_CODE}
+PHASES = ("pass1_seconds", "plan_seconds", "wall_seconds")
 
 
 def tree_memory_mb(pid: int) -> tuple[float, float]:
@@ -71,10 +103,9 @@ def tree_memory_mb(pid: int) -> tuple[float, float]:
     return rss / 1024, pss / 1024
 
 
-def run_child(argv: list[str]) -> tuple[float, float, str, float, float]:
-    """Wall seconds, peak RSS in MB (the largest single process), stdout, and
-    the peaks of the whole process tree's RSS and PSS summed (sampled every
-    0.1 s: a command may use worker processes)."""
+def run_child(argv: list[str]) -> dict:
+    """Wall seconds, the largest single process's peak RSS (MB), stdout, and
+    the whole process tree's peak RSS and PSS (sampled every 0.05 s)."""
     started = time.perf_counter()
     tree_peak = [0.0, 0.0]
     with tempfile.TemporaryFile() as out:
@@ -82,7 +113,7 @@ def run_child(argv: list[str]) -> tuple[float, float, str, float, float]:
         done = threading.Event()
 
         def sample() -> None:
-            while not done.wait(0.1):
+            while not done.wait(0.05):
                 tree_peak[:] = map(max, tree_peak, tree_memory_mb(process.pid))
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -91,60 +122,109 @@ def run_child(argv: list[str]) -> tuple[float, float, str, float, float]:
         elapsed = time.perf_counter() - started
         done.set()
         sampler.join()
-        process.returncode = os.waitstatus_to_exitcode(status)
         stderr = process.stderr.read().decode(errors="replace")
         process.stderr.close()
-        if process.returncode != 0:
-            raise SystemExit(f"bench: {shlex.join(argv)} failed ({process.returncode}): {stderr.strip()[-500:]}")
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            raise SystemExit(f"bench: {shlex.join(argv)} failed ({code}): {stderr.strip()[-500:]}")
         out.seek(0)
-        return elapsed, usage.ru_maxrss / 1024, out.read().decode(errors="replace"), *tree_peak
+        return {"seconds": elapsed, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": out.read().decode(errors="replace"),
+                "tree_rss_mb": tree_peak[0], "tree_pss_mb": tree_peak[1]}
+
+
+def spread(values: list[float], digits: int = 2) -> dict:
+    """Median, min and max: the figures to quote on a noisy machine."""
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits)}
+
+
+def phases(stdout: str) -> dict:
+    """The timing fields of the command's JSON summary, if it printed one."""
+    try:
+        summary = json.loads(stdout)
+    except ValueError:
+        return {}
+    return {key: summary[key] for key in PHASES if isinstance(summary, dict) and key in summary}
+
+
+def command_lines(argv: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The options before the first ``--`` and each command after one."""
+    if "--" not in argv:
+        return argv, []
+    split = argv.index("--")
+    commands: list[list[str]] = [[]]
+    for part in argv[split + 1:]:
+        if part == "--":
+            commands.append([])
+        else:
+            commands[-1].append(part)
+    return argv[:split], commands
+
+
+def run_command(command: list[str], inputs: list[str]) -> dict:
+    """One run of ``command`` with its placeholders filled in."""
+    scratch = tempfile.mkdtemp(prefix="streamtrace-bench-")
+    try:
+        argv = [part.replace("{input}", inputs[0]).replace("{tmp}", scratch) for part in command]
+        if "{inputs}" in argv:
+            at = argv.index("{inputs}")
+            argv[at:at + 1] = inputs
+        return run_child(argv)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, list[dict]], args) -> dict:
+    report: dict = {
+        "label": args.label or " ".join(command[:2]),
+        "inputs": args.inputs,
+        "input_bytes": sum(os.path.getsize(p) for p in args.inputs),
+        "cpus": len(os.sched_getaffinity(0)),
+        "rounds": args.rounds,
+        "command": shlex.join(command),
+        "command_seconds": spread([run["seconds"] for run in runs]),
+        "command_peak_rss_mb": round(max(run["peak_rss_mb"] for run in runs), 1),
+        "command_tree_peak_rss_mb": round(max(run["tree_rss_mb"] for run in runs), 1),
+        "command_tree_peak_pss_mb": round(max(run["tree_pss_mb"] for run in runs), 1),
+    }
+    breakdown = [phases(run["stdout"]) for run in runs]
+    for key in PHASES:
+        values = [found[key] for found in breakdown if key in found]
+        if len(values) == len(runs):
+            report[f"command_{key}"] = spread(values)
+    for name, theirs in yardstick_runs.items():
+        report[f"{name}_events"] = int(theirs[0]["stdout"].strip() or 0)
+        report[f"{name}_seconds"] = spread([run["seconds"] for run in theirs])
+        report[f"{name}_peak_rss_mb"] = round(max(run["peak_rss_mb"] for run in theirs), 1)
+        report[f"ratio_to_{name}"] = spread([mine["seconds"] / other["seconds"] for other, mine in zip(theirs, runs)])
+    return report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", help="trace file(s) the command reads")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest counts (default 1)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of yardsticks + commands (default 5)")
+    parser.add_argument("--yardsticks", default="ijson,orjson",
+                        help="comma-separated, from: ijson, orjson (default both; '' for none)")
     parser.add_argument("--label", default="", help="name for this measurement in the report")
-    argv = sys.argv[1:]
-    if "--" not in argv or argv.index("--") == len(argv) - 1:
-        parser.error("give the command to time after --")
-    split = argv.index("--")
-    args = parser.parse_args(argv[:split])
-    command = argv[split + 1:]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    floor_argv = [sys.executable, "-c", FLOOR_CODE.format(root=root), *args.inputs]
-    floor_runs, command_runs = [], []
-    for _ in range(args.repeat):
-        floor_runs.append(run_child(floor_argv))
-        scratch = tempfile.mkdtemp(prefix="streamtrace-bench-")
-        try:
-            argv = [part.replace("{input}", args.inputs[0]).replace("{tmp}", scratch) for part in command]
-            if "{inputs}" in argv:
-                at = argv.index("{inputs}")
-                argv[at:at + 1] = args.inputs
-            command_runs.append(run_child(argv))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    floor = min(floor_runs)
-    best = min(command_runs)
-    report = {
-        "label": args.label or " ".join(command[:2]),
-        "inputs": args.inputs,
-        "input_bytes": sum(os.path.getsize(p) for p in args.inputs),
-        "events": int(floor[2].strip() or 0),
-        "floor_seconds": round(floor[0], 2),
-        "floor_peak_rss_mb": round(max(run[1] for run in floor_runs), 1),
-        "command": shlex.join(command),
-        "command_seconds": round(best[0], 2),
-        "command_peak_rss_mb": round(max(run[1] for run in command_runs), 1),
-        "command_process_tree_peak_rss_mb": round(max(run[3] for run in command_runs), 1),
-        "command_process_tree_peak_pss_mb": round(max(run[4] for run in command_runs), 1),
-        "ratio_to_floor": round(best[0] / floor[0], 2),
-        "ratio_per_pair": [round(command[0] / bare[0], 2) for bare, command in zip(floor_runs, command_runs)],
-        "ratio_median_of_pairs": round(statistics.median(c[0] / f[0] for f, c in zip(floor_runs, command_runs)), 2),
-        "repeat": args.repeat,
-    }
-    print(json.dumps(report, indent=2))
+    options, commands = command_lines(sys.argv[1:])
+    args = parser.parse_args(options)
+    if not commands or not all(commands):
+        parser.error("give each command to time after --")
+    chosen = [name for name in args.yardsticks.split(",") if name]
+    unknown = set(chosen) - set(YARDSTICKS)
+    if unknown:
+        parser.error(f"unknown yardstick(s): {', '.join(sorted(unknown))}")
+    yardstick_runs: dict[str, list[dict]] = {name: [] for name in chosen}
+    command_runs: list[list[dict]] = [[] for _ in commands]
+    for _ in range(args.rounds):
+        for name in chosen:
+            code = YARDSTICKS[name].format(root=ROOT)
+            yardstick_runs[name].append(run_child([sys.executable, "-c", code, *args.inputs]))
+        for command, runs in zip(commands, command_runs):
+            runs.append(run_command(command, args.inputs))
+    reports = [report_for(command, runs, yardstick_runs, args) for command, runs in zip(commands, command_runs)]
+    print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     return 0
 
 

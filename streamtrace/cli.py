@@ -37,6 +37,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
                        help="read a trace cut off mid-array (profiler killed) up to its last complete event")
     group.add_argument("--spool-dir", metavar="DIR",
                        help="directory for temporary spool files (default: the system temp dir)")
+    group.add_argument("-j", "--jobs", metavar="N",
+                       help="busy processes: N, or 'auto' (default: the CPUs this process may use, at most 4; "
+                            "$STREAMTRACE_JOBS overrides the default). -j 1 runs in one process; the output is "
+                            "the same for every N")
     group.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
     group.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
 
@@ -145,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Pipeline-parallel arrows are added: SEND->RECV across ranks, RECV->compute->SEND and "
             "UNSHARD->compute within a rank.",
             "Each input is read twice (index, then emit); memory holds compact per-rank indexes only, and with "
-            "-j N both passes of different ranks run in N processes (the output is the same)."),
+            "-j N both passes of different ranks run in N processes (the output is the same; each process "
+            "holds one rank's indexes at a time)."),
         epilog="examples:\n  streamtrace merge traces/                       # rank<N>_trace.json[.gz|.zst] files in traces/\n"
                "  streamtrace merge 'run/*rank*.pt.trace.json.gz' -o merged.json.gz -j 2\n"
                "  streamtrace merge traces/ --ranks 0-3 --no-compact\n\n"
@@ -159,10 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("-o", "--output", help="output path or '-' (default: merged_compacted.json.gz, or "
                                             "pp_traces_merged_compacted.json.gz with PP annotations, beside the inputs)")
     cmd.add_argument("--ranks", metavar="LIST", help="only these global ranks, e.g. 0-7,12")
-    cmd.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                     help="work on N ranks at a time in N processes (default 1: one process, the least "
-                          "memory); -j 2 on two free cores is about 1.8x faster and holds up to two ranks' "
-                          "indexes at once")
     cmd.add_argument("--no-compact", action="store_true", help="keep the GPU streams as they are")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
@@ -274,7 +275,8 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 
 def _run_inspect(args: argparse.Namespace) -> None:
-    summary = inspect(args.trace, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args))
+    summary = inspect(args.trace, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+                      jobs=args.jobs)
     if not args.json:
         sys.stdout.write(format_inspect_table(summary) + "\nJSON summary:\n")
     _emit_summary(summary)
@@ -284,6 +286,7 @@ def _run_convert(args: argparse.Namespace) -> None:
     summary = convert(
         args.input, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
         overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+        jobs=args.jobs,
     )
     _emit_summary(summary, to_stderr=args.output == "-")
 
@@ -297,7 +300,7 @@ def _run_compact(args: argparse.Namespace) -> None:
     summary = compact(
         args.trace, args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
         overwrite=args.overwrite, compress=args.compress, level=args.level, salvage=args.salvage,
-        spool_dir=args.spool_dir, progress=_progress(args),
+        spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
     if "notice" in summary:
         print(f"streamtrace: {summary['notice']}", file=sys.stderr)
@@ -308,12 +311,10 @@ def _run_compact(args: argparse.Namespace) -> None:
 
 
 def _run_merge(args: argparse.Namespace) -> None:
-    if args.jobs < 1:
-        raise TraceError("-j/--jobs must be at least 1")
     summary = merge(
-        args.inputs, args.output, compact=not args.no_compact, pp_flows=not args.no_pp_flows, jobs=args.jobs,
+        args.inputs, args.output, compact=not args.no_compact, pp_flows=not args.no_pp_flows,
         ranks=args.ranks, overwrite=args.overwrite, rules=args.rules, compress=args.compress, level=args.level,
-        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
     unmatched = {key: value for key, value in summary.items() if key.endswith("_unmatched") and value}
     if unmatched:
@@ -326,6 +327,7 @@ def _run_relink(args: argparse.Namespace) -> None:
     summary = relink(
         args.trace, args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
         level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+        jobs=args.jobs,
     )
     _emit_summary(summary, to_stderr=args.output == "-")
 
@@ -334,7 +336,7 @@ def _run_split(args: argparse.Namespace) -> None:
     summary = split(
         args.trace, args.output_dir, rank_map=args.rank_map, compress=args.compress, level=args.level,
         max_open=args.max_open_files, overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir,
-        progress=_progress(args),
+        progress=_progress(args), jobs=args.jobs,
     )
     _emit_summary(summary)
 
@@ -342,7 +344,7 @@ def _run_split(args: argparse.Namespace) -> None:
 def _run_attribute(args: argparse.Namespace) -> None:
     summary = attribute(
         args.trace, args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite,
-        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
+        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
     _emit_summary(summary, to_stderr=args.output == "-")
 

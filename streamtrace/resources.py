@@ -41,3 +41,20 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Fork children with this process's objects frozen (``gc.freeze``).
+
+    A child's collections then leave alone every object it merely inherited:
+    no finalizer of the parent's garbage runs in the child (one waiting on a
+    lock that another thread of the parent held at the fork would hang it),
+    and the pages it shares with the parent stay shared instead of being
+    copied by the collector's bookkeeping.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import json
+import pickle
 import sys
 from collections import defaultdict
 
@@ -12,7 +13,9 @@ import pytest
 from conftest import events_of, load_json
 
 import streamtrace
+from streamtrace.algo import lanes as lanes_module
 from streamtrace.errors import TraceError
+from streamtrace.io.configfiles import load_rules
 from streamtrace.synth import SynthConfig, write_traces
 
 compact_module = importlib.import_module("streamtrace.commands.compact")  # the package's `compact` is the function
@@ -94,9 +97,9 @@ def test_annotations_move_to_the_lane_of_the_nearest_slice_of_their_stream(tmp_p
     assert summary["gpu_annotations_mapped"] == 3
 
 
-@pytest.mark.parametrize("sort_limit", [600_000, 0], ids=["in-memory sorts", "streamed sweep"])
-def test_identical_overlapping_annotations_coalesce_into_their_union(tmp_path, monkeypatch, sort_limit):
-    monkeypatch.setattr(compact_module, "IN_MEMORY_SORT_LIMIT", sort_limit)
+@pytest.mark.parametrize("chunk", [lanes_module.CHUNK, 1], ids=["one chunk", "chunks of one"])
+def test_identical_overlapping_annotations_coalesce_into_their_union(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(lanes_module, "CHUNK", chunk)
     events = [kernel("ncclDevKernel_AllGather_a", 0, 10, 20), kernel("ncclDevKernel_AllGather_b", 12, 4, 21),
               note("nccl:all_gather", 9, 3, 20, **{"External id": 1}),
               note("nccl:all_gather", 11, 5, 21, **{"External id": 1}),
@@ -189,6 +192,41 @@ def test_trace_without_gpu_slices_passes_through(tmp_path):
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}]
     summary, out, _, _ = run(tmp_path, events)
     assert out == events and "notice" in summary
+
+
+def test_stream_and_label_ids_widen_past_two_bytes():
+    """Ids start in 2-byte arrays; the first id past their range widens every
+    array of its kind, and the hot loop goes on appending to the new ones."""
+    index = compact_module.CompactIndex(load_rules(None))
+    count = (1 << 16) + 3
+    moved = [0, 1 << 15, (1 << 16) - 1, 1 << 16, count - 1]  # streams that also get a flow, an annotation, metadata
+    for n in range(count):
+        index.visit(kernel("gemm", float(n), 0.5, n, label=f"label {n}"))
+        if n in moved:
+            index.visit({"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": n, "ts": float(n), "id": n, "bp": "e"})
+            index.visit(note(f"note {n}", float(n), 0.25, n))
+            index.visit(thread_meta(0, n, f"stream {n}", n)[0])
+    assert [index.slice_stream.typecode, index.flow_stream.typecode, index.note_stream.typecode,
+            index.meta_stream.typecode, index.slice_label.typecode, index.note_name.typecode] == ["i"] * 6
+    assert index.slice_stream.tolist() == list(range(count))
+    assert [index.label_names[label] for label in index.slice_label] == [f"label {n}" for n in range(count)]
+    assert index.flow_stream.tolist() == index.note_stream.tolist() == index.meta_stream.tolist() == moved
+    assert [index.label_names[label] for label in index.note_name] == [f"note {n}" for n in moved]
+    summary = compact_module.plan_compaction(index, []).summary
+    assert (summary["measured_slices"], summary["original_streams"], summary["compacted_lanes"]) == (count, count, 1)
+    assert summary["gpu_flow_endpoints_mapped"] == summary["gpu_annotations_mapped"] == len(moved)
+
+
+def test_the_plan_releases_what_pass_2_does_not_read():
+    """After the plan the index holds what pass 2 reads, and still pickles (merge parks it)."""
+    index = compact_module.CompactIndex(load_rules(None))
+    for event in [kernel("gemm", 0.0, 2.0, 7), kernel("gemm", 1.0, 2.0, 8), note("n", 0.0, 1.0, 7)]:
+        index.visit(event)
+    compact_module.plan_compaction(index, [])
+    assert not any(hasattr(index, name) for name in compact_module.PLAN_ONLY + compact_module.PASS_1_CLOSURES)
+    assert pickle.loads(pickle.dumps(index)).slice_start.tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="pass 2 reads slice_start"):
+        index.release("slice_start")
 
 
 def test_negative_duration_is_refused(tmp_path):
@@ -314,10 +352,12 @@ def test_exact_numbers_survive_compaction(tmp_path):
     assert summary["read"]["exact_numbers"] and summary["gpu_flow_endpoints_mapped"] == 1
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("whole", [True, False])
-def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch, whole):
+def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch, whole, jobs):
     """Pass 2 checks each slice's start against pass 1 and names the one that
-    differs, in blocks moved whole and in blocks moved line by line."""
+    differs, in blocks moved whole and in blocks moved line by line, in this
+    process and in pass-2 workers."""
     from streamtrace.commands.compact import CompactPlan
     write_traces(SynthConfig(ranks=1, pp_stages=1, microbatches=2, steps=1, graph_streams=4, graph_kernels=4),
                  tmp_path, compress="none", merged=False)
@@ -341,9 +381,10 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
     if not whole:
         monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
     with pytest.raises(TraceError, match="differs between the passes") as info:
-        streamtrace.compact(tmp_path / "rank0_trace.json", tmp_path / "out.json")
+        streamtrace.compact(tmp_path / "rank0_trace.json", tmp_path / "out.json", jobs=jobs)
     assert f"GPU slice {changed[0]} differs" in str(info.value)
-    assert ("moved_block" in callers) is whole
+    if jobs == 1:  # workers' calls are seen in their own processes
+        assert ("moved_block" in callers) is whole
     assert not (tmp_path / "out.json").exists()
 
 
@@ -357,11 +398,11 @@ def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, 
     real_moved, outcomes = CompactPlan.moved_block, []
     monkeypatch.setattr(CompactPlan, "moved_block",
                         lambda plan, block, first: outcomes.append(real_moved(plan, block, first)) or outcomes[-1])
-    whole = streamtrace.compact(src, tmp_path / "whole.json")
+    whole = streamtrace.compact(src, tmp_path / "whole.json", jobs=1)  # outcomes are counted in this process
     moved = [outcome for outcome in outcomes if outcome is not None]
     assert len(moved) > 0.9 * len(outcomes) and any(outcome.keep is not None and 0 in outcome.keep for outcome in moved)
     monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
-    by_line = streamtrace.compact(src, tmp_path / "by_line.json")
+    by_line = streamtrace.compact(src, tmp_path / "by_line.json", jobs=1)
     assert whole == {**by_line, "wall_seconds": whole["wall_seconds"], "pass1_seconds": whole["pass1_seconds"],
                      "plan_seconds": whole["plan_seconds"], "peak_rss_mb": whole["peak_rss_mb"],
                      "output": whole["output"]}

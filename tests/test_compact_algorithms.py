@@ -1,30 +1,61 @@
 """Pure compaction algorithms against obviously-correct oracles."""
 from __future__ import annotations
 
-from array import array
+import math
+from bisect import bisect_left, bisect_right
+from contextlib import contextmanager
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtrace.algo import lanes as lanes_module
 from streamtrace.algo.lanes import (
+    NO_MATCH,
+    NONE,
     coalesce,
-    coalesce_in_start_order,
     first_overlap,
     label_runs,
-    merge_runs,
-    nearest_in_run,
+    nearest_in_runs,
     pack_lanes,
-    sorted_runs,
+    partition,
+    start_order,
+    starting_in_runs,
 )
 from streamtrace.algo.pparrows import ArrowMaker, Block, Span, find_blocks, local_arrows
 from streamtrace.algo.rules import DEFAULT_RULES_TOML, parse_rules
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
 
+# Times are small integers (ties, equal starts and ends, touching spans) or
+# doubles with many decimals; durations include zero.
+times = st.one_of(st.integers(0, 30).map(float), st.floats(0, 1e4, allow_nan=False, allow_infinity=False))
+durations = st.one_of(st.just(0.0), st.integers(1, 8).map(float), st.floats(0, 50, allow_nan=False, allow_infinity=False))
+spans = st.lists(st.tuples(times, durations), max_size=60)
+chunk_sizes = st.sampled_from([1, 2, 3, 7, 1 << 15])  # every chunk boundary case, and one chunk
 intervals = st.lists(st.tuples(st.integers(0, 50), st.integers(1, 10)), min_size=1, max_size=60)
-with_zero_length = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 3)), min_size=1, max_size=40)
+
+
+@contextmanager
+def chunks_of(size: int, peel_lanes: int | None = None):
+    """Run the chunked sweeps ``size`` items at a time (and peel at most ``peel_lanes`` lanes a chunk)."""
+    saved = lanes_module.CHUNK, lanes_module.QUERY_BLOCK, lanes_module.PEEL_LANES
+    lanes_module.CHUNK, lanes_module.QUERY_BLOCK = size, 2 * size
+    lanes_module.PEEL_LANES = peel_lanes or saved[2]
+    try:
+        yield
+    finally:
+        lanes_module.CHUNK, lanes_module.QUERY_BLOCK, lanes_module.PEEL_LANES = saved
+
+
+def columns(raw: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends (start + duration, as a double sum) of (start, duration) pairs."""
+    return np.array([start for start, _ in raw], float), np.array([start + duration for start, duration in raw], float)
+
+
+def sorted_order(starts, ends) -> list[int]:
+    return sorted(range(len(starts)), key=lambda i: (starts[i], ends[i], i))
 
 
 def max_depth(spans: list[tuple[float, float]]) -> int:
@@ -33,100 +64,149 @@ def max_depth(spans: list[tuple[float, float]]) -> int:
     return max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
 
 
-def order_by_start(starts: array, ends: array, streams: list[int] | None = None) -> array:
-    """The packing order, built the way compact builds it (per-stream runs, merged)."""
-    streams = streams if streams is not None else [0] * len(starts)
-    return merge_runs(*sorted_runs(starts, ends, streams, max(streams) + 1), starts, ends)
+def lowest_free_lanes(order, starts, ends) -> tuple[list[int], int]:
+    """Oracle: each slice in order takes the lowest lane whose last slice ended at or before its start."""
+    last_ends: list[float] = []
+    lanes = [0] * len(starts)
+    for item in order:
+        lane = next((lane for lane, end in enumerate(last_ends) if end <= starts[item]), len(last_ends))
+        if lane == len(last_ends):
+            last_ends.append(0.0)
+        last_ends[lane] = ends[item]
+        lanes[item] = lane
+    return lanes, len(last_ends)
 
 
-@pytest.mark.parametrize("limit", [0, 10**6], ids=["k-way merge", "in-memory sort"])
-@settings(max_examples=200, deadline=None)
-@given(raw=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=50))
-def test_merged_runs_equal_a_plain_sort(limit, raw):
-    lanes_module.IN_MEMORY_SORT_LIMIT, saved = limit, lanes_module.IN_MEMORY_SORT_LIMIT
-    try:
-        check_merged_runs(raw)
-    finally:
-        lanes_module.IN_MEMORY_SORT_LIMIT = saved
-
-
-def check_merged_runs(raw):
-    starts = array("d", [float(s) for s, _, _ in raw])
-    ends = array("d", [float(s + d) for s, d, _ in raw])
-    streams = [k for _, _, k in raw]
-    expected = sorted(range(len(raw)), key=lambda i: (starts[i], ends[i], i))
-    assert list(order_by_start(starts, ends, streams)) == expected
-    perm, offsets = sorted_runs(starts, ends, streams, 4)
+@settings(max_examples=300, deadline=None)
+@given(raw=spans, keys=st.lists(st.integers(0, 3), min_size=60, max_size=60), chunk=chunk_sizes)
+def test_start_order_and_partition_equal_plain_sorts(raw, keys, chunk):
+    starts, ends = columns(raw)
+    keys = np.array(keys[:len(raw)], np.int32)
+    expected = sorted_order(starts, ends)
+    with chunks_of(chunk):
+        order = start_order(starts, ends)
+        perm, offsets = partition(order, keys, 4)
+        identity, identity_offsets = partition(None, keys, 4)
+    assert order.tolist() == expected
     for key in range(4):
-        members = list(perm[offsets[key]:offsets[key + 1]])
-        assert members == [i for i in expected if streams[i] == key]
+        assert perm[offsets[key]:offsets[key + 1]].tolist() == [i for i in expected if keys[i] == key]
+        assert identity[identity_offsets[key]:identity_offsets[key + 1]].tolist() == \
+            [i for i in range(len(raw)) if keys[i] == key]
 
 
-def pack(raw: list[tuple[int, int]]) -> tuple[array, array, array, array, int]:
-    """Pack (start, duration) pairs; returns starts, ends, order, lanes, lane count."""
-    starts = array("d", [float(s) for s, _ in raw])
-    ends = array("d", [float(s + d) for s, d in raw])
-    order = order_by_start(starts, ends)
-    lanes = array("i", [0] * len(raw))
-    return starts, ends, order, lanes, pack_lanes(order, starts, ends, lanes)
+@settings(max_examples=300, deadline=None)
+@given(raw=spans, chunk=chunk_sizes, peel_lanes=st.sampled_from([1, 2, 16]))
+def test_packing_gives_the_lowest_free_lane(raw, chunk, peel_lanes):
+    starts, ends = columns(raw)
+    order = start_order(starts, ends)
+    lanes = np.zeros(len(raw), np.int32)
+    with chunks_of(chunk, peel_lanes):
+        used = pack_lanes(order, starts, ends, lanes)
+        assert first_overlap(order, starts, ends, lanes) is None
+    assert (lanes.tolist(), used) == lowest_free_lanes(sorted_order(starts, ends), starts, ends)
 
 
 @settings(max_examples=200, deadline=None)
 @given(intervals)
 def test_packing_uses_the_minimum_number_of_lanes_and_never_overlaps(raw):
-    starts, ends, order, lanes, used = pack(raw)
-    assert used == max_depth(list(zip(starts, ends)))
+    starts, ends = columns([(float(s), float(d)) for s, d in raw])
+    lanes = np.zeros(len(raw), np.int32)
+    used = pack_lanes(start_order(starts, ends), starts, ends, lanes)
+    assert used == max_depth(list(zip(starts.tolist(), ends.tolist())))
     for lane in range(used):
         members = sorted((starts[i], ends[i]) for i in range(len(raw)) if lanes[i] == lane)
         assert all(a[1] <= b[0] for a, b in zip(members, members[1:]))
-    assert first_overlap(order, starts, ends, lanes) is None
 
 
-@settings(max_examples=100, deadline=None)
-@given(with_zero_length)
-def test_zero_length_slices_never_make_a_lane_overlap(raw):
-    starts, ends, order, lanes, _ = pack(raw)
-    assert first_overlap(order, starts, ends, lanes) is None
+def first_overlap_oracle(order, starts, ends, lanes) -> int | None:
+    last_end: dict[int, float] = {}
+    for item in order:
+        if starts[item] < last_end.get(lanes[item], -math.inf):
+            return item
+        last_end[lanes[item]] = max(last_end.get(lanes[item], -math.inf), ends[item])
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=spans, lanes=st.lists(st.integers(0, 2), min_size=60, max_size=60), chunk=chunk_sizes)
+def test_overlap_check_finds_the_first_overlap_of_any_assignment(raw, lanes, chunk):
+    starts, ends = columns(raw)
+    lanes = np.array(lanes[:len(raw)], np.int32)
+    order = start_order(starts, ends)
+    with chunks_of(chunk):
+        found = first_overlap(order, starts, ends, lanes)
+    assert found == first_overlap_oracle(order.tolist(), starts, ends, lanes)
 
 
 def test_overlap_check_catches_a_bad_assignment():
-    starts, ends = array("d", [0, 1]), array("d", [2, 3])
-    order = order_by_start(starts, ends)
-    assert first_overlap(order, starts, ends, array("i", [0, 0])) == 1
+    starts, ends = np.array([0.0, 1.0]), np.array([2.0, 3.0])
+    assert first_overlap(start_order(starts, ends), starts, ends, np.array([0, 0], np.int32)) == 1
 
 
 def test_lowest_free_lane_is_reused():
-    starts, ends = array("d", [0, 0, 5, 7]), array("d", [10, 4, 7, 8])
-    lanes = array("i", [0] * 4)
-    pack_lanes(order_by_start(starts, ends), starts, ends, lanes)
-    assert list(lanes) == [1, 0, 0, 0]
+    starts, ends = np.array([0.0, 0.0, 5.0, 7.0]), np.array([10.0, 4.0, 7.0, 8.0])
+    lanes = np.zeros(4, np.int32)
+    pack_lanes(start_order(starts, ends), starts, ends, lanes)
+    assert lanes.tolist() == [1, 0, 0, 0]
+
+
+def stream_runs(starts, ends, streams: list[int], count: int) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """Oracle runs (each stream's slices in (start, end, ordinal) order) and the same as (perm, offsets)."""
+    runs = [[i for i in sorted_order(starts, ends) if streams[i] == stream] for stream in range(count)]
+    offsets = np.cumsum([0] + [len(run) for run in runs])
+    return runs, np.array([i for run in runs for i in run], np.int32), offsets
+
+
+def nearest_oracle(run: list[int], starts, ends, ts: float) -> int:
+    """The run's slice nearest to ts among those around its bisect_left place; the first of equals wins."""
+    if not run:
+        return NONE
+    at = bisect_left([starts[i] for i in run], ts)
+    best, best_distance = run[0], math.inf
+    for position in range(max(at - 1, 0), min(at + 2, len(run))):
+        item = run[position]
+        distance = 0.0 if starts[item] <= ts <= ends[item] else min(abs(ts - starts[item]), abs(ts - ends[item]))
+        if distance < best_distance:
+            best, best_distance = item, distance
+    return best
+
+
+def starting_oracle(run: list[int], starts, ts: float) -> int:
+    """The run's last slice starting exactly at ts."""
+    if not run:
+        return NONE
+    at = bisect_right([starts[i] for i in run], ts)
+    return run[at - 1] if at > 0 and starts[run[at - 1]] == ts else NO_MATCH
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=spans, streams=st.lists(st.integers(0, 2), min_size=60, max_size=60),
+       queries=st.lists(st.tuples(st.integers(0, 3), times), max_size=30), chunk=chunk_sizes)
+def test_searches_in_runs_equal_bisects(raw, streams, queries, chunk):
+    starts, ends = columns(raw)
+    runs, perm, offsets = stream_runs(starts, ends, streams[:len(raw)], 4)  # stream 3 never holds slices
+    query_runs = np.array([run for run, _ in queries], np.int32)
+    # half the query times are slice starts, so that exact matches happen
+    query_times = np.array([starts[n % len(raw)] if raw and n % 2 else ts for n, (_, ts) in enumerate(queries)], float)
+    with chunks_of(chunk):
+        nearest = nearest_in_runs(perm, offsets, starts, ends, query_runs, query_times)
+        starting = starting_in_runs(perm, offsets, starts, query_runs, query_times)
+    assert nearest.tolist() == [nearest_oracle(runs[run], starts, ends, ts) for run, ts in zip(query_runs, query_times)]
+    assert starting.tolist() == [starting_oracle(runs[run], starts, ts) for run, ts in zip(query_runs, query_times)]
 
 
 def test_nearest_slice_prefers_containment_then_nearer_edge():
-    starts, ends = array("d", [0, 10, 20]), array("d", [5, 15, 25])
-    perm = array("i", [0, 1, 2])
-    assert nearest_in_run(perm, starts, 0, 3, starts, ends, 12) == 1
-    assert nearest_in_run(perm, starts, 0, 3, starts, ends, 7) == 0
-    assert nearest_in_run(perm, starts, 0, 3, starts, ends, 9) == 1
-    assert nearest_in_run(perm, starts, 0, 3, starts, ends, 99) == 2
+    starts, ends = np.array([0.0, 10.0, 20.0]), np.array([5.0, 15.0, 25.0])
+    perm, offsets = np.array([0, 1, 2], np.int32), np.array([0, 3])
+    found = nearest_in_runs(perm, offsets, starts, ends, np.zeros(4, np.int32), np.array([12.0, 7.0, 9.0, 99.0]))
+    assert found.tolist() == [1, 0, 1, 2]
 
 
-def test_coalesce_merges_overlapping_and_touching_same_key_only():
-    starts, ends = array("d", [0, 3, 5, 20, 1]), array("d", [4, 5, 6, 21, 2])
-    keys = [7, 7, 7, 7, 8]
-    order = sorted(range(5), key=starts.__getitem__)
-    assert list(coalesce(order, keys, starts, ends)) == [(0, [1, 2], 0.0, 6.0)]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 6), st.integers(0, 2)), min_size=1, max_size=40))
-def test_coalesce_sweep_equals_grouping_by_key(raw):
-    starts = array("d", [float(s) for s, _, _ in raw])
-    ends = array("d", [float(s + d) for s, d, _ in raw])
-    keys = [k for _, _, k in raw]
-    expected = []
-    for key in set(keys):
-        members = sorted((i for i in range(len(raw)) if keys[i] == key), key=lambda i: (starts[i], i))
+def coalesce_oracle(items: list[int], keys: list[tuple], starts, ends) -> list[tuple]:
+    """(kept, removed, start, end) of every cluster of two or more same-key spans that overlap or touch."""
+    clusters = []
+    for key in set(keys[i] for i in items):
+        members = sorted((i for i in items if keys[i] == key), key=lambda i: (starts[i], i))
         cluster = [members[0]]
         for item in members[1:] + [None]:
             if item is not None and starts[item] <= max(ends[m] for m in cluster):
@@ -134,24 +214,72 @@ def test_coalesce_sweep_equals_grouping_by_key(raw):
                 continue
             if len(cluster) > 1:
                 kept = min(cluster)
-                expected.append((kept, sorted(set(cluster) - {kept}), min(starts[m] for m in cluster),
+                clusters.append((kept, sorted(set(cluster) - {kept}), min(starts[m] for m in cluster),
                                  max(ends[m] for m in cluster)))
             cluster = [item]
-    in_start_order = sorted(range(len(raw)), key=lambda i: (starts[i], i))
-    for clusters in (coalesce(in_start_order, keys, starts, ends),
-                     coalesce_in_start_order(in_start_order, keys, starts, ends)):
-        got = [(kept, sorted(removed), start, end) for kept, removed, start, end in clusters]
-        assert sorted(got) == sorted(expected)
+    return sorted(clusters)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=spans, tracks=st.lists(st.sampled_from([1000, 1001]), min_size=60, max_size=60),
+       identities=st.lists(st.sampled_from([-(2**63), 7, 2**62]), min_size=60, max_size=60),
+       chosen=st.lists(st.booleans(), min_size=60, max_size=60), chunk=chunk_sizes)
+def test_coalescing_equals_grouping_by_key_then_sweeping(raw, tracks, identities, chosen, chunk):
+    starts, ends = columns(raw)
+    tracks, identities = np.array(tracks[:len(raw)], np.int32), np.array(identities[:len(raw)], np.int64)
+    items = [i for i in range(len(raw)) if chosen[i]]
+    with chunks_of(chunk):
+        clusters = coalesce(np.array(items, np.int32), (tracks, identities), starts, ends)
+    expected = coalesce_oracle(items, list(zip(tracks.tolist(), identities.tolist())), starts, ends)
+    got = zip(clusters.kept.tolist(), clusters.start.tolist(), clusters.end.tolist())
+    assert sorted(got) == [(kept, start, end) for kept, _, start, end in expected]
+    assert sorted(clusters.removed.tolist()) == sorted(m for _, removed, _, _ in expected for m in removed)
+
+
+def test_coalesce_merges_overlapping_and_touching_same_key_only():
+    starts, ends = np.array([0.0, 3.0, 5.0, 20.0, 1.0]), np.array([4.0, 5.0, 6.0, 21.0, 2.0])
+    clusters = coalesce(np.arange(5, dtype=np.int32), (np.array([7, 7, 7, 7, 8]),), starts, ends)
+    assert (clusters.kept.tolist(), clusters.start.tolist(), clusters.end.tolist()) == ([0], [0.0], [6.0])
+    assert sorted(clusters.removed.tolist()) == [1, 2]
+
+
+def label_runs_oracle(order, lanes, labels, starts, ends) -> list[tuple]:
+    """The sweep: a lane's run closes at its next slice with another label; runs still open follow."""
+    open_runs: dict[int, list] = {}
+    runs = []
+    for item in order:
+        lane, label = lanes[item], labels[item]
+        current = open_runs.get(lane)
+        if current is not None and current[0] == label:
+            current[2] = max(current[2], ends[item])
+            continue
+        if current is not None:
+            runs.append((lane, *open_runs.pop(lane)))
+        if label >= 0:
+            open_runs[lane] = [label, starts[item], ends[item]]
+    return runs + [(lane, *current) for lane, current in open_runs.items()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=spans, lanes=st.lists(st.sampled_from([1000, 1001, 1005]), min_size=60, max_size=60),
+       labels=st.lists(st.integers(-1, 2), min_size=60, max_size=60), chunk=chunk_sizes)
+def test_label_runs_equal_the_sweep(raw, lanes, labels, chunk):
+    starts, ends = columns(raw)
+    lanes, labels = np.array(lanes[:len(raw)], np.int32), np.array(labels[:len(raw)], np.int16)
+    order = start_order(starts, ends)
+    with chunks_of(chunk):
+        runs = label_runs(order, lanes, labels, starts, ends)
+    assert list(runs.rows()) == label_runs_oracle(order.tolist(), lanes.tolist(), labels.tolist(), starts.tolist(),
+                                                 ends.tolist())
 
 
 def test_label_runs_break_on_unlabelled_and_per_lane():
-    starts = array("d", [0, 1, 2, 3, 4, 0])
-    ends = array("d", [1, 2, 3, 4, 5, 1])
-    lanes = [1, 1, 1, 1, 1, 2]
-    labels = [0, 0, 1, -1, 1, 0]
-    runs = label_runs(range(6), lanes, labels, starts, ends)
-    got = sorted(zip(runs.lane, runs.label, runs.start, runs.end))
-    assert got == [(1, 0, 0.0, 2.0), (1, 1, 2.0, 3.0), (1, 1, 4.0, 5.0), (2, 0, 0.0, 1.0)]
+    starts = np.array([0.0, 1, 2, 3, 4, 0])
+    ends = np.array([1.0, 2, 3, 4, 5, 1])
+    lanes = np.array([1, 1, 1, 1, 1, 2], np.int32)
+    labels = np.array([0, 0, 1, -1, 1, 0], np.int32)
+    runs = label_runs(start_order(starts, ends), lanes, labels, starts, ends)
+    assert sorted(runs.rows()) == [(1, 0, 0.0, 2.0), (1, 1, 2.0, 3.0), (1, 1, 4.0, 5.0), (2, 0, 0.0, 1.0)]
 
 
 def test_default_rules_match_spec_classification():

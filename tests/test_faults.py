@@ -1,7 +1,9 @@
 """Faults around a good input, for every command of the matrix table
 (tests/badinputs/matrix.py): signals mid-run, a reader closing the pipe, an
 output directory that cannot be written, a full disk.  Each must end cleanly:
-no traceback, no output or partial file, no spool left, input unchanged."""
+no traceback, no output or partial file, no spool left, no process left
+running, input unchanged; in one process (-j 1) and with a parse child and
+pass-2 workers (-j 2)."""
 from __future__ import annotations
 
 import errno
@@ -24,6 +26,7 @@ from streamtrace import cli
 
 OUTPUT_COMMANDS = [command for command in COMMANDS if command.output_name]
 STDOUT_COMMANDS = [command for command in COMMANDS if command.stdout_argv]
+JOBS = pytest.mark.parametrize("jobs", ["1", "2"], ids=lambda n: f"j{n}")
 
 
 def needs(command: Command) -> None:
@@ -61,6 +64,25 @@ def family(pid: int) -> list[int]:
     return pids
 
 
+def assert_gone(pids: list[int]) -> None:
+    """The parse child and pass-2 workers of a stopped run end with it."""
+    deadline = time.time() + 10
+    while True:
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and not _zombie(pid)]
+        if not alive:
+            return
+        assert time.time() < deadline, f"helper processes {alive} outlived the run"
+        time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def has_open(pid: int, path: Path) -> bool:
     """Has the process (or a child of it) opened ``path``, so the run is under way?"""
     for member in family(pid):
@@ -76,19 +98,23 @@ def has_open(pid: int, path: Path) -> bool:
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see when the run is under way")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
-def test_signal_mid_run_leaves_nothing(command, signum, big_trace, tmp_path):
+@JOBS
+def test_signal_mid_run_leaves_nothing(command, signum, jobs, big_trace, tmp_path):
     needs(command)
     before = digest(big_trace)
     argv, output, spool = command_line(command, big_trace, tmp_path)
     inputs_before = files_under(tmp_path)
-    process = subprocess.Popen([*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    process = subprocess.Popen([*CLI, *argv, "-j", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=cli_env())
     deadline = time.time() + 30
     while not has_open(process.pid, big_trace):
         assert process.poll() is None and time.time() < deadline, "the command never opened its input"
         time.sleep(0.01)
     time.sleep(0.3)
+    helpers = family(process.pid)[1:]
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=30)
+    assert_gone(helpers)
     assert process.returncode == (-signum if signum == signal.SIGKILL else 128 + signum), stderr
     assert output is None or not output.exists()
     assert digest(big_trace) == before
@@ -99,12 +125,14 @@ def test_signal_mid_run_leaves_nothing(command, signum, big_trace, tmp_path):
 
 
 @pytest.mark.parametrize("command", STDOUT_COMMANDS, ids=lambda c: c.name)
-def test_reader_closing_the_pipe_stops_quietly(command, big_trace, tmp_path):
+@JOBS
+def test_reader_closing_the_pipe_stops_quietly(command, jobs, big_trace, tmp_path):
     """``streamtrace ... - | head -c 100``: no traceback, no spool, exit 1 when output was cut."""
     needs(command)
     argv, _, spool = command_line(command, big_trace, tmp_path, to_stdout=True)
     inputs_before = files_under(tmp_path)
-    process = subprocess.Popen([*CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    process = subprocess.Popen([*CLI, *argv, "-j", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=cli_env())
     head = process.stdout.read(100)
     process.stdout.close()
     stderr = process.stderr.read().decode()
@@ -176,13 +204,15 @@ class FullDisk:
 
 @pytest.mark.parametrize("room", [0, 64 << 10], ids=["full", "fills-mid-run"])
 @pytest.mark.parametrize("command", OUTPUT_COMMANDS, ids=lambda c: c.name)
-def test_full_disk_is_one_line_and_leaves_nothing(command, room, tmp_path, monkeypatch, capsys):
+@JOBS
+def test_full_disk_is_one_line_and_leaves_nothing(command, room, jobs, tmp_path, monkeypatch, capsys):
     """Every file opened for writing (output and spools alike) hits ENOSPC."""
     needs(command)
     trace = tmp_path / "trace.json.gz"
     shutil.copy(TRACES / "nccl_rank0.json.gz", trace)
     before = digest(trace)
     argv, output, spool = command_line(command, trace, tmp_path)
+    argv += ["-j", jobs]
     inputs_before = files_under(tmp_path)
     real_fdopen = os.fdopen
 

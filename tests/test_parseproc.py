@@ -13,7 +13,7 @@ from streamtrace.errors import TraceError
 from streamtrace.io import parseproc
 from streamtrace.io.source import InputSource
 
-IN_PROCESS = 1 << 62
+IN_PROCESS, IN_CHILD = 1, 2  # jobs
 
 
 class Record:
@@ -26,9 +26,15 @@ class Record:
         self.seen.append((event.get("ph"), event.get("cat"), event.get("name"), event.get("ts")))
 
 
-def pass_one(path, min_bytes: int, spool_dir) -> tuple[list, list[bytes], dict]:
+@pytest.fixture(autouse=True)
+def any_size(monkeypatch):
+    """The child takes files of any size (16 MB and up otherwise)."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+
+
+def pass_one(path, jobs: int, spool_dir) -> tuple[list, list[bytes], dict]:
     with InputSource(str(path)) as source:
-        result = index_pass(source, Record, keep_events=True, child_parse_min_bytes=min_bytes, spool_dir=str(spool_dir))
+        result = index_pass(source, Record, keep_events=True, jobs=jobs, spool_dir=str(spool_dir))
         lines = [line for block in result.spool.read_blocks() for line in block]
         result.spool.close()
     return result.visitor.seen, lines, result.stats.as_dict()
@@ -37,7 +43,7 @@ def pass_one(path, min_bytes: int, spool_dir) -> tuple[list, list[bytes], dict]:
 @pytest.mark.parametrize("name", [p.name for p in REAL_TRACES])
 def test_child_parse_matches_in_process(name, tmp_path):
     path = TRACES / name
-    in_child = pass_one(path, 0, tmp_path)
+    in_child = pass_one(path, IN_CHILD, tmp_path)
     assert in_child == pass_one(path, IN_PROCESS, tmp_path)
     assert len(in_child[1]) == in_child[2]["events"] > 0
     assert os.listdir(tmp_path) == []
@@ -53,7 +59,7 @@ def test_exact_mode_numbers_reach_the_visitor_exactly(tmp_path):
             self.seen.append((event.get("args", {}).get("id"), str(event["ts"])))
 
     with InputSource(str(path)) as source:
-        result = index_pass(source, Ids, keep_events=True, child_parse_min_bytes=0, spool_dir=str(tmp_path))
+        result = index_pass(source, Ids, keep_events=True, jobs=IN_CHILD, spool_dir=str(tmp_path))
         result.spool.close()
     assert result.stats.exact_numbers
     assert result.visitor.seen == [(123456789012345678901234, "1.25"), (None, "1E+400")]
@@ -66,18 +72,17 @@ def test_child_failure_is_one_located_error_and_leaves_nothing(tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()
     with pytest.raises(TraceError) as failure:
-        pass_one(cut, 0, spool)
+        pass_one(cut, IN_CHILD, spool)
     assert str(cut) in str(failure.value) and "byte" in str(failure.value)
     assert os.listdir(spool) == []
 
 
-def test_compact_through_the_child_equals_in_process(tmp_path, monkeypatch):
+def test_compact_through_the_child_equals_in_process(tmp_path):
     trace = TRACES / "b200_eager.json.gz"
     outputs = []
-    for min_bytes in (0, IN_PROCESS):
-        monkeypatch.setattr(parseproc, "MIN_BYTES", min_bytes)
-        out = tmp_path / f"out{min_bytes}.json"
-        summary = compact(str(trace), str(out))
+    for jobs in (IN_CHILD, IN_PROCESS):
+        out = tmp_path / f"out{jobs}.json"
+        summary = compact(str(trace), str(out), jobs=jobs)
         outputs.append((load_json(out), {k: v for k, v in summary.items() if "seconds" not in k and "rss" not in k
                                          and k != "output"}))
     assert outputs[0] == outputs[1]

@@ -6,6 +6,7 @@ compaction; arrows are Perfetto flow pairs between blocks (SPEC 5).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -168,14 +169,17 @@ def local_arrows(blocks: list[Block], maker: ArrowMaker) -> None:
             computes_by_stage[(block.pid, block.stage)].append(block)
     for members in computes_by_stage.values():
         members.sort(key=lambda block: (block.start, block.end))
+    starts_by_stage = {key: [block.start for block in members] for key, members in computes_by_stage.items()}
     for block in blocks:
         if block.op != "UNSHARD":
             continue
-        target = next((c for c in computes_by_stage.get((block.pid, block.stage), []) if c.start >= block.start), None)
-        if target is None:
+        # the first compute (in start order) starting at or after the UNSHARD: a bisect, not a scan per UNSHARD
+        members = computes_by_stage.get((block.pid, block.stage), [])
+        at = bisect_left(starts_by_stage.get((block.pid, block.stage), []), block.start)
+        if at == len(members):
             maker.unmatched["pp_unshard_dependency"] += 1
         else:
-            maker.connect(block, target, "pp_unshard_dependency")
+            maker.connect(block, members[at], "pp_unshard_dependency")
 
 
 def send_recv_arrows(blocks: list[Block], maker: ArrowMaker, pipeline_of: dict | None = None) -> None:

@@ -26,6 +26,7 @@ import orjson
 from ..algo.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
 from ..algo.links import NO_LAUNCH
 from ..algo.ranks import rank_from_args
+from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.configfiles import load_rank_map
 from ..io.progress import Progress
@@ -260,6 +261,7 @@ def attribute(
     salvage: bool = False,
     spool_dir: str | None = None,
     progress: bool | None = False,
+    jobs: int | str | None = None,
 ) -> dict:
     """Write the GPU-event attribution CSV (or, with ``group_by="op"``, GPU time per rank and cpu op).
 
@@ -270,6 +272,7 @@ def attribute(
         raise ValueError("group_by must be None or 'op'")
     started = time.perf_counter()
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
+    processes = resolve_jobs(jobs)
     visitors: list[AttributeIndex] = []
 
     def make_visitor() -> AttributeIndex:
@@ -282,7 +285,8 @@ def attribute(
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)
         try:
-            result = index_pass(source, make_visitor, keep_events=False, salvage=salvage, progress=meter)
+            result = index_pass(source, make_visitor, keep_events=False, salvage=salvage, progress=meter,
+                                jobs=processes)
             index: AttributeIndex = result.visitor  # type: ignore[assignment]
             index.finish()
             resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)

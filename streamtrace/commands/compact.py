@@ -9,37 +9,42 @@ lines and appends the new events.
 """
 from __future__ import annotations
 
-import collections
+import ctypes
+import functools
 import itertools
-import operator
 import re
 import time
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+import numpy as np
 import orjson
 
 from ..algo.lanes import (
-    IN_MEMORY_SORT_LIMIT,
+    CHUNK,
+    NO_MATCH,
+    ORDINAL,
+    Clusters,
     Runs,
     coalesce,
-    coalesce_in_start_order,
     first_overlap,
     label_runs,
-    merge_runs,
-    nearest_in_run,
+    nearest_in_runs,
     pack_lanes,
     partition,
-    sorted_runs,
+    start_order,
+    starting_in_runs,
 )
 from ..algo.pp import parse_pp_name
 from ..algo.pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows
 from ..algo.ranks import pp_group_ranks
 from ..algo.rules import Rules
-from ..engine.passes import EmitPlan, IndexResult, emit_pass, index_pass, patched_lines
+from ..engine.jobs import resolve_jobs
+from ..engine.passes import EmitPlan, IndexResult, consume, emit_pass, index_pass, patched_lines
 from ..errors import TraceError
 from ..io.configfiles import load_rules
 from ..io.jsonscan import RawMember, member_value
@@ -59,11 +64,21 @@ KEEP, SLICE, ANNOTATION, FLOW, METADATA = range(5)
 RUNTIME = 5  # an event kind the index counts but pass 2 keeps
 TID_GAP = 1000
 TID_LIMIT = 2**31
+STREAM_IDS = ("slice_stream", "note_stream", "flow_stream", "meta_stream")  # the index's arrays of stream ids
+LABEL_IDS = ("slice_label", "note_name")  # its arrays of label ids (-1: none)
+PASS_1_CLOSURES = ("visit", "_rebind")  # the hot loop and its rebinder (CompactIndex._make_visit)
+PLAN_ONLY = ("slice_end", "slice_group", "slice_label", "note_start", "note_end", "note_identity", "note_name",
+             "flow_ts")  # arrays pass 2 does not read: the plan releases them (CompactIndex.release)
 
 
 class CompactIndex:
     """Pass-1 visitor: a byte per event saying what pass 2 does with it, and
-    compact arrays for the events that move."""
+    compact arrays for the events that move.
+
+    Stream and label ids are held in 2-byte arrays (a trace has a few dozen
+    streams and labels, millions of slices): the first id past their range
+    widens them to 4 bytes (:meth:`_widen`).
+    """
 
     def __init__(self, rules: Rules) -> None:
         self.rules = rules
@@ -73,19 +88,19 @@ class CompactIndex:
         self.group_cache: dict[tuple, int] = {}
         self.label_ids: dict[str, int] = {}
         self.label_names: list[str] = []
-        self.slice_stream = array("i")
+        self.slice_stream = array("H")
         self.slice_start = array("d")
         self.slice_end = array("d")
         self.slice_group = array("B")
-        self.slice_label = array("i")
-        self.note_stream = array("i")
+        self.slice_label = array("h")
+        self.note_stream = array("H")
         self.note_start = array("d")
         self.note_end = array("d")
         self.note_identity = array("q")
-        self.note_name = array("i")
-        self.flow_stream = array("i")
+        self.note_name = array("h")
+        self.flow_stream = array("H")
         self.flow_ts = array("d")
-        self.meta_stream = array("i")
+        self.meta_stream = array("H")
         self.slice_stream_arg = bytearray()  # per slice: 1 when args.stream is an integer
         self.int_tids: set[int] = set()
         self.odd_tid_at = array("q")  # events whose tid is not an integer (or is missing)
@@ -112,6 +127,14 @@ class CompactIndex:
         flow_stream, flow_ts = self.flow_stream.append, self.flow_ts.append
         annotation, metadata, span = self._annotation, self._metadata, self._span
 
+        def rebind() -> None:
+            """Point the loop at the id arrays :meth:`_widen` replaced."""
+            nonlocal slice_stream, slice_label, flow_stream
+            slice_stream, slice_label, flow_stream = (self.slice_stream.append, self.slice_label.append,
+                                                      self.flow_stream.append)
+
+        self._rebind = rebind
+
         def visit(event: dict) -> None:
             get = event.get
             tid = get("tid")
@@ -127,7 +150,9 @@ class CompactIndex:
                 if ts.__class__ in NUMBER_TYPES:
                     key = (get("pid"), tid)
                     stream = stream_ids.get(key)
-                    flow_stream(new_stream(key) if stream is None else stream)
+                    if stream is None:
+                        stream = new_stream(key)  # (may widen the id arrays: the appender is read after it)
+                    flow_stream(stream)
                     flow_ts(float(ts))
                     record(FLOW)
                 else:
@@ -142,7 +167,9 @@ class CompactIndex:
                     ts, end = span(ts, dur, "GPU slice")
                 key = (get("pid"), tid)
                 stream = stream_ids.get(key)
-                slice_stream(new_stream(key) if stream is None else stream)
+                if stream is None:
+                    stream = new_stream(key)
+                slice_stream(stream)
                 slice_start(ts)
                 slice_end(end)
                 name = get("name")
@@ -158,7 +185,9 @@ class CompactIndex:
                     slice_stream_arg(0)
                 if label.__class__ is str and label:
                     found = label_ids.get(label)
-                    slice_label(new_label(label) if found is None else found)
+                    if found is None:
+                        found = new_label(label)
+                    slice_label(found)
                 else:
                     slice_label(-1)
                 record(SLICE)
@@ -172,15 +201,32 @@ class CompactIndex:
         return visit
 
     def __getstate__(self) -> dict:
-        """Everything but the hot-loop closure (which cannot be pickled)."""
-        state = dict(self.__dict__)
-        del state["visit"]
-        return state
+        """Everything but the hot-loop closures (which cannot be pickled)."""
+        return {name: value for name, value in self.__dict__.items() if name not in PASS_1_CLOSURES}
+
+    def release(self, *names: str) -> None:
+        """Drop arrays of :data:`PLAN_ONLY` once the plan is done with them:
+        the plan's own arrays then take their room, and pass 2 runs beside
+        the plan's results instead of the whole index.  The pass-1 closures,
+        which hold every array's ``append``, go first: pass 1 is over."""
+        for name in PASS_1_CLOSURES + names:
+            if name not in PLAN_ONLY + PASS_1_CLOSURES:
+                raise ValueError(f"pass 2 reads {name}")
+            self.__dict__.pop(name, None)
+        _trim_heap()
+
+    def _widen(self, names: tuple[str, ...]) -> None:
+        """Turn 2-byte id arrays into 4-byte ones (once, at the first id past
+        their range) and rebind the hot loop's appenders to them."""
+        for name in names:
+            setattr(self, name, array("i", getattr(self, name)))
+        self._rebind()
 
     def _metadata(self, event: dict) -> int:
         if event.get("name") not in THREAD_METADATA:
             return KEEP
-        self.meta_stream.append(self._stream(event))
+        stream = self._stream(event)
+        self.meta_stream.append(stream)
         return METADATA
 
     def _stream(self, event: dict) -> int:
@@ -191,6 +237,8 @@ class CompactIndex:
     def _new_stream(self, key: tuple) -> int:
         found = self.stream_ids[key] = len(self.stream_keys)
         self.stream_keys.append(key)
+        if found == 1 << 16:
+            self._widen(STREAM_IDS)
         return found
 
     def _classify(self, category: str, name: object) -> int:
@@ -204,6 +252,8 @@ class CompactIndex:
     def _new_label(self, text: str) -> int:
         found = self.label_ids[text] = len(self.label_names)
         self.label_names.append(text)
+        if found == 1 << 15:
+            self._widen(LABEL_IDS)
         return found
 
     def _span(self, ts: object, dur: object, what: str) -> tuple[float, float]:
@@ -220,11 +270,13 @@ class CompactIndex:
             return KEEP
         start, end = self._span(event.get("ts"), event.get("dur", 0), "GPU annotation")
         name = event.get("name")
-        self.note_stream.append(self._stream(event))
+        stream = self._stream(event)  # (ids may widen: the arrays are read after)
+        label = self._label(name) if name.__class__ is str else -1
+        self.note_stream.append(stream)
         self.note_start.append(start)
         self.note_end.append(end)
         self.note_identity.append(_identity_hash(event))
-        self.note_name.append(self._label(name) if name.__class__ is str else -1)
+        self.note_name.append(label)
         return ANNOTATION
 
 
@@ -246,7 +298,7 @@ def _identity_hash(event: dict) -> int:
 class Compaction:
     """Everything pass 2 needs, the new events to append, and the summary.
 
-    Plain data (typed arrays, small dicts), so a worker process can hand a
+    Plain data (typed and numpy arrays, small dicts), so a worker process can hand a
     rank's compaction to the process that writes the merged output.
     """
 
@@ -268,11 +320,9 @@ class Compaction:
 
     def new_events(self) -> Iterator[dict]:
         """Per-kernel annotation spans, lane and track metadata, PP arrows."""
-        runs, lane_info, note_track = self.kernel_runs, self.lane_info, self.note_track
-        for n in range(len(runs)):
-            lane = runs.lane[n]
-            start, end = runs.start[n], runs.end[n]
-            yield {"name": self.label_names[runs.label[n]], "cat": "gpu_user_annotation", "ph": "X",
+        lane_info, note_track = self.lane_info, self.note_track
+        for lane, label, start, end in self.kernel_runs.rows():
+            yield {"name": self.label_names[label], "cat": "gpu_user_annotation", "ph": "X",
                    "pid": lane_info[lane][0], "tid": note_track[lane], "ts": start, "dur": end - start, "args": {}}
         yield from _lane_metadata(lane_info, note_track, self.used_tracks)
         yield from arrow_events(self.arrows)
@@ -305,52 +355,119 @@ def _pp_rank(members: list[RawMember]) -> tuple[int, str]:
     return rank, "global rank (no PP process group)"
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+PLAN_MMAP_THRESHOLD = 4 << 20  # while planning, buffers from this size on come from the OS and go back to it
+MMAP_THRESHOLD_MAX = 32 << 20  # where glibc's own threshold ends once large buffers were freed
+
+
+@functools.cache
+def _malloc() -> tuple[Callable[[int], int], Callable[[int, int], int]] | None:
+    """glibc's ``malloc_trim`` and ``mallopt``, or None (another C library)."""
+    try:
+        libc = ctypes.CDLL(None)
+        return libc.malloc_trim, libc.mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+def _trim_heap() -> None:
+    """Hand the heap's free pages back to the OS (glibc keeps them otherwise)."""
+    controls = _malloc()
+    if controls is not None:
+        controls[0](0)
+
+
+@contextmanager
+def _returning_memory() -> Iterator[None]:
+    """Keep resident memory close to live memory while planning (glibc; elsewhere nothing).
+
+    Once a large buffer was freed (the index's released arrays are), glibc
+    serves buffers up to that size from its heap and keeps them resident
+    when freed: the plan's numpy scratch would pile up there and stay through
+    pass 2.  A fixed mmap threshold hands large buffers back as they are
+    freed; trims (here and at each :meth:`CompactIndex.release`) hand back
+    what pass 1 and the plan's steps left free in the heap.
+    """
+    controls = _malloc()
+    if controls is None:
+        yield
+        return
+    tune = controls[1]
+    _trim_heap()
+    tune(M_MMAP_THRESHOLD, PLAN_MMAP_THRESHOLD)
+    tune(M_TRIM_THRESHOLD, PLAN_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        tune(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
+        tune(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX)
+        _trim_heap()
+
+
 @gc_paused()
+@_returning_memory()
 def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: bool = True,
                     local_arrows: bool = True, strict: bool = False) -> Compaction:
     """Between the passes: lanes, tids, annotation and flow moves, new events.
 
     With ``pp_flows`` the PP spans are collected, and with ``local_arrows``
     too the rank-local arrows are made (``merge`` makes all arrows itself).
+
+    The work runs in numpy over views of the index's arrays (see
+    :mod:`streamtrace.algo.lanes`), ordered so that each array only the plan
+    reads is released at its last use (:meth:`CompactIndex.release`, so a
+    plan is made once per index): the plan's peak is the index and a few
+    int32 arrays a slice, and pass 2 runs beside the plan's results.
     """
     rules = index.rules
-    starts, ends = index.slice_start, index.slice_end
-    count = len(starts)
+    count = len(index.slice_start)
     stream_pid = [key[0] for key in index.stream_keys]
-    by_stream, stream_offsets = sorted_runs(starts, ends, index.slice_stream, len(index.stream_keys))
-    order = merge_runs(by_stream, stream_offsets, starts, ends)
+    runs = StreamRuns(index)
+    flow_tid, flows_unmatched = _flow_targets(index, runs, strict)
+    index.release("flow_ts")
+    note_tid = array("i", [0]) * len(index.note_start)
+    runs.nearest_each(np.asarray(index.note_stream), np.asarray(index.note_start), out=np.asarray(note_tid))
+    meta_drop = bytearray(1 if runs.is_old(stream) else 0 for stream in index.meta_stream)
+    old_streams = runs.old_count
+    pid_order = sorted({stream_pid[stream] for stream in runs.held()}, key=_pid_key)
+    del runs  # the per-stream index is done with: free it before the next allocations
 
-    pid_order = sorted({stream_pid[s] for s in index.slice_stream}, key=_pid_key)
+    starts, ends, labels = np.asarray(index.slice_start), np.asarray(index.slice_end), np.asarray(index.slice_label)
+    order = start_order(starts, ends)
     lane_tid, lane_info = _assign_lanes(index, order, stream_pid, pid_order)
-    overlap = first_overlap(order, starts, ends, lane_tid)
+    slice_groups = _by_group_name(rules, index.slice_group)
+    index.release("slice_group")
+    lanes = np.asarray(lane_tid)
+    overlap = first_overlap(order, starts, ends, lanes)
     if overlap is not None:
         raise TraceError(f"validation failed: lane {lane_tid[overlap]} would hold overlapping slices")
+    kernel_runs = label_runs(order, lanes, labels, starts, ends)
+    converted = int(np.count_nonzero(labels >= 0))
+    del order, starts, ends, labels
+    index.release("slice_end", "slice_label")
 
     note_base = _allocate_tids(index.int_tids | set(lane_info), len(lane_info))
     note_track = {tid: note_base + n for n, tid in enumerate(sorted(lane_info, key=lambda t: (_pid_key(lane_info[t][0]), t)))}
-
-    runs = StreamRuns(by_stream, stream_offsets, starts, ends)
-    note_tid, mapped, note_drop, note_union = _move_annotations(index, runs, lane_tid, note_track)
-    flow_tid, flows_mapped, flows_unmatched = _move_flows(index, runs, lane_tid, strict)
-    meta_drop = bytearray(1 if runs.is_old(stream) else 0 for stream in index.meta_stream)
-    old_streams = runs.old_count
-    del runs, by_stream  # the per-stream index is done with: free it before the next allocations
-    kernel_runs = label_runs(order, lane_tid, index.slice_label, starts, ends)
-    used_tracks = {(index.stream_keys[index.note_stream[n]][0], note_tid[n]) for n in mapped if not note_drop[n]}
-    coalesced = note_drop.count(1)
-    used_tracks.update((lane_info[lane][0], note_track[lane]) for lane in set(kernel_runs.lane))
+    flows_mapped = _map_targets(np.asarray(flow_tid), lanes.__getitem__) - flows_unmatched
+    mapped, note_drop, clusters = _move_annotations(index, note_tid, lanes, note_track)
+    index.release("note_identity")
+    note_union = dict(zip(clusters.kept.tolist(), zip(clusters.start.tolist(), (clusters.end - clusters.start).tolist())))
+    coalesced = len(clusters.removed)
+    del clusters
+    used_tracks = _used_tracks(index, mapped, note_tid, note_drop, stream_pid)
+    used_tracks.update((lane_info[lane][0], note_track[lane]) for lane in np.unique(kernel_runs.lane).tolist())
 
     summary = {
         "measured_slices": count,
         "original_streams": old_streams,
         "compacted_lanes": len(lane_info),
-        "slice_groups": _by_group_name(rules, index.slice_group),
+        "slice_groups": slice_groups,
         "lanes_by_group": dict(sorted(_lanes_by_group(rules, lane_info).items())),
         "gpu_flow_endpoints_mapped": flows_mapped,
         "gpu_flow_endpoints_unmatched": flows_unmatched,
         "gpu_annotations_mapped": len(mapped),
         "gpu_annotations_coalesced": coalesced,
-        "kernel_annotations_converted": sum(1 for label in index.slice_label if label >= 0),
+        "kernel_annotations_converted": converted,
         "kernel_annotation_blocks": len(kernel_runs),
         "gpu_annotations_retained": index.gpu_annotations - coalesced + len(kernel_runs),
         "cuda_graph_launches": index.graph_launches,
@@ -363,118 +480,121 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
                                         note_track, compaction.pp_tracks)
         if local_arrows:
             compaction.arrows = _pp_local_arrows(compaction.pp_spans, compaction.pp_tracks, pid_order, members, summary)
+    index.release("note_start", "note_end", "note_name")
     return compaction
 
 
-def _assign_lanes(index: CompactIndex, order: array, stream_pid: list, pid_order: list) -> tuple[array, dict]:
+def _assign_lanes(index: CompactIndex, order: np.ndarray, stream_pid: list, pid_order: list) -> tuple[array, dict]:
     """Pack each (pid, group) into lanes; returns every slice's lane tid and
     ``lane_info[tid] = (pid, group, lane, label)``.  Its scratch arrays die here."""
-    rules, starts, ends = index.rules, index.slice_start, index.slice_end
+    rules, starts, ends = index.rules, np.asarray(index.slice_start), np.asarray(index.slice_end)
     group_count = len(rules.names)
-    pid_group_ids = {(pid, group): n for n, (pid, group) in
-                     enumerate((pid, group) for pid in pid_order for group in range(group_count))}
+    pid_groups = [(pid, group) for pid in pid_order for group in range(group_count)]
     pid_number = {pid: n for n, pid in enumerate(pid_order)}
-    stream_base = [pid_number.get(pid, 0) * group_count for pid in stream_pid]
-    # map() over typed arrays runs in C: no Python step per slice
-    pid_group = array("i", map(operator.add, map(stream_base.__getitem__, index.slice_stream), index.slice_group))
-    by_group, group_offsets = partition(order, pid_group, len(pid_group_ids))
-    lanes = array("i", bytes(4 * len(starts)))
+    small = np.min_scalar_type(len(pid_groups))
+    stream_base = np.array([pid_number.get(pid, 0) * group_count for pid in stream_pid], small)
+    pid_group = stream_base[np.asarray(index.slice_stream)] + np.asarray(index.slice_group, small)
+    by_group, group_offsets = partition(order, pid_group, len(pid_groups))
+    del pid_group
+    lane_tid = array("i", [0]) * len(starts)
+    lanes = np.asarray(lane_tid)
     lane_counts = [pack_lanes(by_group[group_offsets[k]:group_offsets[k + 1]], starts, ends, lanes)
-                   for k in range(len(pid_group_ids))]
-    del by_group
-    lane_base, lane_info, next_tid = [], {}, _allocate_tids(index.int_tids, sum(lane_counts))
-    for (pid, group), k in pid_group_ids.items():
-        lane_base.append(next_tid)
+                   for k in range(len(pid_groups))]
+    lane_info, next_tid = {}, _allocate_tids(index.int_tids, sum(lane_counts))
+    for k, (pid, group) in enumerate(pid_groups):
         for lane in range(lane_counts[k]):
             suffix = f" {lane + 1}" if lane_counts[k] > 1 else ""
             lane_info[next_tid + lane] = (pid, group, lane, rules.labels[group] + suffix)
+        for lo in range(group_offsets[k], group_offsets[k + 1], CHUNK):  # (a gather at once would copy the group)
+            lanes[by_group[lo:min(lo + CHUNK, group_offsets[k + 1])]] += next_tid
         next_tid += lane_counts[k]
-    return array("i", map(operator.add, lanes, map(lane_base.__getitem__, pid_group))), lane_info
+    return lane_tid, lane_info
 
 
 class StreamRuns:
     """The slices of each original stream, in start order, as bounds into one array."""
 
-    def __init__(self, perm: array, offsets: list[int], starts: array, ends: array) -> None:
-        self.perm, self.offsets, self.starts, self.ends = perm, offsets, starts, ends
-        self.perm_starts = array("d", map(starts.__getitem__, perm))
-        self.old_count = sum(1 for k in range(len(offsets) - 1) if offsets[k + 1] > offsets[k])
+    def __init__(self, index: CompactIndex) -> None:
+        self.starts, self.ends = np.asarray(index.slice_start), np.asarray(index.slice_end)
+        order = start_order(self.starts, self.ends)
+        self.perm, self.offsets = partition(order, np.asarray(index.slice_stream), len(index.stream_keys))
+        self.old_count = len(self.held())
+
+    def held(self) -> list[int]:
+        """The streams that held slices before compaction."""
+        return np.flatnonzero(self.offsets[1:] > self.offsets[:-1]).tolist()
 
     def is_old(self, stream: int) -> bool:
         """Did this (pid, tid) hold slices before compaction?"""
-        return self.offsets[stream + 1] > self.offsets[stream]
+        return bool(self.offsets[stream + 1] > self.offsets[stream])
 
-    def nearest_each(self, streams: array, times: array) -> array:
+    def nearest_each(self, streams: np.ndarray, times: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """For each (stream, time): the stream's nearest slice, or -1 when the
-        stream held no slices (one loop: a call per item would cost more)."""
-        perm, perm_starts, offsets, starts, ends = self.perm, self.perm_starts, self.offsets, self.starts, self.ends
-        found = array("i", [-1]) * len(streams)
-        for n, stream in enumerate(streams):
-            lo, hi = offsets[stream], offsets[stream + 1]
-            if lo < hi:
-                found[n] = nearest_in_run(perm, perm_starts, lo, hi, starts, ends, times[n])
-        return found
+        stream held no slices."""
+        return nearest_in_runs(self.perm, self.offsets, self.starts, self.ends, streams, times, out)
 
-    def starting_at_each(self, streams: array, times: array) -> array:
+    def starting_at_each(self, streams: np.ndarray, times: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """For each (stream, time): the slice starting exactly then, -2 when
         none does, -1 when the stream held no slices."""
-        perm, perm_starts, offsets = self.perm, self.perm_starts, self.offsets
-        found = array("i", [-1]) * len(streams)
-        for n, stream in enumerate(streams):
-            lo, hi = offsets[stream], offsets[stream + 1]
-            if lo < hi:
-                ts = times[n]
-                at = bisect_right(perm_starts, ts, lo, hi)
-                found[n] = perm[at - 1] if at > lo and perm_starts[at - 1] == ts else -2
-        return found
+        return starting_in_runs(self.perm, self.offsets, self.starts, streams, times, out)
 
 
-def _move_annotations(index: CompactIndex, runs: StreamRuns, lane_tid: array,
-                      note_track: dict) -> tuple[array, array, bytearray, dict]:
-    """Annotation track of each GPU annotation on an old stream, and coalescing."""
-    nearest = runs.nearest_each(index.note_stream, index.note_start)
-    note_tid = array("i", [-1]) * len(nearest)
-    keys = array("q", bytes(8 * len(nearest)))
-    mapped = array("i")
-    identities = index.note_identity
-    for n, target in enumerate(nearest):
-        if target >= 0:
-            note_tid[n] = tid = note_track[lane_tid[target]]
-            keys[n] = hash((tid, identities[n]))
-            mapped.append(n)
-    starts, ends = index.note_start, index.note_end
-    if len(mapped) <= IN_MEMORY_SORT_LIMIT:
-        clusters = coalesce(mapped, keys, starts, ends)
-    else:
-        by_stream, offsets = sorted_runs(starts, ends, index.note_stream, len(index.stream_keys))
-        in_start_order = (n for n in merge_runs(by_stream, offsets, starts, ends) if note_tid[n] >= 0)
-        clusters = coalesce_in_start_order(in_start_order, keys, starts, ends)
-    drop, union = bytearray(len(note_tid)), {}
-    for kept, removed, start, end in clusters:
-        for n in removed:
-            drop[n] = 1
-        union[kept] = (start, end - start)
-    return note_tid, mapped, drop, union
-
-
-def _move_flows(index: CompactIndex, runs: StreamRuns, lane_tid: array, strict: bool) -> tuple[array, int, int]:
-    """Lane of each ac2g endpoint on an old stream: the slice starting at its ts,
-    else (dangling: trimmed captures) the stream's nearest slice."""
-    targets = runs.starting_at_each(index.flow_stream, index.flow_ts)
-    dangling = array("i", (n for n, target in enumerate(targets) if target == -2) if -2 in targets else ())
-    if dangling and strict:
-        pid, tid = index.stream_keys[index.flow_stream[dangling[0]]]
-        raise TraceError(f"ac2g endpoint at ts {index.flow_ts[dangling[0]]} on pid {pid} stream {tid} "
+def _flow_targets(index: CompactIndex, runs: StreamRuns, strict: bool) -> tuple[array, int]:
+    """The slice each ac2g endpoint on an old stream moves to (-1 elsewhere):
+    the one starting at its ts, else (dangling: trimmed captures) the
+    stream's nearest slice; and how many dangle.  The array becomes the
+    endpoints' lane tids once lanes are known (:func:`_map_targets`)."""
+    streams, times = np.asarray(index.flow_stream), np.asarray(index.flow_ts)
+    flow_tid = array("i", [0]) * len(streams)
+    targets = runs.starting_at_each(streams, times, out=np.asarray(flow_tid))
+    dangling = np.flatnonzero(targets == NO_MATCH)
+    if dangling.size and strict:
+        first = int(dangling[0])
+        pid, tid = index.stream_keys[index.flow_stream[first]]
+        raise TraceError(f"ac2g endpoint at ts {index.flow_ts[first]} on pid {pid} stream {tid} "
                          "matches no slice start (--strict)")
-    nearest = runs.nearest_each(array("i", map(index.flow_stream.__getitem__, dangling)),
-                                array("d", map(index.flow_ts.__getitem__, dangling)))
-    for n, target in zip(dangling, nearest):
-        targets[n] = target
-    with_none = lane_tid + array("i", [-1])  # target -1 (not an old stream) reads the appended -1
-    flow_tid = array("i", map(with_none.__getitem__, targets))
-    unmatched = len(dangling)
-    mapped = len(targets) - targets.count(-1) - unmatched
-    return flow_tid, mapped, unmatched
+    targets[dangling] = runs.nearest_each(streams[dangling], times[dangling])
+    return flow_tid, len(dangling)
+
+
+def _map_targets(targets: np.ndarray, tid_of: Callable[[np.ndarray], np.ndarray]) -> int:
+    """Replace each target slice ordinal in ``targets`` by ``tid_of(ordinals)``,
+    in place and a chunk at a time (-1, no slice, stays); returns how many."""
+    replaced = 0
+    for lo in range(0, len(targets), CHUNK):
+        chunk = targets[lo:lo + CHUNK]
+        moved = chunk >= 0
+        chunk[moved] = tid_of(chunk[moved])
+        replaced += int(np.count_nonzero(moved))
+    return replaced
+
+
+def _move_annotations(index: CompactIndex, note_tid: array, lanes: np.ndarray,
+                      note_track: dict) -> tuple[np.ndarray, bytearray, Clusters]:
+    """Annotation track of each GPU annotation on an old stream (``note_tid``
+    holds its nearest slice and gets the track), and coalescing.
+
+    Coalescing groups annotations by (track, identity): identical events
+    (:func:`_identity_hash`) that land on one track.
+    """
+    tids = np.asarray(note_tid)
+    lane_tids = np.array(sorted(note_track), ORDINAL)
+    tracks = np.array([note_track[tid] for tid in lane_tids.tolist()], ORDINAL)
+    _map_targets(tids, lambda slices: tracks[np.searchsorted(lane_tids, lanes[slices])])
+    mapped = np.flatnonzero(tids >= 0).astype(ORDINAL)
+    clusters = coalesce(mapped, (tids, np.asarray(index.note_identity)), np.asarray(index.note_start),
+                        np.asarray(index.note_end))
+    drop = bytearray(len(tids))
+    np.asarray(drop)[clusters.removed] = 1
+    return mapped, drop, clusters
+
+
+def _used_tracks(index: CompactIndex, mapped: np.ndarray, note_tid: array, note_drop: bytearray,
+                 stream_pid: list) -> set:
+    """(pid, tid) of every annotation track a kept annotation moved to."""
+    kept = mapped[np.asarray(note_drop)[mapped] == 0]
+    pairs = np.unique(np.asarray(index.note_stream)[kept].astype(np.int64) << 32 | np.asarray(note_tid)[kept])
+    return {(stream_pid[pair >> 32], pair & 0xFFFFFFFF) for pair in pairs.tolist()}
 
 
 def _lane_metadata(lane_info: dict, note_track: dict, used_tracks: set) -> Iterator[dict]:
@@ -502,34 +622,47 @@ def _pp_tracks(rules: Rules, lane_info: dict, note_track: dict) -> tuple[set, se
     return compute, unshard
 
 
-def _pp_spans(index: CompactIndex, mapped: array, note_tid: array, note_drop: bytearray, note_union: dict,
+def _pp_spans(index: CompactIndex, mapped: np.ndarray, note_tid: array, note_drop: bytearray, note_union: dict,
               kernel_runs: Runs, lane_info: dict, note_track: dict, tracks: tuple[set, set]) -> list[Span]:
     """PP-named annotation spans as they sit after compaction, only where
-    blocks are read (so graph replays projected on many lanes cost nothing)."""
+    blocks are read (so graph replays projected on many lanes cost nothing).
+    What is wanted is decided per label and per track, not per span."""
     compute_tracks, unshard_tracks = tracks
     ops = [{action.op for action in parse_pp_name(name)} for name in index.label_names]
+    send_recv = np.array([any(op.startswith(("SEND_", "RECV_")) for op in kinds) for kinds in ops], bool)
+    compute = np.array([not kinds.isdisjoint(COMPUTE_OPS) for kinds in ops], bool)
+    unshard = np.array(["UNSHARD" in kinds for kinds in ops], bool)
+    stream_pid = [key[0] for key in index.stream_keys]
 
-    def wanted(label: int, pid: object, tid: int) -> bool:
-        kinds = ops[label]
-        return bool(kinds) and (any(op.startswith(("SEND_", "RECV_")) for op in kinds)
-                                or ((pid, tid) in compute_tracks and not kinds.isdisjoint(COMPUTE_OPS))
-                                or ((pid, tid) in unshard_tracks and "UNSHARD" in kinds))
+    def on(tracks: set, streams: np.ndarray, tids: np.ndarray) -> np.ndarray:
+        """Which (stream's pid, tid) are in ``tracks``, looked up once per distinct pair."""
+        pairs, inverse = np.unique(streams.astype(np.int64) << 32 | tids, return_inverse=True)
+        return np.array([(stream_pid[pair >> 32], pair & 0xFFFFFFFF) in tracks for pair in pairs.tolist()], bool)[inverse]
 
+    labels = np.asarray(index.note_name)[mapped]
+    named = mapped[(labels >= 0) & (np.asarray(note_drop)[mapped] == 0)]
+    labels = np.asarray(index.note_name)[named]
+    named = named[send_recv[labels] | compute[labels] | unshard[labels]]
+    labels = np.asarray(index.note_name)[named]
+    streams, tids = np.asarray(index.note_stream)[named], np.asarray(note_tid)[named]
+    wanted = send_recv[labels] | (compute[labels] & on(compute_tracks, streams, tids)) \
+        | (unshard[labels] & on(unshard_tracks, streams, tids))
     spans = []
-    for n in mapped:
-        label = index.note_name[n]
-        pid = index.stream_keys[index.note_stream[n]][0]
-        if label < 0 or note_drop[n] or not wanted(label, pid, note_tid[n]):
-            continue
+    for n in named[wanted].tolist():
         start, end = index.note_start[n], index.note_end[n]
         if n in note_union:
             start, end = note_union[n][0], note_union[n][0] + note_union[n][1]
-        spans.append(Span(pid, note_tid[n], index.label_names[label], start, end))
-    for n in range(len(kernel_runs)):
-        label, lane = kernel_runs.label[n], kernel_runs.lane[n]
-        pid, tid = lane_info[lane][0], note_track[lane]
-        if wanted(label, pid, tid):
-            spans.append(Span(pid, tid, index.label_names[label], kernel_runs.start[n], kernel_runs.end[n]))
+        spans.append(Span(stream_pid[index.note_stream[n]], note_tid[n], index.label_names[index.note_name[n]], start, end))
+
+    def lanes_on(tracks: set) -> np.ndarray:
+        return np.isin(run_lanes, [lane for lane, info in lane_info.items() if (info[0], note_track[lane]) in tracks])
+
+    run_labels, run_lanes = kernel_runs.label, kernel_runs.lane
+    wanted = send_recv[run_labels] | (compute[run_labels] & lanes_on(compute_tracks)) \
+        | (unshard[run_labels] & lanes_on(unshard_tracks))
+    for lane, label, start, end in zip(*(column[wanted].tolist() for column in
+                                         (run_lanes, run_labels, kernel_runs.start, kernel_runs.end))):
+        spans.append(Span(lane_info[lane][0], note_track[lane], index.label_names[label], start, end))
     return spans
 
 
@@ -554,9 +687,13 @@ def _pid_key(pid: object) -> tuple:
 
 
 def _by_group_name(rules: Rules, groups: array) -> dict[str, int]:
+    by_group = np.zeros(len(rules.names), np.int64)
+    for lo in range(0, len(groups), CHUNK):  # (bincount copies its input as int64)
+        by_group += np.bincount(np.asarray(groups)[lo:lo + CHUNK], minlength=len(rules.names))
     counts: dict[str, int] = defaultdict(int)
-    for group in groups:
-        counts[rules.names[group]] += 1
+    for group, count in enumerate(by_group.tolist()):
+        if count:
+            counts[rules.names[group]] += count
     return dict(sorted(counts.items()))
 
 
@@ -583,7 +720,7 @@ class CompactPlan(EmitPlan):
         self.compaction = compaction
         self._index = index
         self._loads = event_loader(exact)
-        self._counters = {kind: itertools.count() for kind in (SLICE, ANNOTATION, FLOW, METADATA)}
+        self.counters = self._counters = {kind: itertools.count() for kind in (SLICE, ANNOTATION, FLOW, METADATA)}
         self._slices = self._counters[SLICE]
         self._old_tids = old_tids = [key[1] for key in index.stream_keys]
         self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(),
@@ -675,7 +812,18 @@ class CompactPlan(EmitPlan):
     def _skip(self, counts: dict[int, int]) -> None:
         """Keep the line-by-line patchers' counters in step with a block moved whole."""
         for kind, count in counts.items():
-            collections.deque(itertools.islice(self._counters[kind], count), maxlen=0)
+            consume(self._counters[kind], count)
+
+    def skip(self, start: int, end: int) -> None:
+        if start == end:
+            return
+        cursor, bases = self._cursor
+        if cursor != start:  # blocks went through the per-line patchers only: count from the beginning
+            bases, start_at = dict.fromkeys(bases, 0), 0
+        else:
+            start_at = start
+        self._cursor = [end, {kind: ordinal + self.actions.count(kind, start_at, end) for kind, ordinal in bases.items()}]
+        super().skip(start, end)
 
     def _retarget(self, line: bytes, old_tid: object, tid: int, *, stream: bool = False,
                   times: tuple | None = None) -> bytes:
@@ -809,16 +957,21 @@ def compact(
     salvage: bool = False,
     spool_dir: str | None = None,
     progress: bool | None = False,
+    jobs: int | str | None = None,
 ) -> dict:
-    """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary."""
+    """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary.
+
+    ``jobs``: busy processes (see :func:`~streamtrace.engine.jobs.resolve_jobs`).
+    """
     started = time.perf_counter()
+    processes = resolve_jobs(jobs)
     chosen_rules = load_rules(rules)
     dst = default_output(src, "_compacted") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir) as source:
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)
         result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
-                                         spool_dir=spool_dir, salvage=salvage, progress=meter)
+                                         spool_dir=spool_dir, salvage=salvage, progress=meter, jobs=processes)
         index: CompactIndex = result.visitor  # type: ignore[assignment]
         members = result.stats.header + result.stats.trailer
         try:
@@ -834,7 +987,7 @@ def compact(
             result.spool.close()
             raise
         planned = time.perf_counter()
-        written = emit_pass(result, plan, target, progress=meter)
+        written = emit_pass(result, plan, target, progress=meter, jobs=processes)
     return {
         "input": source.name,
         "output": target.name,

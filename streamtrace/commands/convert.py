@@ -1,17 +1,31 @@
-"""``convert``: recompress or normalise a trace in one streaming pass."""
+"""``convert``: recompress or normalise a trace in one streaming pass.
+
+With ``jobs`` > 1 and a large local file, a child process parses, drops and
+encodes the events while this process writes (and compresses) them.
+"""
 from __future__ import annotations
 
+import struct
 import time
 from typing import Iterable
 
-from ..engine.passes import read_with_retries
+from ..engine.jobs import resolve_jobs
+from ..engine.passes import read_with_retries, retrying
 from ..errors import RobustModeNeeded, TraceError
+from ..io import parseproc
 from ..io.progress import Progress
-from ..io.reader import ReadStats, TraceReader, dumps_event, raise_if_container_field
+from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field
 from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
-from ..io.writer import TraceWriter
+from ..io.writer import JoinedLines, TraceWriter
 from ..resources import peak_rss_mb
+
+_KEPT = struct.Struct("<QQ")  # events kept and dropped in a batch the child sends
+
+
+def _not_rewindable() -> TraceError:
+    return TraceError("needs a second reading in exact mode (big integers or raw control characters) but "
+                      "output already went to a stream; write to a file instead")
 
 
 def convert(
@@ -25,6 +39,7 @@ def convert(
     salvage: bool = False,
     spool_dir: str | None = None,
     progress: bool | None = False,
+    jobs: int | str | None = None,
 ) -> dict:
     """Copy ``src`` to ``dst`` event by event, dropping the given categories.
 
@@ -33,6 +48,7 @@ def convert(
     """
     started = time.perf_counter()
     dropped_cats = frozenset(drop_categories)
+    processes = resolve_jobs(jobs)
     with InputSource(src, spool_dir=spool_dir) as source:
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)
@@ -55,18 +71,18 @@ def convert(
                     raise
                 except RobustModeNeeded:
                     if not target.rewindable and writer is not None:
-                        raise TraceError(
-                            "needs a second reading in exact mode (big integers or raw control "
-                            "characters) but output already went to a stream; write to a file instead",
-                            path=source.name,
-                        ) from None
+                        raise _not_rewindable().located(source.name) from None
                     raise
                 if writer is None:
                     writer = TraceWriter(out, reader.stats.header)
                 writer.close(reader.stats.trailer)
                 return writer.events_written, dropped, reader.stats
 
-        written, dropped, stats = read_with_retries(source, attempt, salvage=salvage, progress=meter)
+        if processes > 1 and parseproc.available(source):
+            run = _in_child(source, target, dropped_cats, salvage, meter)
+            written, dropped, stats = retrying(source, run, meter)
+        else:
+            written, dropped, stats = read_with_retries(source, attempt, salvage=salvage, progress=meter)
     return {
         "input": source.name,
         **stats.as_dict(),
@@ -78,3 +94,41 @@ def convert(
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
+
+
+def _in_child(source: InputSource, target: OutputTarget, dropped_cats: frozenset, salvage: bool,
+              meter: Progress):
+    """One reading in ``mode`` with a parsing child: it drops and encodes,
+    this process only writes."""
+
+    def encode(events: list, first: int) -> tuple[bytes, None]:
+        kept = [event for event in events if event.get("cat") not in dropped_cats] if dropped_cats else events
+        lines = dumped_batch(kept, first)[1] if kept else b""
+        return _KEPT.pack(len(kept), len(events) - len(kept)) + bytes(lines), None
+
+    def run(mode: ReadMode) -> tuple[int, int, ReadStats]:
+        with target.open() as out:
+            writers: list[TraceWriter] = []
+            dropped = 0
+
+            def on_header(members: list) -> None:
+                writers.append(TraceWriter(out, members))
+
+            def on_batch(payload: memoryview) -> None:
+                nonlocal dropped
+                kept, gone = _KEPT.unpack_from(payload)
+                writers[0].events(JoinedLines(bytes(payload[_KEPT.size:]), kept))
+                dropped += gone
+
+            try:
+                stats = parseproc.parse_in_child(source, mode, None, on_batch, salvage=salvage, progress=meter,
+                                                 encode=encode, on_header=on_header)
+            except RobustModeNeeded:
+                if not target.rewindable and writers:
+                    raise _not_rewindable().located(source.name) from None
+                raise
+            writer = writers[0] if writers else TraceWriter(out, stats.header)
+            writer.close(stats.trailer)
+            return writer.events_written, dropped, stats
+
+    return run

@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
@@ -303,12 +304,16 @@ def inspect(
     salvage: bool = False,
     spool_dir: str | None = None,
     progress: bool | None = False,
+    jobs: int | str | None = None,
 ) -> dict:
-    """Summarise a trace in one streaming pass (the ``inspect`` command)."""
+    """Summarise a trace in one streaming pass (the ``inspect`` command); with
+    ``jobs`` > 1 a child process parses while this one counts."""
     started = time.perf_counter()
+    processes = resolve_jobs(jobs)
     with InputSource(src, spool_dir=spool_dir) as source:
         meter = Progress(source.size, enabled=progress)
-        result = index_pass(source, InspectVisitor, keep_events=False, salvage=salvage, progress=meter)
+        result = index_pass(source, InspectVisitor, keep_events=False, salvage=salvage, progress=meter,
+                            jobs=processes)
     summary = {"input": source.name, **result.stats.as_dict()}
     summary.update(summarize(result.visitor, result.stats))
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from array import array
 from bisect import bisect_left
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator, Sequence
@@ -50,6 +50,7 @@ from ..algo.pparrows import (
     send_recv_arrows,
 )
 from ..algo.ranks import pp_group_ranks, rank_from_file_name
+from ..engine.jobs import die_with_parent, resolve_jobs
 from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
 from ..errors import TraceError
 from ..io.configfiles import load_rules
@@ -60,11 +61,10 @@ from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
-from ..resources import peak_rss_mb
+from ..resources import frozen_heap, peak_rss_mb
 from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
 
 RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
-IN_PROCESS = 1 << 62  # child_parse_min_bytes for parsing in the indexing process: -j N = N busy processes
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
@@ -219,7 +219,7 @@ def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
     with InputSource(path, spool_dir=options.spool_dir) as source:
         result: IndexResult = index_pass(source, lambda: MergeIndex(rules), keep_events=True,
                                          spool_dir=options.spool_dir, salvage=options.salvage,
-                                         child_parse_min_bytes=IN_PROCESS)
+                                         jobs=1)  # -j N = N busy processes: one per rank
     try:
         return _plan_rank(path, result, options)
     except BaseException:
@@ -456,7 +456,7 @@ def merge(
     *,
     compact: bool = True,
     pp_flows: bool = True,
-    jobs: int = 1,
+    jobs: int | str | None = None,
     ranks: str | set[int] | None = None,
     overwrite: bool = False,
     rules: str | None = None,
@@ -477,7 +477,8 @@ def merge(
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
     options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage)
-    indexed = _phase_one(files, options, max(1, jobs), progress)
+    processes = resolve_jobs(jobs)
+    indexed = _phase_one(files, options, processes, progress)
     try:
         if wanted is not None:
             for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
@@ -486,7 +487,7 @@ def merge(
             if len(indexed) < 2:
                 raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
         return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
-                          jobs=max(1, jobs), spool_dir=spool_dir, progress=progress, started=started)
+                          jobs=processes, spool_dir=spool_dir, progress=progress, started=started)
     finally:
         for entry in indexed:
             _discard(entry)
@@ -502,16 +503,19 @@ def _phase_one(files: list[str], options: _PhaseOneOptions, jobs: int, progress:
                 done.append(index_rank(path, options))
                 meter.update(f"indexed {number}/{len(files)} ranks", None, sum(entry.events for entry in done))
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
-                futures = [pool.submit(index_rank, path, options) for path in files]
-                failure = None
-                for future in futures:
-                    try:
+            with _pool(min(jobs, len(files))) as pool:
+                with frozen_heap():  # the workers are forked at the first submit
+                    futures = [pool.submit(index_rank, path, options) for path in files]
+                try:
+                    for future in futures:
                         done.append(future.result())
-                    except BaseException as exc:  # collect the others' results so their files get removed
-                        failure = failure or exc
-                if failure is not None:
-                    raise failure
+                except BaseException:  # a failed rank, or this process interrupted while waiting
+                    for future in futures:
+                        future.cancel()
+                    for future in futures[len(done):]:  # ranks already under way finish: their files go too
+                        if not future.cancelled() and future.exception() is None:
+                            done.append(future.result())
+                    raise
     except BaseException:
         for entry in done:
             _discard(entry)
@@ -519,6 +523,11 @@ def _phase_one(files: list[str], options: _PhaseOneOptions, jobs: int, progress:
     finally:
         meter.done()
     return done
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes that end with this one, even when it is killed outright."""
+    return ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),))
 
 
 def _discard(entry: RankIndex) -> None:
@@ -627,8 +636,9 @@ def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict
 def _emit_ranks_in_workers(jobs_in_order: list[tuple], writer: TraceWriter, jobs: int, chunk_dir: str | None) -> None:
     """Pass 2 of every rank in ``jobs`` worker processes, spliced into ``writer``
     in order as each rank's fragment is ready; fragments never outlive the call."""
-    with ProcessPoolExecutor(max_workers=min(jobs, len(jobs_in_order))) as pool:
-        futures = [pool.submit(_emit_rank_to_chunk, *job, chunk_dir) for job in jobs_in_order]
+    with _pool(min(jobs, len(jobs_in_order))) as pool:
+        with frozen_heap():
+            futures = [pool.submit(_emit_rank_to_chunk, *job, chunk_dir) for job in jobs_in_order]
         try:
             for future in futures:
                 chunk_path, count = future.result()
@@ -639,6 +649,7 @@ def _emit_ranks_in_workers(jobs_in_order: list[tuple], writer: TraceWriter, jobs
         except BaseException:
             for future in futures:
                 future.cancel()
+            wait(futures)  # fragments under way are finished, so that they are removed below
             raise
         finally:
             for future in futures:  # fragments finished but not spliced

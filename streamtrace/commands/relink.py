@@ -18,6 +18,7 @@ from typing import Callable
 
 from ..algo.ids import check_id_space, id_multiplier, rank_unique_id
 from ..algo.links import NO_LAUNCH
+from ..engine.jobs import resolve_jobs
 from ..engine.passes import EmitPlan, emit_pass, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
@@ -67,6 +68,8 @@ class RelinkPlan(EmitPlan):
     is the k-th launch of pass 1; each checks that its id agrees.
     """
 
+    tally_names = ("flows_written", "ids_rewritten")
+
     def __init__(self, resolved: Resolved, exact: bool) -> None:
         index = resolved.index
         self.actions = index.actions
@@ -82,6 +85,7 @@ class RelinkPlan(EmitPlan):
         self.has_gpu_work = resolved.launches_with_gpu_work()
         self.flows_written = 0
         self.ids_rewritten = 0
+        self.counters = {LAUNCH: itertools.count(), GPU: itertools.count()}
         patchers: dict[int, Callable[[bytes], bytes | None]] = {
             LAUNCH: self._launch_patcher(), GPU: self._gpu_patcher(), AC2G: lambda line: None}
         self.patchers = [patchers.get(action) for action in range(max(patchers) + 1)]
@@ -118,7 +122,7 @@ class RelinkPlan(EmitPlan):
             flow.encode(), new, position, finish)
 
     def _launch_patcher(self) -> Callable[[bytes], bytes]:
-        index, buckets, counter = self._resolved.index, self._resolved.launch_bucket, itertools.count()
+        index, buckets, counter = self._resolved.index, self._resolved.launch_bucket, self.counters[LAUNCH]
 
         def patch(line: bytes) -> bytes:
             ordinal = next(counter)
@@ -129,7 +133,7 @@ class RelinkPlan(EmitPlan):
         return patch
 
     def _gpu_patcher(self) -> Callable[[bytes], bytes]:
-        resolved, counter = self._resolved, itertools.count()
+        resolved, counter = self._resolved, self.counters[GPU]
         index, launch_of_gpu = resolved.index, resolved.links.launch_of_gpu
 
         def patch(line: bytes) -> bytes:
@@ -158,6 +162,7 @@ def relink(
     salvage: bool = False,
     spool_dir: str | None = None,
     progress: bool | None = False,
+    jobs: int | str | None = None,
 ) -> dict:
     """Rewrite a merged trace with rank-unique correlation ids and correct ac2g flows.
 
@@ -166,13 +171,14 @@ def relink(
     pid, collisions, links, orphans, graph launches, flows).
     """
     started = time.perf_counter()
+    processes = resolve_jobs(jobs)
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     dst = default_output(src, "_relinked") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir) as source:
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
-                            progress=meter)
+                            progress=meter, jobs=processes)
         try:
             resolved = resolve(result.visitor, result.stats.header + result.stats.trailer, mapping)
             resolved.require_links("relink")
@@ -181,7 +187,7 @@ def relink(
             result.spool.close()
             raise
         planned = time.perf_counter()
-        emit_pass(result, plan, target, progress=meter)
+        emit_pass(result, plan, target, progress=meter, jobs=processes)
     index: MergedIndex = result.visitor  # type: ignore[assignment]
     return {
         "input": source.name,

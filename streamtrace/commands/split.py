@@ -25,6 +25,7 @@ from contextlib import ExitStack
 from typing import Callable
 
 from ..algo.ranks import rank_from_args
+from ..engine.jobs import resolve_jobs
 from ..engine.passes import IndexResult, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
@@ -178,6 +179,7 @@ def split(
     salvage: bool = False,
     spool_dir: str | None = None,
     progress: bool | None = False,
+    jobs: int | str | None = None,
 ) -> dict:
     """Write ``rank<N>_trace.json.gz`` (or ``.json.zst`` / ``.json``) per rank into ``out_dir``.
 
@@ -197,10 +199,11 @@ def split(
     if not os.access(existing, os.W_OK):  # refuse now, not after reading the whole input
         raise TraceError("output directory is not writable", path=directory)
     group_size = _max_open(max_open)
+    processes = resolve_jobs(jobs)
     with InputSource(src, spool_dir=spool_dir) as source:
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, SplitIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
-                            progress=meter)
+                            progress=meter, jobs=processes)
         created = not os.path.isdir(directory)
         staging = None
         try:

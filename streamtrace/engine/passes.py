@@ -8,9 +8,13 @@ event spool between the passes, and cleanup.
 """
 from __future__ import annotations
 
+import collections
+import itertools
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence, TypeVar
+from types import MappingProxyType
+from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 from orjson import loads
 
@@ -32,6 +36,7 @@ from ..io.source import InputSource
 from ..io.spool import EventSpool
 from ..io.writer import JoinedLines, TraceWriter
 from ..resources import gc_paused
+from .parallel import EmitWorkers, can_fork
 
 T = TypeVar("T")
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
@@ -47,11 +52,16 @@ class EmitPlan:
     A plan either overrides :meth:`patch` (called for every event), or sets
     ``actions`` (one byte per event, 0 = copy unchanged) and ``patchers``
     (``patchers[action](line)`` is called only for the non-zero events, in
-    event order, so each patcher can count its own events).
+    event order, so each patcher can count its own events: such a plan names
+    those counters in ``counters``, so that a worker given only some blocks
+    can :meth:`skip` the others).  Integer attributes a plan counts in pass 2
+    are named in ``tally_names``: workers' counts are added up.
     """
 
     actions: bytearray | None = None
     patchers: Sequence[Callable[[bytes], bytes | None]] = ()
+    counters: Mapping[int, Iterator[int]] = MappingProxyType({})
+    tally_names: tuple[str, ...] = ()
 
     def header(self, members: list[RawMember]) -> list[RawMember]:
         return members
@@ -65,12 +75,33 @@ class EmitPlan:
         ``first_index``; a plan may override this to work on whole blocks."""
         return patched_lines(self, block, first_index)
 
+    def skip(self, start: int, end: int) -> None:
+        """Events ``start`` to ``end`` are emitted elsewhere (another worker):
+        move every per-kind counter past them."""
+        if start == end or self.actions is None:
+            return
+        for action, counter in self.counters.items():
+            consume(counter, self.actions.count(action, start, end))
+
+    def tallies(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.tally_names}
+
+    def add_tallies(self, tallies: dict[str, int]) -> None:
+        """Add a worker's pass-2 counts to this plan's."""
+        for name, value in tallies.items():
+            setattr(self, name, getattr(self, name) + value)
+
     def appended(self) -> Iterable[bytes]:
         """Event lines to add before the array closes."""
         return ()
 
     def trailer(self, members: list[RawMember]) -> list[RawMember]:
         return members
+
+
+def consume(counter: Iterator[int], count: int) -> None:
+    """Advance ``counter`` by ``count`` steps at C speed."""
+    collections.deque(itertools.islice(counter, count), maxlen=0)
 
 
 def _combine(current: ReadMode, wanted: ReadMode) -> ReadMode:
@@ -105,10 +136,10 @@ def read_with_retries(
         except TraceError as exc:
             raise reader.blame(exc)
 
-    return _retrying(source, run, progress)
+    return retrying(source, run, progress)
 
 
-def _retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Progress | None) -> T:
+def retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Progress | None) -> T:
     """Call ``run`` in the fast mode, then in stricter modes while it asks for them."""
     mode = ReadMode()
     while True:
@@ -142,12 +173,12 @@ def index_pass(
     spool_dir: str | None = None,
     salvage: bool = False,
     progress: Progress | None = None,
-    child_parse_min_bytes: int | None = None,
+    jobs: int = 1,
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
 
-    With a spool and a large local file, parsing runs in a child process
-    (:mod:`streamtrace.parseproc`) while this process indexes.
+    With ``jobs`` > 1 and a large local file, parsing (and spooling) runs in
+    a child process (:mod:`streamtrace.io.parseproc`) while this process indexes.
     On failure the spool is deleted; on success the caller owns it (see
     :func:`emit_pass`, which deletes it).
     """
@@ -208,9 +239,9 @@ def index_pass(
             raise
 
     try:
-        if spool is not None and parseproc.available(source, min_bytes=child_parse_min_bytes):
+        if jobs > 1 and parseproc.available(source):
             warn_if_slow_backend()
-            visitor, stats = _retrying(source, attempt_in_child, progress)
+            visitor, stats = retrying(source, attempt_in_child, progress)
         else:
             visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress)
     except BaseException:
@@ -261,15 +292,23 @@ def patched_lines(plan: EmitPlan, block: list[bytes], first_index: int,
     return out
 
 
-def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, progress: Progress | None = None) -> int:
-    """Pass 2: stream the spooled events through ``plan`` into ``target``.
+def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, progress: Progress | None = None,
+              jobs: int = 1) -> int:
+    """Pass 2: stream the spooled events through ``plan`` into ``target``,
+    rewritten by ``jobs`` worker processes when ``jobs`` > 1 (this process
+    then only writes).
 
     Returns the number of events written.  Always deletes the spool.
     """
     try:
-        with target.open() as out:
+        with ExitStack() as stack:
+            workers = None
+            if jobs > 1 and result.spool is not None and can_fork():
+                # forked before the output opens: no compressor thread to inherit
+                workers = stack.enter_context(EmitWorkers(result.spool, plan, jobs))
+            out = stack.enter_context(target.open())
             writer = TraceWriter(out, plan.header(result.stats.header))
-            emit_events(result.spool, plan, writer, progress=progress)
+            emit_events(result.spool, plan, writer, progress=progress, workers=workers)
             writer.close(plan.trailer(result.stats.trailer))
             return writer.events_written
     finally:
@@ -279,19 +318,27 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
 
 @gc_paused()
 def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *,
-                progress: Progress | None = None) -> None:
-    """The event part of pass 2: spooled lines through ``plan``, then its
-    appended events, into an open ``writer`` (``merge`` writes several
-    spools into one writer).  Deletes the spool."""
+                progress: Progress | None = None, workers: EmitWorkers | None = None) -> None:
+    """The event part of pass 2: spooled lines through ``plan`` (here, or in
+    ``workers``), then its appended events, into an open ``writer``
+    (``merge`` writes several spools into one writer).  Deletes the spool."""
     if spool is None:
         raise ValueError("emit_pass needs an index pass run with keep_events=True")
     try:
         read = 0
-        for block in spool.read_blocks():
-            writer.events(plan.lines(block, read))
-            read += len(block)
-            if progress is not None:
-                progress.update("pass 2", None, read)
+        if workers is None:
+            for block in spool.read_blocks():
+                writer.events(plan.lines(block, read))
+                read += len(block)
+                if progress is not None:
+                    progress.update("pass 2", None, read)
+        else:
+            for text, written, count in workers.blocks():
+                writer.splice((text,), written)
+                read += count
+                if progress is not None:
+                    progress.update("pass 2", None, read)
+            plan.skip(0, read)  # this process's counters now stand where the workers' ended
         if plan.actions is not None and read != len(plan.actions):
             raise TraceError(f"validation failed: {read} events spooled, {len(plan.actions)} indexed")
         for batch in batches(plan.appended(), SPOOL_BATCH):
@@ -300,3 +347,4 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
         spool.close()
         if progress is not None:
             progress.done()
+

@@ -23,7 +23,7 @@ import struct
 from typing import Callable
 
 from ..errors import TraceError
-from ..resources import gc_paused
+from ..resources import frozen_heap, gc_paused
 from .progress import Progress
 from .reader import ReadMode, ReadStats, TraceReader, dumped_batch
 from .source import InputSource
@@ -32,15 +32,15 @@ from .spool import EventSpool
 BATCH_EVENTS = 1024  # events per message: the parent holds one message's events at a time
 PIPE_BYTES = 1 << 20
 MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
-_BATCH, _DONE, _FAILED = b"B", b"D", b"F"
+_HEADER, _BATCH, _DONE, _FAILED = b"H", b"B", b"D", b"F"
+Encoder = Callable[[list, int], "tuple[bytes | memoryview, bytes | memoryview | None]"]
+"""(events, index of the first) -> (what the parent receives, the spool's lines or None)."""
 _PROGRESS = struct.Struct("<QQ")  # raw bytes read, events so far
 
 
-def available(source: InputSource, *, min_bytes: int | None = None) -> bool:
+def available(source: InputSource) -> bool:
     """Can (and should) this source be parsed in a child process?"""
-    if min_bytes is None:
-        min_bytes = MIN_BYTES
-    if source.path is None or not os.path.isfile(source.path) or (source.size or 0) < min_bytes:
+    if source.path is None or not os.path.isfile(source.path) or (source.size or 0) < MIN_BYTES:
         return False
     return "fork" in multiprocessing.get_all_start_methods()
 
@@ -48,28 +48,34 @@ def available(source: InputSource, *, min_bytes: int | None = None) -> bool:
 def parse_in_child(
     source: InputSource,
     mode: ReadMode,
-    spool: EventSpool,
+    spool: EventSpool | None,
     on_batch: Callable[[memoryview], None],
     *,
     salvage: bool = False,
     progress: Progress | None = None,
     label: str = "pass 1",
+    encode: Encoder = dumped_batch,
+    on_header: Callable[[list], None] | None = None,
 ) -> ReadStats:
     """Parse ``source`` in a child that writes the event lines to ``spool``
-    (from scratch); call ``on_batch`` with each batch of those lines, in
-    order, as the text of one JSON array; return the reading's stats.
+    (from scratch; None: no spool); call ``on_batch`` with each batch, in
+    order, as ``encode`` makes it in the child (by default the text of one
+    JSON array of the events); return the reading's stats.  ``on_header``
+    gets the members before the events as soon as they are known.
 
     ``spool`` is finished here: its file is the child's to write.  Errors
     raised while parsing (:class:`TraceError`, a request to reread in a
     stricter mode) are raised here, in the parent.
     """
-    spool.finish()
+    if spool is not None:
+        spool.finish()
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    _widen(sender)
-    child = context.Process(target=_child_main, args=(source.path, mode, salvage, spool.path, sender, receiver),
-                            daemon=True)
-    child.start()
+    widen_pipe(sender)
+    child = context.Process(target=_child_main, daemon=True,
+                            args=(source.path, mode, salvage, spool and spool.path, encode, sender, receiver))
+    with frozen_heap():
+        child.start()
     sender.close()
     try:
         while True:
@@ -83,6 +89,9 @@ def parse_in_child(
                 on_batch(body[_PROGRESS.size:])
                 if progress is not None:
                     progress.update(label, raw_bytes, events)
+            elif tag == _HEADER:
+                if on_header is not None:
+                    on_header(pickle.loads(body))
             elif tag == _DONE:
                 return pickle.loads(body)
             else:
@@ -96,7 +105,8 @@ def parse_in_child(
 
 
 @gc_paused()
-def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str, sender, receiver) -> None:
+def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None, encode: Encoder,
+                sender, receiver) -> None:
     """Parse ``path``, spool and send event lines in batches, then the stats or the failure.
 
     The inherited reading end is closed first: if the parent dies, the next
@@ -109,16 +119,22 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str, sende
         with InputSource(path) as source:
             stream = source.open()
             reader = TraceReader(stream, mode, salvage=salvage)
-            spool = EventSpool(path=spool_path)
+            spool = None if spool_path is None else EventSpool(path=spool_path)
             done = 0
+            header_sent = False
             for chunk in reader.batches():
+                if not header_sent:
+                    sender.send_bytes(_HEADER + pickle.dumps(reader.stats.header))
+                    header_sent = True
                 for at in range(0, len(chunk), BATCH_EVENTS):
                     batch = chunk[at:at + BATCH_EVENTS]
-                    array, lines = dumped_batch(batch, done)
+                    payload, lines = encode(batch, done)
                     done += len(batch)
-                    spool.add_text(lines)
-                    sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done), array)))
-            spool.finish()
+                    if spool is not None:
+                        spool.add_text(lines)
+                    sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done), payload)))
+            if spool is not None:
+                spool.finish()
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))
     except BaseException as exc:  # every failure is handed to the parent, which raises it
         try:
@@ -129,7 +145,7 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str, sende
         sender.close()
 
 
-def _widen(connection) -> None:
+def widen_pipe(connection) -> None:
     """A 1 MiB pipe (Linux; 64 KiB by default) lets the child run several
     batches ahead instead of waiting for the parent at every batch."""
     try:

@@ -173,7 +173,41 @@ def _compressed(raw: BinaryIO, compression: str, level: int | None, background: 
         chosen = DEFAULT_LEVEL["zstd"] if level is None else level
         compressor = zstandard.ZstdCompressor(level=chosen, threads=1 if background else 0)
         writer = compressor.stream_writer(raw, closefd=False)
+    even = EvenWrites(writer)
     try:
-        yield writer
+        yield even  # type: ignore[misc]
+        even.flush()
     finally:
         writer.close()
+
+
+class EvenWrites:
+    """Hands a compressor its input in pieces of one fixed size.
+
+    Compressors cut their blocks where the writes fall, so the same bytes
+    written in different pieces compress to different files; feeding them
+    in even pieces keeps the output identical however the caller batched
+    its writes (one process or several, any batch size).
+    """
+
+    PIECE = 1 << 20
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self._inner = inner
+        self._pending = bytearray()
+
+    def write(self, data: bytes | memoryview) -> int:
+        pending = self._pending
+        pending += data
+        if len(pending) >= self.PIECE:
+            whole = len(pending) - len(pending) % self.PIECE
+            for at in range(0, whole, self.PIECE):  # copies: a threaded compressor may keep what it is given
+                self._inner.write(bytes(pending[at:at + self.PIECE]))
+            del pending[:whole]
+        return len(data)
+
+    def flush(self) -> None:
+        """Write what is pending (the last, shorter piece)."""
+        if self._pending:
+            self._inner.write(bytes(self._pending))
+            self._pending.clear()

@@ -1,0 +1,153 @@
+"""Pass 2 on several cores: forked workers rewrite the spool's blocks, this
+process writes them out in order.
+
+The plan is built once, between the passes, and the workers are forked
+after it: they share its arrays copy-on-write instead of receiving them.
+Every worker reads the whole spool (decompression runs in a thread outside
+the GIL and costs little) but rewrites only its share of the blocks, block
+``n`` going to worker ``n % workers``.  This process takes the blocks back
+in that order, so the output is the same bytes whatever the number of
+workers, and a worker runs at most a pipe's worth ahead of the writer:
+memory stays bounded.  A failure in a worker is raised here; whatever
+happens, every worker is stopped before the caller cleans up.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import signal
+import struct
+from typing import TYPE_CHECKING, Iterator
+
+from ..errors import TraceError
+from ..io.parseproc import widen_pipe
+from ..io.spool import EventSpool
+from ..io.writer import JoinedLines
+from ..resources import frozen_heap, gc_paused
+
+if TYPE_CHECKING:
+    from .passes import EmitPlan
+
+_BLOCK, _END, _FAILED = b"B", b"E", b"F"
+_COUNTS = struct.Struct("<QQ")  # events read from the spool, events written
+
+
+def can_fork() -> bool:
+    """Workers need ``fork``: they inherit the plan instead of unpickling it."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+class EmitWorkers:
+    """``workers`` processes rewriting ``spool`` through ``plan``; iterate
+    :meth:`blocks` for the output, in order.  Use as a context manager: on
+    exit every worker is stopped."""
+
+    def __init__(self, spool: EventSpool, plan: EmitPlan, workers: int) -> None:
+        spool.finish()
+        self._plan = plan
+        self._receivers: list = []
+        self._processes: list = []
+        context = multiprocessing.get_context("fork")
+        try:
+            for share in range(workers):
+                receiver, sender = context.Pipe(duplex=False)
+                widen_pipe(sender)
+                self._receivers.append(receiver)
+                process = context.Process(target=_worker_main, daemon=True,
+                                          args=(spool, plan, share, workers, sender, list(self._receivers)))
+                with frozen_heap():
+                    process.start()
+                sender.close()
+                self._processes.append(process)
+        except BaseException:
+            self.close()
+            raise
+
+    def blocks(self) -> Iterator[tuple[memoryview, int, int]]:
+        """(output text, events written, events read) per spool block, in
+        spool order; the text is events joined as in a trace (``,`` and a
+        newline between them), ready for :meth:`TraceWriter.splice`.  At the
+        end the workers' pass-2 tallies are added to this process's plan."""
+        workers = len(self._processes)
+        number = 0
+        while True:
+            tag, body = self._receive(number % workers)
+            if tag == _END:
+                break  # the worker whose turn it is has no block left: nor has any other
+            read, written = _COUNTS.unpack_from(body)
+            yield body[_COUNTS.size:], written, read
+            number += 1
+        tallies = [pickle.loads(body)]
+        for share in range(workers):
+            if share != number % workers:
+                tag, body = self._receive(share)
+                if tag != _END:
+                    raise TraceError("validation failed: a pass-2 worker had blocks left over")
+                tallies.append(pickle.loads(body))
+        for worker_tallies in tallies:
+            self._plan.add_tallies(worker_tallies)
+
+    def _receive(self, share: int) -> tuple[bytes, memoryview]:
+        """The next message of worker ``share``; its failure raised here."""
+        try:
+            message = self._receivers[share].recv_bytes()
+        except EOFError:
+            process = self._processes[share]
+            process.join(timeout=1)
+            raise TraceError(f"a pass-2 worker stopped unexpectedly (exit status {process.exitcode})") from None
+        tag, body = message[:1], memoryview(message)[1:]
+        if tag == _FAILED:
+            raise pickle.loads(body)
+        return tag, body
+
+    def close(self) -> None:
+        for receiver in self._receivers:
+            receiver.close()
+        for process in self._processes:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+
+    def __enter__(self) -> "EmitWorkers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@gc_paused()
+def _worker_main(spool: EventSpool, plan: EmitPlan, share: int, workers: int, sender, inherited: list) -> None:
+    """Rewrite blocks ``share``, ``share + workers``, ... and send each; then
+    the plan's tallies, or the failure.
+
+    Every reading end inherited from the parent is closed first: if the
+    parent dies, the next send then fails at once instead of blocking on a
+    pipe nobody reads.
+    """
+    for receiver in inherited:
+        receiver.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the workers
+    try:
+        before = plan.tallies()
+        done = position = 0  # events before the current block; where the plan's counters stand
+        for number, block in enumerate(spool.read_blocks()):
+            if number % workers == share:
+                plan.skip(position, done)
+                lines = plan.lines(block, done)
+                if isinstance(lines, JoinedLines):  # the joining is done here, off the writer's core
+                    text, written = lines.text.replace(b"\n", b",\n"), lines.count
+                else:
+                    text, written = b",\n".join(lines), len(lines)
+                sender.send_bytes(b"".join((_BLOCK, _COUNTS.pack(len(block), written), text)))
+                position = done + len(block)
+            done += len(block)
+        after = plan.tallies()
+        sender.send_bytes(_END + pickle.dumps({name: after[name] - before[name] for name in after}))
+    except BaseException as exc:  # every failure is handed to the parent, which raises it
+        try:
+            sender.send_bytes(_FAILED + pickle.dumps(exc))
+        except (OSError, pickle.PicklingError):
+            pass
+    finally:
+        sender.close()

@@ -1,0 +1,243 @@
+"""``-j N``: one meaning everywhere, and the same output for every N.
+
+Children and workers only pay off on large inputs, so these tests lower the
+thresholds: the parse child takes every file (``parseproc.MIN_BYTES``) and
+the spool is read back in small blocks (``spool.READ_BLOCK``), so that pass 2
+hands many blocks to each worker, out of step with the event kinds.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zstandard
+from conftest import REAL_TRACES, ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import streamtrace
+from streamtrace.commands import compact as compact_module
+from streamtrace.engine import jobs as jobs_module
+from streamtrace.engine.jobs import resolve_jobs
+from streamtrace.errors import TraceError
+from streamtrace.io import parseproc, spool
+from streamtrace.io.sink import EvenWrites, OutputTarget
+from streamtrace.synth import SynthConfig, write_traces
+
+TIMING = {"wall_seconds", "pass1_seconds", "plan_seconds", "pass2_seconds", "peak_rss_mb"}
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Every file parsed by a child, and the spool read 16 KiB at a time."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(spool, "READ_BLOCK", 16 << 10)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> dict[str, Path]:
+    """A single-rank PP trace with CUDA-graph replays, and a merged 4-rank one."""
+    directory = tmp_path_factory.mktemp("jobs")
+    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, steps=2, graph_kernels=8, graph_streams=4),
+                 directory, compress="none")
+    return {"single": directory / "rank0_trace.json", "merged": directory / "merged_trace.json"}
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_digest(directory: Path) -> dict[str, str]:
+    return {path.name: digest(path) for path in sorted(directory.iterdir())}
+
+
+def without_timing(summary: dict, *paths: str) -> dict:
+    """A summary with what differs between any two runs (times, memory, output paths) left out."""
+    return {key: value for key, value in summary.items() if key not in TIMING and key not in paths}
+
+
+# --- resolve_jobs -------------------------------------------------------------------------------
+
+
+def test_auto_is_the_usable_cpus_at_most_four(monkeypatch):
+    monkeypatch.delenv(jobs_module.ENVIRONMENT, raising=False)
+    for cpus, expected in ((1, 1), (2, 2), (3, 3), (4, 4), (64, 4)):
+        monkeypatch.setattr(jobs_module, "usable_cpus", lambda cpus=cpus: cpus)
+        assert resolve_jobs(None) == expected
+        assert resolve_jobs("auto") == expected
+        assert resolve_jobs("AUTO") == expected
+
+
+def test_usable_cpus_follow_the_affinity_mask():
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no affinity call on this platform")
+    assert jobs_module.usable_cpus() == len(os.sched_getaffinity(0))
+
+
+def test_environment_replaces_the_default_only(monkeypatch):
+    monkeypatch.setenv(jobs_module.ENVIRONMENT, "3")
+    assert resolve_jobs(None) == 3
+    assert resolve_jobs(1) == 1
+    assert resolve_jobs("2") == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, "0", "two", "1.5", "", True, 2.0])
+def test_bad_counts_are_refused(bad, monkeypatch):
+    monkeypatch.delenv(jobs_module.ENVIRONMENT, raising=False)
+    with pytest.raises(TraceError, match="-j takes"):
+        resolve_jobs(bad)
+
+
+def test_an_empty_environment_value_means_the_default(monkeypatch):
+    monkeypatch.setenv(jobs_module.ENVIRONMENT, "")
+    monkeypatch.setattr(jobs_module, "usable_cpus", lambda: 3)
+    assert resolve_jobs(None) == 3
+
+
+def test_bad_environment_value_is_named(monkeypatch):
+    monkeypatch.setenv(jobs_module.ENVIRONMENT, "many")
+    with pytest.raises(TraceError, match="STREAMTRACE_JOBS takes"):
+        resolve_jobs(None)
+
+
+@pytest.mark.parametrize("argv, env, words", [
+    (["-j", "0"], {}, "-j takes"),
+    (["-j", "lots"], {}, "-j takes"),
+    ([], {"STREAMTRACE_JOBS": "x"}, "STREAMTRACE_JOBS takes"),
+])
+def test_cli_refuses_a_bad_count_in_one_line(argv, env, words, tmp_path):
+    trace = REAL_TRACES[0]
+    result = subprocess.run([sys.executable, "-m", "streamtrace", "inspect", str(trace), "--json", *argv],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [f"streamtrace: error: {result.stderr.split('error: ', 1)[1].strip()}"]
+    assert words in result.stderr
+
+
+# --- the same output for every N ----------------------------------------------------------------
+
+
+def run_all(command, source: Path, tmp_path: Path, name: str, **options) -> list[tuple[str, dict]]:
+    """(output digest, summary) of ``command`` at -j 1, 2 and 3."""
+    results = []
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"{jobs}-{name}"
+        summary = command(source, out, jobs=jobs, **options)
+        results.append((digest(out) if out.is_file() else tree_digest(out), without_timing(summary, "output",
+                                                                                          "output_dir")))
+    return results
+
+
+COMMANDS = {
+    "compact": (streamtrace.compact, "out.json", {}),
+    "relink": (streamtrace.relink, "out.json", {}),
+    "convert": (streamtrace.convert, "out.json.gz", {}),
+    "split": (streamtrace.split, "ranks", {"compress": "none"}),
+    "attribute": (streamtrace.attribute, "out.csv", {}),
+}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
+def test_real_traces_come_out_the_same_for_every_n(name, trace, tmp_path, small_pieces):
+    command, output, options = COMMANDS[name]
+    try:
+        results = run_all(command, trace, tmp_path, output, **options)
+    except TraceError as refused:  # e.g. split of a file without ranks: the same refusal at every N
+        for jobs in (2, 3):
+            with pytest.raises(TraceError) as again:
+                command(trace, tmp_path / f"again{jobs}-{output}", jobs=jobs, **options)
+            assert str(again.value) == str(refused)
+        return
+    assert results[1] == results[0] and results[2] == results[0]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("kind", ["single", "merged"])
+def test_generated_traces_come_out_the_same_for_every_n(name, kind, generated, tmp_path, small_pieces):
+    command, output, options = COMMANDS[name]
+    results = run_all(command, generated[kind], tmp_path, output, **options)
+    assert results[1] == results[0] and results[2] == results[0]
+
+
+@pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
+def test_inspect_says_the_same_for_every_n(trace, small_pieces):
+    summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]
+    assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
+
+
+def test_merge_comes_out_the_same_for_every_n(generated, tmp_path, small_pieces):
+    ranks = sorted(generated["single"].parent.glob("rank*_trace.json"))
+    results = []
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"merged{jobs}.json"
+        summary = streamtrace.merge(ranks, out, jobs=jobs)
+        results.append((digest(out), without_timing(summary, "output")))
+    assert results[1] == results[0] and results[2] == results[0]
+
+
+# --- failures in workers ------------------------------------------------------------------------
+
+
+def test_a_worker_failure_is_raised_and_leaves_nothing(generated, tmp_path, small_pieces, monkeypatch):
+    """A check that fails in a pass-2 worker stops the run like it does in one process."""
+    real_lines = compact_module.CompactPlan.lines
+
+    def failing(self, block, first_index):
+        if first_index > 0:
+            raise TraceError("validation failed: planted", event_index=first_index)
+        return real_lines(self, block, first_index)
+
+    monkeypatch.setattr(compact_module.CompactPlan, "lines", failing)
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    out = tmp_path / "out.json"
+    with pytest.raises(TraceError, match="planted"):
+        streamtrace.compact(generated["single"], out, jobs=2, spool_dir=str(spool_dir))
+    assert not out.exists() and os.listdir(spool_dir) == []
+    assert [path.name for path in tmp_path.iterdir()] == ["spool"]
+
+
+def test_a_worker_that_dies_is_reported(generated, tmp_path, small_pieces, monkeypatch):
+    real_lines = compact_module.CompactPlan.lines
+
+    def dying(self, block, first_index):
+        if first_index > 0:
+            os._exit(9)
+        return real_lines(self, block, first_index)
+
+    monkeypatch.setattr(compact_module.CompactPlan, "lines", dying)
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    out = tmp_path / "out.json"
+    with pytest.raises(TraceError, match="worker stopped unexpectedly"):
+        streamtrace.compact(generated["single"], out, jobs=2, spool_dir=str(spool_dir))
+    assert not out.exists() and os.listdir(spool_dir) == []
+
+
+@given(pieces=st.lists(st.binary(max_size=3000), max_size=40), compression=st.sampled_from(["gzip", "zstd"]))
+@settings(max_examples=40, deadline=None)
+def test_compressed_output_does_not_depend_on_how_writes_fall(pieces, compression, tmp_path_factory):
+    """The same bytes, written in any pieces, compress to the same file."""
+    directory = tmp_path_factory.mktemp("even")
+    whole = b"".join(pieces)
+    outputs = []
+    EvenWrites.PIECE = 4096  # many pieces, and writes that straddle them
+    try:
+        for name, writes in (("pieces", pieces), ("whole", [whole])):
+            target = OutputTarget(str(directory / f"{name}.out"), compress=compression)
+            with target.open() as out:
+                for piece in writes:
+                    out.write(piece)
+            outputs.append((directory / f"{name}.out").read_bytes())
+    finally:
+        EvenWrites.PIECE = 1 << 20
+    assert outputs[0] == outputs[1]
+    reader = gzip.decompress if compression == "gzip" else zstandard.ZstdDecompressor().decompressobj().decompress
+    assert reader(outputs[0]) == whole
