@@ -288,8 +288,9 @@ REDIRECTION = re.compile(r"^[<>&]+$")
 
 def streamtrace_invocations(command: Command) -> list[list[str]]:
     """The argument lists given to ``streamtrace`` in one command line: at
-    its start, after a pipe, ``&&`` or ``;``, or after the ``--`` of
-    ``scripts/bench.py ... -- streamtrace ...``; redirections left out."""
+    its start, after a pipe, ``&&`` or ``;``, or after each ``--`` of
+    ``scripts/bench.py ... -- streamtrace ... -- streamtrace ...``;
+    redirections left out."""
     first = command.text.split("\n")[0]
     text = first if HEREDOC.search(first) else command.text.replace("\\\n", " ")
     lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
@@ -302,7 +303,7 @@ def streamtrace_invocations(command: Command) -> list[list[str]]:
     skip_target = False
     for at, token in enumerate(tokens):
         following = tokens[at + 1] if at + 1 < len(tokens) else ""
-        if token in SEPARATORS:
+        if token in SEPARATORS or (token == "--" and following == "streamtrace"):  # bench.py: one command per --
             if current is not None:
                 found.append(current)
             current = None

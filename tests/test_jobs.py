@@ -185,40 +185,40 @@ def test_merge_comes_out_the_same_for_every_n(generated, tmp_path, small_pieces)
 # --- failures in workers ------------------------------------------------------------------------
 
 
-def test_a_worker_failure_is_raised_and_leaves_nothing(generated, tmp_path, small_pieces, monkeypatch):
-    """A check that fails in a pass-2 worker stops the run like it does in one process."""
+def compact_with_a_planted_fault(fault, generated, tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """Run compact at -j 2 with ``fault()`` called in the worker that gets a
+    block after the first; returns (output, spool dir)."""
     real_lines = compact_module.CompactPlan.lines
 
-    def failing(self, block, first_index):
+    def planted(self, block, first_index):
         if first_index > 0:
-            raise TraceError("validation failed: planted", event_index=first_index)
+            fault(first_index)
         return real_lines(self, block, first_index)
 
-    monkeypatch.setattr(compact_module.CompactPlan, "lines", failing)
+    monkeypatch.setattr(compact_module.CompactPlan, "lines", planted)
     spool_dir = tmp_path / "spool"
     spool_dir.mkdir()
     out = tmp_path / "out.json"
+    streamtrace.compact(generated["single"], out, jobs=2, spool_dir=str(spool_dir))
+    return out, spool_dir
+
+
+def test_a_worker_failure_is_raised_and_leaves_nothing(generated, tmp_path, small_pieces, monkeypatch):
+    """A check that fails in a pass-2 worker stops the run like it does in one process."""
+    def fail(first_index: int) -> None:
+        raise TraceError("validation failed: planted", event_index=first_index)
+
     with pytest.raises(TraceError, match="planted"):
-        streamtrace.compact(generated["single"], out, jobs=2, spool_dir=str(spool_dir))
-    assert not out.exists() and os.listdir(spool_dir) == []
-    assert [path.name for path in tmp_path.iterdir()] == ["spool"]
+        compact_with_a_planted_fault(fail, generated, tmp_path, monkeypatch)
+    assert [path.name for path in tmp_path.iterdir()] == ["spool"]  # no output, no part file
+    assert os.listdir(tmp_path / "spool") == []
 
 
 def test_a_worker_that_dies_is_reported(generated, tmp_path, small_pieces, monkeypatch):
-    real_lines = compact_module.CompactPlan.lines
-
-    def dying(self, block, first_index):
-        if first_index > 0:
-            os._exit(9)
-        return real_lines(self, block, first_index)
-
-    monkeypatch.setattr(compact_module.CompactPlan, "lines", dying)
-    spool_dir = tmp_path / "spool"
-    spool_dir.mkdir()
-    out = tmp_path / "out.json"
     with pytest.raises(TraceError, match="worker stopped unexpectedly"):
-        streamtrace.compact(generated["single"], out, jobs=2, spool_dir=str(spool_dir))
-    assert not out.exists() and os.listdir(spool_dir) == []
+        compact_with_a_planted_fault(lambda first_index: os._exit(9), generated, tmp_path, monkeypatch)
+    assert [path.name for path in tmp_path.iterdir()] == ["spool"]
+    assert os.listdir(tmp_path / "spool") == []
 
 
 @given(pieces=st.lists(st.binary(max_size=3000), max_size=40), compression=st.sampled_from(["gzip", "zstd"]))

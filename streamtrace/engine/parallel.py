@@ -20,7 +20,7 @@ import struct
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import TraceError
-from ..io.parseproc import widen_pipe
+from ..io.parseproc import send_failure, widen_pipe
 from ..io.spool import EventSpool
 from ..io.writer import JoinedLines
 from ..resources import frozen_heap, gc_paused
@@ -144,10 +144,7 @@ def _worker_main(spool: EventSpool, plan: EmitPlan, share: int, workers: int, se
             done += len(block)
         after = plan.tallies()
         sender.send_bytes(_END + pickle.dumps({name: after[name] - before[name] for name in after}))
-    except BaseException as exc:  # every failure is handed to the parent, which raises it
-        try:
-            sender.send_bytes(_FAILED + pickle.dumps(exc))
-        except (OSError, pickle.PicklingError):
-            pass
+    except BaseException as exc:
+        send_failure(sender, _FAILED, exc)
     finally:
         sender.close()

@@ -136,13 +136,19 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
             if spool is not None:
                 spool.finish()
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))
-    except BaseException as exc:  # every failure is handed to the parent, which raises it
-        try:
-            sender.send_bytes(_FAILED + pickle.dumps(exc))
-        except (OSError, pickle.PicklingError):
-            pass
+    except BaseException as exc:
+        send_failure(sender, _FAILED, exc)
     finally:
         sender.close()
+
+
+def send_failure(sender, tag: bytes, failure: BaseException) -> None:
+    """Hand a child's failure to the parent, which raises it; if the parent
+    is gone (or the failure cannot be pickled) there is no one to tell."""
+    try:
+        sender.send_bytes(tag + pickle.dumps(failure))
+    except (OSError, pickle.PicklingError):
+        pass
 
 
 def widen_pipe(connection) -> None:
