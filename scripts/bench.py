@@ -14,7 +14,7 @@ round were measured under the same machine conditions; the figures to quote
 are the medians of the per-round ratios (with min and max), on a noisy
 machine as well as a quiet one.  Peak RSS comes from wait4 per child; the
 command's whole process tree (workers included) is sampled for RSS and PSS
-(PSS splits pages that forked processes share).  When the command prints a
+(PSS splits pages that forked processes share), all in MiB.  When the command prints a
 JSON summary with ``pass1_seconds`` / ``plan_seconds`` / ``wall_seconds``,
 their medians are reported too.
 
@@ -105,7 +105,7 @@ def tree_memory_mb(pid: int) -> tuple[float, float]:
 
 
 def run_child(argv: list[str]) -> dict:
-    """Wall seconds, the largest single process's peak RSS (MB), stdout, and
+    """Wall seconds, the largest single process's peak RSS (MiB), stdout, and
     the whole process tree's peak RSS and PSS (sampled every 0.2 s)."""
     started = time.perf_counter()
     tree_peak = [0.0, 0.0]

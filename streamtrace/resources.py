@@ -1,11 +1,16 @@
 """Resource figures reported in summaries."""
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import resource
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+MMAP_THRESHOLD_MAX = 32 << 20  # where glibc's own threshold ends once large buffers were freed
 
 
 def peak_rss_mb() -> float:
@@ -58,3 +63,47 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@functools.cache
+def _malloc() -> tuple[Callable[[int], int], Callable[[int, int], int]] | None:
+    """glibc's ``malloc_trim`` and ``mallopt``, or None (another C library)."""
+    try:
+        libc = ctypes.CDLL(None)
+        return libc.malloc_trim, libc.mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+def trim_heap() -> None:
+    """Hand the heap's free pages back to the OS (glibc keeps them otherwise)."""
+    controls = _malloc()
+    if controls is not None:
+        controls[0](0)
+
+
+@contextmanager
+def buffers_from_os(threshold: int) -> Iterator[None]:
+    """Keep resident memory close to live memory (glibc; elsewhere nothing).
+
+    glibc serves a buffer from its heap when it is below a threshold that
+    rises to the size of any large buffer freed, and keeps freed heap pages
+    resident: growing index arrays and short-lived scratch then pile up
+    there.  A fixed threshold hands buffers from ``threshold`` bytes on to
+    the OS and back as they are freed; trims hand back the heap's free
+    pages.  Usable as a decorator.
+    """
+    controls = _malloc()
+    if controls is None:
+        yield
+        return
+    tune = controls[1]
+    trim_heap()
+    tune(M_MMAP_THRESHOLD, threshold)
+    tune(M_TRIM_THRESHOLD, threshold)
+    try:
+        yield
+    finally:
+        tune(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)  # glibc has no way back to its sliding threshold
+        tune(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX)
+        trim_heap()

@@ -9,15 +9,12 @@ lines and appends the new events.
 """
 from __future__ import annotations
 
-import ctypes
-import functools
 import itertools
 import re
 import time
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -55,7 +52,7 @@ from ..io.source import InputSource, SourceSpec
 from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
 from ..io.writer import JoinedLines
 from ..kineto import NUMBER_TYPES
-from ..resources import gc_paused, peak_rss_mb
+from ..resources import buffers_from_os, gc_paused, peak_rss_mb, trim_heap
 
 SLICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset"})
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
@@ -213,7 +210,7 @@ class CompactIndex:
             if name not in PLAN_ONLY + PASS_1_CLOSURES:
                 raise ValueError(f"pass 2 reads {name}")
             self.__dict__.pop(name, None)
-        _trim_heap()
+        trim_heap()
 
     def _widen(self, names: tuple[str, ...]) -> None:
         """Turn 2-byte id arrays into 4-byte ones (once, at the first id past
@@ -355,57 +352,11 @@ def _pp_rank(members: list[RawMember]) -> tuple[int, str]:
     return rank, "global rank (no PP process group)"
 
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 PLAN_MMAP_THRESHOLD = 4 << 20  # while planning, buffers from this size on come from the OS and go back to it
-MMAP_THRESHOLD_MAX = 32 << 20  # where glibc's own threshold ends once large buffers were freed
-
-
-@functools.cache
-def _malloc() -> tuple[Callable[[int], int], Callable[[int, int], int]] | None:
-    """glibc's ``malloc_trim`` and ``mallopt``, or None (another C library)."""
-    try:
-        libc = ctypes.CDLL(None)
-        return libc.malloc_trim, libc.mallopt
-    except (OSError, AttributeError):
-        return None
-
-
-def _trim_heap() -> None:
-    """Hand the heap's free pages back to the OS (glibc keeps them otherwise)."""
-    controls = _malloc()
-    if controls is not None:
-        controls[0](0)
-
-
-@contextmanager
-def _returning_memory() -> Iterator[None]:
-    """Keep resident memory close to live memory while planning (glibc; elsewhere nothing).
-
-    Once a large buffer was freed (the index's released arrays are), glibc
-    serves buffers up to that size from its heap and keeps them resident
-    when freed: the plan's numpy scratch would pile up there and stay through
-    pass 2.  A fixed mmap threshold hands large buffers back as they are
-    freed; trims (here and at each :meth:`CompactIndex.release`) hand back
-    what pass 1 and the plan's steps left free in the heap.
-    """
-    controls = _malloc()
-    if controls is None:
-        yield
-        return
-    tune = controls[1]
-    _trim_heap()
-    tune(M_MMAP_THRESHOLD, PLAN_MMAP_THRESHOLD)
-    tune(M_TRIM_THRESHOLD, PLAN_MMAP_THRESHOLD)
-    try:
-        yield
-    finally:
-        tune(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
-        tune(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX)
-        _trim_heap()
 
 
 @gc_paused()
-@_returning_memory()
+@buffers_from_os(PLAN_MMAP_THRESHOLD)  # the plan's numpy scratch must not stay resident
 def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: bool = True,
                     local_arrows: bool = True, strict: bool = False) -> Compaction:
     """Between the passes: lanes, tids, annotation and flow moves, new events.
