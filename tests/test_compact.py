@@ -379,7 +379,12 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
     monkeypatch.setattr(CompactPlan, "_check_slice", check)
     monkeypatch.setattr("streamtrace.io.spool.READ_BLOCK", 16384)  # the middle slice in a block without metadata
     if not whole:
-        monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
+        def line_by_line(plan, block, first):
+            """As moved_block does for a block it cannot move whole: the cursor steps, the lines go one by one."""
+            plan._bases(first, first + len(block))
+            return None
+
+        monkeypatch.setattr(CompactPlan, "moved_block", line_by_line)
     with pytest.raises(TraceError, match="differs between the passes") as info:
         streamtrace.compact(tmp_path / "rank0_trace.json", tmp_path / "out.json", jobs=jobs)
     assert f"GPU slice {changed[0]} differs" in str(info.value)

@@ -766,15 +766,9 @@ class CompactPlan(EmitPlan):
             consume(self._counters[kind], count)
 
     def skip(self, start: int, end: int) -> None:
-        if start == end:
-            return
-        cursor, bases = self._cursor
-        if cursor != start:  # blocks went through the per-line patchers only: count from the beginning
-            bases, start_at = dict.fromkeys(bases, 0), 0
-        else:
-            start_at = start
-        self._cursor = [end, {kind: ordinal + self.actions.count(kind, start_at, end) for kind, ordinal in bases.items()}]
-        super().skip(start, end)
+        if start != end:
+            self._bases(start, end)  # the block cursor moves past the events, as for a block written here
+            super().skip(start, end)
 
     def _retarget(self, line: bytes, old_tid: object, tid: int, *, stream: bool = False,
                   times: tuple | None = None) -> bytes:
