@@ -23,6 +23,8 @@ from badinputs.matrix import CLI, COMMANDS, Command, available, cli_env, command
 from conftest import TRACES, events_of, load_json
 
 from streamtrace import cli
+from streamtrace.engine import indexworkers
+from streamtrace.io import parseproc
 
 OUTPUT_COMMANDS = [command for command in COMMANDS if command.output_name]
 STDOUT_COMMANDS = [command for command in COMMANDS if command.stdout_argv]
@@ -213,6 +215,8 @@ def test_full_disk_is_one_line_and_leaves_nothing(command, room, jobs, tmp_path,
     before = digest(trace)
     argv, output, spool = command_line(command, trace, tmp_path)
     argv += ["-j", jobs]
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)  # -j 2: pass-1 workers or the parse child even on this small file
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 16 << 10)
     inputs_before = files_under(tmp_path)
     real_fdopen = os.fdopen
 

@@ -1,8 +1,9 @@
 """``-j N``: one meaning everywhere, and the same output for every N.
 
 Children and workers only pay off on large inputs, so these tests lower the
-thresholds: the parse child takes every file (``parseproc.MIN_BYTES``) and
-the spool is read back in small blocks (``spool.READ_BLOCK``), so that pass 2
+thresholds: every file is read by pass-1 workers (``parseproc.MIN_BYTES``)
+in chunks of 8 KiB (``indexworkers.CHUNK_BYTES``), many per worker, and the
+spool is read back in small blocks (``spool.READ_BLOCK``), so that pass 2
 hands many blocks to each worker, out of step with the event kinds.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 import streamtrace
 from streamtrace.commands import compact as compact_module
+from streamtrace.engine import indexworkers
 from streamtrace.engine import jobs as jobs_module
 from streamtrace.engine.jobs import resolve_jobs
 from streamtrace.errors import TraceError
@@ -34,8 +36,10 @@ TIMING = {"wall_seconds", "pass1_seconds", "plan_seconds", "pass2_seconds", "pea
 
 @pytest.fixture
 def small_pieces(monkeypatch):
-    """Every file parsed by a child, and the spool read 16 KiB at a time."""
+    """Every file read by pass-1 workers (or the parse child) 8 KiB at a
+    time, and the spool read 16 KiB at a time."""
     monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 8 << 10)
     monkeypatch.setattr(spool, "READ_BLOCK", 16 << 10)
 
 

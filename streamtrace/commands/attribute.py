@@ -106,6 +106,8 @@ class AttributeIndex(MergedIndex):
     """Pass-1 visitor for ``attribute``: the merged index plus launch details,
     the GPU events' own columns (spooled) and the CPU ops (spilled)."""
 
+    splits_by_ranges = False  # its rows and ops go to files of the process that visits them
+
     def __init__(self, spool_dir: str | None) -> None:
         self.thread_slots: dict[tuple, int] = {}
         self.thread_keys: list[tuple] = []

@@ -36,6 +36,7 @@ from ..algo.lanes import (
     start_order,
     starting_in_runs,
 )
+from ..algo.parts import extend_converted, shifted, translated
 from ..algo.pp import parse_pp_name
 from ..algo.pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, find_blocks, local_arrows
 from ..algo.ranks import pp_group_ranks
@@ -64,6 +65,9 @@ TID_LIMIT = 2**31
 STREAM_IDS = ("slice_stream", "note_stream", "flow_stream", "meta_stream")  # the index's arrays of stream ids
 LABEL_IDS = ("slice_label", "note_name")  # its arrays of label ids (-1: none)
 PASS_1_CLOSURES = ("visit", "_rebind")  # the hot loop and its rebinder (CompactIndex._make_visit)
+PART_ARRAYS = ("actions",) + STREAM_IDS + LABEL_IDS + (
+    "slice_start", "slice_end", "slice_group", "slice_stream_arg", "note_start", "note_end", "note_identity",
+    "flow_ts", "odd_tid_at")  # what pass 1 records per event (CompactIndex.take_part)
 PLAN_ONLY = ("slice_end", "slice_group", "slice_label", "note_start", "note_end", "note_identity", "note_name",
              "flow_ts")  # arrays pass 2 does not read: the plan releases them (CompactIndex.release)
 
@@ -76,6 +80,8 @@ class CompactIndex:
     streams and labels, millions of slices): the first id past their range
     widens them to 4 bytes (:meth:`_widen`).
     """
+
+    splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb
 
     def __init__(self, rules: Rules) -> None:
         self.rules = rules
@@ -103,6 +109,8 @@ class CompactIndex:
         self.odd_tid_at = array("q")  # events whose tid is not an integer (or is missing)
         self.graph_launches = 0
         self.gpu_annotations = 0
+        self._streams_taken = self._labels_taken = 0  # ids already handed out in parts (take_part)
+        self._part_maps: dict[int, tuple[array, array]] = {}  # per worker: its stream and label ids -> ours
         self.visit = self._make_visit()
 
     def _make_visit(self) -> Callable[[dict], None]:
@@ -197,6 +205,41 @@ class CompactIndex:
 
         return visit
 
+    def take_part(self) -> dict:
+        """What this index holds of the events visited since the last part,
+        with the streams and labels first met since then; the index then
+        starts empty again (in place: the hot loop keeps its appenders)."""
+        part: dict = {name: getattr(self, name)[:] for name in PART_ARRAYS}
+        for name in PART_ARRAYS:
+            del getattr(self, name)[:]
+        part["stream_keys"] = self.stream_keys[self._streams_taken:]
+        part["label_names"] = self.label_names[self._labels_taken:]
+        self._streams_taken, self._labels_taken = len(self.stream_keys), len(self.label_names)
+        part["int_tids"] = set(self.int_tids)
+        self.int_tids.clear()
+        part["counts"] = (self.graph_launches, self.gpu_annotations)
+        self.graph_launches = self.gpu_annotations = 0
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part (see :mod:`streamtrace.engine.indexworkers`)."""
+        stream_map, label_map = self._part_maps.setdefault(source, (array("i"), array("i")))
+        stream_map.extend(self._stream_key(key) for key in part["stream_keys"])
+        label_map.extend(self._label(text) for text in part["label_names"])
+        for name in PART_ARRAYS:
+            if name in STREAM_IDS:
+                extend_converted(getattr(self, name), translated(part[name], stream_map))
+            elif name in LABEL_IDS:
+                extend_converted(getattr(self, name), translated(part[name], label_map))
+            elif name == "odd_tid_at":
+                extend_converted(self.odd_tid_at, shifted(part[name], first_event))
+            else:
+                getattr(self, name).extend(part[name])
+        self.int_tids |= part["int_tids"]
+        graph_launches, gpu_annotations = part["counts"]
+        self.graph_launches += graph_launches
+        self.gpu_annotations += gpu_annotations
+
     def __getstate__(self) -> dict:
         """Everything but the hot-loop closures (which cannot be pickled)."""
         return {name: value for name, value in self.__dict__.items() if name not in PASS_1_CLOSURES}
@@ -227,7 +270,9 @@ class CompactIndex:
         return METADATA
 
     def _stream(self, event: dict) -> int:
-        key = (event.get("pid"), event.get("tid"))
+        return self._stream_key((event.get("pid"), event.get("tid")))
+
+    def _stream_key(self, key: tuple) -> int:
         found = self.stream_ids.get(key)
         return self._new_stream(key) if found is None else found
 
@@ -352,7 +397,7 @@ def _pp_rank(members: list[RawMember]) -> tuple[int, str]:
     return rank, "global rank (no PP process group)"
 
 
-PLAN_MMAP_THRESHOLD = 4 << 20  # while planning, buffers from this size on come from the OS and go back to it
+PLAN_MMAP_THRESHOLD = 4 << 20  # while indexing and planning, buffers from this size on come from the OS and go back
 
 
 @gc_paused()
@@ -915,8 +960,9 @@ def compact(
     with InputSource(src, spool_dir=spool_dir) as source:
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)
-        result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
-                                         spool_dir=spool_dir, salvage=salvage, progress=meter, jobs=processes)
+        with buffers_from_os(PLAN_MMAP_THRESHOLD):  # the index arrays grow by copies, which must not stay resident
+            result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
+                                             spool_dir=spool_dir, salvage=salvage, progress=meter, jobs=processes)
         index: CompactIndex = result.visitor  # type: ignore[assignment]
         members = result.stats.header + result.stats.trailer
         try:

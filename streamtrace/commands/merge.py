@@ -118,6 +118,8 @@ class MergeIndex(CompactIndex):
     events are that must be decoded (metadata, ``correlation_raw`` present).
     """
 
+    splits_by_ranges = False  # its own per-event arrays are not in compact's parts (merge runs one process per rank)
+
     def __init__(self, rules) -> None:
         super().__init__(rules)
         self.pids: dict = {}

@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
+from ..algo.parts import extend_converted, translated
 from ..algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, RankResolution, pair_by_time, resolve_ranks
 from ..algo.ranks import rank_from_args, rank_from_process_name
 from ..errors import TraceError
@@ -44,6 +45,11 @@ class MergedIndex:
     commands that patch events in pass 2.
     """
 
+    splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb
+    part_arrays = ("actions", "launch_pid", "launch_id", "launch_ts", "launch_rank", "launch_graph", "gpu_pid",
+                   "gpu_id", "gpu_rank")  # what pass 1 records per event
+    slot_arrays = ("launch_pid", "gpu_pid")  # ... of those, pid slots
+
     def __init__(self) -> None:
         self.pid_slots: dict[object, int] = {}
         self.pids: list[PidEvidence] = []
@@ -61,7 +67,44 @@ class MergedIndex:
         self.handlers: dict[object, Callable[[dict], int]] = {cat: self._gpu for cat in GPU_CATEGORIES}
         self.handlers.update({cat: self._launch for cat in RUNTIME_CATEGORIES})
         self.handlers["ac2g"] = self._flow
+        self._part_slots: dict[int, array] = {}  # per pass-1 worker: its pid slots -> ours
         self.visit = self._make_visit()
+
+    def take_part(self) -> dict:
+        """What was indexed since the last part: the per-event arrays, the
+        evidence of every pid (in slot order) and the samples; the index then
+        starts empty again, keeping its pid slots (see
+        :mod:`streamtrace.engine.indexworkers`)."""
+        part: dict = {name: getattr(self, name)[:] for name in self.part_arrays}
+        for name in self.part_arrays:
+            del getattr(self, name)[:]
+        part["pids"] = self.pids[:]
+        self.pids[:] = [PidEvidence(facts.pid) for facts in self.pids]  # in place: the hot loop holds the list
+        part["samples"], self.samples = self.samples, {}
+        part["ac2g_flows"], self.ac2g_flows = self.ac2g_flows, 0
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part whose first event is ``first_event``."""
+        slot_map = self._part_slots.setdefault(source, array("i"))
+        for local, facts in enumerate(part["pids"]):
+            if local == len(slot_map):
+                slot_map.append(self.slot(facts.pid))
+            mine = self.pids[slot_map[local]]
+            mine.arg_ranks |= facts.arg_ranks
+            mine.name_ranks |= facts.name_ranks
+            mine.unranked = mine.unranked or facts.unranked
+            if mine.first_work is None and facts.first_work is not None:
+                mine.first_work = facts.first_work + first_event
+        for name in self.part_arrays:
+            if name in self.slot_arrays:
+                extend_converted(getattr(self, name), translated(part[name], slot_map))
+            else:
+                getattr(self, name).extend(part[name])
+        for local, samples in part["samples"].items():
+            mine = self.samples.setdefault(slot_map[local], [])
+            mine.extend(samples[:SAMPLES_PER_GPU_PID - len(mine)])
+        self.ac2g_flows += part["ac2g_flows"]
 
     def _make_visit(self) -> Callable[[dict], None]:
         """The per-event hot loop: one dict lookup and one byte for most events."""

@@ -47,6 +47,9 @@ class SplitIndex(MergedIndex):
     """The merged index plus each event's owner: a pid slot (>= 0), or
     ``-2 - rank`` for an event carrying ``args.rank``."""
 
+    part_arrays = MergedIndex.part_arrays + ("owners",)
+    slot_arrays = MergedIndex.slot_arrays + ("owners",)  # (its negative codes stay as they are)
+
     def __init__(self) -> None:
         self.owners = array("i")
         super().__init__()

@@ -36,6 +36,7 @@ from ..io.source import InputSource
 from ..io.spool import EventSpool
 from ..io.writer import JoinedLines, TraceWriter
 from ..resources import gc_paused
+from .indexworkers import index_by_ranges
 from .parallel import EmitWorkers, can_fork
 
 T = TypeVar("T")
@@ -177,8 +178,11 @@ def index_pass(
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
 
-    With ``jobs`` > 1 and a large local file, parsing (and spooling) runs in
-    a child process (:mod:`streamtrace.io.parseproc`) while this process indexes.
+    With ``jobs`` > 1 and a large local file, worker processes parse and
+    index ranges of the events when the visitor's work splits that way
+    (:mod:`.indexworkers`); otherwise, or when a range cannot be read the
+    fast way, parsing (and spooling) runs in a child process
+    (:mod:`streamtrace.io.parseproc`) while this process indexes.
     On failure the spool is deleted; on success the caller owns it (see
     :func:`emit_pass`, which deletes it).
     """
@@ -239,8 +243,13 @@ def index_pass(
             raise
 
     try:
-        if jobs > 1 and parseproc.available(source):
+        ranges = None
+        if jobs > 1 and parseproc.available(source) and not salvage:
             warn_if_slow_backend()
+            ranges = index_by_ranges(source, make_visitor, spool, jobs, progress)
+        if ranges is not None:
+            visitor, stats = ranges
+        elif jobs > 1 and parseproc.available(source):
             visitor, stats = retrying(source, attempt_in_child, progress)
         else:
             visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress)

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal
 from io import BytesIO
-from typing import Callable, Generator, Iterator
+from typing import Callable, Generator, Iterator, Protocol
 
 import ijson
 import orjson
@@ -208,6 +208,53 @@ _ESCALATE = {
 }
 
 
+class ChunkRefused(Exception):
+    """A chunk handed off was not read (its cut was wrong, or it holds what
+    only a slower reading can read); ``confirmed`` chunks before it were."""
+
+    def __init__(self, confirmed: int) -> None:
+        super().__init__(confirmed)
+        self.confirmed = confirmed
+
+
+class HandOff(Protocol):
+    """Whoever parses the chunks :meth:`TraceReader.batches` hands off, in
+    order; both methods raise :class:`ChunkRefused` when a chunk failed."""
+
+    def submit(self, text: bytes) -> int:
+        """Take the text of the next chunk; return how many chunks so far were parsed."""
+
+    def settle(self) -> int:
+        """Wait until every chunk is parsed; return their number."""
+
+
+class _Unconfirmed:
+    """The stream's bytes from the first handed-off chunk not yet confirmed
+    on: what a reading taking over from there needs."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[tuple[int, bytes]] = deque()  # (stream offset, element text and the gap after it)
+        self._first = 0  # number of the first chunk held
+
+    def add(self, offset: int, text: bytes) -> None:
+        self._chunks.append((offset, text))
+
+    def confirm(self, confirmed: int) -> None:
+        while self._first < confirmed:
+            self._chunks.popleft()
+            self._first += 1
+
+    def since(self, confirmed: int) -> tuple[int, bytes] | None:
+        """(offset, bytes) from the first chunk not confirmed, or None."""
+        self.confirm(confirmed)
+        if not self._chunks:
+            return None
+        offset = self._chunks[0][0]
+        text = b"".join(chunk for _, chunk in self._chunks)
+        self._chunks.clear()
+        return offset, text
+
+
 class TraceReader:
     """One reading of a trace in one mode."""
 
@@ -229,12 +276,25 @@ class TraceReader:
         self._iterator = self._one_by_one()
         return self._iterator
 
-    def batches(self) -> Iterator[list[dict]]:
+    def batches(self, hand_off: HandOff | None = None,
+                chunk_bytes: int = CHUNK_PARSE_BYTES) -> Iterator[list[dict]]:
         """The events a list at a time (a parsed chunk, a few thousand), for
         consumers with per-batch work; as :meth:`events` otherwise, except
         that errors the consumer raises get no event index from :meth:`blame`
-        (only the consumer knows which event of the batch it was on)."""
-        self._iterator = self._read_batches()
+        (only the consumer knows which event of the batch it was on).
+
+        With ``hand_off``, chunks of about ``chunk_bytes`` are not parsed
+        here: each is given to ``hand_off`` as the text of its elements
+        (``{...},{...}``), cut at the last candidate boundary without the
+        parse that would prove it.  The cuts are right exactly when ``[`` +
+        text + ``]`` of every chunk parses (the first starts where the
+        array's first element does, and each chunk that parses ends where the
+        next element starts): ``hand_off`` must parse them in order and
+        refuse a chunk that fails.  The reading goes on here from the first
+        chunk not parsed, and parses the end of the array itself; only what
+        is parsed here is yielded (and counted in ``stats.events``).
+        """
+        self._iterator = self._read_batches(hand_off, chunk_bytes)
         return self._iterator
 
     def blame(self, exc: TraceError) -> TraceError:
@@ -262,14 +322,15 @@ class TraceReader:
             batches.close()
             self.stats.events = delivered
 
-    def _read_batches(self) -> Iterator[list]:
+    def _read_batches(self, hand_off: HandOff | None = None,
+                      chunk_bytes: int = CHUNK_PARSE_BYTES) -> Iterator[list]:
         stats = self.stats
         feed = self._feed
         stats.form, stats.header, events_at = feed.prime()
         count = 0
         last = None
         try:
-            for batch in self._parsed_batches(events_at):
+            for batch in self._parsed_batches(events_at, hand_off, chunk_bytes):
                 if not batch:
                     continue
                 if set(map(type, batch)) != _ONLY_DICTS:
@@ -295,14 +356,15 @@ class TraceReader:
             stats.events = count
             self._finish_stats()
 
-    def _parsed_batches(self, events_at: int) -> Iterator[list]:
+    def _parsed_batches(self, events_at: int, hand_off: HandOff | None,
+                        chunk_bytes: int) -> Iterator[list]:
         """The array's elements in lists: chunk by chunk while that works, then through ijson."""
-        yield from self._chunk_parsed(events_at)
+        yield from self._chunk_parsed(events_at, hand_off, chunk_bytes)
         prefix = "traceEvents.item" if self.stats.form == "object" else "item"
         yield from _grouped(ijson.items(self._feed, prefix, use_float=not self.mode.exact_numbers,
                                         buf_size=PARSE_CHUNK), IJSON_BATCH)
 
-    def _chunk_parsed(self, events_at: int) -> Iterator[list]:
+    def _chunk_parsed(self, events_at: int, hand_off: HandOff | None, chunk_bytes: int) -> Iterator[list]:
         """Lists of elements parsed a chunk at a time; then hand the rest to ijson.
 
         Each chunk is cut after a ``}`` that a ``,`` and a ``{`` follow (the
@@ -315,6 +377,11 @@ class TraceReader:
         or would read differently are left to ijson, whose reading is
         replayed from the last good cut with the document's own opening
         (``{"traceEvents":[`` or ``[``).
+
+        With ``hand_off``, chunks are handed off unparsed instead (see
+        :meth:`batches`), and kept until confirmed; at the end of the input,
+        or when a chunk is refused, the reading goes on here from the first
+        chunk not confirmed.
         """
         feed = self._feed
         loads = _chunk_loads_exact if self.mode.exact_numbers else _chunk_loads_fast
@@ -322,11 +389,33 @@ class TraceReader:
         data_offset = 0  # where data[0] is in the stream
         start = events_at + 1
         failed_at = -1  # where the element starts that the last cuts failed after
+        unconfirmed = _Unconfirmed()
+        lead = _ELEMENT_START.match(data, start)
+        # pretty-printed arrays put the same whitespace before every element, and more before nested ones
+        separator = b"," + data[start:lead.end() - 1] if lead is not None and b"\n" in data[start:lead.end()] else None
+
+        def take_back(refusal: ChunkRefused | None = None) -> None:
+            """Stop handing off; read again from the first chunk not confirmed
+            (after ``refusal``: no chunk after the refused one counts)."""
+            nonlocal hand_off, data, data_offset, start
+            if refusal is None:
+                try:
+                    confirmed = hand_off.settle()
+                except ChunkRefused as late:
+                    confirmed = late.confirmed
+            else:
+                confirmed = refusal.confirmed
+            hand_off = None
+            back = unconfirmed.since(confirmed)
+            if back is not None:
+                data, data_offset = back[1] + data[start:], back[0]
+                start = 0
+
         while not feed.eof:
             if len(data) - start > CHUNK_PARSE_LIMIT:
                 break
             pending = len(data) - start  # an element longer than a chunk: read as much again
-            data = data[start:] + feed.pull(max(CHUNK_PARSE_BYTES, pending))
+            data = data[start:] + feed.pull(max(chunk_bytes, pending))
             data_offset += start
             start = 0
             first = _ELEMENT_START.match(data)
@@ -334,6 +423,20 @@ class TraceReader:
                 break
             start = first.end() - 1
             at_end = feed.eof
+            if hand_off is not None:
+                if not at_end:
+                    cut = _likely_cut(data, start, separator)
+                    if cut is None:
+                        continue  # one large element: read on
+                    element_start, start = start, cut[1]
+                    unconfirmed.add(data_offset + element_start, data[element_start:start])
+                    try:
+                        unconfirmed.confirm(hand_off.submit(data[element_start:cut[0]]))
+                        continue
+                    except ChunkRefused as refusal:
+                        take_back(refusal)
+                else:
+                    take_back()
             candidates = _array_ends(data, start) if at_end else _cuts(data, start)
             parsed = _parse_up_to(data, start, candidates, loads)
             if parsed is None:
@@ -345,6 +448,8 @@ class TraceReader:
                 failed_at = data_offset + start  # perhaps the last element and what follows the array: read on once
                 continue
             yield elements
+        if hand_off is not None:
+            take_back()
         opening = b'{"traceEvents":[' if self.stats.form == "object" else b"["
         feed.replay(opening, data[start:], data_offset + start)
 
@@ -441,6 +546,16 @@ def _cuts(data: bytes, start: int) -> Candidates:
         brace = data.rfind(b"}", start, brace)
 
 
+def _likely_cut(data: bytes, start: int, separator: bytes | None) -> tuple[int, int] | None:
+    """The last cut whose separator is ``separator`` (when given), else the last cut."""
+    fallback = None
+    for cut in _cuts(data, start):
+        if separator is None or data[cut[0]:cut[1]] == separator:
+            return cut
+        fallback = fallback or cut
+    return fallback
+
+
 def _array_ends(data: bytes, start: int) -> Candidates:
     """``}`` then ``]``: the ``]`` would close the events array."""
     bracket = data.rfind(b"]", start)
@@ -486,6 +601,16 @@ def _chunk_loads_fast(text: bytes) -> list | None:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
+
+
+def chunk_events(text: bytes) -> list[dict] | None:
+    """The events of a chunk of elements (``{...},{...}``) as a fast-mode
+    reading would parse them, or None when that parse fails, would read
+    differently, or finds an element that is not an object."""
+    events = _chunk_loads_fast(b"[" + text + b"]")
+    if events is None or (events and set(map(type, events)) != _ONLY_DICTS):
+        return None
+    return events
 
 
 def _refuse_constant(name: str) -> None:

@@ -53,6 +53,13 @@ class EventSpool:
         self._writer.write(text)
         self._writer.write(b"\n")
 
+    def add_frame(self, frame: bytes | memoryview) -> None:
+        """Keep event lines another process compressed: one or more whole
+        zstd frames (of lines, each followed by a newline), after the lines
+        kept so far.  The reading side reads across frames."""
+        self._writer.flush(zstandard.FLUSH_FRAME)
+        self._file.write(frame)
+
     def finish(self) -> None:
         """Close the writing side (idempotent)."""
         if self._file is not None and not self._file.closed:
@@ -107,7 +114,7 @@ class EventSpool:
     def _decompress_into(self, blocks: queue.Queue, stop: threading.Event) -> None:
         try:
             with open(self.path, "rb") as raw:
-                reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK)
+                reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK, read_across_frames=True)
                 while not stop.is_set():
                     block = reader.read(READ_BLOCK)
                     blocks.put(block)

@@ -1,0 +1,279 @@
+"""Pass 1 on several cores: forked workers parse and index ranges of the
+events array, this process joins their partial indexes in event order.
+
+This process reads (and decompresses) the input and cuts the events array
+into chunks of a few MB at candidate element boundaries without parsing
+them (:meth:`TraceReader.batches` with ``hand_off``).  Chunk ``n`` goes to
+worker ``n % workers``, which parses ``[`` + chunk + ``]``, runs its own
+index visitor over the events, encodes them as spool lines, compresses
+those into a zstd frame, and sends back the frame and the visitor's part
+(:meth:`take_part`: what it indexed since the last part, with its ids new
+since then).  This process takes the results back in chunk order, appends
+the frames to the spool and merges each part into the one visitor the
+command sees (:meth:`absorb`, with the part's first event index and the
+worker it came from, whose ids it maps).  The output is therefore the same
+whatever the number of workers.
+
+Every chunk that parses proves the next cut (see ``batches``).  A chunk a
+worker cannot read as the plain fast reading would (a wrong cut, as where
+the events array ends; an integer beyond 64 bits; an event that is not an
+object; a visitor's complaint) is refused, and this process reads on from
+there itself.  Whatever that reading cannot handle in turn makes
+:func:`index_by_ranges` give up, and the engine reads the input again the
+ordinary way, which either succeeds or reports the problem with its exact
+position.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import signal
+import struct
+import threading
+from typing import Callable, Protocol
+
+import zstandard
+
+from ..errors import RobustModeNeeded, TraceError
+from ..io.parseproc import send_failure, widen_pipe
+from ..io.progress import Progress
+from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events, dumped_batch
+from ..io.source import InputSource
+from ..io.spool import SPOOL_LEVEL, EventSpool
+from ..resources import frozen_heap, gc_paused
+
+CHUNK_BYTES = 4 << 20  # text per chunk: large enough that a part's overhead is small
+IN_FLIGHT = 2  # chunks per worker handed out and not yet taken back: bounds memory
+_PART, _REFUSED, _FAILED = b"P", b"R", b"F"
+_SIZES = struct.Struct("<QQ")  # events in the chunk, bytes of the pickled part
+
+
+class PartVisitor(Protocol):
+    """An index visitor whose work can be split by ranges of events
+    (it says so with a true ``splits_by_ranges``)."""
+
+    splits_by_ranges: bool
+
+    def visit(self, event: dict) -> None: ...
+
+    def take_part(self) -> object:
+        """What was indexed since the last part (picklable); the visitor then
+        indexes on as if it had seen none of those events (caches may stay)."""
+
+    def absorb(self, part: object, source: int, first_event: int) -> None:
+        """Add a part from ``source`` (a worker number) whose first event is
+        ``first_event``; parts come in event order, and each source's parts
+        in the order it took them."""
+
+
+def splits_by_ranges(visitor: object) -> bool:
+    return getattr(visitor, "splits_by_ranges", False)
+
+
+class IndexWorkers:
+    """``workers`` processes indexing the chunks :meth:`submit` hands out;
+    results are absorbed into ``visitor`` and ``spool`` in chunk order.
+    Use as a context manager: on exit every worker is stopped."""
+
+    def __init__(self, make_visitor: Callable[[], PartVisitor], workers: int, visitor: PartVisitor,
+                 spool: EventSpool | None) -> None:
+        self.visitor = visitor
+        self.spool = spool
+        self.events = 0  # events absorbed so far
+        self._sent = self._taken = 0
+        self._tasks: list = []
+        self._results: list = []
+        self._processes: list = []
+        context = multiprocessing.get_context("fork")
+        try:
+            for _ in range(workers):
+                tasks_out, tasks_in = context.Pipe(duplex=False)
+                results_in, results_out = context.Pipe(duplex=False)
+                widen_pipe(tasks_in)
+                widen_pipe(results_out)
+                self._tasks.append(tasks_in)
+                self._results.append(results_in)
+                process = context.Process(
+                    target=_worker_main, daemon=True,
+                    args=(make_visitor, spool is not None, tasks_out, results_out, self._tasks + self._results))
+                with frozen_heap():
+                    process.start()
+                tasks_out.close()
+                results_out.close()
+                self._processes.append(process)
+        except BaseException:
+            self.close()
+            raise
+        self._senders = [_Sender(connection) for connection in self._tasks]
+
+    def submit(self, text: bytes) -> int:
+        """Hand the text of a chunk of elements to the next worker; return
+        how many chunks are absorbed (see :class:`HandOff`)."""
+        if self._sent - self._taken >= IN_FLIGHT * len(self._processes):
+            self._take()
+        self._senders[self._sent % len(self._processes)].send(text)
+        self._sent += 1
+        return self._taken
+
+    def settle(self) -> int:
+        """Absorb every chunk handed out so far; return their number."""
+        while self._taken < self._sent:
+            self._take()
+        return self._taken
+
+    def _take(self) -> None:
+        share = self._taken % len(self._processes)
+        try:
+            message = self._results[share].recv_bytes()
+        except EOFError:
+            process = self._processes[share]
+            process.join(timeout=1)
+            raise TraceError(f"a pass-1 worker stopped unexpectedly (exit status {process.exitcode})") from None
+        tag, body = message[:1], memoryview(message)[1:]
+        if tag == _REFUSED:
+            raise ChunkRefused(self._taken)
+        if tag == _FAILED:
+            raise pickle.loads(body)
+        count, size = _SIZES.unpack_from(body)
+        part_end = _SIZES.size + size
+        self.visitor.absorb(pickle.loads(body[_SIZES.size:part_end]), share, self.events)
+        if self.spool is not None:
+            self.spool.add_frame(body[part_end:])
+        self.events += count
+        self._taken += 1
+
+    def close(self) -> None:
+        """Stop the workers (their results are all taken, or no longer
+        wanted), then the sending threads, whose sends fail once the
+        workers are gone."""
+        for process in self._processes:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+        for sender in getattr(self, "_senders", ()):
+            sender.close()
+        for connection in self._tasks + self._results:
+            connection.close()
+
+    def __enter__(self) -> "IndexWorkers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Sender:
+    """Sends one worker its chunks from a thread of this process, so that
+    handing out a chunk never waits for a worker busy sending its previous
+    result (which this process may not be reading yet)."""
+
+    def __init__(self, connection) -> None:
+        self._connection = connection
+        self._pending: list[bytes] = []
+        self._ready = threading.Condition()
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def send(self, text: bytes) -> None:
+        with self._ready:
+            if self._failure is not None:
+                raise self._failure
+            self._pending.append(text)
+            self._ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._pending and not self._closed:
+                    self._ready.wait()
+                if not self._pending:
+                    return
+                text = self._pending.pop(0)
+            try:
+                self._connection.send_bytes(text)
+            except OSError as exc:  # the worker is gone: taking its result says why
+                with self._ready:
+                    self._failure = exc
+                return
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._pending.clear()
+            self._ready.notify()
+        self._thread.join(timeout=5)
+
+
+@gc_paused()
+def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, tasks, results, inherited: list) -> None:
+    """Index each chunk sent until the sending side closes; send back, per
+    chunk, the part and the compressed spool lines, or a refusal.
+
+    The parent's ends of every pipe are closed first: if the parent dies,
+    the worker's next receive or send fails at once.
+    """
+    for connection in inherited:
+        connection.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the workers
+    try:
+        visitor = make_visitor()
+        visit = visitor.visit
+        compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
+        while True:
+            try:
+                text = tasks.recv_bytes()
+            except EOFError:
+                return
+            events = chunk_events(text)
+            if events is None:
+                results.send_bytes(_REFUSED)
+                return
+            try:
+                for event in events:
+                    visit(event)
+                lines = b"".join((dumped_batch(events, 0)[1], b"\n")) if spooled else b""
+            except (TraceError, TypeError):
+                results.send_bytes(_REFUSED)  # the ordinary reading reports it with its position
+                return
+            frame = compressor.compress(lines) if spooled else b""
+            part = pickle.dumps(visitor.take_part(), pickle.HIGHEST_PROTOCOL)
+            results.send_bytes(b"".join((_PART, _SIZES.pack(len(events), len(part)), part, frame)))
+    except BaseException as exc:
+        send_failure(results, _FAILED, exc)
+    finally:
+        results.close()
+
+
+def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor], spool: EventSpool | None,
+                    workers: int, progress: Progress | None = None) -> tuple[PartVisitor, ReadStats] | None:
+    """Pass 1 with ``workers`` processes indexing chunks (see the module's
+    text); None when the visitor's work does not split by ranges, or when
+    the input needs the ordinary reading (``spool`` is then empty again)."""
+    visitor = make_visitor()
+    if not splits_by_ranges(visitor):
+        return None
+    indexed_here = 0  # events of the array's end, parsed and indexed in this process
+    with IndexWorkers(make_visitor, workers, visitor, spool) as pool:
+        tick = None
+        if progress is not None:
+            tick = lambda reader: progress.update("pass 1", reader.raw_bytes_read, pool.events + indexed_here)  # noqa: E731
+        reader = TraceReader(source.open(), ReadMode(), on_chunk=tick)
+        try:
+            for batch in reader.batches(hand_off=pool, chunk_bytes=CHUNK_BYTES):
+                for event in batch:
+                    visitor.visit(event)
+                if spool is not None:
+                    spool.add_text(dumped_batch(batch, pool.events + indexed_here)[1])
+                indexed_here += len(batch)
+        except (RobustModeNeeded, TraceError, TypeError):
+            if spool is not None:
+                spool.reset()
+            return None
+        finally:
+            if progress is not None:
+                progress.done()
+    reader.stats.events = pool.events + indexed_here
+    return visitor, reader.stats

@@ -1,0 +1,175 @@
+"""Pass 1 by ranges: chunks cut without parsing, indexed by workers, joined in order.
+
+The reader's side is tested with a stand-in for the workers that parses each
+chunk in this process and refuses the ones a test picks; the engine's side by
+comparing every command's output with the one-process reading (``-j 1``), on
+inputs made to put cuts where they go wrong: nested lists of objects in
+``args``, lists of objects after the events array, integers beyond 64 bits.
+"""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REAL_TRACES, events_of, load_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streamtrace
+from streamtrace.engine import indexworkers, passes
+from streamtrace.errors import TraceError
+from streamtrace.io import parseproc
+from streamtrace.io.reader import ChunkRefused, ReadMode, TraceReader, chunk_events
+from streamtrace.io.source import InputSource
+
+
+class InProcessHandOff:
+    """Parses each chunk here, as a worker would; refuses the chunks numbered in ``refuse``."""
+
+    def __init__(self, refuse: set[int]) -> None:
+        self.refuse = refuse
+        self.parsed: list[dict] = []
+        self.chunks = 0
+        self.refused = False
+
+    def submit(self, text: bytes) -> int:
+        assert not self.refused, "a chunk handed off after a refusal"
+        number = self.chunks
+        self.chunks += 1
+        events = chunk_events(text)
+        if number in self.refuse or events is None:
+            self.refused = True
+            raise ChunkRefused(number)
+        self.parsed.extend(events)
+        return self.chunks
+
+    def settle(self) -> int:
+        assert not self.refused, "settled after a refusal"
+        return self.chunks
+
+
+def read_with_hand_off(data: bytes, hand_off: InProcessHandOff, chunk_bytes: int) -> list[dict]:
+    """Every event, in order: the chunks the hand-off parsed, then what the reader parsed itself."""
+    with InputSource(io.BytesIO(data)) as source:
+        reader = TraceReader(source.open(), ReadMode())
+        here = [event for batch in reader.batches(hand_off=hand_off, chunk_bytes=chunk_bytes) for event in batch]
+    assert reader.stats.events == len(here)
+    return hand_off.parsed + here
+
+
+def pretty_trace(count: int) -> bytes:
+    """Pretty-printed (so cuts fall inside events too), with lists of objects
+    in args and after the events array."""
+    events = []
+    for n in range(count):  # a launch and its kernel, on two ranks
+        rank = n % 2
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100 + rank, "tid": 1,
+                       "ts": float(n), "dur": 0.5, "args": {"correlation": n, "rank": rank}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{n % 7}", "pid": rank, "tid": 7 + n % 3,
+                       "ts": n + 2.0, "dur": 1.0,
+                       "args": {"inputs": [{"shape": [n, 2]}, {"shape": []}], "correlation": n, "rank": rank}})
+    document = {"schemaVersion": 1, "traceEvents": events,
+                "distributedInfo": {"groups": [{"ranks": [0, 1]}, {"ranks": [2, 3]}]}, "traceName": "t"}
+    return json.dumps(document, indent=2).encode()
+
+
+@pytest.mark.parametrize("refuse", [set(), {0}, {3}, {1, 2}, set(range(100))])
+def test_reader_hands_off_chunks_and_takes_back_refused_ones(refuse):
+    data = pretty_trace(400)
+    expected = json.loads(data)["traceEvents"]
+    hand_off = InProcessHandOff(refuse)
+    assert read_with_hand_off(data, hand_off, chunk_bytes=2048) == expected
+    # nested lists of objects put candidate cuts inside events: the indentation picks the true ones
+    assert hand_off.chunks == (min(refuse) + 1 if refuse else hand_off.chunks)
+    assert hand_off.chunks > 5 or refuse
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(0, 120), chunk=st.integers(64, 4096), refuse=st.sets(st.integers(0, 40), max_size=3),
+       indent=st.sampled_from([None, 0, 1, 4]))
+def test_any_chunk_size_and_layout_reads_every_event_once_in_order(count, chunk, refuse, indent):
+    document = json.loads(pretty_trace(count))
+    data = json.dumps(document, indent=indent).encode()
+    assert read_with_hand_off(data, InProcessHandOff(refuse), chunk) == document["traceEvents"]
+
+
+@pytest.fixture
+def ranges_only(monkeypatch) -> list[bool]:
+    """Every file read by pass-1 workers in 4 KiB chunks; the list records,
+    per pass 1, whether the ranges reading was used (True) or gave way."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 4 << 10)
+    used: list[bool] = []
+    real = indexworkers.index_by_ranges
+
+    def recording(*args, **kwargs):
+        result = real(*args, **kwargs)
+        used.append(result is not None)
+        return result
+
+    monkeypatch.setattr(passes, "index_by_ranges", recording)
+    return used
+
+
+def outputs(tmp_path: Path, trace: Path, jobs: int) -> dict[str, bytes]:
+    """compact's, relink's and split's output bytes at ``jobs`` (or their error)."""
+    out = tmp_path / f"j{jobs}"
+    out.mkdir()
+    refusals = {}
+    for name, run in (("compact.json", streamtrace.compact), ("relink.json", streamtrace.relink),
+                      ("ranks", streamtrace.split)):
+        try:
+            run(str(trace), str(out / name), jobs=jobs)
+        except TraceError as exc:  # e.g. split of a trace without ranks
+            refusals[name] = str(exc).replace(str(out), "OUT").encode()
+    files = {str(path.relative_to(out)): path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
+    return files | refusals
+
+
+def test_ranges_are_used_and_match_one_process(tmp_path, ranges_only):
+    trace = tmp_path / "pretty.json"
+    trace.write_bytes(pretty_trace(3000))
+    assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
+    assert ranges_only == [True, True, True]  # -j 1 never tries
+
+
+def test_an_integer_beyond_64_bits_mid_file_gives_way_to_the_exact_reading(tmp_path, ranges_only):
+    document = json.loads(pretty_trace(3000))
+    document["traceEvents"][1500]["args"]["big"] = 1 << 70
+    trace = tmp_path / "big.json"
+    trace.write_text(json.dumps(document))
+    single = outputs(tmp_path, trace, 1)
+    assert outputs(tmp_path, trace, 3) == single
+    assert ranges_only == [False, False, False]  # the exact mode is the ordinary reading's
+    assert str(1 << 70) in single["compact.json"].decode()
+
+
+@pytest.mark.parametrize("trace", REAL_TRACES[:4], ids=lambda path: path.name)
+def test_real_traces_through_ranges(tmp_path, ranges_only, trace):
+    assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
+    assert len(ranges_only) == 3
+
+
+def test_a_visitor_that_does_not_split_is_read_the_ordinary_way(tmp_path, ranges_only):
+    trace = tmp_path / "pretty.json"
+    trace.write_bytes(pretty_trace(500))
+    streamtrace.attribute(str(trace), str(tmp_path / "kernels.csv"), jobs=2)
+    assert ranges_only == [False]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunk=st.integers(256, 16384), workers=st.integers(2, 4))
+def test_joined_index_equals_one_process_for_any_chunking(tmp_path_factory, monkeypatch, chunk, workers):
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", chunk)
+    directory = tmp_path_factory.mktemp("chunking")
+    trace = directory / "pretty.json"
+    trace.write_bytes(pretty_trace(600))
+    compact_one = directory / "one.json"
+    compact_many = directory / "many.json"
+    streamtrace.compact(str(trace), str(compact_one), jobs=1)
+    streamtrace.compact(str(trace), str(compact_many), jobs=workers)
+    assert compact_many.read_bytes() == compact_one.read_bytes()
+    assert len(events_of(load_json(compact_many))) == len(events_of(load_json(compact_one)))
