@@ -18,7 +18,7 @@ DIRECTION_COMPUTE = {"F": ("F",), "B": ("B", "I")}
 FLOW_ID_BASE = 10**12
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per PP span: hundreds of thousands on a large trace
 class Span:
     """A GPU annotation span on a track (after compaction)."""
 
@@ -29,7 +29,7 @@ class Span:
     end: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Block:
     stage: int | None
     op: str

@@ -42,7 +42,7 @@ from ..io.source import InputSource
 from ..io.spool import SPOOL_LEVEL, EventSpool
 from ..resources import frozen_heap, gc_paused
 
-CHUNK_BYTES = 4 << 20  # text per chunk: large enough that a part's overhead is small
+CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, and a worker holds one chunk's events
 IN_FLIGHT = 2  # chunks per worker handed out and not yet taken back: bounds memory
 _PART, _REFUSED, _FAILED = b"P", b"R", b"F"
 _SIZES = struct.Struct("<QQ")  # events in the chunk, bytes of the pickled part

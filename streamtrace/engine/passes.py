@@ -178,11 +178,12 @@ def index_pass(
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
 
-    With ``jobs`` > 1 and a large local file, worker processes parse and
-    index ranges of the events when the visitor's work splits that way
-    (:mod:`.indexworkers`); otherwise, or when a range cannot be read the
-    fast way, parsing (and spooling) runs in a child process
-    (:mod:`streamtrace.io.parseproc`) while this process indexes.
+    With ``jobs`` > 1 and a large input (or one of unknown size), worker
+    processes parse and index ranges of the events when the visitor's work
+    splits that way (:mod:`.indexworkers`); otherwise, or when the input
+    needs the ordinary reading, parsing (and spooling) of a large local file
+    runs in a child process (:mod:`streamtrace.io.parseproc`) while this
+    process indexes.
     On failure the spool is deleted; on success the caller owns it (see
     :func:`emit_pass`, which deletes it).
     """
@@ -244,8 +245,8 @@ def index_pass(
 
     try:
         ranges = None
-        if jobs > 1 and parseproc.available(source) and not salvage:
-            warn_if_slow_backend()
+        if jobs > 1 and not salvage and can_fork() and (source.size or parseproc.MIN_BYTES) >= parseproc.MIN_BYTES:
+            warn_if_slow_backend()  # (pipes and URLs too: this process reads, and a reread takes the source's copy)
             ranges = index_by_ranges(source, make_visitor, spool, jobs, progress)
         if ranges is not None:
             visitor, stats = ranges
@@ -253,6 +254,8 @@ def index_pass(
             visitor, stats = retrying(source, attempt_in_child, progress)
         else:
             visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress)
+        if spool is not None:
+            spool.finish()  # its compressor's buffers go before the command's plan takes its memory
     except BaseException:
         if spool is not None:
             spool.close()

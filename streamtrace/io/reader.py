@@ -233,11 +233,11 @@ class _Unconfirmed:
     on: what a reading taking over from there needs."""
 
     def __init__(self) -> None:
-        self._chunks: deque[tuple[int, bytes]] = deque()  # (stream offset, element text and the gap after it)
+        self._chunks: deque[tuple[int, bytes, bytes]] = deque()  # (stream offset, elements' text, the gap after it)
         self._first = 0  # number of the first chunk held
 
-    def add(self, offset: int, text: bytes) -> None:
-        self._chunks.append((offset, text))
+    def add(self, offset: int, text: bytes, gap: bytes) -> None:
+        self._chunks.append((offset, text, gap))
 
     def confirm(self, confirmed: int) -> None:
         while self._first < confirmed:
@@ -250,7 +250,7 @@ class _Unconfirmed:
         if not self._chunks:
             return None
         offset = self._chunks[0][0]
-        text = b"".join(chunk for _, chunk in self._chunks)
+        text = b"".join(part for _, elements, gap in self._chunks for part in (elements, gap))
         self._chunks.clear()
         return offset, text
 
@@ -428,10 +428,11 @@ class TraceReader:
                     cut = _likely_cut(data, start, separator)
                     if cut is None:
                         continue  # one large element: read on
-                    element_start, start = start, cut[1]
-                    unconfirmed.add(data_offset + element_start, data[element_start:start])
+                    text = data[start:cut[0]]
+                    unconfirmed.add(data_offset + start, text, data[cut[0]:cut[1]])
+                    start = cut[1]
                     try:
-                        unconfirmed.confirm(hand_off.submit(data[element_start:cut[0]]))
+                        unconfirmed.confirm(hand_off.submit(text))
                         continue
                     except ChunkRefused as refusal:
                         take_back(refusal)
