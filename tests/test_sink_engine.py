@@ -149,3 +149,20 @@ def test_spool_removed_when_pass_one_fails(tmp_path):
         with pytest.raises(TraceError):
             index_pass(source, CountKernels, keep_events=True, spool_dir=str(spool_dir))
     assert os.listdir(spool_dir) == []
+
+
+def test_parked_arrays_leave_memory_and_come_back_equal(tmp_path):
+    from array import array
+    from types import SimpleNamespace
+
+    from streamtrace.io.spool import parked
+
+    owner = SimpleNamespace(actions=bytearray(b"\x00\x01\x02" * 1000), ids=array("h", [-1, 7, 32767]),
+                            starts=array("d", [0.5, 1e300, -2.25]), empty=array("q"), kept=[1, 2])
+    expected = {name: getattr(owner, name)[:] for name in ("actions", "ids", "starts", "empty")}
+    with parked(owner, ("actions", "ids", "starts", "empty"), str(tmp_path)):
+        assert (owner.actions, owner.ids, owner.starts, owner.empty) == (None, None, None, None)
+        assert owner.kept == [1, 2]
+    for name, value in expected.items():
+        assert getattr(owner, name) == value and type(getattr(owner, name)) is type(value)
+    assert list(tmp_path.iterdir()) == []

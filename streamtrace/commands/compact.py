@@ -50,6 +50,7 @@ from ..io.progress import Progress
 from ..io.reader import dumps_event, event_loader
 from ..io.sink import OutputTarget, SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
+from ..io.spool import parked
 from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
 from ..io.writer import JoinedLines
 from ..kineto import NUMBER_TYPES
@@ -68,6 +69,7 @@ PASS_1_CLOSURES = ("visit", "_rebind")  # the hot loop and its rebinder (Compact
 PART_ARRAYS = ("actions",) + STREAM_IDS + LABEL_IDS + (
     "slice_start", "slice_end", "slice_group", "slice_stream_arg", "note_start", "note_end", "note_identity",
     "flow_ts", "odd_tid_at")  # what pass 1 records per event (CompactIndex.take_part)
+PASS_2_ONLY = ("actions", "slice_stream_arg")  # arrays the plan does not read: they wait on disk meanwhile
 PLAN_ONLY = ("slice_end", "slice_group", "slice_label", "note_start", "note_end", "note_identity", "note_name",
              "flow_ts")  # arrays pass 2 does not read: the plan releases them (CompactIndex.release)
 
@@ -971,7 +973,9 @@ def compact(
                 summary = {"notice": "no GPU kernel/memcpy/memset slices: trace passed through unchanged",
                            "measured_slices": 0}
             else:
-                compaction = plan_compaction(index, members, pp_flows=pp_flows, strict=strict)
+                index.release()  # (pass 1's closures, which hold the arrays to park)
+                with parked(index, PASS_2_ONLY, spool_dir):
+                    compaction = plan_compaction(index, members, pp_flows=pp_flows, strict=strict)
                 plan = CompactPlan(index, compaction, result.stats.exact_numbers)
                 summary = compaction.summary
         except BaseException:

@@ -10,6 +10,8 @@ import os
 import queue
 import tempfile
 import threading
+from array import array
+from contextlib import contextmanager
 from typing import Iterator
 
 import zstandard
@@ -138,3 +140,25 @@ class EventSpool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def parked(owner: object, names: tuple[str, ...], directory: str | None = None) -> Iterator[None]:
+    """Keep the arrays (``array`` or ``bytearray``) ``owner.<name>`` in a
+    temporary file while the block runs, and put them back after it: arrays
+    only a later stage reads then take no memory at an earlier stage's peak.
+    Nothing else may hold them meanwhile (or they are not freed)."""
+    with tempfile.TemporaryFile(prefix="streamtrace-parked-", dir=directory) as file:
+        kept = []
+        for name in names:
+            value = getattr(owner, name)
+            kept.append((name, getattr(value, "typecode", None), len(value) * getattr(value, "itemsize", 1)))
+            file.write(value)
+            setattr(owner, name, None)
+        del value
+        yield
+        file.seek(0)
+        for name, typecode, size in kept:
+            restored = bytearray(size) if typecode is None else array(typecode, bytes(size))
+            file.readinto(memoryview(restored).cast("B"))
+            setattr(owner, name, restored)
