@@ -192,6 +192,15 @@ class Resolved:
             "graph_launches": self.graph_summary(),
         }
 
+    def ranks_for_certain(self) -> list[int]:
+        """The ranks the file certainly holds: stated on a pid (``args.rank``,
+        ``process_name``), or found for launches whose GPU work is linked to
+        them (a stray CPU process or an unpaired GPU pid alone proves no rank)."""
+        stated = {rank for rank, rule in zip(self.ranks.ranks, self.ranks.rules)
+                  if rank >= 0 and rule in ("args.rank", "process_name")}
+        linked = {self.launch_bucket[launch] for launch in self.links.launch_of_gpu if launch != NO_LAUNCH}
+        return sorted(stated | {rank for rank in linked if rank >= 0})
+
     def launches_with_gpu_work(self) -> bytearray:
         """1 for each launch that some GPU event links to."""
         flags = bytearray(len(self.index.launch_id))
