@@ -250,6 +250,7 @@ class _Parked:
 @dataclass(frozen=True)
 class _PhaseOneOptions:
     compact: bool
+    original_stream: bool
     pp_flows: bool
     rules: str | None
     spool_dir: str | None
@@ -281,7 +282,8 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> Ran
     compaction = None
     if options.compact and index.slice_start:
         try:
-            compaction = plan_compaction(index, members, pp_flows=options.pp_flows, local_arrows=False)
+            compaction = plan_compaction(index, members, pp_flows=options.pp_flows, local_arrows=False,
+                                         original_stream=options.original_stream)
         except TraceError as exc:
             raise exc.located(path)
     spans, tracks = _pp_spans(index, compaction) if options.pp_flows else ([], (set(), set()))
@@ -510,6 +512,7 @@ def merge(
     dst: SinkSpec | None = None,
     *,
     compact: bool = True,
+    original_stream: bool = True,
     pp_flows: bool = True,
     jobs: int | str | None = None,
     ranks: str | set[int] | None = None,
@@ -531,7 +534,7 @@ def merge(
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
-    options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage)
+    options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, spool_dir, salvage)
     processes = resolve_jobs(jobs)
     indexed = _phase_one(files, options, processes, progress)
     try:
