@@ -265,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(cmd)
     cmd.set_defaults(run=_run_attribute)
 
+    _synth_parser(commands)
+
     cmd = commands.add_parser(
         "demo", help="generate a small example trace, inspect, compact and merge it",
         description=_paragraphs("Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
@@ -275,6 +277,89 @@ def build_parser() -> argparse.ArgumentParser:
     _common(cmd)
     cmd.set_defaults(run=_run_demo)
     return parser
+
+
+def _synth_parser(commands: argparse._SubParsersAction) -> None:
+    """``synth``: the generator (streamtrace.synth) with every knob as an option."""
+    from .synth import COMPRESSIONS as SYNTH_COMPRESSIONS
+    from .synth import KERNEL_ANNOTATIONS, MERGED_STYLES, SCHEDULES, SynthConfig
+
+    defaults = SynthConfig()
+    cmd = commands.add_parser(
+        "synth", help="write realistic synthetic per-rank traces (and a merged one) with their ground truth",
+        description=_paragraphs(
+            "Write OUTDIR/rank<N>_trace.json[.gz|.zst] for a pipeline-parallel training run of RANKS ranks "
+            "(CUDA-graph replays over many streams, eager kernels, NCCL with PP SEND/RECV, PP annotations, "
+            "python_function frames), a naive merged_trace.json (colliding correlation ids, as tools that "
+            "concatenate ranks write it) and truth.json: what every command should find. Deterministic for a "
+            "--seed: for bug reports and benchmarks without real data.",
+            "Ranks are split into --pp-stages stages (ranks must be a multiple); every rank file grows with "
+            "--steps, or until --target-mb."),
+        epilog="examples:\n  streamtrace synth demo/                         # 2 ranks, 2 steps\n"
+               "  streamtrace synth big/ --ranks 8 --pp-stages 4 --schedule zb --target-mb 250 --seed 1\n"
+               "  streamtrace synth amd/ --hip --compress zst --no-merged",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("outdir", help="output directory (created if missing)")
+    shape = cmd.add_argument_group("run shape")
+    shape.add_argument("--ranks", type=int, default=defaults.ranks, help="world size (default %(default)s)")
+    shape.add_argument("--pp-stages", type=int, default=defaults.pp_stages,
+                       help="pipeline stages; ranks must be a multiple (default %(default)s)")
+    shape.add_argument("--microbatches", type=int, default=defaults.microbatches,
+                       help="microbatches per step (default %(default)s)")
+    shape.add_argument("--schedule", choices=SCHEDULES, default=defaults.schedule,
+                       help="PP schedule: 1f1b (F/B), zb (F/I/W), gpipe ('Forward <mb>' names) (default %(default)s)")
+    shape.add_argument("--steps", type=int, default=defaults.steps,
+                       help="profiler steps (default %(default)s; ignored with --target-mb)")
+    shape.add_argument("--target-mb", type=float, help="add steps until every rank file is at least this many MB "
+                                                          "(1e6 bytes) uncompressed")
+    content = cmd.add_argument_group("content")
+    content.add_argument("--graph-streams", type=int, default=defaults.graph_streams,
+                         help="streams a CUDA-graph replay spreads its kernels over (default %(default)s)")
+    content.add_argument("--graph-kernels", type=int, default=defaults.graph_kernels,
+                         help="kernels per graph replay, 0 for none (default %(default)s)")
+    content.add_argument("--eager-kernels", type=int, default=defaults.eager_kernels,
+                         help="eager kernels per PP compute action (default %(default)s)")
+    content.add_argument("--python-noise", type=int, default=defaults.python_noise,
+                         help="python_function frames around every cpu_op (default %(default)s)")
+    content.add_argument("--kernel-annotations", choices=KERNEL_ANNOTATIONS, default=defaults.kernel_annotations,
+                         help="graph kernels' args.name labels (default %(default)s)")
+    content.add_argument("--hip", action="store_true", help="AMD naming (hipGraphLaunch, hipLaunchKernel, ...)")
+    content.add_argument("--no-big-ints", action="store_true", help="omit NCCL 'Comms Id' values >= 2**63")
+    content.add_argument("--seed", type=int, default=defaults.seed, help="random seed (default %(default)s)")
+    content.add_argument("--base-time-ns", type=int, default=defaults.base_time_ns,
+                         help="baseTimeNanoseconds of rank 0 (default %(default)s)")
+    content.add_argument("--base-skew-ns", type=int, default=defaults.base_skew_ns,
+                         help="added to the base time per rank, to test alignment (default %(default)s)")
+    files = cmd.add_argument_group("files")
+    files.add_argument("--compress", choices=tuple(SYNTH_COMPRESSIONS), default="gz",
+                       help="rank file compression (default %(default)s)")
+    files.add_argument("--no-merged", action="store_true", help="do not write merged_trace.json[.gz|.zst]")
+    files.add_argument("--merged-style", choices=MERGED_STYLES, default="rank-arg",
+                       help="how the merged file states ranks: args.rank on events, or process names "
+                            "(default %(default)s)")
+    files.add_argument("--json", action="store_true", help="print the ground truth summary as JSON")
+    cmd.set_defaults(run=_run_synth, debug=False, summary=None)
+
+
+def _run_synth(args: argparse.Namespace) -> None:
+    from .synth import SynthConfig, summary, write_traces
+
+    config = SynthConfig(
+        ranks=args.ranks, pp_stages=args.pp_stages, microbatches=args.microbatches, schedule=args.schedule,
+        steps=args.steps, target_bytes=None if args.target_mb is None else int(args.target_mb * 1e6),
+        graph_streams=args.graph_streams, graph_kernels=args.graph_kernels, eager_kernels=args.eager_kernels,
+        python_noise=args.python_noise, seed=args.seed, base_time_ns=args.base_time_ns,
+        base_skew_ns=args.base_skew_ns, hip=args.hip, big_ints=not args.no_big_ints,
+        kernel_annotations=args.kernel_annotations,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise TraceError(f"synth: {exc}") from None
+    truth = write_traces(config, args.outdir, compress=args.compress, merged=not args.no_merged,
+                         merged_style=args.merged_style)
+    report("synth", summary(truth), args)
 
 
 Rows = list[tuple[str, str]]
@@ -480,6 +565,19 @@ def _attribute_view(summary: dict) -> Rows:
     what = "(rank, cpu op) rows" if summary["group_by"] == "op" else "GPU events"
     return [("attributed", f"{summary['rows']:,} {what}"), ("output", str(summary["output"])),
             *_linking_rows(summary), _took(summary)]
+
+
+@view("synth")
+def _synth_view(truth: dict) -> Rows:
+    ranks = truth["ranks"]
+    rows = [("wrote", f"{len(ranks)} rank files ({truth['pp_stages']} PP stages, {truth['schedule']}, "
+                      f"{_count(truth['steps'], 'step')}): {_listed([rank['file'] for rank in ranks], 3)}"),
+            ("events", f"{truth['total_events']:,} in all, {sum(rank['bytes'] for rank in ranks):,} bytes")]
+    if truth.get("merged"):
+        rows.append(("merged", f"{truth['merged']['file']} ({truth['merged']['events']:,} events, colliding "
+                               "correlation ids: try streamtrace relink)"))
+    rows.append(("truth", "truth.json: what each command should find"))
+    return rows
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
