@@ -174,19 +174,24 @@ class MergeIndex(CompactIndex):
     def _with_ids(self, compact_visit: Callable[[dict], None]) -> Callable[[dict], None]:
         pids, largest, irregular, correlated = self.pids, self._largest, self._irregular, self.correlated
         first_ts, process_names = self._first_ts, self.process_names
-        rank_visit = self.rank_evidence.visit
+        # the rank evidence's handlers called directly (its own visit would cost a call per event and
+        # record pass-2 actions merge does not use)
+        rank_handlers, rank_metadata = self.rank_evidence.handlers, self.rank_evidence.metadata
         mark_correlated, mark_flow, mark_decode = correlated.append, self.flows_with_id.append, self.decode_at.append
 
         def visit(event: dict) -> None:
             compact_visit(event)
-            rank_visit(event)
             get = event.get
             pid = get("pid")
             phase = get("ph")
+            rank_handler = rank_handlers.get(get("cat"))
+            if rank_handler is not None:
+                rank_handler(event)
             if first_ts[0] is None and get("ts").__class__ in NUMBER_TYPES:
                 first_ts[0] = get("ts")
             if phase == "M":
                 mark_decode(len(correlated))
+                rank_metadata(event)
                 if pid not in pids:
                     pids[pid] = False
                 if get("name") == "process_name" and (args := get("args")).__class__ is dict:

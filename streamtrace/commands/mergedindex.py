@@ -67,7 +67,7 @@ class MergedIndex:
         """The per-event hot loop: one dict lookup and one byte for most events."""
         handlers = self.handlers
         record = self.actions.append
-        metadata = self._metadata
+        metadata = self.metadata
 
         def visit(event: dict) -> None:
             handler = handlers.get(event.get("cat"))
@@ -135,7 +135,8 @@ class MergedIndex:
         self.ac2g_flows += 1
         return AC2G
 
-    def _metadata(self, event: dict) -> int:
+    def metadata(self, event: dict) -> int:
+        """A metadata event: the rank a ``process_name`` states."""
         if event.get("name") == "process_name":
             args = event.get("args")
             rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
