@@ -279,6 +279,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named after its field
+    ("run shape", "ranks", "world size"),
+    ("run shape", "pp_stages", "pipeline stages; ranks must be a multiple"),
+    ("run shape", "microbatches", "microbatches per step"),
+    ("run shape", "schedule", "PP schedule: 1f1b (F/B), zb (F/I/W), gpipe ('Forward <mb>' names)"),
+    ("run shape", "steps", "profiler steps (ignored with --target-mb)"),
+    ("content", "graph_streams", "streams a CUDA-graph replay spreads its kernels over"),
+    ("content", "graph_kernels", "kernels per graph replay, 0 for none"),
+    ("content", "eager_kernels", "eager kernels per PP compute action"),
+    ("content", "python_noise", "python_function frames around every cpu_op"),
+    ("content", "kernel_annotations", "graph kernels' args.name labels"),
+    ("content", "hip", "AMD naming (hipGraphLaunch, hipLaunchKernel, ...)"),
+    ("content", "seed", "random seed"),
+    ("content", "base_time_ns", "baseTimeNanoseconds of rank 0"),
+    ("content", "base_skew_ns", "added to the base time per rank, to test alignment"),
+)
+
+
 def _synth_parser(commands: argparse._SubParsersAction) -> None:
     """``synth``: the generator (streamtrace.synth) with every knob as an option."""
     from .synth import COMPRESSIONS as SYNTH_COMPRESSIONS
@@ -301,36 +319,20 @@ def _synth_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("outdir", help="output directory (created if missing)")
-    shape = cmd.add_argument_group("run shape")
-    shape.add_argument("--ranks", type=int, default=defaults.ranks, help="world size (default %(default)s)")
-    shape.add_argument("--pp-stages", type=int, default=defaults.pp_stages,
-                       help="pipeline stages; ranks must be a multiple (default %(default)s)")
-    shape.add_argument("--microbatches", type=int, default=defaults.microbatches,
-                       help="microbatches per step (default %(default)s)")
-    shape.add_argument("--schedule", choices=SCHEDULES, default=defaults.schedule,
-                       help="PP schedule: 1f1b (F/B), zb (F/I/W), gpipe ('Forward <mb>' names) (default %(default)s)")
-    shape.add_argument("--steps", type=int, default=defaults.steps,
-                       help="profiler steps (default %(default)s; ignored with --target-mb)")
-    shape.add_argument("--target-mb", type=float, help="add steps until every rank file is at least this many MB "
-                                                          "(1e6 bytes) uncompressed")
-    content = cmd.add_argument_group("content")
-    content.add_argument("--graph-streams", type=int, default=defaults.graph_streams,
-                         help="streams a CUDA-graph replay spreads its kernels over (default %(default)s)")
-    content.add_argument("--graph-kernels", type=int, default=defaults.graph_kernels,
-                         help="kernels per graph replay, 0 for none (default %(default)s)")
-    content.add_argument("--eager-kernels", type=int, default=defaults.eager_kernels,
-                         help="eager kernels per PP compute action (default %(default)s)")
-    content.add_argument("--python-noise", type=int, default=defaults.python_noise,
-                         help="python_function frames around every cpu_op (default %(default)s)")
-    content.add_argument("--kernel-annotations", choices=KERNEL_ANNOTATIONS, default=defaults.kernel_annotations,
-                         help="graph kernels' args.name labels (default %(default)s)")
-    content.add_argument("--hip", action="store_true", help="AMD naming (hipGraphLaunch, hipLaunchKernel, ...)")
-    content.add_argument("--no-big-ints", action="store_true", help="omit NCCL 'Comms Id' values >= 2**63")
-    content.add_argument("--seed", type=int, default=defaults.seed, help="random seed (default %(default)s)")
-    content.add_argument("--base-time-ns", type=int, default=defaults.base_time_ns,
-                         help="baseTimeNanoseconds of rank 0 (default %(default)s)")
-    content.add_argument("--base-skew-ns", type=int, default=defaults.base_skew_ns,
-                         help="added to the base time per rank, to test alignment (default %(default)s)")
+    choices = {"schedule": SCHEDULES, "kernel_annotations": KERNEL_ANNOTATIONS}
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for group, name, text in SYNTH_OPTIONS:
+        where = groups.setdefault(group, cmd.add_argument_group(group))
+        flag, default = "--" + name.replace("_", "-"), getattr(defaults, name)
+        if type(default) is bool:
+            where.add_argument(flag, action="store_true", help=text)
+        else:
+            where.add_argument(flag, type=type(default), choices=choices.get(name), default=default,
+                               help=f"{text} (default %(default)s)")
+        if name == "steps":
+            where.add_argument("--target-mb", type=float, help="add steps until every rank file is at least this "
+                                                                 "many MB (1e6 bytes) uncompressed")
+    groups["content"].add_argument("--no-big-ints", action="store_true", help="omit NCCL 'Comms Id' values >= 2**63")
     files = cmd.add_argument_group("files")
     files.add_argument("--compress", choices=tuple(SYNTH_COMPRESSIONS), default="gz",
                        help="rank file compression (default %(default)s)")
@@ -345,14 +347,9 @@ def _synth_parser(commands: argparse._SubParsersAction) -> None:
 def _run_synth(args: argparse.Namespace) -> None:
     from .synth import SynthConfig, summary, write_traces
 
-    config = SynthConfig(
-        ranks=args.ranks, pp_stages=args.pp_stages, microbatches=args.microbatches, schedule=args.schedule,
-        steps=args.steps, target_bytes=None if args.target_mb is None else int(args.target_mb * 1e6),
-        graph_streams=args.graph_streams, graph_kernels=args.graph_kernels, eager_kernels=args.eager_kernels,
-        python_noise=args.python_noise, seed=args.seed, base_time_ns=args.base_time_ns,
-        base_skew_ns=args.base_skew_ns, hip=args.hip, big_ints=not args.no_big_ints,
-        kernel_annotations=args.kernel_annotations,
-    )
+    config = SynthConfig(**{name: getattr(args, name) for _, name, _ in SYNTH_OPTIONS},
+                         target_bytes=None if args.target_mb is None else int(args.target_mb * 1e6),
+                         big_ints=not args.no_big_ints)
     try:
         config.validate()
     except ValueError as exc:
