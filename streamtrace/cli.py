@@ -7,6 +7,7 @@ import signal
 import sys
 import tempfile
 import textwrap
+from collections import Counter
 from typing import Callable, Sequence
 
 import orjson
@@ -21,7 +22,7 @@ from .commands.merge import merge
 from .commands.relink import relink
 from .commands.split import SUFFIXES, split
 from .errors import TraceError
-from .io.sink import COMPRESSIONS
+from .io.sink import COMPRESSIONS, OutputTarget
 
 EPILOG = """\
 Inputs are paths, '-' for stdin, or fsspec URLs (s3://, gs://, https://; needs
@@ -41,6 +42,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                        help="busy processes: N, or 'auto' (default: the CPUs this process may use, at most 4; "
                             "$STREAMTRACE_JOBS overrides the default). -j 1 runs in one process; the output is "
                             "the same for every N")
+    group.add_argument("--json", action="store_true",
+                       help="print the full JSON summary instead of the short human report")
+    group.add_argument("--summary", metavar="FILE", help="also write the full JSON summary to FILE")
     group.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
     group.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
 
@@ -69,6 +73,11 @@ def _output_options(parser: argparse.ArgumentParser, output: str) -> None:
     parser.add_argument("--overwrite", action="store_true", help=f"replace {output} if it exists")
 
 
+def _original_stream(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-original-stream", action="store_true",
+                        help="do not keep each moved slice's CUDA stream as args.original_stream")
+
+
 def _rank_map(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-map", metavar="FILE", help="JSON object {pid: rank} for pids no other rule places")
 
@@ -86,12 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = commands.add_parser(
         "inspect", help="summarise what is in a trace (one pass)",
         description=_paragraphs("One streaming pass over TRACE: top-level keys, event counts by (ph, cat), "
-                        "pids with role and rank, GPU streams, runtime and graph launches, correlation-id "
-                        "collisions across pids/ranks, PP annotation counts, time span, size, time, peak RSS."),
+                        "the devices, pids with events (role, rank), GPU streams, GPU busy time per GPU (the "
+                        "union of its slices), the top 10 kernels by total time, runtime and graph launches, "
+                        "correlation-id collisions across pids/ranks, PP annotation counts, time span, size, "
+                        "time, peak RSS. Prints a short report; --json prints everything."),
         epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
     )
     cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
-    cmd.add_argument("--json", action="store_true", help="print only the JSON summary")
     _common(cmd)
     cmd.set_defaults(run=_run_inspect)
 
@@ -115,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = commands.add_parser(
         "compact", help="repack CUDA-graph replay streams into a few semantic lanes (for Perfetto)",
         description=_paragraphs("Two streaming passes over TRACE. GPU slices (kernel, gpu_memcpy, gpu_memset) keep "
-                        "name, ts, dur, pid and args; only tid/args.stream change: slices are packed per GPU pid "
+                        "name, ts, dur, pid and args; only tid/args.stream change (the old stream is kept as "
+                        "args.original_stream unless --no-original-stream): slices are packed per GPU pid "
                         "and group (Compute, NCCL all-gather, reduce-scatter, all-reduce, other, memcpy, memset...) "
                         "into the fewest non-overlapping lanes. GPU annotations move to per-lane annotation tracks "
                         "(identical overlapping ones merged), per-kernel args.name labels become spans, ac2g flow "
@@ -131,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--rules", metavar="FILE", help="TOML file with lane groups, labels and match rules")
     cmd.add_argument("--print-rules", action="store_true", help="print the default rules file and exit")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add rank-local PP dependency arrows")
+    _original_stream(cmd)
     cmd.add_argument("--strict", action="store_true",
                      help="fail on an ac2g endpoint that matches no slice start (default: move it to the "
                           "nearest slice's lane and count it as gpu_flow_endpoints_unmatched)")
@@ -165,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "pp_traces_merged_compacted.json.gz with PP annotations, beside the inputs)")
     cmd.add_argument("--ranks", metavar="LIST", help="only these global ranks, e.g. 0-7,12")
     cmd.add_argument("--no-compact", action="store_true", help="keep the GPU streams as they are")
+    _original_stream(cmd)
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
     _output_options(cmd, "the output")
@@ -252,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(cmd)
     cmd.set_defaults(run=_run_attribute)
 
+    _synth_parser(commands)
+
     cmd = commands.add_parser(
         "demo", help="generate a small example trace, inspect, compact and merge it",
         description=_paragraphs("Write a small generated 2-rank pipeline-parallel trace (CUDA-graph replays, NCCL, "
@@ -264,10 +279,302 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _emit_summary(summary: dict, *, to_stderr: bool = False) -> None:
+SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named after its field
+    ("run shape", "ranks", "world size"),
+    ("run shape", "pp_stages", "pipeline stages; ranks must be a multiple"),
+    ("run shape", "microbatches", "microbatches per step"),
+    ("run shape", "schedule", "PP schedule: 1f1b (F/B), zb (F/I/W), gpipe ('Forward <mb>' names)"),
+    ("run shape", "steps", "profiler steps (ignored with --target-mb)"),
+    ("content", "graph_streams", "streams a CUDA-graph replay spreads its kernels over"),
+    ("content", "graph_kernels", "kernels per graph replay, 0 for none"),
+    ("content", "eager_kernels", "eager kernels per PP compute action"),
+    ("content", "python_noise", "python_function frames around every cpu_op"),
+    ("content", "kernel_annotations", "graph kernels' args.name labels"),
+    ("content", "hip", "AMD naming (hipGraphLaunch, hipLaunchKernel, ...)"),
+    ("content", "seed", "random seed"),
+    ("content", "base_time_ns", "baseTimeNanoseconds of rank 0"),
+    ("content", "base_skew_ns", "added to the base time per rank, to test alignment"),
+)
+
+
+def _synth_parser(commands: argparse._SubParsersAction) -> None:
+    """``synth``: the generator (streamtrace.synth) with every knob as an option."""
+    from .synth import COMPRESSIONS as SYNTH_COMPRESSIONS
+    from .synth import KERNEL_ANNOTATIONS, MERGED_STYLES, SCHEDULES, SynthConfig
+
+    defaults = SynthConfig()
+    cmd = commands.add_parser(
+        "synth", help="write realistic synthetic per-rank traces (and a merged one) with their ground truth",
+        description=_paragraphs(
+            "Write OUTDIR/rank<N>_trace.json[.gz|.zst] for a pipeline-parallel training run of RANKS ranks "
+            "(CUDA-graph replays over many streams, eager kernels, NCCL with PP SEND/RECV, PP annotations, "
+            "python_function frames), a naive merged_trace.json (colliding correlation ids, as tools that "
+            "concatenate ranks write it) and truth.json: what every command should find. Deterministic for a "
+            "--seed: for bug reports and benchmarks without real data.",
+            "Ranks are split into --pp-stages stages (ranks must be a multiple); every rank file grows with "
+            "--steps, or until --target-mb."),
+        epilog="examples:\n  streamtrace synth demo/                         # 2 ranks, 2 steps\n"
+               "  streamtrace synth big/ --ranks 8 --pp-stages 4 --schedule zb --target-mb 250 --seed 1\n"
+               "  streamtrace synth amd/ --hip --compress zst --no-merged",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("outdir", help="output directory (created if missing)")
+    choices = {"schedule": SCHEDULES, "kernel_annotations": KERNEL_ANNOTATIONS}
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for group, name, text in SYNTH_OPTIONS:
+        where = groups.setdefault(group, cmd.add_argument_group(group))
+        flag, default = "--" + name.replace("_", "-"), getattr(defaults, name)
+        if type(default) is bool:
+            where.add_argument(flag, action="store_true", help=text)
+        else:
+            where.add_argument(flag, type=type(default), choices=choices.get(name), default=default,
+                               help=f"{text} (default %(default)s)")
+        if name == "steps":
+            where.add_argument("--target-mb", type=float, help="add steps until every rank file is at least this "
+                                                                 "many MB (1e6 bytes) uncompressed")
+    groups["content"].add_argument("--no-big-ints", action="store_true", help="omit NCCL 'Comms Id' values >= 2**63")
+    files = cmd.add_argument_group("files")
+    files.add_argument("--compress", choices=tuple(SYNTH_COMPRESSIONS), default="gz",
+                       help="rank file compression (default %(default)s)")
+    files.add_argument("--no-merged", action="store_true", help="do not write merged_trace.json[.gz|.zst]")
+    files.add_argument("--merged-style", choices=MERGED_STYLES, default="rank-arg",
+                       help="how the merged file states ranks: args.rank on events, or process names "
+                            "(default %(default)s)")
+    files.add_argument("--json", action="store_true", help="print the ground truth summary as JSON")
+    cmd.set_defaults(run=_run_synth, debug=False, summary=None)
+
+
+def _run_synth(args: argparse.Namespace) -> None:
+    from .synth import SynthConfig, summary, write_traces
+
+    config = SynthConfig(**{name: getattr(args, name) for _, name, _ in SYNTH_OPTIONS},
+                         target_bytes=None if args.target_mb is None else int(args.target_mb * 1e6),
+                         big_ints=not args.no_big_ints)
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise TraceError(f"synth: {exc}") from None
+    truth = write_traces(config, args.outdir, compress=args.compress, merged=not args.no_merged,
+                         merged_style=args.merged_style)
+    report("synth", summary(truth), args)
+
+
+Rows = list[tuple[str, str]]
+VIEWS: dict[str, Callable[[dict], Rows]] = {}
+NAME_WIDTH = 70
+
+
+def view(command: str) -> Callable[[Callable[[dict], Rows]], Callable[[dict], Rows]]:
+    """Register the human report of a command: a function from its summary
+    to (label, text) rows, a few of them (a label "" continues the row
+    above).  Warnings (``summary["warnings"]``, each once with a count) and
+    ``summary["hints"]`` are added by :func:`report`.  A new command plugs
+    in with ``@view("name")`` and ``report("name", summary, args)``."""
+    def register(render: Callable[[dict], Rows]) -> Callable[[dict], Rows]:
+        VIEWS[command] = render
+        return render
+    return register
+
+
+def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: bool = False) -> None:
+    """The summary as asked: the full JSON to ``--summary FILE``; on the
+    terminal the JSON with ``--json``, else the short human report
+    (``to_stderr`` when the command's output went to stdout)."""
+    if args.summary:
+        with OutputTarget(args.summary, overwrite=True, compress="none").open() as out:
+            out.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     stream = sys.stderr if to_stderr else sys.stdout
-    stream.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+    stream.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
+                 else human_report(command, summary))
     stream.flush()
+
+
+def human_report(command: str, summary: dict) -> str:
+    """Aligned lines: the command's rows, then each warning once (with how often), then hints."""
+    rows = list(VIEWS[command](summary))
+    notices = [summary["notice"]] if summary.get("notice") else []
+    for text, count in Counter(notices + list(summary.get("warnings") or ())).items():
+        rows.append(("warning", text + (f" ({count} times)" if count > 1 else "")))
+    rows.extend(("hint", text) for text in summary.get("hints") or ())
+    width = max(len(label) for label, _ in rows)
+    return "".join(f"{label:<{width}}  {text}\n" for label, text in rows)
+
+
+def _took(summary: dict) -> tuple[str, str]:
+    return "took", f"{summary['wall_seconds']} s, peak RSS {summary['peak_rss_mb']} MB"
+
+
+def _events(summary: dict) -> tuple[str, str]:
+    return "events", f"{summary['events_read']:,} read, {summary['events_written']:,} written"
+
+
+def _short(name: object) -> str:
+    text = str(name)
+    return text if len(text) <= NAME_WIDTH else text[:NAME_WIDTH - 3] + "..."
+
+
+def _ms(us: float | None) -> str:
+    return "?" if us is None else f"{us / 1000:,.3f} ms"
+
+
+def _listed(items: list[str], most: int = 4) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def _lanes(compaction: dict) -> str:
+    groups = ", ".join(f"{name} {count}" for name, count in compaction["lanes_by_group"].items())
+    return (f"{compaction['measured_slices']:,} GPU slices from {compaction['original_streams']} streams into "
+            f"{compaction['compacted_lanes']} lanes ({groups})")
+
+
+@view("inspect")
+def _inspect_view(summary: dict) -> Rows:
+    span = summary["time_span_us"]
+    devices = summary["devices"]
+    graphs = summary["graph_launches"]
+    rows = [
+        ("input", f"{summary['input']} ({summary['compression']}, {summary['bytes_raw']:,} bytes, "
+                  f"{summary['events']:,} events)"),
+        ("time span", _ms(span["duration"]) if span["duration"] is not None else "no timed events"),
+        ("devices", ", ".join(f"{count} x {name}" for name, count in devices["names"].items()) or "none listed"),
+        ("ranks", ", ".join(map(str, summary["ranks"])) or "unknown"),
+        ("processes", _listed([f"{_pid(p['pid'])} {p['role']} {p['events']:,} events"
+                               + (f" ({_count(p['gpu_streams'], 'stream')})" if p.get("gpu_streams") else "")
+                               for p in summary["pids"]])),
+    ]
+    if summary["gpu_busy"]:
+        rows.append(("GPU busy", _listed([f"pid {pid} {_ms(busy['busy_us'])} of {_ms(busy['span_us'])}"
+                                          + (f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else "")
+                                          for pid, busy in summary["gpu_busy"].items()], 3)))
+    rows.append(("launches", f"{summary['runtime_launches']:,} runtime calls, {graphs['count']:,} graph launches"
+                 + (f" ({graphs['gpu_events_per_launch_mean']} GPU events each)" if graphs["count"] else "")))
+    for number, kernel in enumerate(summary["top_kernels"][:3]):
+        rows.append(("top kernels" if number == 0 else "",
+                     f"{_ms(kernel['total_us'])} {kernel['count']:,}x {_short(kernel['name'])}"))
+    if summary["pp_annotations"]:
+        rows.append(("PP annotations", _listed([f"{k} {v}" for k, v in summary["pp_annotations"].items()])))
+    repairs = [f"{summary[key]} {label}" for key, label in (
+        ("invalid_utf8_repaired", "invalid UTF-8 sequences replaced"),
+        ("control_chars_repaired", "raw control characters escaped")) if summary[key]]
+    if summary["truncated_salvaged"]:
+        repairs.append("input was truncated: complete events kept (--salvage)")
+    if repairs:
+        rows.append(("repairs", "; ".join(repairs)))
+    rows.append(_took(summary))
+    return rows
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+
+
+def _pid(pid: object) -> str:
+    return f"pid {pid!r}" if isinstance(pid, str) else f"pid {pid}"
+
+
+@view("convert")
+def _convert_view(summary: dict) -> Rows:
+    dropped = ", ".join(f"{cat} {count:,}" for cat, count in summary["dropped_by_category"].items() if count)
+    return [
+        ("converted", f"{summary['input']} -> {summary['output']} ({summary['output_compression']})"),
+        ("events", f"{summary['events']:,} read, {summary['events_written']:,} written, "
+                   f"{summary['events_dropped']:,} dropped" + (f" ({dropped})" if dropped else "")),
+        _took(summary),
+    ]
+
+
+@view("compact")
+def _compact_view(summary: dict) -> Rows:
+    rows = [("compacted", _lanes(summary) if summary["measured_slices"] else "nothing"),
+            ("output", summary["output"]), _events(summary)]
+    if summary.get("gpu_annotations_mapped"):
+        rows.append(("annotations", f"{summary['gpu_annotations_mapped']:,} GPU annotations moved to lane tracks, "
+                                    f"{summary['gpu_annotations_coalesced']:,} merged"))
+    if summary.get("pp_compute_dependency_pairs") or summary.get("pp_unshard_compute_pairs"):
+        rows.append(("PP arrows", f"{summary['pp_compute_dependency_pairs']} compute dependencies, "
+                                  f"{summary['pp_unshard_compute_pairs']} unshard->compute"))
+    if summary.get("gpu_flow_endpoints_unmatched"):
+        rows.append(("warning", f"{summary['gpu_flow_endpoints_unmatched']:,} ac2g endpoints matched no slice start "
+                                "(trimmed or windowed capture); moved to the nearest slice's lane"))
+    rows.append(_took(summary))
+    return rows
+
+
+@view("merge")
+def _merge_view(summary: dict) -> Rows:
+    ranks = summary["pp_ranks"]
+    rules = sorted({entry["rank_from"] for entry in ranks})
+    offsets = [abs(offset) for offset in summary["time_offsets_us"].values()]
+    rows = [
+        ("merged", f"{summary['ranks']} ranks ({_listed([str(entry['global_rank']) for entry in ranks], 8)}; "
+                   f"rank from {' / '.join(rules)})"),
+        ("output", summary["output"]),
+        ("time", f"aligned on {summary['time_alignment']}, offsets up to {max(offsets):,} us"),
+        ("order", summary["pp_order"]),
+        _events(summary),
+    ]
+    compactions = [c for c in summary["per_rank_compaction"].values() if c]
+    if compactions:
+        rows.append(("compaction", f"{sum(c['measured_slices'] for c in compactions):,} GPU slices from "
+                                   f"{sum(c['original_streams'] for c in compactions)} streams into "
+                                   f"{sum(c['compacted_lanes'] for c in compactions)} lanes"))
+    if "pp_send_recv_pairs" in summary and (summary["pp_send_recv_pairs"] or summary["pp_compute_dependency_pairs"]):
+        rows.append(("PP arrows", f"{summary['pp_send_recv_pairs']} SEND->RECV, "
+                                  f"{summary['pp_compute_dependency_pairs']} compute dependencies, "
+                                  f"{summary['pp_unshard_compute_pairs']} unshard->compute"))
+    unmatched = [f"{key} {value}" for key, value in summary.items() if key.endswith("_unmatched") and value]
+    if unmatched:
+        rows.append(("unmatched", ", ".join(unmatched) + " (usually the capture window cut a pipeline step)"))
+    rows.append(_took(summary))
+    return rows
+
+
+def _linking_rows(summary: dict) -> Rows:
+    """What relink and attribute found: ranks, links, shared ids."""
+    ambiguous = [f"pid {entry['pid']} (ranks {entry['ranks']})" for entry in summary["ambiguous_pids"]]
+    rows = [("ranks", _listed([str(rank) for rank in summary["ranks"]], 8) or "unknown"),
+            ("links", f"{summary['links']:,} GPU events linked to their launch, {summary['orphans']:,} orphans "
+                      f"(launched before the capture window), "
+                      f"{summary['correlation_collisions']['ids_shared_across_ranks']:,} ids shared across ranks")]
+    if ambiguous:
+        rows.append(("ambiguous", _listed(ambiguous)))
+    return rows
+
+
+@view("relink")
+def _relink_view(summary: dict) -> Rows:
+    return [("relinked", f"{summary['ids_rewritten']:,} correlation ids made rank-unique, "
+                         f"{summary['ac2g_flows_written']:,} ac2g flows written, "
+                         f"{summary['ac2g_flows_dropped']:,} dropped"),
+            ("output", summary["output"]), *_linking_rows(summary), _events(summary), _took(summary)]
+
+
+@view("split")
+def _split_view(summary: dict) -> Rows:
+    files = [f"{name} {count:,} events" for name, count in summary["files"].items()]
+    return [("split", f"{len(files)} ranks into {summary['output_dir']}"), ("files", _listed(files)),
+            ("events", f"{summary['events_read']:,} read, {summary['events_copied_to_every_file']:,} copied to every "
+                       "file"), _took(summary)]
+
+
+@view("attribute")
+def _attribute_view(summary: dict) -> Rows:
+    what = "(rank, cpu op) rows" if summary["group_by"] == "op" else "GPU events"
+    return [("attributed", f"{summary['rows']:,} {what}"), ("output", str(summary["output"])),
+            *_linking_rows(summary), _took(summary)]
+
+
+@view("synth")
+def _synth_view(truth: dict) -> Rows:
+    ranks = truth["ranks"]
+    rows = [("wrote", f"{len(ranks)} rank files ({truth['pp_stages']} PP stages, {truth['schedule']}, "
+                      f"{_count(truth['steps'], 'step')}): {_listed([rank['file'] for rank in ranks], 3)}"),
+            ("events", f"{truth['total_events']:,} in all, {sum(rank['bytes'] for rank in ranks):,} bytes")]
+    if truth.get("merged"):
+        rows.append(("merged", f"{truth['merged']['file']} ({truth['merged']['events']:,} events, colliding "
+                               "correlation ids: try streamtrace relink)"))
+    rows.append(("truth", "truth.json: what each command should find"))
+    return rows
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
@@ -277,9 +584,7 @@ def _progress(args: argparse.Namespace) -> bool | None:
 def _run_inspect(args: argparse.Namespace) -> None:
     summary = inspect(args.trace, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
                       jobs=args.jobs)
-    if not args.json:
-        sys.stdout.write(format_inspect_table(summary) + "\nJSON summary:\n")
-    _emit_summary(summary)
+    report("inspect", summary, args)
 
 
 def _run_convert(args: argparse.Namespace) -> None:
@@ -288,7 +593,7 @@ def _run_convert(args: argparse.Namespace) -> None:
         overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
         jobs=args.jobs,
     )
-    _emit_summary(summary, to_stderr=args.output == "-")
+    report("convert", summary, args, to_stderr=args.output == "-")
 
 
 def _run_compact(args: argparse.Namespace) -> None:
@@ -299,28 +604,20 @@ def _run_compact(args: argparse.Namespace) -> None:
         raise TraceError("give a TRACE to compact (or --print-rules)")
     summary = compact(
         args.trace, args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
-        overwrite=args.overwrite, compress=args.compress, level=args.level, salvage=args.salvage,
-        spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
+        original_stream=not args.no_original_stream, overwrite=args.overwrite, compress=args.compress,
+        level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
-    if "notice" in summary:
-        print(f"streamtrace: {summary['notice']}", file=sys.stderr)
-    if summary.get("gpu_flow_endpoints_unmatched"):
-        print(f"streamtrace: {summary['gpu_flow_endpoints_unmatched']} ac2g endpoints matched no slice start "
-              "(trimmed or windowed capture); moved to the nearest slice's lane", file=sys.stderr)
-    _emit_summary(summary, to_stderr=args.output == "-")
+    report("compact", summary, args, to_stderr=args.output == "-")
 
 
 def _run_merge(args: argparse.Namespace) -> None:
     summary = merge(
-        args.inputs, args.output, compact=not args.no_compact, pp_flows=not args.no_pp_flows,
-        ranks=args.ranks, overwrite=args.overwrite, rules=args.rules, compress=args.compress, level=args.level,
-        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
+        args.inputs, args.output, compact=not args.no_compact, original_stream=not args.no_original_stream,
+        pp_flows=not args.no_pp_flows, ranks=args.ranks, overwrite=args.overwrite, rules=args.rules,
+        compress=args.compress, level=args.level, salvage=args.salvage, spool_dir=args.spool_dir,
+        progress=_progress(args), jobs=args.jobs,
     )
-    unmatched = {key: value for key, value in summary.items() if key.endswith("_unmatched") and value}
-    if unmatched:
-        print("streamtrace: unmatched PP blocks " + ", ".join(f"{k}={v}" for k, v in unmatched.items())
-              + " (usually the capture window cut a pipeline step)", file=sys.stderr)
-    _emit_summary(summary, to_stderr=args.output == "-")
+    report("merge", summary, args, to_stderr=args.output == "-")
 
 
 def _run_relink(args: argparse.Namespace) -> None:
@@ -329,7 +626,7 @@ def _run_relink(args: argparse.Namespace) -> None:
         level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
         jobs=args.jobs,
     )
-    _emit_summary(summary, to_stderr=args.output == "-")
+    report("relink", summary, args, to_stderr=args.output == "-")
 
 
 def _run_split(args: argparse.Namespace) -> None:
@@ -338,7 +635,7 @@ def _run_split(args: argparse.Namespace) -> None:
         max_open=args.max_open_files, overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir,
         progress=_progress(args), jobs=args.jobs,
     )
-    _emit_summary(summary)
+    report("split", summary, args)
 
 
 def _run_attribute(args: argparse.Namespace) -> None:
@@ -346,7 +643,7 @@ def _run_attribute(args: argparse.Namespace) -> None:
         args.trace, args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite,
         salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
-    _emit_summary(summary, to_stderr=args.output == "-")
+    report("attribute", summary, args, to_stderr=args.output == "-")
 
 
 def _run_demo(args: argparse.Namespace) -> None:
@@ -358,7 +655,7 @@ def _run_demo(args: argparse.Namespace) -> None:
     trace = os.path.join(directory, "rank0_trace.json.gz")
     print(f"demo traces written to {directory}")
     summary = inspect(trace, spool_dir=args.spool_dir, progress=_progress(args))
-    sys.stdout.write(format_inspect_table(summary))
+    sys.stdout.write(human_report("inspect", summary))
     compacted = compact(trace, overwrite=True, spool_dir=args.spool_dir, progress=_progress(args))
     print(f"\ncompacted {compacted['measured_slices']:,} GPU slices from {compacted['original_streams']} streams "
           f"into {compacted['compacted_lanes']} lanes: {compacted['output']}")
@@ -367,42 +664,6 @@ def _run_demo(args: argparse.Namespace) -> None:
     print(f"merged 2 ranks with {merged['pp_send_recv_pairs']} SEND->RECV arrows: {merged['output']}")
     print("open them in https://ui.perfetto.dev; next: streamtrace inspect --json, streamtrace compact --help, "
           "streamtrace merge --help")
-
-
-def format_inspect_table(summary: dict) -> str:
-    """A short human-readable digest of an inspect summary."""
-    span = summary["time_span_us"]
-    collisions = summary["correlation_collisions"]
-    graphs = summary["graph_launches"]
-    rows = [
-        ("input", summary["input"]),
-        ("size", f"{summary['bytes_raw']:,} bytes read, {summary['bytes_decompressed']:,} decompressed "
-                 f"({summary['compression']})"),
-        ("events", f"{summary['events']:,}"),
-        ("top-level keys", ", ".join(summary["top_level_keys"])),
-        ("ranks", ", ".join(map(str, summary["ranks"])) or "unknown"),
-        ("pids", ", ".join(f"{p['pid']} ({p['role']}{'' if p['rank'] is None else ' rank ' + str(p['rank'])})"
-                           for p in summary["pids"][:12]) + (" ..." if len(summary["pids"]) > 12 else "")),
-        ("GPU streams", ", ".join(f"pid {pid}: {len(s)}" for pid, s in summary["gpu_streams"].items()) or "none"),
-        ("runtime launches", f"{summary['runtime_launches']:,}"),
-        ("graph launches", f"{graphs['count']:,}" + (
-            f", {graphs['gpu_events_per_launch_mean']} GPU events each on average" if graphs["count"] else "")),
-        ("correlation ids shared", f"{collisions['ids_shared_across_ranks']:,} across ranks, "
-                                   f"{collisions['ids_shared_across_pids']:,} across pids"),
-        ("PP annotations", ", ".join(f"{k} {v}" for k, v in summary["pp_annotations"].items()) or "none"),
-        ("time span", f"{span['duration']} us" if span["duration"] is not None else "no timed events"),
-        ("top categories", ", ".join(f"{k} {v:,}" for k, v in list(summary["events_by_ph_cat"].items())[:6])),
-        ("took", f"{summary['wall_seconds']} s, peak RSS {summary['peak_rss_mb']} MB"),
-    ]
-    repairs = [f"{summary[key]} {label}" for key, label in (
-        ("invalid_utf8_repaired", "invalid UTF-8 sequences replaced"),
-        ("control_chars_repaired", "raw control characters escaped")) if summary[key]]
-    if summary["truncated_salvaged"]:
-        repairs.append("input was truncated: complete events kept (--salvage)")
-    if repairs:
-        rows.append(("repairs", "; ".join(repairs)))
-    width = max(len(name) for name, _ in rows)
-    return "".join(f"{name:<{width}}  {value}\n" for name, value in rows)
 
 
 class Terminated(KeyboardInterrupt):

@@ -10,7 +10,7 @@ import sys
 from collections import defaultdict
 
 import pytest
-from conftest import events_of, load_json
+from conftest import TRACES, events_of, load_json
 
 import streamtrace
 from streamtrace.algo import lanes as lanes_module
@@ -238,16 +238,21 @@ def test_negative_duration_is_refused(tmp_path):
     assert not (tmp_path / "o.json").exists()
 
 
-def check_invariants(source_events: list[dict], out_events: list[dict], summary: dict) -> None:
-    """SPEC 4 invariants, checked with plain lists."""
-    def identity(event):
-        args = {k: v for k, v in event.get("args", {}).items() if k != "stream"}
-        return (event.get("name"), event.get("cat"), event.get("pid"), event.get("ts"), event.get("dur"),
-                json.dumps(args, sort_keys=True))
-
+def check_invariants(source_events: list[dict], out_events: list[dict], summary: dict,
+                     original_stream: bool = True) -> None:
+    """SPEC 4 invariants (torchtitan's conventions), checked with plain lists: a
+    slice changes only in tid and args.stream, and gains args.original_stream
+    (the input's args.stream) unless that is turned off."""
     before = [e for e in source_events if e.get("cat") in SLICE_CATS and e.get("ph") == "X"]
     after = [e for e in out_events if e.get("cat") in SLICE_CATS and e.get("ph") == "X"]
-    assert [identity(e) for e in before] == [identity(e) for e in after]
+    assert len(before) == len(after)
+    for old, new in zip(before, after):
+        expected = {**old, "tid": new["tid"]}
+        if "stream" in old.get("args", {}):
+            expected["args"] = {**old["args"], "stream": new["tid"]}
+            if original_stream and summary.get("measured_slices"):
+                expected["args"]["original_stream"] = old["args"]["stream"]
+        assert new == expected
     assert summary.get("measured_slices", 0) == len(after)
     lanes = defaultdict(list)
     for event in after:
@@ -298,6 +303,26 @@ def test_real_traces_keep_every_invariant(real_trace, tmp_path):
         for tid_info in oracle_lanes(source).items():
             lanes[tid_info[0][1]] += tid_info[1]
         assert summary["lanes_by_group"] == dict(sorted(lanes.items()))
+
+
+def test_real_trace_without_original_stream_changes_only_tid_and_stream(tmp_path):
+    out = tmp_path / "out.json"
+    summary = streamtrace.compact(TRACES / "b200_eager.json.gz", out, original_stream=False)
+    check_invariants(events_of(load_json(TRACES / "b200_eager.json.gz")), events_of(load_json(out)), summary,
+                     original_stream=False)
+    assert b"original_stream" not in out.read_bytes()
+
+
+def test_compacting_twice_keeps_the_first_original_stream(tmp_path):
+    source = events_of(load_json(TRACES / "b200_eager.json.gz"))
+    streams = [e["args"]["stream"] for e in source if e.get("cat") in SLICE_CATS and e.get("ph") == "X"]
+    assert 7 in streams
+    streamtrace.compact(TRACES / "b200_eager.json.gz", tmp_path / "once.json")
+    streamtrace.compact(tmp_path / "once.json", tmp_path / "twice.json")
+    lines = (tmp_path / "twice.json").read_bytes().splitlines()
+    assert max(line.count(b'"original_stream"') for line in lines) == 1  # never a second key
+    twice = [e for e in events_of(load_json(tmp_path / "twice.json")) if e.get("cat") in SLICE_CATS]
+    assert [e["args"]["original_stream"] for e in twice] == streams
 
 
 def test_kineto_small_dangling_endpoints_are_counted(tmp_path):
@@ -393,7 +418,8 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
     assert not (tmp_path / "out.json").exists()
 
 
-def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, monkeypatch):
+@pytest.mark.parametrize("original_stream", [True, False])
+def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, monkeypatch, original_stream):
     """Compaction moves most blocks as one text; the same trace through the
     per-line patchers alone gives the same events."""
     from streamtrace.commands.compact import CompactPlan
@@ -403,11 +429,12 @@ def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, 
     real_moved, outcomes = CompactPlan.moved_block, []
     monkeypatch.setattr(CompactPlan, "moved_block",
                         lambda plan, block, first: outcomes.append(real_moved(plan, block, first)) or outcomes[-1])
-    whole = streamtrace.compact(src, tmp_path / "whole.json", jobs=1)  # outcomes are counted in this process
+    whole = streamtrace.compact(src, tmp_path / "whole.json", jobs=1,  # outcomes are counted in this process
+                                original_stream=original_stream)
     moved = [outcome for outcome in outcomes if outcome is not None]
     assert len(moved) > 0.9 * len(outcomes) and any(outcome.keep is not None and 0 in outcome.keep for outcome in moved)
     monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
-    by_line = streamtrace.compact(src, tmp_path / "by_line.json", jobs=1)
+    by_line = streamtrace.compact(src, tmp_path / "by_line.json", jobs=1, original_stream=original_stream)
     assert whole == {**by_line, "wall_seconds": whole["wall_seconds"], "pass1_seconds": whole["pass1_seconds"],
                      "plan_seconds": whole["plan_seconds"], "peak_rss_mb": whole["peak_rss_mb"],
                      "output": whole["output"]}

@@ -142,6 +142,7 @@ COMMANDS = {
     "compact": (streamtrace.compact, "out.json", {}),
     "relink": (streamtrace.relink, "out.json", {}),
     "convert": (streamtrace.convert, "out.json.gz", {}),
+    "convert --drop-cat": (streamtrace.convert, "out.json", {"drop_categories": ["python_function", "nope"]}),
     "split": (streamtrace.split, "ranks", {"compress": "none"}),
     "attribute": (streamtrace.attribute, "out.csv", {}),
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
 
@@ -59,6 +59,7 @@ def stage0() -> list[dict]:
     return [metadata(0, 0, "process_name", "GPU 0"), metadata(10, 0, "process_name", "python"),
             {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "args": {"sort_index": 5}},
             metadata(10, 11, "thread_name", "main"),
+            metadata(3, 0, "process_name", "GPU 3"), metadata(3, 0, "thread_name", "stream 7"),  # a placeholder
             *launch(0.2, 4), kernel("ncclDevKernel_AllGather", 0.5, 1.0, 9, 4), note("PP:0UNSHARD", 0.5, 1.0, 9),
             *launch(1.0, 5), kernel("gemm", 2.0, 4.0, 7, 5), finish(2.0, 7, 5), note("PP:0F0", 2.0, 4.0, 7),
             *launch(7.0, 6), kernel("ncclDevKernel_SendRecv", 8.0, 2.0, 8, 6), finish(8.0, 8, 6),
@@ -100,14 +101,17 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     assert [(r["pp_rank"], r["global_rank"]) for r in summary["pp_ranks"]] == [(0, 0), (1, 4)]
     assert summary["time_offsets_us"] == {"4": 1.0, "0": 0.0}
     # fresh pids from 1 in PP order, CPU processes first, GPU last
-    assert by_pid_names(events) == {1: "PP rank 0 (global rank 0) | process 10", 2: "PP rank 0 (global rank 0) | GPU",
-                                    3: "PP rank 1 (global rank 4) | process 10", 4: "PP rank 1 (global rank 4) | GPU"}
+    # one process_name per pid, the input's name kept as a suffix; the placeholder pid 3 (metadata only) is gone
+    assert by_pid_names(events) == {1: "PP rank 0 (global rank 0) | process 10 | python",
+                                    2: "PP rank 0 (global rank 0) | GPU | GPU 0",
+                                    3: "PP rank 1 (global rank 4) | process 10", 4: "PP rank 1 (global rank 4) | GPU | GPU 0"}
+    names_per_pid = Counter(e["pid"] for e in events if e.get("name") == "process_name")
+    assert set(names_per_pid.values()) == {1} and set(names_per_pid) == {1, 2, 3, 4}
+    assert not any(e.get("args", {}).get("name") in ("GPU 3", "PP rank 0 | stream 7") for e in events)
     sort_index = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
     assert sort_index == {1: 0, 2: 1, 3: 1000, 4: 1001}  # the input's own sort index was dropped
     names = thread_names(events)
     assert names[(1, 11)] == "PP rank 0 | main"
-    assert {"PP rank 0 | GPU 0", "PP rank 1 | GPU 0"} <= {e["args"]["name"] for e in events
-                                                          if e.get("name") == "process_name"}
     # rank 4 moved by exactly 1 us; correlation and flow ids unique per rank, raw kept
     rank4_gemm = next(e for e in events if e.get("name") == "gemm" and e["pid"] == 4)
     assert Decimal(str(rank4_gemm["ts"])) == Decimal("13.0")
@@ -160,13 +164,66 @@ def test_default_output_name_and_refusals(two_ranks, tmp_path):
         merge([first], tmp_path / "out.json")
 
 
-def test_missing_base_time_aligns_at_zero_with_a_warning(tmp_path, capsys):
+def test_relative_times_without_base_warn_once_with_the_count_of_files(tmp_path):
     rank_file(tmp_path, 0, stage0(), base=BASE)
-    rank_file(tmp_path, 4, stage1(), base=None)
+    rank_file(tmp_path, 4, stage1(), base=None)  # ts of a few us: relative, and no base to place them
     summary = merge(tmp_path, tmp_path / "out.json", ranks="0-4")
     assert summary["time_offsets_us"]["4"] == 0.0
-    assert "no integer baseTimeNanoseconds" in capsys.readouterr().err
-    assert summary["warnings"]
+    assert len(summary["warnings"]) == 1 and summary["warnings"][0].startswith("1 of 2 files have neither")
+
+
+def test_absolute_timestamps_need_no_offset_and_join_based_ranks_on_their_clock():
+    epoch_us = 1_694_128_201_426_602  # DLRM's first ts: epoch microseconds, no base
+    absolute = RankFacts("a", 1, None, None, [0], {0}, 1, first_ts=epoch_us)
+    based = RankFacts("b", 0, BASE, None, [0], {0}, 1, first_ts=5_000_000.0)
+    assert time_offsets_ns([absolute, absolute]) == ([0, 0], None, [], "absolute timestamps")
+    offsets, common, warnings, alignment = time_offsets_ns([absolute, based])
+    # the based rank's absolute time is BASE + ts: the absolute rank moves onto that clock by -BASE
+    assert (offsets, common, warnings) == ([-BASE, 0], BASE, [])
+    assert alignment == "baseTimeNanoseconds and absolute timestamps"
+
+
+def test_real_dlrm_directory_merges_by_content_on_absolute_time(tmp_path):
+    directory = TRACES / "dlrm_8ranks"
+    out = tmp_path / "merged.json.gz"
+    summary = merge(directory, out, compact=False)
+    assert [entry["global_rank"] for entry in summary["pp_ranks"]] == list(range(8))
+    assert {entry["rank_from"] for entry in summary["pp_ranks"]} == {"distributedInfo.rank"}
+    assert summary["warnings"] == [] and summary["time_alignment"] == "absolute timestamps"
+    assert set(summary["time_offsets_us"].values()) == {0.0}
+    events = events_of(load_json(out))
+    inputs = [events_of(load_json(path)) for path in sorted(directory.iterdir())]
+    kernel_times = sorted(e["ts"] for rank in inputs for e in rank if e.get("cat") == "kernel")
+    assert sorted(e["ts"] for e in events if e.get("cat") == "kernel") == kernel_times  # not shifted
+    # no placeholder processes: every pid has events, and one process_name each
+    busy = {e["pid"] for e in events if e.get("ph") != "M"}
+    named = Counter(e["pid"] for e in events if e.get("name") == "process_name")
+    assert {e["pid"] for e in events if e.get("ph") == "M"} <= busy | {"Spans"}
+    assert set(named) <= busy and set(named.values()) == {1}
+    assert len({pid for pid in busy if isinstance(pid, int)}) == 16  # each rank: its CPU process and GPU 0
+    assert named and all(" | python3" in e["args"]["name"] for e in events if e.get("name") == "process_name"
+                         and isinstance(e["pid"], int))
+
+
+def test_directory_without_rank_files_lists_them_and_suggests_a_glob(tmp_path):
+    for name in ("a.json", "notes.txt"):
+        (tmp_path / name).write_text('{"traceEvents": []}')
+    with pytest.raises(TraceError) as caught:
+        merge(tmp_path, tmp_path / "out.json")
+    message = str(caught.value)
+    assert "seen: a.json, notes.txt" in message and f"'{tmp_path}/*.json*'" in message
+    assert "\n" not in message
+
+
+def test_an_input_that_already_merges_ranks_is_refused(tmp_path):
+    documents = [load_json(TRACES / f"sampled_rank-{rank}.json.gz") for rank in (0, 1)]
+    naive = dict(documents[0])
+    naive["traceEvents"] = documents[0]["traceEvents"] + documents[1]["traceEvents"]
+    (tmp_path / "naive.json").write_text(json.dumps(naive))
+    with pytest.raises(TraceError, match=r"naive.json: holds several ranks \(0, 1\).*split") as caught:
+        merge([tmp_path / "naive.json", TRACES / "sampled_rank-1.json.gz"], tmp_path / "out.json")
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_no_compact_and_global_rank_order(tmp_path):

@@ -230,12 +230,12 @@ def test_attribute_group_by_op_sums_gpu_time(tmp_path):
 def test_cli_commands_print_summaries_and_one_line_errors(tmp_path):
     cli = [sys.executable, "-m", "streamtrace"]
     trace = TRACES / "sampled_rank-1.json.gz"
-    result = subprocess.run([*cli, "attribute", str(trace), "-q"], capture_output=True, timeout=120)
+    result = subprocess.run([*cli, "attribute", str(trace), "-q", "--json"], capture_output=True, timeout=120)
     assert result.returncode == 0
     rows = list(csv.DictReader(io.StringIO(result.stdout.decode())))
     assert len(rows) == json.loads(result.stderr)["rows"] == sum(
         1 for e in events_of(load_json(trace)) if e.get("cat") in GPU_CATS)
-    result = subprocess.run([*cli, "split", str(trace), "-o", str(tmp_path / "d"), "-q"], capture_output=True,
+    result = subprocess.run([*cli, "split", str(trace), "-o", str(tmp_path / "d"), "-q", "--json"], capture_output=True,
                             timeout=120)
     assert result.returncode == 0 and json.loads(result.stdout)["ranks"] == [1]
     again = subprocess.run([*cli, "split", str(trace), "-o", str(tmp_path / "d"), "-q"], capture_output=True,
@@ -246,7 +246,7 @@ def test_cli_commands_print_summaries_and_one_line_errors(tmp_path):
     failed = subprocess.run([*cli, "relink", str(ambiguous), "-q"], capture_output=True, timeout=120)
     assert failed.returncode == 1 and failed.stderr.count(b"\n") == 1 and b"Traceback" not in failed.stderr
     assert sorted(os.listdir(tmp_path)) == ["ambiguous.json", "d"]
-    relinked = subprocess.run([*cli, "relink", str(trace), "-o", "-", "-q"], capture_output=True, timeout=120)
+    relinked = subprocess.run([*cli, "relink", str(trace), "-o", "-", "-q", "--json"], capture_output=True, timeout=120)
     assert relinked.returncode == 0
     assert len(json.loads(relinked.stdout)["traceEvents"]) == json.loads(relinked.stderr)["events_written"]
     with gzip.open(tmp_path / "d" / "rank1_trace.json.gz") as handle:

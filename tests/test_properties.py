@@ -153,8 +153,10 @@ ADAPTERS = [
 
 
 def slice_identity(event: dict) -> tuple:
-    """A measured slice minus what commands may change: placement and (rank-unique) correlation ids."""
-    args = {k: v for k, v in event.get("args", {}).items() if k not in ("stream", "correlation", "correlation_raw")}
+    """A measured slice minus what commands may change: placement (and the stream it came from, which
+    compaction adds) and (rank-unique) correlation ids."""
+    args = {k: v for k, v in event.get("args", {}).items()
+            if k not in ("stream", "original_stream", "correlation", "correlation_raw")}
     return (event.get("name"), event.get("cat"), event.get("ts"), event.get("dur"), json.dumps(args, sort_keys=True))
 
 

@@ -13,7 +13,8 @@ from ..kineto import NUMBER_TYPES
 from .ids import check_id_space, id_multiplier, rank_unique_id
 
 FLOW_PHASES = frozenset({"s", "t", "f"})
-NAMED_METADATA = frozenset({"process_name", "thread_name"})
+EPOCH_US = 1e14  # a ts this large is epoch microseconds (1973 on); Kineto's relative ts stay below 1e13
+REPLACED_METADATA = frozenset({"process_name", "process_sort_index"})
 
 
 @dataclass
@@ -27,6 +28,15 @@ class RankFacts:
     pids: list  # in first-seen order
     gpu_pids: set
     max_id: int  # largest raw correlation or flow id
+    first_ts: float | None = None  # of the first timed event: tells absolute from relative timestamps
+    process_names: dict = field(default_factory=dict)  # pid -> the input's process_name
+
+    @property
+    def clock(self) -> str:
+        """'base' (ts relative to baseTimeNanoseconds), 'absolute' (epoch us), or 'relative' (no base)."""
+        if self.base_time is not None:
+            return "base"
+        return "absolute" if self.first_ts is not None and self.first_ts >= EPOCH_US else "relative"
 
 
 def check_unique_ranks(facts: list[RankFacts]) -> None:
@@ -55,17 +65,29 @@ def pp_order(facts: list[RankFacts]) -> tuple[list[int], list[object], str]:
         "global rank order (no PP process group for every rank)"
 
 
-def time_offsets_ns(facts: list[RankFacts]) -> tuple[list[int], int | None, list[str]]:
-    """Per input, ns to add to its timestamps; the common base; warnings.
+def time_offsets_ns(facts: list[RankFacts]) -> tuple[list[int], int | None, list[str], str]:
+    """Per input, ns to add to its timestamps; the common base; warnings; how it was aligned.
 
     Kineto's ``ts`` are relative to ``baseTimeNanoseconds``; shifting by the
-    difference to the smallest base puts every rank on one clock.
+    difference to the smallest base puts every rank on one clock.  Older
+    traces have no base and absolute epoch-microsecond ``ts``: they are on
+    that clock already (shifted by minus the common base when other ranks
+    have one).  Only files with neither can be misaligned: one warning says
+    how many.
     """
+    clocks = [fact.clock for fact in facts]
     bases = [fact.base_time for fact in facts if fact.base_time is not None]
     common = min(bases) if bases else None
-    warnings = [f"{fact.path}: no integer baseTimeNanoseconds; aligned at offset 0" for fact in facts
-                if fact.base_time is None]
-    return [0 if fact.base_time is None else fact.base_time - common for fact in facts], common, warnings
+    offsets = [fact.base_time - common if clock == "base" else -common if clock == "absolute" and common else 0
+               for fact, clock in zip(facts, clocks)]
+    unaligned = clocks.count("relative")
+    warnings = [f"{unaligned} of {len(facts)} files have neither baseTimeNanoseconds nor absolute timestamps; "
+                "their times are taken as they are and may not line up with the other ranks"] if unaligned else []
+    kinds = [name for clock, name in (("base", "baseTimeNanoseconds"), ("absolute", "absolute timestamps"))
+             if clock in clocks]
+    alignment = " and ".join(kinds) + (" (some files: none)" if unaligned else "") if kinds else \
+        "none (no baseTimeNanoseconds, relative timestamps)"
+    return offsets, common, warnings, alignment
 
 
 def fresh_pids(facts_in_pp_order: list[RankFacts]) -> list[dict]:
@@ -110,10 +132,13 @@ class EventRewrite:
         """The merged form of ``event`` (changed in place), or None to drop it."""
         if event.get("ph") == "M":
             name = event.get("name")
-            if name == "process_sort_index":
-                return None  # replaced by the merge's own ordering of ranks
+            if name in REPLACED_METADATA:
+                return None  # the merge names and orders every process itself (process_metadata)
+            pid = event.get("pid")
+            if pid.__class__ is int and pid not in self.pid_map:
+                return None  # a placeholder process: metadata and no events
             args = event.get("args")
-            if name in NAMED_METADATA and isinstance(args, dict) and isinstance(args.get("name"), str):
+            if name == "thread_name" and isinstance(args, dict) and isinstance(args.get("name"), str):
                 args["name"] = self.prefix + args["name"]
         pid = event.get("pid")
         if pid.__class__ is int:
@@ -151,14 +176,18 @@ def _shifted(value: object, offset_us: Decimal) -> Decimal:
     return Decimal(repr(value)) + offset_us if value.__class__ is float else Decimal(value) + offset_us
 
 
-def process_metadata(pid_map: dict, gpu_pids: set, pp_rank: int | None, rank: int) -> list[dict]:
-    """``process_name`` and ``process_sort_index`` for each of a rank's processes."""
+def process_metadata(fact: RankFacts, pid_map: dict, pp_rank: int | None) -> list[dict]:
+    """The one ``process_name`` (the input's name as a suffix) and the
+    ``process_sort_index`` of each of a rank's processes."""
     events = []
-    who = f"PP rank {pp_rank} (global rank {rank})" if pp_rank is not None else f"rank {rank}"
-    order = pp_rank if pp_rank is not None else rank
+    who = f"PP rank {pp_rank} (global rank {fact.rank})" if pp_rank is not None else f"rank {fact.rank}"
+    order = pp_rank if pp_rank is not None else fact.rank
     for index, (old_pid, new_pid) in enumerate(sorted(pid_map.items(), key=lambda item: item[1])):
-        role = "GPU" if old_pid in gpu_pids else f"process {old_pid}"
-        events.append({"name": "process_name", "ph": "M", "pid": new_pid, "tid": 0, "args": {"name": f"{who} | {role}"}})
+        name = f"{who} | " + ("GPU" if old_pid in fact.gpu_pids else f"process {old_pid}")
+        own = fact.process_names.get(old_pid)
+        if isinstance(own, str) and own:
+            name += f" | {own}"
+        events.append({"name": "process_name", "ph": "M", "pid": new_pid, "tid": 0, "args": {"name": name}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": new_pid, "tid": 0,
                        "args": {"sort_index": order * 1000 + index}})
     return events

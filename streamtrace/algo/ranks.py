@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 _RANK_IN_NAME = re.compile(r"\brank\s*[:#]?\s*(\d+)", re.IGNORECASE)
-_RANK_IN_FILE_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_RANK_IN_FILE_NAME = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
 PP_GROUP_NAMES = ("torchtitan_real_pp",)
 PP_GROUP_DESCS = ("mesh_pp",)
 
@@ -27,7 +27,8 @@ def rank_from_args(args: object) -> int | None:
 
 
 def rank_from_file_name(path: str) -> int | None:
-    """The global rank a file name states (``rank3_trace.json``, ``host_rank-3.pt.trace.json``)."""
+    """The global rank a file name states (``rank3_trace.json``, ``host_rank-3.pt.trace.json``,
+    ``worker3_step_12.pt.trace.json``)."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
     match = _RANK_IN_FILE_NAME.search(name)
     return int(match.group(1)) if match else None

@@ -47,7 +47,7 @@ from ..errors import TraceError
 from ..io.configfiles import load_rules
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
-from ..io.reader import dumps_event, event_loader
+from ..io.reader import ReadStats, dumps_event, event_loader
 from ..io.sink import OutputTarget, SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import parked
@@ -65,6 +65,8 @@ TID_GAP = 1000
 TID_LIMIT = 2**31
 STREAM_IDS = ("slice_stream", "note_stream", "flow_stream", "meta_stream")  # the index's arrays of stream ids
 LABEL_IDS = ("slice_label", "note_name")  # its arrays of label ids (-1: none)
+NO_STREAM_ARG, STREAM_ARG, ORIGINAL_KEPT = range(3)  # a slice's args.stream: none, an integer, one with
+# args.original_stream already (a compacted trace compacted again: the first original stays)
 PASS_1_CLOSURES = ("visit", "_rebind")  # the hot loop and its rebinder (CompactIndex._make_visit)
 PART_ARRAYS = ("actions",) + STREAM_IDS + LABEL_IDS + (
     "slice_start", "slice_end", "slice_group", "slice_stream_arg", "note_start", "note_end", "note_identity",
@@ -106,7 +108,7 @@ class CompactIndex:
         self.flow_stream = array("H")
         self.flow_ts = array("d")
         self.meta_stream = array("H")
-        self.slice_stream_arg = bytearray()  # per slice: 1 when args.stream is an integer
+        self.slice_stream_arg = bytearray()  # per slice: NO_STREAM_ARG, STREAM_ARG or ORIGINAL_KEPT
         self.int_tids: set[int] = set()
         self.odd_tid_at = array("q")  # events whose tid is not an integer (or is missing)
         self.graph_launches = 0
@@ -186,7 +188,8 @@ class CompactIndex:
                 args = get("args")
                 if args.__class__ is dict:
                     label = args.get("name")
-                    slice_stream_arg(args.get("stream").__class__ is int)
+                    slice_stream_arg(NO_STREAM_ARG if args.get("stream").__class__ is not int
+                                     else ORIGINAL_KEPT if "original_stream" in args else STREAM_ARG)
                 else:
                     label = None
                     slice_stream_arg(0)
@@ -361,6 +364,7 @@ class Compaction:
     pp_spans: list[Span] = field(default_factory=list)
     pp_tracks: tuple[set, set] = (set(), set())
     arrows: list[Arrow] = field(default_factory=list)
+    original_stream: bool = True  # moved slices keep their old stream as args.original_stream
 
     def new_events(self) -> Iterator[dict]:
         """Per-kernel annotation spans, lane and track metadata, PP arrows."""
@@ -405,11 +409,13 @@ PLAN_MMAP_THRESHOLD = 4 << 20  # while indexing and planning, buffers from this 
 @gc_paused()
 @buffers_from_os(PLAN_MMAP_THRESHOLD)  # the plan's numpy scratch must not stay resident
 def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: bool = True,
-                    local_arrows: bool = True, strict: bool = False) -> Compaction:
+                    local_arrows: bool = True, strict: bool = False, original_stream: bool = True) -> Compaction:
     """Between the passes: lanes, tids, annotation and flow moves, new events.
 
     With ``pp_flows`` the PP spans are collected, and with ``local_arrows``
     too the rank-local arrows are made (``merge`` makes all arrows itself).
+    With ``original_stream`` each moved slice keeps its stream as
+    ``args.original_stream``.
 
     The work runs in numpy over views of the index's arrays (see
     :mod:`streamtrace.algo.lanes`), ordered so that each array only the plan
@@ -471,7 +477,7 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
         "cuda_graph_launches": index.graph_launches,
     }
     compaction = Compaction(lane_tid, note_tid, note_drop, note_union, flow_tid, meta_drop, summary, kernel_runs,
-                            index.label_names, lane_info, note_track, used_tracks)
+                            index.label_names, lane_info, note_track, used_tracks, original_stream=original_stream)
     if pp_flows:
         compaction.pp_tracks = _pp_tracks(rules, lane_info, note_track)
         compaction.pp_spans = _pp_spans(index, mapped, note_tid, note_drop, note_union, kernel_runs, lane_info,
@@ -770,9 +776,7 @@ class CompactPlan(EmitPlan):
         for ordinal, position, tid in zip(itertools.count(s0), slice_at, lanes):
             check(lines[position], ordinal)
             new_tids[position] = tid
-        with_stream = self._index.slice_stream_arg[s0:s0 + len(slice_at)]
-        if not swap_in_lines(lines, list(itertools.compress(slice_at, with_stream)), _STREAM_KEY,
-                             lambda numbers: map(b'"stream":%d'.__mod__, itertools.compress(lanes, with_stream))):
+        if not self._swap_stream_args(lines, slice_at, lanes, self._index.slice_stream_arg[s0:s0 + len(slice_at)]):
             return None
         for position, tid in zip(positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
             new_tids[position] = tid
@@ -796,6 +800,21 @@ class CompactPlan(EmitPlan):
             for position in drop:
                 keep[position] = 0
         return MovedBlock(lines, new_tids, keep, lambda: self._skip(counts))
+
+    def _swap_stream_args(self, lines: list[bytes], slice_at: list[int], lanes: array, kinds: bytearray) -> bool:
+        """``args.stream`` of the block's slices set to their lanes, the old
+        number kept as ``args.original_stream`` (unless one is there, or the
+        compaction leaves it out); False when a line does not allow it."""
+        for kind in (STREAM_ARG, ORIGINAL_KEPT):
+            chosen = [found == kind for found in kinds]
+            new = itertools.compress(lanes, chosen)
+            if kind == STREAM_ARG and self.compaction.original_stream:
+                convert = lambda numbers, new=new: map(_STREAM_AND_ORIGINAL.__mod__, zip(new, numbers))  # noqa: E731
+            else:
+                convert = lambda numbers, new=new: map(b'"stream":%d'.__mod__, new)  # noqa: E731
+            if not swap_in_lines(lines, list(itertools.compress(slice_at, chosen)), _STREAM_KEY, convert):
+                return False
+        return True
 
     def _bases(self, first: int, end: int) -> tuple[dict[int, int], dict[int, int]]:
         """Each kind's ordinal at event ``first`` and its count in the block;
@@ -824,13 +843,19 @@ class CompactPlan(EmitPlan):
         if times is None and type(old_tid) is int:
             spliced = _splice(line, b'"tid":%d,' % old_tid, b'"tid":%d,' % tid)
             if spliced is not None and stream:
-                spliced = _splice(spliced, b'"stream":%d,' % old_tid, b'"stream":%d,' % tid)
+                if self.compaction.original_stream and b'"original_stream":' not in spliced:
+                    spliced = _splice(spliced, b'"stream":%d,' % old_tid, _STREAM_AND_ORIGINAL % (tid, b"%d" % old_tid)
+                                      + b",")
+                else:
+                    spliced = _splice(spliced, b'"stream":%d,' % old_tid, b'"stream":%d,' % tid)
             if spliced is not None:
                 return spliced
         event = self._loads(line)
         event["tid"] = tid
         args = event.get("args")
         if stream and isinstance(args, dict) and "stream" in args:
+            if self.compaction.original_stream and type(args["stream"]) is int:
+                args.setdefault("original_stream", args["stream"])
             args["stream"] = tid
         if times is not None:
             event["ts"], event["dur"] = times
@@ -917,6 +942,7 @@ class MovedBlock:
 
 _TID_KEY = field_pattern(b'"tid":')
 _STREAM_KEY = field_pattern(b'"stream":')
+_STREAM_AND_ORIGINAL = b'"stream":%d,"original_stream":%s'  # the lane, then the old number's text
 
 
 _TS_FIELD = re.compile(rb'"ts":(-?[0-9][0-9.eE+-]*)[,}]')
@@ -936,6 +962,15 @@ def _splice(line: bytes, old: bytes, new: bytes) -> bytes | None:
     return parts[0] + new + parts[1]
 
 
+def no_slices_notice(stats: ReadStats) -> str:
+    """Why nothing was compacted; a salvaged input usually lost its GPU events."""
+    notice = "no GPU kernel/memcpy/memset slices: trace passed through unchanged"
+    if stats.truncated:
+        notice += ("; the input was cut off and --salvage kept its first part, but the profiler writes GPU "
+                   "events last, so a cut trace often has none")
+    return notice
+
+
 def compact(
     src: SourceSpec,
     dst: SinkSpec | None = None,
@@ -943,6 +978,7 @@ def compact(
     rules: str | None = None,
     pp_flows: bool = True,
     strict: bool = False,
+    original_stream: bool = True,
     overwrite: bool = False,
     compress: str | None = None,
     level: int | None = None,
@@ -953,7 +989,8 @@ def compact(
 ) -> dict:
     """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary.
 
-    ``jobs``: busy processes (see :func:`~streamtrace.engine.jobs.resolve_jobs`).
+    ``jobs``: busy processes (see :func:`~streamtrace.engine.jobs.resolve_jobs`);
+    ``original_stream``: keep each moved slice's stream as ``args.original_stream``.
     """
     started = time.perf_counter()
     processes = resolve_jobs(jobs)
@@ -970,12 +1007,12 @@ def compact(
         try:
             if not index.slice_start:
                 plan: EmitPlan = EmitPlan()
-                summary = {"notice": "no GPU kernel/memcpy/memset slices: trace passed through unchanged",
-                           "measured_slices": 0}
+                summary = {"notice": no_slices_notice(result.stats), "measured_slices": 0}
             else:
                 index.release()  # (pass 1's closures, which hold the arrays to park)
                 with parked(index, PASS_2_ONLY, spool_dir):
-                    compaction = plan_compaction(index, members, pp_flows=pp_flows, strict=strict)
+                    compaction = plan_compaction(index, members, pp_flows=pp_flows, strict=strict,
+                                                 original_stream=original_stream)
                 plan = CompactPlan(index, compaction, result.stats.exact_numbers)
                 summary = compaction.summary
         except BaseException:

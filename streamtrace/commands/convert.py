@@ -20,7 +20,10 @@ from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
 from ..resources import peak_rss_mb
 
-_KEPT = struct.Struct("<QQ")  # events kept and dropped in a batch the child sends
+
+def _counts_struct(categories: int) -> struct.Struct:
+    """Events kept in a batch the child sends, then those dropped per category."""
+    return struct.Struct(f"<{1 + categories}Q")
 
 
 def _not_rewindable() -> TraceError:
@@ -48,13 +51,14 @@ def convert(
     """
     started = time.perf_counter()
     dropped_cats = frozenset(drop_categories)
+    position = {cat: n for n, cat in enumerate(sorted(dropped_cats))}  # a dropped category's counter
     processes = resolve_jobs(jobs)
     with InputSource(src, spool_dir=spool_dir) as source:
         target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
         meter = Progress(source.size, enabled=progress)
 
-        def attempt(reader: TraceReader) -> tuple[int, int, ReadStats]:
-            dropped = 0
+        def attempt(reader: TraceReader) -> tuple[int, list[int], ReadStats]:
+            dropped = [0] * len(position)
             writer = None
             event = None
             with target.open() as out:
@@ -62,8 +66,8 @@ def convert(
                     for event in reader.events():
                         if writer is None:
                             writer = TraceWriter(out, reader.stats.header)
-                        if event.get("cat") in dropped_cats:
-                            dropped += 1
+                        if (cat := event.get("cat")) in dropped_cats:
+                            dropped[position[cat]] += 1
                         else:
                             writer.event(dumps_event(event))
                 except TypeError:
@@ -79,7 +83,7 @@ def convert(
                 return writer.events_written, dropped, reader.stats
 
         if processes > 1 and parseproc.available(source):
-            run = _in_child(source, target, dropped_cats, salvage, meter)
+            run = _in_child(source, target, position, salvage, meter)
             written, dropped, stats = retrying(source, run, meter)
         else:
             written, dropped, stats = read_with_retries(source, attempt, salvage=salvage, progress=meter)
@@ -89,36 +93,49 @@ def convert(
         "output": target.name,
         "output_compression": target.compression,
         "events_written": written,
-        "events_dropped": dropped,
+        "events_dropped": sum(dropped),
         "dropped_categories": sorted(dropped_cats),
+        "dropped_by_category": dict(zip(position, dropped)),
+        "warnings": [f"--drop-cat {cat}: no event has this category" for cat, count in zip(position, dropped)
+                     if not count],
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
 
 
-def _in_child(source: InputSource, target: OutputTarget, dropped_cats: frozenset, salvage: bool,
+def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int], salvage: bool,
               meter: Progress):
     """One reading in ``mode`` with a parsing child: it drops and encodes,
     this process only writes."""
+    counts = _counts_struct(len(position))
 
     def encode(events: list, first: int) -> tuple[bytes, None]:
-        kept = [event for event in events if event.get("cat") not in dropped_cats] if dropped_cats else events
+        gone = [0] * len(position)
+        if position:
+            kept = []
+            for event in events:
+                at = position.get(event.get("cat"))
+                if at is None:
+                    kept.append(event)
+                else:
+                    gone[at] += 1
+        else:
+            kept = events
         lines = dumped_batch(kept, first)[1] if kept else b""
-        return _KEPT.pack(len(kept), len(events) - len(kept)) + bytes(lines), None
+        return counts.pack(len(kept), *gone) + bytes(lines), None
 
-    def run(mode: ReadMode) -> tuple[int, int, ReadStats]:
+    def run(mode: ReadMode) -> tuple[int, list[int], ReadStats]:
         with target.open() as out:
             writers: list[TraceWriter] = []
-            dropped = 0
+            dropped = [0] * len(position)
 
             def on_header(members: list) -> None:
                 writers.append(TraceWriter(out, members))
 
             def on_batch(payload: memoryview) -> None:
-                nonlocal dropped
-                kept, gone = _KEPT.unpack_from(payload)
-                writers[0].events(JoinedLines(bytes(payload[_KEPT.size:]), kept))
-                dropped += gone
+                kept, *gone = counts.unpack_from(payload)
+                writers[0].events(JoinedLines(bytes(payload[counts.size:]), kept))
+                dropped[:] = map(int.__add__, dropped, gone)
 
             try:
                 stats = parseproc.parse_in_child(source, mode, None, on_batch, salvage=salvage, progress=meter,

@@ -11,6 +11,7 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Callable, Iterable
 
+from ..algo.busy import BusyTime
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args, rank_from_process_name
@@ -28,6 +29,10 @@ ANNOTATION_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation"})
 
 GPU_SIDE_CATEGORIES = GPU_CATEGORIES | {"gpu_user_annotation"}
 PP_PREFIXES = ("PP:", "Forward ", "Backward ")
+KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
+KERNEL_NAMES = 100_000
+OTHER_KERNELS = "(other kernel names)"
+TOP_KERNELS = 10
 
 
 class InspectVisitor:
@@ -56,6 +61,8 @@ class InspectVisitor:
         self.pp_counts: dict[tuple, int] = defaultdict(int)
         self.span = [float("inf"), float("-inf")]
         self.bad_ts = 0
+        self.busy: dict[object, BusyTime] = {}
+        self.kernels: dict[object, list] = {}  # name -> [count, total dur], at most KERNEL_NAMES names
         handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
         handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
         handlers.update({cat: self._annotation for cat in ANNOTATION_CATEGORIES})
@@ -120,6 +127,9 @@ class InspectVisitor:
     def _gpu(self, event: dict) -> None:
         pid = event.get("pid")
         self.streams[pid].add(event.get("tid"))
+        ts, dur = event.get("ts"), event.get("dur")
+        if event.get("ph") == "X" and ts.__class__ in NUMBER_TYPES and dur.__class__ in NUMBER_TYPES and dur >= 0:
+            self._time_slice(pid, event, float(ts), float(dur))
         args = event.get("args")
         if args.__class__ is not dict:
             return
@@ -130,6 +140,23 @@ class InspectVisitor:
             self.graph_gpu[(pid, correlation)] += 1
         elif correlation not in self.any_launch:
             self._defer(pid, correlation)
+
+    def _time_slice(self, pid: object, event: dict, ts: float, dur: float) -> None:
+        """Busy time of the pid; count and total time of a kernel's name."""
+        busy = self.busy.get(pid)
+        if busy is None:
+            busy = self.busy[pid] = BusyTime()
+        busy.add(ts, ts + dur)
+        if event.get("cat") in KERNEL_CATEGORIES:
+            name = event.get("name")
+            name = name if name.__class__ is str else str(name)
+            stats = self.kernels.get(name)
+            if stats is None:
+                if len(self.kernels) >= KERNEL_NAMES:  # hostile input: one name per kernel
+                    name = OTHER_KERNELS
+                stats = self.kernels.setdefault(name, [0, 0.0])
+            stats[0] += 1
+            stats[1] += dur
 
     def _defer(self, pid: object, correlation: object) -> None:
         """A GPU event seen before any launch with its id: settle at the end."""
@@ -205,10 +232,13 @@ def _pid_order(pid: object) -> tuple:
 
 
 def _pid_facts(visitor: InspectVisitor) -> dict[object, tuple[int, str]]:
-    """Event count and role of each pid, from the (ph, cat, pid) counters."""
+    """Event count and role of each pid that has events other than metadata
+    (Kineto names a placeholder process for every GPU of the machine)."""
     events: dict[object, int] = defaultdict(int)
     roles: dict[object, str] = {}
-    for (_, cat, pid), count in visitor.counts.items():
+    for (ph, cat, pid), count in visitor.counts.items():
+        if ph == "M":
+            continue
         events[pid] += count
         if cat in GPU_SIDE_CATEGORIES:
             roles[pid] = "GPU"
@@ -257,6 +287,51 @@ def _collisions(visitor: InspectVisitor, ranks: dict) -> dict:
     }
 
 
+def _devices(members: list) -> dict:
+    """The GPUs ``deviceProperties`` lists: how many, and how many of each name."""
+    listed = member_value(members, "deviceProperties")
+    names: dict[str, int] = defaultdict(int)
+    for device in listed if isinstance(listed, list) else []:
+        if isinstance(device, dict):
+            names[str(device.get("name", "unnamed"))] += 1
+    return {"count": sum(names.values()), "names": dict(names)}
+
+
+def _gpu_busy(visitor: InspectVisitor) -> dict[str, dict]:
+    """Per GPU pid: the union of its slices, against the time from its first slice to its last end."""
+    busy = {}
+    for pid, times in sorted(visitor.busy.items(), key=lambda item: _pid_order(item[0])):
+        total, span = times.total(), times.last - times.first
+        busy[str(pid)] = {"busy_us": round(total, 3), "span_us": round(span, 3),
+                          "busy_percent": round(100 * total / span, 1) if span > 0 else None,
+                          "slices": times.slices, "slices_out_of_order": times.late}
+    return busy
+
+
+def _top_kernels(visitor: InspectVisitor) -> list[dict]:
+    ranked = sorted(visitor.kernels.items(), key=lambda item: (-item[1][1], item[0]))[:TOP_KERNELS]
+    return [{"name": name, "count": count, "total_us": round(total, 3), "mean_us": round(total / count, 3)}
+            for name, (count, total) in ranked]
+
+
+def _warnings(visitor: InspectVisitor, stats: ReadStats) -> list[str]:
+    if stats.truncated and not visitor.streams:
+        return ["the input was cut off and --salvage kept its first part, which holds no GPU events: the "
+                "profiler writes them last"]
+    return []
+
+
+def _hints(collisions: dict) -> list[str]:
+    across_ranks, across_pids = collisions["ids_shared_across_ranks"], collisions["ids_shared_across_pids"]
+    if across_ranks:
+        return [f"{across_ranks:,} correlation ids are shared across ranks: tools that link by id alone mix the "
+                "ranks up; run streamtrace relink to make them unique"]
+    if across_pids:
+        return [f"{across_pids:,} correlation ids are launched by several processes (several ranks in one file?): "
+                "run streamtrace relink, which tells the ranks apart and makes the ids unique"]
+    return []
+
+
 def _number(value: object) -> float | None:
     if isinstance(value, (int, float, Decimal)) and value not in (float("inf"), float("-inf")):
         return float(value)
@@ -281,6 +356,7 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
             entry["gpu_streams"] = len(visitor.streams[pid])
         pids.append(entry)
     first, last = _number(visitor.span[0]), _number(visitor.span[1])
+    collisions = _collisions(visitor, ranks)
     return {
         "top_level_keys": [key for key, _ in stats.header] + ["traceEvents"] + [key for key, _ in stats.trailer],
         "events_by_ph_cat": _by_kind(visitor),
@@ -289,12 +365,17 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
         "gpu_streams": {str(pid): sorted(streams, key=str) for pid, streams in visitor.streams.items()},
         "runtime_launches": visitor.launch_count,
         "graph_launches": _graph_summary(visitor, ranks),
-        "correlation_collisions": _collisions(visitor, ranks),
+        "correlation_collisions": collisions,
         "pp_annotations": {f"{side}/{op}": n for (side, op), n in sorted(visitor.pp_counts.items())},
         "time_span_us": {"first_ts": first, "last_end": last,
                          "duration": None if first is None or last is None else round(last - first, 3)},
         "events_without_numeric_ts": visitor.bad_ts,
         "base_time_ns": member_value(members, "baseTimeNanoseconds"),
+        "devices": _devices(members),
+        "gpu_busy": _gpu_busy(visitor),
+        "top_kernels": _top_kernels(visitor),
+        "hints": _hints(collisions),
+        "warnings": _warnings(visitor, stats),
     }
 
 

@@ -15,7 +15,6 @@ import glob
 import os
 import pickle
 import re
-import sys
 import tempfile
 import time
 from array import array
@@ -56,15 +55,18 @@ from ..errors import TraceError
 from ..io.configfiles import load_rules
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
-from ..io.reader import ReadStats, dumps_event, event_loader
+from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
+from ..kineto import NUMBER_TYPES
 from ..resources import frozen_heap, peak_rss_mb
 from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
+from .mergedindex import MergedIndex, resolve
 
-RANK_TRACE_NAME = re.compile(r"^(rank\d+_trace\.json|.*rank\D*\d+.*\.pt\.trace\.json)(\.gz|\.zst)?$", re.IGNORECASE)
+TRACE_SUFFIX = re.compile(r"\.json(\.gz|\.zst)?$", re.IGNORECASE)
+OWN_OUTPUT = re.compile(r"_(compacted|relinked)\.json")  # what compact and relink write beside their input
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
@@ -77,10 +79,7 @@ def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
     files: list[str] = []
     for spec in map(os.fspath, specs):
         if os.path.isdir(spec):
-            found = sorted(os.path.join(spec, name) for name in os.listdir(spec) if RANK_TRACE_NAME.match(name))
-            if not found:
-                raise TraceError("no rank<N>_trace.json[.gz|.zst] or *rank*<N>*.pt.trace.json* files", path=spec)
-            files.extend(found)
+            files.extend(rank_files_in(spec))
         elif glob.has_magic(spec):
             found = sorted(glob.glob(spec))
             if not found:
@@ -95,6 +94,33 @@ def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
             raise TraceError(f"the same file is given twice: {seen[real]} and {path}")
         seen[real] = path
     return files
+
+
+def rank_files_in(directory: str) -> list[str]:
+    """The traces in ``directory`` whose rank is known: from the name
+    (``rank<N>``, ``worker<N>``), else from ``distributedInfo.rank`` in the
+    file's header; when none is, the error lists what was there."""
+    traces = sorted(name for name in os.listdir(directory) if TRACE_SUFFIX.search(name)
+                    and not OWN_OUTPUT.search(name) and os.path.isfile(os.path.join(directory, name)))
+    found = [os.path.join(directory, name) for name in traces
+             if rank_from_file_name(name) is not None or header_rank(os.path.join(directory, name)) is not None]
+    if not found:
+        seen = ", ".join(sorted(os.listdir(directory))[:8]) or "nothing"
+        raise TraceError(f"no trace here states its rank (rank<N> or worker<N> in the name, or distributedInfo.rank); "
+                         f"seen: {seen}; give the files or a glob, e.g. '{directory.rstrip(os.sep)}/*.json*'",
+                         path=directory)
+    return found
+
+
+def header_rank(path: str) -> int | None:
+    """``distributedInfo.rank`` when the file's header states it (None for anything unreadable)."""
+    try:
+        with InputSource(path) as source:
+            info = member_value(header_members(source.open()), "distributedInfo")
+    except (TraceError, OSError):
+        return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if type(rank) is int else None
 
 
 def parse_rank_list(text: str) -> set[int]:
@@ -122,17 +148,25 @@ class MergeIndex(CompactIndex):
 
     def __init__(self, rules) -> None:
         super().__init__(rules)
-        self.pids: dict = {}
+        self.pids: dict = {}  # pid -> has events other than metadata
+        self.process_names: dict = {}
         self.correlated = bytearray()
         self.flows_with_id = bytearray()
         self.decode_at = array("q")
         self._largest = [0]
         self._irregular = [0]
+        self._first_ts: list = [None]
+        self.rank_evidence: MergedIndex | None = MergedIndex()  # as relink sees it: one file, one rank?
         self.visit = self._with_ids(self.visit)
 
     @property
     def max_id(self) -> int:
         return self._largest[0]
+
+    @property
+    def first_ts(self) -> float | None:
+        """The ts of the first event that has a number as ts."""
+        return self._first_ts[0]
 
     @property
     def regular(self) -> bool:
@@ -141,18 +175,32 @@ class MergeIndex(CompactIndex):
 
     def _with_ids(self, compact_visit: Callable[[dict], None]) -> Callable[[dict], None]:
         pids, largest, irregular, correlated = self.pids, self._largest, self._irregular, self.correlated
+        first_ts, process_names = self._first_ts, self.process_names
+        # the rank evidence's handlers called directly (its own visit would cost a call per event and
+        # record pass-2 actions merge does not use)
+        rank_handlers, rank_metadata = self.rank_evidence.handlers, self.rank_evidence.metadata
         mark_correlated, mark_flow, mark_decode = correlated.append, self.flows_with_id.append, self.decode_at.append
 
         def visit(event: dict) -> None:
             compact_visit(event)
             get = event.get
             pid = get("pid")
-            if pid not in pids:
-                pids[pid] = None
             phase = get("ph")
+            rank_handler = rank_handlers.get(get("cat"))
+            if rank_handler is not None:
+                rank_handler(event)
+            if first_ts[0] is None and get("ts").__class__ in NUMBER_TYPES:
+                first_ts[0] = get("ts")
             if phase == "M":
                 mark_decode(len(correlated))
-            elif (pid is None or get("ts") is None) and ("pid" not in event or "ts" not in event):
+                rank_metadata(event)
+                if pid not in pids:
+                    pids[pid] = False
+                if get("name") == "process_name" and (args := get("args")).__class__ is dict:
+                    process_names[pid] = args.get("name")
+            elif pids.get(pid) is not True:
+                pids[pid] = True
+            if phase != "M" and (pid is None or get("ts") is None) and ("pid" not in event or "ts" not in event):
                 irregular[0] += 1
             args = get("args")
             correlation = args.get("correlation") if args.__class__ is dict else None
@@ -209,6 +257,7 @@ class _Parked:
 @dataclass(frozen=True)
 class _PhaseOneOptions:
     compact: bool
+    original_stream: bool
     pp_flows: bool
     rules: str | None
     spool_dir: str | None
@@ -235,11 +284,13 @@ def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
 def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> RankIndex:
     index: MergeIndex = result.visitor  # type: ignore[assignment]
     members = result.stats.header + result.stats.trailer
+    _refuse_several_ranks(path, index, members)
     planned = time.perf_counter()
     compaction = None
     if options.compact and index.slice_start:
         try:
-            compaction = plan_compaction(index, members, pp_flows=options.pp_flows, local_arrows=False)
+            compaction = plan_compaction(index, members, pp_flows=options.pp_flows, local_arrows=False,
+                                         original_stream=options.original_stream)
         except TraceError as exc:
             raise exc.located(path)
     spans, tracks = _pp_spans(index, compaction) if options.pp_flows else ([], (set(), set()))
@@ -247,8 +298,9 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> Ran
     rank, rank_source = _rank_of(path, info)
     base = member_value(members, "baseTimeNanoseconds")
     gpu_pids = {index.stream_keys[stream][0] for stream in set(index.slice_stream)}
-    facts = RankFacts(path, rank, base if type(base) is int else None, pp_group_ranks(info), list(index.pids),
-                      gpu_pids, index.max_id)
+    busy = [pid for pid, has_events in index.pids.items() if has_events]  # placeholders (metadata only) go
+    facts = RankFacts(path, rank, base if type(base) is int else None, pp_group_ranks(info), busy,
+                      gpu_pids, index.max_id, index.first_ts, index.process_names)
     handle, state_path = tempfile.mkstemp(prefix="streamtrace-rank-", suffix=".pickle", dir=options.spool_dir)
     with os.fdopen(handle, "wb") as state:
         pickle.dump(_Parked(index, compaction, result.spool, result.stats), state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -258,6 +310,16 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> Ran
         round(result.seconds, 3), round(time.perf_counter() - planned, 3),
         info.get("backend") if isinstance(info, dict) else None, result.stats.as_dict(),
     )
+
+
+def _refuse_several_ranks(path: str, index: MergeIndex, members: list[RawMember]) -> None:
+    """A file that already merges ranks would enter the merge as one rank
+    (its ranks' ids colliding, a rank twice): refuse it."""
+    found = resolve(index.rank_evidence, members).ranks_for_certain()
+    index.rank_evidence = None  # not parked: only this answer was needed
+    if len(found) > 1:
+        raise TraceError(f"holds several ranks ({', '.join(map(str, found))}), found per pid as relink finds them; "
+                         "merge takes one file per rank: run 'streamtrace split' on it first", path=path)
 
 
 def _rank_of(path: str, info: object) -> tuple[int, str]:
@@ -457,6 +519,7 @@ def merge(
     dst: SinkSpec | None = None,
     *,
     compact: bool = True,
+    original_stream: bool = True,
     pp_flows: bool = True,
     jobs: int | str | None = None,
     ranks: str | set[int] | None = None,
@@ -478,7 +541,7 @@ def merge(
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
-    options = _PhaseOneOptions(compact, pp_flows, rules, spool_dir, salvage)
+    options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, spool_dir, salvage)
     processes = resolve_jobs(jobs)
     indexed = _phase_one(files, options, processes, progress)
     try:
@@ -544,9 +607,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
     pp_ranks, pipelines, order_source = pp_order(facts)
-    offsets, common_base, warnings = time_offsets_ns(facts)
-    for warning in warnings:
-        print(f"streamtrace: warning: {warning}", file=sys.stderr)
+    offsets, common_base, warnings, alignment = time_offsets_ns(facts)
     order = sorted(range(len(indexed)), key=lambda n: (pp_ranks[n], facts[n].rank))
     pid_maps = dict(zip(order, fresh_pids([facts[n] for n in order])))
     multiplier = shared_multiplier(facts)
@@ -567,8 +628,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     meter = Progress(None, enabled=progress)
     written = 0
     pass2_started = time.perf_counter()
-    extras = {n: process_metadata(pid_maps[n], facts[n].gpu_pids, pp_ranks[n] if has_pp else None, facts[n].rank)
-              for n in order}
+    extras = {n: process_metadata(facts[n], pid_maps[n], pp_ranks[n] if has_pp else None) for n in order}
     with target.open() as out:
         writer = TraceWriter(out, _replace_members(first.header, replacements))
         if jobs == 1:
@@ -587,7 +647,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
         "ranks": len(indexed),
         "events_read": sum(entry.events for entry in indexed),
         "events_written": written,
-        "time_alignment": "baseTimeNanoseconds" if common_base is not None else "none (no baseTimeNanoseconds)",
+        "time_alignment": alignment,
         "time_offsets_us": {str(facts[n].rank): offsets[n] / 1000 for n in range(len(indexed))},
         "pp_order": order_source,
         "pp_ranks": [{"pp_rank": pp_ranks[n], "global_rank": facts[n].rank, "file": facts[n].path,

@@ -110,7 +110,7 @@ class MergedIndex:
         """The per-event hot loop: one dict lookup and one byte for most events."""
         handlers = self.handlers
         record = self.actions.append
-        metadata = self._metadata
+        metadata = self.metadata
 
         def visit(event: dict) -> None:
             handler = handlers.get(event.get("cat"))
@@ -178,7 +178,8 @@ class MergedIndex:
         self.ac2g_flows += 1
         return AC2G
 
-    def _metadata(self, event: dict) -> int:
+    def metadata(self, event: dict) -> int:
+        """A metadata event: the rank a ``process_name`` states."""
         if event.get("name") == "process_name":
             args = event.get("args")
             rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
@@ -234,6 +235,15 @@ class Resolved:
             "duplicate_launch_ids": links.duplicate_launch_ids,
             "graph_launches": self.graph_summary(),
         }
+
+    def ranks_for_certain(self) -> list[int]:
+        """The ranks the file certainly holds: stated on a pid (``args.rank``,
+        ``process_name``), or found for launches whose GPU work is linked to
+        them (a stray CPU process or an unpaired GPU pid alone proves no rank)."""
+        stated = {rank for rank, rule in zip(self.ranks.ranks, self.ranks.rules)
+                  if rank >= 0 and rule in ("args.rank", "process_name")}
+        linked = {self.launch_bucket[launch] for launch in self.links.launch_of_gpu if launch != NO_LAUNCH}
+        return sorted(stated | {rank for rank in linked if rank >= 0})
 
     def launches_with_gpu_work(self) -> bytearray:
         """1 for each launch that some GPU event links to."""

@@ -336,6 +336,7 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
     (``merge`` writes several spools into one writer).  Deletes the spool."""
     if spool is None:
         raise ValueError("emit_pass needs an index pass run with keep_events=True")
+    total = None if plan.actions is None else len(plan.actions)
     try:
         read = 0
         if workers is None:
@@ -343,13 +344,13 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
                 writer.events(plan.lines(block, read))
                 read += len(block)
                 if progress is not None:
-                    progress.update("pass 2", None, read)
+                    progress.update("pass 2", None, read, total)
         else:
             for text, written, count in workers.blocks():
                 writer.splice((text,), written)
                 read += count
                 if progress is not None:
-                    progress.update("pass 2", None, read)
+                    progress.update("pass 2", None, read, total)
             plan.skip(0, read)  # this process's counters now stand where the workers' ended
         if plan.actions is not None and read != len(plan.actions):
             raise TraceError(f"validation failed: {read} events spooled, {len(plan.actions)} indexed")

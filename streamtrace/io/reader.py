@@ -208,6 +208,12 @@ _ESCALATE = {
 }
 
 
+def header_members(stream: DecodedStream) -> list[jsonscan.RawMember]:
+    """The top-level members before ``traceEvents``, reading no further
+    (a directory of traces can be sorted by what their headers state)."""
+    return _Feed(stream, ReadMode(), lambda feed: None).prime()[1]
+
+
 class ChunkRefused(Exception):
     """A chunk handed off was not read (its cut was wrong, or it holds what
     only a slower reading can read); ``confirmed`` chunks before it were."""

@@ -120,6 +120,7 @@ class OutputTarget:
         except OSError as exc:
             raise TraceError(f"cannot create a file here: {exc.strerror}", path=self.path) from None
         try:
+            os.fchmod(handle, _permissions_of_a_new_file())  # mkstemp makes 0600: colleagues could not read it
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
                 with _compressed(raw, self.compression, self.level, self.background) as out:
                     yield out
@@ -144,6 +145,13 @@ def default_output(src: object, tag: str) -> str:
         if path.endswith(suffix):
             return path[: -len(suffix)] + tag + suffix
     return path + tag + ".json.gz"
+
+
+def _permissions_of_a_new_file() -> int:
+    """The mode a plain ``open()`` gives a new file: 0666 less the umask."""
+    umask = os.umask(0)  # the only way to read it; set straight back
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def remove_quietly(path: str) -> None:

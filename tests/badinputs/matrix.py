@@ -67,13 +67,13 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("inspect", lambda i, o: ["inspect", "--json", i[0]], output_name=None,
             stdout_argv=lambda i: ["inspect", i[0]]),
-    Command("convert", lambda i, o: ["convert", i[0], o], stdout_argv=lambda i: ["convert", i[0], "-"]),
-    Command("compact", lambda i, o: ["compact", i[0], "-o", o], stdout_argv=lambda i: ["compact", i[0], "-o", "-"]),
-    Command("merge", lambda i, o: ["merge", *i, "-o", o], needs_second_rank=True,
+    Command("convert", lambda i, o: ["convert", "--json", i[0], o], stdout_argv=lambda i: ["convert", i[0], "-"]),
+    Command("compact", lambda i, o: ["compact", "--json", i[0], "-o", o], stdout_argv=lambda i: ["compact", i[0], "-o", "-"]),
+    Command("merge", lambda i, o: ["merge", "--json", *i, "-o", o], needs_second_rank=True,
             stdout_argv=lambda i: ["merge", *i, "-o", "-"]),
-    Command("relink", lambda i, o: ["relink", i[0], "-o", o], stdout_argv=lambda i: ["relink", i[0], "-o", "-"]),
-    Command("split", lambda i, o: ["split", i[0], "-o", o], output_name="split", output_is_dir=True),
-    Command("attribute", lambda i, o: ["attribute", i[0], "-o", o], output_name="kernels.csv",
+    Command("relink", lambda i, o: ["relink", "--json", i[0], "-o", o], stdout_argv=lambda i: ["relink", i[0], "-o", "-"]),
+    Command("split", lambda i, o: ["split", "--json", i[0], "-o", o], output_name="split", output_is_dir=True),
+    Command("attribute", lambda i, o: ["attribute", "--json", i[0], "-o", o], output_name="kernels.csv",
             stdout_argv=lambda i: ["attribute", i[0], "-o", "-"]),
 )
 COMMAND_BY_NAME = {command.name: command for command in COMMANDS}
