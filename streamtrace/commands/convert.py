@@ -38,6 +38,7 @@ def convert(
     overwrite: bool = False,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -49,8 +50,8 @@ def convert(
     started = time.perf_counter()
     dropped_cats = frozenset(drop_categories)
     processes = resolve_jobs(jobs)
-    with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location])
         meter = Progress(source.size, enabled=progress)
 
         def attempt(reader: TraceReader) -> tuple[int, int, ReadStats]:
@@ -84,7 +85,7 @@ def convert(
         else:
             written, dropped, stats = read_with_retries(source, attempt, salvage=salvage, progress=meter)
     return {
-        "input": source.name,
+        **source.describe(),
         **stats.as_dict(),
         "output": target.name,
         "output_compression": target.compression,
