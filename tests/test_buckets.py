@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from bucket_servers import object_server, s3_server
 from conftest import TRACES, events_of, load_json
 
 import streamtrace
+from streamtrace import cli
 from streamtrace.io import remote
 
 pytest.importorskip("aiohttp", reason="the http extra")
@@ -92,7 +94,21 @@ def open_uploads(client) -> list:
 
 
 def run_cli(argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it (a process that imports everything afresh)."""
     return subprocess.run([*CLI, *argv, "-q"], capture_output=True, text=True, timeout=120, env=env or cli_env())
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str, list[str]]:
+    """The CLI's entry point in this process (a subprocess costs a second of imports):
+    exit status, stdout and the lines on stderr."""
+    capsys.readouterr()
+    saved = signal.getsignal(signal.SIGTERM)
+    try:
+        status = cli.main([*argv, "-q"])
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+    out, err = capsys.readouterr()
+    return status, out, err.splitlines()
 
 
 def serve(http, path: str, body: bytes) -> str:
@@ -174,37 +190,41 @@ FAULTS = {  # name -> (served path, body or None, what the one line says)
 
 @pytest.mark.parametrize("fault", FAULTS)
 @JOBS
-def test_http_fault_is_one_line_and_leaves_nothing(fault, jobs, http, tmp_path):
+def test_http_fault_is_one_line_and_leaves_nothing(fault, jobs, http, tmp_path, capsys):
     path, body, says = FAULTS[fault]
     url = serve(http, path, body) if body is not None else http.url(path)
     spool = tmp_path / "spool"
     spool.mkdir()
     out = tmp_path / "out.json"
-    result = run_cli(["compact", url, "-o", str(out), "--spool-dir", str(spool), "-j", jobs])
-    lines = result.stderr.splitlines()
-    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    status, _, lines = run_main(["compact", url, "-o", str(out), "--spool-dir", str(spool), "-j", jobs], capsys)
+    assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith(f"streamtrace: error: {url}: ") and says in lines[0], lines[0]
     assert not out.exists() and os.listdir(spool) == [] and os.listdir(tmp_path) == ["spool"]
 
 
-def test_missing_scheme_package_names_the_extra(tmp_path):
+MISSING = [  # argv, the module made unimportable, what the one line says
+    (["inspect", "https://127.0.0.1:9/x.json"], "aiohttp",
+     "https://127.0.0.1:9/x.json: https:// URLs need the 'http' extra (aiohttp is not installed): "
+     "pip install 'streamtrace[http]'"),
+    (["inspect", "s3://b/x.json"], "s3fs",
+     "s3://b/x.json: s3:// URLs need the 's3' extra (s3fs is not installed): pip install 'streamtrace[s3]'"),
+    (["inspect", "gs://b/x.json"], "gcsfs",
+     "gs://b/x.json: gs:// URLs need the 'gcs' extra (gcsfs is not installed): pip install 'streamtrace[gcs]'"),
+    (["convert", str(SMALL), "s3://b/out.json"], "s3fs",
+     "s3://b/out.json: s3:// URLs need the 's3' extra (s3fs is not installed): pip install 'streamtrace[s3]'"),
+    (["inspect", "s3://b/x.json"], "fsspec",
+     "s3://b/x.json: s3:// URLs need the 's3' extra (fsspec is not installed): pip install 'streamtrace[s3]'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "module", "says"), MISSING, ids=lambda v: v if isinstance(v, str) else None)
+def test_missing_scheme_package_names_the_extra(argv, module, says, tmp_path, monkeypatch, capsys):
     """With the scheme's package unimportable (as when its extra is not
     installed), input and output URLs are refused naming the extra."""
-    cases = [(["inspect", "https://127.0.0.1:9/x.json"], "aiohttp", "https:// URLs need the 'http' extra "
-              "(aiohttp is not installed): pip install 'streamtrace[http]'"),
-             (["inspect", "s3://b/x.json"], "s3fs", "s3:// URLs need the 's3' extra (s3fs is not installed): "
-              "pip install 'streamtrace[s3]'"),
-             (["inspect", "gs://b/x.json"], "gcsfs", "gs:// URLs need the 'gcs' extra (gcsfs is not installed): "
-              "pip install 'streamtrace[gcs]'"),
-             (["convert", str(SMALL), "s3://b/out.json"], "s3fs", "pip install 'streamtrace[s3]'"),
-             (["inspect", "s3://b/x.json"], "fsspec", "s3:// URLs need the 's3' extra (fsspec is not installed)")]
-    for argv, module, says in cases:
-        hide = f"import sys; sys.modules[{module!r}] = None; from streamtrace.cli import main; sys.exit(main({argv!r}))"
-        result = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, env=cli_env(),
-                                cwd=tmp_path, timeout=60)
-        lines = result.stderr.splitlines()
-        assert result.returncode == 1 and len(lines) == 1, result.stderr
-        assert says in lines[0] and argv[-1] in lines[0], lines[0]
+    monkeypatch.setitem(sys.modules, module, None)  # import now fails as for a package not installed
+    monkeypatch.chdir(tmp_path)
+    status, _, lines = run_main(argv, capsys)
+    assert status == 1 and lines == [f"streamtrace: error: {says}"]
     assert os.listdir(tmp_path) == []
 
 
@@ -290,7 +310,7 @@ def test_failure_after_a_part_went_up_aborts_the_upload(s3, cut_twice_trace, mon
 
 
 @JOBS
-def test_failed_run_leaves_no_object_and_no_upload(jobs, s3, cut_twice_trace, tmp_path):
+def test_failed_run_leaves_no_object_and_no_upload(jobs, s3, cut_twice_trace, tmp_path, capsys):
     """A truncated input: exit 1, one line, no object, no upload left open, the spool empty."""
     key = f"failing/{jobs}/trace.json.gz"
     s3.put_object(Bucket=BUCKET, Key=key, Body=cut_twice_trace)
@@ -298,15 +318,14 @@ def test_failed_run_leaves_no_object_and_no_upload(jobs, s3, cut_twice_trace, tm
     spool.mkdir()
     for command in (["convert", f"s3://{BUCKET}/{key}", f"s3://{BUCKET}/failing/{jobs}/out.json"],
                     ["compact", f"s3://{BUCKET}/{key}", "-o", f"s3://{BUCKET}/failing/{jobs}/compacted.json"]):
-        result = run_cli([*command, "--spool-dir", str(spool), "-j", jobs])
-        lines = result.stderr.splitlines()
-        assert result.returncode == 1 and len(lines) == 1, result.stderr
+        status, _, lines = run_main([*command, "--spool-dir", str(spool), "-j", jobs], capsys)
+        assert status == 1 and len(lines) == 1, lines
         assert lines[0].startswith(f"streamtrace: error: s3://{BUCKET}/{key}: ") and "input is truncated" in lines[0]
         assert keys(s3) == sorted(k for k in keys(s3) if not k.startswith(f"failing/{jobs}/") or k == key)
         assert open_uploads(s3) == [] and os.listdir(spool) == []
 
 
-def test_s3_faults_are_one_line(s3, tmp_path):
+def test_s3_faults_are_one_line(s3, tmp_path, capsys):
     existing = f"s3://{BUCKET}/faults/exists.json"
     s3.put_object(Bucket=BUCKET, Key="faults/exists.json", Body=plain_bytes(SMALL))
     cases = [(["inspect", f"s3://{BUCKET}/faults/missing.json"], f"s3://{BUCKET}/faults/missing.json: cannot open: not found"),
@@ -317,9 +336,8 @@ def test_s3_faults_are_one_line(s3, tmp_path):
               "https://127.0.0.1:9/out.json: cannot write to https:// URLs"),
              (["split", existing, "-o", f"s3://{BUCKET}/faults/split/"], "split writes to a local directory")]
     for argv, says in cases:
-        result = run_cli(argv)
-        lines = result.stderr.splitlines()
-        assert result.returncode == 1 and len(lines) == 1, result.stderr
+        status, _, lines = run_main(argv, capsys)
+        assert status == 1 and len(lines) == 1, lines
         assert lines[0].startswith("streamtrace: error: ") and says in lines[0], lines[0]
     assert [key for key in keys(s3) if key.startswith("faults/")] == ["faults/exists.json"]
 

@@ -113,6 +113,26 @@ class OutputTarget:
         if not os.access(directory, os.W_OK):
             raise TraceError("output directory is not writable", path=self.path)
 
+    def _publish(self, temp: str) -> None:
+        """Move the finished ``temp`` into place.  With overwrite the later of
+        two runs renaming at once wins; without, a hard link (which fails if
+        the name exists) publishes it, so exactly one of them does and the
+        other is refused.  Readers see no file or one whole file."""
+        self.check()
+        if self.overwrite:
+            os.replace(temp, self.path)
+            return
+        try:
+            os.link(temp, self.path)
+        except FileExistsError:
+            raise _appeared_meanwhile(self.path) from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            os.replace(temp, self.path)  # a filesystem without hard links: check, then rename
+            return
+        os.unlink(temp)
+
     def _check_url(self, inputs: Iterable[str | None]) -> None:
         if self.url in inputs:
             raise TraceError("refusing to write onto the input", path=self.url)
@@ -129,8 +149,7 @@ class OutputTarget:
                 with _compressed(upload, self.compression, self.level, self.background) as out:  # type: ignore[arg-type]
                     yield out
                 if not self.overwrite and remote_exists(self.url):
-                    raise TraceError("appeared while this run was writing it; pass --overwrite to replace it",
-                                     path=self.url)
+                    raise _appeared_meanwhile(self.url)
                 upload.commit()
             except BaseException:
                 upload.discard()
@@ -152,8 +171,7 @@ class OutputTarget:
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
                 with _compressed(raw, self.compression, self.level, self.background) as out:
                     yield out
-            self.check()
-            os.replace(temp, self.path)
+            self._publish(temp)
         except OSError as exc:
             remove_quietly(temp)
             if exc.errno == errno.ENOSPC:
@@ -162,6 +180,10 @@ class OutputTarget:
         except BaseException:
             remove_quietly(temp)
             raise
+
+
+def _appeared_meanwhile(name: str) -> TraceError:
+    return TraceError("appeared while this run was writing it; pass --overwrite to replace it", path=name)
 
 
 def default_output(src: object, tag: str) -> str:

@@ -20,6 +20,7 @@ import zstandard
 
 from ..errors import TraceError
 from .remote import RemoteReader, is_url
+from .spool import spool_writes
 
 try:
     from isal import igzip as _fast_gzip
@@ -41,9 +42,10 @@ class TruncatedInput(Exception):
 class _CountingReader:
     """Counts the raw bytes read (for progress) and copies them to a spool."""
 
-    def __init__(self, raw: BinaryIO, spool: BinaryIO | None, prefix: bytes = b"") -> None:
+    def __init__(self, raw: BinaryIO, spool: BinaryIO | None, prefix: bytes = b"", spool_path: str = "") -> None:
         self._raw = raw
         self._spool = spool
+        self._spool_path = spool_path
         self._prefix = prefix
         self.bytes_read = 0
 
@@ -56,7 +58,8 @@ class _CountingReader:
             data = self._raw.read(size)
         self.bytes_read += len(data)
         if self._spool is not None and data:
-            self._spool.write(data)
+            with spool_writes(self._spool_path):
+                self._spool.write(data)
         return data
 
     def readinto(self, buffer) -> int:
@@ -218,7 +221,7 @@ class InputSource:
             self._owned = raw
             spool = None
         head = _read_exactly(raw, 4)
-        counter = _CountingReader(raw, spool, head)
+        counter = _CountingReader(raw, spool, head, self._spool_path or "")
         if spool is not None:
             self._counter = counter
         return DecodedStream(counter, detect_compression(head), self.name)
@@ -249,7 +252,8 @@ class InputSource:
         if counter is None:
             return
         counter.drain()
-        counter._spool.close()
+        with spool_writes(self._spool_path):
+            counter._spool.close()
         self.spooled_bytes = counter.bytes_read
 
     def _close_owned(self) -> None:
@@ -260,7 +264,10 @@ class InputSource:
     def close(self) -> None:
         """Release files and delete the spool; safe to call twice."""
         if self._counter is not None and self._counter._spool is not None:
-            self._counter._spool.close()
+            try:
+                self._counter._spool.close()
+            except OSError:  # a full disk: the copy is being thrown away anyway
+                pass
             self.spooled_bytes = self._counter.bytes_read
             self._counter = None
         self._close_owned()

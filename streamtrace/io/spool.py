@@ -6,16 +6,33 @@ zstd-compressed in a temporary directory and always deleted.
 """
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import tempfile
 import threading
+from contextlib import contextmanager
 from typing import Iterator
 
 import zstandard
 
+from ..errors import TraceError
+
 SPOOL_LEVEL = 1
 READ_BLOCK = 1 << 20
+
+
+@contextmanager
+def spool_writes(path: str) -> Iterator[None]:
+    """Writing a spool file: a full or failing disk is one line naming the
+    file, and says where more room can come from."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise TraceError("disk full while writing a temporary file; give --spool-dir a directory on a "
+                             "filesystem with room", path=path) from None
+        raise TraceError(f"cannot write a temporary file: {exc.strerror or exc}", path=path) from None
 
 
 class EventSpool:
@@ -38,9 +55,10 @@ class EventSpool:
 
     def reset(self) -> None:
         """Forget everything written: the input is being read again."""
-        self._writer.close()
-        self._file.seek(0)
-        self._file.truncate()
+        with spool_writes(self.path):
+            self._writer.close()
+            self._file.seek(0)
+            self._file.truncate()
         self._writer = self._new_writer()
 
     def add_lines(self, lines: list[bytes]) -> None:
@@ -50,16 +68,18 @@ class EventSpool:
 
     def add_text(self, text: bytes | memoryview) -> None:
         """Keep event lines given as one text, newlines between them."""
-        self._writer.write(text)
-        self._writer.write(b"\n")
+        with spool_writes(self.path):
+            self._writer.write(text)
+            self._writer.write(b"\n")
 
     def finish(self) -> None:
         """Close the writing side (idempotent)."""
         if self._file is not None and not self._file.closed:
-            try:
-                self._writer.close()
-            finally:
-                self._file.close()
+            with spool_writes(self.path):
+                try:
+                    self._writer.close()
+                finally:
+                    self._file.close()
 
     def __getstate__(self) -> dict:
         """A finished spool travels between processes by its path; the
