@@ -170,6 +170,18 @@ def test_second_reading_comes_from_the_spool_unless_reread_remote(http, tmp_path
     assert (tmp_path / "out1.json").read_bytes() == (tmp_path / "out2.json").read_bytes()
 
 
+@JOBS
+def test_merge_of_http_objects(jobs, http, tmp_path):
+    """merge reads each rank from its URL (in worker processes with -j 2):
+    the same file as from the local copies."""
+    ranks = sorted((TRACES / "dlrm_8ranks").iterdir())[:2]
+    urls = [serve(http, f"/merge/{jobs}/{path.name}", path.read_bytes()) for path in ranks]
+    remote_summary = streamtrace.merge(urls, tmp_path / "remote.json.gz", jobs=jobs)
+    streamtrace.merge(ranks, tmp_path / "local.json.gz", jobs=jobs)
+    assert remote_summary["input"] == urls
+    assert (tmp_path / "remote.json.gz").read_bytes() == (tmp_path / "local.json.gz").read_bytes()
+
+
 # --- faults --------------------------------------------------------------------------------------------
 
 def _cut(data: bytes) -> bytes:
