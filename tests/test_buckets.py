@@ -321,6 +321,27 @@ def test_failure_after_a_part_went_up_aborts_the_upload(s3, cut_twice_trace, mon
     assert keys(s3) == sorted(k for k in keys(s3) if k != "aborted/out.json") and open_uploads(s3) == []
 
 
+def test_interrupt_during_upload_leaves_no_object(s3, twice_trace, tmp_path, monkeypatch, capsys):
+    """Ctrl-C after the first part went up: the upload is aborted."""
+    trace = tmp_path / "twice.json.gz"
+    trace.write_bytes(twice_trace)
+    parts = []
+    write = remote.RemoteUpload.write
+
+    def interrupted_write(upload, data) -> int:
+        if open_uploads(s3):  # a part is up (the upload starts with the first part)
+            parts.append(len(s3.list_parts(Bucket=BUCKET, Key="interrupted/out.json",
+                                           UploadId=open_uploads(s3)[0]["UploadId"])["Parts"]))
+            raise KeyboardInterrupt
+        return write(upload, data)
+
+    monkeypatch.setattr(remote.RemoteUpload, "write", interrupted_write)
+    status, _, lines = run_main(["convert", str(trace), f"s3://{BUCKET}/interrupted/out.json"], capsys)
+    assert status == 130 and lines == ["streamtrace: interrupted; no output written"]
+    assert parts == [1]
+    assert "interrupted/out.json" not in keys(s3) and open_uploads(s3) == []
+
+
 @JOBS
 def test_failed_run_leaves_no_object_and_no_upload(jobs, s3, cut_twice_trace, tmp_path, capsys):
     """A truncated input: exit 1, one line, no object, no upload left open, the spool empty."""

@@ -3,7 +3,6 @@ one --spool-dir, and a spool filesystem that fills up while the output's
 has room."""
 from __future__ import annotations
 
-import errno
 import gzip
 import io
 import json
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from badinputs.matrix import CLI, cli_env, files_under
 from conftest import TRACES, load_json
+from test_faults import FullDisk
 
 from streamtrace import cli
 
@@ -110,25 +110,6 @@ def test_runs_sharing_one_spool_dir(two_traces, tmp_path):
         assert (tmp_path / f"{name}.json.gz").read_bytes() == (alone / f"{name}.json.gz").read_bytes()
     assert os.listdir(spool) == []
     assert not (tmp_path / "cut_out.json.gz").exists()
-
-
-class FullDisk:
-    """A file on a filesystem that fills up after ``room`` bytes."""
-
-    def __init__(self, inner, room: int) -> None:
-        self._inner, self._room = inner, room
-
-    def write(self, data) -> int:
-        self._room -= len(data)
-        if self._room < 0:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return self._inner.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 @pytest.mark.parametrize("room", [0, 256 << 10], ids=["full", "fills-mid-run"])
