@@ -30,7 +30,7 @@ pytest.importorskip("aiohttp", reason="the http extra")
 pytest.importorskip("s3fs", reason="the s3 extra")
 pytest.importorskip("moto", reason="the dev extra (moto's S3 server)")
 
-TRACE = TRACES / "nccl_rank0.json.gz"  # 0.75 MB gzip, 8.6 MB of JSON: two upload parts when written plain
+TRACE = TRACES / "nccl_rank0.json.gz"  # 0.75 MB gzip, 9.8 MB of JSON, 7 MB when convert writes it plain
 SMALL = TRACES / "sglang_decode_qwen3.json.gz"
 BUCKET = "traces"
 JOBS = pytest.mark.parametrize("jobs", ["1", "2"], ids=lambda n: f"j{n}")
@@ -146,7 +146,7 @@ def test_http_objects_read_like_local_files(compression, jobs, http, tmp_path):
     assert (tmp_path / "remote.csv").read_bytes() == (tmp_path / "local.csv").read_bytes()
 
 
-def test_second_reading_comes_from_the_spool_unless_reread_remote(http, tmp_path):
+def test_second_reading_comes_from_the_spool_unless_reread_remote(http, tmp_path, capsys):
     """A raw control character makes the engine read the input a second time
     (string-repair mode): the server sees one download, or two with
     --reread-remote; the summary says which."""
@@ -158,9 +158,9 @@ def test_second_reading_comes_from_the_spool_unless_reread_remote(http, tmp_path
     for flag, downloads in (([], 1), (["--reread-remote"], 2)):
         gets_before, sent_before = http.gets["/reread/trace.json.gz"], http.bytes_sent["/reread/trace.json.gz"]
         out = tmp_path / f"out{downloads}.json"
-        result = run_cli(["compact", url, "-o", str(out), "--spool-dir", str(spool), *flag])
-        assert result.returncode == 0, result.stderr
-        summary = json.loads(result.stdout)
+        status, stdout, _ = run_main(["compact", url, "-o", str(out), "--spool-dir", str(spool), *flag], capsys)
+        assert status == 0
+        summary = json.loads(stdout)
         assert find_key(summary, "control_chars_repaired") == 1
         assert summary["remote_input"] == {"downloads": downloads, "readings": 2,
                                            "spooled_bytes": 0 if flag else len(body), "reread_remote": bool(flag)}
@@ -244,35 +244,39 @@ def test_missing_scheme_package_names_the_extra(argv, module, says, tmp_path, mo
 
 
 @JOBS
-def test_s3_objects_in_and_out(jobs, s3, tmp_path):
+def test_s3_objects_in_and_out(jobs, s3, tmp_path, capsys):
     """Plain, gzip and zstd objects read through s3fs; outputs written to the
-    bucket equal those written to local files."""
+    bucket equal the one written to a local file."""
     plain = plain_bytes(SMALL)
+    streamtrace.compact(SMALL, tmp_path / "local.json.zst", jobs=jobs)
     for compression, suffix in (("none", ""), ("gzip", ".gz"), ("zstd", ".zst")):
         key = f"in/{jobs}/trace.json{suffix}"
         s3.put_object(Bucket=BUCKET, Key=key, Body=encoded(plain, compression))
         url = f"s3://{BUCKET}/{key}"
-        assert streamtrace.inspect(url, jobs=jobs)["events"] == len(events_of(load_json(SMALL)))
-        streamtrace.compact(url, f"s3://{BUCKET}/out/{jobs}/{compression}.json.zst", jobs=jobs)
-        streamtrace.compact(SMALL, tmp_path / f"{compression}.json.zst", jobs=jobs)
+        summary = streamtrace.compact(url, f"s3://{BUCKET}/out/{jobs}/{compression}.json.zst", jobs=jobs)
+        assert summary["events_read"] == len(events_of(load_json(SMALL)))
         uploaded = s3.get_object(Bucket=BUCKET, Key=f"out/{jobs}/{compression}.json.zst")["Body"].read()
-        assert uploaded == (tmp_path / f"{compression}.json.zst").read_bytes()
-    result = run_cli(["relink", f"s3://{BUCKET}/in/{jobs}/trace.json.gz", "-j", jobs])  # default output beside it
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["output"] == f"s3://{BUCKET}/in/{jobs}/trace_relinked.json.gz"
-    assert f"in/{jobs}/trace_relinked.json.gz" in keys(s3)
+        assert uploaded == (tmp_path / "local.json.zst").read_bytes()
+    status, out, _ = run_main(["relink", f"s3://{BUCKET}/in/{jobs}/trace.json.gz", "-j", jobs], capsys)
+    assert status == 0 and json.loads(out)["output"] == f"s3://{BUCKET}/in/{jobs}/trace_relinked.json.gz"
+    assert f"in/{jobs}/trace_relinked.json.gz" in keys(s3)  # the default output lands beside the input
     assert open_uploads(s3) == []
 
 
+@pytest.fixture
+def small_parts(monkeypatch) -> None:
+    """Upload parts of 5 MiB (S3's least): TRACE's 7 MB output goes up in two."""
+    monkeypatch.setattr(remote, "UPLOAD_PART", 5 << 20)
+
+
 @pytest.fixture(scope="module")
-def twice_trace() -> bytes:
-    """The events of TRACE twice, gzip'ed: 16 MB of JSON written out, two upload parts."""
-    events = json.dumps(events_of(load_json(TRACE)))[1:-1].encode()
-    return gzip.compress(b'{"traceEvents": [' + events + b"," + events + b"]}", compresslevel=1)
+def cut_trace() -> bytes:
+    """TRACE cut at 90%: more than a part's worth of output before the cut."""
+    return TRACE.read_bytes()[: TRACE.stat().st_size * 9 // 10]
 
 
-def test_s3_output_appears_only_when_the_upload_completes(s3, twice_trace, tmp_path, monkeypatch):
-    """A 16 MB output goes up as a multipart upload: before it is completed
+def test_s3_output_appears_only_when_the_upload_completes(s3, small_parts, monkeypatch):
+    """A 7 MB output goes up as a multipart upload: before it is completed
     the parts are there but the object is not."""
     url = f"s3://{BUCKET}/multipart/out.json"
     seen = {}
@@ -286,26 +290,18 @@ def test_s3_output_appears_only_when_the_upload_completes(s3, twice_trace, tmp_p
         commit(upload)
 
     monkeypatch.setattr(remote.RemoteUpload, "commit", checked_commit)
-    trace = tmp_path / "twice.json.gz"
-    trace.write_bytes(twice_trace)
-    streamtrace.convert(trace, url)
+    streamtrace.convert(TRACE, url)
     assert "multipart/out.json" not in seen["keys"] and seen["uploads"] == ["multipart/out.json"]
     assert seen["parts"] >= 1
     body = s3.get_object(Bucket=BUCKET, Key="multipart/out.json")["Body"].read()
-    assert len(body) > remote.UPLOAD_PART and events_of(json.loads(body)) == events_of(load_json(trace))
+    assert len(body) > remote.UPLOAD_PART and events_of(json.loads(body)) == events_of(load_json(TRACE))
     assert open_uploads(s3) == []
 
 
-@pytest.fixture(scope="module")
-def cut_twice_trace(twice_trace) -> bytes:
-    """``twice_trace`` cut at 90%."""
-    return twice_trace[: len(twice_trace) * 9 // 10]
-
-
-def test_failure_after_a_part_went_up_aborts_the_upload(s3, cut_twice_trace, monkeypatch):
+def test_failure_after_a_part_went_up_aborts_the_upload(s3, cut_trace, small_parts, monkeypatch):
     """convert streams its output: parts are uploaded before the truncation
     is met; the upload is aborted and no object appears."""
-    s3.put_object(Bucket=BUCKET, Key="aborted/trace.json.gz", Body=cut_twice_trace)
+    s3.put_object(Bucket=BUCKET, Key="aborted/trace.json.gz", Body=cut_trace)
     parts_before_abort = []
     discard = remote.RemoteUpload.discard
 
@@ -321,10 +317,8 @@ def test_failure_after_a_part_went_up_aborts_the_upload(s3, cut_twice_trace, mon
     assert keys(s3) == sorted(k for k in keys(s3) if k != "aborted/out.json") and open_uploads(s3) == []
 
 
-def test_interrupt_during_upload_leaves_no_object(s3, twice_trace, tmp_path, monkeypatch, capsys):
+def test_interrupt_during_upload_leaves_no_object(s3, small_parts, monkeypatch, capsys):
     """Ctrl-C after the first part went up: the upload is aborted."""
-    trace = tmp_path / "twice.json.gz"
-    trace.write_bytes(twice_trace)
     parts = []
     write = remote.RemoteUpload.write
 
@@ -336,17 +330,17 @@ def test_interrupt_during_upload_leaves_no_object(s3, twice_trace, tmp_path, mon
         return write(upload, data)
 
     monkeypatch.setattr(remote.RemoteUpload, "write", interrupted_write)
-    status, _, lines = run_main(["convert", str(trace), f"s3://{BUCKET}/interrupted/out.json"], capsys)
+    status, _, lines = run_main(["convert", str(TRACE), f"s3://{BUCKET}/interrupted/out.json"], capsys)
     assert status == 130 and lines == ["streamtrace: interrupted; no output written"]
     assert parts == [1]
     assert "interrupted/out.json" not in keys(s3) and open_uploads(s3) == []
 
 
 @JOBS
-def test_failed_run_leaves_no_object_and_no_upload(jobs, s3, cut_twice_trace, tmp_path, capsys):
+def test_failed_run_leaves_no_object_and_no_upload(jobs, s3, cut_trace, tmp_path, capsys):
     """A truncated input: exit 1, one line, no object, no upload left open, the spool empty."""
     key = f"failing/{jobs}/trace.json.gz"
-    s3.put_object(Bucket=BUCKET, Key=key, Body=cut_twice_trace)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=cut_trace)
     spool = tmp_path / "spool"
     spool.mkdir()
     for command in (["convert", f"s3://{BUCKET}/{key}", f"s3://{BUCKET}/failing/{jobs}/out.json"],
@@ -373,6 +367,24 @@ def test_s3_faults_are_one_line(s3, tmp_path, capsys):
         assert status == 1 and len(lines) == 1, lines
         assert lines[0].startswith("streamtrace: error: ") and says in lines[0], lines[0]
     assert [key for key in keys(s3) if key.startswith("faults/")] == ["faults/exists.json"]
+
+
+def test_s3_forbidden_is_one_line(s3, tmp_path, capsys):
+    """With the server checking credentials (moto's IAM simulation; the test
+    keys belong to no user), reads and writes are refused with 403."""
+    from moto.core.authorization import enable_iam_authentication
+
+    s3.put_object(Bucket=BUCKET, Key="forbidden/trace.json", Body=plain_bytes(SMALL))
+    url = f"s3://{BUCKET}/forbidden/trace.json"
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with enable_iam_authentication():
+        read = run_main(["inspect", url, "--spool-dir", str(spool)], capsys)
+        written = run_main(["convert", str(SMALL), f"s3://{BUCKET}/forbidden/out.json"], capsys)
+    assert read[0] == 1 and read[2] == [f"streamtrace: error: {url}: cannot open: access denied (HTTP 403)"]
+    assert written[0] == 1 and len(written[2]) == 1 and "access denied (HTTP 403)" in written[2][0], written
+    assert written[2][0].startswith(f"streamtrace: error: s3://{BUCKET}/forbidden/out.json: ")
+    assert "forbidden/out.json" not in keys(s3) and os.listdir(spool) == []
 
 
 def test_endpoint_from_fsspec_configuration(s3, s3_endpoint, tmp_path):
