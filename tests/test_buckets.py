@@ -193,6 +193,8 @@ FAULTS = {  # name -> (served path, body or None, what the one line says)
     "403": ("/forbidden/trace.json.gz", None, "cannot open: access denied (HTTP 403)"),
     "dropped": ("/drop/trace.json.gz", gzip.compress(plain_bytes(SMALL)),
                 "download failed at byte 0: the connection was closed before the object's end"),
+    "dropped_late": ("/drop/trace.json", plain_bytes(TRACE),  # the first 5 MiB block arrives whole
+                     "download failed at byte "),
     "truncated_gzip": ("/cut/trace.json.gz", _cut(gzip.compress(plain_bytes(SMALL))), "input is truncated"),
     "truncated_zstd": ("/cut/trace.json.zst", _cut(zstandard.ZstdCompressor().compress(plain_bytes(SMALL))),
                        "input is truncated"),
@@ -211,6 +213,9 @@ def test_http_fault_is_one_line_and_leaves_nothing(fault, jobs, http, tmp_path, 
     status, _, lines = run_main(["compact", url, "-o", str(out), "--spool-dir", str(spool), "-j", jobs], capsys)
     assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith(f"streamtrace: error: {url}: ") and says in lines[0], lines[0]
+    if fault.startswith("dropped"):  # the reading's position in the object, no event or byte of the trace
+        assert lines[0].startswith(f"streamtrace: error: {url}: download failed at byte ")
+        assert "the connection was closed before the object's end" in lines[0]
     assert not out.exists() and os.listdir(spool) == [] and os.listdir(tmp_path) == ["spool"]
 
 

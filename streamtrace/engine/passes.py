@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Ty
 
 from orjson import loads
 
-from ..errors import RobustModeNeeded, TraceError
+from ..errors import RobustModeNeeded, TraceError, TransferError
 from ..io import parseproc
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
@@ -205,7 +205,8 @@ def index_pass(
             raise_if_container_field(event)
             raise
         except TraceError as exc:
-            if exc.event_index is None and spool is not None and event is not None:
+            if exc.event_index is None and spool is not None and event is not None \
+                    and not isinstance(exc, TransferError):
                 exc.event_index = done + next(n for n, seen in enumerate(batch) if seen is event)
             raise
         return visitor, reader.stats

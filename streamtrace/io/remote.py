@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import TraceError
+from ..errors import TraceError, TransferError
 
 URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://", "hf://", "file://")
 # scheme -> (module it needs, extra that brings it); the other schemes name fsspec's own advice
@@ -101,7 +101,7 @@ class RemoteReader:
         try:
             data = self._file.read(size)
         except Exception as exc:
-            raise TraceError(f"download failed at byte {self.bytes_read:,}: {failure_reason(exc)}",
+            raise TransferError(f"download failed at byte {self.bytes_read:,}: {failure_reason(exc)}",
                              path=self.url) from None
         self.bytes_read += len(data)
         return data
@@ -144,7 +144,7 @@ class RemoteUpload:
         try:
             return function(*args, **kwargs)
         except Exception as exc:
-            raise TraceError(f"cannot {doing}: {failure_reason(exc)}", path=self.url) from None
+            raise TransferError(f"cannot {doing}: {failure_reason(exc)}", path=self.url) from None
 
     def write(self, data: bytes | memoryview) -> int:
         return self._call("upload", self._file.write, data)

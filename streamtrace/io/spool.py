@@ -16,7 +16,7 @@ from typing import Iterator
 
 import zstandard
 
-from ..errors import TraceError
+from ..errors import TransferError
 
 SPOOL_LEVEL = 1
 READ_BLOCK = 1 << 20
@@ -30,9 +30,9 @@ def spool_writes(path: str) -> Iterator[None]:
         yield
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise TraceError("disk full while writing a temporary file; give --spool-dir a directory on a "
+            raise TransferError("disk full while writing a temporary file; give --spool-dir a directory on a "
                              "filesystem with room", path=path) from None
-        raise TraceError(f"cannot write a temporary file: {exc.strerror or exc}", path=path) from None
+        raise TransferError(f"cannot write a temporary file: {exc.strerror or exc}", path=path) from None
 
 
 class EventSpool:
