@@ -25,10 +25,12 @@ from .errors import TraceError
 from .io.sink import COMPRESSIONS, OutputTarget
 
 EPILOG = """\
-Inputs are paths, '-' for stdin, or fsspec URLs (s3://, gs://, https://; needs
-the 'cloud' extra). gzip and zstd inputs are recognised by their magic bytes.
-Outputs are written to a temporary file and renamed at the end, so a failed
-run never leaves a partial file. Errors print one line and exit with status 1.
+Inputs are paths, '-' for stdin, or URLs (https://, s3://, gs://; extras
+'http', 's3', 'gcs' or 'cloud' for all three), downloaded once. Outputs may be
+paths, '-', s3:// or gs:// URLs. gzip and zstd inputs are recognised by their
+magic bytes. Outputs are written to a temporary file (or upload) made final at
+the end, so a failed run never leaves a partial file or object. Errors print
+one line and exit with status 1.
 """
 
 
@@ -38,6 +40,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                        help="read a trace cut off mid-array (profiler killed) up to its last complete event")
     group.add_argument("--spool-dir", metavar="DIR",
                        help="directory for temporary spool files (default: the system temp dir)")
+    group.add_argument("--reread-remote", action="store_true",
+                       help="read a URL input again from the bucket when a second reading is needed, instead of "
+                            "keeping a local copy in the spool dir while it is downloaded (the default)")
     group.add_argument("-j", "--jobs", metavar="N",
                        help="busy processes: N, or 'auto' (default: the CPUs this process may use, at most 4; "
                             "$STREAMTRACE_JOBS overrides the default). -j 1 runs in one process; the output is "
@@ -581,17 +586,21 @@ def _progress(args: argparse.Namespace) -> bool | None:
     return False if args.quiet else None
 
 
+def _reading(args: argparse.Namespace) -> dict:
+    """The common options' library keywords, which every command takes."""
+    return dict(salvage=args.salvage, spool_dir=args.spool_dir, reread_remote=args.reread_remote,
+                progress=_progress(args), jobs=args.jobs)
+
+
 def _run_inspect(args: argparse.Namespace) -> None:
-    summary = inspect(args.trace, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
-                      jobs=args.jobs)
+    summary = inspect(args.trace, **_reading(args))
     report("inspect", summary, args)
 
 
 def _run_convert(args: argparse.Namespace) -> None:
     summary = convert(
         args.input, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
-        overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
-        jobs=args.jobs,
+        overwrite=args.overwrite, **_reading(args),
     )
     report("convert", summary, args, to_stderr=args.output == "-")
 
@@ -605,7 +614,7 @@ def _run_compact(args: argparse.Namespace) -> None:
     summary = compact(
         args.trace, args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
         original_stream=not args.no_original_stream, overwrite=args.overwrite, compress=args.compress,
-        level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
+        level=args.level, **_reading(args),
     )
     report("compact", summary, args, to_stderr=args.output == "-")
 
@@ -614,8 +623,7 @@ def _run_merge(args: argparse.Namespace) -> None:
     summary = merge(
         args.inputs, args.output, compact=not args.no_compact, original_stream=not args.no_original_stream,
         pp_flows=not args.no_pp_flows, ranks=args.ranks, overwrite=args.overwrite, rules=args.rules,
-        compress=args.compress, level=args.level, salvage=args.salvage, spool_dir=args.spool_dir,
-        progress=_progress(args), jobs=args.jobs,
+        compress=args.compress, level=args.level, **_reading(args),
     )
     report("merge", summary, args, to_stderr=args.output == "-")
 
@@ -623,8 +631,7 @@ def _run_merge(args: argparse.Namespace) -> None:
 def _run_relink(args: argparse.Namespace) -> None:
     summary = relink(
         args.trace, args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
-        level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
-        jobs=args.jobs,
+        level=args.level, **_reading(args),
     )
     report("relink", summary, args, to_stderr=args.output == "-")
 
@@ -632,16 +639,14 @@ def _run_relink(args: argparse.Namespace) -> None:
 def _run_split(args: argparse.Namespace) -> None:
     summary = split(
         args.trace, args.output_dir, rank_map=args.rank_map, compress=args.compress, level=args.level,
-        max_open=args.max_open_files, overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir,
-        progress=_progress(args), jobs=args.jobs,
+        max_open=args.max_open_files, overwrite=args.overwrite, **_reading(args),
     )
     report("split", summary, args)
 
 
 def _run_attribute(args: argparse.Namespace) -> None:
     summary = attribute(
-        args.trace, args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite,
-        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
+        args.trace, args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite, **_reading(args),
     )
     report("attribute", summary, args, to_stderr=args.output == "-")
 

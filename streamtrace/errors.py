@@ -40,6 +40,11 @@ class TraceError(Exception):
         return ": ".join(parts + [self.message])
 
 
+class TransferError(TraceError):
+    """Moving the bytes failed (a download, a temporary file), not reading
+    them: the message names the URL or file, and no position in the trace."""
+
+
 class RobustModeNeeded(Exception):
     """Raised inside a read when the fast parser met input it cannot take.
 

@@ -262,6 +262,7 @@ def attribute(
     compress: str | None = None,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -283,8 +284,8 @@ def attribute(
         visitors.append(AttributeIndex(spool_dir))
         return visitors[-1]
 
-    with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, inputs=[source.path])
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, inputs=[source.location])
         meter = Progress(source.size, enabled=progress)
         try:
             result = index_pass(source, make_visitor, keep_events=False, salvage=salvage, progress=meter,
@@ -308,7 +309,7 @@ def attribute(
                 visitor.close()
     summary = resolved.summary()
     return {
-        "input": source.name,
+        **source.describe(),
         "output": target.name,
         "rows": rows,
         "group_by": group_by,

@@ -984,6 +984,7 @@ def compact(
     level: int | None = None,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -996,8 +997,8 @@ def compact(
     processes = resolve_jobs(jobs)
     chosen_rules = load_rules(rules)
     dst = default_output(src, "_compacted") if dst is None else dst
-    with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location])
         meter = Progress(source.size, enabled=progress)
         with buffers_from_os(PLAN_MMAP_THRESHOLD):  # the index arrays grow by copies, which must not stay resident
             result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
@@ -1021,7 +1022,7 @@ def compact(
         planned = time.perf_counter()
         written = emit_pass(result, plan, target, progress=meter, jobs=processes)
     return {
-        "input": source.name,
+        **source.describe(),
         "output": target.name,
         **summary,
         "events_read": result.stats.events,

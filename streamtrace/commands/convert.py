@@ -41,6 +41,7 @@ def convert(
     overwrite: bool = False,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -53,8 +54,8 @@ def convert(
     dropped_cats = frozenset(drop_categories)
     position = {cat: n for n, cat in enumerate(sorted(dropped_cats))}  # a dropped category's counter
     processes = resolve_jobs(jobs)
-    with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location])
         meter = Progress(source.size, enabled=progress)
 
         def attempt(reader: TraceReader) -> tuple[int, list[int], ReadStats]:
@@ -88,7 +89,7 @@ def convert(
         else:
             written, dropped, stats = read_with_retries(source, attempt, salvage=salvage, progress=meter)
     return {
-        "input": source.name,
+        **source.describe(),
         **stats.as_dict(),
         "output": target.name,
         "output_compression": target.compression,

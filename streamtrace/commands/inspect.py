@@ -384,6 +384,7 @@ def inspect(
     *,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -391,11 +392,11 @@ def inspect(
     ``jobs`` > 1 a child process parses while this one counts."""
     started = time.perf_counter()
     processes = resolve_jobs(jobs)
-    with InputSource(src, spool_dir=spool_dir) as source:
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, InspectVisitor, keep_events=False, salvage=salvage, progress=meter,
                             jobs=processes)
-    summary = {"input": source.name, **result.stats.as_dict()}
+    summary = {**source.describe(), **result.stats.as_dict()}
     summary.update(summarize(result.visitor, result.stats))
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()

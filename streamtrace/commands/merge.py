@@ -262,12 +262,13 @@ class _PhaseOneOptions:
     rules: str | None
     spool_dir: str | None
     salvage: bool
+    reread_remote: bool
 
 
 def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
     """Phase 1 for one input (runs in a worker process when jobs > 1)."""
     rules = load_rules(options.rules)
-    with InputSource(path, spool_dir=options.spool_dir) as source:
+    with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         result: IndexResult = index_pass(source, lambda: MergeIndex(rules), keep_events=True,
                                          spool_dir=options.spool_dir, salvage=options.salvage,
                                          jobs=1)  # -j N = N busy processes: one per rank
@@ -529,6 +530,7 @@ def merge(
     level: int | None = None,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
 ) -> dict:
     """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary."""
@@ -541,7 +543,7 @@ def merge(
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
-    options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, spool_dir, salvage)
+    options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, spool_dir, salvage, reread_remote)
     processes = resolve_jobs(jobs)
     indexed = _phase_one(files, options, processes, progress)
     try:

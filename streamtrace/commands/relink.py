@@ -161,6 +161,7 @@ def relink(
     level: int | None = None,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -174,8 +175,8 @@ def relink(
     processes = resolve_jobs(jobs)
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     dst = default_output(src, "_relinked") if dst is None else dst
-    with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location])
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
@@ -190,7 +191,7 @@ def relink(
         emit_pass(result, plan, target, progress=meter, jobs=processes)
     index: MergedIndex = result.visitor  # type: ignore[assignment]
     return {
-        "input": source.name,
+        **source.describe(),
         "output": target.name,
         **resolved.summary(),
         "id_multiplier": plan.multiplier,

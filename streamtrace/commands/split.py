@@ -31,6 +31,7 @@ from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
+from ..io.remote import is_url
 from ..io.sink import OutputTarget
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import TraceWriter
@@ -181,6 +182,7 @@ def split(
     overwrite: bool = False,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -194,6 +196,8 @@ def split(
     started = time.perf_counter()
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     directory = os.fspath(out_dir)
+    if is_url(directory):
+        raise TraceError("split writes to a local directory; copy the files to the bucket afterwards", path=directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise TraceError("exists and is not a directory", path=directory)
     existing = directory
@@ -203,7 +207,7 @@ def split(
         raise TraceError("output directory is not writable", path=directory)
     group_size = _max_open(max_open)
     processes = resolve_jobs(jobs)
-    with InputSource(src, spool_dir=spool_dir) as source:
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, SplitIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
@@ -241,7 +245,7 @@ def split(
     leading = sum(1 for rank in ranks_of_events if rank < 0)
     summary = resolved.summary()
     return {
-        "input": source.name,
+        **source.describe(),
         "output_dir": directory,
         "ranks": ranks,
         "files": {names[rank]: counts[rank] for rank in ranks},

@@ -251,7 +251,8 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
                     workers: int, progress: Progress | None = None) -> tuple[PartVisitor, ReadStats] | None:
     """Pass 1 with ``workers`` processes indexing chunks (see the module's
     text); None when the visitor's work does not split by ranges, or when
-    the input needs the ordinary reading (``spool`` is then empty again)."""
+    the input needs the ordinary reading, and :class:`RobustModeNeeded` when
+    it needs a stricter one (``spool`` is then empty again)."""
     visitor = make_visitor()
     if not splits_by_ranges(visitor):
         return None
@@ -268,7 +269,11 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
                 if spool is not None:
                     spool.add_text(dumped_batch(batch, pool.events + indexed_here)[1])
                 indexed_here += len(batch)
-        except (RobustModeNeeded, TraceError, TypeError):
+        except RobustModeNeeded:
+            if spool is not None:
+                spool.reset()
+            raise
+        except (TraceError, TypeError):
             if spool is not None:
                 spool.reset()
             return None

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Ty
 
 from orjson import loads
 
-from ..errors import RobustModeNeeded, TraceError
+from ..errors import RobustModeNeeded, TraceError, TransferError
 from ..io import parseproc
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
@@ -40,6 +40,7 @@ from .indexworkers import index_by_ranges
 from .parallel import EmitWorkers, can_fork
 
 T = TypeVar("T")
+FAST = ReadMode()  # the first reading's mode: floats and 64-bit integers, no string repair
 SPOOL_BATCH = 512  # orjson.dumps results keep ~4 KB of capacity each: batch small
 
 
@@ -119,8 +120,10 @@ def read_with_retries(
     salvage: bool = False,
     progress: Progress | None = None,
     label: str = "pass 1",
+    mode: ReadMode = FAST,
 ) -> T:
-    """Run ``attempt`` over a reading; reread in a stricter mode when asked to.
+    """Run ``attempt`` over a reading in ``mode``; reread in a stricter mode
+    when asked to.
 
     ``attempt`` must start from scratch each time: the engine may call it up
     to three times (fast, exact numbers, string repair).
@@ -137,12 +140,13 @@ def read_with_retries(
         except TraceError as exc:
             raise reader.blame(exc)
 
-    return retrying(source, run, progress)
+    return retrying(source, run, progress, mode)
 
 
-def retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Progress | None) -> T:
-    """Call ``run`` in the fast mode, then in stricter modes while it asks for them."""
-    mode = ReadMode()
+def retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Progress | None,
+             mode: ReadMode = FAST) -> T:
+    """Call ``run`` in ``mode`` (by default the fast one), then in stricter
+    modes while it asks for them."""
     while True:
         try:
             return run(mode)
@@ -210,7 +214,8 @@ def index_pass(
             raise_if_container_field(event)
             raise
         except TraceError as exc:
-            if exc.event_index is None and spool is not None and event is not None:
+            if exc.event_index is None and spool is not None and event is not None \
+                    and not isinstance(exc, TransferError):
                 exc.event_index = done + next(n for n, seen in enumerate(batch) if seen is event)
             raise
         return visitor, reader.stats
@@ -244,16 +249,19 @@ def index_pass(
             raise
 
     try:
-        ranges = None
+        ranges, mode = None, FAST
         if jobs > 1 and not salvage and can_fork() and (source.size or parseproc.MIN_BYTES) >= parseproc.MIN_BYTES:
             warn_if_slow_backend()  # (pipes and URLs too: this process reads, and a reread takes the source's copy)
-            ranges = index_by_ranges(source, make_visitor, spool, jobs, progress)
+            try:
+                ranges = index_by_ranges(source, make_visitor, spool, jobs, progress)
+            except RobustModeNeeded as need:  # the ordinary reading starts in the mode the input needs
+                mode = need.args[0]
         if ranges is not None:
             visitor, stats = ranges
         elif jobs > 1 and parseproc.available(source):
-            visitor, stats = retrying(source, attempt_in_child, progress)
+            visitor, stats = retrying(source, attempt_in_child, progress, mode)
         else:
-            visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress)
+            visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress, mode=mode)
         if spool is not None:
             spool.finish()  # its compressor's buffers go before the command's plan takes its memory
     except BaseException:

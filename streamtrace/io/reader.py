@@ -25,7 +25,7 @@ from typing import Callable, Generator, Iterator, Protocol
 import ijson
 import orjson
 
-from ..errors import RobustModeNeeded, TraceError
+from ..errors import RobustModeNeeded, TraceError, TransferError
 from . import jsonscan
 from .repair import ControlCharRepair, Utf8Repair
 from .source import DecodedStream, TruncatedInput
@@ -120,7 +120,7 @@ class _Feed:
             self.truncated_compression = str(exc)
             data = b""
         except TraceError as exc:  # corrupt compressed data: say how far decoding got
-            if exc.byte_offset is None:
+            if exc.byte_offset is None and not isinstance(exc, TransferError):
                 exc.byte_offset = self.offset
             raise
         if data:
@@ -355,7 +355,7 @@ class TraceReader:
             self._last = last
             self._parse_failure(exc, count)
         except TraceError as exc:
-            if exc.event_index is None:  # raised below the parser (corrupt compression): where in the events
+            if exc.event_index is None and not isinstance(exc, TransferError):  # corrupt compression: where
                 exc.event_index = count
             raise
         finally:

@@ -2,7 +2,9 @@
 
 Files are written to a temporary name in the target's directory and renamed
 only when the whole output is written, so a failure, a kill or a full disk
-never leaves a partial or overwritten file behind.
+never leaves a partial or overwritten file behind.  Bucket URLs (``s3://``,
+``gs://``) are uploaded in parts and the object appears only when the upload
+is completed at the end; a failure aborts it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import BinaryIO, Iterable, Iterator, Union
 import zstandard
 
 from ..errors import TraceError
+from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
 
 try:
     from isal import igzip as _isal_gzip
@@ -68,13 +71,16 @@ class OutputTarget:
         self.spec = spec
         self.background = background  # compress in a helper thread (several MB of buffers per output)
         self.overwrite = overwrite
+        self.url = spec if is_url(spec) else None
         if spec == "-":
             self.name, self.path = "<stdout>", None
+        elif self.url is not None:
+            self.name, self.path = self.url, None
         elif isinstance(spec, (str, os.PathLike)):
             self.name = self.path = os.fspath(spec)
         else:
             self.name, self.path = getattr(spec, "name", None) or "<stream>", None
-        self.compression = compression_for(self.path or "", compress)
+        self.compression = compression_for(self.path or self.url or "", compress)
         self.level = level
         self.check(inputs)
 
@@ -85,10 +91,13 @@ class OutputTarget:
     @property
     def rewindable(self) -> bool:
         """Can a failed attempt be thrown away and the output restarted?"""
-        return self.path is not None
+        return self.path is not None or self.url is not None
 
     def check(self, inputs: Iterable[str | None] = ()) -> None:
         """Refuse up front what would fail or destroy data at the end."""
+        if self.url is not None:
+            self._check_url(inputs)
+            return
         if self.path is None:
             return
         for source in inputs:
@@ -104,9 +113,48 @@ class OutputTarget:
         if not os.access(directory, os.W_OK):
             raise TraceError("output directory is not writable", path=self.path)
 
+    def _publish(self, temp: str) -> None:
+        """Move the finished ``temp`` into place.  With overwrite the later of
+        two runs renaming at once wins; without, a hard link (which fails if
+        the name exists) publishes it, so exactly one of them does and the
+        other is refused.  Readers see no file or one whole file."""
+        self.check()
+        if self.overwrite:
+            os.replace(temp, self.path)
+            return
+        try:
+            os.link(temp, self.path)
+        except FileExistsError:
+            raise _appeared_meanwhile(self.path) from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            os.replace(temp, self.path)  # a filesystem without hard links: check, then rename
+            return
+        os.unlink(temp)
+
+    def _check_url(self, inputs: Iterable[str | None]) -> None:
+        if self.url in inputs:
+            raise TraceError("refusing to write onto the input", path=self.url)
+        check_writable_url(self.url)
+        if not self.overwrite and remote_exists(self.url):
+            raise TraceError("exists; pass --overwrite to replace it", path=self.url)
+
     @contextmanager
     def open(self) -> Iterator[BinaryIO]:
         """A writable binary stream; the file appears only if the block succeeds."""
+        if self.url is not None:
+            upload = RemoteUpload(self.url)
+            try:
+                with _compressed(upload, self.compression, self.level, self.background) as out:  # type: ignore[arg-type]
+                    yield out
+                if not self.overwrite and remote_exists(self.url):
+                    raise _appeared_meanwhile(self.url)
+                upload.commit()
+            except BaseException:
+                upload.discard()
+                raise
+            return
         if self.path is None:
             raw = sys.stdout.buffer if self.to_stdout else self.spec
             with _compressed(raw, self.compression, self.level, self.background) as out:
@@ -124,8 +172,7 @@ class OutputTarget:
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
                 with _compressed(raw, self.compression, self.level, self.background) as out:
                     yield out
-            self.check()
-            os.replace(temp, self.path)
+            self._publish(temp)
         except OSError as exc:
             remove_quietly(temp)
             if exc.errno == errno.ENOSPC:
@@ -134,6 +181,10 @@ class OutputTarget:
         except BaseException:
             remove_quietly(temp)
             raise
+
+
+def _appeared_meanwhile(name: str) -> TraceError:
+    return TraceError("appeared while this run was writing it; pass --overwrite to replace it", path=name)
 
 
 def default_output(src: object, tag: str) -> str:

@@ -1,9 +1,11 @@
 """Input side: where trace bytes come from and how they are decompressed.
 
 A source is a path, ``-`` (stdin), a binary file object, or (with the
-``cloud`` extra) an fsspec URL.  Compression is told by magic bytes, never
+scheme's extra) an fsspec URL.  Compression is told by magic bytes, never
 by the file name.  A source can be opened more than once: a local file is
-reopened, anything else is copied to a spool file while it is first read.
+reopened, anything else is copied to a spool file while it is first read,
+so a remote object is downloaded once (unless ``reread_remote``: then
+each reading downloads it again and nothing is copied).
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from typing import BinaryIO, Union
 import zstandard
 
 from ..errors import TraceError
+from .remote import RemoteReader, is_url
+from .spool import spool_writes
 
 try:
     from isal import igzip as _fast_gzip
@@ -27,7 +31,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 READ_SIZE = 1 << 20
 ZSTD_READ_SIZE = 128 << 10  # compressed bytes per step: traces inflate 10-30x, keep the output small
-URL_SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://", "hf://", "file://")
 
 SourceSpec = Union[str, "os.PathLike[str]", BinaryIO]
 
@@ -39,9 +42,10 @@ class TruncatedInput(Exception):
 class _CountingReader:
     """Counts the raw bytes read (for progress) and copies them to a spool."""
 
-    def __init__(self, raw: BinaryIO, spool: BinaryIO | None, prefix: bytes = b"") -> None:
+    def __init__(self, raw: BinaryIO, spool: BinaryIO | None, prefix: bytes = b"", spool_path: str = "") -> None:
         self._raw = raw
         self._spool = spool
+        self._spool_path = spool_path
         self._prefix = prefix
         self.bytes_read = 0
 
@@ -54,7 +58,8 @@ class _CountingReader:
             data = self._raw.read(size)
         self.bytes_read += len(data)
         if self._spool is not None and data:
-            self._spool.write(data)
+            with spool_writes(self._spool_path):
+                self._spool.write(data)
         return data
 
     def readinto(self, buffer) -> int:
@@ -146,16 +151,16 @@ def detect_compression(head: bytes) -> str:
     return "none"
 
 
-def is_url(spec: object) -> bool:
-    return isinstance(spec, str) and spec.startswith(URL_SCHEMES)
-
-
 class InputSource:
     """A trace input that can be read from the start more than once."""
 
-    def __init__(self, spec: SourceSpec, *, spool_dir: str | None = None) -> None:
+    def __init__(self, spec: SourceSpec, *, spool_dir: str | None = None, reread_remote: bool = False) -> None:
         self._spec = spec
         self._spool_dir = spool_dir
+        self._reread = reread_remote and is_url(spec)
+        self.downloads = 0
+        self.readings = 0
+        self.spooled_bytes = 0
         self._path: str | None = None
         self._stream: BinaryIO | None = None
         self._owned: BinaryIO | None = None
@@ -183,6 +188,11 @@ class InputSource:
         return self._path
 
     @property
+    def location(self) -> str | None:
+        """The local path or the URL: what an output must not overwrite."""
+        return self._path if self._path is not None else self.name if is_url(self._spec) else None
+
+    @property
     def size(self) -> int | None:
         """Raw (possibly compressed) size in bytes, when known up front."""
         if self._path is not None:
@@ -191,10 +201,15 @@ class InputSource:
 
     def open(self) -> DecodedStream:
         """A fresh reading from the first byte."""
+        self.readings += 1
         if self._path is not None:
             raw: BinaryIO = open(self._path, "rb")
             self._close_owned()
             self._owned = raw
+            spool = None
+        elif self._reread:
+            self._close_owned()
+            raw = self._first_stream()
             spool = None
         elif self._spool_path is None:
             raw = self._first_stream()
@@ -206,7 +221,7 @@ class InputSource:
             self._owned = raw
             spool = None
         head = _read_exactly(raw, 4)
-        counter = _CountingReader(raw, spool, head)
+        counter = _CountingReader(raw, spool, head, self._spool_path or "")
         if spool is not None:
             self._counter = counter
         return DecodedStream(counter, detect_compression(head), self.name)
@@ -214,15 +229,18 @@ class InputSource:
     def _first_stream(self) -> BinaryIO:
         if self._stream is not None:
             return self._stream
-        try:
-            import fsspec
-        except ImportError:
-            raise TraceError("URLs need the cloud extra: pip install 'streamtrace[cloud]'", path=self.name) from None
-        try:
-            self._owned = fsspec.open(self.name, "rb").open()
-        except Exception as exc:  # fsspec raises many kinds; all mean "cannot open"
-            raise TraceError(f"cannot open: {exc}", path=self.name) from None
-        return self._owned
+        self._owned = RemoteReader(self.name)  # type: ignore[assignment]
+        self.downloads += 1
+        return self._owned  # type: ignore[return-value]
+
+    def describe(self) -> dict:
+        """The summary's ``input``, and for a URL how it was read: downloads,
+        readings, and the bytes kept in a local copy for later readings."""
+        if not is_url(self._spec):
+            return {"input": self.name}
+        return {"input": self.name, "remote_input": {
+            "downloads": self.downloads, "readings": self.readings, "spooled_bytes": self.spooled_bytes,
+            "reread_remote": self._reread}}
 
     def _new_spool(self) -> BinaryIO:
         handle, self._spool_path = tempfile.mkstemp(prefix="streamtrace-input-", suffix=".spool", dir=self._spool_dir)
@@ -234,7 +252,9 @@ class InputSource:
         if counter is None:
             return
         counter.drain()
-        counter._spool.close()
+        with spool_writes(self._spool_path):
+            counter._spool.close()
+        self.spooled_bytes = counter.bytes_read
 
     def _close_owned(self) -> None:
         if self._owned is not None:
@@ -244,7 +264,11 @@ class InputSource:
     def close(self) -> None:
         """Release files and delete the spool; safe to call twice."""
         if self._counter is not None and self._counter._spool is not None:
-            self._counter._spool.close()
+            try:
+                self._counter._spool.close()
+            except OSError:  # a full disk: the copy is being thrown away anyway
+                pass
+            self.spooled_bytes = self._counter.bytes_read
             self._counter = None
         self._close_owned()
         if self._spool_path is not None:

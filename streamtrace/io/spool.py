@@ -6,6 +6,7 @@ zstd-compressed in a temporary directory and always deleted.
 """
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import tempfile
@@ -16,8 +17,23 @@ from typing import Iterator
 
 import zstandard
 
+from ..errors import TransferError
+
 SPOOL_LEVEL = 1
 READ_BLOCK = 1 << 20
+
+
+@contextmanager
+def spool_writes(path: str) -> Iterator[None]:
+    """Writing a spool file: a full or failing disk is one line naming the
+    file, and says where more room can come from."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise TransferError("disk full while writing a temporary file; give --spool-dir a directory on a "
+                             "filesystem with room", path=path) from None
+        raise TransferError(f"cannot write a temporary file: {exc.strerror or exc}", path=path) from None
 
 
 class EventSpool:
@@ -40,9 +56,10 @@ class EventSpool:
 
     def reset(self) -> None:
         """Forget everything written: the input is being read again."""
-        self._writer.close()
-        self._file.seek(0)
-        self._file.truncate()
+        with spool_writes(self.path):
+            self._writer.close()
+            self._file.seek(0)
+            self._file.truncate()
         self._writer = self._new_writer()
 
     def add_lines(self, lines: list[bytes]) -> None:
@@ -52,23 +69,26 @@ class EventSpool:
 
     def add_text(self, text: bytes | memoryview) -> None:
         """Keep event lines given as one text, newlines between them."""
-        self._writer.write(text)
-        self._writer.write(b"\n")
+        with spool_writes(self.path):
+            self._writer.write(text)
+            self._writer.write(b"\n")
 
     def add_frame(self, frame: bytes | memoryview) -> None:
         """Keep event lines another process compressed: one or more whole
         zstd frames (of lines, each followed by a newline), after the lines
         kept so far.  The reading side reads across frames."""
-        self._writer.flush(zstandard.FLUSH_FRAME)
-        self._file.write(frame)
+        with spool_writes(self.path):
+            self._writer.flush(zstandard.FLUSH_FRAME)
+            self._file.write(frame)
 
     def finish(self) -> None:
         """Close the writing side (idempotent)."""
         if self._file is not None and not self._file.closed:
-            try:
-                self._writer.close()
-            finally:
-                self._file.close()
+            with spool_writes(self.path):
+                try:
+                    self._writer.close()
+                finally:
+                    self._file.close()
 
     def __getstate__(self) -> dict:
         """A finished spool travels between processes by its path; the
@@ -150,11 +170,13 @@ def parked(owner: object, names: tuple[str, ...], directory: str | None = None) 
     Nothing else may hold them meanwhile (or they are not freed)."""
     with tempfile.TemporaryFile(prefix="streamtrace-parked-", dir=directory) as file:
         kept = []
-        for name in names:
-            value = getattr(owner, name)
-            kept.append((name, getattr(value, "typecode", None), len(value) * getattr(value, "itemsize", 1)))
-            file.write(value)
-            setattr(owner, name, None)
+        with spool_writes(directory or tempfile.gettempdir()):
+            for name in names:
+                value = getattr(owner, name)
+                kept.append((name, getattr(value, "typecode", None), len(value) * getattr(value, "itemsize", 1)))
+                file.write(value)
+                setattr(owner, name, None)
+            file.flush()
         del value
         yield
         file.seek(0)

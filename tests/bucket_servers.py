@@ -1,0 +1,116 @@
+"""Local stand-ins for remote storage, on loopback only, started and stopped by
+the tests: an HTTP server with Range support (what fsspec's HTTP filesystem
+reads) that can also fail on purpose, and moto's S3 API server.
+
+The HTTP server counts what it sends per object, so a test can tell how many
+times an input was downloaded.
+"""
+from __future__ import annotations
+
+import collections
+import re
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
+RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+class ObjectServer(ThreadingHTTPServer):
+    """Serves ``objects`` (path -> bytes).  Paths under ``/forbidden/`` answer
+    403; under ``/drop/`` the server sends the headers of the whole object (or
+    range), then its bytes up to three quarters of the object, then closes
+    the socket."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.objects: dict[str, bytes] = {}
+        self.gets: collections.Counter = collections.Counter()  # GET requests per path
+        self.bytes_sent: collections.Counter = collections.Counter()  # body bytes per path
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ObjectServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # keep the test output clean
+        pass
+
+    def do_HEAD(self) -> None:
+        self._answer(with_body=False)
+
+    def do_GET(self) -> None:
+        self.server.gets[self.path] += 1
+        self._answer(with_body=True)
+
+    def _answer(self, *, with_body: bool) -> None:
+        path = self.path
+        if path.startswith("/forbidden/"):
+            self._refuse(403, b"Forbidden")
+            return
+        body = self.server.objects.get(path)
+        if body is None:
+            self._refuse(404, b"Not Found")
+            return
+        start, end = 0, len(body)
+        wanted = RANGE.match(self.headers.get("Range", ""))
+        if wanted:
+            first, last = wanted.groups()
+            start = int(first) if first else max(0, len(body) - int(last))
+            end = min(len(body), int(last) + 1) if first and last else len(body)
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(end - start))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if not with_body:
+            return
+        if path.startswith("/drop/"):
+            end = max(start, min(end, len(body) * 3 // 4))
+            self.close_connection = True
+        piece = body[start:end]
+        self.wfile.write(piece)
+        self.wfile.flush()
+        self.server.bytes_sent[path] += len(piece)
+
+    def _refuse(self, status: int, text: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(text)
+
+
+@contextmanager
+def object_server() -> Iterator[ObjectServer]:
+    server = ObjectServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@contextmanager
+def s3_server() -> Iterator[str]:
+    """moto's S3 API in server mode on a free loopback port; yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
