@@ -14,6 +14,7 @@ import orjson
 from . import __version__
 from .algo.rules import DEFAULT_RULES_TOML
 from .commands.attribute import attribute
+from .commands.batch import batch
 from .commands.compact import compact
 from .commands.convert import convert
 from .commands.inspect import inspect
@@ -67,6 +68,14 @@ def _output_options(parser: argparse.ArgumentParser, output: str) -> None:
                         help=f"output compression (default: from the suffix of {output})")
     parser.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
     parser.add_argument("--overwrite", action="store_true", help=f"replace {output} if it exists")
+
+
+def _cluster(parser: argparse.ArgumentParser) -> None:
+    """--dask: the commands that run one task per input (merge's ranks, batch runs)."""
+    parser.add_argument("--dask", metavar="ADDRESS",
+                        help="run one task per input on the Dask cluster whose scheduler is ADDRESS "
+                             "(e.g. tcp://head:8786; default $STREAMTRACE_DASK; needs the 'dask' extra and a "
+                             "--spool-dir that every worker shares); -j then does not apply. A single input runs here")
 
 
 def _rank_map(parser: argparse.ArgumentParser) -> None:
@@ -126,8 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
                "  streamtrace compact --print-rules > my_rules.toml     # start from the defaults",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
-    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_compacted.json.gz beside the input)")
+    cmd.add_argument("trace", nargs="*", metavar="TRACE",
+                     help="trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_compacted.json.gz beside the input); "
+                                            "with several inputs a directory DIR/")
     cmd.add_argument("--rules", metavar="FILE", help="TOML file with lane groups, labels and match rules")
     cmd.add_argument("--print-rules", action="store_true", help="print the default rules file and exit")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add rank-local PP dependency arrows")
@@ -135,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fail on an ac2g endpoint that matches no slice start (default: move it to the "
                           "nearest slice's lane and count it as gpu_flow_endpoints_unmatched)")
     _output_options(cmd, "the output")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_compact)
 
@@ -168,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
     _output_options(cmd, "the output")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_merge)
 
@@ -187,10 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
                "  streamtrace relink merged.json.gz -o - | gzip > fixed.json.gz\n\n" + RANK_MAP_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("trace", help="merged trace file, '-' for stdin (then give -o), or a URL")
-    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input)")
+    cmd.add_argument("trace", nargs="+", metavar="TRACE",
+                     help="merged trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input); "
+                                            "with several inputs a directory DIR/")
     _rank_map(cmd)
     _output_options(cmd, "the output")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_relink)
 
@@ -242,13 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
                + RANK_MAP_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("trace", nargs="+", metavar="TRACE",
+                     help="trace file, '-' for stdin, or a URL; several: one task each, their rows in one CSV")
     cmd.add_argument("-o", "--output", default="-",
                      help="CSV path ('.gz'/'.zst' compress it) or '-' for stdout (default; the summary then goes "
                           "to stderr)")
     cmd.add_argument("--group-by", choices=("op",), help="print GPU time per (rank, cpu op) instead of rows")
     _rank_map(cmd)
     cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_attribute)
 
@@ -295,10 +313,13 @@ def _run_compact(args: argparse.Namespace) -> None:
     if args.print_rules:
         sys.stdout.write(DEFAULT_RULES_TOML)
         return
-    if args.trace is None:
+    if not args.trace:
         raise TraceError("give a TRACE to compact (or --print-rules)")
+    if _batch(args, args.output):
+        return _run_batch(args, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
+                          compress=args.compress, level=args.level, salvage=args.salvage)
     summary = compact(
-        args.trace, args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
+        args.trace[0], args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
         overwrite=args.overwrite, compress=args.compress, level=args.level, salvage=args.salvage,
         spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
@@ -314,7 +335,7 @@ def _run_merge(args: argparse.Namespace) -> None:
     summary = merge(
         args.inputs, args.output, compact=not args.no_compact, pp_flows=not args.no_pp_flows,
         ranks=args.ranks, overwrite=args.overwrite, rules=args.rules, compress=args.compress, level=args.level,
-        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
+        salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs, dask=args.dask,
     )
     unmatched = {key: value for key, value in summary.items() if key.endswith("_unmatched") and value}
     if unmatched:
@@ -324,8 +345,10 @@ def _run_merge(args: argparse.Namespace) -> None:
 
 
 def _run_relink(args: argparse.Namespace) -> None:
+    if _batch(args, args.output):
+        return _run_batch(args, rank_map=args.rank_map, compress=args.compress, level=args.level, salvage=args.salvage)
     summary = relink(
-        args.trace, args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
+        args.trace[0], args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
         level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
         jobs=args.jobs,
     )
@@ -342,11 +365,24 @@ def _run_split(args: argparse.Namespace) -> None:
 
 
 def _run_attribute(args: argparse.Namespace) -> None:
+    if _batch(args, None):
+        return _run_batch(args, group_by=args.group_by, rank_map=args.rank_map, salvage=args.salvage)
     summary = attribute(
-        args.trace, args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite,
+        args.trace[0], args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite,
         salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
     _emit_summary(summary, to_stderr=args.output == "-")
+
+
+def _batch(args: argparse.Namespace, output_dir: str | None) -> bool:
+    """Several inputs, or an output that names a directory (DIR/ or an existing one): a batch run."""
+    return len(args.trace) > 1 or output_dir is not None and (output_dir.endswith(os.sep) or os.path.isdir(output_dir))
+
+
+def _run_batch(args: argparse.Namespace, **options: object) -> None:
+    summary = batch(args.command, args.trace, args.output, jobs=args.jobs, dask=args.dask, spool_dir=args.spool_dir,
+                    progress=_progress(args), overwrite=args.overwrite, **options)
+    _emit_summary(summary, to_stderr=args.command == "attribute" and args.output == "-")
 
 
 def _run_demo(args: argparse.Namespace) -> None:
