@@ -147,7 +147,7 @@ class DaskExecutor(Executor):
         self._tasks: list[Any] = []  # Dask forgets a task whose future is dropped
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        task = self._client.submit(fn, *args, pure=False, **kwargs)  # every call is new work, never a cached result
+        task = self._client.submit(_on_worker, fn, *args, pure=False, **kwargs)  # new work, never a cached result
         self._tasks.append(task)
         future: Future = Future()
         future.add_done_callback(lambda mine: task.cancel() if mine.cancelled() else None)
@@ -158,6 +158,14 @@ class DaskExecutor(Executor):
         if not wait or cancel_futures:
             self._client.cancel([task for task in self._tasks if not task.done()])
         self._tasks.clear()
+
+
+def _on_worker(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A task on a Dask worker, with the worker's own objects frozen: the
+    task's collections (merge frees each rank's arrays with ``gc.collect``)
+    then scan the task's objects, not the worker's large heap (0.2 s each)."""
+    with frozen_heap():
+        return function(*args, **kwargs)
 
 
 def _settle(future: Future, task: Any) -> None:
