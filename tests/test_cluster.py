@@ -146,9 +146,11 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     while victim is None and merging.is_alive() and time.monotonic() < deadline:
         busy = [worker for worker, keys in client.processing().items() if keys]
         if busy:
+            pid = client.run(os.getpid, workers=busy[:1])[busy[0]]
             time.sleep(0.2)  # well into the task
-            victim = client.run(os.getpid, workers=busy[:1])[busy[0]]
-            os.kill(victim, signal.SIGKILL)
+            if client.processing().get(busy[0]):  # still at it
+                victim = pid
+                os.kill(victim, signal.SIGKILL)
         time.sleep(0.02)
     merging.join(120)
     assert victim is not None, "no task was seen running"
@@ -218,6 +220,10 @@ def test_batch_refuses_before_any_work(sixteen, tmp_path):
     (twin / files[0].name).write_bytes(files[0].read_bytes())
     with pytest.raises(TraceError, match="would both write"):
         batch("compact", [files[0], twin / files[0].name], str(tmp_path / "new"), jobs=1)
+    for not_a_directory in ("-", str(tmp_path / "merged.json.gz")):
+        with pytest.raises(TraceError, match="-o names a directory"):
+            batch("relink", files, not_a_directory, jobs=1)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "merged.json.gz").exists()
 
 
 # --- the seam itself ------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from .relink import relink
 PER_INPUT = {"compact": (compact, "_compacted"), "relink": (relink, "_relinked")}
 SUMMED = ("events_read", "events_written")
 CSV_PIECE = 1 << 20
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".gz", ".zst")
 
 
 def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = None, *, jobs: int | str | None = None,
@@ -72,6 +73,9 @@ def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = Non
 def _each_to_directory(command: str, files: list[str], directory: str | None, runner: TaskRunner, overwrite: bool,
                        options: dict) -> tuple[list[str], list[dict]]:
     tag = PER_INPUT[command][1]
+    if directory is not None and (directory == "-" or directory.endswith(TRACE_SUFFIXES)):
+        raise TraceError(f"{command} with several inputs writes one file per input: -o names a directory (DIR/), "
+                         f"not {directory!r}")
     beside = [default_output(path, tag) for path in files]
     finals = beside if directory is None else [os.path.join(directory, os.path.basename(path)) for path in beside]
     _refuse_clashes(files, finals, overwrite)

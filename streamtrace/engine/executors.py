@@ -80,8 +80,10 @@ class TaskRunner:
 
     def __enter__(self) -> "TaskRunner":
         if self.distributed:
-            if self.spool_dir is None or "://" in self.spool_dir:
+            if self.spool_dir is None:
                 raise TraceError("--dask needs --spool-dir: a directory that every worker and this process share")
+            if "://" in self.spool_dir:
+                raise TraceError(f"--spool-dir {self.spool_dir}: spools are files; give a shared filesystem path")
             self._client = _connect(self.address)
             try:
                 self.work_dir = tempfile.mkdtemp(prefix="streamtrace-run-", dir=self.spool_dir)
