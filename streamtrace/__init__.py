@@ -5,6 +5,7 @@ destinations (paths, ``-`` or binary file objects) and returns the summary
 the command prints.
 """
 from .commands.attribute import attribute
+from .commands.batch import batch
 from .commands.compact import compact
 from .commands.convert import convert
 from .commands.inspect import inspect
@@ -13,5 +14,5 @@ from .commands.relink import relink
 from .commands.split import split
 from .errors import TraceError
 
-__all__ = ["TraceError", "attribute", "compact", "convert", "inspect", "merge", "relink", "split"]
+__all__ = ["TraceError", "attribute", "batch", "compact", "convert", "inspect", "merge", "relink", "split"]
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ import orjson
 from . import __version__
 from .algo.rules import DEFAULT_RULES_TOML
 from .commands.attribute import attribute
+from .commands.batch import batch
 from .commands.compact import compact
 from .commands.convert import convert
 from .commands.inspect import inspect
@@ -83,6 +84,14 @@ def _original_stream(parser: argparse.ArgumentParser) -> None:
                         help="do not keep each moved slice's CUDA stream as args.original_stream")
 
 
+def _cluster(parser: argparse.ArgumentParser) -> None:
+    """--dask: the commands that run one task per input (merge's ranks, batch runs)."""
+    parser.add_argument("--dask", metavar="ADDRESS",
+                        help="run one task per input on the Dask cluster whose scheduler is ADDRESS "
+                             "(e.g. tcp://head:8786; default $STREAMTRACE_DASK; needs the 'dask' extra and a "
+                             "--spool-dir that every worker shares); -j then does not apply. A single input runs here")
+
+
 def _rank_map(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-map", metavar="FILE", help="JSON object {pid: rank} for pids no other rule places")
 
@@ -142,8 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                "  streamtrace compact --print-rules > my_rules.toml     # start from the defaults",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
-    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_compacted.json.gz beside the input)")
+    cmd.add_argument("trace", nargs="*", metavar="TRACE",
+                     help="trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_compacted.json.gz beside the input); "
+                                            "with several inputs a directory DIR/")
     cmd.add_argument("--rules", metavar="FILE", help="TOML file with lane groups, labels and match rules")
     cmd.add_argument("--print-rules", action="store_true", help="print the default rules file and exit")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add rank-local PP dependency arrows")
@@ -152,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fail on an ac2g endpoint that matches no slice start (default: move it to the "
                           "nearest slice's lane and count it as gpu_flow_endpoints_unmatched)")
     _output_options(cmd, "the output")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_compact)
 
@@ -186,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
     _output_options(cmd, "the output")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_merge)
 
@@ -205,10 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
                "  streamtrace relink merged.json.gz -o - | gzip > fixed.json.gz\n\n" + RANK_MAP_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("trace", help="merged trace file, '-' for stdin (then give -o), or a URL")
-    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input)")
+    cmd.add_argument("trace", nargs="+", metavar="TRACE",
+                     help="merged trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input); "
+                                            "with several inputs a directory DIR/")
     _rank_map(cmd)
     _output_options(cmd, "the output")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_relink)
 
@@ -260,13 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
                + RANK_MAP_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("trace", nargs="+", metavar="TRACE",
+                     help="trace file, '-' for stdin, or a URL; several: one task each, their rows in one CSV")
     cmd.add_argument("-o", "--output", default="-",
                      help="CSV path ('.gz'/'.zst' compress it) or '-' for stdout (default; the summary then goes "
                           "to stderr)")
     cmd.add_argument("--group-by", choices=("op",), help="print GPU time per (rank, cpu op) instead of rows")
     _rank_map(cmd)
     cmd.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_attribute)
 
@@ -569,6 +587,15 @@ def _attribute_view(summary: dict) -> Rows:
             *_linking_rows(summary), _took(summary)]
 
 
+@view("batch")
+def _batch_view(summary: dict) -> Rows:
+    outputs = summary["output"] if isinstance(summary["output"], list) else [summary["output"]]
+    rows = [(summary["command"], f"{_count(summary['inputs'], 'input')}, one task each"), ("output", _listed(outputs, 3))]
+    if "events_read" in summary:
+        rows.append(_events(summary))
+    return [*rows, _took(summary)]
+
+
 @view("synth")
 def _synth_view(truth: dict) -> Rows:
     ranks = truth["ranks"]
@@ -609,10 +636,13 @@ def _run_compact(args: argparse.Namespace) -> None:
     if args.print_rules:
         sys.stdout.write(DEFAULT_RULES_TOML)
         return
-    if args.trace is None:
+    if not args.trace:
         raise TraceError("give a TRACE to compact (or --print-rules)")
+    if _batch(args, args.output):
+        return _run_batch(args, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
+                          original_stream=not args.no_original_stream, compress=args.compress, level=args.level)
     summary = compact(
-        args.trace, args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
+        args.trace[0], args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
         original_stream=not args.no_original_stream, overwrite=args.overwrite, compress=args.compress,
         level=args.level, **_reading(args),
     )
@@ -623,14 +653,16 @@ def _run_merge(args: argparse.Namespace) -> None:
     summary = merge(
         args.inputs, args.output, compact=not args.no_compact, original_stream=not args.no_original_stream,
         pp_flows=not args.no_pp_flows, ranks=args.ranks, overwrite=args.overwrite, rules=args.rules,
-        compress=args.compress, level=args.level, **_reading(args),
+        compress=args.compress, level=args.level, **_reading(args), dask=args.dask,
     )
     report("merge", summary, args, to_stderr=args.output == "-")
 
 
 def _run_relink(args: argparse.Namespace) -> None:
+    if _batch(args, args.output):
+        return _run_batch(args, rank_map=args.rank_map, compress=args.compress, level=args.level)
     summary = relink(
-        args.trace, args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
+        args.trace[0], args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
         level=args.level, **_reading(args),
     )
     report("relink", summary, args, to_stderr=args.output == "-")
@@ -645,10 +677,23 @@ def _run_split(args: argparse.Namespace) -> None:
 
 
 def _run_attribute(args: argparse.Namespace) -> None:
+    if _batch(args, None):
+        return _run_batch(args, group_by=args.group_by, rank_map=args.rank_map)
     summary = attribute(
-        args.trace, args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite, **_reading(args),
+        args.trace[0], args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite, **_reading(args),
     )
     report("attribute", summary, args, to_stderr=args.output == "-")
+
+
+def _batch(args: argparse.Namespace, output_dir: str | None) -> bool:
+    """Several inputs, or an output that names a directory (DIR/ or an existing one): a batch run."""
+    return len(args.trace) > 1 or output_dir is not None and (output_dir.endswith(os.sep) or os.path.isdir(output_dir))
+
+
+def _run_batch(args: argparse.Namespace, **options: object) -> None:
+    summary = batch(args.command, args.trace, args.output, dask=args.dask, overwrite=args.overwrite,
+                    **_reading(args), **options)
+    report("batch", summary, args, to_stderr=args.command == "attribute" and args.output == "-")
 
 
 def _run_demo(args: argparse.Namespace) -> None:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from array import array
 from bisect import bisect_left
-from concurrent.futures import ProcessPoolExecutor, wait
+from contextlib import closing
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator, Sequence
@@ -49,7 +49,8 @@ from ..algo.pparrows import (
     send_recv_arrows,
 )
 from ..algo.ranks import pp_group_ranks, rank_from_file_name
-from ..engine.jobs import die_with_parent, resolve_jobs
+from ..engine.executors import TaskRunner, shared_path
+from ..engine.jobs import resolve_jobs
 from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
 from ..errors import TraceError
 from ..io.configfiles import load_rules
@@ -61,7 +62,7 @@ from ..io.source import InputSource
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
 from ..kineto import NUMBER_TYPES
-from ..resources import frozen_heap, peak_rss_mb
+from ..resources import peak_rss_mb
 from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
 from .mergedindex import MergedIndex, resolve
 
@@ -532,8 +533,14 @@ def merge(
     spool_dir: str | None = None,
     reread_remote: bool = False,
     progress: bool | None = False,
+    dask: str | None = None,
 ) -> dict:
-    """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary."""
+    """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary.
+
+    ``dask``: the address of a Dask scheduler to run the per-rank tasks on
+    (default ``$STREAMTRACE_DASK``, else ``jobs`` processes here); it needs a
+    ``spool_dir`` that every worker shares.
+    """
     started = time.perf_counter()
     files = discover_inputs([srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs))
     wanted = parse_rank_list(ranks) if isinstance(ranks, str) else ranks
@@ -543,58 +550,37 @@ def merge(
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
     if dst is not None:  # refuse a bad output now, not after reading every input
         OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
-    options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, spool_dir, salvage, reread_remote)
-    processes = resolve_jobs(jobs)
-    indexed = _phase_one(files, options, processes, progress)
-    try:
-        if wanted is not None:
-            for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
-                _discard(dropped)
-            indexed = [entry for entry in indexed if entry.facts.rank in wanted]
-            if len(indexed) < 2:
-                raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
-        return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
-                          jobs=processes, spool_dir=spool_dir, progress=progress, started=started)
-    finally:
-        for entry in indexed:
-            _discard(entry)
+    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+        if runner.distributed:
+            files = [shared_path(path) for path in files]
+        options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, runner.work_dir, salvage, reread_remote)
+        indexed = _phase_one(files, options, runner)
+        try:
+            if wanted is not None:
+                for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
+                    _discard(dropped)
+                indexed = [entry for entry in indexed if entry.facts.rank in wanted]
+                if len(indexed) < 2:
+                    raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
+            return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
+                              runner=runner, progress=progress, started=started)
+        finally:
+            for entry in indexed:
+                _discard(entry)
 
 
-def _phase_one(files: list[str], options: _PhaseOneOptions, jobs: int, progress: bool | None) -> list[RankIndex]:
-    """Index every input (in ``jobs`` processes); on failure nothing is left behind."""
+def _phase_one(files: list[str], options: _PhaseOneOptions, runner: TaskRunner) -> list[RankIndex]:
+    """Index every input (one task per rank); on failure nothing is left behind."""
     done: list[RankIndex] = []
-    meter = Progress(None, enabled=progress)
     try:
-        if jobs == 1:
-            for number, path in enumerate(files, 1):
-                done.append(index_rank(path, options))
-                meter.update(f"indexed {number}/{len(files)} ranks", None, sum(entry.events for entry in done))
-        else:
-            with _pool(min(jobs, len(files))) as pool:
-                with frozen_heap():  # the workers are forked at the first submit
-                    futures = [pool.submit(index_rank, path, options) for path in files]
-                try:
-                    for future in futures:
-                        done.append(future.result())
-                except BaseException:  # a failed rank, or this process interrupted while waiting
-                    for future in futures:
-                        future.cancel()
-                    for future in futures[len(done):]:  # ranks already under way finish: their files go too
-                        if not future.cancelled() and future.exception() is None:
-                            done.append(future.result())
-                    raise
+        for entry in runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed",
+                                    discard=_discard):
+            done.append(entry)
     except BaseException:
         for entry in done:
             _discard(entry)
         raise
-    finally:
-        meter.done()
     return done
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes that end with this one, even when it is killed outright."""
-    return ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),))
 
 
 def _discard(entry: RankIndex) -> None:
@@ -604,7 +590,7 @@ def _discard(entry: RankIndex) -> None:
 
 
 def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: bool, compress: str | None,
-               level: int | None, pp_flows: bool, jobs: int, spool_dir: str | None, progress: bool | None,
+               level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
                started: float) -> dict:
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
@@ -633,12 +619,12 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     extras = {n: process_metadata(facts[n], pid_maps[n], pp_ranks[n] if has_pp else None) for n in order}
     with target.open() as out:
         writer = TraceWriter(out, _replace_members(first.header, replacements))
-        if jobs == 1:
+        if runner.inline:
             for n in order:
                 _emit_rank(indexed[n].state_path, rewrites[n], extras[n], writer, meter)
         else:
-            _emit_ranks_in_workers([(indexed[n].state_path, rewrites[n], extras[n]) for n in order], writer, jobs,
-                                   spool_dir)
+            _emit_ranks_in_workers([(indexed[n].state_path, rewrites[n], extras[n], runner.work_dir) for n in order],
+                                   writer, runner)
         for batch in batches((dumps_event(event) for event in arrow_events(arrows)), SPOOL_BATCH):
             writer.events(batch)
         writer.close(_replace_members(first.trailer, replacements, add_missing=first.header))
@@ -697,28 +683,17 @@ def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict
     return chunk_path, count
 
 
-def _emit_ranks_in_workers(jobs_in_order: list[tuple], writer: TraceWriter, jobs: int, chunk_dir: str | None) -> None:
-    """Pass 2 of every rank in ``jobs`` worker processes, spliced into ``writer``
-    in order as each rank's fragment is ready; fragments never outlive the call."""
-    with _pool(min(jobs, len(jobs_in_order))) as pool:
-        with frozen_heap():
-            futures = [pool.submit(_emit_rank_to_chunk, *job, chunk_dir) for job in jobs_in_order]
-        try:
-            for future in futures:
-                chunk_path, count = future.result()
-                try:
-                    writer.splice(_chunk_pieces(chunk_path), count)
-                finally:
-                    remove_quietly(chunk_path)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            wait(futures)  # fragments under way are finished, so that they are removed below
-            raise
-        finally:
-            for future in futures:  # fragments finished but not spliced
-                if future.done() and not future.cancelled() and future.exception() is None:
-                    remove_quietly(future.result()[0])
+def _emit_ranks_in_workers(calls: list[tuple], writer: TraceWriter, runner: TaskRunner) -> None:
+    """Pass 2 of every rank as tasks, spliced into ``writer`` in order as each
+    rank's fragment is ready; fragments never outlive the call."""
+    fragments = runner.ordered(_emit_rank_to_chunk, calls, label="ranks written",
+                               discard=lambda fragment: remove_quietly(fragment[0]))
+    with closing(fragments):  # a failed splice stops the tasks at once
+        for chunk_path, count in fragments:
+            try:
+                writer.splice(_chunk_pieces(chunk_path), count)
+            finally:
+                remove_quietly(chunk_path)
 
 
 def _chunk_pieces(path: str) -> Iterator[bytes]:

@@ -48,6 +48,15 @@ class Progress:
         self.stream.flush()
         self._shown = True
 
+    def count(self, label: str, done: int, total: int) -> None:
+        """Show ``label: done/total`` (tasks finished), the last one always."""
+        if not self.enabled or (done < total and time.monotonic() < self._next):
+            return
+        self._next = time.monotonic() + INTERVAL
+        self.stream.write(f"\r{label}: {done:,}/{total:,}   ")
+        self.stream.flush()
+        self._shown = True
+
     def done(self) -> None:
         if self._shown:
             self.stream.write("\r" + " " * 79 + "\r")

@@ -1,0 +1,142 @@
+"""Batch runs: one per-rank command over many inputs, one task per input.
+
+``compact`` and ``relink`` write one output per input into a directory, under
+the name the single run would give it beside its input; ``attribute`` writes
+one CSV of every input's rows (the rank column tells them apart), in input
+order.  Each task runs the single command in one process (``jobs=1``) on
+this machine or on a Dask cluster (:mod:`streamtrace.engine.executors`).
+
+Nothing appears unless every input succeeds: the tasks write into a hidden
+directory inside the output directory (so a rename moves each file into
+place) or, for attribute's CSV parts, into the run's spool directory; the
+coordinator renames or concatenates only after the last task.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Callable, Sequence
+
+from ..engine.executors import TaskRunner, shared_path
+from ..engine.jobs import resolve_jobs
+from ..errors import TraceError
+from ..io.sink import OutputTarget, SinkSpec, default_output, remove_quietly
+from ..resources import peak_rss_mb
+from .attribute import attribute
+from .compact import compact
+from .relink import relink
+
+PER_INPUT = {"compact": (compact, "_compacted"), "relink": (relink, "_relinked")}
+SUMMED = ("events_read", "events_written")
+CSV_PIECE = 1 << 20
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".gz", ".zst")
+
+
+def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = None, *, jobs: int | str | None = None,
+          dask: str | None = None, spool_dir: str | None = None, progress: bool | None = False,
+          overwrite: bool = False, **options: object) -> dict:
+    """Run ``command`` (compact, relink or attribute) on every input; returns
+    the summary: the outputs, the per-input summaries, their summed counts.
+
+    ``dst``: for compact and relink a directory (created if missing; default:
+    each output beside its input), for attribute the CSV (default stdout).
+    ``options`` are the single command's keyword arguments.
+    """
+    started = time.perf_counter()
+    if command not in (*PER_INPUT, "attribute"):
+        raise ValueError(f"no batch mode for {command!r}")
+    files = [os.fspath(src) for src in srcs]
+    if not files:
+        raise TraceError(f"{command} needs at least one input")
+    if "-" in files:
+        raise TraceError(f"{command} with several inputs reads files or URLs, not stdin ('-')")
+    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+        if runner.distributed:
+            files = [shared_path(path) for path in files]
+        if command == "attribute":
+            outputs, runs = _attribute_all(files, "-" if dst is None else dst, runner, overwrite, options)
+        else:
+            outputs, runs = _each_to_directory(command, files, dst, runner, overwrite, options)
+    return {
+        "command": command,
+        "inputs": len(files),
+        "output": outputs,
+        **{key: sum(run.get(key, 0) for run in runs) for key in SUMMED if any(key in run for run in runs)},
+        "runs": runs,
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def _each_to_directory(command: str, files: list[str], directory: str | None, runner: TaskRunner, overwrite: bool,
+                       options: dict) -> tuple[list[str], list[dict]]:
+    tag = PER_INPUT[command][1]
+    if directory is not None and (directory == "-" or directory.endswith(TRACE_SUFFIXES)):
+        raise TraceError(f"{command} with several inputs writes one file per input: -o names a directory (DIR/), "
+                         f"not {directory!r}")
+    beside = [default_output(path, tag) for path in files]
+    finals = beside if directory is None else [os.path.join(directory, os.path.basename(path)) for path in beside]
+    _refuse_clashes(files, finals, overwrite)
+    groups: dict[str, list[int]] = {}
+    for n, final in enumerate(finals):
+        groups.setdefault(os.path.dirname(os.path.abspath(final)), []).append(n)
+    staging: dict[str, str] = {}
+    try:
+        for folder in groups:
+            os.makedirs(folder, exist_ok=True)
+            staging[folder] = tempfile.mkdtemp(prefix=".streamtrace-batch-", dir=folder)
+        staged = [os.path.join(staging[os.path.dirname(os.path.abspath(final))], os.path.basename(final))
+                  for final in finals]
+        calls = [(command, src, out, runner.work_dir, options) for src, out in zip(files, staged)]
+        runs = list(runner.ordered(_run_one, calls, label="inputs done"))
+        for out, final, run in zip(staged, finals, runs):
+            os.replace(out, final)
+            run["output"] = final
+    finally:
+        for folder in staging.values():
+            shutil.rmtree(folder, ignore_errors=True)
+    return finals, runs
+
+
+def _refuse_clashes(files: list[str], finals: list[str], overwrite: bool) -> None:
+    """Two inputs must not share an output, and no output may be replaced unasked (checked before any work)."""
+    seen: dict[str, str] = {}
+    for src, final in zip(files, finals):
+        real = os.path.realpath(final)
+        if real in seen:
+            raise TraceError(f"{seen[real]} and {src} would both write {final}: give them separate runs")
+        seen[real] = src
+        if not overwrite and os.path.exists(final):
+            raise TraceError("output exists (use --overwrite)", path=final)
+
+
+def _run_one(command: str, src: str, dst: str, spool_dir: str | None, options: dict) -> dict:
+    """One input in one process (a task)."""
+    single: Callable[..., dict] = PER_INPUT[command][0] if command in PER_INPUT else attribute
+    return single(src, dst, spool_dir=spool_dir, jobs=1, progress=False, **options)
+
+
+def _attribute_all(files: list[str], dst: SinkSpec, runner: TaskRunner, overwrite: bool,
+                   options: dict) -> tuple[str, list[dict]]:
+    """Every input's CSV, written as parts by the tasks and joined under one header here."""
+    target = OutputTarget(dst, overwrite=overwrite, compress=options.pop("compress", None), inputs=files)
+    parts_dir = tempfile.mkdtemp(prefix="streamtrace-parts-", dir=runner.work_dir)
+    try:
+        calls = [("attribute", src, os.path.join(parts_dir, f"{n}.csv"), runner.work_dir, options)
+                 for n, src in enumerate(files)]
+        runs = list(runner.ordered(_run_one, calls, label="inputs done"))
+        with target.open() as out:
+            for n, (_, _, part, _, _) in enumerate(calls):
+                with open(part, "rb") as rows:
+                    header = rows.readline()
+                    if n == 0:
+                        out.write(header)
+                    shutil.copyfileobj(rows, out, CSV_PIECE)
+                remove_quietly(part)
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    for run in runs:
+        run["output"] = target.name
+    return target.name, runs

@@ -1,0 +1,263 @@
+"""Per-rank tasks through the executor seam: processes here, or a real Dask cluster.
+
+The cluster is a ``dask.distributed.LocalCluster`` started by this module on
+loopback, with two worker processes of one thread each (the machine's two
+cores), and torn down at the end.  The oracle everywhere is the plain
+single-process run (``-j 1``, one input at a time), compared byte for byte.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+import streamtrace
+from streamtrace.commands.batch import batch
+from streamtrace.engine.executors import TaskRunner
+from streamtrace.errors import TraceError
+from streamtrace.synth import SynthConfig, write_traces
+
+distributed = pytest.importorskip("distributed")
+
+SMALL = dict(microbatches=2, steps=1, graph_kernels=8, graph_streams=4, eager_kernels=4, python_noise=1)
+COORDINATOR_LIMIT_MB = 150
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, worker_dashboard_address=None) as local:
+        with distributed.Client(local) as client:
+            yield local, client
+
+
+@pytest.fixture(scope="module")
+def address(cluster) -> str:
+    return cluster[0].scheduler_address
+
+
+@pytest.fixture(scope="module")
+def sixteen(tmp_path_factory) -> Path:
+    """16 ranks, PP 4 x DP 4."""
+    directory = tmp_path_factory.mktemp("ranks16")
+    write_traces(SynthConfig(ranks=16, pp_stages=4, **SMALL), directory, compress="gz", merged=False)
+    return directory
+
+
+def rank_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("rank*_trace.json*"))
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def spool(tmp_path: Path) -> Path:
+    """A spool directory the test can check is left empty."""
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    return directory
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtrace", *args], capture_output=True, text=True)
+
+
+# --- merge ----------------------------------------------------------------------------------------
+
+
+def test_merge_on_the_cluster_equals_one_process(sixteen, address, tmp_path):
+    alone = streamtrace.merge(sixteen, tmp_path / "alone.json.gz", jobs=1)
+    spooled = spool(tmp_path)
+    summary = streamtrace.merge(sixteen, tmp_path / "cluster.json.gz", dask=address, spool_dir=str(spooled))
+    assert digest(tmp_path / "cluster.json.gz") == digest(tmp_path / "alone.json.gz")
+    assert summary["ranks"] == alone["ranks"] == 16
+    assert [entry["global_rank"] for entry in summary["pp_ranks"]] == [entry["global_rank"] for entry in alone["pp_ranks"]]
+    assert list(spooled.iterdir()) == []
+
+
+def test_merge_takes_the_cluster_from_the_environment(sixteen, address, tmp_path, monkeypatch):
+    streamtrace.merge(rank_files(sixteen)[:4], tmp_path / "alone.json.gz", jobs=1)
+    monkeypatch.setenv("STREAMTRACE_DASK", address)
+    done = cli("merge", *map(str, rank_files(sixteen)[:4]), "-o", str(tmp_path / "env.json.gz"), "--spool-dir",
+               str(spool(tmp_path)), "-q")
+    assert done.returncode == 0, done.stderr
+    assert digest(tmp_path / "env.json.gz") == digest(tmp_path / "alone.json.gz")
+
+
+def test_a_cluster_needs_a_shared_spool_directory(sixteen, address, tmp_path):
+    with pytest.raises(TraceError, match="--dask needs --spool-dir"):
+        streamtrace.merge(sixteen, tmp_path / "out.json.gz", dask=address)
+    assert not (tmp_path / "out.json.gz").exists()
+
+
+def test_a_damaged_rank_stops_the_run_with_one_line_naming_it(sixteen, address, tmp_path):
+    damaged = tmp_path / "ranks"
+    damaged.mkdir()
+    for path in rank_files(sixteen):
+        (damaged / path.name).write_bytes(path.read_bytes())
+    bad = damaged / "rank6_trace.json.gz"
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # gzip cut off halfway
+    spooled = spool(tmp_path)
+    for where in (["--dask", address], ["-j", "2"]):
+        done = cli("merge", str(damaged), "-o", str(tmp_path / "out.json.gz"), "--spool-dir", str(spooled), "-q",
+                   *where)
+        assert done.returncode == 1
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("streamtrace: error: ") and "rank6_trace.json.gz" in lines[0], lines
+        assert not (tmp_path / "out.json.gz").exists()
+        assert list(spooled.iterdir()) == []
+    done = cli("compact", *map(str, rank_files(damaged)), "-o", str(tmp_path / "compacted") + "/", "--dask", address,
+               "--spool-dir", str(spooled), "-q")
+    assert done.returncode == 1 and "rank6_trace.json.gz" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert list((tmp_path / "compacted").iterdir()) == [] and list(spooled.iterdir()) == []
+
+
+def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster, tmp_path):
+    """Ranks big enough that each task takes a while; one worker is killed
+    (SIGKILL) while it runs one: Dask runs that task again elsewhere."""
+    local, client = cluster
+    ranks = tmp_path / "ranks"
+    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, target_bytes=3_000_000, graph_kernels=8,
+                             graph_streams=4), ranks, compress="none", merged=False)
+    streamtrace.merge(ranks, tmp_path / "alone.json.gz", jobs=1)
+    outcome: dict = {}
+    spooled = spool(tmp_path)
+
+    def run() -> None:
+        try:
+            outcome["summary"] = streamtrace.merge(ranks, tmp_path / "cluster.json.gz", dask=local.scheduler_address,
+                                                   spool_dir=str(spooled))
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    merging = threading.Thread(target=run)
+    merging.start()
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and merging.is_alive() and time.monotonic() < deadline:
+        busy = [worker for worker, keys in client.processing().items() if keys]
+        if busy:
+            pid = client.run(os.getpid, workers=busy[:1])[busy[0]]
+            time.sleep(0.2)  # well into the task
+            if client.processing().get(busy[0]):  # still at it
+                victim = pid
+                os.kill(victim, signal.SIGKILL)
+        time.sleep(0.02)
+    merging.join(120)
+    assert victim is not None, "no task was seen running"
+    assert "error" not in outcome, outcome.get("error")
+    assert digest(tmp_path / "cluster.json.gz") == digest(tmp_path / "alone.json.gz")
+    assert list(spooled.iterdir()) == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(victim, 0)
+    client.wait_for_workers(2, timeout=60)  # the nanny starts a new one for the tests after this
+
+
+def test_the_coordinator_stays_small_while_merging_64_ranks(address, tmp_path):
+    write_traces(SynthConfig(ranks=64, pp_stages=4, **SMALL), tmp_path / "ranks", compress="gz", merged=False)
+    coordinator = ("import sys, orjson, streamtrace; sys.stdout.buffer.write(orjson.dumps(streamtrace.merge("
+                   "sys.argv[1], sys.argv[2], dask=sys.argv[3], spool_dir=sys.argv[4])))")
+    done = subprocess.run([sys.executable, "-c", coordinator, str(tmp_path / "ranks"), str(tmp_path / "merged.json.gz"),
+                           address, str(spool(tmp_path))], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    summary = orjson.loads(done.stdout)  # peak_rss_mb: this fresh process's own high-water mark
+    assert summary["ranks"] == 64
+    print(f"coordinator peak RSS merging 64 ranks on the cluster: {summary['peak_rss_mb']} MB")
+    assert summary["peak_rss_mb"] < COORDINATOR_LIMIT_MB
+
+
+# --- batch runs -----------------------------------------------------------------------------------
+
+
+def test_batch_compact_equals_single_runs_here_and_on_the_cluster(sixteen, address, tmp_path):
+    files = rank_files(sixteen)
+    singles = tmp_path / "single"
+    singles.mkdir()
+    for path in files:
+        streamtrace.compact(path, singles / path.name.replace("_trace", "_trace_compacted"), jobs=1)
+    expected = {path.name: digest(path) for path in singles.iterdir()}
+    assert len(expected) == 16
+    local = batch("compact", files, str(tmp_path / "local"), jobs=2)
+    on_cluster = batch("compact", files, str(tmp_path / "cluster"), dask=address, spool_dir=str(spool(tmp_path)))
+    for directory, summary in ((tmp_path / "local", local), (tmp_path / "cluster", on_cluster)):
+        assert {path.name: digest(path) for path in directory.iterdir()} == expected  # no staging left behind
+        assert summary["inputs"] == 16 and len(summary["runs"]) == 16
+        assert summary["events_read"] == sum(run["events_read"] for run in summary["runs"])
+
+
+def test_batch_attribute_is_every_input_under_one_header(sixteen, tmp_path):
+    files = rank_files(sixteen)[:3]
+    parts = []
+    for path in files:
+        streamtrace.attribute(path, tmp_path / f"{path.name}.csv", jobs=1)
+        parts.append((tmp_path / f"{path.name}.csv").read_text().splitlines(keepends=True))
+    expected = parts[0][0] + "".join(line for part in parts for line in part[1:])
+    done = cli("attribute", *map(str, files), "-o", str(tmp_path / "all.csv"), "-j", "2", "-q")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "all.csv").read_text() == expected
+    ranks = {path.name.split("_")[0].removeprefix("rank") for path in files}
+    assert {line.split(",")[0] for line in expected.splitlines()[1:]} == ranks  # the rank column tells them apart
+
+
+def test_batch_refuses_before_any_work(sixteen, tmp_path):
+    files = rank_files(sixteen)[:2]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rank0_trace_compacted.json.gz").write_bytes(b"keep")
+    with pytest.raises(TraceError, match="output exists"):
+        batch("compact", files, str(out), jobs=1)
+    assert (out / "rank0_trace_compacted.json.gz").read_bytes() == b"keep"
+    assert sorted(path.name for path in out.iterdir()) == ["rank0_trace_compacted.json.gz"]
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (twin / files[0].name).write_bytes(files[0].read_bytes())
+    with pytest.raises(TraceError, match="would both write"):
+        batch("compact", [files[0], twin / files[0].name], str(tmp_path / "new"), jobs=1)
+    for not_a_directory in ("-", str(tmp_path / "merged.json.gz")):
+        with pytest.raises(TraceError, match="-o names a directory"):
+            batch("relink", files, not_a_directory, jobs=1)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "merged.json.gz").exists()
+
+
+# --- the seam itself ------------------------------------------------------------------------------
+
+
+def test_results_come_in_input_order_with_progress_from_completions(capsys):
+    delays = [0.3, 0.0, 0.1, 0.0]
+    with TaskRunner(2, progress=True) as runner:
+        assert list(runner.ordered(_sleep_then_echo, [(n, delay) for n, delay in enumerate(delays)],
+                                   label="ranks")) == [0, 1, 2, 3]
+    assert "ranks: 4/4" in capsys.readouterr().err
+
+
+def test_a_failed_task_hands_finished_results_to_discard():
+    discarded: list[int] = []
+    with TaskRunner(2) as runner:
+        results = runner.ordered(_fail_on_two, [(n,) for n in range(4)], label="ranks", discard=discarded.append)
+        taken = []
+        with pytest.raises(TraceError, match="input 2"):
+            for result in results:
+                taken.append(result)
+    assert taken == [0, 1][: len(taken)]
+    assert set(discarded) <= {0, 1, 3} and not set(discarded) & set(taken)
+
+
+def _sleep_then_echo(value: int, delay: float) -> int:
+    time.sleep(delay)
+    return value
+
+
+def _fail_on_two(value: int) -> int:
+    if value == 2:
+        raise TraceError(f"input {value}")
+    time.sleep(0.05)
+    return value
