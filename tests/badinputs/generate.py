@@ -83,9 +83,26 @@ def _cut_half(data: bytes) -> bytes:
     return data[: len(data) // 2]
 
 
-def _deep_nesting(levels: int) -> bytes:
-    nested = "[" * levels + "]" * levels
-    return _replace_once(b'"correlation": 43, "device": 0}', f'"correlation": 43, "device": 0, "deep": {nested}}}'.encode())
+def nested(levels: int, kind: str) -> str:
+    """A JSON value ``levels`` deep: arrays ``[[...]]`` or objects ``{"a":{"a":...}}``."""
+    if kind == "arrays":
+        return "[" * levels + "]" * levels
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+DEEP_PLACES = {
+    "event": b'"name": "relu_kernel"',  # a field of the kernel event itself
+    "args": b'"correlation": 43, "device": 0',  # inside the kernel's args
+    "top": b'"schemaVersion": 1',  # a top-level key before traceEvents
+    "end": b'"traceName": "rank0"',  # a top-level key after traceEvents
+}
+DEEP_LEVELS = (10**3, 10**4, 10**5, 10**6)
+
+
+def _deep(levels: int, kind: str, place: str) -> bytes:
+    """The base trace with a value ``levels`` deep added after the anchor of ``place``."""
+    anchor = DEEP_PLACES[place]
+    return _replace_once(anchor, anchor + f', "deep": {nested(levels, kind)}'.encode())
 
 
 def _truncated_object() -> bytes:
@@ -168,7 +185,11 @@ BAD_INPUTS: tuple[BadInput, ...] = (
                  b'"schemaVersion": 1', b'"schemaVersion": 1, "schemaVersion": 2')),
     BadInput("string_10mb", "a 10 MB kernel name",
              lambda: _replace_once(b'"relu_kernel"', b'"relu_' + b"x" * (10 << 20) + b'"')),
-    BadInput("deep_nesting", "10,000 nested arrays in a kernel's args", lambda: _deep_nesting(10_000)),
+    *(BadInput(f"deep_{kind}_{place}_1e{len(str(levels)) - 1}", f"{levels:,} nested {kind} in the {place} place",
+               lambda levels=levels, kind=kind, place=place: _deep(levels, kind, place))
+      for place in ("event", "args", "top") for kind in ("arrays", "objects") for levels in DEEP_LEVELS),
+    BadInput("deep_arrays_end_1e6", "1,000,000 nested arrays in a top-level key after traceEvents",
+             lambda: _deep(10**6, "arrays", "end")),
     BadInput("truncated_object_form", "object form cut inside an event", _truncated_object),
     BadInput("truncated_array_form", "bare array cut inside an event", _truncated_array),
 )
