@@ -142,3 +142,13 @@ def test_parse_child_and_pass_two_read_an_archived_trace(tmp_path, form, monkeyp
     streamtrace.compact(archive, tmp_path / "got.json", jobs=2)
     assert children
     assert (tmp_path / "got.json").read_bytes() == (tmp_path / "expected.json").read_bytes()
+
+
+def test_writing_onto_the_archive_of_an_input_member_is_refused(tmp_path):
+    archive = _write(tmp_path / "ranks.zip", _zip_bytes({path.name: path.read_bytes() for path in RANKS[:2]}))
+    before = archive.read_bytes()
+    with pytest.raises(TraceError, match="onto the input"):
+        streamtrace.convert(f"{archive}!{RANKS[0].name}", archive, overwrite=True)
+    with pytest.raises(TraceError, match="onto the input"):
+        streamtrace.merge([archive], archive, overwrite=True)
+    assert archive.read_bytes() == before

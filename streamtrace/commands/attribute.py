@@ -282,7 +282,7 @@ def attribute(
         return visitors[-1]
 
     with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, inputs=[source.path])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, inputs=[source.origin])
         meter = Progress(source.size, enabled=progress)
         try:
             result = index_pass(source, make_visitor, keep_events=False, salvage=salvage, progress=meter,

@@ -913,7 +913,7 @@ def compact(
     chosen_rules = load_rules(rules)
     dst = default_output(src, "_compacted") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.origin])
         meter = Progress(source.size, enabled=progress)
         result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
                                          spool_dir=spool_dir, salvage=salvage, progress=meter, jobs=processes)

@@ -50,7 +50,7 @@ def convert(
     dropped_cats = frozenset(drop_categories)
     processes = resolve_jobs(jobs)
     with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.origin])
         meter = Progress(source.size, enabled=progress)
 
         def attempt(reader: TraceReader) -> tuple[int, int, ReadStats]:

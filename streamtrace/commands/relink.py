@@ -175,7 +175,7 @@ def relink(
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     dst = default_output(src, "_relinked") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.origin])
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)

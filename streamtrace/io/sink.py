@@ -17,6 +17,7 @@ from typing import BinaryIO, Iterable, Iterator, Union
 import zstandard
 
 from ..errors import TraceError
+from .archive import outer_path
 
 try:
     from isal import igzip as _isal_gzip
@@ -91,8 +92,8 @@ class OutputTarget:
         """Refuse up front what would fail or destroy data at the end."""
         if self.path is None:
             return
-        for source in inputs:
-            if source is not None and os.path.exists(self.path) and _same_file(source, self.path):
+        for source in inputs:  # an archive member (ARCHIVE!MEMBER) lives in its archive
+            if source is not None and os.path.exists(self.path) and _same_file(outer_path(source), self.path):
                 raise TraceError("refusing to write onto the input", path=self.path)
         if os.path.isdir(self.path):
             raise TraceError("is a directory; give an output file name", path=self.path)

@@ -224,6 +224,12 @@ class InputSource:
         return self._path
 
     @property
+    def origin(self) -> str | None:
+        """The local file the bytes come from (``ARCHIVE!MEMBER`` for a member),
+        which an output must not overwrite."""
+        return self._path or (self.name if self._member is not None else None)
+
+    @property
     def size(self) -> int | None:
         """Raw (possibly compressed) size in bytes, when known up front."""
         if self._path is not None:
