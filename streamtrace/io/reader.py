@@ -171,6 +171,10 @@ class _Feed:
                 if len(buffer) > HEADER_LIMIT:
                     raise TraceError(f"no traceEvents key within the first {HEADER_LIMIT >> 20} MiB",
                                      byte_offset=self.offset) from None
+            except jsonscan.MemberNotJSON as exc:
+                if "control character" in str(exc) and self._control is None:
+                    raise RobustModeNeeded(ReadMode(repair_strings=True)) from None
+                raise TraceError(str(exc), byte_offset=exc.offset) from None
             except jsonscan.ScanError as exc:
                 raise TraceError(str(exc), byte_offset=exc.offset) from None
 

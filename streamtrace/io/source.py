@@ -21,8 +21,10 @@ from . import archive
 
 try:
     from isal import igzip as _fast_gzip
+    from isal.isal_zlib import IsalError as _IsalError  # isal's corrupt-data error is no zlib.error
 except ImportError:  # the `fast` extra is optional
     _fast_gzip = None
+    _IsalError = zlib.error
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -127,7 +129,7 @@ class DecodedStream:
             return self._reader.read(size)
         except EOFError as exc:
             raise TruncatedInput(f"{self.compression} data ends early ({exc})") from None
-        except (OSError, zlib.error, zstandard.ZstdError) as exc:
+        except (OSError, zlib.error, _IsalError, zstandard.ZstdError) as exc:
             if "truncat" in str(exc).lower() or "end-of-stream" in str(exc).lower():
                 raise TruncatedInput(f"{self.compression} data ends early ({exc})") from None
             raise TraceError(f"corrupt {self.compression} data (found after {self.counter.bytes_read} compressed "

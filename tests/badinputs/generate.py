@@ -79,6 +79,13 @@ def _corrupt_zstd() -> bytes:
     return bytes(data)
 
 
+def _corrupt_deflate() -> bytes:
+    """Damage inside the deflate blocks (isal and zlib report it differently from a bad CRC)."""
+    data = bytearray(gzip.compress(trace_bytes(base_events() * 50), mtime=0))
+    data[12:20] = b"\xff" * 8
+    return bytes(data)
+
+
 def _cut_half(data: bytes) -> bytes:
     return data[: len(data) // 2]
 
@@ -138,6 +145,7 @@ BAD_INPUTS: tuple[BadInput, ...] = (
     BadInput("corrupt_gzip_crc", "gzip CRC32 does not match the data", _corrupt_gzip_crc, ".json.gz"),
     BadInput("corrupt_zstd", "damaged bytes in a zstd frame with a checksum (as the zstd tool writes)",
              _corrupt_zstd, ".json.zst"),
+    BadInput("corrupt_gzip_deflate", "damaged deflate blocks in a gzip stream", _corrupt_deflate, ".json.gz"),
     BadInput("empty", "zero bytes", lambda: b""),
     BadInput("whitespace_only", "only blanks and newlines", lambda: b" \n\t\r\n  \n"),
     BadInput("not_json", "plain text", lambda: b"this is the profiler's log, not a trace\n"),
@@ -148,6 +156,10 @@ BAD_INPUTS: tuple[BadInput, ...] = (
              lambda: b'{"schemaVersion": 1, "deviceProperties": [], "traceName": "x"}\n'),
     BadInput("trace_events_not_list", "traceEvents is an object",
              lambda: b'{"schemaVersion": 1, "traceEvents": {"0": {"ph": "X", "ts": 1}}}\n'),
+    BadInput("top_level_value_malformed", "a top-level value before traceEvents with a missing ':'",
+             lambda: _replace_once(b'"schemaVersion": 1', b'"schemaVersion": 1, "deviceProperties": [{"id" 7}]')),
+    BadInput("top_level_value_control_chars", "a raw newline in a top-level string before traceEvents",
+             lambda: _replace_once(b'"schemaVersion": 1', b'"schemaVersion": 1, "note": "two\nlines"')),
     BadInput("trailing_garbage", "text after the top-level object", lambda: trace_bytes() + b"} garbage\n"),
     BadInput("event_not_object", "the third event is a number",
              lambda: trace_bytes(base_events()[:2] + [5] + base_events()[2:])),  # type: ignore[list-item]
