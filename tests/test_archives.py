@@ -3,6 +3,7 @@ reading an archive like a directory of rank files, others refused by name."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import tarfile
@@ -152,3 +153,11 @@ def test_writing_onto_the_archive_of_an_input_member_is_refused(tmp_path):
     with pytest.raises(TraceError, match="onto the input"):
         streamtrace.merge([archive], archive, overwrite=True)
     assert archive.read_bytes() == before
+
+
+def test_an_archive_on_stdin_is_spooled_and_read_as_its_trace(tmp_path):
+    archive = FORMATS["tar.gz"]({"kineto_small.json": SMALL.read_bytes()})
+    result = subprocess.run([sys.executable, "-m", "streamtrace", "inspect", "-", "--json", "-q"],
+                            input=archive, capture_output=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["events"] == streamtrace.inspect(SMALL)["events"]

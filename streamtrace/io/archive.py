@@ -178,5 +178,6 @@ def refusal(kind: str, members: list[str], path: str) -> TraceError:
     if not members:
         return TraceError(f"is a {kind} archive with no files in it", path=path)
     shown = ", ".join(members[:_SHOWN_MEMBERS]) + (", ..." if len(members) > _SHOWN_MEMBERS else "")
+    naming = f" (or name one: {path}{MEMBER_SEPARATOR}MEMBER)" if os.path.isfile(path) else ""
     return TraceError(f"is a {kind} archive holding {len(members)} files ({shown}); a command reads an archive "
-                      f"holding one trace, merge one holding rank files (or name one: {path}!MEMBER)", path=path)
+                      f"holding one trace, merge one holding rank files{naming}", path=path)
