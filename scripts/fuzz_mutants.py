@@ -263,7 +263,7 @@ class Pool:
     """Worker processes, each with its own directory; a hung one is killed and replaced."""
 
     def __init__(self, workers: int, root: Path) -> None:
-        self._context = multiprocessing.get_context("fork")
+        self._context = multiprocessing.get_context("spawn")  # fork from a threaded parent (pytest) can deadlock
         self._root = root
         self._slots: list[dict] = [self._start(n) for n in range(workers)]
 
@@ -331,7 +331,7 @@ def fuzz(mutants: int, seed: int, workers: int, traces_dir: Path, max_bytes: int
         if report and (index + 1) % 100 == 0:
             report(f"{index + 1} mutants done")
 
-    work = Path(tempfile.mkdtemp(prefix="streamtrace-fuzz-"))
+    work = Path(tempfile.mkdtemp(prefix="fuzz-mutants-"))
     pool = Pool(workers, work)
     try:
         pool.run(((index, *make_mutant(seed, index, traces)) for index in range(mutants)), on_result)
