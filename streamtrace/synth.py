@@ -991,25 +991,17 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
         name = f"merged_trace{suffix}"
         pair = _open_compressed(outdir / name, compress)
         try:
-            sink = _Sink(pair[1] or pair[0])
-            sink.raw(_header(cfg, 0))
-            origin = rank_base_ns(cfg, 0) - cfg.base_time_ns
-            for r in range(cfg.ranks):
-                gen = _RankGen(cfg, r, sink, origin_ns=origin, gpu_pid=r, merged_style=merged_style)
-                for i in range(n):
-                    gen.step(i)
-                got = gen.finish().events
-                if got != truths[r].events:
-                    raise AssertionError(f"rank {r}: merged stream has {got} events, rank file {truths[r].events}")
-            sink.raw(_trailer(cfg, 0, "merged_trace.json"))
-            sink.flush()
+            written = write_merged(cfg, pair[1] or pair[0], steps=n, merged_style=merged_style)
         finally:
             _close(pair)
+        for r, (got, t) in enumerate(zip(written["rank_events"], truths)):
+            if got != t.events:
+                raise AssertionError(f"rank {r}: merged stream has {got} events, rank file {t.events}")
         truth["merged"] = {
             "file": name,
             "style": merged_style,
-            "events": sink.count,
-            "bytes": sink.bytes,
+            "events": written["events"],
+            "bytes": written["bytes"],
             "header_from_rank": 0,
             "base_time_ns": rank_base_ns(cfg, 0),
             "ts_rule": "ts re-expressed relative to rank 0's baseTimeNanoseconds",
@@ -1020,6 +1012,31 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
         }
     (outdir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return truth
+
+
+def write_merged(cfg: SynthConfig, out: BinaryIO, *, steps: int | None = None,
+                 merged_style: str = "rank-arg") -> dict:
+    """Write only the merged file of all ranks (uncompressed JSON bytes) to ``out``.
+
+    Each rank is generated whole in turn, so any number of ranks needs one
+    open file (:func:`write_traces` keeps every rank file open).  Returns the
+    event count per rank, the total and the bytes written.
+    """
+    cfg.validate()
+    if merged_style not in MERGED_STYLES:
+        raise ValueError(f"merged_style must be one of {MERGED_STYLES}")
+    sink = _Sink(out)
+    sink.raw(_header(cfg, 0))
+    origin = rank_base_ns(cfg, 0) - cfg.base_time_ns
+    rank_events = []
+    for r in range(cfg.ranks):
+        gen = _RankGen(cfg, r, sink, origin_ns=origin, gpu_pid=r, merged_style=merged_style)
+        for i in range(cfg.steps if steps is None else steps):
+            gen.step(i)
+        rank_events.append(gen.finish().events)
+    sink.raw(_trailer(cfg, 0, "merged_trace.json"))
+    sink.flush()
+    return {"rank_events": rank_events, "events": sink.count, "bytes": sink.bytes}
 
 
 def summary(truth: dict) -> dict:

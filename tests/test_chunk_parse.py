@@ -205,10 +205,15 @@ def test_exact_mode_keeps_number_text_through_convert(tmp_path):
 
 
 @pytest.mark.parametrize("chunk", [128, 2048])
-def test_deep_nesting_mid_array_is_left_to_ijson(chunk):
-    """orjson refuses more than 1024 levels; ijson reads them."""
+def test_deep_nesting_mid_array_is_refused_as_ijson_refuses_it(chunk):
+    """orjson refuses more than 1024 levels and hands over; the guard before
+    ijson refuses the event at the same place; 1000 levels are read both ways."""
     events = plain_events(20)
     events[5] = b'{"ph": "i", "args": ' + b'{"a": ' * 1500 + b"1" + b"}" * 1500 + b"}"
+    error = same_reading(trace(events), chunk)[0]
+    assert isinstance(error, TraceError) and error.event_index == 5
+    assert "nested more than 1024 levels deep" in str(error)
+    events[5] = b'{"ph": "i", "args": ' + b'{"a": ' * 1000 + b"1" + b"}" * 1000 + b"}"
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(10_000)  # to compare the events
     try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -88,3 +89,43 @@ def test_control_repair_tracks_strings_and_escapes_across_chunks(size):
     out = b"".join(repair.feed(doc[i:i + size]) for i in range(0, len(doc), size))
     assert json.loads(out) == {"a\nb": 'x"\t\\', "c": [1, 2], "d": "\\\x01"}
     assert repair.repaired == 3
+
+
+def _guard_refusal(document: bytes, step: int) -> jsonscan.ScanError | None:
+    """Feed ``document`` to a nesting guard ``step`` bytes at a time; its refusal, if any."""
+    guard = jsonscan.NestingGuard()
+    try:
+        for at in range(0, len(document), step):
+            guard.feed(document[at:at + step])
+    except jsonscan.ScanError as exc:
+        return exc
+    return None
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 64, 1 << 20])
+def test_nesting_guard_reads_what_orjson_reads(step):
+    """The guard refuses an event exactly when the chunk parser (orjson, reading
+    ``[event]``) refuses it for depth, however the bytes are cut, with strings
+    holding brackets, escaped quotes and backslashes across the cuts."""
+    for levels in (1020, 1021, 1022, 1023, 1024):
+        event = (b'{"ph":"X","name":"a\\"[{\\\\","args":' + b'{"k\\"]":' * levels + b'"}\\\\"'
+                 + b"}" * levels + b"}")
+        try:
+            orjson.loads(b"[" + event + b"]")
+            orjson_reads = True
+        except orjson.JSONDecodeError:
+            orjson_reads = False
+        refusal = _guard_refusal(b'{"traceEvents":[' + event + b'],"x":"]]"}', step)
+        assert (refusal is None) == orjson_reads, levels
+        if refusal is not None:
+            assert "nested more than 1024 levels deep" in str(refusal)
+
+
+def test_nesting_guard_refuses_a_long_key_path():
+    """ijson's memory grows with depth times key-path length, so a path over
+    64 KiB is refused; long keys at shallow depth and long values are not."""
+    long_key = b'"' + b"k" * 20_000 + b'"'
+    assert _guard_refusal(b'{"traceEvents":[{' + long_key + b':"' + b"v" * 100_000 + b'"}]}', 4096) is None
+    deep_long = b'{"traceEvents":[{"args":' + (b"{" + long_key + b":") * 5 + b"1" + b"}" * 5 + b"}]}"
+    refusal = _guard_refusal(deep_long, 4096)
+    assert refusal is not None and "KiB" in str(refusal)

@@ -23,7 +23,7 @@ collide.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from ..errors import TraceError
 
@@ -131,10 +131,16 @@ def resolve_ranks(
     pids: list[PidEvidence],
     *,
     rank_map: Mapping[object, int] | None = None,
-    pairings: Mapping[int, Pairing] | None = None,
+    pairings: Mapping[int, Pairing] | Callable[[], Mapping[int, Pairing]] | None = None,
     file_rank: object = None,
 ) -> RankResolution:
-    """Apply the rules in order; see the module docstring."""
+    """Apply the rules in order; see the module docstring.
+
+    ``pairings`` may be a function making them: it is called only when some
+    pid is left to infer (pairing costs GPU pids x samples x CPU pids
+    sharing an id, which for a thousand ranks named by ``args.rank`` is
+    minutes of work that decides nothing).
+    """
     ranks = [UNKNOWN] * len(pids)
     rules = ["unknown"] * len(pids)
     ambiguous: dict[int, list[int]] = {}
@@ -152,6 +158,8 @@ def resolve_ranks(
         else:
             if rank_map and facts.pid in rank_map:
                 ranks[slot], rules[slot] = rank_map[facts.pid], "rank-map"
+    if callable(pairings):
+        pairings = pairings() if UNKNOWN in ranks else {}
     pairings = dict(pairings or {})
     _infer(pids, ranks, rules, pairings, ambiguous)
     if not any(rank >= 0 for rank in ranks) and type(file_rank) is int:

@@ -53,12 +53,13 @@ from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
 from ..errors import TraceError
+from ..io.archive import outer_path
 from ..io.configfiles import load_rules
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
-from ..io.source import InputSource
+from ..io.source import InputSource, archive_members
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
 from ..kineto import NUMBER_TYPES
@@ -87,7 +88,7 @@ def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
                 raise TraceError("the pattern matches no file", path=spec)
             files.extend(found)
         else:
-            files.append(spec)
+            files.extend(archive_members(spec) or [spec])  # an archive: its members, like a directory's files
     seen: dict[str, str] = {}
     for path in files:
         real = os.path.realpath(path)
@@ -511,7 +512,7 @@ class MergePlan(EmitPlan):
 
 
 def _merged_output_name(files: list[str], has_pp: bool) -> str:
-    directory = os.path.dirname(os.path.abspath(files[0]))
+    directory = os.path.dirname(os.path.abspath(outer_path(files[0])))
     name = "pp_traces_merged_compacted.json.gz" if has_pp else "merged_compacted.json.gz"
     return os.path.join(directory, name)
 

@@ -314,7 +314,7 @@ def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None 
     """Decide every pid's rank, then link every GPU event to its launch."""
     distributed = member_value(members, "distributedInfo")
     file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
-    ranks = resolve_ranks(index.pids, rank_map=rank_map, pairings=_pairings(index), file_rank=file_rank)
+    ranks = resolve_ranks(index.pids, rank_map=rank_map, pairings=lambda: _pairings(index), file_rank=file_rank)
     launch_bucket = _buckets(index.launch_pid, index.launch_rank, ranks.ranks)
     gpu_bucket = _buckets(index.gpu_pid, index.gpu_rank, ranks.ranks)
     tables = build_tables(launch_bucket, index.launch_id)

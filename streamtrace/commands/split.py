@@ -108,7 +108,11 @@ def with_rank(members: list[RawMember], rank: int, *, add: bool) -> list[RawMemb
     for key, raw in members:
         if key == "distributedInfo":
             found = True
-            info = json.loads(raw)
+            try:
+                info = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise TraceError(f"distributedInfo cannot be read ({type(exc).__name__}), so its rank "
+                                 "cannot be set") from None
             info = {**info, "rank": rank} if isinstance(info, dict) else {"rank": rank}
             raw = json.dumps(info).encode()
         out.append((key, raw))

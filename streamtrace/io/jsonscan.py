@@ -20,6 +20,13 @@ _SCALAR_BYTES = frozenset(b"+-.0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLM
 WALK_LIMIT = 64 * 1024
 _OPEN_FOR = {ord("]"): ord("["), ord("}"): ord("{")}
 
+MAX_DEPTH = 1024
+"""Deepest nesting read, below the top-level value: what the chunk parser
+(orjson) takes; a deeper value is refused by every command."""
+MAX_KEY_PATH = 64 * 1024
+"""Longest key path (the keys from the top level down to a value, as in
+``traceEvents.item.args.name``) read, in bytes."""
+
 RawMember = tuple[str, bytes]
 """A top-level key and its value as raw JSON text."""
 
@@ -45,7 +52,8 @@ def skip_ws(buf: bytes, pos: int) -> int:
 
 
 def skip_value(buf: bytes, pos: int) -> int:
-    """End offset of the JSON value starting at ``pos``."""
+    """End offset of the JSON value starting at ``pos`` (one nested deeper
+    than :data:`MAX_DEPTH` is refused, as the event parser refuses it)."""
     first = buf[pos]
     if first == 0x22:
         match = _STRING.match(buf, pos)
@@ -67,6 +75,8 @@ def skip_value(buf: bytes, pos: int) -> int:
                 pos = string.end()
                 continue
             depth += 1 if char in (0x5B, 0x7B) else -1
+            if depth > MAX_DEPTH:
+                raise ScanError(f"JSON nested more than {MAX_DEPTH} levels deep", at)
             pos = at + 1
             if depth == 0:
                 return pos
@@ -122,12 +132,26 @@ def scan_header(buf: bytes) -> tuple[str, list[RawMember], int]:
                 raise ScanError(f"traceEvents is {kind}, expected a list of events", pos)
             return "object", members, pos
         value_end = skip_value(buf, pos)
-        members.append((key, buf[pos:value_end]))
+        members.append((key, _checked_value(buf[pos:value_end], key, pos)))
         pos = skip_ws(buf, value_end)
         if buf[pos] == 0x2C:
             pos += 1
         elif buf[pos] != 0x7D:
             raise ScanError(f"expected ',' or '}}' after the value of {key!r}", pos)
+
+
+class MemberNotJSON(ScanError):
+    """A top-level value before the events is not JSON (it is copied out as
+    raw text, so it is checked here: no parser reads it otherwise)."""
+
+
+def _checked_value(raw: bytes, key: str, offset: int) -> bytes:
+    """``raw`` if it parses as JSON; :class:`skip_value` only balances brackets."""
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MemberNotJSON(f"malformed JSON in the value of top-level key {key!r}: {exc}", offset) from None
+    return raw
 
 
 def member_value(members: list[RawMember], key: str) -> object:
@@ -287,3 +311,93 @@ def last_object_end(tail: bytes) -> tuple[int, int] | None:
         return _rskip_value(tail, pos) + 1, pos + 1
     except WindowTooSmall:
         return None
+
+
+_GUARD_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:]|"', re.S)  # a string unrolled: fewer regex steps
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_ITEM_STEP = len(".item")  # what an array level adds to ijson's path
+
+
+class NestingGuard:
+    """Refuses JSON nested deeper than :data:`MAX_DEPTH` or under a key path
+    longer than :data:`MAX_KEY_PATH`, before the streaming parser sees it.
+
+    ijson keeps the dotted path of every open level as its own string, so
+    its memory grows with depth times path length: 200,000 nested ``[``
+    (400 KB of input) would take tens of GB.  The guard follows strings,
+    keys and brackets chunk by chunk, in bounded state, and raises
+    :class:`ScanError` (offset within the chunk) at the first byte too deep.
+    """
+
+    def __init__(self) -> None:
+        self._paths: list[int] = []  # path length inside each open container
+        self._in_object: list[bool] = []
+        self._key = 0  # length of the innermost object's current key
+        self._last_string = -1  # length of the string just read (a key if ':' follows), else -1
+        self._in_string = False
+        self._string_length = 0
+        self._escaped = False
+
+    def feed(self, data: bytes) -> None:
+        pos = self._finish_string(data)
+        if pos is None:
+            return
+        for match in _GUARD_TOKEN.finditer(data, pos):
+            token = match.group()
+            char = token[0]
+            if char == 0x22:
+                if len(token) == 1:  # no closing quote in this chunk
+                    self._open_string(data, match.start() + 1)
+                    return
+                self._last_string = len(token) - 2
+                continue
+            if char == 0x3A:
+                if self._last_string >= 0:
+                    self._key = self._last_string
+            elif char in (0x5B, 0x7B):
+                self._push(char == 0x7B, match.start())
+            elif self._paths:
+                self._paths.pop()
+                self._in_object.pop()
+                self._key = 0
+            self._last_string = -1
+
+    def _push(self, is_object: bool, at: int) -> None:
+        if len(self._paths) > MAX_DEPTH:
+            raise ScanError(f"JSON nested more than {MAX_DEPTH} levels deep", at)
+        path = 0
+        if self._paths:
+            path = self._paths[-1] + (1 + self._key if self._in_object[-1] else _ITEM_STEP)
+        if path > MAX_KEY_PATH:
+            raise ScanError(f"keys nested more than {MAX_KEY_PATH >> 10} KiB deep (the path of keys to a value)", at)
+        self._paths.append(path)
+        self._in_object.append(is_object)
+        self._key = 0
+
+    def _open_string(self, data: bytes, start: int) -> None:
+        """The chunk ends inside a string that starts at ``start``."""
+        self._in_string = True
+        self._string_length = 0
+        self._escaped = False
+        self._continue_string(data, start)
+
+    def _continue_string(self, data: bytes, start: int) -> None:
+        run = data[start:]
+        self._string_length += len(run)
+        self._escaped = (len(run) - len(run.rstrip(b"\\"))) % 2 == 1  # the next chunk starts escaped
+
+    def _finish_string(self, data: bytes) -> int | None:
+        """Where the tokens of ``data`` start, after the end of a string an
+        earlier chunk left open (None: the string goes on past ``data``)."""
+        if not self._in_string:
+            return 0
+        start = 1 if self._escaped and data else 0
+        self._escaped = False
+        match = _STRING_REST.match(data, start)
+        if match is None:
+            self._continue_string(data, start)
+            return None
+        self._in_string = False
+        self._last_string = self._string_length + match.end() - 1
+        return match.end()
+

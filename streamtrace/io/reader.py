@@ -19,7 +19,6 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal
-from io import BytesIO
 from typing import Callable, Generator, Iterator, Protocol
 
 import ijson
@@ -109,6 +108,8 @@ class _Feed:
         self.last_chunk_start = 0
         self.eof = False
         self.truncated_compression: str | None = None
+        self._guard = jsonscan.NestingGuard()
+        self._too_deep: TraceError | None = None
 
     def pull(self, size: int) -> bytes:
         """The next decoded, repaired bytes (b"" once at the end; see ``eof``)."""
@@ -153,7 +154,7 @@ class _Feed:
         offset of the events array's ``[``."""
         buffer = bytearray()
         while True:
-            chunk = self.pull(PARSE_CHUNK)
+            chunk = self.pull(max(PARSE_CHUNK, len(buffer)))  # doubling: each rescan from 0 costs as much as all before
             self._primed.append((self.last_chunk_start, chunk))
             buffer += chunk
             try:
@@ -170,6 +171,10 @@ class _Feed:
                 if len(buffer) > HEADER_LIMIT:
                     raise TraceError(f"no traceEvents key within the first {HEADER_LIMIT >> 20} MiB",
                                      byte_offset=self.offset) from None
+            except jsonscan.MemberNotJSON as exc:
+                if "control character" in str(exc) and self._control is None:
+                    raise RobustModeNeeded(ReadMode(repair_strings=True)) from None
+                raise TraceError(str(exc), byte_offset=exc.offset) from None
             except jsonscan.ScanError as exc:
                 raise TraceError(str(exc), byte_offset=exc.offset) from None
 
@@ -185,12 +190,26 @@ class _Feed:
         self._primed.append((rest_offset - len(prefix), prefix + rest))
 
     def read(self, size: int) -> bytes:
+        """What ijson reads: the nesting guard sees it first.  Bytes before a
+        level too deep are handed out, so that ijson delivers the events
+        that end before it and the refusal names the right event."""
         if size == 0:  # ijson probes the type with read(0)
             return b""
+        if self._too_deep is not None:
+            raise self._too_deep
         if self._primed:
             self.last_chunk_start, self.last_chunk = self._primed.popleft()
-            return self.last_chunk
-        return self.pull(max(size, PARSE_CHUNK))
+            data = self.last_chunk
+        else:
+            data = self.pull(max(size, PARSE_CHUNK))
+        try:
+            self._guard.feed(data)
+        except jsonscan.ScanError as exc:
+            self._too_deep = TraceError(str(exc), byte_offset=self.last_chunk_start + exc.offset)
+            if exc.offset == 0:
+                raise self._too_deep from None
+            return data[:exc.offset]
+        return data
 
     @property
     def repaired_utf8(self) -> int:
@@ -513,11 +532,11 @@ class TraceReader:
 
     def _is_last_event(self, text: bytes) -> bool:
         """Is ``text`` the JSON of the last event read?"""
+        loads = loads_exact if self.mode.exact_numbers else orjson.loads
         try:
-            parsed = next(ijson.items(BytesIO(text), "", use_float=not self.mode.exact_numbers))
-        except (ijson.JSONError, StopIteration):
+            return loads(text) == self._last
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than any event read
             return False
-        return parsed == self._last
 
     def _error_offset(self, exc: Exception) -> int:
         """Pin the byte offset using the context text yajl quotes."""

@@ -19,6 +19,7 @@ from typing import BinaryIO, Iterable, Iterator, Union
 import zstandard
 
 from ..errors import TraceError
+from .archive import outer_path
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
 
 try:
@@ -100,8 +101,8 @@ class OutputTarget:
             return
         if self.path is None:
             return
-        for source in inputs:
-            if source is not None and os.path.exists(self.path) and _same_file(source, self.path):
+        for source in inputs:  # an archive member (ARCHIVE!MEMBER) lives in its archive
+            if source is not None and os.path.exists(self.path) and _same_file(outer_path(source), self.path):
                 raise TraceError("refusing to write onto the input", path=self.path)
         if os.path.isdir(self.path):
             raise TraceError("is a directory; give an output file name", path=self.path)

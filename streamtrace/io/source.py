@@ -19,13 +19,16 @@ from typing import BinaryIO, Union
 import zstandard
 
 from ..errors import TraceError
+from . import archive
 from .remote import RemoteReader, is_url
 from .spool import spool_writes
 
 try:
     from isal import igzip as _fast_gzip
+    from isal.isal_zlib import IsalError as _IsalError  # isal's corrupt-data error is no zlib.error
 except ImportError:  # the `fast` extra is optional
     _fast_gzip = None
+    _IsalError = zlib.error
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -35,7 +38,7 @@ ZSTD_READ_SIZE = 128 << 10  # compressed bytes per step: traces inflate 10-30x, 
 SourceSpec = Union[str, "os.PathLike[str]", BinaryIO]
 
 
-class TruncatedInput(Exception):
+class TruncatedInput(EOFError):
     """The compressed stream ended before its end marker."""
 
 
@@ -70,6 +73,9 @@ class _CountingReader:
     def readable(self) -> bool:
         return True
 
+    def close(self) -> None:
+        self._raw.close()
+
     def drain(self) -> None:
         """Read the rest so that the spool holds the whole input."""
         while self.read(READ_SIZE):
@@ -83,6 +89,8 @@ class DecodedStream:
         self.counter = counter
         self.compression = compression
         self.name = name
+        self._ahead = b""  # bytes peeked at, handed out first
+        self._deferred: Exception | None = None  # what the peek ran into, raised where the reading gets to it
         if compression == "gzip":
             opener = _fast_gzip.IGzipFile if _fast_gzip is not None else gzip.GzipFile
             self._reader = opener(fileobj=counter, mode="rb")
@@ -95,12 +103,38 @@ class DecodedStream:
     def raw_bytes_read(self) -> int:
         return self.counter.bytes_read
 
+    def peek(self, size: int) -> bytes:
+        """Up to ``size`` first bytes, still to be read; a decoding failure
+        on the way is raised by the read that reaches it, as without a peek."""
+        while len(self._ahead) < size and self._deferred is None:
+            try:
+                more = self._decode(size - len(self._ahead))
+            except (TruncatedInput, TraceError) as exc:
+                self._deferred = exc
+                break
+            if not more:
+                break
+            self._ahead += more
+        return self._ahead[:size]
+
     def read(self, size: int) -> bytes:
+        if self._ahead:
+            data, self._ahead = self._ahead[:size], self._ahead[size:]
+            return data
+        if self._deferred is not None:
+            failure, self._deferred = self._deferred, None
+            raise failure
+        return self._decode(size)
+
+    def close(self) -> None:
+        self.counter.close()
+
+    def _decode(self, size: int) -> bytes:
         try:
             return self._reader.read(size)
         except EOFError as exc:
             raise TruncatedInput(f"{self.compression} data ends early ({exc})") from None
-        except (OSError, zlib.error, zstandard.ZstdError) as exc:
+        except (OSError, zlib.error, _IsalError, zstandard.ZstdError) as exc:
             if "truncat" in str(exc).lower() or "end-of-stream" in str(exc).lower():
                 raise TruncatedInput(f"{self.compression} data ends early ({exc})") from None
             raise TraceError(f"corrupt {self.compression} data (found after {self.counter.bytes_read} compressed "
@@ -152,7 +186,11 @@ def detect_compression(head: bytes) -> str:
 
 
 class InputSource:
-    """A trace input that can be read from the start more than once."""
+    """A trace input that can be read from the start more than once.
+
+    An archive holding one trace reads as that trace; ``ARCHIVE!MEMBER``
+    names one member (see :mod:`.archive`).
+    """
 
     def __init__(self, spec: SourceSpec, *, spool_dir: str | None = None, reread_remote: bool = False) -> None:
         self._spec = spec
@@ -166,7 +204,12 @@ class InputSource:
         self._owned: BinaryIO | None = None
         self._spool_path: str | None = None
         self._counter: _CountingReader | None = None
-        if spec == "-":
+        self._member: tuple[str, str] | None = None if is_url(spec) else archive.split_member(spec)
+        self._member_kind: str | None = None
+        self._inner: InputSource | None = None  # the trace inside an archive read as a trace
+        if self._member is not None:
+            self.name = str(spec)
+        elif spec == "-":
             self.name = "<stdin>"
             self._stream = sys.stdin.buffer
         elif is_url(spec):
@@ -189,8 +232,11 @@ class InputSource:
 
     @property
     def location(self) -> str | None:
-        """The local path or the URL: what an output must not overwrite."""
-        return self._path if self._path is not None else self.name if is_url(self._spec) else None
+        """The local path, the URL, or ``ARCHIVE!MEMBER`` for a member: what
+        an output must not overwrite."""
+        if self._path is not None:
+            return self._path
+        return self.name if is_url(self._spec) or self._member is not None else None
 
     @property
     def size(self) -> int | None:
@@ -200,10 +246,12 @@ class InputSource:
         return None
 
     def open(self) -> DecodedStream:
-        """A fresh reading from the first byte."""
+        """A fresh reading from the first byte (of the trace in an archive)."""
         self.readings += 1
-        if self._path is not None:
-            raw: BinaryIO = open(self._path, "rb")
+        if self._inner is not None:
+            return self._inner.open()
+        if self._path is not None or self._member_in_place():
+            raw: BinaryIO = open(self._path, "rb") if self._path is not None else self._member_reader()
             self._close_owned()
             self._owned = raw
             spool = None
@@ -224,9 +272,47 @@ class InputSource:
         counter = _CountingReader(raw, spool, head, self._spool_path or "")
         if spool is not None:
             self._counter = counter
-        return DecodedStream(counter, detect_compression(head), self.name)
+        stream = DecodedStream(counter, detect_compression(head), self.name)
+        if self._member is None:  # an archive in an archive is not looked into
+            kind = archive.kind_of(stream.peek(archive.TAR_BLOCK), stream.compression)
+            if kind is not None:
+                return self._open_single_trace(kind)
+        return stream
+
+    def _open_single_trace(self, kind: str) -> DecodedStream:
+        """Read an archive holding one trace as that trace; refuse any other archive."""
+        if self._path is None:
+            self._finish_spool()  # the archive, whole, in the spool: listed and read from there
+        local = self._path or self._spool_path
+        members = archive.list_members(kind, local, lambda: _decoded_file(local))
+        if len(members) != 1:
+            raise archive.refusal(kind, members, self.name)
+        self._close_owned()
+        self._inner = InputSource(f"{local}{archive.MEMBER_SEPARATOR}{members[0]}", spool_dir=self._spool_dir)
+        self._inner.name = f"{self.name}{archive.MEMBER_SEPARATOR}{members[0]}"
+        return self._inner.open()
+
+    def _kind_of_member_archive(self) -> str:
+        if self._member_kind is None:
+            with _decoded_file(self._member[0]) as stream:
+                kind = archive.kind_of(stream.peek(archive.TAR_BLOCK), stream.compression)
+            if kind is None:
+                raise TraceError("is not a tar or zip archive", path=self._member[0])
+            self._member_kind = kind
+        return self._member_kind
+
+    def _member_in_place(self) -> bool:
+        """Is this a member read in place (again at every reading, no spool)?"""
+        return self._member is not None and archive.reopenable(self._kind_of_member_archive(), self._member[0])
+
+    def _member_reader(self) -> archive.MemberReader:
+        local, member = self._member
+        return archive.MemberReader(self._kind_of_member_archive(), local, lambda: _decoded_file(local), member)
 
     def _first_stream(self) -> BinaryIO:
+        if self._member is not None:
+            self._owned = self._member_reader()
+            return self._owned
         if self._stream is not None:
             return self._stream
         self._owned = RemoteReader(self.name)  # type: ignore[assignment]
@@ -263,6 +349,9 @@ class InputSource:
 
     def close(self) -> None:
         """Release files and delete the spool; safe to call twice."""
+        if self._inner is not None:
+            self._inner.close()
+            self._inner = None
         if self._counter is not None and self._counter._spool is not None:
             try:
                 self._counter._spool.close()
@@ -283,6 +372,38 @@ class InputSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def archive_members(spec: str) -> list[str] | None:
+    """The traces in a local archive file as ``ARCHIVE!MEMBER`` names (merge
+    reads them like a directory of rank files); None if ``spec`` is not an archive."""
+    if not os.path.isfile(spec):
+        return None
+    with _decoded_file(spec) as stream:
+        kind = archive.kind_of(stream.peek(archive.TAR_BLOCK), stream.compression)
+    if kind is None:
+        return None
+    members = archive.list_members(kind, spec, lambda: _decoded_file(spec))
+    if not members:
+        raise archive.refusal(kind, members, spec)
+    return [f"{spec}{archive.MEMBER_SEPARATOR}{member}" for member in members]
+
+
+class _ClosingStream(DecodedStream):
+    """A decoded reading of a local file that closes the file after a ``with``."""
+
+    def __enter__(self) -> "_ClosingStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _decoded_file(path: str) -> _ClosingStream:
+    """A fresh decompressed reading of a local file (no archive look-through)."""
+    raw = open(path, "rb")
+    head = _read_exactly(raw, 4)
+    return _ClosingStream(_CountingReader(raw, None, head), detect_compression(head), path)
 
 
 def _read_exactly(raw: BinaryIO, size: int) -> bytes:

@@ -79,13 +79,37 @@ def _corrupt_zstd() -> bytes:
     return bytes(data)
 
 
+def _corrupt_deflate() -> bytes:
+    """Damage inside the deflate blocks (isal and zlib report it differently from a bad CRC)."""
+    data = bytearray(gzip.compress(trace_bytes(base_events() * 50), mtime=0))
+    data[12:20] = b"\xff" * 8
+    return bytes(data)
+
+
 def _cut_half(data: bytes) -> bytes:
     return data[: len(data) // 2]
 
 
-def _deep_nesting(levels: int) -> bytes:
-    nested = "[" * levels + "]" * levels
-    return _replace_once(b'"correlation": 43, "device": 0}', f'"correlation": 43, "device": 0, "deep": {nested}}}'.encode())
+def nested(levels: int, kind: str) -> str:
+    """A JSON value ``levels`` deep: arrays ``[[...]]`` or objects ``{"a":{"a":...}}``."""
+    if kind == "arrays":
+        return "[" * levels + "]" * levels
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+DEEP_PLACES = {
+    "event": b'"name": "relu_kernel"',  # a field of the kernel event itself
+    "args": b'"correlation": 43, "device": 0',  # inside the kernel's args
+    "top": b'"schemaVersion": 1',  # a top-level key before traceEvents
+    "end": b'"traceName": "rank0"',  # a top-level key after traceEvents
+}
+DEEP_LEVELS = (10**3, 10**4, 10**5, 10**6)
+
+
+def _deep(levels: int, kind: str, place: str) -> bytes:
+    """The base trace with a value ``levels`` deep added after the anchor of ``place``."""
+    anchor = DEEP_PLACES[place]
+    return _replace_once(anchor, anchor + f', "deep": {nested(levels, kind)}'.encode())
 
 
 def _truncated_object() -> bytes:
@@ -121,6 +145,7 @@ BAD_INPUTS: tuple[BadInput, ...] = (
     BadInput("corrupt_gzip_crc", "gzip CRC32 does not match the data", _corrupt_gzip_crc, ".json.gz"),
     BadInput("corrupt_zstd", "damaged bytes in a zstd frame with a checksum (as the zstd tool writes)",
              _corrupt_zstd, ".json.zst"),
+    BadInput("corrupt_gzip_deflate", "damaged deflate blocks in a gzip stream", _corrupt_deflate, ".json.gz"),
     BadInput("empty", "zero bytes", lambda: b""),
     BadInput("whitespace_only", "only blanks and newlines", lambda: b" \n\t\r\n  \n"),
     BadInput("not_json", "plain text", lambda: b"this is the profiler's log, not a trace\n"),
@@ -131,6 +156,10 @@ BAD_INPUTS: tuple[BadInput, ...] = (
              lambda: b'{"schemaVersion": 1, "deviceProperties": [], "traceName": "x"}\n'),
     BadInput("trace_events_not_list", "traceEvents is an object",
              lambda: b'{"schemaVersion": 1, "traceEvents": {"0": {"ph": "X", "ts": 1}}}\n'),
+    BadInput("top_level_value_malformed", "a top-level value before traceEvents with a missing ':'",
+             lambda: _replace_once(b'"schemaVersion": 1', b'"schemaVersion": 1, "deviceProperties": [{"id" 7}]')),
+    BadInput("top_level_value_control_chars", "a raw newline in a top-level string before traceEvents",
+             lambda: _replace_once(b'"schemaVersion": 1', b'"schemaVersion": 1, "note": "two\nlines"')),
     BadInput("trailing_garbage", "text after the top-level object", lambda: trace_bytes() + b"} garbage\n"),
     BadInput("event_not_object", "the third event is a number",
              lambda: trace_bytes(base_events()[:2] + [5] + base_events()[2:])),  # type: ignore[list-item]
@@ -168,7 +197,11 @@ BAD_INPUTS: tuple[BadInput, ...] = (
                  b'"schemaVersion": 1', b'"schemaVersion": 1, "schemaVersion": 2')),
     BadInput("string_10mb", "a 10 MB kernel name",
              lambda: _replace_once(b'"relu_kernel"', b'"relu_' + b"x" * (10 << 20) + b'"')),
-    BadInput("deep_nesting", "10,000 nested arrays in a kernel's args", lambda: _deep_nesting(10_000)),
+    *(BadInput(f"deep_{kind}_{place}_1e{len(str(levels)) - 1}", f"{levels:,} nested {kind} in the {place} place",
+               lambda levels=levels, kind=kind, place=place: _deep(levels, kind, place))
+      for place in ("event", "args", "top") for kind in ("arrays", "objects") for levels in DEEP_LEVELS),
+    BadInput("deep_arrays_end_1e6", "1,000,000 nested arrays in a top-level key after traceEvents",
+             lambda: _deep(10**6, "arrays", "end")),
     BadInput("truncated_object_form", "object form cut inside an event", _truncated_object),
     BadInput("truncated_array_form", "bare array cut inside an event", _truncated_array),
 )

@@ -30,10 +30,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
+import ijson
+
 from .generate import BAD_INPUTS, BadInput, good_rank1_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_SECONDS = 30
+MEMORY_LIMIT_MB = 200
+"""Peak RSS any case may reach: memory is bounded whatever the input."""
 CLI = [sys.executable, "-m", "streamtrace"]
 POSITION = re.compile(r"(event \d+|byte \d+)")
 
@@ -128,6 +132,9 @@ _EXPECTED: dict[str, Outcome | dict[str, Outcome]] = {
     "truncated_zstd": refuse("truncated"),
     "corrupt_gzip_crc": refuse("corrupt gzip data"),
     "corrupt_zstd": refuse("corrupt zstd data"),
+    "corrupt_gzip_deflate": refuse("corrupt gzip data"),
+    "top_level_value_malformed": refuse("malformed JSON in the value of top-level key 'deviceProperties'"),
+    "top_level_value_control_chars": accept("control_chars_repaired"),
     "empty": refuse("empty input"),
     "whitespace_only": refuse("empty input"),
     "not_json": refuse("not JSON"),
@@ -156,7 +163,12 @@ _EXPECTED: dict[str, Outcome | dict[str, Outcome]] = {
     "raw_control_chars": accept("control_chars_repaired"),
     "duplicate_keys": accept(),
     "string_10mb": accept(),
-    "deep_nesting": {name: refuse("nested more than 254 levels") for name in WRITERS},
+    **{f"deep_{kind}_{place}_1e3": {name: refuse("nested more than 254 levels") for name in WRITERS}
+       for kind in ("arrays", "objects") for place in ("event", "args")},
+    **{f"deep_{kind}_top_1e3": accept() for kind in ("arrays", "objects")},
+    **{f"deep_{kind}_{place}_1e{power}": refuse("nested more than 1024 levels deep")
+       for kind in ("arrays", "objects") for place in ("event", "args", "top") for power in (4, 5, 6)},
+    "deep_arrays_end_1e6": refuse("nested more than 1024 levels deep"),
     "truncated_object_form": refuse("truncated"),
     "truncated_array_form": refuse("truncated"),
 }
@@ -186,6 +198,7 @@ class CaseRun:
     leftovers: list[str]
     outputs_present: list[str]
     output_parses: bool | None
+    peak_rss_mb: float
     summary: dict | None = field(default=None, repr=False)
 
 
@@ -223,8 +236,10 @@ def _parses(path: Path) -> bool:
         return all(_parses(item) for item in path.iterdir()) and any(path.iterdir())
     if path.name.endswith(".json"):
         try:
-            json.loads(path.read_bytes())
-        except ValueError:
+            with path.open("rb") as handle:  # a streaming check: top-level keys may nest beyond json's recursion
+                for _ in ijson.basic_parse(handle):
+                    pass
+        except ijson.JSONError:
             return False
         return True
     return path.stat().st_size > 0
@@ -252,6 +267,31 @@ def command_line(command: Command, trace: Path, workdir: Path, *, output_dir: Pa
     return [*argv, "-q", "--spool-dir", str(spool)], output, spool
 
 
+def run_measured(argv: list[str], workdir: Path) -> tuple[int | None, bytes, bytes, float]:
+    """Run ``argv`` as a child: exit status (None: killed after the timeout),
+    stdout, stderr and the child's peak RSS in MiB (from ``wait4``)."""
+    with open(workdir / "stdout.capture", "w+b") as out, open(workdir / "stderr.capture", "w+b") as err:
+        child = subprocess.Popen(argv, stdout=out, stderr=err, env=cli_env())
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                child.returncode = returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                child.kill()
+                _, _, usage = os.wait4(child.pid, 0)
+                child.returncode, returncode = -9, None
+                break
+            time.sleep(0.01)
+        out.seek(0)
+        err.seek(0)
+        captured = out.read(), err.read()
+    (workdir / "stdout.capture").unlink()
+    (workdir / "stderr.capture").unlink()
+    return returncode, *captured, usage.ru_maxrss / 1024
+
+
 def run_case(command: Command, bad: BadInput, workdir: Path) -> CaseRun:
     """Run one case as a user would and record everything the assertions look at."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -260,11 +300,7 @@ def run_case(command: Command, bad: BadInput, workdir: Path) -> CaseRun:
     argv, output, _ = command_line(command, trace, workdir)
     before = {path: sha256(path) for path in workdir.iterdir() if path.is_file()}
     started = time.perf_counter()
-    try:
-        result = subprocess.run([*CLI, *argv], capture_output=True, env=cli_env(), timeout=TIMEOUT_SECONDS)
-        returncode, stdout, stderr = result.returncode, result.stdout, result.stderr
-    except subprocess.TimeoutExpired as timeout:
-        returncode, stdout, stderr = None, timeout.stdout or b"", timeout.stderr or b""
+    returncode, stdout, stderr, peak_mb = run_measured([*CLI, *argv], workdir)
     seconds = time.perf_counter() - started
     unchanged = all(path.exists() and sha256(path) == digest for path, digest in before.items())
     present = [str(output)] if output is not None and output.exists() else []
@@ -273,7 +309,8 @@ def run_case(command: Command, bad: BadInput, workdir: Path) -> CaseRun:
                  and not (present and (workdir / name).is_relative_to(output))]
     return CaseRun(command.name, bad.name, str(workdir / bad.filename), returncode,
                    stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"), seconds, unchanged,
-                   leftovers, present, _parses(output) if present else None, _summary(stdout.decode("utf-8", "replace")))
+                   leftovers, present, _parses(output) if present else None, peak_mb,
+                   _summary(stdout.decode("utf-8", "replace")))
 
 
 def problems(run: CaseRun, outcome: Outcome) -> list[str]:
@@ -281,6 +318,8 @@ def problems(run: CaseRun, outcome: Outcome) -> list[str]:
     found = []
     if run.returncode is None:
         return [f"no answer within {TIMEOUT_SECONDS} s"]
+    if run.peak_rss_mb > MEMORY_LIMIT_MB:
+        found.append(f"peak RSS {run.peak_rss_mb:.0f} MiB, more than {MEMORY_LIMIT_MB} MiB")
     if "Traceback" in run.stderr:
         found.append("traceback on stderr")
     if not run.input_unchanged:
@@ -367,4 +406,9 @@ def markdown_table(results: dict[tuple[str, str], CaseRun]) -> str:
     for name in names:
         lines.append(f"| {name} | " + " | ".join(str(counts[name].get(label, 0)) for label in
                                                    ("processed", "repaired", "refused", "FAIL", "skipped")) + " |")
+    peaks = [(run.peak_rss_mb, key) for key, run in results.items()]
+    if peaks:
+        peak, (command, bad) = max(peaks)
+        lines.append("")
+        lines.append(f"highest peak RSS: {peak:.0f} MiB ({command} on {bad}; limit {MEMORY_LIMIT_MB} MiB)")
     return "\n".join(lines)
