@@ -13,14 +13,17 @@ import orjson
 
 from . import __version__
 from .algo.rules import DEFAULT_RULES_TOML
+from .algo.secrets import DEFAULT_SECRETS_RULES_TOML
 from .commands.attribute import attribute
 from .commands.compact import compact
 from .commands.convert import convert
 from .commands.inspect import inspect
 from .commands.merge import merge
+from .commands.redact import redact
 from .commands.relink import relink
 from .commands.split import SUFFIXES, split
 from .errors import TraceError
+from .io.redact import RedactOptions
 from .io.sink import COMPRESSIONS
 
 EPILOG = """\
@@ -69,6 +72,28 @@ def _output_options(parser: argparse.ArgumentParser, output: str) -> None:
     parser.add_argument("--overwrite", action="store_true", help=f"replace {output} if it exists")
 
 
+def _secrets_options(parser: argparse.ArgumentParser, role: str = "writer") -> None:
+    """Secret rules for inspect, redact and (with --redact) every command that writes a trace."""
+    group = parser.add_argument_group("secrets (see 'streamtrace redact --help')")
+    if role == "writer":
+        group.add_argument("--redact", action="store_true",
+                           help="replace credentials in the output by \"<redacted:KIND>\" (as 'redact' does)")
+    group.add_argument("--secrets-rules", metavar="FILE", help="TOML secret rules (see redact --print-secrets-rules)")
+    group.add_argument("--pattern", action="append", default=[], metavar="NAME=REGEX",
+                       help="also treat matches of REGEX as secrets of kind NAME (repeatable)")
+    if role != "inspect":
+        group.add_argument("--pseudonymize", metavar="KINDS", default="",
+                           help="also replace these by stable pseudonyms: comma-separated hosts,users,paths")
+
+
+def _redaction(args: argparse.Namespace) -> RedactOptions | None:
+    """What _secrets_options asked for; None when a writing command is not to redact."""
+    pseudonymize = tuple(kind for kind in getattr(args, "pseudonymize", "").split(",") if kind)
+    if not (getattr(args, "redact", True) or args.secrets_rules or args.pattern or pseudonymize):
+        return None
+    return RedactOptions(args.secrets_rules, tuple(args.pattern), pseudonymize)
+
+
 def _rank_map(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-map", metavar="FILE", help="JSON object {pid: rank} for pids no other rule places")
 
@@ -92,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
     cmd.add_argument("--json", action="store_true", help="print only the JSON summary")
+    _secrets_options(cmd, "inspect")
     _common(cmd)
     cmd.set_defaults(run=_run_inspect)
 
@@ -109,8 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
                      help="drop events of this category (repeatable), e.g. python_function")
     _output_options(cmd, "OUT")
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_convert)
+
+    cmd = commands.add_parser(
+        "redact", help="copy a trace with its credentials replaced, to share it",
+        description=_paragraphs(
+            "One streaming pass: TRACE with every secret replaced by \"<redacted:KIND>\": strings shaped like "
+            "credentials (Hugging Face, GitHub, AWS, OpenAI, Slack, Google API keys, JWTs, private key blocks, "
+            "passwords in URLs; only the matched part), and whole strings under keys naming a secret (*TOKEN*, "
+            "*SECRET*, *PASSWORD*, *API_KEY*, ...) unless short or benign. Events, names, args at any depth, "
+            "stack frames and every top-level key are looked at; a top-level key without a secret is copied "
+            "byte for byte. 'inspect' reports the same findings by JSON path; every command that writes a "
+            "trace takes --redact."),
+        epilog="examples:\n  streamtrace redact trace.json.gz                  # -> trace_redacted.json.gz\n"
+               "  streamtrace redact trace.json.gz -o share.json.gz --pseudonymize hosts,users,paths\n"
+               "  streamtrace redact trace.json.gz --pattern employee_id='EMP-[0-9]{6}'\n"
+               "  streamtrace redact --print-secrets-rules > rules.toml   # start from the defaults",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_redacted.json.gz beside the input)")
+    cmd.add_argument("--print-secrets-rules", action="store_true", help="print the default secret rules and exit")
+    _secrets_options(cmd, "redact")
+    _output_options(cmd, "the output")
+    _common(cmd)
+    cmd.set_defaults(run=_run_redact)
 
     cmd = commands.add_parser(
         "compact", help="repack CUDA-graph replay streams into a few semantic lanes (for Perfetto)",
@@ -135,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fail on an ac2g endpoint that matches no slice start (default: move it to the "
                           "nearest slice's lane and count it as gpu_flow_endpoints_unmatched)")
     _output_options(cmd, "the output")
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_compact)
 
@@ -168,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
     _output_options(cmd, "the output")
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_merge)
 
@@ -191,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input)")
     _rank_map(cmd)
     _output_options(cmd, "the output")
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_relink)
 
@@ -220,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--max-open-files", type=int, metavar="N",
                      help="writers open at once (default: 128 or the open-file limit minus 32)")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing rank<N>_trace files in DIR")
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_split)
 
@@ -276,7 +331,7 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 def _run_inspect(args: argparse.Namespace) -> None:
     summary = inspect(args.trace, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
-                      jobs=args.jobs)
+                      jobs=args.jobs, secrets=_redaction(args))
     if not args.json:
         sys.stdout.write(format_inspect_table(summary) + "\nJSON summary:\n")
     _emit_summary(summary)
@@ -286,7 +341,22 @@ def _run_convert(args: argparse.Namespace) -> None:
     summary = convert(
         args.input, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
         overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
-        jobs=args.jobs,
+        jobs=args.jobs, redact=_redaction(args),
+    )
+    _emit_summary(summary, to_stderr=args.output == "-")
+
+
+def _run_redact(args: argparse.Namespace) -> None:
+    if args.print_secrets_rules:
+        sys.stdout.write(DEFAULT_SECRETS_RULES_TOML)
+        return
+    if args.trace is None:
+        raise TraceError("give a TRACE to redact (or --print-secrets-rules)")
+    options = _redaction(args)
+    summary = redact(
+        args.trace, args.output, rules=options.rules, patterns=options.patterns, pseudonymize=options.pseudonymize,
+        compress=args.compress, level=args.level, overwrite=args.overwrite, salvage=args.salvage,
+        spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
     )
     _emit_summary(summary, to_stderr=args.output == "-")
 
@@ -300,7 +370,7 @@ def _run_compact(args: argparse.Namespace) -> None:
     summary = compact(
         args.trace, args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
         overwrite=args.overwrite, compress=args.compress, level=args.level, salvage=args.salvage,
-        spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
+        spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs, redact=_redaction(args),
     )
     if "notice" in summary:
         print(f"streamtrace: {summary['notice']}", file=sys.stderr)
@@ -315,6 +385,7 @@ def _run_merge(args: argparse.Namespace) -> None:
         args.inputs, args.output, compact=not args.no_compact, pp_flows=not args.no_pp_flows,
         ranks=args.ranks, overwrite=args.overwrite, rules=args.rules, compress=args.compress, level=args.level,
         salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args), jobs=args.jobs,
+        redact=_redaction(args),
     )
     unmatched = {key: value for key, value in summary.items() if key.endswith("_unmatched") and value}
     if unmatched:
@@ -327,7 +398,7 @@ def _run_relink(args: argparse.Namespace) -> None:
     summary = relink(
         args.trace, args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
         level=args.level, salvage=args.salvage, spool_dir=args.spool_dir, progress=_progress(args),
-        jobs=args.jobs,
+        jobs=args.jobs, redact=_redaction(args),
     )
     _emit_summary(summary, to_stderr=args.output == "-")
 
@@ -336,7 +407,7 @@ def _run_split(args: argparse.Namespace) -> None:
     summary = split(
         args.trace, args.output_dir, rank_map=args.rank_map, compress=args.compress, level=args.level,
         max_open=args.max_open_files, overwrite=args.overwrite, salvage=args.salvage, spool_dir=args.spool_dir,
-        progress=_progress(args), jobs=args.jobs,
+        progress=_progress(args), jobs=args.jobs, redact=_redaction(args),
     )
     _emit_summary(summary)
 

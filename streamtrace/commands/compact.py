@@ -47,6 +47,7 @@ from ..io.configfiles import load_rules
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import dumps_event, event_loader
+from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import OutputTarget, SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
@@ -903,6 +904,7 @@ def compact(
     spool_dir: str | None = None,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    redact: RedactOptions | bool | None = None,
 ) -> dict:
     """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary.
 
@@ -913,7 +915,8 @@ def compact(
     chosen_rules = load_rules(rules)
     dst = default_output(src, "_compacted") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path],
+                              redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
         result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
                                          spool_dir=spool_dir, salvage=salvage, progress=meter, jobs=processes)
@@ -942,6 +945,7 @@ def compact(
         "read": result.stats.as_dict(),
         "pass1_seconds": round(result.seconds, 3),
         "plan_seconds": round(planned - started - result.seconds, 3),
+        **redaction_summary(target.redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }

@@ -15,6 +15,7 @@ from ..errors import RobustModeNeeded, TraceError
 from ..io import parseproc
 from ..io.progress import Progress
 from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field
+from ..io.redact import RedactOptions, Redactor, redaction_summary, restart_redaction
 from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
@@ -40,8 +41,10 @@ def convert(
     spool_dir: str | None = None,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    redact: RedactOptions | bool | None = None,
 ) -> dict:
-    """Copy ``src`` to ``dst`` event by event, dropping the given categories.
+    """Copy ``src`` to ``dst`` event by event, dropping the given categories
+    (and with ``redact``, replacing secrets: see :mod:`streamtrace.io.redact`).
 
     Output compression follows ``dst``'s suffix unless ``compress`` says
     otherwise.  Returns the summary.
@@ -49,11 +52,14 @@ def convert(
     started = time.perf_counter()
     dropped_cats = frozenset(drop_categories)
     processes = resolve_jobs(jobs)
+    redactor = Redactor.from_options(redact)
     with InputSource(src, spool_dir=spool_dir) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.path],
+                              redactor=redactor)
         meter = Progress(source.size, enabled=progress)
 
         def attempt(reader: TraceReader) -> tuple[int, int, ReadStats]:
+            restart_redaction(redactor)
             dropped = 0
             writer = None
             event = None
@@ -61,7 +67,7 @@ def convert(
                 try:
                     for event in reader.events():
                         if writer is None:
-                            writer = TraceWriter(out, reader.stats.header)
+                            writer = TraceWriter(out, reader.stats.header, redactor)
                         if event.get("cat") in dropped_cats:
                             dropped += 1
                         else:
@@ -74,7 +80,7 @@ def convert(
                         raise _not_rewindable().located(source.name) from None
                     raise
                 if writer is None:
-                    writer = TraceWriter(out, reader.stats.header)
+                    writer = TraceWriter(out, reader.stats.header, redactor)
                 writer.close(reader.stats.trailer)
                 return writer.events_written, dropped, reader.stats
 
@@ -91,6 +97,7 @@ def convert(
         "events_written": written,
         "events_dropped": dropped,
         "dropped_categories": sorted(dropped_cats),
+        **redaction_summary(redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
@@ -107,12 +114,13 @@ def _in_child(source: InputSource, target: OutputTarget, dropped_cats: frozenset
         return _KEPT.pack(len(kept), len(events) - len(kept)) + bytes(lines), None
 
     def run(mode: ReadMode) -> tuple[int, int, ReadStats]:
+        restart_redaction(target.redactor)
         with target.open() as out:
             writers: list[TraceWriter] = []
             dropped = 0
 
             def on_header(members: list) -> None:
-                writers.append(TraceWriter(out, members))
+                writers.append(TraceWriter(out, members, target.redactor))
 
             def on_batch(payload: memoryview) -> None:
                 nonlocal dropped
@@ -127,7 +135,7 @@ def _in_child(source: InputSource, target: OutputTarget, dropped_cats: frozenset
                 if not target.rewindable and writers:
                     raise _not_rewindable().located(source.name) from None
                 raise
-            writer = writers[0] if writers else TraceWriter(out, stats.header)
+            writer = writers[0] if writers else TraceWriter(out, stats.header, target.redactor)
             writer.close(stats.trailer)
             return writer.events_written, dropped, stats
 

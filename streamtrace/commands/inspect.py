@@ -5,6 +5,7 @@ events, so memory stays flat however large the trace is.
 """
 from __future__ import annotations
 
+import sys
 import time
 from array import array
 from collections import defaultdict
@@ -14,11 +15,13 @@ from typing import Callable, Iterable
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..algo.secrets import SecretFinder
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats
+from ..io.redact import RedactOptions, Redactor, load_secret_rules
 from ..io.source import InputSource, SourceSpec
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
 from ..resources import peak_rss_mb
@@ -38,7 +41,10 @@ class InspectVisitor:
     launches, annotations, metadata, a pid's first events) is dispatched.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: SecretFinder | None = None) -> None:
+        self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
+        if self.secrets is not None:
+            self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
         self.counts: dict[tuple, int] = {}
         self.pid_names: dict[object, str] = {}
         self.pid_rank_args: dict[object, int] = {}
@@ -295,7 +301,16 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
                          "duration": None if first is None or last is None else round(last - first, 3)},
         "events_without_numeric_ts": visitor.bad_ts,
         "base_time_ns": member_value(members, "baseTimeNanoseconds"),
+        **_secrets_found(visitor, members),
     }
+
+
+def _secrets_found(visitor: InspectVisitor, members: list) -> dict:
+    """``secrets_found``: by kind, a count and the first JSON paths (never a value)."""
+    if visitor.secrets is None:
+        return {}
+    visitor.secrets.members(members)
+    return {"secrets_found": visitor.secrets.findings.by_kind()}
 
 
 def inspect(
@@ -305,17 +320,26 @@ def inspect(
     spool_dir: str | None = None,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    secrets: RedactOptions | bool = True,
 ) -> dict:
     """Summarise a trace in one streaming pass (the ``inspect`` command); with
-    ``jobs`` > 1 a child process parses while this one counts."""
+    ``jobs`` > 1 a child process parses while this one counts.  ``secrets``
+    (the default rules, or a :class:`RedactOptions` naming others; False:
+    none) adds ``secrets_found`` and a warning on stderr when there are any."""
     started = time.perf_counter()
     processes = resolve_jobs(jobs)
+    options = RedactOptions() if secrets is True else secrets
+    finder = SecretFinder(load_secret_rules(options.rules, options.patterns)) if options else None
     with InputSource(src, spool_dir=spool_dir) as source:
         meter = Progress(source.size, enabled=progress)
-        result = index_pass(source, InspectVisitor, keep_events=False, salvage=salvage, progress=meter,
-                            jobs=processes)
+        result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, salvage=salvage,
+                            progress=meter, jobs=processes)
     summary = {"input": source.name, **result.stats.as_dict()}
     summary.update(summarize(result.visitor, result.stats))
+    found = summary.get("secrets_found")
+    if found:
+        print(f"streamtrace: warning: {source.name} holds {sum(entry['count'] for entry in found.values())} "
+              f"secret(s) ({', '.join(found)}); 'streamtrace redact' writes a copy without them", file=sys.stderr)
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()
     return summary

@@ -1,0 +1,137 @@
+"""Redaction on the way out: the hook :class:`~streamtrace.io.writer.TraceWriter`
+passes every top-level member and every event text through.
+
+A top-level member is decoded and walked (members are small); it is
+re-encoded only when something in it changes, otherwise its raw text goes
+out byte for byte.  Event text (compact JSON, one event per line) goes
+through the finder's cheap pre-filter; only the lines it flags are decoded,
+and only those with a secret are re-encoded.  The writer calls the hook in
+output order, in the one process that writes, so pseudonyms are numbered
+the same whatever the number of worker processes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Iterable
+
+import orjson
+
+from ..algo.secrets import (
+    DEFAULT_SECRETS_RULES_TOML,
+    Findings,
+    Pseudonyms,
+    SecretFinder,
+    SecretRules,
+    parse_secrets_rules,
+    with_patterns,
+)
+from ..errors import TraceError
+from .jsonscan import RawMember
+from .reader import dumped_batch, dumps_event, loads_spooled
+
+
+@dataclass(frozen=True)
+class RedactOptions:
+    """What ``--redact`` (and ``redact``) replace: the default rules or a
+    TOML file, extra ``NAME=REGEX`` shapes, kinds to pseudonymize."""
+
+    rules: str | None = None
+    patterns: tuple[str, ...] = ()
+    pseudonymize: tuple[str, ...] = ()
+
+
+def load_secret_rules(path: str | None, patterns: Iterable[str] = ()) -> SecretRules:
+    """The rules in ``path`` (or the defaults) plus ``patterns``."""
+    if path is None:
+        rules = parse_secrets_rules(DEFAULT_SECRETS_RULES_TOML, "default secret rules")
+    else:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                rules = parse_secrets_rules(handle.read(), path)
+        except OSError as exc:
+            raise TraceError(f"cannot read secret rules: {exc.strerror}", path=path) from None
+    return with_patterns(rules, patterns)
+
+
+def _loads_member(raw: bytes) -> object:
+    """A top-level member's value, numbers and NaN-like constants kept as written."""
+    return json.loads(raw, parse_float=Decimal, parse_constant=orjson.Fragment)
+
+
+class Redactor:
+    """Finds secrets in what a trace writer writes, and replaces them
+    (``replace`` False: only counts them, for ``inspect``)."""
+
+    def __init__(self, finder: SecretFinder, *, replace: bool = True) -> None:
+        self.finder = finder
+        self.replace = replace
+        self.findings = Findings()
+
+    @classmethod
+    def from_options(cls, options: RedactOptions | bool | None) -> Redactor | None:
+        """The redactor a command's ``redact`` argument asks for (None: none)."""
+        if not options:
+            return None
+        if options is True:
+            options = RedactOptions()
+        rules = load_secret_rules(options.rules, options.patterns)
+        return cls(SecretFinder(rules, Pseudonyms(options.pseudonymize)))
+
+    def members(self, members: Iterable[RawMember]) -> list[RawMember]:
+        """Top-level members, those with a secret re-encoded without it."""
+        out = []
+        for key, raw in members:
+            value = _loads_member(raw)
+            new = self.finder.redact(value, [key], self.findings)
+            out.append((key, raw if new is value or not self.replace else dumps_event(new)))
+        return out
+
+    def text(self, text: bytes, first_index: int) -> bytes:
+        """Events as compact JSON lines (joined by newlines, with or without
+        commas), the first being event ``first_index`` of the output."""
+        finder = self.finder
+        if not finder.suspicious(text):
+            return text
+        pieces: list[bytes] = []
+        done = index = 0
+        counted = 0
+        for start, stop in finder.suspicious_lines(text):
+            index += text.count(b"\n", counted, start)
+            counted = start
+            event = loads_spooled(text[start:stop])
+            new = finder.redact(event, ["traceEvents", first_index + index], self.findings)
+            if new is not event and self.replace:
+                pieces += (text[done:start], dumps_event(new))
+                done = stop
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return b"".join(pieces)
+
+    def scan_batch(self, text: bytes | memoryview, events: list, first_index: int) -> None:
+        """Count the secrets in ``events`` (which ``text`` encodes in any
+        compact form): the pre-filter runs on ``text``, the lines of events
+        are made only when it flags something."""
+        if self.finder.suspicious(text):
+            self.text(bytes(dumped_batch(events, first_index)[1]), first_index)
+
+    def summary(self) -> dict:
+        summary: dict = {"secrets_redacted": self.findings.by_kind()}
+        if self.finder.pseudonyms is not None:
+            summary["pseudonymized"] = self.finder.pseudonyms.counts()
+        return summary
+
+
+def restart_redaction(redactor: Redactor | None) -> None:
+    """Forget what a failed attempt found: its output is thrown away."""
+    if redactor is not None:
+        redactor.findings = Findings()
+        if redactor.finder.pseudonyms is not None:
+            redactor.finder.pseudonyms.forget()
+
+
+def redaction_summary(redactor: Redactor | None) -> dict:
+    """The summary entry of a command that wrote through ``redactor``."""
+    return {} if redactor is None else {"redaction": redactor.summary()}
