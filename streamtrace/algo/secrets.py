@@ -4,11 +4,11 @@ of a decoded JSON value, are secrets, and what replaces them.
 Most of a trace holds no secret, so the cost that matters is the one of
 clean text.  :meth:`SecretFinder.suspicious` looks at compact JSON text
 (many events at once) for short literal hints every match contains: the
-text is first stripped of digits and cut at ``}``, and the pieces that
-repeat (events of one kind differ mostly in their numbers) are looked at
-once, so the hints are searched in a few percent of the bytes.  Only text
-that holds a hint is decoded and walked string by string with the exact
-regular expressions.
+text is first stripped of digits and cut at ``}``.  Events of one kind
+differ mostly in their numbers, so the pieces repeat: a piece already found
+clean is not looked at again, and the hints are searched in a small
+fraction of the bytes.  Only text that holds a hint is decoded and walked
+string by string with the exact regular expressions.
 """
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ _ANCHORS = re.compile(r"(?<!\\)[$^]|\\[AZbB]")
 PSEUDONYM_KINDS = ("hosts", "users", "paths")
 MAX_PSEUDONYMS = 1_000_000  # distinct values per kind: bounds memory on hostile input
 MAX_PATHS = 100  # JSON paths kept per kind in a summary (all are counted)
+CLEAN_CACHE_BYTES = 32 << 20  # pieces remembered as clean, at most (then forgotten, and relearned)
 
 _HOST_KEYS = frozenset({"host", "hostname", "host_name", "nodename", "node_name", "master_addr", "hostaddr"})
 _USER_KEYS = frozenset({"user", "username", "user_name", "logname"})
@@ -269,6 +270,8 @@ class SecretFinder:
         for kind in self.pseudonyms.kinds if self.pseudonyms else ():
             hints.update(_PSEUDONYM_HINTS[kind])
         self._needles = tuple(sorted(hint.encode() for hint in hints))
+        self._clean: set[bytes] = set()
+        self._clean_bytes = 0
         self._locate = re.compile(b"|".join(re.escape(needle) for needle in self._needles)) if hints else None
         unhinted = [shape.regex for shape in rules.shapes if not shape.hints]
         self._unhinted = tuple(unhinted)
@@ -284,12 +287,24 @@ class SecretFinder:
         if self.every_event:
             return True
         text = bytes(text)
-        if self._needles:
-            pieces = set(text.translate(None, _DIGITS).split(b"}"))
-            distinct = b"}".join(pieces).lower()
-            if any(needle in distinct for needle in self._needles):
-                return True
+        if self._needles and self._hinted(text):
+            return True
         return bool(self._unhinted) and self._unhinted_hit(text)
+
+    def _hinted(self, text: bytes) -> bool:
+        """Does a hint occur in ``text``?  (No hint holds a digit or ``}``.)"""
+        new = set(text.translate(None, _DIGITS).split(b"}")).difference(self._clean)
+        if not new:
+            return False
+        distinct = b"}".join(new).lower()
+        if any(needle in distinct for needle in self._needles):
+            return True
+        if self._clean_bytes > CLEAN_CACHE_BYTES:
+            self._clean.clear()
+            self._clean_bytes = 0
+        self._clean.update(new)
+        self._clean_bytes += len(distinct)
+        return False
 
     def suspicious_lines(self, text: bytes) -> list[tuple[int, int]]:
         """(start, end) of every line of ``text`` (events joined by newlines,
