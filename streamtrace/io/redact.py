@@ -83,8 +83,11 @@ class Redactor:
         """Top-level members, those with a secret re-encoded without it."""
         out = []
         for key, raw in members:
-            value = _loads_member(raw)
-            new = self.finder.redact(value, [key], self.findings)
+            try:
+                value = _loads_member(raw)
+                new = self.finder.redact(value, [key], self.findings)
+            except RecursionError:
+                raise _too_deep(f"top-level key {key!r}") from None
             out.append((key, raw if new is value or not self.replace else dumps_event(new)))
         return out
 
@@ -101,7 +104,10 @@ class Redactor:
             index += text.count(b"\n", counted, start)
             counted = start
             event = loads_spooled(text[start:stop])
-            new = finder.redact(event, ["traceEvents", first_index + index], self.findings)
+            try:
+                new = finder.redact(event, ["traceEvents", first_index + index], self.findings)
+            except RecursionError:
+                raise _too_deep(f"event {first_index + index}") from None
             if new is not event and self.replace:
                 pieces += (text[done:start], dumps_event(new))
                 done = stop
@@ -122,6 +128,10 @@ class Redactor:
         if self.finder.pseudonyms is not None:
             summary["pseudonymized"] = self.finder.pseudonyms.counts()
         return summary
+
+
+def _too_deep(what: str) -> TraceError:
+    return TraceError(f"{what} is nested too deeply to check for secrets")
 
 
 def restart_redaction(redactor: Redactor | None) -> None:
