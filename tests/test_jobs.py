@@ -19,7 +19,7 @@ import zstandard
 from conftest import REAL_TRACES, ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_redact import write_planted
+from test_redact import write_planted_run
 
 import streamtrace
 from streamtrace.commands import compact as compact_module
@@ -176,14 +176,8 @@ def test_inspect_says_the_same_for_every_n(trace, small_pieces):
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory) -> dict[str, Path]:
     """The generated traces with secrets planted (as in test_redact), and home paths to pseudonymize."""
-    directory = tmp_path_factory.mktemp("planted_jobs")
-    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, steps=2, graph_kernels=8, graph_streams=4),
-                 directory / "clean", compress="none")
-    files = {}
-    for name in ("rank0_trace.json", "rank1_trace.json", "merged_trace.json"):
-        files[name] = directory / name
-        write_planted(directory / "clean" / name, files[name])
-    return files
+    return write_planted_run(SynthConfig(ranks=4, pp_stages=2, microbatches=2, steps=2, graph_kernels=8,
+                                         graph_streams=4), tmp_path_factory.mktemp("planted_jobs"))
 
 
 REDACTING = {  # name: (command, input, output, options)

@@ -133,17 +133,21 @@ def assert_no_secret(path: Path) -> None:
         assert secret.encode() not in text
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory) -> dict[str, Path]:
-    """Planted copies of a generated single rank, a second rank and a merged 2-rank file."""
-    directory = tmp_path_factory.mktemp("planted")
-    write_traces(SynthConfig(ranks=2, pp_stages=2, microbatches=2, steps=1, graph_kernels=4, graph_streams=2),
-                 directory / "clean", compress="none")
+def write_planted_run(config: SynthConfig, directory: Path) -> dict[str, Path]:
+    """A generated run with secrets planted in rank 0, rank 1 and the merged file."""
+    write_traces(config, directory / "clean", compress="none")
     files = {}
     for name in ("rank0_trace.json", "rank1_trace.json", "merged_trace.json"):
         files[name] = directory / name
         write_planted(directory / "clean" / name, files[name])
     return files
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict[str, Path]:
+    """Planted copies of a generated single rank, a second rank and a merged 2-rank file."""
+    return write_planted_run(SynthConfig(ranks=2, pp_stages=2, microbatches=2, steps=1, graph_kernels=4,
+                                         graph_streams=2), tmp_path_factory.mktemp("planted"))
 
 
 def expected_paths(document: dict) -> dict[str, set[str]]:
