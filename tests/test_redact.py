@@ -355,3 +355,13 @@ def test_benign_values_under_secret_names_are_kept():
                          ids=lambda p: p.name)
 def test_real_traces_hold_no_secret(trace):
     assert streamtrace.inspect(trace)["secrets_found"] == {}
+
+
+def test_inspect_finds_a_secret_nested_deeper_than_recursion_goes(tmp_path):
+    depth = 5000
+    trace = tmp_path / "deep.json"
+    trace.write_text('{"traceEvents": [{"ph": "i", "cat": "x", "name": "n", "pid": 1, "tid": 1, "ts": 1, '
+                     f'"args": {{"a": {"[" * depth}"{HF}"{"]" * depth}}}}}]}}')
+    found = streamtrace.inspect(trace)["secrets_found"]
+    assert found["huggingface-token"]["count"] == 1
+    assert found["huggingface-token"]["paths"] == ["traceEvents[0].args.a" + "[0]" * depth]

@@ -350,17 +350,7 @@ class SecretFinder:
             changed = None
             for key, item in value.items():
                 path.append(key)
-                lowered = key.lower()
-                inner = key_kind
-                if inner is None:
-                    if self._secret_key(lowered):
-                        inner = "secret"
-                    elif self.pseudonyms is not None:
-                        if lowered in _HOST_KEYS and "hosts" in self.pseudonyms.kinds:
-                            inner = "hosts"
-                        elif lowered in _USER_KEYS and "users" in self.pseudonyms.kinds:
-                            inner = "users"
-                new = self._walk(item, path, findings, inner)
+                new = self._walk(item, path, findings, key_kind or self._key_kind(key))
                 path.pop()
                 if new is not item:
                     if changed is None:
@@ -379,6 +369,34 @@ class SecretFinder:
                     changed_list[position] = new
             return value if changed_list is None else changed_list
         return value
+
+    def _key_kind(self, key: str) -> str | None:
+        """What a key says of the strings below it: "secret", "hosts", "users" or nothing."""
+        lowered = key.lower()
+        if self._secret_key(lowered):
+            return "secret"
+        if self.pseudonyms is not None:
+            if lowered in _HOST_KEYS and "hosts" in self.pseudonyms.kinds:
+                return "hosts"
+            if lowered in _USER_KEYS and "users" in self.pseudonyms.kinds:
+                return "users"
+        return None
+
+    def find(self, value: object, path: list[object], findings: Findings) -> None:
+        """Record the secrets in ``value`` without replacing them, walking
+        with a stack instead of recursion: for values nested deeper than
+        Python's recursion allows (``inspect`` reads events of any depth)."""
+        stack: list[tuple[object, tuple | None, str | None]] = [(value, (None, path), None)]
+        while stack:
+            item, where, key_kind = stack.pop()
+            kind = type(item)
+            if kind is str:
+                self._string(item, _unlinked(where), findings, key_kind)
+            elif kind is dict:
+                stack.extend((child, (where, key), key_kind or self._key_kind(key))
+                             for key, child in reversed(item.items()))
+            elif kind is list:
+                stack.extend((child, (where, n), key_kind) for n, child in reversed(list(enumerate(item))))
 
     def _string(self, text: str, path: list[object], findings: Findings, key_kind: str | None) -> str:
         if key_kind == "secret" and not self._benign(text):
@@ -433,6 +451,16 @@ class SecretFinder:
         if "hosts" in kinds and "://" in text:
             text = _sub_group(_URL_HOST, text, lambda host: pseudonyms.of("hosts", host))
         return text
+
+
+def _unlinked(where: tuple) -> list[object]:
+    """A path kept as (parent, part) links, as a list (the root link holds the starting path)."""
+    parts: list[object] = []
+    while where[0] is not None:
+        where, part = where
+        parts.append(part)
+    parts.extend(reversed(where[1]))
+    return parts[::-1]
 
 
 def _replace(text: str, spans: list[tuple[int, int, str]]) -> str:

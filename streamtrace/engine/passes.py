@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
-from orjson import dumps, loads
+from orjson import loads
 
 from ..errors import RobustModeNeeded, TraceError
 from ..io import parseproc
@@ -26,7 +26,6 @@ from ..io.reader import (
     ReadMode,
     ReadStats,
     TraceReader,
-    decimal_as_json,
     dumped_batch,
     loads_spooled,
     raise_if_container_field,
@@ -47,10 +46,11 @@ class Visitor(Protocol):
     def visit(self, event: dict) -> None: ...
 
 
-BatchScan = Callable[["bytes | memoryview", list, int], None]
+BatchScan = Callable[["bytes | memoryview | None", list, int], None]
 """A visitor's optional ``scan_batch(text, events, first_index)``: called
-per batch with the events and their compact JSON text (one array, or lines),
-for checks cheaper on text than event by event (secret detection)."""
+per batch with the events and their JSON text when it is at hand (one
+array, lines, or the input's own text; else None), for checks cheaper on
+text than event by event (secret detection)."""
 
 
 class EmitPlan:
@@ -212,8 +212,7 @@ def index_pass(
                         lines = dumped_batch(batch, done)[1]
                         spool.add_text(lines)
                     if scan is not None:
-                        scan(lines if spool is not None else reader.batch_text or batch_text(batch, done), batch,
-                             done)
+                        scan(lines if spool is not None else reader.batch_text, batch, done)
                     done += len(batch)
         except TypeError:
             raise_if_container_field(event)
@@ -268,14 +267,6 @@ def index_pass(
             spool.close()
         raise
     return IndexResult(visitor, stats, time.perf_counter() - started, spool)
-
-
-def batch_text(events: list, first_index: int) -> bytes | memoryview:
-    """The events as one compact JSON array, with one orjson call when it can."""
-    try:
-        return dumps(events, default=decimal_as_json)
-    except TypeError:  # integers beyond 64 bits, or nesting too deep: the careful way
-        return dumped_batch(events, first_index)[0]
 
 
 def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:

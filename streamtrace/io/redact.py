@@ -29,7 +29,7 @@ from ..algo.secrets import (
 )
 from ..errors import TraceError
 from .jsonscan import RawMember
-from .reader import dumped_batch, dumps_event, loads_spooled
+from .reader import decimal_as_json, dumped_batch, dumps_event, loads_spooled
 
 
 @dataclass(frozen=True)
@@ -116,18 +116,33 @@ class Redactor:
         pieces.append(text[done:])
         return b"".join(pieces)
 
-    def scan_batch(self, text: bytes | memoryview, events: list, first_index: int) -> None:
-        """Count the secrets in ``events`` (which ``text`` encodes in any
-        compact form): the pre-filter runs on ``text``, the lines of events
-        are made only when it flags something."""
-        if self.finder.suspicious(text):
-            self.text(bytes(dumped_batch(events, first_index)[1]), first_index)
+    def scan_batch(self, text: bytes | memoryview | None, events: list, first_index: int) -> None:
+        """Count the secrets in ``events``, which ``text`` encodes in any
+        compact form (None: encode them here).  The pre-filter runs on the
+        text; the lines of events are made only when it flags something."""
+        try:
+            if text is None:
+                text = batch_text(events)
+            if self.finder.suspicious(text):
+                self.text(bytes(dumped_batch(events, first_index)[1]), first_index)
+        except TraceError:  # an event nested too deeply to encode: walk every event with a stack
+            for number, event in enumerate(events):
+                self.finder.find(event, ["traceEvents", first_index + number], self.findings)
 
     def summary(self) -> dict:
         summary: dict = {"secrets_redacted": self.findings.by_kind()}
         if self.finder.pseudonyms is not None:
             summary["pseudonymized"] = self.finder.pseudonyms.counts()
         return summary
+
+
+def batch_text(events: list) -> bytes:
+    """The events as one compact JSON array (raises :class:`TraceError` for
+    an event nested too deeply to encode)."""
+    try:
+        return orjson.dumps(events, default=decimal_as_json)
+    except TypeError:  # integers beyond 64 bits (or nesting too deep): the careful way
+        return bytes(dumped_batch(events, 0)[0])
 
 
 def _too_deep(what: str) -> TraceError:
