@@ -365,3 +365,19 @@ def test_inspect_finds_a_secret_nested_deeper_than_recursion_goes(tmp_path):
     found = streamtrace.inspect(trace)["secrets_found"]
     assert found["huggingface-token"]["count"] == 1
     assert found["huggingface-token"]["paths"] == ["traceEvents[0].args.a" + "[0]" * depth]
+
+
+def test_inspect_reads_the_input_text_of_a_batch_when_it_has_no_escape(tmp_path):
+    from streamtrace.io.reader import ReadMode, TraceReader
+    from streamtrace.io.source import InputSource
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{n}", "pid": 1, "tid": 1, "ts": n, "dur": 1,
+               "args": {"note": f"uses {GOOGLE}" if n == 7 else "plain"}} for n in range(20)]
+    trace = tmp_path / "plain.json"
+    trace.write_text(json.dumps({"traceEvents": events}, indent=2))
+    with InputSource(str(trace)) as source:
+        reader = TraceReader(source.open(), ReadMode())
+        texts = [reader.batch_text for _ in reader.batches()]
+    assert texts and None not in texts and any(GOOGLE.encode() in text for text in texts)
+    found = streamtrace.inspect(trace, jobs=1)["secrets_found"]
+    assert found == {"google-api-key": {"count": 1, "paths": ["traceEvents[7].args.note"]}}
