@@ -22,7 +22,8 @@ their medians are reported too.
     python scripts/bench.py big.json --rounds 5 -- streamtrace compact {input} -o {tmp}/out.json.gz -q -j 1
 
 Several commands, each after its own ``--``, share the yardstick runs of a
-round (one report per command):
+round (one report per command; each after the first also gets its per-round
+ratio to the first, for A/B comparisons):
 
     python scripts/bench.py big.json -- streamtrace relink {input} -o {tmp}/o.json.gz -q -j 1 \
         -- streamtrace relink {input} -o {tmp}/o.json.gz -q -j 2
@@ -225,6 +226,9 @@ def main() -> int:
         for command, runs in zip(commands, command_runs):
             runs.append(run_command(command, args.inputs))
     reports = [report_for(command, runs, yardstick_runs, args) for command, runs in zip(commands, command_runs)]
+    for report, runs in zip(reports[1:], command_runs[1:]):  # the same round, so the same machine conditions
+        report["ratio_to_first_command"] = spread([mine["seconds"] / first["seconds"]
+                                                   for first, mine in zip(command_runs[0], runs)])
     print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     return 0
 

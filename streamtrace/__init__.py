@@ -10,9 +10,12 @@ from .commands.compact import compact
 from .commands.convert import convert
 from .commands.inspect import inspect
 from .commands.merge import merge
+from .commands.redact import redact
 from .commands.relink import relink
 from .commands.split import split
 from .errors import TraceError
+from .io.redact import RedactOptions
 
-__all__ = ["TraceError", "attribute", "batch", "compact", "convert", "inspect", "merge", "relink", "split"]
+__all__ = ["RedactOptions", "TraceError", "attribute", "batch", "compact", "convert", "inspect", "merge", "redact",
+           "relink", "split"]
 __version__ = "0.1.0"

@@ -14,15 +14,18 @@ import orjson
 
 from . import __version__
 from .algo.rules import DEFAULT_RULES_TOML
+from .algo.secrets import DEFAULT_SECRETS_RULES_TOML
 from .commands.attribute import attribute
 from .commands.batch import batch
 from .commands.compact import compact
 from .commands.convert import convert
 from .commands.inspect import inspect
 from .commands.merge import merge
+from .commands.redact import redact
 from .commands.relink import relink
 from .commands.split import SUFFIXES, split
 from .errors import TraceError
+from .io.redact import RedactOptions
 from .io.sink import COMPRESSIONS, OutputTarget
 
 EPILOG = """\
@@ -92,6 +95,28 @@ def _cluster(parser: argparse.ArgumentParser) -> None:
                              "--spool-dir that every worker shares); -j then does not apply. A single input runs here")
 
 
+def _secrets_options(parser: argparse.ArgumentParser, role: str = "writer") -> None:
+    """Secret rules for inspect, redact and (with --redact) every command that writes a trace."""
+    group = parser.add_argument_group("secrets (see 'streamtrace redact --help')")
+    if role == "writer":
+        group.add_argument("--redact", action="store_true",
+                           help="replace credentials in the output by \"<redacted:KIND>\" (as 'redact' does)")
+    group.add_argument("--secrets-rules", metavar="FILE", help="TOML secret rules (see redact --print-secrets-rules)")
+    group.add_argument("--pattern", action="append", default=[], metavar="NAME=REGEX",
+                       help="also treat matches of REGEX as secrets of kind NAME (repeatable)")
+    if role != "inspect":
+        group.add_argument("--pseudonymize", metavar="KINDS", default="",
+                           help="also replace these by stable pseudonyms: comma-separated hosts,users,paths")
+
+
+def _redaction(args: argparse.Namespace) -> RedactOptions | None:
+    """What _secrets_options asked for; None when a writing command is not to redact."""
+    pseudonymize = tuple(kind for kind in getattr(args, "pseudonymize", "").split(",") if kind)
+    if not (getattr(args, "redact", True) or args.secrets_rules or args.pattern or pseudonymize):
+        return None
+    return RedactOptions(args.secrets_rules, tuple(args.pattern), pseudonymize)
+
+
 def _rank_map(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-map", metavar="FILE", help="JSON object {pid: rank} for pids no other rule places")
 
@@ -116,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
     )
     cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    _secrets_options(cmd, "inspect")
     _common(cmd)
     cmd.set_defaults(run=_run_inspect)
 
@@ -133,8 +159,33 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
                      help="drop events of this category (repeatable), e.g. python_function")
     _output_options(cmd, "OUT")
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_convert)
+
+    cmd = commands.add_parser(
+        "redact", help="copy a trace with its credentials replaced, to share it",
+        description=_paragraphs(
+            "One streaming pass: TRACE with every secret replaced by \"<redacted:KIND>\": strings shaped like "
+            "credentials (Hugging Face, GitHub, AWS, OpenAI, Slack, Google API keys, JWTs, private key blocks, "
+            "passwords in URLs; only the matched part), and whole strings under keys naming a secret (*TOKEN*, "
+            "*SECRET*, *PASSWORD*, *API_KEY*, ...) unless short or benign. Events, names, args at any depth, "
+            "stack frames and every top-level key are looked at; a top-level key without a secret is copied "
+            "byte for byte. 'inspect' reports the same findings by JSON path; every command that writes a "
+            "trace takes --redact."),
+        epilog="examples:\n  streamtrace redact trace.json.gz                  # -> trace_redacted.json.gz\n"
+               "  streamtrace redact trace.json.gz -o share.json.gz --pseudonymize hosts,users,paths\n"
+               "  streamtrace redact trace.json.gz --pattern employee_id='EMP-[0-9]{6}'\n"
+               "  streamtrace redact --print-secrets-rules > rules.toml   # start from the defaults",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
+    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_redacted.json.gz beside the input)")
+    cmd.add_argument("--print-secrets-rules", action="store_true", help="print the default secret rules and exit")
+    _secrets_options(cmd, "redact")
+    _output_options(cmd, "the output")
+    _common(cmd)
+    cmd.set_defaults(run=_run_redact)
 
     cmd = commands.add_parser(
         "compact", help="repack CUDA-graph replay streams into a few semantic lanes (for Perfetto)",
@@ -164,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "nearest slice's lane and count it as gpu_flow_endpoints_unmatched)")
     _output_options(cmd, "the output")
     _cluster(cmd)
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_compact)
 
@@ -199,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--rules", metavar="FILE", help="compaction rules file (see compact --print-rules)")
     _output_options(cmd, "the output")
     _cluster(cmd)
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_merge)
 
@@ -225,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     _rank_map(cmd)
     _output_options(cmd, "the output")
     _cluster(cmd)
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_relink)
 
@@ -254,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--max-open-files", type=int, metavar="N",
                      help="writers open at once (default: 128 or the open-file limit minus 32)")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing rank<N>_trace files in DIR")
+    _secrets_options(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_split)
 
@@ -410,17 +465,32 @@ def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: 
     stream.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
                  else human_report(command, summary))
     stream.flush()
+    if summary.get("secrets_found"):  # on stderr whatever the output: it must not go unseen
+        print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
 
 
 def human_report(command: str, summary: dict) -> str:
     """Aligned lines: the command's rows, then each warning once (with how often), then hints."""
-    rows = list(VIEWS[command](summary))
+    rows = list(VIEWS[command](summary)) + _redaction_rows(summary)
     notices = [summary["notice"]] if summary.get("notice") else []
     for text, count in Counter(notices + list(summary.get("warnings") or ())).items():
         rows.append(("warning", text + (f" ({count} times)" if count > 1 else "")))
     rows.extend(("hint", text) for text in summary.get("hints") or ())
     width = max(len(label) for label, _ in rows)
     return "".join(f"{label:<{width}}  {text}\n" for label, text in rows)
+
+
+def _redaction_rows(summary: dict) -> Rows:
+    """What a writing command replaced on the way out (``--redact``, ``redact``)."""
+    redaction = summary.get("redaction")
+    if redaction is None:
+        return []
+    found = redaction["secrets_redacted"]
+    kinds = ", ".join(f"{kind} {entry['count']:,}" for kind, entry in found.items())
+    rows = [("redacted", f"{sum(entry['count'] for entry in found.values()):,} secrets" + (f" ({kinds})" if kinds else ""))]
+    if redaction.get("pseudonymized"):
+        rows.append(("pseudonyms", ", ".join(f"{kind} {count:,}" for kind, count in redaction["pseudonymized"].items())))
+    return rows
 
 
 def _took(summary: dict) -> tuple[str, str]:
@@ -504,6 +574,12 @@ def _convert_view(summary: dict) -> Rows:
                    f"{summary['events_dropped']:,} dropped" + (f" ({dropped})" if dropped else "")),
         _took(summary),
     ]
+
+
+@view("redact")
+def _redact_view(summary: dict) -> Rows:
+    """convert's rows; the redaction rows come with every writing command's."""
+    return _convert_view(summary)
 
 
 @view("compact")
@@ -620,16 +696,30 @@ def _reading(args: argparse.Namespace) -> dict:
 
 
 def _run_inspect(args: argparse.Namespace) -> None:
-    summary = inspect(args.trace, **_reading(args))
+    summary = inspect(args.trace, secrets=_redaction(args), **_reading(args))
     report("inspect", summary, args)
 
 
 def _run_convert(args: argparse.Namespace) -> None:
     summary = convert(
         args.input, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
-        overwrite=args.overwrite, **_reading(args),
+        overwrite=args.overwrite, redact=_redaction(args), **_reading(args),
     )
     report("convert", summary, args, to_stderr=args.output == "-")
+
+
+def _run_redact(args: argparse.Namespace) -> None:
+    if args.print_secrets_rules:
+        sys.stdout.write(DEFAULT_SECRETS_RULES_TOML)
+        return
+    if args.trace is None:
+        raise TraceError("give a TRACE to redact (or --print-secrets-rules)")
+    options = _redaction(args)
+    summary = redact(
+        args.trace, args.output, rules=options.rules, patterns=options.patterns, pseudonymize=options.pseudonymize,
+        compress=args.compress, level=args.level, overwrite=args.overwrite, **_reading(args),
+    )
+    report("redact", summary, args, to_stderr=args.output == "-")
 
 
 def _run_compact(args: argparse.Namespace) -> None:
@@ -644,7 +734,7 @@ def _run_compact(args: argparse.Namespace) -> None:
     summary = compact(
         args.trace[0], args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
         original_stream=not args.no_original_stream, overwrite=args.overwrite, compress=args.compress,
-        level=args.level, **_reading(args),
+        level=args.level, redact=_redaction(args), **_reading(args),
     )
     report("compact", summary, args, to_stderr=args.output == "-")
 
@@ -653,7 +743,7 @@ def _run_merge(args: argparse.Namespace) -> None:
     summary = merge(
         args.inputs, args.output, compact=not args.no_compact, original_stream=not args.no_original_stream,
         pp_flows=not args.no_pp_flows, ranks=args.ranks, overwrite=args.overwrite, rules=args.rules,
-        compress=args.compress, level=args.level, **_reading(args), dask=args.dask,
+        compress=args.compress, level=args.level, redact=_redaction(args), **_reading(args), dask=args.dask,
     )
     report("merge", summary, args, to_stderr=args.output == "-")
 
@@ -663,7 +753,7 @@ def _run_relink(args: argparse.Namespace) -> None:
         return _run_batch(args, rank_map=args.rank_map, compress=args.compress, level=args.level)
     summary = relink(
         args.trace[0], args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
-        level=args.level, **_reading(args),
+        level=args.level, redact=_redaction(args), **_reading(args),
     )
     report("relink", summary, args, to_stderr=args.output == "-")
 
@@ -671,7 +761,7 @@ def _run_relink(args: argparse.Namespace) -> None:
 def _run_split(args: argparse.Namespace) -> None:
     summary = split(
         args.trace, args.output_dir, rank_map=args.rank_map, compress=args.compress, level=args.level,
-        max_open=args.max_open_files, overwrite=args.overwrite, **_reading(args),
+        max_open=args.max_open_files, overwrite=args.overwrite, redact=_redaction(args), **_reading(args),
     )
     report("split", summary, args)
 

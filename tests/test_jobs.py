@@ -20,6 +20,7 @@ import zstandard
 from conftest import REAL_TRACES, ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_redact import write_planted_run
 
 import streamtrace
 from streamtrace.commands import compact as compact_module
@@ -175,6 +176,47 @@ def test_generated_traces_come_out_the_same_for_every_n(name, kind, generated, t
 def test_inspect_says_the_same_for_every_n(trace, small_pieces):
     summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]
     assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict[str, Path]:
+    """The generated traces with secrets planted (as in test_redact), and home paths to pseudonymize."""
+    return write_planted_run(SynthConfig(ranks=4, pp_stages=2, microbatches=2, steps=2, graph_kernels=8,
+                                         graph_streams=4), tmp_path_factory.mktemp("planted_jobs"))
+
+
+REDACTING = {  # name: (command, input, output, options)
+    "redact": (streamtrace.redact, "rank0_trace.json", "out.json.gz", {"pseudonymize": ("hosts", "users", "paths")}),
+    "convert": (streamtrace.convert, "rank0_trace.json", "out.json",
+                {"redact": streamtrace.RedactOptions(pseudonymize=("users",))}),
+    "compact": (streamtrace.compact, "rank0_trace.json", "out.json", {"redact": True}),
+    "relink": (streamtrace.relink, "merged_trace.json", "out.json.zst", {"redact": True}),
+    "split": (streamtrace.split, "merged_trace.json", "ranks", {"compress": "none", "redact": True}),
+}
+
+
+@pytest.mark.parametrize("name", REDACTING)
+def test_redaction_comes_out_the_same_for_every_n(name, planted, tmp_path, small_pieces):
+    command, trace, output, options = REDACTING[name]
+    results = run_all(command, planted[trace], tmp_path, output, **options)
+    assert results[0][1]["redaction"]["secrets_redacted"]
+    assert results[1] == results[0] and results[2] == results[0]
+
+
+def test_redacting_merge_comes_out_the_same_for_every_n(planted, tmp_path, small_pieces):
+    ranks = [planted["rank0_trace.json"], planted["rank1_trace.json"]]
+    results = []
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"merged{jobs}.json"
+        summary = streamtrace.merge(ranks, out, jobs=jobs, redact=streamtrace.RedactOptions(pseudonymize=("paths",)))
+        results.append((digest(out), without_timing(summary, "output")))
+    assert results[0][1]["redaction"]["secrets_redacted"]
+    assert results[1] == results[0] and results[2] == results[0]
+
+
+def test_inspect_finds_the_same_secrets_for_every_n(planted, small_pieces):
+    found = [streamtrace.inspect(planted["merged_trace.json"], jobs=jobs)["secrets_found"] for jobs in (1, 2, 3)]
+    assert found[0] and found[1] == found[0] and found[2] == found[0]
 
 
 def test_merge_comes_out_the_same_for_every_n(generated, tmp_path, small_pieces):

@@ -48,6 +48,7 @@ from ..io.configfiles import load_rules
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader
+from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import OutputTarget, SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import parked
@@ -987,6 +988,7 @@ def compact(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    redact: RedactOptions | bool | None = None,
 ) -> dict:
     """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary.
 
@@ -998,7 +1000,8 @@ def compact(
     chosen_rules = load_rules(rules)
     dst = default_output(src, "_compacted") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location],
+                              redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
         with buffers_from_os(PLAN_MMAP_THRESHOLD):  # the index arrays grow by copies, which must not stay resident
             result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
@@ -1030,6 +1033,7 @@ def compact(
         "read": result.stats.as_dict(),
         "pass1_seconds": round(result.seconds, 3),
         "plan_seconds": round(planned - started - result.seconds, 3),
+        **redaction_summary(target.redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }

@@ -15,6 +15,7 @@ from ..errors import RobustModeNeeded, TraceError
 from ..io import parseproc
 from ..io.progress import Progress
 from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field
+from ..io.redact import RedactOptions, Redactor, redaction_summary, restart_redaction
 from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
@@ -44,8 +45,10 @@ def convert(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    redact: RedactOptions | bool | None = None,
 ) -> dict:
-    """Copy ``src`` to ``dst`` event by event, dropping the given categories.
+    """Copy ``src`` to ``dst`` event by event, dropping the given categories
+    (and with ``redact``, replacing secrets: see :mod:`streamtrace.io.redact`).
 
     Output compression follows ``dst``'s suffix unless ``compress`` says
     otherwise.  Returns the summary.
@@ -54,11 +57,14 @@ def convert(
     dropped_cats = frozenset(drop_categories)
     position = {cat: n for n, cat in enumerate(sorted(dropped_cats))}  # a dropped category's counter
     processes = resolve_jobs(jobs)
+    redactor = Redactor.from_options(redact)
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location],
+                              redactor=redactor)
         meter = Progress(source.size, enabled=progress)
 
         def attempt(reader: TraceReader) -> tuple[int, list[int], ReadStats]:
+            restart_redaction(redactor)
             dropped = [0] * len(position)
             writer = None
             event = None
@@ -66,7 +72,7 @@ def convert(
                 try:
                     for event in reader.events():
                         if writer is None:
-                            writer = TraceWriter(out, reader.stats.header)
+                            writer = TraceWriter(out, reader.stats.header, redactor)
                         if (cat := event.get("cat")) in dropped_cats:
                             dropped[position[cat]] += 1
                         else:
@@ -79,7 +85,7 @@ def convert(
                         raise _not_rewindable().located(source.name) from None
                     raise
                 if writer is None:
-                    writer = TraceWriter(out, reader.stats.header)
+                    writer = TraceWriter(out, reader.stats.header, redactor)
                 writer.close(reader.stats.trailer)
                 return writer.events_written, dropped, reader.stats
 
@@ -99,6 +105,7 @@ def convert(
         "dropped_by_category": dict(zip(position, dropped)),
         "warnings": [f"--drop-cat {cat}: no event has this category" for cat, count in zip(position, dropped)
                      if not count],
+        **redaction_summary(redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
@@ -126,12 +133,13 @@ def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int
         return counts.pack(len(kept), *gone) + bytes(lines), None
 
     def run(mode: ReadMode) -> tuple[int, list[int], ReadStats]:
+        restart_redaction(target.redactor)
         with target.open() as out:
             writers: list[TraceWriter] = []
             dropped = [0] * len(position)
 
             def on_header(members: list) -> None:
-                writers.append(TraceWriter(out, members))
+                writers.append(TraceWriter(out, members, target.redactor))
 
             def on_batch(payload: memoryview) -> None:
                 kept, *gone = counts.unpack_from(payload)
@@ -145,7 +153,7 @@ def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int
                 if not target.rewindable and writers:
                     raise _not_rewindable().located(source.name) from None
                 raise
-            writer = writers[0] if writers else TraceWriter(out, stats.header)
+            writer = writers[0] if writers else TraceWriter(out, stats.header, target.redactor)
             writer.close(stats.trailer)
             return writer.events_written, dropped, stats
 

@@ -15,11 +15,13 @@ from ..algo.busy import BusyTime
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..algo.secrets import SecretFinder
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats
+from ..io.redact import RedactOptions, Redactor, load_secret_rules
 from ..io.source import InputSource, SourceSpec
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
 from ..resources import peak_rss_mb
@@ -43,7 +45,10 @@ class InspectVisitor:
     launches, annotations, metadata, a pid's first events) is dispatched.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: SecretFinder | None = None) -> None:
+        self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
+        if self.secrets is not None:
+            self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
         self.counts: dict[tuple, int] = {}
         self.pid_names: dict[object, str] = {}
         self.pid_rank_args: dict[object, int] = {}
@@ -376,7 +381,16 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
         "top_kernels": _top_kernels(visitor),
         "hints": _hints(collisions),
         "warnings": _warnings(visitor, stats),
+        **_secrets_found(visitor, members),
     }
+
+
+def _secrets_found(visitor: InspectVisitor, members: list) -> dict:
+    """``secrets_found``: by kind, a count and the first JSON paths (never a value)."""
+    if visitor.secrets is None:
+        return {}
+    visitor.secrets.members(members)
+    return {"secrets_found": visitor.secrets.findings.by_kind()}
 
 
 def inspect(
@@ -387,17 +401,26 @@ def inspect(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    secrets: RedactOptions | bool = True,
 ) -> dict:
     """Summarise a trace in one streaming pass (the ``inspect`` command); with
-    ``jobs`` > 1 a child process parses while this one counts."""
+    ``jobs`` > 1 a child process parses while this one counts.  ``secrets``
+    (the default rules, or a :class:`RedactOptions` naming others; False:
+    none) adds ``secrets_found`` and a warning when there are any."""
     started = time.perf_counter()
     processes = resolve_jobs(jobs)
+    options = RedactOptions() if secrets is True else secrets
+    finder = SecretFinder(load_secret_rules(options.rules, options.patterns)) if options else None
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         meter = Progress(source.size, enabled=progress)
-        result = index_pass(source, InspectVisitor, keep_events=False, salvage=salvage, progress=meter,
-                            jobs=processes)
+        result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, salvage=salvage,
+                            progress=meter, jobs=processes)
     summary = {**source.describe(), **result.stats.as_dict()}
     summary.update(summarize(result.visitor, result.stats))
+    found = summary.get("secrets_found")
+    if found:
+        summary["warnings"].append(f"{source.name} holds {sum(entry['count'] for entry in found.values())} "
+                                   f"secret(s) ({', '.join(found)}); 'streamtrace redact' writes a copy without them")
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()
     return summary

@@ -58,6 +58,7 @@ from ..io.configfiles import load_rules
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
+from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, archive_members
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
@@ -535,6 +536,7 @@ def merge(
     reread_remote: bool = False,
     progress: bool | None = False,
     dask: str | None = None,
+    redact: RedactOptions | bool | None = None,
 ) -> dict:
     """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary.
 
@@ -564,7 +566,8 @@ def merge(
                 if len(indexed) < 2:
                     raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
             return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
-                              runner=runner, progress=progress, started=started)
+                              runner=runner, progress=progress, started=started,
+                              redactor=Redactor.from_options(redact))
         finally:
             for entry in indexed:
                 _discard(entry)
@@ -592,7 +595,7 @@ def _discard(entry: RankIndex) -> None:
 
 def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: bool, compress: str | None,
                level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
-               started: float) -> dict:
+               started: float, redactor: Redactor | None = None) -> dict:
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
     pp_ranks, pipelines, order_source = pp_order(facts)
@@ -609,7 +612,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, pipelines, multiplier) if pp_flows else ([], {})
     dst = _merged_output_name([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
     target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
-                          inputs=[entry.facts.path for entry in indexed])
+                          inputs=[entry.facts.path for entry in indexed], redactor=redactor)
     first = indexed[order[0]]
     merged_info = {"backend": first.backend, "ranks": [facts[n].rank for n in order], "pp_rank_count": len(order)}
     replacements = {"baseTimeNanoseconds": common_base, "distributedInfo": merged_info,
@@ -619,7 +622,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     pass2_started = time.perf_counter()
     extras = {n: process_metadata(facts[n], pid_maps[n], pp_ranks[n] if has_pp else None) for n in order}
     with target.open() as out:
-        writer = TraceWriter(out, _replace_members(first.header, replacements))
+        writer = TraceWriter(out, _replace_members(first.header, replacements), target.redactor)
         if runner.inline:
             for n in order:
                 _emit_rank(indexed[n].state_path, rewrites[n], extras[n], writer, meter)
@@ -649,6 +652,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
         "pass1_seconds": {str(facts[n].rank): indexed[n].pass1_seconds for n in order},
         "plan_seconds": {str(facts[n].rank): indexed[n].plan_seconds for n in order},
         "pass2_seconds": round(time.perf_counter() - pass2_started, 3),
+        **redaction_summary(redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }

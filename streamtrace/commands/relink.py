@@ -24,6 +24,7 @@ from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.progress import Progress
 from ..io.reader import dumps_event, event_loader
+from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import OutputTarget, SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..resources import peak_rss_mb
@@ -164,6 +165,7 @@ def relink(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    redact: RedactOptions | bool | None = None,
 ) -> dict:
     """Rewrite a merged trace with rank-unique correlation ids and correct ac2g flows.
 
@@ -176,7 +178,8 @@ def relink(
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     dst = default_output(src, "_relinked") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location])
+        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location],
+                              redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
@@ -203,6 +206,7 @@ def relink(
         "read": result.stats.as_dict(),
         "pass1_seconds": round(result.seconds, 3),
         "plan_seconds": round(planned - started - result.seconds, 3),
+        **redaction_summary(target.redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }

@@ -31,6 +31,7 @@ from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
+from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.remote import is_url
 from ..io.sink import OutputTarget
 from ..io.source import InputSource, SourceSpec
@@ -139,7 +140,7 @@ def _max_open(requested: int | None) -> int:
 
 
 def _write_group(result: IndexResult, ranks_of_events: array, group: list[int], staging: str, names: dict[int, str],
-                 compress: str, level: int | None, counts: dict[int, int]) -> None:
+                 compress: str, level: int | None, counts: dict[int, int], redactor: Redactor | None) -> None:
     """One reading of the spool, writing the files of the ranks in ``group``."""
     stats = result.stats
     with ExitStack() as stack:
@@ -147,9 +148,9 @@ def _write_group(result: IndexResult, ranks_of_events: array, group: list[int], 
         batches: dict[int, list[bytes]] = {}
         for rank in group:
             target = OutputTarget(os.path.join(staging, names[rank]), compress=compress, level=level,
-                                  background=False)  # a compressor thread per rank would cost MBs each
+                                  background=False, redactor=redactor)  # a compressor thread per rank would cost MBs each
             out = stack.enter_context(target.open())
-            writers[rank] = TraceWriter(out, with_rank(stats.header, rank, add=False))
+            writers[rank] = TraceWriter(out, with_rank(stats.header, rank, add=False), target.redactor)
             batches[rank] = []
         everyone = list(batches.values())
         position = 0
@@ -189,6 +190,7 @@ def split(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    redact: RedactOptions | bool | None = None,
 ) -> dict:
     """Write ``rank<N>_trace.json.gz`` (or ``.json.zst`` / ``.json``) per rank into ``out_dir``.
 
@@ -211,6 +213,7 @@ def split(
         raise TraceError("output directory is not writable", path=directory)
     group_size = _max_open(max_open)
     processes = resolve_jobs(jobs)
+    redactor = Redactor.from_options(redact)  # one for every file: pseudonyms agree across them
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, SplitIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
@@ -237,7 +240,7 @@ def split(
             counts: dict[int, int] = {}
             groups = [ranks[at:at + group_size] for at in range(0, len(ranks), group_size)]
             for group in groups:
-                _write_group(result, ranks_of_events, group, staging, names, compress, level, counts)
+                _write_group(result, ranks_of_events, group, staging, names, compress, level, counts, redactor)
             for rank in ranks:
                 os.replace(os.path.join(staging, names[rank]), os.path.join(directory, names[rank]))
         finally:
@@ -260,6 +263,7 @@ def split(
         "rank_map": summary["rank_map"],
         "ambiguous_pids": summary["ambiguous_pids"],
         "read": result.stats.as_dict(),
+        **redaction_summary(redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }

@@ -48,6 +48,13 @@ class Visitor(Protocol):
     def visit(self, event: dict) -> None: ...
 
 
+BatchScan = Callable[["bytes | memoryview | None", list, int], None]
+"""A visitor's optional ``scan_batch(text, events, first_index)``: called
+per batch with the events and their JSON text when it is at hand (one
+array, lines, or the input's own text; else None), for checks cheaper on
+text than event by event (secret detection)."""
+
+
 class EmitPlan:
     """Pass 2 decisions; the defaults copy the trace unchanged.
 
@@ -197,18 +204,24 @@ def index_pass(
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
         visitor = make_visitor()
         visit = visitor.visit
+        scan: BatchScan | None = getattr(visitor, "scan_batch", None)
         event = None
         try:
-            if spool is None:
+            if spool is None and scan is None:
                 for event in reader.events():
                     visit(event)
             else:
-                spool.reset()
+                if spool is not None:
+                    spool.reset()
                 done = 0
                 for batch in reader.batches():
                     for event in batch:
                         visit(event)
-                    spool.add_text(dumped_batch(batch, done)[1])
+                    if spool is not None:
+                        lines = dumped_batch(batch, done)[1]
+                        spool.add_text(lines)
+                    if scan is not None:
+                        scan(lines if spool is not None else reader.batch_text, batch, done)
                     done += len(batch)
         except TypeError:
             raise_if_container_field(event)
@@ -224,6 +237,7 @@ def index_pass(
         """The same, with parsing and encoding done by a child process."""
         visitor = make_visitor()
         visit = visitor.visit
+        scan: BatchScan | None = getattr(visitor, "scan_batch", None)
 
         visitor_event: list = [None]  # the event being visited, for errors raised on it
         visited = [0]
@@ -232,10 +246,14 @@ def index_pass(
         decode = loads_spooled if mode.exact_numbers else loads
 
         def index_batch(batch: memoryview) -> None:
-            for event in decode(batch):
+            events = decode(batch)
+            first = visited[0]
+            for event in events:
                 visitor_event[0] = event
                 visited[0] += 1
                 visit(event)
+            if scan is not None:
+                scan(batch, events, first)
 
         try:
             return visitor, parseproc.parse_in_child(source, mode, spool, index_batch, salvage=salvage,
@@ -327,7 +345,7 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
                 # forked before the output opens: no compressor thread to inherit
                 workers = stack.enter_context(EmitWorkers(result.spool, plan, jobs))
             out = stack.enter_context(target.open())
-            writer = TraceWriter(out, plan.header(result.stats.header))
+            writer = TraceWriter(out, plan.header(result.stats.header), target.redactor)
             emit_events(result.spool, plan, writer, progress=progress, workers=workers)
             writer.close(plan.trailer(result.stats.trailer))
             return writer.events_written

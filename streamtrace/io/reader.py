@@ -291,6 +291,10 @@ class TraceReader:
         report = on_chunk or (lambda reader: None)
         self._feed = _Feed(stream, mode, lambda feed: report(self))
         self._iterator: Generator | None = None
+        self.batch_text: bytes | None = None
+        """The input text of the batch last handed out, when the chunk parser
+        read it: the events, their separators, and no backslash (else None).
+        Secret detection's pre-filter reads it instead of encoding the events."""
 
     @property
     def raw_bytes_read(self) -> int:
@@ -386,6 +390,7 @@ class TraceReader:
         """The array's elements in lists: chunk by chunk while that works, then through ijson."""
         yield from self._chunk_parsed(events_at, hand_off, chunk_bytes)
         prefix = "traceEvents.item" if self.stats.form == "object" else "item"
+        self.batch_text = None
         yield from _grouped(ijson.items(self._feed, prefix, use_float=not self.mode.exact_numbers,
                                         buf_size=PARSE_CHUNK), IJSON_BATCH)
 
@@ -467,12 +472,15 @@ class TraceReader:
             parsed = _parse_up_to(data, start, candidates, loads)
             if parsed is None:
                 continue  # no cut yet (one large element): read on
+            begun = start
             elements, start = parsed
             if elements is None:
                 if failed_at == data_offset + start or at_end:
                     break
                 failed_at = data_offset + start  # perhaps the last element and what follows the array: read on once
                 continue
+            text = data[begun:start]
+            self.batch_text = None if b"\\" in text else text
             yield elements
         if hand_off is not None:
             take_back()

@@ -14,13 +14,16 @@ import os
 import sys
 import tempfile
 from contextlib import contextmanager
-from typing import BinaryIO, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator, Union
 
 import zstandard
 
 from ..errors import TraceError
 from .archive import outer_path
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
+
+if TYPE_CHECKING:
+    from .redact import Redactor
 
 try:
     from isal import igzip as _isal_gzip
@@ -68,8 +71,10 @@ class OutputTarget:
         level: int | None = None,
         inputs: Iterable[str | None] = (),
         background: bool = True,
+        redactor: Redactor | None = None,
     ) -> None:
         self.spec = spec
+        self.redactor = redactor  # for the TraceWriter of this output: see io.writer
         self.background = background  # compress in a helper thread (several MB of buffers per output)
         self.overwrite = overwrite
         self.url = spec if is_url(spec) else None

@@ -5,15 +5,22 @@ event per line), appended events, then the members that followed the array
 in the input.  Member values are written as the raw JSON text they had.
 Event lines are batched into large writes: a compressor called once per
 event would cost more than the events.
+
+A writer given a :class:`~streamtrace.io.redact.Redactor` passes every
+member and every event text through it on the way out: the one place
+where redaction happens, for every command that writes a trace.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable
+from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator
 
 import orjson
 
 from .jsonscan import RawMember
+
+if TYPE_CHECKING:
+    from .redact import Redactor
 
 BATCH_LINES = 512  # orjson.dumps results keep ~4 KB of capacity each
 
@@ -32,16 +39,20 @@ class TraceWriter:
 
     With ``header`` None it writes a fragment instead: only the events, joined
     as in a trace (finish it with :meth:`flush`); another writer can
-    :meth:`splice` it in, so worker processes can prepare parts of one output.
+    :meth:`splice` it in, so worker processes can prepare parts of one output
+    (a fragment is never redacted: the writer that splices it in redacts).
     """
 
-    def __init__(self, out: BinaryIO, header: Iterable[RawMember] | None) -> None:
+    def __init__(self, out: BinaryIO, header: Iterable[RawMember] | None, redactor: Redactor | None = None) -> None:
         self._out = out
         self._batch: list[bytes] = []
         self._started = False
         self.events_written = 0
+        self._redactor = redactor if header is not None else None
         if header is None:
             return
+        if self._redactor is not None:
+            header = self._redactor.members(header)
         parts = [b"{"]
         for key, raw in header:
             parts.append(orjson.dumps(key) + b": " + raw + b",\n")
@@ -59,7 +70,8 @@ class TraceWriter:
         self.flush()
         if isinstance(lines, JoinedLines):
             if lines.count:
-                self._out.write((b",\n" if self._started else b"") + lines.text.replace(b"\n", b",\n"))
+                text = self._redacted(lines.text, self.events_written)
+                self._out.write((b",\n" if self._started else b"") + text.replace(b"\n", b",\n"))
                 self._started = True
                 self.events_written += lines.count
         elif lines:
@@ -70,6 +82,8 @@ class TraceWriter:
         """Write a fragment of ``count`` events (its bytes, in pieces)."""
         self.flush()
         separator = b",\n" if self._started else b""
+        if self._redactor is not None:
+            fragment = self._redacted_pieces(fragment)
         for piece in fragment:
             if piece:
                 self._out.write(separator + piece)
@@ -80,13 +94,34 @@ class TraceWriter:
     def flush(self) -> None:
         """Write the batched events out."""
         if self._batch:
-            self._out.write((b",\n" if self._started else b"") + b",\n".join(self._batch))
+            text = self._redacted(b",\n".join(self._batch), self.events_written)
+            self._out.write((b",\n" if self._started else b"") + text)
             self._started = True
             self.events_written += len(self._batch)
             self._batch = []
 
+    def _redacted(self, text: bytes, first_index: int) -> bytes:
+        return text if self._redactor is None else self._redactor.text(text, first_index)
+
+    def _redacted_pieces(self, fragment: Iterable[bytes]) -> Iterator[bytes]:
+        """A fragment's pieces redacted, recut at line ends (a piece may
+        end inside an event)."""
+        carry = b""
+        index = self.events_written
+        for piece in fragment:
+            text = carry + bytes(piece)
+            cut = text.rfind(b"\n") + 1
+            carry = text[cut:]
+            if cut:
+                yield self._redacted(text[:cut], index)
+                index += text.count(b"\n", 0, cut)
+        if carry:
+            yield self._redacted(carry, index)
+
     def close(self, trailer: Iterable[RawMember]) -> None:
         self.flush()
+        if self._redactor is not None:
+            trailer = self._redactor.members(trailer)
         parts = [b"\n]"]
         for key, raw in trailer:
             parts.append(b",\n" + orjson.dumps(key) + b": " + raw)

@@ -1,0 +1,162 @@
+"""Redaction on the way out: the hook :class:`~streamtrace.io.writer.TraceWriter`
+passes every top-level member and every event text through.
+
+A top-level member is decoded and walked (members are small); it is
+re-encoded only when something in it changes, otherwise its raw text goes
+out byte for byte.  Event text (compact JSON, one event per line) goes
+through the finder's cheap pre-filter; only the lines it flags are decoded,
+and only those with a secret are re-encoded.  The writer calls the hook in
+output order, in the one process that writes, so pseudonyms are numbered
+the same whatever the number of worker processes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Iterable
+
+import orjson
+
+from ..algo.secrets import (
+    DEFAULT_SECRETS_RULES_TOML,
+    Findings,
+    Pseudonyms,
+    SecretFinder,
+    SecretRules,
+    parse_secrets_rules,
+    with_patterns,
+)
+from ..errors import TraceError
+from .jsonscan import RawMember
+from .reader import decimal_as_json, dumped_batch, dumps_event, loads_spooled
+
+
+@dataclass(frozen=True)
+class RedactOptions:
+    """What ``--redact`` (and ``redact``) replace: the default rules or a
+    TOML file, extra ``NAME=REGEX`` shapes, kinds to pseudonymize."""
+
+    rules: str | None = None
+    patterns: tuple[str, ...] = ()
+    pseudonymize: tuple[str, ...] = ()
+
+
+def load_secret_rules(path: str | None, patterns: Iterable[str] = ()) -> SecretRules:
+    """The rules in ``path`` (or the defaults) plus ``patterns``."""
+    if path is None:
+        rules = parse_secrets_rules(DEFAULT_SECRETS_RULES_TOML, "default secret rules")
+    else:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                rules = parse_secrets_rules(handle.read(), path)
+        except OSError as exc:
+            raise TraceError(f"cannot read secret rules: {exc.strerror}", path=path) from None
+    return with_patterns(rules, patterns)
+
+
+def _loads_member(raw: bytes) -> object:
+    """A top-level member's value, numbers and NaN-like constants kept as written."""
+    return json.loads(raw, parse_float=Decimal, parse_constant=orjson.Fragment)
+
+
+class Redactor:
+    """Finds secrets in what a trace writer writes, and replaces them
+    (``replace`` False: only counts them, for ``inspect``)."""
+
+    def __init__(self, finder: SecretFinder, *, replace: bool = True) -> None:
+        self.finder = finder
+        self.replace = replace
+        self.findings = Findings()
+
+    @classmethod
+    def from_options(cls, options: RedactOptions | bool | None) -> Redactor | None:
+        """The redactor a command's ``redact`` argument asks for (None: none)."""
+        if not options:
+            return None
+        if options is True:
+            options = RedactOptions()
+        rules = load_secret_rules(options.rules, options.patterns)
+        return cls(SecretFinder(rules, Pseudonyms(options.pseudonymize)))
+
+    def members(self, members: Iterable[RawMember]) -> list[RawMember]:
+        """Top-level members, those with a secret re-encoded without it."""
+        out = []
+        for key, raw in members:
+            try:
+                value = _loads_member(raw)
+                new = self.finder.redact(value, [key], self.findings)
+            except RecursionError:
+                raise _too_deep(f"top-level key {key!r}") from None
+            out.append((key, raw if new is value or not self.replace else dumps_event(new)))
+        return out
+
+    def text(self, text: bytes, first_index: int) -> bytes:
+        """Events as compact JSON lines (joined by newlines, with or without
+        commas), the first being event ``first_index`` of the output."""
+        finder = self.finder
+        if not finder.suspicious(text):
+            return text
+        pieces: list[bytes] = []
+        done = index = 0
+        counted = 0
+        for start, stop in finder.suspicious_lines(text):
+            index += text.count(b"\n", counted, start)
+            counted = start
+            event = loads_spooled(text[start:stop])
+            try:
+                new = finder.redact(event, ["traceEvents", first_index + index], self.findings)
+            except RecursionError:
+                raise _too_deep(f"event {first_index + index}") from None
+            if new is not event and self.replace:
+                pieces += (text[done:start], dumps_event(new))
+                done = stop
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return b"".join(pieces)
+
+    def scan_batch(self, text: bytes | memoryview | None, events: list, first_index: int) -> None:
+        """Count the secrets in ``events``, which ``text`` encodes in any
+        compact form (None: encode them here).  The pre-filter runs on the
+        text; the lines of events are made only when it flags something."""
+        try:
+            if text is None:
+                text = batch_text(events)
+            if self.finder.suspicious(text):
+                self.text(bytes(dumped_batch(events, first_index)[1]), first_index)
+        except TraceError:  # an event nested too deeply to encode: walk every event with a stack
+            for number, event in enumerate(events):
+                self.finder.find(event, ["traceEvents", first_index + number], self.findings)
+
+    def summary(self) -> dict:
+        summary: dict = {"secrets_redacted": self.findings.by_kind()}
+        if self.finder.pseudonyms is not None:
+            summary["pseudonymized"] = self.finder.pseudonyms.counts()
+        return summary
+
+
+def batch_text(events: list) -> bytes:
+    """The events as one compact JSON array (raises :class:`TraceError` for
+    an event nested too deeply to encode)."""
+    try:
+        return orjson.dumps(events, default=decimal_as_json)
+    except TypeError:  # integers beyond 64 bits (or nesting too deep): the careful way
+        return bytes(dumped_batch(events, 0)[0])
+
+
+def _too_deep(what: str) -> TraceError:
+    return TraceError(f"{what} is nested too deeply to check for secrets")
+
+
+def restart_redaction(redactor: Redactor | None) -> None:
+    """Forget what a failed attempt found: its output is thrown away."""
+    if redactor is not None:
+        redactor.findings = Findings()
+        if redactor.finder.pseudonyms is not None:
+            redactor.finder.pseudonyms.forget()
+
+
+def redaction_summary(redactor: Redactor | None) -> dict:
+    """The summary entry of a command that wrote through ``redactor``."""
+    return {} if redactor is None else {"redaction": redactor.summary()}
