@@ -10,8 +10,9 @@ from .commands.convert import convert
 from .commands.inspect import inspect
 from .commands.merge import merge
 from .commands.relink import relink
+from .commands.slicing import slice_trace
 from .commands.split import split
 from .errors import TraceError
 
-__all__ = ["TraceError", "attribute", "compact", "convert", "inspect", "merge", "relink", "split"]
+__all__ = ["TraceError", "attribute", "compact", "convert", "inspect", "merge", "relink", "slice_trace", "split"]
 __version__ = "0.1.0"

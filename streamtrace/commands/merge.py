@@ -50,6 +50,7 @@ from ..algo.pparrows import (
     send_recv_arrows,
 )
 from ..algo.ranks import pp_group_ranks, rank_from_file_name
+from ..algo.steps import parse_int_list
 from ..engine.jobs import die_with_parent, resolve_jobs
 from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
 from ..errors import TraceError
@@ -99,14 +100,7 @@ def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
 
 def parse_rank_list(text: str) -> set[int]:
     """``0-7,12`` -> {0, ..., 7, 12}."""
-    ranks: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        try:
-            ranks.update(range(int(low), int(high or low) + 1))
-        except ValueError:
-            raise TraceError(f"--ranks: cannot read {part!r}; expected a list like 0-7,12") from None
-    return ranks
+    return parse_int_list(text, "--ranks")
 
 
 class MergeIndex(CompactIndex):

@@ -1,0 +1,738 @@
+"""``slice``: cut a trace into pieces a viewer can open (SPEC 10).
+
+Pass 1 (:class:`SliceIndex`) keeps the merged index (launches, GPU events,
+rank evidence), the ``ProfilerStep#N`` spans and the flow keys in memory,
+and spills per event its start, end, pid, ``args.rank`` and a few flags to
+disk (:class:`~streamtrace.io.spool.ColumnSpill`): memory stays bounded
+whatever the event count.  Between the passes every event gets a verdict
+from those columns, chunk by chunk with numpy: kept, or the first reason it
+is dropped.  GPU events take the step of their launch (by (rank,
+correlation)), since GPU work lags the CPU; flows are kept only where a start
+and an end of the same flow are both kept, and the metadata of exactly the
+pids that keep an event.  Pass 2 copies the kept lines unchanged.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from array import array
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from ..algo.links import NO_LAUNCH
+from ..algo.steps import (
+    NO_STEP,
+    STEP_CATEGORIES,
+    STEP_NAME,
+    StepTable,
+    TimeBound,
+    longest_run,
+    parse_int_list,
+    parse_window,
+)
+from ..engine.jobs import resolve_jobs
+from ..engine.passes import EmitPlan, IndexResult, emit_pass, index_pass
+from ..errors import TraceError
+from ..io.configfiles import load_rank_map
+from ..io.jsonscan import RawMember
+from ..io.progress import Progress
+from ..io.sink import OutputTarget, SinkSpec
+from ..io.source import InputSource, SourceSpec
+from ..io.spool import ColumnSpill
+from ..io.writer import TraceWriter
+from ..kineto import NUMBER_TYPES
+from ..resources import peak_rss_mb
+from .mergedindex import GPU, MergedIndex, Resolved, resolve
+
+CAT, NAME, PID, FLOW, META = 1, 2, 4, 8, 16
+FLOW_PHASES = {"s": 1, "t": 0, "f": 0}  # 1: a flow's start
+REASONS = ("kept", "category", "name", "pid", "rank", "window", "step", "metadata_of_dropped_pid",
+           "flow_half_without_partner")
+KEPT, BY_CAT, BY_NAME, BY_PID, BY_RANK, BY_WINDOW, BY_STEP, BY_META, BY_FLOW = range(len(REASONS))
+NAME_CACHE = 1 << 16
+MAX_OPEN = 64
+MB = 1_000_000
+METADATA_EVERYWHERE = -2  # with --each-step: a metadata event, copied to several files
+
+
+@dataclass
+class Selection:
+    """What to keep; every given criterion must hold."""
+
+    steps: set[int] | None = None
+    window: tuple[TimeBound | None, TimeBound | None] | None = None
+    ranks: set[int] | None = None
+    pids: frozenset[str] | None = None
+    drop_categories: frozenset[str] = frozenset()
+    drop_name: re.Pattern | None = None
+    max_mb: float | None = None
+    each_step: bool = False
+
+    @property
+    def by_step(self) -> bool:
+        return self.steps is not None or self.max_mb is not None or self.each_step
+
+
+def _selection(steps, window, ranks, pids, drop_categories, drop_name, max_mb, each_step) -> Selection:
+    """Flags (text or values) as a :class:`Selection`, refused early when they cannot be read."""
+    try:
+        pattern = re.compile(drop_name) if isinstance(drop_name, str) else drop_name
+    except re.error as exc:
+        raise TraceError(f"--drop-name: {drop_name!r} is not a regular expression: {exc}") from None
+    if max_mb is not None and not max_mb > 0:
+        raise TraceError("--max-mb must be a positive number of megabytes")
+    if max_mb is not None and each_step:
+        raise TraceError("--max-mb and --each-step do not combine: --each-step writes every step")
+    return Selection(
+        steps=parse_int_list(steps, "--steps", "3,5-6") if isinstance(steps, str) else steps,
+        window=parse_window(window) if isinstance(window, str) else window,
+        ranks=parse_int_list(ranks, "--ranks") if isinstance(ranks, str) else ranks,
+        pids=None if pids is None else frozenset(str(pid).strip() for pid in
+                                                 (pids.split(",") if isinstance(pids, str) else pids)),
+        drop_categories=frozenset(drop_categories), drop_name=pattern, max_mb=max_mb, each_step=each_step)
+
+
+class SliceIndex(MergedIndex):
+    """The merged index, plus step spans and flow keys in memory and per-event columns on disk."""
+
+    def __init__(self, selection: Selection, spill_dir: str | None) -> None:
+        self.selection = selection
+        self.spill = ColumnSpill("ddiiB", spill_dir)  # start, end, pid slot, args.rank, flags
+        self.first_ts = math.inf
+        self.step_spans: list[tuple[int, int, int, float, float]] = []  # pid slot, args.rank, N, start, end
+        self.flow_cat = array("H")
+        self.flow_id = array("q")
+        self.flow_start = bytearray()
+        self.flow_cats: dict[object, int] = {}
+        self.flow_other_ids: dict[object, int] = {}
+        self.metadata = 0
+        super().__init__()
+
+    def _make_visit(self) -> Callable[[dict], None]:
+        index_visit = super()._make_visit()
+        add_ts, add_end, add_slot, add_rank, add_flags = (column.append for column in self.spill.columns)
+        slots, slot_of = self.pid_slots, self.slot
+        spill, flush = self.spill, self._flush
+        chunk = spill.CHUNK
+        ts_column = spill.columns[0]
+        dropped_cats = self.selection.drop_categories
+        wanted_pids = self.selection.pids
+        name_dropped = self._name_test()
+        flow = self._flow_event
+        step_span = self._step_span
+        numbers = NUMBER_TYPES
+        nan = math.nan
+
+        def visit(event: dict) -> None:
+            index_visit(event)
+            pid = event.get("pid")
+            slot = slots.get(pid)
+            if slot is None:
+                slot = slot_of(pid)
+            ts = event.get("ts")
+            start = float(ts) if ts.__class__ in numbers else nan
+            dur = event.get("dur")
+            args = event.get("args")
+            rank = args.get("rank") if args.__class__ is dict else None
+            cat = event.get("cat")
+            ph = event.get("ph")
+            flags = CAT if cat in dropped_cats else 0
+            if ph == "M":
+                flags |= META
+                self.metadata += 1
+            elif ph in FLOW_PHASES:
+                flags |= FLOW
+                flow(event, cat, ph)
+            elif cat in STEP_CATEGORIES:
+                step_span(event, slot, rank, start, dur)
+            if name_dropped is not None and name_dropped(event.get("name")):
+                flags |= NAME
+            if wanted_pids is not None and str(pid) not in wanted_pids:
+                flags |= PID
+            add_ts(start)
+            add_end(start + float(dur) if dur.__class__ in numbers and dur >= 0 else start)
+            add_slot(slot)
+            add_rank(rank if rank.__class__ is int and 0 <= rank < 1 << 31 else -1)
+            add_flags(flags)
+            if len(ts_column) >= chunk:
+                flush()
+
+        return visit
+
+    def _flush(self) -> None:
+        """Spill the chunk, keeping the earliest start of a non-metadata event (``+`` times count from it)."""
+        ts = np.frombuffer(self.spill.columns[0], dtype=np.float64)
+        timed = ts[(np.frombuffer(self.spill.columns[4], dtype=np.uint8) & META) == 0]
+        timed = timed[~np.isnan(timed)]
+        if len(timed):
+            self.first_ts = min(self.first_ts, float(timed.min()))
+        del ts, timed
+        self.spill.flush()
+
+    def finish(self) -> None:
+        """Pass 1 is over: spill the last chunk."""
+        self._flush()
+
+    def drop_gpu_details(self) -> None:
+        """Free what only linking needed (the links are made): tens of bytes per GPU event."""
+        for column in (self.gpu_pid, self.gpu_id, self.gpu_rank):
+            del column[:]
+        self.samples.clear()
+
+    def _name_test(self) -> Callable[[object], bool] | None:
+        """``--drop-name`` as a test on names, remembered per name (names repeat)."""
+        pattern = self.selection.drop_name
+        if pattern is None:
+            return None
+        seen: dict[object, bool] = {}
+
+        def dropped(name: object) -> bool:
+            found = seen.get(name)
+            if found is None:
+                found = isinstance(name, str) and pattern.search(name) is not None
+                if len(seen) < NAME_CACHE:
+                    seen[name] = found
+            return found
+
+        return dropped
+
+    def _flow_event(self, event: dict, cat: object, ph: str) -> None:
+        code = self.flow_cats.get(cat)
+        if code is None:
+            code = self.flow_cats[cat] = len(self.flow_cats)
+            if code >= 1 << 16:
+                raise TraceError("more than 65536 flow categories: not a profiler trace")
+        flow_id = event.get("id")
+        if flow_id.__class__ is not int or not 0 <= flow_id < 1 << 63:  # others by their text, as negative keys
+            key = flow_id if flow_id.__class__ in (str, int, float) else str(flow_id)
+            flow_id = self.flow_other_ids.setdefault(key, -1 - len(self.flow_other_ids))
+        self.flow_cat.append(code)
+        self.flow_id.append(flow_id)
+        self.flow_start.append(FLOW_PHASES[ph])
+
+    def _step_span(self, event: dict, slot: int, rank: object, start: float, dur: object) -> None:
+        name = event.get("name")
+        if name.__class__ is not str or not name.startswith("ProfilerStep#"):
+            return
+        match = STEP_NAME.match(name)
+        if match is None or math.isnan(start) or dur.__class__ not in NUMBER_TYPES or not dur >= 0:
+            return
+        own_rank = rank if rank.__class__ is int and rank >= 0 else -1
+        self.step_spans.append((slot, own_rank, int(match.group(1)), start, start + float(dur)))
+
+
+@dataclass
+class Verdicts:
+    """Every event's fate, and the counts the summary gives."""
+
+    reasons: np.ndarray = field(default_factory=lambda: np.zeros(len(REASONS), dtype=np.int64))
+    flows_total: int = 0
+    flows_kept: int = 0
+    step_bytes: dict[int, int] = field(default_factory=dict)
+    flows_without_partner: int = 0
+
+
+@dataclass
+class Metadata:
+    """The metadata events (few: per pid and thread) and, per file, which go there."""
+
+    positions: array = field(default_factory=lambda: array("q"))
+    slots: array = field(default_factory=lambda: array("i"))
+    steps: list[list[int]] = field(default_factory=list)  # with --each-step: the step ids each one goes to
+
+
+class _FlowColumns:
+    """Per flow event, what its chunk said: rank, reason, step (and line bytes when sizing)."""
+
+    def __init__(self, count: int, *, sized: bool) -> None:
+        self.rank = np.empty(count, dtype=np.int32)
+        self.reason = np.empty(count, dtype=np.uint8)
+        self.step = np.empty(count, dtype=np.int32)
+        self.bytes = np.zeros(count, dtype=np.int64) if sized else None
+        self._at = 0
+
+    def add(self, reason: np.ndarray, step: np.ndarray, rank: np.ndarray, flow: np.ndarray,
+            lengths: np.ndarray | None) -> None:
+        count = int(np.count_nonzero(flow))
+        if not count:
+            return
+        span = slice(self._at, self._at + count)
+        self.rank[span] = rank[flow]
+        self.reason[span] = reason[flow]
+        self.step[span] = step[flow]
+        if self.bytes is not None:
+            self.bytes[span] = lengths[flow]
+        self._at += count
+
+
+class Planner:
+    """Between the passes: every event's verdict from the spilled columns."""
+
+    def __init__(self, index: SliceIndex, resolved: Resolved, selection: Selection, events: int) -> None:
+        self.index, self.selection = index, selection
+        self.events = events
+        pid_ranks = np.array(resolved.ranks.ranks, dtype=np.int64)
+        self.pid_ranks = np.where(pid_ranks >= 0, pid_ranks, -1)
+        spans: dict[int, dict[int, tuple[float, float]]] = {}
+        for slot, own_rank, number, start, end in index.step_spans:
+            rank = own_rank if own_rank >= 0 else int(self.pid_ranks[slot])
+            known = spans.setdefault(rank, {}).get(number)
+            spans[rank][number] = (start, end) if known is None else (min(known[0], start), max(known[1], end))
+        self.steps = StepTable(spans)
+        launch_ranks = np.array(resolved.launch_bucket, dtype=np.int64)
+        self.launch_step = self.steps.place(np.where(launch_ranks >= 0, launch_ranks, -1),
+                                            np.frombuffer(index.launch_ts, dtype=np.float64))
+        self.launch_of_gpu = np.frombuffer(resolved.links.launch_of_gpu, dtype=np.int32)
+        self.gpu_events = np.frombuffer(index.actions, dtype=np.uint8) == GPU
+        low, high = selection.window if selection.window is not None else (None, None)
+        first = index.first_ts if index.first_ts != math.inf else 0.0
+        self.window = (-math.inf if low is None else low.resolve(first), math.inf if high is None else high.resolve(first))
+        self.chosen: np.ndarray | None = None  # step ids kept
+        self.ac2g = index.flow_cats.get("ac2g", -1)
+
+    def choose_steps(self, numbers: Iterable[int]) -> None:
+        ids = {number: at for at, number in enumerate(self.steps.numbers)}
+        self.chosen = np.array(sorted(ids[n] for n in numbers if n in ids), dtype=np.int32)
+
+    def _chunks(self) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
+        at = 0
+        for columns in self.index.spill.chunks():
+            yield at, columns
+            at += len(columns[0])
+        if at != self.events:
+            raise TraceError(f"validation failed: {at} events spilled, {self.events} indexed")
+
+    def _classify(self, at: int, columns: tuple[np.ndarray, ...], gpu_before: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(reason before steps, step id, rank) per event of a chunk, and the GPU events it holds."""
+        ts, end, slot, own_rank, flags = columns
+        rank = np.where(own_rank >= 0, own_rank, self.pid_ranks[slot])
+        reason = np.zeros(len(ts), dtype=np.uint8)
+        selection = self.selection
+        checks = [(BY_CAT, (flags & CAT) != 0), (BY_NAME, (flags & NAME) != 0), (BY_PID, (flags & PID) != 0)]
+        if selection.ranks is not None:
+            checks.append((BY_RANK, ~np.isin(rank, list(selection.ranks))))
+        if selection.window is not None:
+            low, high = self.window
+            checks.append((BY_WINDOW, ~((end >= low) & (ts <= high))))
+        for code, failed in reversed(checks):  # the first failing check names the reason
+            reason[failed] = code
+        step = np.full(len(ts), NO_STEP, dtype=np.int32)
+        gpu = self.gpu_events[at:at + len(ts)]
+        gpu_count = int(np.count_nonzero(gpu))
+        if selection.by_step:
+            step = self.steps.place(rank, ts)
+            if gpu_count:
+                launches = self.launch_of_gpu[gpu_before:gpu_before + gpu_count]
+                linked = launches != NO_LAUNCH
+                where = np.flatnonzero(gpu)
+                step[where[linked]] = self.launch_step[launches[linked]]
+        return reason, step, rank, gpu_count
+
+    def _flows(self, flows: "_FlowColumns") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flow verdicts: every member of a flow takes its start's step; a flow is kept
+        where a start and an end both pass.  Returns (passes, kept, step) per flow event."""
+        index = self.index
+        cats = np.frombuffer(index.flow_cat, dtype=np.uint16)
+        ids = np.frombuffer(index.flow_id, dtype=np.int64)
+        starts = np.frombuffer(index.flow_start, dtype=np.uint8).astype(bool)
+        keyed_rank = np.where(cats == self.ac2g, flows.rank, -1)  # ac2g ids repeat in every rank; others are global
+        order = np.lexsort((ids, cats, keyed_rank))
+        changed = np.ones(len(order), dtype=bool)
+        if len(order) > 1:
+            sorted_ids, sorted_cats, sorted_ranks = ids[order], cats[order], keyed_rank[order]
+            changed[1:] = ((sorted_ids[1:] != sorted_ids[:-1]) | (sorted_cats[1:] != sorted_cats[:-1])
+                           | (sorted_ranks[1:] != sorted_ranks[:-1]))
+            del sorted_ids, sorted_cats, sorted_ranks
+        group = np.empty(len(order), dtype=np.int64)
+        group[order] = np.cumsum(changed) - 1
+        del order, changed
+        groups = int(group.max()) + 1 if len(group) else 0
+        passes = flows.reason == KEPT
+        flow_step = flows.step
+        if self.selection.by_step:
+            group_step = np.full(groups, NO_STEP, dtype=np.int32)
+            np.maximum.at(group_step, group[starts], flow_step[starts])
+            flow_step = group_step[group]
+            passes &= np.isin(flow_step, self.chosen)
+        has_start = np.zeros(groups, dtype=bool)
+        has_end = np.zeros(groups, dtype=bool)
+        has_start[group[passes & starts]] = True
+        has_end[group[passes & ~starts]] = True
+        kept = passes & has_start[group] & has_end[group]
+        return passes, kept, flow_step
+
+    def sizes(self, line_lengths: Iterator[np.ndarray]) -> tuple[dict[int, int], int]:
+        """Bytes each step would write (every line passing the other criteria,
+        flows in their start's step, none yet dropped for a missing partner:
+        an upper bound), and the bytes of all metadata lines."""
+        lengths = _Lengths(line_lengths)
+        step_sizes = np.zeros(len(self.steps.numbers), dtype=np.int64)
+        metadata_bytes = 0
+        flows = _FlowColumns(len(self.index.flow_id), sized=True)
+        for _, _, reason, step, rank, flow, meta in self._classified():
+            chunk_lengths = lengths.take(len(reason)) + 2  # ",\n" after each line
+            flows.add(reason, step, rank, flow, chunk_lengths)
+            metadata_bytes += int(chunk_lengths[meta].sum())
+            counted = (reason == KEPT) & ~flow & ~meta & (step >= 0)
+            step_sizes += np.bincount(step[counted], weights=chunk_lengths[counted], minlength=len(step_sizes))[
+                :len(step_sizes)].astype(np.int64)
+        passes, _, flow_step = self._flows(flows)
+        counted = passes & (flow_step >= 0)
+        step_sizes += np.bincount(flow_step[counted], weights=flows.bytes[counted], minlength=len(step_sizes))[
+            :len(step_sizes)].astype(np.int64)
+        return {number: int(step_sizes[at]) for at, number in enumerate(self.steps.numbers)}, metadata_bytes
+
+    def plan(self, *, per_event_steps: bool = False) -> tuple[Verdicts, np.ndarray, Metadata]:
+        """Every event's destination: 0 kept / 1 dropped (uint8), or with
+        ``per_event_steps`` its step id, -1 dropped, METADATA_EVERYWHERE (int32).
+        """
+        verdicts = Verdicts()
+        destination = np.zeros(self.events, dtype=np.int32 if per_event_steps else np.uint8)
+        flows = _FlowColumns(len(self.index.flow_id), sized=False)
+        metadata = Metadata()
+        for at, columns, reason, step, rank, flow, meta in self._classified():
+            flows.add(reason, step, rank, flow, None)
+            if self.selection.by_step:
+                reason[(reason == KEPT) & ~np.isin(step, self.chosen)] = BY_STEP
+            plain = ~(flow | meta)
+            verdicts.reasons += np.bincount(reason[plain], minlength=len(REASONS))[:len(REASONS)]
+            metadata.positions.extend((np.flatnonzero(meta) + at).tolist())
+            metadata.slots.extend(columns[2][meta].tolist())
+            destination[at:at + len(reason)] = _destination(reason, step, per_event_steps)
+        passes, kept, flow_step = self._flows(flows)
+        flow_reason = flows.reason
+        flow_reason[(flow_reason == KEPT) & ~passes] = BY_STEP
+        flow_reason[passes & ~kept] = BY_FLOW
+        verdicts.reasons += np.bincount(flow_reason, minlength=len(REASONS))[:len(REASONS)]
+        verdicts.flows_total, verdicts.flows_kept = len(kept), int(np.count_nonzero(kept))
+        verdicts.flows_without_partner = int(np.count_nonzero(passes & ~kept))
+        self._settle(destination, flow_reason, flow_step, metadata, verdicts, per_event_steps)
+        return verdicts, destination, metadata
+
+    def _classified(self) -> Iterator[tuple]:
+        """(first event, columns, reason, step, rank, is flow, is metadata) per chunk."""
+        gpu_before = 0
+        for at, columns in self._chunks():
+            reason, step, rank, gpu_count = self._classify(at, columns, gpu_before)
+            gpu_before += gpu_count
+            flags = columns[4]
+            yield at, columns, reason, step, rank, (flags & FLOW) != 0, (flags & META) != 0
+
+    def _settle(self, destination: np.ndarray, flow_reason: np.ndarray, flow_step: np.ndarray, metadata: "Metadata",
+                verdicts: Verdicts, per_event_steps: bool) -> None:
+        """Write the flows' verdicts, then the metadata's: a pid's metadata goes
+        wherever some event of that pid went."""
+        flow_at = 0
+        places: set[int] = set()  # pid slot * steps + step (or pid slot alone)
+        width = len(self.steps.numbers)
+        for at, columns in self._chunks():
+            flags, slot = columns[4], columns[2]
+            flow = np.flatnonzero(flags & FLOW)
+            if len(flow):
+                destination[at + flow] = _destination(flow_reason[flow_at:flow_at + len(flow)],
+                                                      flow_step[flow_at:flow_at + len(flow)], per_event_steps)
+                flow_at += len(flow)
+            chunk = destination[at:at + len(flags)]
+            plain = (flags & META) == 0
+            if per_event_steps:
+                going = plain & (chunk >= 0)
+                places.update(np.unique(slot[going].astype(np.int64) * width + chunk[going]).tolist())
+            else:
+                places.update(np.unique(slot[plain & (chunk == 0)]).tolist())
+        dropped = 0
+        steps_of_pid: dict[int, list[int]] = {}
+        if per_event_steps:
+            for place in sorted(places):
+                steps_of_pid.setdefault(place // width, []).append(place % width)
+        for position, slot in zip(metadata.positions, metadata.slots):
+            if per_event_steps:
+                steps = steps_of_pid.get(slot, [])
+                metadata.steps.append(steps)
+                destination[position] = METADATA_EVERYWHERE  # to each of its steps' files, maybe none
+                dropped += not steps
+            else:
+                gone = slot not in places
+                destination[position] = gone
+                dropped += gone
+        verdicts.reasons[KEPT] += len(metadata.positions) - dropped
+        verdicts.reasons[BY_META] += dropped
+
+
+class _Lengths:
+    """The spool's line lengths, handed out in runs of any size."""
+
+    def __init__(self, blocks: Iterator[np.ndarray]) -> None:
+        self._blocks = blocks
+        self._pending = np.zeros(0, dtype=np.int64)
+
+    def take(self, count: int) -> np.ndarray:
+        parts = [self._pending]
+        have = len(self._pending)
+        while have < count:
+            block = next(self._blocks, None)
+            if block is None:
+                raise TraceError("validation failed: the spool holds fewer lines than events indexed")
+            parts.append(block)
+            have += len(block)
+        joined = np.concatenate(parts)
+        self._pending = joined[count:]
+        return joined[:count]
+
+
+def _destination(reason: np.ndarray, step: np.ndarray, per_event_steps: bool) -> np.ndarray:
+    if per_event_steps:
+        return np.where(reason == KEPT, step, -1)
+    return (reason != KEPT).astype(np.uint8)
+
+
+class SlicePlan(EmitPlan):
+    """Pass 2 of a single output: kept lines copied unchanged, the others dropped."""
+
+    _KEEP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+
+    def __init__(self, destination: np.ndarray) -> None:
+        self.actions = bytearray(destination.tobytes())
+
+    def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
+        wanted = self.actions[first_index:first_index + len(block)]
+        if wanted.count(0) == len(block):
+            return block
+        return list(itertools.compress(block, wanted.translate(self._KEEP)))
+
+
+def _frame_bytes(members: tuple[list[RawMember], list[RawMember]]) -> int:
+    """Bytes of an output's top-level keys and brackets, around its events."""
+    out = _Counter()
+    TraceWriter(out, members[0]).close(members[1])
+    return out.count
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def write(self, data: bytes) -> None:
+        self.count += len(data)
+
+
+def _write_each_step(result: IndexResult, destination: np.ndarray, metadata: Metadata, numbers: list[int],
+                     chosen: list[int], staging: str, names: dict[int, str], compress: str, level: int | None
+                     ) -> dict[int, int]:
+    """One file per chosen step id: spool readings of MAX_OPEN files each."""
+    counts: dict[int, int] = {}
+    stats = result.stats
+    for first in range(0, len(chosen), MAX_OPEN):
+        group = chosen[first:first + MAX_OPEN]
+        with ExitStack() as stack:
+            writers: dict[int, TraceWriter] = {}
+            for step in group:
+                target = OutputTarget(os.path.join(staging, names[step]), compress=compress, level=level,
+                                      background=False)  # a compressor thread per file would cost MBs each
+                writers[step] = TraceWriter(stack.enter_context(target.open()), stats.header)
+            batches: dict[int, list[bytes]] = {step: [] for step in group}
+            position = ordinal = 0
+            for block in result.spool.read_blocks():
+                goes = destination[position:position + len(block)].tolist()
+                position += len(block)
+                for line, step in zip(block, goes):
+                    if step >= 0:
+                        batch = batches.get(step)
+                        if batch is not None:
+                            batch.append(line)
+                    elif step == METADATA_EVERYWHERE:
+                        for target_step in metadata.steps[ordinal]:
+                            batch = batches.get(target_step)
+                            if batch is not None:
+                                batch.append(line)
+                        ordinal += 1
+                for step, batch in batches.items():
+                    if batch:
+                        writers[step].events(batch)
+                        batches[step] = []
+            if position != len(destination):
+                raise TraceError(f"validation failed: {position} events spooled, {len(destination)} indexed")
+            for step, writer in writers.items():
+                writer.close(stats.trailer)
+                counts[step] = writer.events_written
+    return counts
+
+
+SUFFIXES = {"gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
+
+
+def slice_trace(
+    src: SourceSpec,
+    dst: SinkSpec | str | os.PathLike,
+    *,
+    steps: str | set[int] | None = None,
+    window: str | None = None,
+    ranks: str | set[int] | None = None,
+    pids: str | Iterable[object] | None = None,
+    drop_categories: Iterable[str] = (),
+    drop_name: str | re.Pattern | None = None,
+    max_mb: float | None = None,
+    each_step: bool = False,
+    rank_map: str | dict | None = None,
+    overwrite: bool = False,
+    compress: str | None = None,
+    level: int | None = None,
+    salvage: bool = False,
+    spool_dir: str | None = None,
+    progress: bool | None = False,
+    jobs: int | str | None = None,
+) -> dict:
+    """Write the events of ``src`` that the selection keeps to ``dst`` (with
+    ``each_step``: one ``step<N>.json.gz`` per step into the directory ``dst``).
+
+    ``steps`` ("3,5-6"), ``window`` ("START:END", us/ms/s, "+" = after the
+    first event), ``ranks`` ("0-3,7"), ``pids``, ``drop_categories`` and
+    ``drop_name`` (a regex) all must hold; ``max_mb`` takes the longest run of
+    consecutive steps that fits.  Returns the summary.
+    """
+    started = time.perf_counter()
+    selection = _selection(steps, window, ranks, pids, drop_categories, drop_name, max_mb, each_step)
+    processes = resolve_jobs(jobs)
+    mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
+    if each_step:
+        directory = _output_directory(dst)
+        compress = compress or "gzip"
+        if compress not in SUFFIXES:
+            raise TraceError(f"unknown compression {compress!r}; choose from {', '.join(SUFFIXES)}")
+    with InputSource(src, spool_dir=spool_dir) as source:
+        target = None if each_step else OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
+                                                        inputs=[source.path])
+        meter = Progress(source.size, enabled=progress)
+        result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
+                            salvage=salvage, progress=meter, jobs=processes)
+        index: SliceIndex = result.visitor  # type: ignore[assignment]
+        try:
+            index.finish()
+            resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)
+            resolved.require_links("slice")
+            rank_table = resolved.rank_table()
+            planner = Planner(index, resolved, selection, result.stats.events)
+            del resolved
+            index.drop_gpu_details()
+            taken = _choose_steps(planner, selection, result, meter)
+            verdicts, destination, metadata = planner.plan(per_event_steps=each_step)
+            planned = time.perf_counter()
+            if each_step:
+                files = _emit_each_step(result, planner, destination, metadata, directory, compress, level,
+                                        overwrite)
+                written = sum(files.values())
+                output = {"output_dir": directory, "files": files,
+                          "output_bytes": sum(os.path.getsize(os.path.join(directory, name)) for name in files)}
+        except BaseException:
+            result.spool.close()
+            index.spill.close()
+            raise
+        if not each_step:
+            index.spill.close()
+            written = emit_pass(result, SlicePlan(destination), target, progress=meter, jobs=processes)
+            output = {"output": target.name, "output_compression": target.compression,
+                      "output_bytes": os.path.getsize(target.path) if target.path else None}
+        else:
+            result.spool.close()
+            index.spill.close()
+    reasons = {name: int(count) for name, count in zip(REASONS, verdicts.reasons) if name != "kept" and count}
+    summary = {
+        "input": source.name,
+        **output,
+        "steps_found": {str(rank): _ranges(numbers) for rank, numbers in planner.steps.found.items()},
+        "steps_selected": taken,
+        "window_us": list(planner.window) if selection.window is not None else None,
+        "events_read": result.stats.events,
+        "events_written": written,
+        "events_dropped": reasons,
+        "flow_events": verdicts.flows_total,
+        "flow_events_kept": verdicts.flows_kept,
+        "flow_events_dropped_without_partner": verdicts.flows_without_partner,
+        "rank_map": rank_table,
+        "read": result.stats.as_dict(),
+        "pass1_seconds": round(result.seconds, 3),
+        "plan_seconds": round(planned - started - result.seconds, 3),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    return summary
+
+
+def _choose_steps(planner: Planner, selection: Selection, result: IndexResult, meter: Progress) -> list[int] | None:
+    """The step numbers to keep (None: not selecting by step)."""
+    if not selection.by_step:
+        return None
+    found = planner.steps.numbers
+    if not found:
+        raise TraceError("no ProfilerStep#N spans (user_annotation or cpu_op) in the trace: cannot select by "
+                         "step; use --window instead")
+    if selection.steps is not None:
+        candidates = sorted(selection.steps.intersection(found))
+        if not candidates:
+            raise TraceError(f"none of the steps asked for is in the trace (steps found: {_ranges(found)})")
+    else:
+        complete = planner.steps.complete()
+        first = complete[0] if complete else found[0]
+        candidates = [number for number in found if number >= first]
+    if selection.max_mb is not None:
+        sizes, metadata_bytes = planner.sizes(result.spool.line_lengths())
+        fixed = metadata_bytes + _frame_bytes((result.stats.header, result.stats.trailer))
+        limit = int(selection.max_mb * MB)
+        taken = longest_run(candidates, sizes, fixed, limit)
+        if not taken:
+            raise TraceError(f"step {candidates[0]} alone needs {(fixed + sizes[candidates[0]]) / MB:.1f} MB, "
+                             f"more than --max-mb {selection.max_mb:g}")
+        candidates = taken
+    planner.choose_steps(candidates)
+    return candidates
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3,7'."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(numbers), lambda item: item[1] - item[0]):
+        values = [value for _, value in run]
+        parts.append(str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}")
+    return ",".join(parts)
+
+
+def _output_directory(dst: object) -> str:
+    if not isinstance(dst, (str, os.PathLike)):
+        raise TraceError("--each-step writes a directory: give its path as the output")
+    directory = os.fspath(dst)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise TraceError("exists and is not a directory", path=directory)
+    return directory
+
+
+def _emit_each_step(result: IndexResult, planner: Planner, destination: np.ndarray, metadata: Metadata,
+                    directory: str, compress: str, level: int | None, overwrite: bool) -> dict[str, int]:
+    """Write every chosen step's file into a staging directory, then move them all into place."""
+    numbers = planner.steps.numbers
+    chosen = planner.chosen.tolist()
+    names = {step: f"step{numbers[step]}{SUFFIXES[compress]}" for step in chosen}
+    clashes = [name for name in names.values() if os.path.exists(os.path.join(directory, name))]
+    if clashes and not overwrite:
+        raise TraceError(f"{clashes[0]} exists; pass --overwrite to replace it", path=directory)
+    created = not os.path.isdir(directory)
+    os.makedirs(directory, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".streamtrace-slice-", dir=directory)
+    try:
+        counts = _write_each_step(result, destination, metadata, numbers, chosen, staging, names, compress, level)
+        for step in chosen:
+            os.replace(os.path.join(staging, names[step]), os.path.join(directory, names[step]))
+    except BaseException:
+        if created:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {names[step]: counts[step] for step in chosen}
