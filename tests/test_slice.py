@@ -282,6 +282,10 @@ def test_max_mb_takes_the_longest_run_that_fits(kind, traces, tmp_path):
     assert summary["steps_selected"] == [0, 1, 2]
     assert out.stat().st_size <= limit_mb * 1e6
     assert output_events(out) == [orjson.dumps(e) for e in oracle(document, steps={0, 1, 2})]
+    summary = streamtrace.slice_trace(traces[kind], out, max_mb=(four - 1) / 1e6, overwrite=True)
+    assert summary["steps_selected"] == [0, 1, 2]  # one byte short of four steps: the estimate never undercounts
+    assert streamtrace.slice_trace(traces[kind], out, max_mb=(four + 5000) / 1e6, overwrite=True)[
+        "steps_selected"] == [0, 1, 2, 3]  # nor overcounts by more than a few metadata lines
     summary = streamtrace.slice_trace(traces[kind], out, max_mb=limit_mb, steps="4-7", overwrite=True)
     assert summary["steps_selected"][0] == 4 and len(summary["steps_selected"]) in (2, 3)
     with pytest.raises(TraceError, match="alone needs"):

@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..algo.links import NO_LAUNCH
+from ..algo.links import NO_LAUNCH, IdTable, build_tables
 from ..algo.steps import (
     NO_STEP,
     STEP_CATEGORIES,
@@ -250,22 +250,19 @@ class Metadata:
 
 
 class _FlowColumns:
-    """Per flow event, what its chunk said: rank, reason, step (and line bytes when sizing)."""
+    """Per flow event, what its chunk said: reason, step (and line bytes when sizing)."""
 
     def __init__(self, count: int, *, sized: bool) -> None:
-        self.rank = np.empty(count, dtype=np.int32)
         self.reason = np.empty(count, dtype=np.uint8)
         self.step = np.empty(count, dtype=np.int32)
-        self.bytes = np.zeros(count, dtype=np.int64) if sized else None
+        self.bytes = np.zeros(count, dtype=np.int32) if sized else None
         self._at = 0
 
-    def add(self, reason: np.ndarray, step: np.ndarray, rank: np.ndarray, flow: np.ndarray,
-            lengths: np.ndarray | None) -> None:
+    def add(self, reason: np.ndarray, step: np.ndarray, flow: np.ndarray, lengths: np.ndarray | None) -> None:
         count = int(np.count_nonzero(flow))
         if not count:
             return
         span = slice(self._at, self._at + count)
-        self.rank[span] = rank[flow]
         self.reason[span] = reason[flow]
         self.step[span] = step[flow]
         if self.bytes is not None:
@@ -291,12 +288,62 @@ class Planner:
         self.launch_step = self.steps.place(np.where(launch_ranks >= 0, launch_ranks, -1),
                                             np.frombuffer(index.launch_ts, dtype=np.float64))
         self.launch_of_gpu = np.frombuffer(resolved.links.launch_of_gpu, dtype=np.int32)
-        self.gpu_events = np.frombuffer(index.actions, dtype=np.uint8) == GPU
+        self.kinds = np.frombuffer(index.actions, dtype=np.uint8)  # the merged index's: GPU marks GPU events
         low, high = selection.window if selection.window is not None else (None, None)
         first = index.first_ts if index.first_ts != math.inf else 0.0
         self.window = (-math.inf if low is None else low.resolve(first), math.inf if high is None else high.resolve(first))
         self.chosen: np.ndarray | None = None  # step ids kept
         self.ac2g = index.flow_cats.get("ac2g", -1)
+        self.flow_group, self.groups = self._group_flows(build_tables(resolved.launch_bucket, index.launch_id))
+        index.flow_id, index.flow_cat = array("q"), array("H")  # grouped: free them
+
+    def _ranks(self, columns: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Each event's rank: its ``args.rank``, else its pid's, else -1."""
+        return np.where(columns[3] >= 0, columns[3], self.pid_ranks[columns[2]])
+
+    def _group_flows(self, tables: dict[int, IdTable]) -> tuple[np.ndarray, int]:
+        """A group number per flow event, one per flow: an ``ac2g`` flow is its
+        launch's (found by (rank, id) like a GPU event, no sorting), any other
+        flow is found by sorting the keys (rank for ``ac2g`` only, cat, id)."""
+        index = self.index
+        cats = np.frombuffer(index.flow_cat, dtype=np.uint16)
+        ids = np.frombuffer(index.flow_id, dtype=np.int64)
+        group = np.full(len(ids), NO_LAUNCH, dtype=np.int32)
+        rest_at: list[np.ndarray] = []
+        rest_rank: list[np.ndarray] = []
+        flow_at = 0
+        for _, columns in self._chunks():
+            flow = (columns[4] & FLOW) != 0
+            count = int(np.count_nonzero(flow))
+            if not count:
+                continue
+            span = slice(flow_at, flow_at + count)
+            rank = self._ranks(columns)[flow]
+            ac2g = cats[span] == self.ac2g
+            found = group[span]
+            for value in np.unique(rank[ac2g]).tolist():
+                table = tables.get(value)
+                if table is not None:
+                    mine = np.flatnonzero(ac2g & (rank == value))
+                    found[mine] = table.get_many(ids[span][mine])
+            rest = np.flatnonzero(found == NO_LAUNCH)
+            rest_at.append(rest + flow_at)
+            rest_rank.append(np.where(ac2g[rest], rank[rest], -1))
+            flow_at += count
+        groups = len(index.launch_id)
+        rest = np.concatenate(rest_at) if rest_at else np.zeros(0, dtype=np.int64)
+        if len(rest):
+            keys = (ids[rest], cats[rest], np.concatenate(rest_rank))
+            order = np.lexsort(keys)
+            changed = np.zeros(len(order), dtype=bool)
+            changed[0] = True
+            for key in keys:
+                ordered = key[order]
+                changed[1:] |= ordered[1:] != ordered[:-1]
+            numbers = np.cumsum(changed) - 1
+            group[rest[order]] = groups + numbers
+            groups += int(numbers[-1]) + 1
+        return group, groups
 
     def choose_steps(self, numbers: Iterable[int]) -> None:
         ids = {number: at for at, number in enumerate(self.steps.numbers)}
@@ -311,10 +358,10 @@ class Planner:
             raise TraceError(f"validation failed: {at} events spilled, {self.events} indexed")
 
     def _classify(self, at: int, columns: tuple[np.ndarray, ...], gpu_before: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(reason before steps, step id, rank) per event of a chunk, and the GPU events it holds."""
-        ts, end, slot, own_rank, flags = columns
-        rank = np.where(own_rank >= 0, own_rank, self.pid_ranks[slot])
+                  ) -> tuple[np.ndarray, np.ndarray, int]:
+        """(reason before steps, step id) per event of a chunk, and the GPU events it holds."""
+        ts, end, flags = columns[0], columns[1], columns[4]
+        rank = self._ranks(columns)
         reason = np.zeros(len(ts), dtype=np.uint8)
         selection = self.selection
         checks = [(BY_CAT, (flags & CAT) != 0), (BY_NAME, (flags & NAME) != 0), (BY_PID, (flags & PID) != 0)]
@@ -326,7 +373,7 @@ class Planner:
         for code, failed in reversed(checks):  # the first failing check names the reason
             reason[failed] = code
         step = np.full(len(ts), NO_STEP, dtype=np.int32)
-        gpu = self.gpu_events[at:at + len(ts)]
+        gpu = self.kinds[at:at + len(ts)] == GPU
         gpu_count = int(np.count_nonzero(gpu))
         if selection.by_step:
             step = self.steps.place(rank, ts)
@@ -335,36 +382,23 @@ class Planner:
                 linked = launches != NO_LAUNCH
                 where = np.flatnonzero(gpu)
                 step[where[linked]] = self.launch_step[launches[linked]]
-        return reason, step, rank, gpu_count
+        return reason, step, gpu_count
 
     def _flows(self, flows: "_FlowColumns") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flow verdicts: every member of a flow takes its start's step; a flow is kept
         where a start and an end both pass.  Returns (passes, kept, step) per flow event."""
-        index = self.index
-        cats = np.frombuffer(index.flow_cat, dtype=np.uint16)
-        ids = np.frombuffer(index.flow_id, dtype=np.int64)
-        starts = np.frombuffer(index.flow_start, dtype=np.uint8).astype(bool)
-        keyed_rank = np.where(cats == self.ac2g, flows.rank, -1)  # ac2g ids repeat in every rank; others are global
-        order = np.lexsort((ids, cats, keyed_rank))
-        changed = np.ones(len(order), dtype=bool)
-        if len(order) > 1:
-            sorted_ids, sorted_cats, sorted_ranks = ids[order], cats[order], keyed_rank[order]
-            changed[1:] = ((sorted_ids[1:] != sorted_ids[:-1]) | (sorted_cats[1:] != sorted_cats[:-1])
-                           | (sorted_ranks[1:] != sorted_ranks[:-1]))
-            del sorted_ids, sorted_cats, sorted_ranks
-        group = np.empty(len(order), dtype=np.int64)
-        group[order] = np.cumsum(changed) - 1
-        del order, changed
-        groups = int(group.max()) + 1 if len(group) else 0
+        group = self.flow_group
+        starts = np.frombuffer(self.index.flow_start, dtype=np.uint8).astype(bool)
         passes = flows.reason == KEPT
         flow_step = flows.step
         if self.selection.by_step:
-            group_step = np.full(groups, NO_STEP, dtype=np.int32)
+            group_step = np.full(self.groups, NO_STEP, dtype=np.int32)
             np.maximum.at(group_step, group[starts], flow_step[starts])
             flow_step = group_step[group]
-            passes &= np.isin(flow_step, self.chosen)
-        has_start = np.zeros(groups, dtype=bool)
-        has_end = np.zeros(groups, dtype=bool)
+            if self.chosen is not None:  # else sizing: every step counts
+                passes &= np.isin(flow_step, self.chosen)
+        has_start = np.zeros(self.groups, dtype=bool)
+        has_end = np.zeros(self.groups, dtype=bool)
         has_start[group[passes & starts]] = True
         has_end[group[passes & ~starts]] = True
         kept = passes & has_start[group] & has_end[group]
@@ -377,10 +411,10 @@ class Planner:
         lengths = _Lengths(line_lengths)
         step_sizes = np.zeros(len(self.steps.numbers), dtype=np.int64)
         metadata_bytes = 0
-        flows = _FlowColumns(len(self.index.flow_id), sized=True)
-        for _, _, reason, step, rank, flow, meta in self._classified():
+        flows = _FlowColumns(len(self.flow_group), sized=True)
+        for _, _, reason, step, flow, meta in self._classified():
             chunk_lengths = lengths.take(len(reason)) + 2  # ",\n" after each line
-            flows.add(reason, step, rank, flow, chunk_lengths)
+            flows.add(reason, step, flow, chunk_lengths)
             metadata_bytes += int(chunk_lengths[meta].sum())
             counted = (reason == KEPT) & ~flow & ~meta & (step >= 0)
             step_sizes += np.bincount(step[counted], weights=chunk_lengths[counted], minlength=len(step_sizes))[
@@ -396,11 +430,14 @@ class Planner:
         ``per_event_steps`` its step id, -1 dropped, METADATA_EVERYWHERE (int32).
         """
         verdicts = Verdicts()
-        destination = np.zeros(self.events, dtype=np.int32 if per_event_steps else np.uint8)
-        flows = _FlowColumns(len(self.index.flow_id), sized=False)
+        if per_event_steps:
+            destination = np.zeros(self.events, dtype=np.int32)
+        else:  # pass 2's actions, written through a view
+            destination = np.frombuffer(bytearray(self.events), dtype=np.uint8)
+        flows = _FlowColumns(len(self.flow_group), sized=False)
         metadata = Metadata()
-        for at, columns, reason, step, rank, flow, meta in self._classified():
-            flows.add(reason, step, rank, flow, None)
+        for at, columns, reason, step, flow, meta in self._classified():
+            flows.add(reason, step, flow, None)
             if self.selection.by_step:
                 reason[(reason == KEPT) & ~np.isin(step, self.chosen)] = BY_STEP
             plain = ~(flow | meta)
@@ -419,13 +456,13 @@ class Planner:
         return verdicts, destination, metadata
 
     def _classified(self) -> Iterator[tuple]:
-        """(first event, columns, reason, step, rank, is flow, is metadata) per chunk."""
+        """(first event, columns, reason, step, is flow, is metadata) per chunk."""
         gpu_before = 0
         for at, columns in self._chunks():
-            reason, step, rank, gpu_count = self._classify(at, columns, gpu_before)
+            reason, step, gpu_count = self._classify(at, columns, gpu_before)
             gpu_before += gpu_count
             flags = columns[4]
-            yield at, columns, reason, step, rank, (flags & FLOW) != 0, (flags & META) != 0
+            yield at, columns, reason, step, (flags & FLOW) != 0, (flags & META) != 0
 
     def _settle(self, destination: np.ndarray, flow_reason: np.ndarray, flow_step: np.ndarray, metadata: "Metadata",
                 verdicts: Verdicts, per_event_steps: bool) -> None:
@@ -500,7 +537,7 @@ class SlicePlan(EmitPlan):
     _KEEP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 
     def __init__(self, destination: np.ndarray) -> None:
-        self.actions = bytearray(destination.tobytes())
+        self.actions = destination.base if isinstance(destination.base, bytearray) else bytearray(destination)
 
     def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
         wanted = self.actions[first_index:first_index + len(block)]

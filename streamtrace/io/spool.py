@@ -122,7 +122,7 @@ class EventSpool:
                 if not len(ends):
                     carry += len(block)
                     continue
-                lengths = np.diff(ends, prepend=-1)
+                lengths = np.diff(ends, prepend=-1) - 1  # without the newline
                 lengths[0] += carry
                 carry = len(block) - 1 - int(ends[-1])
                 yield lengths
