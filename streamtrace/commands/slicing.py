@@ -53,7 +53,7 @@ from ..resources import peak_rss_mb
 from .mergedindex import GPU, MergedIndex, Resolved, resolve
 
 CAT, NAME, PID, FLOW, META = 1, 2, 4, 8, 16
-FLOW_PHASES = {"s": 1, "t": 0, "f": 0}  # 1: a flow's start
+FLOW_PHASES = frozenset({"s", "t", "f"})  # "s" starts a flow
 REASONS = ("kept", "category", "name", "pid", "rank", "window", "step", "metadata_of_dropped_pid",
            "flow_half_without_partner")
 KEPT, BY_CAT, BY_NAME, BY_PID, BY_RANK, BY_WINDOW, BY_STEP, BY_META, BY_FLOW = range(len(REASONS))
@@ -113,7 +113,6 @@ class SliceIndex(MergedIndex):
         self.flow_start = bytearray()
         self.flow_cats: dict[object, int] = {}
         self.flow_other_ids: dict[object, int] = {}
-        self.metadata = 0
         super().__init__()
 
     def _make_visit(self) -> Callable[[dict], None]:
@@ -126,8 +125,10 @@ class SliceIndex(MergedIndex):
         dropped_cats = self.selection.drop_categories
         wanted_pids = self.selection.pids
         name_dropped = self._name_test()
-        flow = self._flow_event
         step_span = self._step_span
+        flow_cats = self.flow_cats
+        add_flow_cat, add_flow_id, add_flow_start = self.flow_cat.append, self.flow_id.append, self.flow_start.append
+        new_flow_cat, other_flow_id = self._new_flow_cat, self._other_flow_id
         numbers = NUMBER_TYPES
         nan = math.nan
 
@@ -138,7 +139,7 @@ class SliceIndex(MergedIndex):
             if slot is None:
                 slot = slot_of(pid)
             ts = event.get("ts")
-            start = float(ts) if ts.__class__ in numbers else nan
+            start = ts if ts.__class__ is float else float(ts) if ts.__class__ in numbers else nan
             dur = event.get("dur")
             args = event.get("args")
             rank = args.get("rank") if args.__class__ is dict else None
@@ -147,18 +148,26 @@ class SliceIndex(MergedIndex):
             flags = CAT if cat in dropped_cats else 0
             if ph == "M":
                 flags |= META
-                self.metadata += 1
-            elif ph in FLOW_PHASES:
+            elif ph in FLOW_PHASES:  # inline: flows are a third of a GPU trace's events
                 flags |= FLOW
-                flow(event, cat, ph)
+                code = flow_cats.get(cat)
+                add_flow_cat(new_flow_cat(cat) if code is None else code)
+                flow_id = event.get("id")
+                add_flow_id(flow_id if flow_id.__class__ is int and 0 <= flow_id < 1 << 63 else other_flow_id(flow_id))
+                add_flow_start(ph == "s")
             elif cat in STEP_CATEGORIES:
-                step_span(event, slot, rank, start, dur)
+                name = event.get("name")
+                if name.__class__ is str and name.startswith("ProfilerStep#"):
+                    step_span(name, slot, rank, start, dur)
             if name_dropped is not None and name_dropped(event.get("name")):
                 flags |= NAME
             if wanted_pids is not None and str(pid) not in wanted_pids:
                 flags |= PID
             add_ts(start)
-            add_end(start + float(dur) if dur.__class__ in numbers and dur >= 0 else start)
+            if dur.__class__ is float and dur >= 0:
+                add_end(start + dur)
+            else:
+                add_end(start + float(dur) if dur.__class__ in numbers and dur >= 0 else start)
             add_slot(slot)
             add_rank(rank if rank.__class__ is int and 0 <= rank < 1 << 31 else -1)
             add_flags(flags)
@@ -204,24 +213,18 @@ class SliceIndex(MergedIndex):
 
         return dropped
 
-    def _flow_event(self, event: dict, cat: object, ph: str) -> None:
-        code = self.flow_cats.get(cat)
-        if code is None:
-            code = self.flow_cats[cat] = len(self.flow_cats)
-            if code >= 1 << 16:
-                raise TraceError("more than 65536 flow categories: not a profiler trace")
-        flow_id = event.get("id")
-        if flow_id.__class__ is not int or not 0 <= flow_id < 1 << 63:  # others by their text, as negative keys
-            key = flow_id if flow_id.__class__ in (str, int, float) else str(flow_id)
-            flow_id = self.flow_other_ids.setdefault(key, -1 - len(self.flow_other_ids))
-        self.flow_cat.append(code)
-        self.flow_id.append(flow_id)
-        self.flow_start.append(FLOW_PHASES[ph])
+    def _new_flow_cat(self, cat: object) -> int:
+        code = self.flow_cats[cat] = len(self.flow_cats)
+        if code >= 1 << 16:
+            raise TraceError("more than 65536 flow categories: not a profiler trace")
+        return code
 
-    def _step_span(self, event: dict, slot: int, rank: object, start: float, dur: object) -> None:
-        name = event.get("name")
-        if name.__class__ is not str or not name.startswith("ProfilerStep#"):
-            return
+    def _other_flow_id(self, flow_id: object) -> int:
+        """A flow id that is not a non-negative int64, as a negative key (by its text if not a scalar)."""
+        key = flow_id if flow_id.__class__ in (str, int, float) else str(flow_id)
+        return self.flow_other_ids.setdefault(key, -1 - len(self.flow_other_ids))
+
+    def _step_span(self, name: str, slot: int, rank: object, start: float, dur: object) -> None:
         match = STEP_NAME.match(name)
         if match is None or math.isnan(start) or dur.__class__ not in NUMBER_TYPES or not dur >= 0:
             return
@@ -656,9 +659,10 @@ def slice_trace(
             resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)
             resolved.require_links("slice")
             rank_table = resolved.rank_table()
+            index.drop_gpu_details()
+            resolved.gpu_bucket = array("i")  # linked: only the launch of each GPU event is needed
             planner = Planner(index, resolved, selection, result.stats.events)
             del resolved
-            index.drop_gpu_details()
             taken = _choose_steps(planner, selection, result, meter)
             verdicts, destination, metadata = planner.plan(per_event_steps=each_step)
             planned = time.perf_counter()
