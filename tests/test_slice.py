@@ -21,6 +21,7 @@ from conftest import REAL_TRACES, TRACES, load_json
 
 import streamtrace
 from streamtrace.algo.steps import parse_int_list
+from streamtrace.commands import slicing
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -244,8 +245,11 @@ def test_lagging_gpu_work_stays_with_the_step_that_launched_it(kind, traces, tmp
     assert line not in output_events(tmp_path / "next.json")
 
 
+@pytest.mark.parametrize("open_files", [None, 3])
 @pytest.mark.parametrize("kind", ["single", "merged"])
-def test_each_step_files_add_up(kind, traces, tmp_path):
+def test_each_step_files_add_up(kind, open_files, traces, tmp_path, monkeypatch):
+    if open_files is not None:  # several readings of the spool, a group of files each
+        monkeypatch.setattr(slicing, "max_open_writers", lambda requested: open_files)
     document = load_json(traces[kind])
     summary = streamtrace.slice_trace(traces[kind], tmp_path / "steps", each_step=True)
     assert sorted(summary["files"]) == sorted(f"step{n}.json.gz" for n in range(8))

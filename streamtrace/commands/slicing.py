@@ -51,6 +51,7 @@ from ..io.writer import TraceWriter
 from ..kineto import NUMBER_TYPES
 from ..resources import peak_rss_mb
 from .mergedindex import GPU, MergedIndex, Resolved, resolve
+from .split import max_open_writers
 
 CAT, NAME, PID, FLOW, META = 1, 2, 4, 8, 16
 FLOW_PHASES = frozenset({"s", "t", "f"})  # "s" starts a flow
@@ -58,7 +59,6 @@ REASONS = ("kept", "category", "name", "pid", "rank", "window", "step", "metadat
            "flow_half_without_partner")
 KEPT, BY_CAT, BY_NAME, BY_PID, BY_RANK, BY_WINDOW, BY_STEP, BY_META, BY_FLOW = range(len(REASONS))
 NAME_CACHE = 1 << 16
-MAX_OPEN = 64
 MB = 1_000_000
 METADATA_EVERYWHERE = -2  # with --each-step: a metadata event, copied to several files
 
@@ -567,11 +567,12 @@ class _Counter:
 def _write_each_step(result: IndexResult, destination: np.ndarray, metadata: Metadata, numbers: list[int],
                      chosen: list[int], staging: str, names: dict[int, str], compress: str, level: int | None
                      ) -> dict[int, int]:
-    """One file per chosen step id: spool readings of MAX_OPEN files each."""
+    """One file per chosen step id, as many open at once as ``split`` opens (a spool reading per group)."""
     counts: dict[int, int] = {}
     stats = result.stats
-    for first in range(0, len(chosen), MAX_OPEN):
-        group = chosen[first:first + MAX_OPEN]
+    group_size = max_open_writers(None)
+    for first in range(0, len(chosen), group_size):
+        group = chosen[first:first + group_size]
         with ExitStack() as stack:
             writers: dict[int, TraceWriter] = {}
             for step in group:
@@ -746,7 +747,7 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def _output_directory(dst: object) -> str:
-    if not isinstance(dst, (str, os.PathLike)):
+    if not isinstance(dst, (str, os.PathLike)) or dst == "-":
         raise TraceError("--each-step writes a directory: give its path as the output")
     directory = os.fspath(dst)
     if os.path.exists(directory) and not os.path.isdir(directory):
