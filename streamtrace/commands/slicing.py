@@ -49,17 +49,20 @@ from ..io.source import InputSource, SourceSpec
 from ..io.spool import ColumnSpill
 from ..io.writer import TraceWriter
 from ..kineto import NUMBER_TYPES
-from ..resources import peak_rss_mb
+from ..resources import buffers_from_os, gc_paused, peak_rss_mb, trim_heap
 from .mergedindex import GPU, MergedIndex, Resolved, resolve
 from .split import max_open_writers
 
 CAT, NAME, PID, FLOW, META = 1, 2, 4, 8, 16
+FLAG_SHIFT, RANK_SHIFT = 24, 32  # a spilled event's pid slot, flags and args.rank + 1 share one int64
+SLOT_LIMIT, RANK_LIMIT = 1 << FLAG_SHIFT, 1 << 30
 FLOW_PHASES = frozenset({"s", "t", "f"})  # "s" starts a flow
 REASONS = ("kept", "category", "name", "pid", "rank", "window", "step", "metadata_of_dropped_pid",
            "flow_half_without_partner")
 KEPT, BY_CAT, BY_NAME, BY_PID, BY_RANK, BY_WINDOW, BY_STEP, BY_META, BY_FLOW = range(len(REASONS))
 NAME_CACHE = 1 << 16
 MB = 1_000_000
+PLAN_MMAP_THRESHOLD = 4 << 20  # while planning, buffers from this size on come from the OS and go back to it
 METADATA_EVERYWHERE = -2  # with --each-step: a metadata event, copied to several files
 
 
@@ -105,7 +108,7 @@ class SliceIndex(MergedIndex):
 
     def __init__(self, selection: Selection, spill_dir: str | None) -> None:
         self.selection = selection
-        self.spill = ColumnSpill("ddiiB", spill_dir)  # start, end, pid slot, args.rank, flags
+        self.spill = ColumnSpill("ddq", spill_dir)  # start, end, and pid slot | flags | args.rank packed
         self.first_ts = math.inf
         self.step_spans: list[tuple[int, int, int, float, float]] = []  # pid slot, args.rank, N, start, end
         self.flow_cat = array("H")
@@ -117,7 +120,7 @@ class SliceIndex(MergedIndex):
 
     def _make_visit(self) -> Callable[[dict], None]:
         index_visit = super()._make_visit()
-        add_ts, add_end, add_slot, add_rank, add_flags = (column.append for column in self.spill.columns)
+        add_ts, add_end, add_packed = (column.append for column in self.spill.columns)
         slots, slot_of = self.pid_slots, self.slot
         spill, flush = self.spill, self._flush
         chunk = spill.CHUNK
@@ -138,6 +141,8 @@ class SliceIndex(MergedIndex):
             slot = slots.get(pid)
             if slot is None:
                 slot = slot_of(pid)
+                if slot >= SLOT_LIMIT:
+                    raise TraceError(f"more than {SLOT_LIMIT:,} pids: not a profiler trace")
             ts = event.get("ts")
             start = ts if ts.__class__ is float else float(ts) if ts.__class__ in numbers else nan
             dur = event.get("dur")
@@ -168,9 +173,10 @@ class SliceIndex(MergedIndex):
                 add_end(start + dur)
             else:
                 add_end(start + float(dur) if dur.__class__ in numbers and dur >= 0 else start)
-            add_slot(slot)
-            add_rank(rank if rank.__class__ is int and 0 <= rank < 1 << 31 else -1)
-            add_flags(flags)
+            if rank.__class__ is int and 0 <= rank < RANK_LIMIT:  # one append for three columns: appends cost
+                add_packed(slot | flags << FLAG_SHIFT | (rank + 1) << RANK_SHIFT)
+            else:
+                add_packed(slot | flags << FLAG_SHIFT)
             if len(ts_column) >= chunk:
                 flush()
 
@@ -179,16 +185,18 @@ class SliceIndex(MergedIndex):
     def _flush(self) -> None:
         """Spill the chunk, keeping the earliest start of a non-metadata event (``+`` times count from it)."""
         ts = np.frombuffer(self.spill.columns[0], dtype=np.float64)
-        timed = ts[(np.frombuffer(self.spill.columns[4], dtype=np.uint8) & META) == 0]
+        packed = np.frombuffer(self.spill.columns[2], dtype=np.int64)
+        timed = ts[((packed >> FLAG_SHIFT) & META) == 0]
         timed = timed[~np.isnan(timed)]
         if len(timed):
             self.first_ts = min(self.first_ts, float(timed.min()))
-        del ts, timed
+        del ts, timed, packed
         self.spill.flush()
 
     def finish(self) -> None:
-        """Pass 1 is over: spill the last chunk."""
+        """Pass 1 is over: spill the last chunk; drop the visit closure, which holds every array's append."""
         self._flush()
+        self.visit = None
 
     def drop_gpu_details(self) -> None:
         """Free what only linking needed (the links are made): tens of bytes per GPU event."""
@@ -299,6 +307,7 @@ class Planner:
         self.ac2g = index.flow_cats.get("ac2g", -1)
         self.flow_group, self.groups = self._group_flows(build_tables(resolved.launch_bucket, index.launch_id))
         index.flow_id, index.flow_cat = array("q"), array("H")  # grouped: free them
+        trim_heap()
 
     def _ranks(self, columns: tuple[np.ndarray, ...]) -> np.ndarray:
         """Each event's rank: its ``args.rank``, else its pid's, else -1."""
@@ -354,9 +363,12 @@ class Planner:
 
     def _chunks(self) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
         at = 0
-        for columns in self.index.spill.chunks():
-            yield at, columns
-            at += len(columns[0])
+        for ts, end, packed in self.index.spill.chunks():
+            slot = (packed & (SLOT_LIMIT - 1)).astype(np.int32)
+            flags = ((packed >> FLAG_SHIFT) & 0xFF).astype(np.uint8)
+            rank = (packed >> RANK_SHIFT).astype(np.int32) - 1
+            yield at, (ts, end, slot, rank, flags)
+            at += len(ts)
         if at != self.events:
             raise TraceError(f"validation failed: {at} events spilled, {self.events} indexed")
 
@@ -656,16 +668,7 @@ def slice_trace(
                             salvage=salvage, progress=meter, jobs=processes)
         index: SliceIndex = result.visitor  # type: ignore[assignment]
         try:
-            index.finish()
-            resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)
-            resolved.require_links("slice")
-            rank_table = resolved.rank_table()
-            index.drop_gpu_details()
-            resolved.gpu_bucket = array("i")  # linked: only the launch of each GPU event is needed
-            planner = Planner(index, resolved, selection, result.stats.events)
-            del resolved
-            taken = _choose_steps(planner, selection, result, meter)
-            verdicts, destination, metadata = planner.plan(per_event_steps=each_step)
+            planner, rank_table, taken, (verdicts, destination, metadata) = _plan(index, result, selection, mapping)
             planned = time.perf_counter()
             if each_step:
                 files = _emit_each_step(result, planner, destination, metadata, directory, compress, level,
@@ -708,7 +711,25 @@ def slice_trace(
     return summary
 
 
-def _choose_steps(planner: Planner, selection: Selection, result: IndexResult, meter: Progress) -> list[int] | None:
+@gc_paused()
+@buffers_from_os(PLAN_MMAP_THRESHOLD)  # numpy scratch and freed index arrays must not stay resident
+def _plan(index: SliceIndex, result: IndexResult, selection: Selection, mapping: dict | None
+          ) -> tuple[Planner, list[dict], list[int] | None, tuple[Verdicts, np.ndarray, Metadata]]:
+    """Between the passes: ranks and links, steps, then every event's verdict."""
+    index.finish()
+    resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)
+    resolved.require_links("slice")
+    rank_table = resolved.rank_table()
+    index.drop_gpu_details()
+    resolved.gpu_bucket = array("i")  # linked: only the launch of each GPU event is needed
+    planner = Planner(index, resolved, selection, result.stats.events)
+    del resolved
+    trim_heap()
+    taken = _choose_steps(planner, selection, result)
+    return planner, rank_table, taken, planner.plan(per_event_steps=selection.each_step)
+
+
+def _choose_steps(planner: Planner, selection: Selection, result: IndexResult) -> list[int] | None:
     """The step numbers to keep (None: not selecting by step)."""
     if not selection.by_step:
         return None
