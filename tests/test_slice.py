@@ -12,12 +12,15 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
-from conftest import REAL_TRACES, TRACES, load_json
+from conftest import REAL_TRACES, ROOT, TRACES, load_json
 
 import streamtrace
 from streamtrace.algo.steps import parse_int_list
@@ -359,3 +362,20 @@ def test_one_step_of_a_real_trace_round_trips_through_inspect_and_compact(trace,
     inspected = streamtrace.inspect(out)
     assert inspected["events"] == len(written["traceEvents"]) > 0
     streamtrace.compact(out, tmp_path / "compacted.json.gz")
+
+
+def test_cli_prints_the_summary_and_refuses_in_one_line(traces, tmp_path):
+    run = [sys.executable, "-m", "streamtrace", "slice", str(traces["single"]), "-q"]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([*run, "-o", str(tmp_path / "s.json.gz"), "--steps", "2-3", "--drop-cat", "python_function"],
+                          capture_output=True, text=True, env=environment, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["steps_selected"] == [2, 3] and summary["output"] == str(tmp_path / "s.json.gz")
+    assert load_json(tmp_path / "s.json.gz")["traceEvents"] == oracle(
+        load_json(traces["single"]), steps={2, 3}, drop_cat=("python_function",))
+    refused = subprocess.run([*run, "-o", str(tmp_path / "t.json"), "--window", "later"], capture_output=True,
+                             text=True, env=environment, timeout=120)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("streamtrace: error: --window: 'later' has no ':'") and refused.stderr.count("\n") == 1
+    assert not (tmp_path / "t.json").exists()
