@@ -260,27 +260,6 @@ class Metadata:
     steps: list[list[int]] = field(default_factory=list)  # with --each-step: the step ids each one goes to
 
 
-class _FlowColumns:
-    """Per flow event, what its chunk said: reason, step (and line bytes when sizing)."""
-
-    def __init__(self, count: int, *, sized: bool) -> None:
-        self.reason = np.empty(count, dtype=np.uint8)
-        self.step = np.empty(count, dtype=np.int32)
-        self.bytes = np.zeros(count, dtype=np.int32) if sized else None
-        self._at = 0
-
-    def add(self, reason: np.ndarray, step: np.ndarray, flow: np.ndarray, lengths: np.ndarray | None) -> None:
-        count = int(np.count_nonzero(flow))
-        if not count:
-            return
-        span = slice(self._at, self._at + count)
-        self.reason[span] = reason[flow]
-        self.step[span] = step[flow]
-        if self.bytes is not None:
-            self.bytes[span] = lengths[flow]
-        self._at += count
-
-
 class Planner:
     """Between the passes: every event's verdict from the spilled columns."""
 
@@ -305,7 +284,7 @@ class Planner:
         self.window = (-math.inf if low is None else low.resolve(first), math.inf if high is None else high.resolve(first))
         self.chosen: np.ndarray | None = None  # step ids kept
         self.ac2g = index.flow_cats.get("ac2g", -1)
-        self.flow_group, self.groups = self._group_flows(build_tables(resolved.launch_bucket, index.launch_id))
+        self.flow_group, self.group_step = self._group_flows(build_tables(resolved.launch_bucket, index.launch_id))
         index.flow_id, index.flow_cat = array("q"), array("H")  # grouped: free them
         trim_heap()
 
@@ -313,16 +292,20 @@ class Planner:
         """Each event's rank: its ``args.rank``, else its pid's, else -1."""
         return np.where(columns[3] >= 0, columns[3], self.pid_ranks[columns[2]])
 
-    def _group_flows(self, tables: dict[int, IdTable]) -> tuple[np.ndarray, int]:
-        """A group number per flow event, one per flow: an ``ac2g`` flow is its
-        launch's (found by (rank, id) like a GPU event, no sorting), any other
-        flow is found by sorting the keys (rank for ``ac2g`` only, cat, id)."""
+    def _group_flows(self, tables: dict[int, IdTable]) -> tuple[np.ndarray, np.ndarray]:
+        """A group number per flow event, one per flow, and each group's step
+        (its start's).  An ``ac2g`` flow's group is its launch's (found by
+        (rank, id) like a GPU event, no sorting); any other flow's is found by
+        sorting the keys (rank for ``ac2g`` only, cat, id)."""
         index = self.index
         cats = np.frombuffer(index.flow_cat, dtype=np.uint16)
         ids = np.frombuffer(index.flow_id, dtype=np.int64)
+        starts = np.frombuffer(index.flow_start, dtype=np.uint8).astype(bool)
         group = np.full(len(ids), NO_LAUNCH, dtype=np.int32)
+        launch_group_step = np.full(len(index.launch_id), NO_STEP, dtype=np.int32)
         rest_at: list[np.ndarray] = []
         rest_rank: list[np.ndarray] = []
+        rest_step: list[np.ndarray] = []
         flow_at = 0
         for _, columns in self._chunks():
             flow = (columns[4] & FLOW) != 0
@@ -338,11 +321,18 @@ class Planner:
                 if table is not None:
                     mine = np.flatnonzero(ac2g & (rank == value))
                     found[mine] = table.get_many(ids[span][mine])
-            rest = np.flatnonzero(found == NO_LAUNCH)
+            step = self.steps.place(rank, columns[0][flow]) if self.selection.by_step else np.full(
+                count, NO_STEP, dtype=np.int32)
+            step[~starts[span]] = NO_STEP  # a flow's step is its start's
+            linked = found != NO_LAUNCH
+            np.maximum.at(launch_group_step, found[linked], step[linked])
+            rest = np.flatnonzero(~linked)
             rest_at.append(rest + flow_at)
             rest_rank.append(np.where(ac2g[rest], rank[rest], -1))
+            rest_step.append(step[rest])
             flow_at += count
         groups = len(index.launch_id)
+        group_step = launch_group_step
         rest = np.concatenate(rest_at) if rest_at else np.zeros(0, dtype=np.int64)
         if len(rest):
             keys = (ids[rest], cats[rest], np.concatenate(rest_rank))
@@ -354,8 +344,9 @@ class Planner:
                 changed[1:] |= ordered[1:] != ordered[:-1]
             numbers = np.cumsum(changed) - 1
             group[rest[order]] = groups + numbers
-            groups += int(numbers[-1]) + 1
-        return group, groups
+            group_step = np.concatenate((group_step, np.full(int(numbers[-1]) + 1, NO_STEP, dtype=np.int32)))
+            np.maximum.at(group_step, group[rest], np.concatenate(rest_step))
+        return group, group_step
 
     def choose_steps(self, numbers: Iterable[int]) -> None:
         ids = {number: at for at, number in enumerate(self.steps.numbers)}
@@ -399,45 +390,39 @@ class Planner:
                 step[where[linked]] = self.launch_step[launches[linked]]
         return reason, step, gpu_count
 
-    def _flows(self, flows: "_FlowColumns") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Flow verdicts: every member of a flow takes its start's step; a flow is kept
-        where a start and an end both pass.  Returns (passes, kept, step) per flow event."""
+    def _flows(self, reason: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flow verdicts from each flow event's own reason: every member of a
+        flow goes with its start's step; a flow is kept where a start and an
+        end both pass.  Returns (passes, kept) per flow event."""
         group = self.flow_group
         starts = np.frombuffer(self.index.flow_start, dtype=np.uint8).astype(bool)
-        passes = flows.reason == KEPT
-        flow_step = flows.step
+        passes = reason == KEPT
         if self.selection.by_step:
-            group_step = np.full(self.groups, NO_STEP, dtype=np.int32)
-            np.maximum.at(group_step, group[starts], flow_step[starts])
-            flow_step = group_step[group]
-            if self.chosen is not None:  # else sizing: every step counts
-                passes &= np.isin(flow_step, self.chosen)
-        has_start = np.zeros(self.groups, dtype=bool)
-        has_end = np.zeros(self.groups, dtype=bool)
+            passes &= np.isin(self.group_step, self.chosen)[group]
+        groups = len(self.group_step)
+        has_start = np.zeros(groups, dtype=bool)
+        has_end = np.zeros(groups, dtype=bool)
         has_start[group[passes & starts]] = True
         has_end[group[passes & ~starts]] = True
-        kept = passes & has_start[group] & has_end[group]
-        return passes, kept, flow_step
+        return passes, passes & has_start[group] & has_end[group]
 
     def sizes(self, line_lengths: Iterator[np.ndarray]) -> tuple[dict[int, int], int]:
         """Bytes each step would write (every line passing the other criteria,
         flows in their start's step, none yet dropped for a missing partner:
         an upper bound), and the bytes of all metadata lines."""
         lengths = _Lengths(line_lengths)
-        step_sizes = np.zeros(len(self.steps.numbers), dtype=np.int64)
-        metadata_bytes = 0
-        flows = _FlowColumns(len(self.flow_group), sized=True)
+        step_sizes = np.zeros(len(self.steps.numbers) + 1, dtype=np.int64)  # the last: no step
+        metadata_bytes = flow_at = 0
         for _, _, reason, step, flow, meta in self._classified():
             chunk_lengths = lengths.take(len(reason)) + 2  # ",\n" after each line
-            flows.add(reason, step, flow, chunk_lengths)
             metadata_bytes += int(chunk_lengths[meta].sum())
-            counted = (reason == KEPT) & ~flow & ~meta & (step >= 0)
-            step_sizes += np.bincount(step[counted], weights=chunk_lengths[counted], minlength=len(step_sizes))[
-                :len(step_sizes)].astype(np.int64)
-        passes, _, flow_step = self._flows(flows)
-        counted = passes & (flow_step >= 0)
-        step_sizes += np.bincount(flow_step[counted], weights=flows.bytes[counted], minlength=len(step_sizes))[
-            :len(step_sizes)].astype(np.int64)
+            count = int(np.count_nonzero(flow))
+            step[flow] = self.group_step[self.flow_group[flow_at:flow_at + count]]
+            flow_at += count
+            counted = (reason == KEPT) & ~meta
+            bins = np.where(step >= 0, step, len(step_sizes) - 1)[counted]
+            step_sizes += np.bincount(bins, weights=chunk_lengths[counted],
+                                      minlength=len(step_sizes)).astype(np.int64)
         return {number: int(step_sizes[at]) for at, number in enumerate(self.steps.numbers)}, metadata_bytes
 
     def plan(self, *, per_event_steps: bool = False) -> tuple[Verdicts, np.ndarray, Metadata]:
@@ -449,10 +434,13 @@ class Planner:
             destination = np.zeros(self.events, dtype=np.int32)
         else:  # pass 2's actions, written through a view
             destination = np.frombuffer(bytearray(self.events), dtype=np.uint8)
-        flows = _FlowColumns(len(self.flow_group), sized=False)
+        flow_reason = np.empty(len(self.flow_group), dtype=np.uint8)
         metadata = Metadata()
+        flow_at = 0
         for at, columns, reason, step, flow, meta in self._classified():
-            flows.add(reason, step, flow, None)
+            count = int(np.count_nonzero(flow))
+            flow_reason[flow_at:flow_at + count] = reason[flow]
+            flow_at += count
             if self.selection.by_step:
                 reason[(reason == KEPT) & ~np.isin(step, self.chosen)] = BY_STEP
             plain = ~(flow | meta)
@@ -460,14 +448,13 @@ class Planner:
             metadata.positions.extend((np.flatnonzero(meta) + at).tolist())
             metadata.slots.extend(columns[2][meta].tolist())
             destination[at:at + len(reason)] = _destination(reason, step, per_event_steps)
-        passes, kept, flow_step = self._flows(flows)
-        flow_reason = flows.reason
+        passes, kept = self._flows(flow_reason)
         flow_reason[(flow_reason == KEPT) & ~passes] = BY_STEP
         flow_reason[passes & ~kept] = BY_FLOW
         verdicts.reasons += np.bincount(flow_reason, minlength=len(REASONS))[:len(REASONS)]
         verdicts.flows_total, verdicts.flows_kept = len(kept), int(np.count_nonzero(kept))
         verdicts.flows_without_partner = int(np.count_nonzero(passes & ~kept))
-        self._settle(destination, flow_reason, flow_step, metadata, verdicts, per_event_steps)
+        self._settle(destination, flow_reason, metadata, verdicts, per_event_steps)
         return verdicts, destination, metadata
 
     def _classified(self) -> Iterator[tuple]:
@@ -479,8 +466,8 @@ class Planner:
             flags = columns[4]
             yield at, columns, reason, step, (flags & FLOW) != 0, (flags & META) != 0
 
-    def _settle(self, destination: np.ndarray, flow_reason: np.ndarray, flow_step: np.ndarray, metadata: "Metadata",
-                verdicts: Verdicts, per_event_steps: bool) -> None:
+    def _settle(self, destination: np.ndarray, flow_reason: np.ndarray, metadata: "Metadata", verdicts: Verdicts,
+                per_event_steps: bool) -> None:
         """Write the flows' verdicts, then the metadata's: a pid's metadata goes
         wherever some event of that pid went."""
         flow_at = 0
@@ -491,7 +478,8 @@ class Planner:
             flow = np.flatnonzero(flags & FLOW)
             if len(flow):
                 destination[at + flow] = _destination(flow_reason[flow_at:flow_at + len(flow)],
-                                                      flow_step[flow_at:flow_at + len(flow)], per_event_steps)
+                                                      self.group_step[self.flow_group[flow_at:flow_at + len(flow)]],
+                                                      per_event_steps)
                 flow_at += len(flow)
             chunk = destination[at:at + len(flags)]
             plain = (flags & META) == 0
