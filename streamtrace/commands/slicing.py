@@ -84,7 +84,9 @@ class Selection:
         return self.steps is not None or self.max_mb is not None or self.each_step
 
 
-def _selection(steps, window, ranks, pids, drop_categories, drop_name, max_mb, each_step) -> Selection:
+def _selection(steps: str | set[int] | None, window: str | None, ranks: str | set[int] | None,
+               pids: str | Iterable[object] | None, drop_categories: Iterable[str], drop_name: str | re.Pattern | None,
+               max_mb: float | None, each_step: bool) -> Selection:
     """Flags (text or values) as a :class:`Selection`, refused early when they cannot be read."""
     try:
         pattern = re.compile(drop_name) if isinstance(drop_name, str) else drop_name
@@ -105,6 +107,8 @@ def _selection(steps, window, ranks, pids, drop_categories, drop_name, max_mb, e
 
 class SliceIndex(MergedIndex):
     """The merged index, plus step spans and flow keys in memory and per-event columns on disk."""
+
+    splits_by_ranges = False  # its spill, spans and flow keys are not in the merged index's parts
 
     def __init__(self, selection: Selection, spill_dir: str | None) -> None:
         self.selection = selection
@@ -247,7 +251,6 @@ class Verdicts:
     reasons: np.ndarray = field(default_factory=lambda: np.zeros(len(REASONS), dtype=np.int64))
     flows_total: int = 0
     flows_kept: int = 0
-    step_bytes: dict[int, int] = field(default_factory=dict)
     flows_without_partner: int = 0
 
 
