@@ -23,7 +23,7 @@ their medians are reported too.
 
 Several commands, each after its own ``--``, share the yardstick runs of a
 round (one report per command; each after the first also gets its per-round
-ratio to the first, for A/B comparisons):
+ratio to the first, e.g. a command against ``inspect`` of the same input):
 
     python scripts/bench.py big.json -- streamtrace relink {input} -o {tmp}/o.json.gz -q -j 1 \
         -- streamtrace relink {input} -o {tmp}/o.json.gz -q -j 2
@@ -176,7 +176,8 @@ def run_command(command: list[str], inputs: list[str]) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, list[dict]], args) -> dict:
+def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, list[dict]], args,
+               first: list[dict]) -> dict:
     report: dict = {
         "label": args.label or " ".join(command[:2]),
         "inputs": args.inputs,
@@ -199,6 +200,9 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         report[f"{name}_seconds"] = spread([run["seconds"] for run in theirs])
         report[f"{name}_peak_rss_mb"] = round(max(run["peak_rss_mb"] for run in theirs), 1)
         report[f"ratio_to_{name}"] = spread([mine["seconds"] / other["seconds"] for other, mine in zip(theirs, runs)])
+    if first is not runs:  # the same round's run of the first command: pairs measured under the same load
+        report["ratio_to_first_command"] = spread([mine["seconds"] / other["seconds"]
+                                                   for other, mine in zip(first, runs)])
     return report
 
 
@@ -225,10 +229,8 @@ def main() -> int:
             yardstick_runs[name].append(run_child([sys.executable, "-c", code, *args.inputs]))
         for command, runs in zip(commands, command_runs):
             runs.append(run_command(command, args.inputs))
-    reports = [report_for(command, runs, yardstick_runs, args) for command, runs in zip(commands, command_runs)]
-    for report, runs in zip(reports[1:], command_runs[1:]):  # the same round, so the same machine conditions
-        report["ratio_to_first_command"] = spread([mine["seconds"] / first["seconds"]
-                                                   for first, mine in zip(command_runs[0], runs)])
+    reports = [report_for(command, runs, yardstick_runs, args, command_runs[0])
+               for command, runs in zip(commands, command_runs)]
     print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     return 0
 

@@ -12,10 +12,11 @@ from .commands.inspect import inspect
 from .commands.merge import merge
 from .commands.redact import redact
 from .commands.relink import relink
+from .commands.slicing import slice_trace
 from .commands.split import split
 from .errors import TraceError
 from .io.redact import RedactOptions
 
 __all__ = ["RedactOptions", "TraceError", "attribute", "batch", "compact", "convert", "inspect", "merge", "redact",
-           "relink", "split"]
+           "relink", "slice_trace", "split"]
 __version__ = "0.1.0"

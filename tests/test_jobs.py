@@ -146,6 +146,9 @@ COMMANDS = {
     "convert --drop-cat": (streamtrace.convert, "out.json", {"drop_categories": ["python_function", "nope"]}),
     "split": (streamtrace.split, "ranks", {"compress": "none"}),
     "attribute": (streamtrace.attribute, "out.csv", {}),
+    "slice-window": (streamtrace.slice_trace, "out.json", {"window": "+10us:+2ms", "drop_categories": ["Trace"]}),
+    "slice-steps": (streamtrace.slice_trace, "out.json.gz", {"steps": "1"}),
+    "slice-each-step": (streamtrace.slice_trace, "steps", {"each_step": True, "compress": "none"}),
 }
 
 

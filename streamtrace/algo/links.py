@@ -18,6 +18,8 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 
+import numpy as np
+
 from .rankmap import AMBIGUOUS
 
 NO_LAUNCH = -1
@@ -65,6 +67,23 @@ class IdTable:
         if at < len(self._keys) and self._keys[at] == correlation:
             return self._values[at]
         return NO_LAUNCH
+
+    def get_many(self, ids: np.ndarray) -> np.ndarray:
+        """:meth:`get` for many ids at once (int64 in, int32 out)."""
+        out = np.full(len(ids), NO_LAUNCH, dtype=np.int32)
+        if self._dense is not None:
+            if len(self._dense):
+                table = np.frombuffer(self._dense, dtype=np.int32)
+                at = ids - self._low
+                inside = (at >= 0) & (at < len(table))
+                out[inside] = table[at[inside]]
+            return out
+        if len(self._keys):
+            keys = np.frombuffer(self._keys, dtype=np.int64)
+            at = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
+            found = keys[at] == ids
+            out[found] = np.frombuffer(self._values, dtype=np.int32)[at[found]]
+        return out
 
 
 def build_tables(launch_bucket: array, launch_id: array) -> dict[int, IdTable]:

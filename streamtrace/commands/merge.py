@@ -49,6 +49,7 @@ from ..algo.pparrows import (
     send_recv_arrows,
 )
 from ..algo.ranks import pp_group_ranks, rank_from_file_name
+from ..algo.steps import parse_int_list
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
@@ -128,14 +129,7 @@ def header_rank(path: str) -> int | None:
 
 def parse_rank_list(text: str) -> set[int]:
     """``0-7,12`` -> {0, ..., 7, 12}."""
-    ranks: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        try:
-            ranks.update(range(int(low), int(high or low) + 1))
-        except ValueError:
-            raise TraceError(f"--ranks: cannot read {part!r}; expected a list like 0-7,12") from None
-    return ranks
+    return parse_int_list(text, "--ranks")
 
 
 class MergeIndex(CompactIndex):

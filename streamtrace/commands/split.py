@@ -122,7 +122,7 @@ def with_rank(members: list[RawMember], rank: int, *, add: bool) -> list[RawMemb
     return out
 
 
-def _max_open(requested: int | None) -> int:
+def max_open_writers(requested: int | None) -> int:
     """Writers open at once: the request, else a default within the open-file limit."""
     if requested is not None:
         if requested < 1:
@@ -211,7 +211,7 @@ def split(
         existing = os.path.dirname(os.path.abspath(existing))
     if not os.access(existing, os.W_OK):  # refuse now, not after reading the whole input
         raise TraceError("output directory is not writable", path=directory)
-    group_size = _max_open(max_open)
+    group_size = max_open_writers(max_open)
     processes = resolve_jobs(jobs)
     redactor = Redactor.from_options(redact)  # one for every file: pseudonyms agree across them
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:

@@ -15,12 +15,14 @@ from array import array
 from contextlib import contextmanager
 from typing import Iterator
 
+import numpy as np
 import zstandard
 
 from ..errors import TransferError
 
 SPOOL_LEVEL = 1
 READ_BLOCK = 1 << 20
+_DTYPES = {code: np.dtype(np.int8 if code == "b" else np.uint8 if code == "B" else code) for code in "bBhHiIqd"}
 
 
 @contextmanager
@@ -133,6 +135,28 @@ class EventSpool:
                 except queue.Empty:
                     pass
 
+    def line_lengths(self) -> Iterator[np.ndarray]:
+        """The byte length of every line, in order, a block at a time (a
+        reading that never splits the text into line objects)."""
+        self.finish()
+        carry = 0
+        with open(self.path, "rb") as raw:
+            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK)
+            while True:
+                block = reader.read(READ_BLOCK)
+                if not block:
+                    break
+                ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                if not len(ends):
+                    carry += len(block)
+                    continue
+                lengths = np.diff(ends, prepend=-1) - 1  # without the newline
+                lengths[0] += carry
+                carry = len(block) - 1 - int(ends[-1])
+                yield lengths
+        if carry:
+            yield np.array([carry], dtype=np.int64)
+
     def _decompress_into(self, blocks: queue.Queue, stop: threading.Event) -> None:
         try:
             with open(self.path, "rb") as raw:
@@ -184,3 +208,45 @@ def parked(owner: object, names: tuple[str, ...], directory: str | None = None) 
             restored = bytearray(size) if typecode is None else array(typecode, bytes(size))
             file.readinto(memoryview(restored).cast("B"))
             setattr(owner, name, restored)
+
+
+class ColumnSpill:
+    """Per-event columns (typed arrays) kept on disk between the passes.
+
+    Pass 1 appends to in-memory columns; every ``CHUNK`` events they go to an
+    unnamed temporary file, so memory stays constant however many events
+    there are.  :meth:`chunks` gives them back in order as numpy arrays.
+    """
+
+    CHUNK = 1 << 16
+
+    def __init__(self, typecodes: str, directory: str | None = None) -> None:
+        self._typecodes = typecodes
+        self._file = tempfile.TemporaryFile(prefix="streamtrace-columns-", dir=directory)
+        self.columns = tuple(array(code) for code in typecodes)
+        self._sizes: list[int] = []
+
+    def full(self) -> bool:
+        return len(self.columns[0]) >= self.CHUNK
+
+    def flush(self) -> None:
+        """Move the in-memory columns to the file."""
+        count = len(self.columns[0])
+        if not count:
+            return
+        for column in self.columns:
+            if len(column) != count:
+                raise ValueError("spilled columns differ in length")
+            column.tofile(self._file)
+            del column[:]
+        self._sizes.append(count)
+
+    def chunks(self) -> Iterator[tuple[np.ndarray, ...]]:
+        """The columns, a chunk at a time, in the order they were added."""
+        self.flush()
+        self._file.seek(0)
+        for count in self._sizes:
+            yield tuple(np.fromfile(self._file, dtype=_DTYPES[code], count=count) for code in self._typecodes)
+
+    def close(self) -> None:
+        self._file.close()

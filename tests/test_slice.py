@@ -1,0 +1,381 @@
+"""``slice`` against a plain in-memory oracle over ``json.load`` of small generated traces.
+
+The oracle restates the selection rules from the issue, independently of the
+streaming code: steps from ``ProfilerStep#N`` spans per rank (an event is in
+a step when its start is in the span), GPU events with the step of their
+launch found by (rank, correlation), windows by overlap, flows kept only
+when a start and an end of the same flow are both kept, metadata of the
+pids that keep an event.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import REAL_TRACES, ROOT, TRACES, load_json
+
+import streamtrace
+from streamtrace.algo.steps import parse_int_list
+from streamtrace.commands import slicing
+from streamtrace.errors import TraceError
+from streamtrace.synth import SynthConfig, write_traces
+
+GPU = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
+RUNTIME = {"cuda_runtime", "cuda_driver"}
+UNIT = {"us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[str, Path]:
+    """A single-rank trace and a merged 8-rank one, 8 steps each."""
+    directory = tmp_path_factory.mktemp("slice")
+    write_traces(SynthConfig(ranks=1, pp_stages=1, microbatches=2, steps=8, graph_kernels=8, graph_streams=4),
+                 directory / "one", compress="none", merged=False)
+    write_traces(SynthConfig(ranks=8, pp_stages=2, microbatches=2, steps=8, graph_kernels=8, graph_streams=4),
+                 directory / "k8", compress="none")
+    return {"single": directory / "one" / "rank0_trace.json", "merged": directory / "k8" / "merged_trace.json"}
+
+
+# --- the oracle ---------------------------------------------------------------------------------
+
+
+def rank_of(event: dict, file_rank: int | None) -> int | None:
+    args = event.get("args")
+    if isinstance(args, dict) and isinstance(args.get("rank"), int):
+        return args["rank"]
+    return file_rank
+
+
+def time_of(text: str, first: float) -> float:
+    relative = text.startswith("+")
+    number = re.fullmatch(r"([0-9.]+)(us|ms|s)?", text.lstrip("+"))
+    value = float(number.group(1)) * UNIT[number.group(2) or "us"]
+    return first + value if relative else value
+
+
+def oracle(document: dict, *, steps=None, window=None, ranks=None, pids=None, drop_cat=(), drop_name=None,
+           every_step: bool = False):
+    """The kept events in input order (and, with ``every_step``, per step number)."""
+    events = document["traceEvents"]
+    info = document.get("distributedInfo")
+    file_rank = info.get("rank") if isinstance(info, dict) else None
+    spans: dict[int | None, list[tuple[float, float, int]]] = {}
+    for event in events:
+        match = re.fullmatch(r"ProfilerStep#(\d+)", str(event.get("name")))
+        if match and event.get("cat") in ("user_annotation", "cpu_op") and event.get("ph") == "X":
+            spans.setdefault(rank_of(event, file_rank), []).append(
+                (event["ts"], event["ts"] + event["dur"], int(match.group(1))))
+
+    def step_at(rank, ts):
+        for start, end, number in spans.get(rank, []):
+            if start <= ts < end or ts == start:
+                return number
+        return None
+
+    launches = {}
+    for event in events:
+        if event.get("cat") in RUNTIME and "correlation" in event.get("args", {}):
+            launches.setdefault((rank_of(event, file_rank), event["args"]["correlation"]), event)
+
+    def step_of(event):
+        rank = rank_of(event, file_rank)
+        if event.get("cat") in GPU and event.get("ph") == "X":
+            launch = launches.get((rank, event.get("args", {}).get("correlation")))
+            if launch is not None:
+                return step_at(rank, launch["ts"])
+        return step_at(rank, event["ts"]) if "ts" in event else None
+
+    first = min(event["ts"] for event in events if event.get("ph") != "M" and "ts" in event)
+    low = high = None
+    if window is not None:
+        start, end = window.split(":")
+        low = time_of(start, first) if start else -math.inf
+        high = time_of(end, first) if end else math.inf
+
+    def passes(event):
+        rank = rank_of(event, file_rank)
+        if event.get("cat") in drop_cat or (drop_name and re.search(drop_name, str(event.get("name")))):
+            return False
+        if pids is not None and str(event.get("pid")) not in pids:
+            return False
+        if ranks is not None and rank not in ranks:
+            return False
+        if window is not None:
+            ts = event.get("ts")
+            if ts is None or not (ts + event.get("dur", 0) >= low and ts <= high):
+                return False
+        return True
+
+    place = {}  # event position -> step number (steps mode)
+    for position, event in enumerate(events):
+        if event.get("ph") not in ("M", "s", "t", "f"):
+            place[position] = step_of(event)
+    flows: dict[tuple, list[int]] = {}
+    for position, event in enumerate(events):
+        if event.get("ph") in ("s", "t", "f"):
+            rank = rank_of(event, file_rank) if event.get("cat") == "ac2g" else None
+            flows.setdefault((rank, event.get("cat"), event.get("id")), []).append(position)
+    for members in flows.values():
+        starts = [events[p] for p in members if events[p]["ph"] == "s"]
+        group_step = step_at(rank_of(starts[0], file_rank), starts[0]["ts"]) if starts else None
+        for position in members:
+            place[position] = group_step
+
+    def selected(position):
+        event = events[position]
+        if not passes(event):
+            return False
+        return steps is None or place[position] in steps
+
+    keep = {position for position, event in enumerate(events)
+            if event.get("ph") not in ("M", "s", "t", "f") and selected(position)}
+    for members in flows.values():
+        passing = [p for p in members if selected(p)]
+        if any(events[p]["ph"] == "s" for p in passing) and any(events[p]["ph"] != "s" for p in passing):
+            keep.update(passing)
+    kept_pids = {str(events[p].get("pid")) for p in keep}
+    keep.update(p for p, event in enumerate(events) if event.get("ph") == "M" and str(event.get("pid")) in kept_pids)
+    return [events[p] for p in sorted(keep)]
+
+
+def output_events(path: Path) -> list[bytes]:
+    """The event lines of a slice output, as written."""
+    text = path.read_bytes()
+    body = text[text.index(b'"traceEvents": [\n') + 17:text.rindex(b"\n]")]
+    return [line.rstrip(b",") for line in body.split(b"\n")] if body else []
+
+
+def assert_same(output: Path, expected: list[dict], document: dict) -> None:
+    """Same events as the oracle, in input order, byte for byte; same top-level keys."""
+    assert output_events(output) == [orjson.dumps(event) for event in expected]
+    written = json.loads(output.read_bytes())
+    assert list(written) == list(document)
+    assert {k: v for k, v in written.items() if k != "traceEvents"} == {
+        k: v for k, v in document.items() if k != "traceEvents"}
+
+
+def dangling(events: list[dict]) -> int:
+    """Flow ends whose flow has no start in the same file (and starts without an end)."""
+    keys: dict[tuple, set[str]] = {}
+    for event in events:
+        if event.get("ph") in ("s", "t", "f"):
+            rank = event.get("args", {}).get("rank") if event.get("cat") == "ac2g" else None
+            keys.setdefault((rank, event.get("cat"), event.get("id")), set()).add(
+                "start" if event["ph"] == "s" else "end")
+    return sum(1 for sides in keys.values() if sides != {"start", "end"})
+
+
+SELECTIONS = [
+    {"steps": "3,5-6"},
+    {"steps": "0"},
+    {"window": "+1ms:+3.5ms"},
+    {"window": ":+0.8ms"},
+    {"ranks": "0-1,6"},
+    {"steps": "2-3", "ranks": "3", "drop_cat": ["python_function"]},
+    {"window": "+2ms:", "drop_name": "^nccl", "pids": "100003,0"},
+]
+
+
+def oracle_options(options: dict) -> dict:
+    out = dict(options)
+    if "steps" in out:
+        out["steps"] = {int(n) for part in out["steps"].split(",")
+                        for n in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+    if "ranks" in out:
+        out["ranks"] = {int(n) for part in out["ranks"].split(",")
+                        for n in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+    if "pids" in out:
+        out["pids"] = set(out["pids"].split(","))
+    return out
+
+
+def library_options(options: dict) -> dict:
+    out = dict(options)
+    if "drop_cat" in out:
+        out["drop_categories"] = out.pop("drop_cat")
+    return out
+
+
+@pytest.mark.parametrize("kind", ["single", "merged"])
+@pytest.mark.parametrize("options", SELECTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_selection_matches_the_oracle(kind, options, traces, tmp_path):
+    if kind == "single" and "ranks" in options and "steps" not in options:
+        options = {**options, "ranks": "0"}
+    document = load_json(traces[kind])
+    out = tmp_path / "out.json"
+    summary = streamtrace.slice_trace(traces[kind], out, **library_options(options))
+    expected = oracle(document, **oracle_options(options))
+    assert_same(out, expected, document)
+    assert summary["events_written"] == len(expected)
+    assert summary["events_read"] == len(document["traceEvents"])
+    assert summary["events_written"] + sum(summary["events_dropped"].values()) == summary["events_read"]
+    assert dangling(expected) == 0
+
+
+@pytest.mark.parametrize("kind", ["single", "merged"])
+def test_lagging_gpu_work_stays_with_the_step_that_launched_it(kind, traces, tmp_path):
+    document = load_json(traces[kind])
+    events = document["traceEvents"]
+    step_end = {}
+    for event in events:
+        if str(event.get("name")).startswith("ProfilerStep#") and event.get("cat") == "user_annotation":
+            step_end[(event.get("args", {}).get("rank"), int(event["name"].split("#")[1]))] = (
+                event["ts"], event["ts"] + event["dur"])
+    launches = {(e.get("args", {}).get("rank"), e["args"]["correlation"]): e for e in events
+                if e.get("cat") in RUNTIME and "correlation" in e.get("args", {})}
+    lagging = []
+    for event in events:
+        if event.get("cat") in GPU:
+            rank = event["args"].get("rank")
+            launch = launches[(rank, event["args"]["correlation"])]
+            for (step_rank, number), (start, end) in step_end.items():
+                if step_rank == rank and start <= launch["ts"] < end and event["ts"] >= end:
+                    lagging.append((number, event))
+    assert lagging, "the generated trace has no GPU work running after its step: the test would prove nothing"
+    number, event = lagging[len(lagging) // 2]
+    line = orjson.dumps(event)
+    streamtrace.slice_trace(traces[kind], tmp_path / "own.json", steps={number})
+    streamtrace.slice_trace(traces[kind], tmp_path / "next.json", steps={number + 1})
+    assert line in output_events(tmp_path / "own.json")
+    assert line not in output_events(tmp_path / "next.json")
+
+
+@pytest.mark.parametrize("open_files", [None, 3])
+@pytest.mark.parametrize("kind", ["single", "merged"])
+def test_each_step_files_add_up(kind, open_files, traces, tmp_path, monkeypatch):
+    if open_files is not None:  # several readings of the spool, a group of files each
+        monkeypatch.setattr(slicing, "max_open_writers", lambda requested: open_files)
+    document = load_json(traces[kind])
+    summary = streamtrace.slice_trace(traces[kind], tmp_path / "steps", each_step=True)
+    assert sorted(summary["files"]) == sorted(f"step{n}.json.gz" for n in range(8))
+    metadata_total = 0
+    stepped = oracle(document, steps=set(range(8)))
+    for number in range(8):
+        path = tmp_path / "steps" / f"step{number}.json.gz"
+        expected = oracle(document, steps={number})
+        written = load_json(path)
+        assert written["traceEvents"] == expected
+        assert list(written) == list(document)
+        assert dangling(written["traceEvents"]) == 0
+        metadata_total += sum(1 for event in expected if event["ph"] == "M")
+    in_steps = [event for event in stepped if event["ph"] != "M"]
+    stepped_metadata = sum(1 for event in stepped if event["ph"] == "M")
+    assert summary["events_written"] == len(in_steps) + metadata_total
+    assert metadata_total == 8 * stepped_metadata  # every pid has events in every step: its metadata in every file
+
+
+@pytest.mark.parametrize("kind", ["single", "merged"])
+def test_max_mb_takes_the_longest_run_that_fits(kind, traces, tmp_path):
+    document = load_json(traces[kind])
+
+    def exact_size(numbers: set[int]) -> int:
+        out = tmp_path / "probe.json"
+        streamtrace.slice_trace(traces[kind], out, steps=numbers, overwrite=True)
+        assert output_events(out) == [orjson.dumps(e) for e in oracle(document, steps=numbers)]
+        return out.stat().st_size
+
+    three, four = exact_size({0, 1, 2}), exact_size({0, 1, 2, 3})
+    limit_mb = (three + (four - three) // 2) / 1e6
+    out = tmp_path / "fit.json"
+    summary = streamtrace.slice_trace(traces[kind], out, max_mb=limit_mb)
+    assert summary["steps_selected"] == [0, 1, 2]
+    assert out.stat().st_size <= limit_mb * 1e6
+    assert output_events(out) == [orjson.dumps(e) for e in oracle(document, steps={0, 1, 2})]
+    summary = streamtrace.slice_trace(traces[kind], out, max_mb=(four - 1) / 1e6, overwrite=True)
+    assert summary["steps_selected"] == [0, 1, 2]  # one byte short of four steps: the estimate never undercounts
+    assert streamtrace.slice_trace(traces[kind], out, max_mb=(four + 5000) / 1e6, overwrite=True)[
+        "steps_selected"] == [0, 1, 2, 3]  # nor overcounts by more than a few metadata lines
+    summary = streamtrace.slice_trace(traces[kind], out, max_mb=limit_mb, steps="4-7", overwrite=True)
+    assert summary["steps_selected"][0] == 4 and len(summary["steps_selected"]) in (2, 3)
+    with pytest.raises(TraceError, match="alone needs"):
+        streamtrace.slice_trace(traces[kind], tmp_path / "tiny.json", max_mb=0.01)
+    assert not (tmp_path / "tiny.json").exists()
+
+
+def test_flow_halves_cut_by_a_window_are_dropped_and_counted(traces, tmp_path):
+    document = load_json(traces["merged"])
+    summary = streamtrace.slice_trace(traces["merged"], tmp_path / "w.json", window="+1ms:+1.2ms")
+    expected = oracle(document, window="+1ms:+1.2ms")
+    assert_same(tmp_path / "w.json", expected, document)
+    assert summary["flow_events_dropped_without_partner"] > 0
+    assert summary["events_dropped"]["flow_half_without_partner"] == summary["flow_events_dropped_without_partner"]
+    assert summary["flow_events_kept"] == sum(1 for e in expected if e["ph"] in ("s", "t", "f"))
+
+
+def test_steps_found_per_rank(traces, tmp_path):
+    summary = streamtrace.slice_trace(traces["merged"], tmp_path / "s.json",
+                                      steps="1")
+    assert summary["steps_found"] == {str(rank): "0-7" for rank in range(8)}
+    assert summary["steps_selected"] == [1]
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"steps": "x"}, "--steps: cannot read"),
+    ({"window": "5"}, "has no ':'"),
+    ({"window": "1h:2h"}, "--window: cannot read"),
+    ({"drop_name": "("}, "not a regular expression"),
+    ({"steps": "99"}, "none of the steps"),
+    ({"max_mb": 0}, "positive"),
+])
+def test_bad_selections_are_refused_in_one_line(bad, words, traces, tmp_path):
+    with pytest.raises(TraceError, match=words):
+        streamtrace.slice_trace(traces["single"], tmp_path / "out.json", **bad)
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_trace_without_steps_is_refused_for_step_selections(tmp_path):
+    trace = tmp_path / "plain.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    with pytest.raises(TraceError, match="no ProfilerStep"):
+        streamtrace.slice_trace(trace, tmp_path / "out.json", steps="1")
+
+
+def names_steps(path: Path) -> bool:
+    raw = path.read_bytes()
+    return b"ProfilerStep#" in (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+STEPPED_REAL = [path for path in REAL_TRACES + sorted((TRACES / "dlrm_8ranks").glob("*.json.gz")) if names_steps(path)]
+
+
+@pytest.mark.parametrize("trace", STEPPED_REAL, ids=lambda p: p.name)
+def test_one_step_of_a_real_trace_round_trips_through_inspect_and_compact(trace, tmp_path):
+    document = load_json(trace)
+    found = streamtrace.slice_trace(trace, tmp_path / "all.json", steps=None, window=":")["steps_found"]
+    numbers = sorted({n for ranges in found.values() for n in parse_int_list(ranges, "steps")})
+    assert numbers, "the trace names ProfilerStep# but no span was found"
+    number = numbers[len(numbers) // 2]
+    out = tmp_path / "step.json"
+    streamtrace.slice_trace(trace, out, steps={number})
+    expected = oracle(document, steps={number})
+    assert_same(out, expected, document)
+    assert dangling(expected) == 0
+    written = load_json(out)
+    inspected = streamtrace.inspect(out)
+    assert inspected["events"] == len(written["traceEvents"]) > 0
+    streamtrace.compact(out, tmp_path / "compacted.json.gz")
+
+
+def test_cli_prints_the_summary_and_refuses_in_one_line(traces, tmp_path):
+    run = [sys.executable, "-m", "streamtrace", "slice", str(traces["single"]), "-q"]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([*run, "-o", str(tmp_path / "s.json.gz"), "--steps", "2-3", "--drop-cat", "python_function"],
+                          capture_output=True, text=True, env=environment, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["steps_selected"] == [2, 3] and summary["output"] == str(tmp_path / "s.json.gz")
+    assert load_json(tmp_path / "s.json.gz")["traceEvents"] == oracle(
+        load_json(traces["single"]), steps={2, 3}, drop_cat=("python_function",))
+    refused = subprocess.run([*run, "-o", str(tmp_path / "t.json"), "--window", "later"], capture_output=True,
+                             text=True, env=environment, timeout=120)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("streamtrace: error: --window: 'later' has no ':'") and refused.stderr.count("\n") == 1
+    assert not (tmp_path / "t.json").exists()
