@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 MMAP_THRESHOLD_MAX = 32 << 20  # where glibc's own threshold ends once large buffers were freed
+TRIM_THRESHOLD = 32 << 20  # free heap top kept while buffers come from the OS (see buffers_from_os)
 
 
 def peak_rss_mb() -> float:
@@ -90,8 +91,11 @@ def buffers_from_os(threshold: int) -> Iterator[None]:
     rises to the size of any large buffer freed, and keeps freed heap pages
     resident: growing index arrays and short-lived scratch then pile up
     there.  A fixed threshold hands buffers from ``threshold`` bytes on to
-    the OS and back as they are freed; trims hand back the heap's free
-    pages.  Usable as a decorator.
+    the OS and back as they are freed; a trim on entry hands back the heap's
+    free pages.  The heap's top is trimmed from :data:`TRIM_THRESHOLD` on,
+    not lower: the few MB of event dicts that each parsed chunk frees would
+    otherwise go back to the OS and fault in again at the next chunk.
+    Usable as a decorator.
     """
     controls = _malloc()
     if controls is None:
@@ -100,7 +104,7 @@ def buffers_from_os(threshold: int) -> Iterator[None]:
     tune = controls[1]
     trim_heap()
     tune(M_MMAP_THRESHOLD, threshold)
-    tune(M_TRIM_THRESHOLD, threshold)
+    tune(M_TRIM_THRESHOLD, max(threshold, TRIM_THRESHOLD))
     try:
         yield
     finally:

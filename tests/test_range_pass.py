@@ -33,9 +33,11 @@ class InProcessHandOff:
         self.parsed: list[dict] = []
         self.chunks = 0
         self.refused = False
+        self.input = b""
 
-    def submit(self, text: bytes) -> int:
+    def submit(self, text: bytes, offset: int | None) -> int:
         assert not self.refused, "a chunk handed off after a refusal"
+        assert offset is not None and self.input[offset:offset + len(text)] == text  # where a worker would read it
         number = self.chunks
         self.chunks += 1
         events = chunk_events(text)
@@ -52,6 +54,7 @@ class InProcessHandOff:
 
 def read_with_hand_off(data: bytes, hand_off: InProcessHandOff, chunk_bytes: int) -> list[dict]:
     """Every event, in order: the chunks the hand-off parsed, then what the reader parsed itself."""
+    hand_off.input = data
     with InputSource(io.BytesIO(data)) as source:
         reader = TraceReader(source.open(), ReadMode())
         here = [event for batch in reader.batches(hand_off=hand_off, chunk_bytes=chunk_bytes) for event in batch]
@@ -174,3 +177,13 @@ def test_joined_index_equals_one_process_for_any_chunking(tmp_path_factory, monk
     streamtrace.compact(str(trace), str(compact_many), jobs=workers)
     assert compact_many.read_bytes() == compact_one.read_bytes()
     assert len(events_of(load_json(compact_many))) == len(events_of(load_json(compact_one)))
+
+
+def test_a_repaired_byte_early_on_keeps_workers_off_the_file(tmp_path, ranges_only):
+    """After an invalid UTF-8 byte is repaired the text read differs from the
+    file's bytes: chunks then go to the workers as text, not as file places."""
+    data = pretty_trace(3000).replace(b'"k3"', b'"k\xff3"', 1)
+    trace = tmp_path / "repaired.json"
+    trace.write_bytes(data)
+    assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
+    assert ranges_only == [True, True, True]

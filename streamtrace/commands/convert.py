@@ -141,7 +141,7 @@ def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int
             def on_header(members: list) -> None:
                 writers.append(TraceWriter(out, members, target.redactor))
 
-            def on_batch(payload: memoryview) -> None:
+            def on_batch(payload: memoryview, _flagged: bool) -> None:
                 kept, *gone = counts.unpack_from(payload)
                 writers[0].events(JoinedLines(bytes(payload[counts.size:]), kept))
                 dropped[:] = map(int.__add__, dropped, gone)

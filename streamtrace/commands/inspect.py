@@ -49,6 +49,7 @@ class InspectVisitor:
         self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
         if self.secrets is not None:
             self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
+            self.screen_batch = self.secrets.finder.suspicious  # ... and may run this first test elsewhere
         self.counts: dict[tuple, int] = {}
         self.pid_names: dict[object, str] = {}
         self.pid_rank_args: dict[object, int] = {}

@@ -26,6 +26,7 @@ position.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import signal
 import struct
@@ -44,8 +45,10 @@ from ..resources import frozen_heap, gc_paused
 
 CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, and a worker holds one chunk's events
 IN_FLIGHT = 2  # chunks per worker handed out and not yet taken back: bounds memory
-_PART, _REFUSED, _FAILED = b"P", b"R", b"F"
+_PART, _REFUSED, _FAILED = b"P", b"R", b"F"  # results
+_TEXT, _RANGE = b"T", b"O"  # tasks: a chunk's text, or where it is in the input file
 _SIZES = struct.Struct("<QQ")  # events in the chunk, bytes of the pickled part
+_PLACE = struct.Struct("<QQ")  # a chunk's offset and length in the input file
 
 
 class PartVisitor(Protocol):
@@ -76,8 +79,12 @@ class IndexWorkers:
     Use as a context manager: on exit every worker is stopped."""
 
     def __init__(self, make_visitor: Callable[[], PartVisitor], workers: int, visitor: PartVisitor,
-                 spool: EventSpool | None) -> None:
+                 spool: EventSpool | None, input_file: str | None = None) -> None:
+        """``input_file``: a plain local file the input's bytes are; workers
+        then read each chunk from it themselves, given its place, instead of
+        receiving its text through a pipe."""
         self.visitor = visitor
+        self._input_file = input_file
         self.spool = spool
         self.events = 0  # events absorbed so far
         self._sent = self._taken = 0
@@ -95,7 +102,8 @@ class IndexWorkers:
                 self._results.append(results_in)
                 process = context.Process(
                     target=_worker_main, daemon=True,
-                    args=(make_visitor, spool is not None, tasks_out, results_out, self._tasks + self._results))
+                    args=(make_visitor, spool is not None, input_file, tasks_out, results_out,
+                          self._tasks + self._results))
                 with frozen_heap():
                     process.start()
                 tasks_out.close()
@@ -106,12 +114,16 @@ class IndexWorkers:
             raise
         self._senders = [_Sender(connection) for connection in self._tasks]
 
-    def submit(self, text: bytes) -> int:
-        """Hand the text of a chunk of elements to the next worker; return
-        how many chunks are absorbed (see :class:`HandOff`)."""
+    def submit(self, text: bytes, offset: int | None) -> int:
+        """Hand a chunk of elements to the next worker; return how many
+        chunks are absorbed (see :class:`HandOff`)."""
         if self._sent - self._taken >= IN_FLIGHT * len(self._processes):
             self._take()
-        self._senders[self._sent % len(self._processes)].send(text)
+        if self._input_file is not None and offset is not None:
+            task = _RANGE + _PLACE.pack(offset, len(text))
+        else:
+            task = _TEXT + text
+        self._senders[self._sent % len(self._processes)].send(task)
         self._sent += 1
         return self._taken
 
@@ -207,7 +219,8 @@ class _Sender:
 
 
 @gc_paused()
-def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, tasks, results, inherited: list) -> None:
+def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, input_file: str | None, tasks, results,
+                 inherited: list) -> None:
     """Index each chunk sent until the sending side closes; send back, per
     chunk, the part and the compressed spool lines, or a refusal.
 
@@ -222,12 +235,14 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, tasks, 
         visitor = make_visitor()
         visit = visitor.visit
         compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
+        chunk_of = _chunk_reader(input_file)
         while True:
             try:
-                text = tasks.recv_bytes()
+                task = tasks.recv_bytes()
             except EOFError:
                 return
-            events = chunk_events(text)
+            text = chunk_of(task)
+            events = None if text is None else chunk_events(text)
             if events is None:
                 results.send_bytes(_REFUSED)
                 return
@@ -247,6 +262,21 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, tasks, 
         results.close()
 
 
+def _chunk_reader(input_file: str | None) -> Callable[[bytes], bytes | None]:
+    """A worker's way from a task to the chunk's text (None: the file no
+    longer holds as many bytes, so it changed under us: refuse the chunk)."""
+    descriptor = os.open(input_file, os.O_RDONLY) if input_file is not None else None
+
+    def chunk_of(task: bytes) -> bytes | None:
+        if task[:1] == _TEXT:
+            return task[1:]
+        offset, length = _PLACE.unpack_from(task, 1)
+        text = os.pread(descriptor, length, offset)
+        return text if len(text) == length else None
+
+    return chunk_of
+
+
 def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor], spool: EventSpool | None,
                     workers: int, progress: Progress | None = None) -> tuple[PartVisitor, ReadStats] | None:
     """Pass 1 with ``workers`` processes indexing chunks (see the module's
@@ -257,11 +287,13 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
     if not splits_by_ranges(visitor):
         return None
     indexed_here = 0  # events of the array's end, parsed and indexed in this process
-    with IndexWorkers(make_visitor, workers, visitor, spool) as pool:
+    stream = source.open()
+    input_file = source.file_bytes if stream.compression == "none" else None
+    with IndexWorkers(make_visitor, workers, visitor, spool, input_file) as pool:
         tick = None
         if progress is not None:
             tick = lambda reader: progress.update("pass 1", reader.raw_bytes_read, pool.events + indexed_here)  # noqa: E731
-        reader = TraceReader(source.open(), ReadMode(), on_chunk=tick)
+        reader = TraceReader(stream, ReadMode(), on_chunk=tick)
         try:
             for batch in reader.batches(hand_off=pool, chunk_bytes=CHUNK_BYTES):
                 for event in batch:

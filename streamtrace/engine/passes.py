@@ -52,7 +52,10 @@ BatchScan = Callable[["bytes | memoryview | None", list, int], None]
 """A visitor's optional ``scan_batch(text, events, first_index)``: called
 per batch with the events and their JSON text when it is at hand (one
 array, lines, or the input's own text; else None), for checks cheaper on
-text than event by event (secret detection)."""
+text than event by event (secret detection).  A visitor that has it may
+also have ``screen_batch(text) -> bool``, the scan's cheap first test: when
+a parse child reads, the child runs it and the scan is called only for the
+batches it flags, so the main process, which runs the visitor, does less."""
 
 
 class EmitPlan:
@@ -238,6 +241,7 @@ def index_pass(
         visitor = make_visitor()
         visit = visitor.visit
         scan: BatchScan | None = getattr(visitor, "scan_batch", None)
+        screen = getattr(visitor, "screen_batch", None)  # the scan's cheap first test, run in the child
 
         visitor_event: list = [None]  # the event being visited, for errors raised on it
         visited = [0]
@@ -245,19 +249,19 @@ def index_pass(
         # exact mode: orjson alone would round ints beyond 64 bits and refuse huge floats
         decode = loads_spooled if mode.exact_numbers else loads
 
-        def index_batch(batch: memoryview) -> None:
+        def index_batch(batch: memoryview, flagged: bool) -> None:
             events = decode(batch)
             first = visited[0]
             for event in events:
                 visitor_event[0] = event
                 visited[0] += 1
                 visit(event)
-            if scan is not None:
+            if scan is not None and flagged:
                 scan(batch, events, first)
 
         try:
             return visitor, parseproc.parse_in_child(source, mode, spool, index_batch, salvage=salvage,
-                                                     progress=progress)
+                                                     progress=progress, screen=screen)
         except TypeError:
             raise_if_container_field(visitor_event[0])
             raise

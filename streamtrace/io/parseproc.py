@@ -35,7 +35,7 @@ MIN_BYTES = 16 << 20  # below this a child process costs more than it saves
 _HEADER, _BATCH, _DONE, _FAILED = b"H", b"B", b"D", b"F"
 Encoder = Callable[[list, int], "tuple[bytes | memoryview, bytes | memoryview | None]"]
 """(events, index of the first) -> (what the parent receives, the spool's lines or None)."""
-_PROGRESS = struct.Struct("<QQ")  # raw bytes read, events so far
+_PROGRESS = struct.Struct("<QQ?")  # raw bytes read, events so far, whether the batch was flagged
 
 
 def available(source: InputSource) -> bool:
@@ -49,19 +49,22 @@ def parse_in_child(
     source: InputSource,
     mode: ReadMode,
     spool: EventSpool | None,
-    on_batch: Callable[[memoryview], None],
+    on_batch: Callable[[memoryview, bool], None],
     *,
     salvage: bool = False,
     progress: Progress | None = None,
     label: str = "pass 1",
     encode: Encoder = dumped_batch,
     on_header: Callable[[list], None] | None = None,
+    screen: Callable[[bytes | memoryview], bool] | None = None,
 ) -> ReadStats:
     """Parse ``source`` in a child that writes the event lines to ``spool``
     (from scratch; None: no spool); call ``on_batch`` with each batch, in
     order, as ``encode`` makes it in the child (by default the text of one
-    JSON array of the events); return the reading's stats.  ``on_header``
-    gets the members before the events as soon as they are known.
+    JSON array of the events), and with whether ``screen`` (run in the
+    child, which has time to spare) flags that text (True when no
+    ``screen``); return the reading's stats.  ``on_header`` gets the members
+    before the events as soon as they are known.
 
     ``spool`` is finished here: its file is the child's to write.  Errors
     raised while parsing (:class:`TraceError`, a request to reread in a
@@ -73,7 +76,7 @@ def parse_in_child(
     receiver, sender = context.Pipe(duplex=False)
     widen_pipe(sender)
     child = context.Process(target=_child_main, daemon=True,
-                            args=(source.path, mode, salvage, spool and spool.path, encode, sender, receiver))
+                            args=(source.path, mode, salvage, spool and spool.path, encode, screen, sender, receiver))
     with frozen_heap():
         child.start()
     sender.close()
@@ -85,8 +88,8 @@ def parse_in_child(
                 raise TraceError(f"the parser process stopped unexpectedly (exit status {child.exitcode})") from None
             tag, body = message[:1], memoryview(message)[1:]
             if tag == _BATCH:
-                raw_bytes, events = _PROGRESS.unpack_from(body)
-                on_batch(body[_PROGRESS.size:])
+                raw_bytes, events, flagged = _PROGRESS.unpack_from(body)
+                on_batch(body[_PROGRESS.size:], bool(flagged))
                 if progress is not None:
                     progress.update(label, raw_bytes, events)
             elif tag == _HEADER:
@@ -106,7 +109,7 @@ def parse_in_child(
 
 @gc_paused()
 def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None, encode: Encoder,
-                sender, receiver) -> None:
+                screen: Callable[[bytes | memoryview], bool] | None, sender, receiver) -> None:
     """Parse ``path``, spool and send event lines in batches, then the stats or the failure.
 
     The inherited reading end is closed first: if the parent dies, the next
@@ -132,7 +135,8 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
                     done += len(batch)
                     if spool is not None:
                         spool.add_text(lines)
-                    sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done), payload)))
+                    flagged = screen is None or screen(payload)
+                    sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done, flagged), payload)))
             if spool is not None:
                 spool.finish()
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))

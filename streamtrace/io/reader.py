@@ -246,8 +246,10 @@ class HandOff(Protocol):
     """Whoever parses the chunks :meth:`TraceReader.batches` hands off, in
     order; both methods raise :class:`ChunkRefused` when a chunk failed."""
 
-    def submit(self, text: bytes) -> int:
-        """Take the text of the next chunk; return how many chunks so far were parsed."""
+    def submit(self, text: bytes, offset: int | None) -> int:
+        """Take the text of the next chunk, found at ``offset`` of the input
+        itself (None: the bytes read differ from the input's, as after a
+        repair); return how many chunks so far were parsed."""
 
     def settle(self) -> int:
         """Wait until every chunk is parsed; return their number."""
@@ -458,11 +460,12 @@ class TraceReader:
                     cut = _likely_cut(data, start, separator)
                     if cut is None:
                         continue  # one large element: read on
-                    text = data[start:cut[0]]
+                    cut_from, text = start, data[start:cut[0]]
                     unconfirmed.add(data_offset + start, text, data[cut[0]:cut[1]])
                     start = cut[1]
                     try:
-                        unconfirmed.confirm(hand_off.submit(text))
+                        at_input = None if feed.repaired_utf8 else data_offset + cut_from
+                        unconfirmed.confirm(hand_off.submit(text, at_input))
                         continue
                     except ChunkRefused as refusal:
                         take_back(refusal)

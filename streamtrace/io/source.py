@@ -231,6 +231,12 @@ class InputSource:
         return self._path
 
     @property
+    def file_bytes(self) -> str | None:
+        """The local file whose bytes a reading (once opened) decodes: the
+        trace file itself, not an archive or a copy holding it."""
+        return self._path if self._inner is None else None
+
+    @property
     def location(self) -> str | None:
         """The local path, the URL, or ``ARCHIVE!MEMBER`` for a member: what
         an output must not overwrite."""
