@@ -365,7 +365,7 @@ def test_one_step_of_a_real_trace_round_trips_through_inspect_and_compact(trace,
 
 
 def test_cli_prints_the_summary_and_refuses_in_one_line(traces, tmp_path):
-    run = [sys.executable, "-m", "streamtrace", "slice", str(traces["single"]), "-q"]
+    run = [sys.executable, "-m", "streamtrace", "slice", str(traces["single"]), "-q", "--json"]
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([*run, "-o", str(tmp_path / "s.json.gz"), "--steps", "2-3", "--drop-cat", "python_function"],
                           capture_output=True, text=True, env=environment, timeout=120)

@@ -24,6 +24,7 @@ def redact(
     overwrite: bool = False,
     salvage: bool = False,
     spool_dir: str | None = None,
+    reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
 ) -> dict:
@@ -35,4 +36,4 @@ def redact(
     dst = default_output(src, "_redacted") if dst is None else dst
     options = RedactOptions(rules, tuple(patterns), tuple(pseudonymize))
     return convert(src, dst, compress=compress, level=level, overwrite=overwrite, salvage=salvage,
-                   spool_dir=spool_dir, progress=progress, jobs=jobs, redact=options)
+                   spool_dir=spool_dir, reread_remote=reread_remote, progress=progress, jobs=jobs, redact=options)

@@ -87,6 +87,9 @@ class Redactor:
                 value = _loads_member(raw)
                 new = self.finder.redact(value, [key], self.findings)
             except RecursionError:
+                if not self.finder.suspicious(raw):  # nothing a secret could hide in: kept as it is
+                    out.append((key, raw))
+                    continue
                 raise _too_deep(f"top-level key {key!r}") from None
             out.append((key, raw if new is value or not self.replace else dumps_event(new)))
         return out
