@@ -6,7 +6,7 @@ import pytest
 from conftest import TRACES
 from fuzz_mutants import COMMANDS, OUTCOMES, fuzz, load_traces, make_mutant, table
 
-MUTANTS = 200
+MUTANTS = 300
 MAX_BYTES = 700_000  # the smaller real traces keep the run near a minute
 
 

@@ -269,27 +269,20 @@ def command_line(command: Command, trace: Path, workdir: Path, *, output_dir: Pa
 
 def run_measured(argv: list[str], workdir: Path) -> tuple[int | None, bytes, bytes, float]:
     """Run ``argv`` as a child: exit status (None: killed after the timeout),
-    stdout, stderr and the child's peak RSS in MiB (from ``wait4``)."""
+    stdout, stderr and the child's peak RSS in MiB (through ``measure.py``,
+    which keeps this process's own size out of the figure)."""
+    report = workdir / "measure.json"
+    launcher = [sys.executable, str(Path(__file__).with_name("measure.py")), str(report), str(TIMEOUT_SECONDS)]
     with open(workdir / "stdout.capture", "w+b") as out, open(workdir / "stderr.capture", "w+b") as err:
-        child = subprocess.Popen(argv, stdout=out, stderr=err, env=cli_env())
-        deadline = time.monotonic() + TIMEOUT_SECONDS
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                child.returncode = returncode = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() > deadline:
-                child.kill()
-                _, _, usage = os.wait4(child.pid, 0)
-                child.returncode, returncode = -9, None
-                break
-            time.sleep(0.01)
+        subprocess.run([*launcher, *argv], stdout=out, stderr=err, env=cli_env(), check=True,
+                       timeout=TIMEOUT_SECONDS + 30)
         out.seek(0)
         err.seek(0)
         captured = out.read(), err.read()
-    (workdir / "stdout.capture").unlink()
-    (workdir / "stderr.capture").unlink()
-    return returncode, *captured, usage.ru_maxrss / 1024
+    measured = json.loads(report.read_text())
+    for name in ("stdout.capture", "stderr.capture", "measure.json"):
+        (workdir / name).unlink()
+    return measured["returncode"], *captured, measured["peak_rss_kib"] / 1024
 
 
 def run_case(command: Command, bad: BadInput, workdir: Path) -> CaseRun:
