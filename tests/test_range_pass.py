@@ -23,6 +23,7 @@ from streamtrace.errors import TraceError
 from streamtrace.io import parseproc
 from streamtrace.io.reader import ChunkRefused, ReadMode, TraceReader, chunk_events
 from streamtrace.io.source import InputSource
+from streamtrace.io.spool import EventSpool
 
 
 class InProcessHandOff:
@@ -132,11 +133,21 @@ def outputs(tmp_path: Path, trace: Path, jobs: int) -> dict[str, bytes]:
     return files | refusals
 
 
-def test_ranges_are_used_and_match_one_process(tmp_path, ranges_only):
+def test_ranges_are_used_and_match_one_process(tmp_path, ranges_only, monkeypatch):
     trace = tmp_path / "pretty.json"
     trace.write_bytes(pretty_trace(3000))
+    real_segments, segment_counts = EventSpool.segments, []
+
+    def recorded(spool):
+        found = real_segments(spool)
+        segment_counts.append(None if found is None else len(found))
+        return found
+
+    monkeypatch.setattr(EventSpool, "segments", recorded)
     assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
     assert ranges_only == [True, True, True]  # -j 1 never tries
+    assert len(segment_counts) == 2 and all(count and count > 10 for count in segment_counts)  # compact's and
+    # relink's pass-2 workers each read only their share of pass 1's frames (split writes in this process)
 
 
 def test_an_integer_beyond_64_bits_mid_file_gives_way_to_the_exact_reading(tmp_path, ranges_only):

@@ -166,3 +166,58 @@ def test_parked_arrays_leave_memory_and_come_back_equal(tmp_path):
     for name, value in expected.items():
         assert getattr(owner, name) == value and type(getattr(owner, name)) is type(value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_spool_segments_cover_every_line_once_in_order(tmp_path):
+    """Frames from pass-1 workers and lines streamed here, mixed: the
+    segments, each read alone, give back exactly the lines in order."""
+    import zstandard
+
+    from streamtrace.io.spool import EventSpool
+
+    lines = [b'{"n":%d,"pad":"%s"}' % (n, b"x" * (n % 50)) for n in range(1000)]
+    frames = zstandard.ZstdCompressor(level=1)
+    with EventSpool(str(tmp_path)) as spool:
+        for start in range(0, 1000, 100):
+            batch = lines[start:start + 100]
+            if start % 300 == 200:
+                spool.add_text(b"\n".join(batch[:40]), 40)
+                spool.add_text(b"\n".join(batch[40:]), 60)
+            else:
+                spool.add_frame(frames.compress(b"\n".join(batch) + b"\n"), len(batch))
+        segments = spool.segments()
+        assert [first for _, _, first, _ in segments] == list(range(0, 1000, 100))
+        assert [line for start, end, _, _ in segments for line in spool.read_segment(start, end)] == lines
+        assert [line for block in spool.read_blocks() for line in block] == lines
+    with EventSpool(str(tmp_path)) as spool:  # a reread starts again: what was framed before is forgotten
+        spool.add_frame(frames.compress(lines[0] + b"\n"), 1)
+        spool.add_frame(frames.compress(lines[1] + b"\n"), 1)
+        spool.reset()
+        spool.add_text(lines[2], 1)
+        assert spool.segments() is None
+        assert list(spool.read_blocks()) == [[lines[2]]]
+
+
+def test_spool_without_counts_or_frames_has_no_segments(tmp_path, monkeypatch):
+    import zstandard
+
+    from streamtrace.io import spool as spool_module
+    from streamtrace.io.spool import EventSpool
+
+    with EventSpool(str(tmp_path)) as streamed:
+        streamed.add_text(b'{"a":1}\n{"a":2}', 2)
+        assert streamed.segments() is None  # one run: nothing to share out
+    with EventSpool(str(tmp_path)) as uncounted:
+        uncounted.add_frame(b"", 0)
+        uncounted.add_text(b'{"a":1}')
+        uncounted.add_frame(b"", 0)
+        assert uncounted.segments() is None
+    frames = zstandard.ZstdCompressor(level=1)
+    for limit, expected in ((1 << 30, 3), (4000, None)):  # a run streamed here may be too big to read whole
+        monkeypatch.setattr(spool_module, "MAX_SEGMENT", limit)
+        with EventSpool(str(tmp_path)) as spool:
+            spool.add_frame(frames.compress(b'{"a":1}\n'), 1)
+            spool.add_text(b'{"s":"' + os.urandom(5000).hex().encode() + b'"}', 1)
+            spool.add_frame(frames.compress(b'{"a":2}\n'), 1)
+            found = spool.segments()
+            assert (None if found is None else len(found)) == expected

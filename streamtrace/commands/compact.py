@@ -768,15 +768,14 @@ class CompactPlan(EmitPlan):
             return None
         actions = self.actions[first:end]
         plan = self.compaction
-        new_tids = array("i", [-1]) * len(block)
         lines = list(block)
         slice_at = positions(actions, SLICE)
         s0 = bases[SLICE]
         lanes = plan.lane_tid_of_slice[s0:s0 + len(slice_at)]
-        check = self._check_slice
-        for ordinal, position, tid in zip(itertools.count(s0), slice_at, lanes):
-            check(lines[position], ordinal)
-            new_tids[position] = tid
+        self._check_slices(lines, slice_at, s0)
+        tids = np.full(len(block), -1, dtype=np.intc)
+        tids[slice_at] = np.frombuffer(lanes, dtype=np.intc)
+        new_tids = array("i", tids.tobytes())
         if not self._swap_stream_args(lines, slice_at, lanes, self._index.slice_stream_arg[s0:s0 + len(slice_at)]):
             return None
         for position, tid in zip(positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
@@ -861,6 +860,21 @@ class CompactPlan(EmitPlan):
         if times is not None:
             event["ts"], event["dur"] = times
         return dumps_event(event)
+
+    def _check_slices(self, lines: list[bytes], slice_at: list[int], first_ordinal: int) -> None:
+        """:meth:`_check_slice` for a block's slices at once: their start
+        times found by one search of the lines joined and compared as
+        arrays; only when that does not line up (a line with a second
+        ``"ts":`` inside its args) are the lines checked one by one."""
+        if not slice_at:
+            return
+        found = _TS_FIELD.findall(b"\n".join(map(lines.__getitem__, slice_at)))
+        if len(found) == len(slice_at):
+            expected = np.frombuffer(self._index.slice_start, dtype=np.float64)
+            if np.array_equal(np.array(found).astype(np.float64), expected[first_ordinal:first_ordinal + len(found)]):
+                return
+        for ordinal, position in enumerate(slice_at, first_ordinal):
+            self._check_slice(lines[position], ordinal)
 
     def _check_slice(self, line: bytes, ordinal: int) -> None:
         start = _TS_FIELD.search(line)

@@ -150,7 +150,7 @@ class IndexWorkers:
         part_end = _SIZES.size + size
         self.visitor.absorb(pickle.loads(body[_SIZES.size:part_end]), share, self.events)
         if self.spool is not None:
-            self.spool.add_frame(body[part_end:])
+            self.spool.add_frame(body[part_end:], count)
         self.events += count
         self._taken += 1
 
@@ -299,7 +299,7 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
                 for event in batch:
                     visitor.visit(event)
                 if spool is not None:
-                    spool.add_text(dumped_batch(batch, pool.events + indexed_here)[1])
+                    spool.add_text(dumped_batch(batch, pool.events + indexed_here)[1], len(batch))
                 indexed_here += len(batch)
         except RobustModeNeeded:
             if spool is not None:

@@ -3,9 +3,11 @@ process writes them out in order.
 
 The plan is built once, between the passes, and the workers are forked
 after it: they share its arrays copy-on-write instead of receiving them.
-Every worker reads the whole spool (decompression runs in a thread outside
-the GIL and costs little) but rewrites only its share of the blocks, block
-``n`` going to worker ``n % workers``.  This process takes the blocks back
+The spool's blocks are shared out, block ``n`` going to worker
+``n % workers``: when the spool knows its segments (runs of lines that
+decompress on their own, as pass 1's workers write them), a worker reads
+only its own; otherwise every worker reads the whole spool (decompression
+runs in a thread outside the GIL) and rewrites only its share.  This process takes the blocks back
 in that order, so the output is the same bytes whatever the number of
 workers, and a worker runs at most a pipe's worth ahead of the writer:
 memory stays bounded.  A failure in a worker is raised here; whatever
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..errors import TraceError
 from ..io.parseproc import send_failure, widen_pipe
-from ..io.spool import EventSpool
+from ..io.spool import EventSpool, Segments
 from ..io.writer import JoinedLines
 from ..resources import frozen_heap, gc_paused
 
@@ -43,7 +45,7 @@ class EmitWorkers:
     exit every worker is stopped."""
 
     def __init__(self, spool: EventSpool, plan: EmitPlan, workers: int) -> None:
-        spool.finish()
+        segments = spool.segments()
         self._plan = plan
         self._receivers: list = []
         self._processes: list = []
@@ -54,7 +56,7 @@ class EmitWorkers:
                 widen_pipe(sender)
                 self._receivers.append(receiver)
                 process = context.Process(target=_worker_main, daemon=True,
-                                          args=(spool, plan, share, workers, sender, list(self._receivers)))
+                                          args=(spool, segments, plan, share, workers, sender, list(self._receivers)))
                 with frozen_heap():
                     process.start()
                 sender.close()
@@ -116,7 +118,8 @@ class EmitWorkers:
 
 
 @gc_paused()
-def _worker_main(spool: EventSpool, plan: EmitPlan, share: int, workers: int, sender, inherited: list) -> None:
+def _worker_main(spool: EventSpool, segments: Segments | None, plan: EmitPlan, share: int, workers: int, sender,
+                 inherited: list) -> None:
     """Rewrite blocks ``share``, ``share + workers``, ... and send each; then
     the plan's tallies, or the failure.
 
@@ -130,21 +133,38 @@ def _worker_main(spool: EventSpool, plan: EmitPlan, share: int, workers: int, se
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the workers
     try:
         before = plan.tallies()
-        done = position = 0  # events before the current block; where the plan's counters stand
-        for number, block in enumerate(spool.read_blocks()):
-            if number % workers == share:
-                plan.skip(position, done)
-                lines = plan.lines(block, done)
-                if isinstance(lines, JoinedLines):  # the joining is done here, off the writer's core
-                    text, written = lines.text.replace(b"\n", b",\n"), lines.count
-                else:
-                    text, written = b",\n".join(lines), len(lines)
-                sender.send_bytes(b"".join((_BLOCK, _COUNTS.pack(len(block), written), text)))
-                position = done + len(block)
-            done += len(block)
+        position = 0  # where the plan's counters stand
+        for first, block in _share_of(spool, segments, share, workers):
+            plan.skip(position, first)
+            lines = plan.lines(block, first)
+            if isinstance(lines, JoinedLines):  # the joining is done here, off the writer's core
+                text, written = lines.text.replace(b"\n", b",\n"), lines.count
+            else:
+                text, written = b",\n".join(lines), len(lines)
+            sender.send_bytes(b"".join((_BLOCK, _COUNTS.pack(len(block), written), text)))
+            position = first + len(block)
         after = plan.tallies()
         sender.send_bytes(_END + pickle.dumps({name: after[name] - before[name] for name in after}))
     except BaseException as exc:
         send_failure(sender, _FAILED, exc)
     finally:
         sender.close()
+
+
+def _share_of(spool: EventSpool, segments: Segments | None, share: int,
+              workers: int) -> Iterator[tuple[int, list[bytes]]]:
+    """(first event, lines) of blocks ``share``, ``share + workers``, ...:
+    the spool's ``segments``, of which this worker reads only its own, or (a
+    spool without them) its ~1 MB blocks, all of which it must read through."""
+    if segments is None:
+        done = 0
+        for number, block in enumerate(spool.read_blocks()):
+            if number % workers == share:
+                yield done, block
+            done += len(block)
+        return
+    for start, end, first, count in segments[share::workers]:
+        lines = spool.read_segment(start, end)
+        if len(lines) != count:
+            raise TraceError(f"validation failed: {len(lines)} events in a spool segment, {count} spooled")
+        yield first, lines

@@ -222,7 +222,7 @@ def index_pass(
                         visit(event)
                     if spool is not None:
                         lines = dumped_batch(batch, done)[1]
-                        spool.add_text(lines)
+                        spool.add_text(lines, len(batch))
                     if scan is not None:
                         scan(lines if spool is not None else reader.batch_text, batch, done)
                     done += len(batch)

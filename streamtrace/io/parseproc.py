@@ -134,7 +134,7 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
                     payload, lines = encode(batch, done)
                     done += len(batch)
                     if spool is not None:
-                        spool.add_text(lines)
+                        spool.add_text(lines, len(batch))
                     flagged = screen is None or screen(payload)
                     sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done, flagged), payload)))
             if spool is not None:

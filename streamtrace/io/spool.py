@@ -22,6 +22,12 @@ from ..errors import TransferError
 
 SPOOL_LEVEL = 1
 READ_BLOCK = 1 << 20
+MAX_SEGMENT = 4 << 20
+"""Compressed bytes a segment may have for :meth:`EventSpool.segments` (a
+worker decompresses one whole: pass 1's frames are a fraction of this)."""
+Segments = list[tuple[int, int, int, int]]
+"""Runs of a spool file's lines that decompress on their own: (start byte,
+end byte, first line, lines) each."""
 _DTYPES = {code: np.dtype(np.int8 if code == "b" else np.uint8 if code == "B" else code) for code in "bBhHiIqd"}
 
 
@@ -51,6 +57,9 @@ class EventSpool:
             self.path = path
             self._file = open(path, "wb")
         self._writer = self._new_writer()
+        self._owned = path is None
+        self._ends: list[tuple[int, int]] | None = [] if self._owned else None
+        self._streamed = 0  # events written through the compressor since the last frame boundary
 
     def _new_writer(self) -> zstandard.ZstdCompressionWriter:
         """A compressor that works in a background thread while parsing goes on."""
@@ -63,31 +72,81 @@ class EventSpool:
             self._file.seek(0)
             self._file.truncate()
         self._writer = self._new_writer()
+        self._ends = [] if self._owned else None
+        self._streamed = 0
 
     def add_lines(self, lines: list[bytes]) -> None:
         """Keep a batch of event lines (one compressor call per line would be slow)."""
         if lines:
-            self.add_text(b"\n".join(lines))
+            self.add_text(b"\n".join(lines), len(lines))
 
-    def add_text(self, text: bytes | memoryview) -> None:
-        """Keep event lines given as one text, newlines between them."""
+    def add_text(self, text: bytes | memoryview, lines: int | None = None) -> None:
+        """Keep event lines given as one text, newlines between them
+        (``lines`` of them: without the count, :meth:`segments` knows none)."""
         with spool_writes(self.path):
             self._writer.write(text)
             self._writer.write(b"\n")
+        if lines is None:
+            self._ends = None
+        else:
+            self._streamed += lines
 
-    def add_frame(self, frame: bytes | memoryview) -> None:
-        """Keep event lines another process compressed: one or more whole
-        zstd frames (of lines, each followed by a newline), after the lines
-        kept so far.  The reading side reads across frames."""
+    def add_frame(self, frame: bytes | memoryview, lines: int) -> None:
+        """Keep ``lines`` event lines another process compressed: one or
+        more whole zstd frames (of lines, each followed by a newline), after
+        the lines kept so far.  The reading side reads across frames."""
         with spool_writes(self.path):
             self._writer.flush(zstandard.FLUSH_FRAME)
+            self._end_segment(0)
             self._file.write(frame)
+            self._end_segment(lines)
+
+    def _end_segment(self, lines: int) -> None:
+        """What is in the file so far ends a segment of ``lines`` lines more
+        (the streamed ones, when 0)."""
+        lines = lines or self._streamed
+        self._streamed = 0
+        if lines and self._ends is not None:
+            self._ends.append((self._file.tell(), lines))
+
+    def segments(self) -> Segments | None:
+        """The finished file as runs of whole lines that decompress on their
+        own: (start, end, first line, lines) each, so that several readers
+        can share the work without each reading everything; None when not
+        known (the lines were written by another process, or without
+        counts), when the file is one run, or when a run is too big to
+        hold in memory at once (lines streamed here, not framed by pass 1's
+        workers)."""
+        self.finish()
+        if not self._ends or len(self._ends) < 2:
+            return None
+        runs, start, first = [], 0, 0
+        for end, lines in self._ends:
+            runs.append((start, end, first, lines))
+            start, first = end, first + lines
+        last_start, _, last_first, last_lines = runs[-1]
+        runs[-1] = (last_start, os.path.getsize(self.path), last_first, last_lines)  # with the closing empty frame
+        if max(end - start for start, end, _, _ in runs) > MAX_SEGMENT:
+            return None
+        return runs
+
+    def read_segment(self, start: int, end: int) -> list[bytes]:
+        """The lines of one of :meth:`segments`, without newlines."""
+        with open(self.path, "rb") as raw:
+            raw.seek(start)
+            compressed = raw.read(end - start)
+        lines = zstandard.ZstdDecompressor().stream_reader(compressed, read_across_frames=True).read().split(b"\n")
+        lines.pop()  # after the last newline
+        return lines
 
     def finish(self) -> None:
         """Close the writing side (idempotent)."""
         if self._file is not None and not self._file.closed:
             with spool_writes(self.path):
                 try:
+                    if not self._writer.closed:  # (a failed reset closes it)
+                        self._writer.flush(zstandard.FLUSH_FRAME)
+                        self._end_segment(0)
                     self._writer.close()
                 finally:
                     self._file.close()
@@ -102,6 +161,7 @@ class EventSpool:
         self.path = state["path"]
         self._file = None
         self._writer = None
+        self._owned, self._ends, self._streamed = False, None, 0
 
     def read_blocks(self) -> Iterator[list[bytes]]:
         """The lines in order, without newlines, a block (about 1 MB) at a time.
