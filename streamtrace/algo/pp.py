@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 PP_OPS = ("F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 COMPUTE_OPS = frozenset({"F", "B", "I", "W"})
@@ -27,8 +28,10 @@ class PPAction:
     microbatch: int | None
 
 
+@lru_cache(maxsize=1 << 12)
 def parse_pp_name(name: str) -> tuple[PPAction, ...]:
-    """The actions a record_function name stands for; empty if it is not one."""
+    """The actions a record_function name stands for; empty if it is not one.
+    Cached: a run repeats a few hundred names per rank millions of times."""
     if name.startswith("PP:"):
         if name.startswith("PP:("):
             fused = _FUSED.fullmatch(name)

@@ -6,7 +6,9 @@ line for the spool anyway, so the work splits cleanly: the child parses the
 file, encodes events a thousand at a time with one orjson call, writes
 them to the spool as lines and sends the same text, as one JSON array, to
 the parent, which decodes it with one orjson call (much cheaper
-than parsing the raw text) for the index visitor.  The wall time of
+than parsing the raw text) for the index visitor.  Without a spool (inspect,
+attribute) a chunk the fast parser read whole is sent as the input's own
+text: encoding it again would cost the child more than the parent saves.  The wall time of
 pass 1 is then the larger of the two halves instead of their sum.
 
 Only local files take this path (the child reopens the file by name); pipes
@@ -125,18 +127,27 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
             spool = None if spool_path is None else EventSpool(path=spool_path)
             done = 0
             header_sent = False
+            as_read = spool is None and encode is dumped_batch  # the input's own text can be the message
+
+            def send(payload: bytes | memoryview, done: int) -> None:
+                flagged = screen is None or screen(payload)
+                sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done, flagged), payload)))
+
             for chunk in reader.batches():
                 if not header_sent:
                     sender.send_bytes(_HEADER + pickle.dumps(reader.stats.header))
                     header_sent = True
+                if as_read and reader.batch_text is not None:  # (text with escapes is encoded anew: see batch_text)
+                    done += len(chunk)
+                    send(b"".join((b"[", reader.batch_text.rstrip(b" \t\r\n").removesuffix(b","), b"]")), done)
+                    continue
                 for at in range(0, len(chunk), BATCH_EVENTS):
                     batch = chunk[at:at + BATCH_EVENTS]
                     payload, lines = encode(batch, done)
                     done += len(batch)
                     if spool is not None:
                         spool.add_text(lines, len(batch))
-                    flagged = screen is None or screen(payload)
-                    sender.send_bytes(b"".join((_BATCH, _PROGRESS.pack(stream.raw_bytes_read, done, flagged), payload)))
+                    send(payload, done)
             if spool is not None:
                 spool.finish()
             sender.send_bytes(_DONE + pickle.dumps(reader.stats))
