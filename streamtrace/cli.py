@@ -878,14 +878,28 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that the same cleanup runs."""
 
 
-def _terminate(signum: int, frame: object) -> None:
-    """Turn SIGTERM into an exception so temporary files are cleaned up."""
-    raise Terminated
+def install_signal_handlers() -> None:
+    """SIGTERM raises :class:`Terminated` and SIGINT ``KeyboardInterrupt``,
+    so that temporary files are cleaned up, in this process only.
+
+    A worker forked from this process inherits the handlers until it sets
+    its own; a signal in that moment (the run stopping as the worker starts)
+    ends the worker at once and quietly, instead of raising in it: the
+    parent does the cleaning up and says what happened."""
+    owner = os.getpid()
+
+    def handle(signum: int, frame: object) -> None:
+        if os.getpid() != owner:
+            os._exit(128 + signum)
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    install_signal_handlers()
     run: Callable[[argparse.Namespace], None] = args.run
     try:
         run(args)

@@ -225,11 +225,8 @@ def test_full_disk_is_one_line_and_leaves_nothing(command, room, jobs, tmp_path,
         return FullDisk(handle, room) if "w" in mode else handle
 
     monkeypatch.setattr(os, "fdopen", fdopen)
-    saved = signal.getsignal(signal.SIGTERM)
-    try:
+    with cli_signal_handlers():
         status = cli.main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, saved)
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert status == 1 and len(lines) == 1, err
@@ -237,3 +234,29 @@ def test_full_disk_is_one_line_and_leaves_nothing(command, room, jobs, tmp_path,
     assert not output.exists()
     assert files_under(tmp_path) == inputs_before and os.listdir(spool) == []
     assert digest(trace) == before
+
+
+@contextmanager
+def cli_signal_handlers() -> Iterator[None]:
+    """The CLI's signal handlers while the block runs; this process's own after."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_worker_signalled_before_it_sets_its_own_handlers_ends_quietly(signum, capfd):
+    """The run stops just as a worker starts: the worker still has the CLI's
+    handlers, which end it at once, without a traceback (the parent reports)."""
+    import multiprocessing
+
+    with cli_signal_handlers():
+        cli.install_signal_handlers()
+        worker = multiprocessing.get_context("fork").Process(target=lambda: os.kill(os.getpid(), signum))
+        worker.start()
+        worker.join(30)
+    assert worker.exitcode == 128 + signum
+    assert capfd.readouterr().err == ""

@@ -272,7 +272,8 @@ def index_pass(
 
     try:
         ranges, mode = None, FAST
-        if jobs > 1 and not salvage and can_fork() and (source.size or parseproc.MIN_BYTES) >= parseproc.MIN_BYTES:
+        size = source.size  # (None: a pipe or URL, of unknown size, may be large)
+        if jobs > 1 and not salvage and can_fork() and (size is None or size >= parseproc.MIN_BYTES):
             warn_if_slow_backend()  # (pipes and URLs too: this process reads, and a reread takes the source's copy)
             try:
                 ranges = index_by_ranges(source, make_visitor, spool, jobs, progress)
