@@ -97,15 +97,18 @@ class EventSpool:
         the lines kept so far.  The reading side reads across frames."""
         with spool_writes(self.path):
             self._writer.flush(zstandard.FLUSH_FRAME)
-            self._end_segment(0)
+            self._end_streamed()
             self._file.write(frame)
             self._end_segment(lines)
 
-    def _end_segment(self, lines: int) -> None:
-        """What is in the file so far ends a segment of ``lines`` lines more
-        (the streamed ones, when 0)."""
-        lines = lines or self._streamed
+    def _end_streamed(self) -> None:
+        """The lines streamed through the compressor since the last segment,
+        now flushed to a frame's end, are a segment."""
+        self._end_segment(self._streamed)
         self._streamed = 0
+
+    def _end_segment(self, lines: int) -> None:
+        """What is in the file so far ends a segment of ``lines`` lines (none: no segment)."""
         if lines and self._ends is not None:
             self._ends.append((self._file.tell(), lines))
 
@@ -146,7 +149,7 @@ class EventSpool:
                 try:
                     if not self._writer.closed:  # (a failed reset closes it)
                         self._writer.flush(zstandard.FLUSH_FRAME)
-                        self._end_segment(0)
+                        self._end_streamed()
                     self._writer.close()
                 finally:
                     self._file.close()
