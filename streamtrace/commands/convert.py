@@ -20,6 +20,7 @@ from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
 from ..resources import peak_rss_mb
+from .toparquet import is_parquet, to_parquet
 
 
 def _counts_struct(categories: int) -> struct.Struct:
@@ -51,8 +52,15 @@ def convert(
     (and with ``redact``, replacing secrets: see :mod:`streamtrace.io.redact`).
 
     Output compression follows ``dst``'s suffix unless ``compress`` says
-    otherwise.  Returns the summary.
+    otherwise; a ``.parquet`` suffix writes one row per event instead
+    (:mod:`.toparquet`).  Returns the summary.
     """
+    if is_parquet(dst):
+        if compress not in (None, "none") or level is not None or redact:
+            raise TraceError("a .parquet output takes no --compress, --level or --redact (its columns are "
+                             "zstd-compressed; redact the trace first)")
+        return to_parquet(src, dst, drop_categories=drop_categories, overwrite=overwrite, salvage=salvage,
+                          spool_dir=spool_dir, reread_remote=reread_remote, progress=progress, jobs=jobs)
     started = time.perf_counter()
     dropped_cats = frozenset(drop_categories)
     position = {cat: n for n, cat in enumerate(sorted(dropped_cats))}  # a dropped category's counter
