@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import orjson
 
@@ -33,7 +33,7 @@ from ..io.reader import ReadMode, ReadStats, TraceReader, header_members
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import peak_rss_mb
-from .mergedindex import MergedIndex, resolve
+from .mergedindex import MergedIndex, Resolved, resolve
 
 TAIL_BYTES = 1 << 20  # where a plain file's members after the events are looked for before reading it
 
@@ -107,18 +107,17 @@ def to_parquet(
                                                 progress=meter)
             read = time.perf_counter()
             resolved = resolve(done.index, stats.header + stats.trailer)
-            rank_of = {facts.pid: (rank if rank >= 0 else None)
-                       for facts, rank in zip(done.index.pids, resolved.ranks.ranks)}
-            as_written = all(rank_of.get(pid) == stated_rank for pid in done.unranked)
+            rank_of = _pid_ranks(done.index, resolved, stats)
+            as_written = all(rank_of(pid) == stated_rank for pid in done.unranked)
             with target.open() as out:
                 if as_written:
                     with open(staging, "rb") as rows:
                         shutil.copyfileobj(rows, out, 1 << 20)
                 else:
-                    write_with_ranks(staging, out, done.stated, lambda pids: [rank_of.get(pid) for pid in pids])
+                    write_with_ranks(staging, out, done.stated, lambda pids: list(map(rank_of, pids)))
         finally:
             remove_quietly(staging)
-    ranks = sorted({rank for rank in rank_of.values() if rank is not None})
+    ranks = sorted({rank for rank in resolved.ranks.ranks if rank >= 0})
     return {
         **source.describe(),
         **stats.as_dict(),
@@ -142,6 +141,20 @@ def to_parquet(
     }
 
 
+def _pid_ranks(index: MergedIndex, resolved: Resolved, stats: ReadStats) -> Callable[[object], int | None]:
+    """Each pid's rank as ``relink`` decides it; a pid the index never
+    placed (no launch, GPU event or metadata: a CPU-only thread, Kineto's
+    ``Record Window End``) has the file's ``distributedInfo.rank`` when that
+    is how the file's pids were placed (a single rank's file), else none."""
+    ranks = {facts.pid: (rank if rank >= 0 else None) for facts, rank in zip(index.pids, resolved.ranks.ranks)}
+    whole_file = None
+    if all(rule == "distributedInfo.rank" for rule in resolved.ranks.rules):
+        distributed = member_value(stats.header + stats.trailer, "distributedInfo")
+        rank = distributed.get("rank") if isinstance(distributed, dict) else None
+        whole_file = rank if type(rank) is int and rank >= 0 else None
+    return lambda pid: ranks.get(pid, whole_file)
+
+
 def _in_process(staging: str, drop: frozenset[str], stated_rank: int | None):
     """One reading here: index, build and write each batch."""
 
@@ -149,15 +162,13 @@ def _in_process(staging: str, drop: frozenset[str], stated_rank: int | None):
         done = _Pass(drop)
         visit = done.index.visit
         builder = RowBuilder(stated_rank)
-        with open(staging, "wb") as out:
-            writer = RowGroupWriter(out, builder.schema)
+        with open(staging, "wb") as out, RowGroupWriter(out, builder.schema) as writer:
             for events in reader.batches():
                 for event in events:
                     visit(event)
                 kept = done.kept(events)
                 if kept:
                     done.add(writer, *builder.batch(kept))
-            writer.close()
         return done, reader.stats
 
     return attempt
@@ -184,11 +195,10 @@ def _in_child(source: InputSource, staging: str, drop: frozenset[str], stated_ra
             return pack_batch(*builder.batch(kept), part), None
 
         events_seen = [0]
-        with open(staging, "wb") as out:
-            writer = RowGroupWriter(out, builder.schema)
+        with open(staging, "wb") as out, RowGroupWriter(out, builder.schema) as writer:
 
             def on_batch(payload: memoryview, _flagged: bool) -> None:
-                batch, stated, unranked, (part, dropped, count) = unpack_batch(payload, builder.schema)
+                batch, stated, unranked, (part, dropped, count) = unpack_batch(payload)
                 done.index.absorb(part, 0, events_seen[0])
                 events_seen[0] += count
                 for cat, number in dropped.items():
@@ -198,7 +208,6 @@ def _in_child(source: InputSource, staging: str, drop: frozenset[str], stated_ra
 
             stats = parseproc.parse_in_child(source, mode, None, on_batch, salvage=salvage, progress=meter,
                                              encode=encode)
-            writer.close()
         return done, stats
 
     return run

@@ -82,21 +82,23 @@ class _Extras:
     def column(self, pa, count: int) -> "pyarrow.Array":
         if not self.rows:
             return pa.nulls(count, pa.string())
-        texts = _cut_objects(pa, list(self.rows.values()))
+        rows = sorted(self.rows)
+        members = [self.rows[row] for row in rows]
+        texts = _cut_objects(pa, members)
         if texts is None:
-            texts = pa.array([_dumps(members) for members in self.rows.values()], pa.string())
-        if len(self.rows) == count:
+            texts = pa.array([_dumps(value) for value in members], pa.string())
+        if len(rows) == count:
             return texts
-        at = dict(zip(self.rows, range(len(self.rows))))
+        at = dict(zip(rows, range(len(rows))))
         return texts.take(pa.array([at.get(row) for row in range(count)], pa.int32()))
 
 
 def _explicit_nulls(values: list, events: list, key: str, extras: _Extras) -> None:
     """A key present with the value null has no typed value: ``extra`` keeps it."""
     if None in values:
-        for row, value in enumerate(values):
-            if value is None and key in events[row]:
-                extras.add(row, key, None)
+        for row in [row for row, (value, event) in enumerate(zip(values, events))
+                    if value is None and event.get(key, _ABSENT) is None]:
+            extras.add(row, key, None)
 
 
 def _text_column(values: list, events: list, key: str, extras: _Extras) -> list:
@@ -209,12 +211,13 @@ class RowBuilder:
         flow_id = _integer_column([event.get("id") for event in events], events, "id", extras)
         args = [event.get("args", _ABSENT) for event in events]
         own = [value.get("rank") if value.__class__ is dict else None for value in args]
-        stated = bytes(rank.__class__ is int and 0 <= rank < 1 << 31 for rank in own)
         default = self.default_rank
-        if stated.count(1) == count:
-            ranks = own
-            unranked: set = set()
+        if set(map(type, own)) == {type(None)}:  # (most traces: no event states its rank)
+            stated = bytes(count)
+            ranks = [default] * count
+            unranked = set(map(_pid_key, set(raw_pids)))
         else:
+            stated = bytes(rank.__class__ is int and 0 <= rank < 1 << 31 for rank in own)
             ranks = [rank if flag else default for rank, flag in zip(own, stated)]
             unranked = {_pid_key(pid) for pid, flag in zip(raw_pids, stated) if not flag}
         columns = [
@@ -284,18 +287,23 @@ def _pid_key(pid: object) -> object:
 def pack_batch(batch: "pyarrow.RecordBatch | None", stated: bytes, unranked: set, part: object) -> bytes:
     """A built batch (None: no rows) with what a child process sends along with it, as one message."""
     facts = pickle.dumps((stated, unranked, part), pickle.HIGHEST_PROTOCOL)
-    rows = b"" if batch is None else batch.serialize().to_pybytes()
-    return b"".join((_PART_LENGTH.pack(len(facts)), facts, rows))
+    if batch is None:
+        return _PART_LENGTH.pack(len(facts)) + facts
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as stream:  # a stream: the dictionaries travel with the batch
+        stream.write_batch(batch)
+    return b"".join((_PART_LENGTH.pack(len(facts)), facts, sink.getvalue().to_pybytes()))
 
 
-def unpack_batch(message: memoryview, schema: "pyarrow.Schema"
-                 ) -> tuple["pyarrow.RecordBatch | None", bytes, set, object]:
+def unpack_batch(message: memoryview) -> tuple["pyarrow.RecordBatch | None", bytes, set, object]:
     import pyarrow as pa
 
     (length,) = _PART_LENGTH.unpack_from(message)
     rows_at = _PART_LENGTH.size + length
     stated, unranked, part = pickle.loads(message[_PART_LENGTH.size:rows_at])
-    batch = pa.ipc.read_record_batch(pa.py_buffer(message[rows_at:]), schema) if len(message) > rows_at else None
+    batch = pa.ipc.open_stream(pa.py_buffer(message[rows_at:])).read_next_batch() if len(message) > rows_at else None
     return batch, stated, unranked, part
 
 
@@ -306,9 +314,11 @@ class _Positioned:
         self._out = out
         self._position = 0
         self.closed = False
+        self.abandoned = False  # after a failure: the writer's last words go nowhere
 
     def write(self, data: bytes) -> int:
-        self._out.write(data)
+        if not self.abandoned:
+            self._out.write(data)
         self._position += len(data)
         return len(data)
 
@@ -329,7 +339,8 @@ class RowGroupWriter:
         import pyarrow.parquet as pq
 
         self._pa_table = __import__("pyarrow").Table
-        self._writer = pq.ParquetWriter(_Positioned(out), schema, compression=COMPRESSION,
+        self._out = _Positioned(out)
+        self._writer = pq.ParquetWriter(self._out, schema, compression=COMPRESSION,
                                         use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS)
         self._pending: list = []
         self._rows = 0
@@ -357,18 +368,37 @@ class RowGroupWriter:
             self._flush(self._rows)
         self._writer.close()
 
+    def __enter__(self) -> "RowGroupWriter":
+        return self
+
+    def __exit__(self, failure: object, *exc: object) -> None:
+        """Finish the file, or after a failure drop it (the output is thrown away)."""
+        if failure is None:
+            self.close()
+        else:
+            self._out.abandoned = True
+            self._writer.close()
+
 
 def write_with_ranks(source: str, out: BinaryIO, stated: bytearray, rank_of_pid: Callable[[list], list]) -> int:
     """Copy the Parquet file ``source`` into ``out`` with the ``rank`` of every
     row that did not state its own replaced by its pid's (``rank_of_pid``
     maps a list of pids to ranks); ``stated`` has one byte per row (1: keep
     the rank)."""
-    import numpy as np
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     source_file = pq.ParquetFile(source)
-    writer = RowGroupWriter(out, source_file.schema_arrow)
+    with RowGroupWriter(out, source_file.schema_arrow) as writer:
+        _copy_with_ranks(source_file, writer, stated, rank_of_pid)
+    return writer.rows_written
+
+
+def _copy_with_ranks(source_file, writer: RowGroupWriter, stated: bytearray, rank_of_pid: Callable[[list], list]
+                     ) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute  # noqa: F401
+
     flags = np.frombuffer(stated, dtype=np.uint8).astype(bool)
     first = 0
     for group in range(source_file.num_row_groups):
@@ -382,5 +412,3 @@ def write_with_ranks(source: str, out: BinaryIO, stated: bytearray, rank_of_pid:
         table = table.set_column(0, "rank", ranks)
         for batch in table.to_batches():
             writer.add(batch)
-    writer.close()
-    return writer.rows_written
