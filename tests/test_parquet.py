@@ -11,12 +11,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import REAL_TRACES, ROOT, TRACES, events_of, load_json
 
+import streamtrace
 from streamtrace import TraceError, attribute, convert, inspect
 from streamtrace.io import parseproc
 from streamtrace.synth import SynthConfig, write_traces
-
-from conftest import REAL_TRACES, ROOT, TRACES, events_of, load_json
 
 pq = pytest.importorskip("pyarrow.parquet")
 duckdb = pytest.importorskip("duckdb")
@@ -216,3 +216,29 @@ def test_gzip_input_and_compressed_suffix_refused(tmp_path: Path) -> None:
     source.write_bytes(gzip.compress((TRACES / "kineto_small.json").read_bytes()))
     convert(source, tmp_path / "events.parquet", jobs=1)
     assert len(rows_of(tmp_path / "events.parquet")) == len(events_of(load_json(TRACES / "kineto_small.json")))
+
+
+def test_slice_writes_the_kept_events_as_rows(merged16: Path, tmp_path: Path) -> None:
+    """``slice -o OUT.parquet``: the same events as the sliced trace, with the ranks ``convert`` gives them."""
+    options = dict(ranks="1,3", drop_categories=["python_function"], jobs=1)
+    sliced = tmp_path / "sliced.json"
+    streamtrace.slice_trace(merged16, sliced, **options)
+    table = tmp_path / "sliced.parquet"
+    summary = streamtrace.slice_trace(merged16, table, **options)
+    rows = rows_of(table)
+    assert [rebuild(row) for row in rows] == events_of(load_json(sliced))
+    assert summary["events_written"] == len(rows)
+    assert {row["rank"] for row in rows if row["ph"] != "M"} == {1, 3}
+    whole = tmp_path / "whole.parquet"
+    convert(merged16, whole, jobs=1)
+    key = lambda row: tuple(value for column, value in row.items() if column != "rank")  # noqa: E731
+    ranks = defaultdict(set)
+    for row in rows_of(whole):
+        ranks[key(row)].add(row["rank"])
+    assert [ranks[key(row)] for row in rows] == [{row["rank"]} for row in rows]
+
+
+def test_slice_to_parquet_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="--redact"):
+        streamtrace.slice_trace(TRACES / "kineto_small.json", tmp_path / "x.parquet", redact=True)
+    assert not (tmp_path / "x.parquet").exists()

@@ -20,7 +20,7 @@ from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
 from ..resources import peak_rss_mb
-from .toparquet import is_parquet, to_parquet
+from .toparquet import check_parquet_options, is_parquet, to_parquet
 
 
 def _counts_struct(categories: int) -> struct.Struct:
@@ -56,9 +56,7 @@ def convert(
     (:mod:`.toparquet`).  Returns the summary.
     """
     if is_parquet(dst):
-        if compress not in (None, "none") or level is not None or redact:
-            raise TraceError("a .parquet output takes no --compress, --level or --redact (its columns are "
-                             "zstd-compressed; redact the trace first)")
+        check_parquet_options(compress, level, redact)
         return to_parquet(src, dst, drop_categories=drop_categories, overwrite=overwrite, salvage=salvage,
                           spool_dir=spool_dir, reread_remote=reread_remote, progress=progress, jobs=jobs)
     started = time.perf_counter()

@@ -23,17 +23,17 @@ from typing import Callable, Iterable
 import orjson
 
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import read_with_retries, retrying
+from ..engine.passes import EmitPlan, IndexResult, read_with_retries, retrying
 from ..errors import TraceError
 from ..io import parseproc
 from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, pack_batch, require_pyarrow, unpack_batch, write_with_ranks
 from ..io.progress import Progress
-from ..io.reader import ReadMode, ReadStats, TraceReader, header_members
+from ..io.reader import ReadMode, ReadStats, TraceReader, event_loader, header_members
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import peak_rss_mb
-from .mergedindex import MergedIndex, Resolved, resolve
+from .mergedindex import MergedIndex, resolve
 
 TAIL_BYTES = 1 << 20  # where a plain file's members after the events are looked for before reading it
 
@@ -41,6 +41,14 @@ TAIL_BYTES = 1 << 20  # where a plain file's members after the events are looked
 def is_parquet(dst: object) -> bool:
     """Does ``dst`` name a Parquet output (by its suffix)?"""
     return isinstance(dst, (str, os.PathLike)) and os.fspath(dst).lower().endswith(".parquet")
+
+
+def check_parquet_options(compress: str | None, level: int | None, redact: object) -> None:
+    """Refuse, before reading, what a Parquet output cannot do, and a missing ``parquet`` extra."""
+    if compress not in (None, "none") or level is not None or redact:
+        raise TraceError("a .parquet output takes no --compress, --level or --redact (its columns are "
+                         "zstd-compressed; redact the trace first)")
+    require_pyarrow()
 
 
 class _Pass:
@@ -107,7 +115,7 @@ def to_parquet(
                                                 progress=meter)
             read = time.perf_counter()
             resolved = resolve(done.index, stats.header + stats.trailer)
-            rank_of = _pid_ranks(done.index, resolved, stats)
+            rank_of = rank_lookup(resolved.rank_table(), stats.header + stats.trailer)
             as_written = all(rank_of(pid) == stated_rank for pid in done.unranked)
             with target.open() as out:
                 if as_written:
@@ -141,18 +149,44 @@ def to_parquet(
     }
 
 
-def _pid_ranks(index: MergedIndex, resolved: Resolved, stats: ReadStats) -> Callable[[object], int | None]:
-    """Each pid's rank as ``relink`` decides it; a pid the index never
-    placed (no launch, GPU event or metadata: a CPU-only thread, Kineto's
-    ``Record Window End``) has the file's ``distributedInfo.rank`` when that
-    is how the file's pids were placed (a single rank's file), else none."""
-    ranks = {facts.pid: (rank if rank >= 0 else None) for facts, rank in zip(index.pids, resolved.ranks.ranks)}
+def rank_lookup(rank_table: list[dict], members: list) -> Callable[[object], int | None]:
+    """Each pid's rank as ``relink`` decides it (``rank_table``: its rank map);
+    a pid the index never placed (no launch, GPU event or metadata: a
+    CPU-only thread, Kineto's ``Record Window End``) has the file's
+    ``distributedInfo.rank`` when that is how the file's pids were placed (a
+    single rank's file), else none."""
+    ranks = {row["pid"]: row["rank"] for row in rank_table}
     whole_file = None
-    if all(rule == "distributedInfo.rank" for rule in resolved.ranks.rules):
-        distributed = member_value(stats.header + stats.trailer, "distributedInfo")
+    if all(row["rule"] == "distributedInfo.rank" for row in rank_table):
+        distributed = member_value(members, "distributedInfo")
         rank = distributed.get("rank") if isinstance(distributed, dict) else None
         whole_file = rank if type(rank) is int and rank >= 0 else None
     return lambda pid: ranks.get(pid, whole_file)
+
+
+def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of: Callable[[object], int | None], *,
+              progress: Progress | None = None) -> int:
+    """Pass 2 of a two-pass command into a Parquet file: the spooled lines
+    ``plan`` keeps, as rows (pids' ranks from ``rank_of``).  Returns the rows
+    written; always deletes the spool."""
+    require_pyarrow()
+    load = event_loader(result.stats.exact_numbers)
+    builder = RowBuilder(None, rank_of)
+    try:
+        with target.open() as out, RowGroupWriter(out, builder.schema) as writer:
+            first = 0
+            for block in result.spool.read_blocks():
+                lines = plan.lines(block, first)
+                first += len(block)
+                if lines:
+                    writer.add(builder.batch([load(line) for line in lines])[0])
+                if progress is not None:
+                    progress.update("pass 2", None, first, result.stats.events)
+        return writer.rows_written
+    finally:
+        result.spool.close()
+        if progress is not None:
+            progress.done()
 
 
 def _in_process(staging: str, drop: frozenset[str], stated_rank: int | None):

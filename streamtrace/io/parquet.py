@@ -183,12 +183,15 @@ class RowBuilder:
     checked, and if need be replaced, once the whole trace has been seen.
     """
 
-    def __init__(self, default_rank: int | None) -> None:
+    def __init__(self, default_rank: int | None, rank_of: Callable[[object], int | None] | None = None) -> None:
+        """``rank_of``: when the pids' ranks are known before the rows are
+        built, each pid's (``default_rank`` is then not used)."""
         import pyarrow as pa
 
         self._pa = pa
         self.schema = schema()
         self.default_rank = default_rank
+        self._rank_of = rank_of
 
     def batch(self, events: list) -> tuple["pyarrow.RecordBatch", bytes, set]:
         """The rows, one byte per event (1: ``args.rank`` stated), and the pids of unranked events."""
@@ -211,15 +214,19 @@ class RowBuilder:
         flow_id = _integer_column([event.get("id") for event in events], events, "id", extras)
         args = [event.get("args", _ABSENT) for event in events]
         own = [value.get("rank") if value.__class__ is dict else None for value in args]
-        default = self.default_rank
         if set(map(type, own)) == {type(None)}:  # (most traces: no event states its rank)
             stated = bytes(count)
-            ranks = [default] * count
             unranked = set(map(_pid_key, set(raw_pids)))
         else:
             stated = bytes(rank.__class__ is int and 0 <= rank < 1 << 31 for rank in own)
-            ranks = [rank if flag else default for rank, flag in zip(own, stated)]
             unranked = {_pid_key(pid) for pid, flag in zip(raw_pids, stated) if not flag}
+        if self._rank_of is not None:
+            rank_of = self._rank_of
+            ranks = [rank if flag else rank_of(_pid_key(pid)) for rank, flag, pid in zip(own, stated, raw_pids)]
+        elif stated.count(0) == count:
+            ranks = [self.default_rank] * count
+        else:
+            ranks = [rank if flag else self.default_rank for rank, flag in zip(own, stated)]
         columns = [
             pa.array(ranks, pa.int32()), *texts, pa.array(pid, pa.int64()), pa.array(tid, pa.int64()),
             pa.array(pid_text or [None] * count, pa.string()), pa.array(tid_text or [None] * count, pa.string()),
