@@ -18,6 +18,8 @@ from __future__ import annotations
 import pickle
 import struct
 from decimal import Decimal
+from itertools import repeat
+from operator import contains, methodcaller
 from typing import TYPE_CHECKING, BinaryIO, Callable
 
 import orjson
@@ -39,6 +41,10 @@ FROM_ARGS = (("correlation", "correlation"), ("stream", "stream"), ("device", "d
 DICTIONARY_COLUMNS = ["rank", "ph", "cat", "name", "pid", "tid", "pid_text", "tid_text", "stream", "device"]
 STATISTICS_COLUMNS = ["rank", "ph", "cat", "pid", "tid", "ts", "dur", "correlation", "stream", "device"]
 _ABSENT = object()
+_NO_ARGS: dict = {}  # stands for the args of an event without an args object: every lookup finds nothing
+_KNOWN = frozenset(TOP_LEVEL)
+_NONE, _INT_OR_NONE = {type(None)}, {int, type(None)}
+_STR_OR_NONE, _FLOAT_OR_NONE = {str, type(None)}, {float, type(None)}
 _PART_LENGTH = struct.Struct("<Q")
 
 
@@ -83,74 +89,76 @@ class _Extras:
         if not self.rows:
             return pa.nulls(count, pa.string())
         rows = sorted(self.rows)
-        members = [self.rows[row] for row in rows]
-        texts = _cut_objects(pa, members)
-        if texts is None:
-            texts = pa.array([_dumps(value) for value in members], pa.string())
-        if len(rows) == count:
-            return texts
-        at = dict(zip(rows, range(len(rows))))
-        return texts.take(pa.array([at.get(row) for row in range(count)], pa.int32()))
+        return _objects_text(pa, [self.rows[row] for row in rows], rows, count)
 
 
 def _explicit_nulls(values: list, events: list, key: str, extras: _Extras) -> None:
     """A key present with the value null has no typed value: ``extra`` keeps it."""
-    if None in values:
+    nulls = values.count(None)
+    if nulls and sum(map(contains, events, repeat(key))) > len(values) - nulls:  # (counted at C speed)
         for row in [row for row, (value, event) in enumerate(zip(values, events))
                     if value is None and event.get(key, _ABSENT) is None]:
             extras.add(row, key, None)
 
 
+def _int64_array(pa, values: list) -> "pyarrow.Array | None":
+    """``values`` as an int64 array when every one is a 64-bit integer or None, else None."""
+    if set(map(type, values)) <= _INT_OR_NONE:
+        try:
+            return pa.array(values, pa.int64())
+        except OverflowError:
+            pass
+    return None
+
+
 def _text_column(values: list, events: list, key: str, extras: _Extras) -> list:
     """Strings as they are; any other value null here and kept in ``extra``."""
-    if not set(map(type, values)) <= {str, type(None)}:
-        for row, value in enumerate(values):
-            if value is not None and value.__class__ is not str:
-                extras.add(row, key, value)
-                values[row] = None
+    for row, value in enumerate(values):
+        if value is not None and value.__class__ is not str:
+            extras.add(row, key, value)
+            values[row] = None
     _explicit_nulls(values, events, key, extras)
     return values
 
 
-def _integer_or_text(values: list, events: list, key: str, extras: _Extras) -> tuple[list, list | None]:
+def _integer_or_text(pa, values: list, events: list, key: str, extras: _Extras
+                     ) -> tuple["pyarrow.Array", "pyarrow.Array"]:
     """``pid``/``tid``: 64-bit integers in one column, strings in another, anything else in ``extra``."""
-    texts = None
-    if not set(map(type, values)) <= {int, type(None)} or not _all_int64(values):
-        texts = [None] * len(values)
-        for row, value in enumerate(values):
-            if value is None or (value.__class__ is int and value in INT64):
-                continue
-            if value.__class__ is str:
-                texts[row] = value
-            else:
-                extras.add(row, key, value)
-            values[row] = None
-    _explicit_nulls(values if texts is None else [v if t is None else t for v, t in zip(values, texts)],
-                    events, key, extras)
-    return values, texts
+    integers = _int64_array(pa, values)
+    if integers is not None:
+        _explicit_nulls(values, events, key, extras)
+        return integers, pa.nulls(len(values), pa.string())
+    texts: list = [None] * len(values)
+    numbers: list = [None] * len(values)
+    for row, value in enumerate(values):
+        if value.__class__ is int and value in INT64:
+            numbers[row] = value
+        elif value.__class__ is str:
+            texts[row] = value
+        elif value is not None:
+            extras.add(row, key, value)
+    _explicit_nulls(values, events, key, extras)
+    return pa.array(numbers, pa.int64()), pa.array(texts, pa.string())
 
 
-def _all_int64(values: list) -> bool:
-    integers = [value for value in values if value is not None]
-    return not integers or (min(integers) >= INT64.start and max(integers) < INT64.stop)
-
-
-def _integer_column(values: list, events: list, key: str, extras: _Extras) -> list:
+def _integer_column(pa, values: list, events: list, key: str, extras: _Extras) -> "pyarrow.Array":
     """A 64-bit integer column (``id``); anything else null here and kept in ``extra``."""
-    if not set(map(type, values)) <= {int, type(None)} or not _all_int64(values):
+    integers = _int64_array(pa, values)
+    if integers is None:
         for row, value in enumerate(values):
             if value is not None and not (value.__class__ is int and value in INT64):
                 extras.add(row, key, value)
                 values[row] = None
+        integers = pa.array(values, pa.int64())
     _explicit_nulls(values, events, key, extras)
-    return values
+    return integers
 
 
-def _number_column(values: list, events: list, key: str, extras: _Extras) -> list:
+def _number_column(pa, values: list, events: list, key: str, extras: _Extras) -> "pyarrow.Array":
     """``ts``/``dur`` as float64 microseconds: a float as it is, another number
     converted with its original kept in ``extra`` (an integer stays an integer
     on the way back), anything else null here and in ``extra``."""
-    if not set(map(type, values)) <= {float, type(None)}:
+    if not set(map(type, values)) <= _FLOAT_OR_NONE:
         for row, value in enumerate(values):
             kind = value.__class__
             if value is None or kind is float:
@@ -163,15 +171,17 @@ def _number_column(values: list, events: list, key: str, extras: _Extras) -> lis
                 extras.add(row, key, value)
                 values[row] = None
     _explicit_nulls(values, events, key, extras)
-    return values
+    return pa.array(values, pa.float64())
 
 
-def _from_args(args: list, key: str) -> list:
-    """An integer copied out of ``args`` (null when absent or not a 64-bit integer)."""
-    values = [value.get(key) if value.__class__ is dict else None for value in args]
-    if set(map(type, values)) <= {int, type(None)} and _all_int64(values):
-        return values
-    return [value if value.__class__ is int and value in INT64 else None for value in values]
+def _from_args(pa, args: list, key: str) -> "pyarrow.Array":
+    """An integer copied out of each ``args`` object (null when absent or not a 64-bit integer)."""
+    values = list(map(methodcaller("get", key), args))
+    integers = _int64_array(pa, values)
+    if integers is None:
+        integers = pa.array([value if value.__class__ is int and value in INT64 else None for value in values],
+                            pa.int64())
+    return integers
 
 
 class RowBuilder:
@@ -198,23 +208,22 @@ class RowBuilder:
         pa = self._pa
         count = len(events)
         extras = _Extras()
-        known = frozenset(TOP_LEVEL)
+        known = _KNOWN
         for row, event in enumerate(events):
             if not known.issuperset(event):
-                for key, value in event.items():
-                    if key not in known:
-                        extras.add(row, key, value)
-        texts = [self._dictionary([event.get(key) for event in events], events, key, extras)
-                 for key in ("ph", "cat", "name")]
-        raw_pids = [event.get("pid") for event in events]
-        pid, pid_text = _integer_or_text(raw_pids[:], events, "pid", extras)
-        tid, tid_text = _integer_or_text([event.get("tid") for event in events], events, "tid", extras)
-        ts = _number_column([event.get("ts") for event in events], events, "ts", extras)
-        dur = _number_column([event.get("dur") for event in events], events, "dur", extras)
-        flow_id = _integer_column([event.get("id") for event in events], events, "id", extras)
+                for key in event.keys() - known:
+                    extras.add(row, key, event[key])
+        texts = [self._dictionary(_field(events, key), events, key, extras) for key in ("ph", "cat", "name")]
+        raw_pids = _field(events, "pid")
+        pid, pid_text = _integer_or_text(pa, raw_pids, events, "pid", extras)
+        tid, tid_text = _integer_or_text(pa, _field(events, "tid"), events, "tid", extras)
+        ts = _number_column(pa, _field(events, "ts"), events, "ts", extras)
+        dur = _number_column(pa, _field(events, "dur"), events, "dur", extras)
+        flow_id = _integer_column(pa, _field(events, "id"), events, "id", extras)
         args = [event.get("args", _ABSENT) for event in events]
-        own = [value.get("rank") if value.__class__ is dict else None for value in args]
-        if set(map(type, own)) == {type(None)}:  # (most traces: no event states its rank)
+        objects = [value if value.__class__ is dict else _NO_ARGS for value in args]  # (one lookup each, no test)
+        own = list(map(methodcaller("get", "rank"), objects))
+        if set(map(type, own)) == _NONE:  # (most traces: no event states its rank)
             stated = bytes(count)
             unranked = set(map(_pid_key, set(raw_pids)))
         else:
@@ -228,62 +237,78 @@ class RowBuilder:
         else:
             ranks = [rank if flag else self.default_rank for rank, flag in zip(own, stated)]
         columns = [
-            pa.array(ranks, pa.int32()), *texts, pa.array(pid, pa.int64()), pa.array(tid, pa.int64()),
-            pa.array(pid_text or [None] * count, pa.string()), pa.array(tid_text or [None] * count, pa.string()),
-            pa.array(ts, pa.float64()), pa.array(dur, pa.float64()), pa.array(flow_id, pa.int64()),
-            *(pa.array(_from_args(args, key), pa.int64()) for _, key in FROM_ARGS),
-            self._args_text(args), extras.column(pa, count)]
+            pa.array(ranks, pa.int32()), *texts, pid, tid, pid_text, tid_text, ts, dur, flow_id,
+            *(_from_args(pa, objects, key) for _, key in FROM_ARGS), self._args_text(args), extras.column(pa, count)]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema), stated, unranked
 
     def _dictionary(self, values: list, events: list, key: str, extras: _Extras) -> "pyarrow.Array":
         """A text column as codes into the batch's distinct values (names repeat thousands of times)."""
         pa = self._pa
-        lookup: dict = {}
-        codes = [lookup.setdefault(value, len(lookup)) for value in values]
-        if not set(map(type, lookup)) <= {str, type(None)}:  # rare: a number or object where text belongs
-            values = _text_column(values, events, key, extras)
-            return pa.array(values, pa.string()).dictionary_encode()
+        labels = list(dict.fromkeys(values))  # distinct values in order of first sight
+        if not set(map(type, labels)) <= _STR_OR_NONE:  # rare: a number or object where text belongs
+            return pa.array(_text_column(values, events, key, extras), pa.string()).dictionary_encode()
         _explicit_nulls(values, events, key, extras)
-        labels = list(lookup)  # in code order: each code is its value's position of first sight
+        code_of = {label: code for code, label in enumerate(labels)}
+        codes = list(map(code_of.__getitem__, values))
         mask = None
-        if None in lookup:
-            null_code = lookup[None]
-            mask = [code == null_code for code in codes]
+        if None in code_of:
+            null_code = code_of[None]
+            mask = list(map(null_code.__eq__, codes))
             labels[null_code] = ""  # a placeholder, never read: its rows are masked
         return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=mask), pa.array(labels, pa.string()))
 
     def _args_text(self, args: list) -> "pyarrow.Array":
         """The JSON text of each ``args`` (null where absent), from one encoder call when the texts can be cut apart."""
         pa = self._pa
-        objects = [value for value in args if value.__class__ is dict]
-        texts = _cut_objects(pa, objects) if objects else None
-        if texts is None or len(objects) + args.count(_ABSENT) != len(args):
-            return pa.array([None if value is _ABSENT else _dumps(value) for value in args], pa.string())
-        if len(objects) == len(args):
-            return texts
-        positions = iter(range(len(objects)))
-        return texts.take(pa.array([None if value is _ABSENT else next(positions) for value in args], pa.int32()))
+        rows = [row for row, value in enumerate(args) if value.__class__ is dict]
+        texts = None
+        if len(rows) + args.count(_ABSENT) == len(args):  # no args that are not objects
+            texts = _objects_text(pa, list(map(args.__getitem__, rows)), rows, len(args)) if rows else \
+                pa.nulls(len(args), pa.string())
+        if texts is None:
+            texts = pa.array([None if value is _ABSENT else _dumps(value) for value in args], pa.string())
+        return texts
 
 
-def _cut_objects(pa, objects: list) -> "pyarrow.Array | None":
-    """JSON objects encoded as one array and cut at the ``},{`` between them,
-    straight into an Arrow string array (offsets over the one text); None
-    when the cut is not exactly one per object boundary (that text also
-    occurs inside nested lists and strings) or orjson cannot write them."""
+def _objects_text(pa, objects: list, rows: list, count: int) -> "pyarrow.Array | None":
+    """The JSON text of each object at its row of ``count`` (the others
+    null), from one encoder call: the objects are written as one array and
+    cut at the ``},{`` between them, straight into an Arrow string array
+    (offsets over the one text).  Falls back to an encoder call per object
+    when the cut is not exactly one per boundary (that text also occurs inside
+    nested lists and strings) or orjson cannot write them in one go."""
     import numpy as np
 
     try:
         joined = orjson.dumps(objects).replace(b"},{", b"}{")
+        text = np.frombuffer(joined, dtype=np.uint8)
+        ends = np.flatnonzero((text[1:-2] == 0x7D) & (text[2:-1] == 0x7B)) + 2  # (offsets in joined: after "[")
     except TypeError:
-        return None
-    text = np.frombuffer(joined, dtype=np.uint8)
-    ends = np.flatnonzero((text[1:-2] == 0x7D) & (text[2:-1] == 0x7B)) + 1
-    if len(ends) != len(objects) - 1:
-        return None
-    offsets = np.empty(len(objects) + 1, dtype=np.int32)
-    offsets[0], offsets[-1] = 0, len(joined) - 2
-    offsets[1:-1] = ends
-    return pa.StringArray.from_buffers(len(objects), pa.py_buffer(offsets), pa.py_buffer(joined[1:-1]))
+        ends = None
+    if ends is None or len(ends) != len(objects) - 1:
+        texts: list = [None] * count
+        for row, value in zip(rows, objects):
+            texts[row] = _dumps(value)
+        return pa.array(texts, pa.string())
+    bounds = np.empty(len(objects) + 1, dtype=np.int64)
+    bounds[0], bounds[-1], bounds[1:-1] = 1, len(joined) - 1, ends
+    if len(rows) == count:
+        return pa.StringArray.from_buffers(count, pa.py_buffer(bounds.astype(np.int32)), pa.py_buffer(joined))
+    lengths = np.zeros(count, dtype=np.int32)
+    lengths[rows] = np.diff(bounds)
+    offsets = np.empty(count + 1, dtype=np.int32)
+    offsets[0] = 1
+    np.cumsum(lengths, out=offsets[1:])
+    offsets[1:] += 1
+    present = np.zeros(count, dtype=bool)
+    present[rows] = True
+    validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(joined), validity)
+
+
+def _field(events: list, key: str) -> list:
+    """One top-level field of every event (None where absent)."""
+    return list(map(methodcaller("get", key), events))
 
 
 def _pid_key(pid: object) -> object:
