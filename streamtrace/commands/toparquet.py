@@ -8,9 +8,9 @@ every pid's rank is decided as ``relink`` decides it.  Rows whose ``args``
 state no rank are written with the rank the file states up front
 (``distributedInfo``, when it can be read before the events); if the
 decided rank of any of their pids differs, the staging file is copied with
-its ``rank`` column replaced, else it is copied as it is.  With ``-j`` > 1 a
-child process parses, indexes and builds the batches while this process
-writes.
+its ``rank`` column replaced, else it is copied as it is.  With ``-j`` > 1,
+pass-1 range workers parse, index and build the batches while this process
+writes them.
 """
 from __future__ import annotations
 
@@ -22,14 +22,16 @@ from typing import Callable, Iterable
 
 import orjson
 
+from ..engine.indexworkers import index_by_ranges
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import EmitPlan, IndexResult, read_with_retries, retrying
-from ..errors import TraceError
+from ..engine.parallel import can_fork
+from ..engine.passes import FAST, EmitPlan, IndexResult, read_with_retries
+from ..errors import RobustModeNeeded, TraceError
 from ..io import parseproc
 from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, pack_batch, require_pyarrow, unpack_batch, write_with_ranks
 from ..io.progress import Progress
-from ..io.reader import ReadMode, ReadStats, TraceReader, event_loader, header_members
+from ..io.reader import ReadStats, TraceReader, event_loader, header_members, raise_if_container_field
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import peak_rss_mb
@@ -51,34 +53,77 @@ def check_parquet_options(compress: str | None, level: int | None, redact: objec
     require_pyarrow()
 
 
-class _Pass:
-    """What one reading leaves: the index, the rows' rank facts and the counts."""
+class _Rows:
+    """The events' sink of a Parquet output (see :class:`~streamtrace.engine.indexworkers.EventSink`):
+    their rows gathered into row groups of the staging file, and what the
+    ranks are checked against afterwards."""
 
-    def __init__(self, drop: frozenset[str]) -> None:
-        self.drop = drop
-        self.index = MergedIndex()
+    def __init__(self, staging: str, drop: frozenset[str], stated_rank: int | None) -> None:
+        self.staging, self.drop, self.stated_rank = staging, drop, stated_rank
+        self.builder = RowBuilder(stated_rank)
+        self._file = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Start the staging file again (the input is being read again)."""
+        self.abandon()
+        self._file = open(self.staging, "wb")
+        self.writer = RowGroupWriter(self._file, self.builder.schema)
         self.stated = bytearray()  # per row: 1 when its args state its rank
-        self.unranked: set = set()  # pids of rows given the default rank
-        self.dropped: dict[str, int] = dict.fromkeys(sorted(drop), 0)
+        self.unranked: set = set()  # pids of rows given the rank stated up front
+        self.dropped: dict[str, int] = dict.fromkeys(sorted(self.drop), 0)
         self.rows = 0
 
-    def kept(self, events: list) -> list:
-        if not self.drop:
-            return events
-        kept = []
-        for event in events:
-            cat = event.get("cat")
-            if cat in self.drop:
-                self.dropped[cat] += 1
-            else:
-                kept.append(event)
-        return kept
+    def frame_encoder(self) -> Callable[[list], bytes]:
+        """Made in a pass-1 worker: a chunk's kept events as one message of rows."""
+        builder, drop = RowBuilder(self.stated_rank), self.drop
 
-    def add(self, writer: RowGroupWriter, batch, stated: bytes, unranked: set) -> None:
-        writer.add(batch)
-        self.stated += stated
-        self.unranked |= unranked
-        self.rows += batch.num_rows
+        def encode(events: list) -> bytes:
+            kept, dropped = _kept(events, drop)
+            return pack_batch(*(builder.batch(kept) if kept else (None, b"", set())), dropped)
+
+        return encode
+
+    def add_frame(self, frame: bytes | memoryview, events: int) -> None:
+        batch, stated, unranked, dropped = unpack_batch(memoryview(frame))
+        self._add(batch, stated, unranked, dropped)
+
+    def add_events(self, events: list, first_index: int) -> None:
+        kept, dropped = _kept(events, self.drop)
+        self._add(*(self.builder.batch(kept) if kept else (None, b"", set())), dropped)
+
+    def _add(self, batch, stated: bytes, unranked: set, dropped: dict[str, int]) -> None:
+        for cat, count in dropped.items():
+            self.dropped[cat] += count
+        if batch is not None:
+            self.writer.add(batch)
+            self.stated += stated
+            self.unranked |= unranked
+            self.rows += batch.num_rows
+
+    def finish(self) -> None:
+        self.writer.close()
+        self._file.close()
+
+    def abandon(self) -> None:
+        """Stop writing (after a failure, or to start again)."""
+        if self._file is not None and not self._file.closed:
+            self.writer.abandon()
+            self._file.close()
+
+
+def _kept(events: list, drop: frozenset[str]) -> tuple[list, dict[str, int]]:
+    """The events not dropped by category, and the count dropped of each category."""
+    if not drop:
+        return events, {}
+    kept, dropped = [], dict.fromkeys(drop, 0)
+    for event in events:
+        cat = event.get("cat")
+        if cat in drop:
+            dropped[cat] += 1
+        else:
+            kept.append(event)
+    return kept, dropped
 
 
 def to_parquet(
@@ -108,21 +153,17 @@ def to_parquet(
         handle, staging = tempfile.mkstemp(prefix="streamtrace-rows-", suffix=".parquet", dir=spool_dir)
         os.close(handle)
         try:
-            if processes > 1 and parseproc.available(source):
-                done, stats = retrying(source, _in_child(source, staging, drop, stated_rank, salvage, meter), meter)
-            else:
-                done, stats = read_with_retries(source, _in_process(staging, drop, stated_rank), salvage=salvage,
-                                                progress=meter)
+            index, stats, rows = _read(source, staging, drop, stated_rank, processes, salvage, meter)
             read = time.perf_counter()
-            resolved = resolve(done.index, stats.header + stats.trailer)
+            resolved = resolve(index, stats.header + stats.trailer)
             rank_of = rank_lookup(resolved.rank_table(), stats.header + stats.trailer)
-            as_written = all(rank_of(pid) == stated_rank for pid in done.unranked)
+            as_written = all(rank_of(pid) == stated_rank for pid in rows.unranked)
             with target.open() as out:
                 if as_written:
-                    with open(staging, "rb") as rows:
-                        shutil.copyfileobj(rows, out, 1 << 20)
+                    with open(staging, "rb") as staged:
+                        shutil.copyfileobj(staged, out, 1 << 20)
                 else:
-                    write_with_ranks(staging, out, done.stated, lambda pids: list(map(rank_of, pids)))
+                    write_with_ranks(staging, out, rows.stated, lambda pids: list(map(rank_of, pids)))
         finally:
             remove_quietly(staging)
     ranks = sorted({rank for rank in resolved.ranks.ranks if rank >= 0})
@@ -133,15 +174,15 @@ def to_parquet(
         "output_format": "parquet",
         "output_compression": "zstd",
         "output_bytes": os.path.getsize(target.path) if target.path else None,
-        "rows_written": done.rows,
-        "events_written": done.rows,
-        "events_dropped": sum(done.dropped.values()),
+        "rows_written": rows.rows,
+        "events_written": rows.rows,
+        "events_dropped": sum(rows.dropped.values()),
         "dropped_categories": sorted(drop),
-        "dropped_by_category": done.dropped,
+        "dropped_by_category": rows.dropped,
         "ranks": ranks,
         "rank_map": resolved.rank_table(),
         "ranks_rewritten": not as_written,
-        "warnings": [f"--drop-cat {cat}: no event has this category" for cat, count in done.dropped.items()
+        "warnings": [f"--drop-cat {cat}: no event has this category" for cat, count in rows.dropped.items()
                      if not count],
         "pass_seconds": round(read - started, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
@@ -189,62 +230,47 @@ def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of
             progress.done()
 
 
-def _in_process(staging: str, drop: frozenset[str], stated_rank: int | None):
-    """One reading here: index, build and write each batch."""
+def _read(source: InputSource, staging: str, drop: frozenset[str], stated_rank: int | None, processes: int,
+          salvage: bool, meter: Progress) -> tuple[MergedIndex, ReadStats, _Rows]:
+    """The one reading: with ``processes`` > 1, range workers parse, index
+    and build the rows (:mod:`~streamtrace.engine.indexworkers`) while this
+    process writes them; else (or when the input needs the ordinary reading)
+    everything here."""
+    rows = _Rows(staging, drop, stated_rank)
+    try:
+        mode = FAST
+        if processes > 1 and not salvage and can_fork() and (source.size is None or source.size >= parseproc.MIN_BYTES):
+            try:
+                ranges = index_by_ranges(source, MergedIndex, rows, processes, meter)
+            except RobustModeNeeded as need:  # the ordinary reading starts in the mode the input needs
+                ranges, mode = None, need.args[0]
+            if ranges is not None:
+                rows.finish()
+                return ranges[0], ranges[1], rows  # type: ignore[return-value]
 
-    def attempt(reader: TraceReader) -> tuple[_Pass, ReadStats]:
-        done = _Pass(drop)
-        visit = done.index.visit
-        builder = RowBuilder(stated_rank)
-        with open(staging, "wb") as out, RowGroupWriter(out, builder.schema) as writer:
+        def attempt(reader: TraceReader) -> tuple[MergedIndex, ReadStats]:
+            rows.reset()
+            index = MergedIndex()
+            visit = index.visit
+            done = 0
             for events in reader.batches():
-                for event in events:
-                    visit(event)
-                kept = done.kept(events)
-                if kept:
-                    done.add(writer, *builder.batch(kept))
-        return done, reader.stats
+                try:
+                    for event in events:
+                        visit(event)
+                    rows.add_events(events, done)
+                except TypeError:
+                    for event in events:
+                        raise_if_container_field(event)
+                    raise
+                done += len(events)
+            return index, reader.stats
 
-    return attempt
-
-
-def _in_child(source: InputSource, staging: str, drop: frozenset[str], stated_rank: int | None, salvage: bool,
-              meter: Progress):
-    """One reading with a parsing child: it indexes and builds the batches, this process writes them."""
-
-    def run(mode: ReadMode) -> tuple[_Pass, ReadStats]:
-        done = _Pass(drop)
-        child_side = _Pass(drop)  # (a copy lives in the child after the fork: its index and counts)
-        builder = RowBuilder(stated_rank)
-        visit = child_side.index.visit
-
-        def encode(events: list, first: int) -> tuple[bytes, None]:
-            for event in events:
-                visit(event)
-            kept = child_side.kept(events)
-            part = (child_side.index.take_part(), child_side.dropped, len(events))
-            child_side.dropped = dict.fromkeys(child_side.dropped, 0)
-            if not kept:
-                return pack_batch(None, b"", set(), part), None
-            return pack_batch(*builder.batch(kept), part), None
-
-        events_seen = [0]
-        with open(staging, "wb") as out, RowGroupWriter(out, builder.schema) as writer:
-
-            def on_batch(payload: memoryview, _flagged: bool) -> None:
-                batch, stated, unranked, (part, dropped, count) = unpack_batch(payload)
-                done.index.absorb(part, 0, events_seen[0])
-                events_seen[0] += count
-                for cat, number in dropped.items():
-                    done.dropped[cat] += number
-                if batch is not None:
-                    done.add(writer, batch, stated, unranked)
-
-            stats = parseproc.parse_in_child(source, mode, None, on_batch, salvage=salvage, progress=meter,
-                                             encode=encode)
-        return done, stats
-
-    return run
+        index, stats = read_with_retries(source, attempt, salvage=salvage, progress=meter, mode=mode)
+        rows.finish()
+        return index, stats, rows
+    except BaseException:
+        rows.abandon()
+        raise
 
 
 def _rank_stated_up_front(source: InputSource) -> int | None:

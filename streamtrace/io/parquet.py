@@ -317,7 +317,7 @@ def _pid_key(pid: object) -> object:
 
 
 def pack_batch(batch: "pyarrow.RecordBatch | None", stated: bytes, unranked: set, part: object) -> bytes:
-    """A built batch (None: no rows) with what a child process sends along with it, as one message."""
+    """A built batch (None: no rows) with its facts and ``part`` (anything picklable), as one message."""
     facts = pickle.dumps((stated, unranked, part), pickle.HIGHEST_PROTOCOL)
     if batch is None:
         return _PART_LENGTH.pack(len(facts)) + facts
@@ -403,13 +403,17 @@ class RowGroupWriter:
     def __enter__(self) -> "RowGroupWriter":
         return self
 
+    def abandon(self) -> None:
+        """Stop, writing nothing more (the output is thrown away)."""
+        self._out.abandoned = True
+        self._writer.close()
+
     def __exit__(self, failure: object, *exc: object) -> None:
-        """Finish the file, or after a failure drop it (the output is thrown away)."""
+        """Finish the file, or after a failure drop it."""
         if failure is None:
             self.close()
         else:
-            self._out.abandoned = True
-            self._writer.close()
+            self.abandon()
 
 
 def write_with_ranks(source: str, out: BinaryIO, stated: bytearray, rank_of_pid: Callable[[list], list]) -> int:
