@@ -100,7 +100,7 @@ def _sql(path: Path, query: str) -> list[tuple]:
 
 
 def _attribute_rows(trace: Path, tmp_path: Path) -> list[dict]:
-    table = tmp_path / "gpu.csv"
+    table = tmp_path / f"{trace.name}.csv"
     attribute(trace, table, jobs=1)
     with open(table, newline="") as handle:
         return list(csv.DictReader(handle))
@@ -242,3 +242,28 @@ def test_slice_to_parquet_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="--redact"):
         streamtrace.slice_trace(TRACES / "kineto_small.json", tmp_path / "x.parquet", redact=True)
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_several_rank_files_into_one_file(tmp_path: Path) -> None:
+    """A directory of rank files (as merge takes it): each file's rows in turn, each with its file's rank."""
+    out = tmp_path / "dlrm.parquet"
+    summary = convert(TRACES / "dlrm_8ranks", out, jobs=1)
+    rows = rows_of(out)
+    expected = []
+    for trace in DLRM:
+        one = tmp_path / f"{trace.name}.parquet"
+        convert(trace, one, jobs=1)
+        expected += rows_of(one)
+    assert rows == expected
+    assert [rebuild(row) for row in rows] == [event for trace in DLRM for event in events_of(load_json(trace))]
+    assert {row["rank"] for row in rows} == set(range(8)) and summary["input"] == "8 files"
+    for trace in DLRM:
+        rank = load_json(trace)["distributedInfo"]["rank"]
+        kernels = sum(float(row["dur"]) for row in _attribute_rows(trace, tmp_path) if row["cat"] == "kernel")
+        assert _sql(out, f"SELECT sum(dur) FROM EVENTS WHERE rank = {rank} AND cat = 'kernel'")[0][0] == pytest.approx(kernels)
+
+
+def test_several_inputs_need_a_parquet_output(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="several inputs"):
+        convert([str(path) for path in DLRM[:2]], tmp_path / "two.json")
+    assert not (tmp_path / "two.json").exists()

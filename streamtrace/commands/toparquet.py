@@ -14,14 +14,17 @@ writes them.
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
 
 import orjson
 
+from ..algo.ranks import rank_from_file_name
 from ..engine.indexworkers import index_by_ranges
 from ..engine.jobs import resolve_jobs
 from ..engine.parallel import can_fork
@@ -29,12 +32,13 @@ from ..engine.passes import FAST, EmitPlan, IndexResult, read_with_retries
 from ..errors import RobustModeNeeded, TraceError
 from ..io import parseproc
 from ..io.jsonscan import member_value
-from ..io.parquet import RowBuilder, RowGroupWriter, pack_batch, require_pyarrow, unpack_batch, write_with_ranks
+from ..io.parquet import RowBuilder, RowGroupWriter, copy_rows, pack_batch, require_pyarrow, unpack_batch
 from ..io.progress import Progress
 from ..io.reader import ReadStats, TraceReader, event_loader, header_members, raise_if_container_field
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import peak_rss_mb
+from .merge import discover_inputs
 from .mergedindex import MergedIndex, resolve
 
 TAIL_BYTES = 1 << 20  # where a plain file's members after the events are looked for before reading it
@@ -126,8 +130,19 @@ def _kept(events: list, drop: frozenset[str]) -> tuple[list, dict[str, int]]:
     return kept, dropped
 
 
+@dataclass
+class _Staged:
+    """One input's rows in a staging file, and how its ranks stand."""
+
+    path: str
+    rows: _Rows | None = None
+    rank_of: Callable[[object], int | None] | None = None
+    as_written: bool = True  # every row has its rank already
+    summary: dict = field(default_factory=dict)
+
+
 def to_parquet(
-    src: SourceSpec,
+    src: SourceSpec | Sequence[str | os.PathLike],
     dst: SinkSpec,
     *,
     drop_categories: Iterable[str] = (),
@@ -140,69 +155,109 @@ def to_parquet(
 ) -> dict:
     """Write every event of ``src`` (less ``drop_categories``) as a row of the Parquet file ``dst``.
 
-    Returns the summary.
+    ``src`` may also be a list of files, globs and directories (as ``merge``
+    takes them): their rows follow one another, each file's ranks decided
+    on its own (a file whose pids get no rank takes the one its name states,
+    ``rank<N>``/``worker<N>``).  Returns the summary.
     """
     require_pyarrow()
     started = time.perf_counter()
     drop = frozenset(drop_categories)
     processes = resolve_jobs(jobs)
-    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress="none", inputs=[source.location])
-        meter = Progress(source.size, enabled=progress)
-        stated_rank = _rank_stated_up_front(source)
-        handle, staging = tempfile.mkstemp(prefix="streamtrace-rows-", suffix=".parquet", dir=spool_dir)
-        os.close(handle)
-        try:
-            index, stats, rows = _read(source, staging, drop, stated_rank, processes, salvage, meter)
-            read = time.perf_counter()
-            resolved = resolve(index, stats.header + stats.trailer)
-            rank_of = rank_lookup(resolved.rank_table(), stats.header + stats.trailer)
-            as_written = all(rank_of(pid) == stated_rank for pid in rows.unranked)
-            with target.open() as out:
-                if as_written:
-                    with open(staging, "rb") as staged:
-                        shutil.copyfileobj(staged, out, 1 << 20)
-                else:
-                    write_with_ranks(staging, out, rows.stated, lambda pids: list(map(rank_of, pids)))
-        finally:
-            remove_quietly(staging)
-    ranks = sorted({rank for rank in resolved.ranks.ranks if rank >= 0})
+    specs = list(src) if isinstance(src, (list, tuple)) else [src]
+    first = specs[0] if isinstance(specs[0], (str, os.PathLike)) else None
+    expand = len(specs) > 1 or (first is not None and (os.path.isdir(first) or glob.has_magic(os.fspath(first))))
+    inputs = discover_inputs(specs) if expand else specs
+    several = len(inputs) > 1
+    target = OutputTarget(dst, overwrite=overwrite, compress="none",
+                          inputs=[os.fspath(path) for path in inputs if isinstance(path, (str, os.PathLike))])
+    meter = Progress(None, enabled=progress)
+    staged: list[_Staged] = []
+    try:
+        for path in inputs:
+            handle, staging = tempfile.mkstemp(prefix="streamtrace-rows-", suffix=".parquet", dir=spool_dir)
+            os.close(handle)
+            staged.append(_Staged(staging))
+            _stage(path, staged[-1], several, drop, processes, salvage, spool_dir, reread_remote, progress)
+        read = time.perf_counter()
+        with target.open() as out:
+            if len(staged) == 1 and staged[0].as_written:
+                with open(staged[0].path, "rb") as rows:
+                    shutil.copyfileobj(rows, out, 1 << 20)
+            else:
+                copy_rows([(one.path, one.rows.stated, None if one.as_written else _many(one.rank_of))
+                           for one in staged], out)
+    finally:
+        meter.done()
+        for one in staged:
+            remove_quietly(one.path)
+    parts = [one.summary for one in staged]
+    dropped = {cat: sum(part["dropped_by_category"][cat] for part in parts) for cat in sorted(drop)}
+    total = {"events": sum(part["events"] for part in parts), "rows_written": sum(part["rows_written"] for part in parts)}
     return {
-        **source.describe(),
-        **stats.as_dict(),
+        **(parts[0] if not several else {"input": f"{len(parts)} files", "inputs": parts, **total}),
         "output": target.name,
         "output_format": "parquet",
         "output_compression": "zstd",
         "output_bytes": os.path.getsize(target.path) if target.path else None,
-        "rows_written": rows.rows,
-        "events_written": rows.rows,
-        "events_dropped": sum(rows.dropped.values()),
+        "events_written": total["rows_written"],
+        "events_dropped": sum(dropped.values()),
         "dropped_categories": sorted(drop),
-        "dropped_by_category": rows.dropped,
-        "ranks": ranks,
-        "rank_map": resolved.rank_table(),
-        "ranks_rewritten": not as_written,
-        "warnings": [f"--drop-cat {cat}: no event has this category" for cat, count in rows.dropped.items()
-                     if not count],
+        "dropped_by_category": dropped,
+        "warnings": [f"--drop-cat {cat}: no event has this category" for cat, count in dropped.items() if not count],
         "pass_seconds": round(read - started, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
 
 
-def rank_lookup(rank_table: list[dict], members: list) -> Callable[[object], int | None]:
+def _many(rank_of: Callable[[object], int | None]) -> Callable[[list], list]:
+    return lambda pids: list(map(rank_of, pids))
+
+
+def _stage(src: SourceSpec, staged: _Staged, several: bool, drop: frozenset[str], processes: int, salvage: bool,
+           spool_dir: str | None, reread_remote: bool, progress: bool | None) -> None:
+    """One input's reading into its staging file, then its ranks decided."""
+    with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        meter = Progress(source.size, enabled=progress)
+        stated_rank = _rank_stated_up_front(source)
+        index, stats, rows = _read(source, staged.path, drop, stated_rank, processes, salvage, meter)
+        members = stats.header + stats.trailer
+        resolved = resolve(index, members)
+        rank_table = resolved.rank_table()
+        rank_of = rank_lookup(rank_table, members, rank_from_file_name(source.name) if several else None)
+        staged.rows, staged.rank_of = rows, rank_of
+        staged.as_written = all(rank_of(pid) == stated_rank for pid in rows.unranked)
+        staged.summary = {
+            **source.describe(),
+            **stats.as_dict(),
+            "rows_written": rows.rows,
+            "dropped_by_category": rows.dropped,
+            "ranks": sorted({row["rank"] for row in rank_table if row["rank"] is not None}),
+            "rank_map": rank_table,
+            "ranks_rewritten": not staged.as_written,
+        }
+
+
+def rank_lookup(rank_table: list[dict], members: list, named_rank: int | None = None
+                ) -> Callable[[object], int | None]:
     """Each pid's rank as ``relink`` decides it (``rank_table``: its rank map);
     a pid the index never placed (no launch, GPU event or metadata: a
     CPU-only thread, Kineto's ``Record Window End``) has the file's
     ``distributedInfo.rank`` when that is how the file's pids were placed (a
-    single rank's file), else none."""
+    single rank's file), else none.  ``named_rank`` (the rank a file's name
+    states) is the rank of every pid that would have none."""
     ranks = {row["pid"]: row["rank"] for row in rank_table}
     whole_file = None
     if all(row["rule"] == "distributedInfo.rank" for row in rank_table):
         distributed = member_value(members, "distributedInfo")
         rank = distributed.get("rank") if isinstance(distributed, dict) else None
         whole_file = rank if type(rank) is int and rank >= 0 else None
-    return lambda pid: ranks.get(pid, whole_file)
+    def rank_of(pid: object) -> int | None:
+        found = ranks.get(pid, whole_file)
+        return named_rank if found is None else found
+
+    return rank_of
 
 
 def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of: Callable[[object], int | None], *,

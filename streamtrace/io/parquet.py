@@ -416,21 +416,21 @@ class RowGroupWriter:
             self.abandon()
 
 
-def write_with_ranks(source: str, out: BinaryIO, stated: bytearray, rank_of_pid: Callable[[list], list]) -> int:
-    """Copy the Parquet file ``source`` into ``out`` with the ``rank`` of every
-    row that did not state its own replaced by its pid's (``rank_of_pid``
-    maps a list of pids to ranks); ``stated`` has one byte per row (1: keep
-    the rank)."""
+def copy_rows(sources: list[tuple[str, bytearray, Callable[[list], list] | None]], out: BinaryIO) -> int:
+    """Write the rows of the Parquet files ``sources`` into ``out``, one after
+    the other; where a source has a ``rank_of_pid`` (a list of pids to their
+    ranks), the ``rank`` of each row whose byte in its ``stated`` is 0 is
+    replaced by its pid's.  Returns the rows written."""
     import pyarrow.parquet as pq
 
-    source_file = pq.ParquetFile(source)
-    with RowGroupWriter(out, source_file.schema_arrow) as writer:
-        _copy_with_ranks(source_file, writer, stated, rank_of_pid)
+    with RowGroupWriter(out, schema()) as writer:
+        for path, stated, rank_of_pid in sources:
+            _copy_with_ranks(pq.ParquetFile(path), writer, stated, rank_of_pid)
     return writer.rows_written
 
 
-def _copy_with_ranks(source_file, writer: RowGroupWriter, stated: bytearray, rank_of_pid: Callable[[list], list]
-                     ) -> None:
+def _copy_with_ranks(source_file, writer: RowGroupWriter, stated: bytearray,
+                     rank_of_pid: Callable[[list], list] | None) -> None:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute  # noqa: F401
@@ -441,10 +441,11 @@ def _copy_with_ranks(source_file, writer: RowGroupWriter, stated: bytearray, ran
         table = source_file.read_row_group(group)
         keep = flags[first:first + table.num_rows]
         first += table.num_rows
-        pids = [pid if pid is not None else text
-                for pid, text in zip(table.column("pid").to_pylist(), table.column("pid_text").to_pylist())]
-        fresh = pa.array(rank_of_pid(pids), pa.int32())
-        ranks = pa.compute.if_else(pa.array(keep), table.column("rank").combine_chunks(), fresh)
-        table = table.set_column(0, "rank", ranks)
+        if rank_of_pid is not None:
+            pids = [pid if pid is not None else text
+                    for pid, text in zip(table.column("pid").to_pylist(), table.column("pid_text").to_pylist())]
+            fresh = pa.array(rank_of_pid(pids), pa.int32())
+            table = table.set_column(0, "rank", pa.compute.if_else(pa.array(keep), table.column("rank").combine_chunks(),
+                                                                   fresh))
         for batch in table.to_batches():
             writer.add(batch)
