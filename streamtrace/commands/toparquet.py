@@ -37,7 +37,7 @@ from ..io.progress import Progress
 from ..io.reader import ReadStats, TraceReader, event_loader, header_members, raise_if_container_field
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
-from ..resources import peak_rss_mb
+from ..resources import gc_paused, peak_rss_mb
 from .merge import discover_inputs
 from .mergedindex import MergedIndex, resolve
 
@@ -285,6 +285,7 @@ def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of
             progress.done()
 
 
+@gc_paused()
 def _read(source: InputSource, staging: str, drop: frozenset[str], stated_rank: int | None, processes: int,
           salvage: bool, meter: Progress) -> tuple[MergedIndex, ReadStats, _Rows]:
     """The one reading: with ``processes`` > 1, range workers parse, index

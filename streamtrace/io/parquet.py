@@ -18,8 +18,8 @@ from __future__ import annotations
 import pickle
 import struct
 from decimal import Decimal
-from itertools import repeat
-from operator import contains, methodcaller
+from itertools import compress, repeat
+from operator import contains, is_
 from typing import TYPE_CHECKING, BinaryIO, Callable
 
 import orjson
@@ -43,7 +43,7 @@ STATISTICS_COLUMNS = ["rank", "ph", "cat", "pid", "tid", "ts", "dur", "correlati
 _ABSENT = object()
 _NO_ARGS: dict = {}  # stands for the args of an event without an args object: every lookup finds nothing
 _KNOWN = frozenset(TOP_LEVEL)
-_NONE, _INT_OR_NONE = {type(None)}, {int, type(None)}
+_NONE, _DICT, _INT_OR_NONE = {type(None)}, {dict}, {int, type(None)}
 _STR_OR_NONE, _FLOAT_OR_NONE = {str, type(None)}, {float, type(None)}
 _PART_LENGTH = struct.Struct("<Q")
 
@@ -176,7 +176,7 @@ def _number_column(pa, values: list, events: list, key: str, extras: _Extras) ->
 
 def _from_args(pa, args: list, key: str) -> "pyarrow.Array":
     """An integer copied out of each ``args`` object (null when absent or not a 64-bit integer)."""
-    values = list(map(methodcaller("get", key), args))
+    values = list(map(dict.get, args, repeat(key)))
     integers = _int64_array(pa, values)
     if integers is None:
         integers = pa.array([value if value.__class__ is int and value in INT64 else None for value in values],
@@ -208,10 +208,11 @@ class RowBuilder:
         pa = self._pa
         count = len(events)
         extras = _Extras()
-        known = _KNOWN
-        for row, event in enumerate(events):
-            if not known.issuperset(event):
-                for key in event.keys() - known:
+        fits = list(map(_KNOWN.issuperset, events))  # no key beyond the columns'
+        if False in fits:
+            for row in [row for row, fit in enumerate(fits) if not fit]:
+                event = events[row]
+                for key in event.keys() - _KNOWN:
                     extras.add(row, key, event[key])
         texts = [self._dictionary(_field(events, key), events, key, extras) for key in ("ph", "cat", "name")]
         raw_pids = _field(events, "pid")
@@ -220,9 +221,10 @@ class RowBuilder:
         ts = _number_column(pa, _field(events, "ts"), events, "ts", extras)
         dur = _number_column(pa, _field(events, "dur"), events, "dur", extras)
         flow_id = _integer_column(pa, _field(events, "id"), events, "id", extras)
-        args = [event.get("args", _ABSENT) for event in events]
-        objects = [value if value.__class__ is dict else _NO_ARGS for value in args]  # (one lookup each, no test)
-        own = list(map(methodcaller("get", "rank"), objects))
+        args = list(map(dict.get, events, repeat("args"), repeat(_ABSENT)))
+        objects = args if set(map(type, args)) == _DICT else \
+            [value if value.__class__ is dict else _NO_ARGS for value in args]  # (then one lookup each, no test)
+        own = list(map(dict.get, objects, repeat("rank")))
         if set(map(type, own)) == _NONE:  # (most traces: no event states its rank)
             stated = bytes(count)
             unranked = set(map(_pid_key, set(raw_pids)))
@@ -260,7 +262,7 @@ class RowBuilder:
     def _args_text(self, args: list) -> "pyarrow.Array":
         """The JSON text of each ``args`` (null where absent), from one encoder call when the texts can be cut apart."""
         pa = self._pa
-        rows = [row for row, value in enumerate(args) if value.__class__ is dict]
+        rows = list(compress(range(len(args)), map(is_, map(type, args), repeat(dict))))
         texts = None
         if len(rows) + args.count(_ABSENT) == len(args):  # no args that are not objects
             texts = _objects_text(pa, list(map(args.__getitem__, rows)), rows, len(args)) if rows else \
@@ -308,7 +310,7 @@ def _objects_text(pa, objects: list, rows: list, count: int) -> "pyarrow.Array |
 
 def _field(events: list, key: str) -> list:
     """One top-level field of every event (None where absent)."""
-    return list(map(methodcaller("get", key), events))
+    return list(map(dict.get, events, repeat(key)))
 
 
 def _pid_key(pid: object) -> object:
