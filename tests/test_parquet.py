@@ -15,6 +15,7 @@ from conftest import REAL_TRACES, ROOT, TRACES, events_of, load_json
 
 import streamtrace
 from streamtrace import TraceError, attribute, convert, inspect
+from streamtrace.engine import indexworkers
 from streamtrace.io import parseproc
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -170,12 +171,18 @@ def test_drop_cat(tmp_path: Path) -> None:
     assert summary["warnings"] == ["--drop-cat no_such_cat: no event has this category"]
 
 
-def test_two_processes_write_the_same_rows(merged16: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)  # the parsing child for a small file too
+@pytest.mark.parametrize("which", ["gzip", "plain"])
+def test_range_workers_write_the_same_file(which: str, merged16: Path, merged_by_name: Path, tmp_path: Path,
+                                           monkeypatch) -> None:
+    """-j 2 (pass-1 range workers build the rows; a plain file's chunks are read by the workers themselves)."""
+    trace = merged16 if which == "gzip" else merged_by_name
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)  # range workers for a small file too
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 1 << 14)  # and many chunks
     one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
-    convert(merged16, one, jobs=1)
-    convert(merged16, two, jobs=2)
+    convert(trace, one, jobs=1)
+    convert(trace, two, jobs=2)
     assert rows_of(one) == rows_of(two)
+    assert one.read_bytes() == two.read_bytes()
 
 
 def test_no_file_left_when_the_input_is_cut(tmp_path: Path) -> None:

@@ -171,7 +171,6 @@ def to_parquet(
     several = len(inputs) > 1
     target = OutputTarget(dst, overwrite=overwrite, compress="none",
                           inputs=[os.fspath(path) for path in inputs if isinstance(path, (str, os.PathLike))])
-    meter = Progress(None, enabled=progress)
     staged: list[_Staged] = []
     try:
         for path in inputs:
@@ -188,7 +187,6 @@ def to_parquet(
                 copy_rows([(one.path, one.rows.stated, None if one.as_written else _many(one.rank_of))
                            for one in staged], out)
     finally:
-        meter.done()
         for one in staged:
             remove_quietly(one.path)
     parts = [one.summary for one in staged]

@@ -387,7 +387,8 @@ class RowGroupWriter:
             self._flush(ROW_GROUP_ROWS)
 
     def _flush(self, limit: int) -> None:
-        table = self._pa_table.from_batches(self._pending)
+        # one dictionary per column and group, whatever the batches: the same file for every -j
+        table = self._pa_table.from_batches(self._pending).unify_dictionaries().combine_chunks()
         whole = table.num_rows - table.num_rows % limit
         if whole:
             self._writer.write_table(table.slice(0, whole), row_group_size=limit)
