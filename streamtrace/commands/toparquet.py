@@ -3,8 +3,9 @@
 One reading.  Each batch of events becomes an Arrow batch (typed columns,
 ``args`` as JSON text: :mod:`streamtrace.io.parquet`), gathered into row
 groups written as the pass goes to a staging file in the spool directory.
-The same pass runs the merged-trace index (:class:`MergedIndex`), so that
-every pid's rank is decided as ``relink`` decides it.  Rows whose ``args``
+The same pass gathers the merged-trace index's rank evidence
+(:class:`RankIndex`), so that every pid's rank is decided as ``relink``
+decides it.  Rows whose ``args``
 state no rank are written with the rank the file states up front
 (``distributedInfo``, when it can be read before the events); if the
 decided rank of any of their pids differs, the staging file is copied with
@@ -39,7 +40,7 @@ from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import gc_paused, peak_rss_mb
 from .merge import discover_inputs
-from .mergedindex import MergedIndex, resolve
+from .mergedindex import RankIndex, rank_table, resolve_pid_ranks
 
 TAIL_BYTES = 1 << 20  # where a plain file's members after the events are looked for before reading it
 
@@ -221,9 +222,8 @@ def _stage(src: SourceSpec, staged: _Staged, several: bool, drop: frozenset[str]
         stated_rank = _rank_stated_up_front(source)
         index, stats, rows = _read(source, staged.path, drop, stated_rank, processes, salvage, meter)
         members = stats.header + stats.trailer
-        resolved = resolve(index, members)
-        rank_table = resolved.rank_table()
-        rank_of = rank_lookup(rank_table, members, rank_from_file_name(source.name) if several else None)
+        ranks = rank_table(index, resolve_pid_ranks(index, members))
+        rank_of = rank_lookup(ranks, members, rank_from_file_name(source.name) if several else None)
         staged.rows, staged.rank_of = rows, rank_of
         staged.as_written = all(rank_of(pid) == stated_rank for pid in rows.unranked)
         staged.summary = {
@@ -231,8 +231,8 @@ def _stage(src: SourceSpec, staged: _Staged, several: bool, drop: frozenset[str]
             **stats.as_dict(),
             "rows_written": rows.rows,
             "dropped_by_category": rows.dropped,
-            "ranks": sorted({row["rank"] for row in rank_table if row["rank"] is not None}),
-            "rank_map": rank_table,
+            "ranks": sorted({row["rank"] for row in ranks if row["rank"] is not None}),
+            "rank_map": ranks,
             "ranks_rewritten": not staged.as_written,
         }
 
@@ -285,7 +285,7 @@ def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of
 
 @gc_paused()
 def _read(source: InputSource, staging: str, drop: frozenset[str], stated_rank: int | None, processes: int,
-          salvage: bool, meter: Progress) -> tuple[MergedIndex, ReadStats, _Rows]:
+          salvage: bool, meter: Progress) -> tuple[RankIndex, ReadStats, _Rows]:
     """The one reading: with ``processes`` > 1, range workers parse, index
     and build the rows (:mod:`~streamtrace.engine.indexworkers`) while this
     process writes them; else (or when the input needs the ordinary reading)
@@ -295,16 +295,16 @@ def _read(source: InputSource, staging: str, drop: frozenset[str], stated_rank: 
         mode = FAST
         if processes > 1 and not salvage and can_fork() and (source.size is None or source.size >= parseproc.MIN_BYTES):
             try:
-                ranges = index_by_ranges(source, MergedIndex, rows, processes, meter)
+                ranges = index_by_ranges(source, RankIndex, rows, processes, meter)
             except RobustModeNeeded as need:  # the ordinary reading starts in the mode the input needs
                 ranges, mode = None, need.args[0]
             if ranges is not None:
                 rows.finish()
                 return ranges[0], ranges[1], rows  # type: ignore[return-value]
 
-        def attempt(reader: TraceReader) -> tuple[MergedIndex, ReadStats]:
+        def attempt(reader: TraceReader) -> tuple[RankIndex, ReadStats]:
             rows.reset()
-            index = MergedIndex()
+            index = RankIndex()
             visit = index.visit
             done = 0
             for events in reader.batches():

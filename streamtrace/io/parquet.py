@@ -30,7 +30,7 @@ from .reader import dumps_event
 if TYPE_CHECKING:
     import pyarrow
 
-ROW_GROUP_ROWS = 1 << 16  # rows per row group: tens of MB of Arrow data at most, and many groups for parallel readers
+ROW_GROUP_ROWS = 1 << 15  # rows per row group: tens of MB of Arrow data at most, and many groups for parallel readers
 COMPRESSION = "zstd"
 INT64 = range(-(1 << 63), 1 << 63)
 TOP_LEVEL = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args")
