@@ -22,6 +22,7 @@ from itertools import compress, repeat
 from operator import contains, is_
 from typing import TYPE_CHECKING, BinaryIO, Callable
 
+import numpy as np
 import orjson
 
 from ..errors import TraceError
@@ -272,15 +273,13 @@ class RowBuilder:
         return texts
 
 
-def _objects_text(pa, objects: list, rows: list, count: int) -> "pyarrow.Array | None":
+def _objects_text(pa, objects: list, rows: list, count: int) -> "pyarrow.Array":
     """The JSON text of each object at its row of ``count`` (the others
     null), from one encoder call: the objects are written as one array and
     cut at the ``},{`` between them, straight into an Arrow string array
     (offsets over the one text).  Falls back to an encoder call per object
     when the cut is not exactly one per boundary (that text also occurs inside
     nested lists and strings) or orjson cannot write them in one go."""
-    import numpy as np
-
     try:
         joined = orjson.dumps(objects).replace(b"},{", b"}{")
         text = np.frombuffer(joined, dtype=np.uint8)
@@ -370,9 +369,10 @@ class RowGroupWriter:
     """Batches gathered into row groups of :data:`ROW_GROUP_ROWS` rows, written as they fill."""
 
     def __init__(self, out: BinaryIO, schema: "pyarrow.Schema") -> None:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        self._pa_table = __import__("pyarrow").Table
+        self._pa_table = pa.Table
         self._out = _Positioned(out)
         self._writer = pq.ParquetWriter(self._out, schema, compression=COMPRESSION,
                                         use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS)
@@ -434,7 +434,6 @@ def copy_rows(sources: list[tuple[str, bytearray, Callable[[list], list] | None]
 
 def _copy_with_ranks(source_file, writer: RowGroupWriter, stated: bytearray,
                      rank_of_pid: Callable[[list], list] | None) -> None:
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute  # noqa: F401
 
