@@ -45,7 +45,7 @@ class Destinations:
                  summary: str | os.PathLike | None = None) -> None:
         self.inputs = [os.fspath(source) for source in inputs if source is not None]
         self.overwrite = overwrite
-        self._claimed: dict[str, str] = {}  # identity -> what the run writes there ("the output", ...)
+        self._claimed: dict[str, tuple[str, str]] = {}  # identity -> (what the run writes there, its name)
         self._directories: set[str] = set()  # directories the run writes into (created if missing)
         self._pending: list[tuple[str, str]] | None = None  # (temp, final) while publishing together
         self.summary = None if summary is None else self.claim(summary, role="summary")
@@ -57,7 +57,8 @@ class Destinations:
             return
         earlier = self._claimed.get(_identity(name))
         if earlier is not None:
-            raise TraceError(f"this run would write it twice (as the {earlier} and as the {role}); "
+            first = earlier[0] if earlier[1] == name else f"{earlier[0]}, named {earlier[1]},"
+            raise TraceError(f"this run would write it twice (as the {first} and as the {role}); "
                              "give each its own name", path=name)
         if name == "-":
             return
@@ -74,7 +75,7 @@ class Destinations:
         self.check(spec, compress=compress, role=role)
         name = _name(spec)
         if name is not None:
-            self._claimed[_identity(name)] = role
+            self._claimed[_identity(name)] = (role, name)
         return name
 
     def claim_all(self, specs: Iterable[SinkSpec], *, role: str = "output") -> None:
@@ -148,10 +149,11 @@ class Destinations:
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
         pending, self._pending = self._pending or [], None
-        if kind is None:
-            publish_all(pending, self.overwrite)
-        else:
-            for temp, _ in pending:
+        try:
+            if kind is None:
+                publish_all(pending, self.overwrite)
+        finally:
+            for temp, _ in pending:  # those published are gone already
                 remove_quietly(temp)
 
 
