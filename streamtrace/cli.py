@@ -317,14 +317,17 @@ def build_parser() -> argparse.ArgumentParser:
         "slice", help="cut a huge trace into pieces a viewer can open (steps, time window, ranks, size)",
         description=_paragraphs(
             "Write the events of TRACE that every given selection keeps, as a complete trace of its own: the "
-            "input's top-level keys, the metadata (process and thread names, sort indexes) of every pid it keeps, "
-            "and only whole flows (an arrow whose other end is not kept is dropped and counted). Events are kept "
-            "whole, byte for byte, in input order.",
+            "input's top-level keys, the metadata (process and thread names, sort indexes) of every pid it keeps "
+            "and of every pid with no events at all, and only whole flows (an arrow whose other end is not kept is "
+            "dropped and counted; one whose other end the input already lacks is kept as it is). Events are kept "
+            "whole, byte for byte, in input order. A selection that keeps no event is refused, naming the trace's "
+            "time span, ranks and steps.",
             "Steps are the ProfilerStep#N spans (user_annotation or cpu_op), per rank in a merged file. A step "
             "keeps the CPU events that start inside its span and the GPU events launched inside it, found by "
             "(rank, correlation), even when they run after the span ends; GPU events with no known launch go by "
             "their own start time. --max-mb takes the longest run of consecutive steps, from the first step of "
-            "--steps or else from the first step every rank has, whose output fits (the summary says which).",
+            "--steps or else from the first step every rank has, whose output fits (the summary says which); "
+            "without --steps, a trace that fits whole is kept whole.",
             "Two streaming passes; memory holds compact indexes, per-event columns go to a temporary file. "
             "Ranks: " + RANK_RULES + "."),
         epilog="examples:\n  streamtrace slice trace.json.gz -o step5.json.gz --steps 5\n"
@@ -707,9 +710,14 @@ def _slice_view(summary: dict) -> Rows:
     rows = [("sliced", f"{where} ({summary['output_bytes'] or 0:,} bytes)")]
     if summary["steps_selected"] is not None:
         rows.append(("steps", _listed([str(step) for step in summary["steps_selected"]], 12)))
+    elif summary.get("whole_trace_fits"):
+        rows.append(("steps", "all: the whole trace fits in --max-mb, kept whole"))
+    unpaired = summary.get("flow_events_unpaired_in_input")
     rows += [("events", f"{summary['events_read']:,} read, {summary['events_written']:,} written, {dropped:,} dropped"),
-             ("flows", f"{summary['flow_events_kept']:,} flow events kept, "
-                       f"{summary['flow_events_dropped_without_partner']:,} dropped without their other end"),
+             ("flows", f"{summary['flow_events_kept']:,} flow events kept"
+                       + (f" ({unpaired:,} of them without their other end in the input already)" if unpaired else "")
+                       + f", {summary['flow_events_dropped_without_partner']:,} dropped: the selection cut their "
+                         "other end"),
              _took(summary)]
     return rows
 
