@@ -689,9 +689,10 @@ def _linking_rows(summary: dict) -> Rows:
 
 @view("relink")
 def _relink_view(summary: dict) -> Rows:
-    return [("relinked", f"{summary['ids_rewritten']:,} correlation ids made rank-unique, "
-                         f"{summary['ac2g_flows_written']:,} ac2g flows written, "
-                         f"{summary['ac2g_flows_dropped']:,} dropped"),
+    ids = ("ids already rank-unique (kept as they are)" if summary["ids_already_rank_unique"] else
+           f"{summary['ids_rewritten']:,} correlation ids made rank-unique")
+    return [("relinked", f"{ids}, {summary['ac2g_flows_written']:,} ac2g flow events written from the "
+                         f"(rank, correlation) links in place of the input's {summary['ac2g_flows_replaced']:,}"),
             ("output", summary["output"]), *_linking_rows(summary), _events(summary), _took(summary)]
 
 
