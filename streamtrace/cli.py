@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                "The rank of a file is its distributedInfo.rank, else the number after 'rank' in its name;\n"
                "the PP order comes from the PP process group (pg_name torchtitan_real_pp or pg_desc mesh_pp),\n"
                "else from the global ranks (the summary says which). Non-zero *_unmatched counts usually mean\n"
-               "the capture window cut a pipeline step.",
+               "the capture window cut a pipeline step; SEND/RECV blocks whose peer stage is in no merged file\n"
+               "(--ranks left its rank out) are counted apart, with the PP group's ranks not merged.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("inputs", nargs="+", metavar="INPUT", help="trace files, directories or glob patterns")
@@ -671,6 +672,11 @@ def _merge_view(summary: dict) -> Rows:
     unmatched = [f"{key} {value}" for key, value in summary.items() if key.endswith("_unmatched") and value]
     if unmatched:
         rows.append(("unmatched", ", ".join(unmatched) + " (usually the capture window cut a pipeline step)"))
+    if summary.get("pp_send_recv_peer_stage_absent"):
+        missing = summary["pp_ranks_not_merged"]
+        rows.append(("no peer", f"{summary['pp_send_recv_peer_stage_absent']:,} SEND/RECV blocks have their peer stage "
+                                + (f"on ranks not merged (global ranks {_listed([str(rank) for rank in missing], 8)})"
+                                   if missing else "nowhere in the merged files")))
     rows.append(_took(summary))
     return rows
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import TRACES, events_of, load_json
 
-from streamtrace import merge
+from streamtrace import cli, merge
 from streamtrace.algo.mergeplan import RankFacts, fresh_pids, pp_order, time_offsets_ns
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
@@ -331,6 +331,33 @@ def test_generated_pp_run_arrows_match_the_schedule(tmp_path, schedule):
         assert abs(stage_of[source] - stage_of[target]) == 1
         assert pair["f"]["ts"] > pair["s"]["ts"]
     assert not [name for name in os.listdir(tmp_path) if name.startswith("streamtrace-")]
+
+
+@pytest.mark.parametrize("chosen, missing", [({0, 1}, [2, 3, 4, 5, 6, 7]), ({0, 2}, [4, 6])])
+def test_send_recv_whose_peer_stage_was_not_merged_say_so(chosen, missing, tmp_path, capsys):
+    cfg = SynthConfig(ranks=8, pp_stages=4, microbatches=2, steps=1, graph_streams=4, graph_kernels=4,
+                      eager_kernels=2, python_noise=0)
+    truth = write_traces(cfg, tmp_path / "run", compress="none", merged=False)
+    ranks = ",".join(map(str, sorted(chosen)))
+    summary = merge(tmp_path / "run", tmp_path / "part.json", ranks=ranks)
+    stages = {rank["rank"]: rank["pp_stage"] for rank in truth["ranks"] if rank["rank"] in chosen}
+    counts = {rank["rank"]: rank["pp_action_counts"] for rank in truth["ranks"] if rank["rank"] in chosen}
+    # sends and receives aimed at a stage none of the chosen ranks of their pipeline holds: peers absent
+    groups = {rank["rank"]: tuple(rank["pp_group"]) for rank in truth["ranks"]}
+    present = {(groups[rank], stage) for rank, stage in stages.items()}
+    absent = sum(counts[rank].get(op, 0) for rank, stage in stages.items()
+                 for op, peer in (("SEND_F", stage + 1), ("RECV_F", stage - 1), ("SEND_B", stage - 1),
+                                  ("RECV_B", stage + 1)) if (groups[rank], peer) not in present)
+    assert summary["pp_send_recv_peer_stage_absent"] == absent > 0
+    assert summary["pp_send_recv_unmatched"] == 0
+    assert summary["pp_ranks_not_merged"] == missing
+    assert cli.main(["merge", str(tmp_path / "run"), "--ranks", ranks, "-o", str(tmp_path / "cli.json"), "-q"]) == 0
+    report = capsys.readouterr().out
+    assert f"{absent} SEND/RECV blocks have their peer stage on ranks not merged (global ranks " \
+           f"{', '.join(map(str, missing))})" in report
+    assert "capture window" not in report
+    whole = merge(tmp_path / "run", tmp_path / "whole.json")
+    assert whole["pp_send_recv_peer_stage_absent"] == 0 and whole["pp_ranks_not_merged"] == []
 
 
 def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):

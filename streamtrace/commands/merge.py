@@ -40,6 +40,7 @@ from ..algo.mergeplan import (
 from ..algo.pp import parse_pp_name
 from ..algo.pparrows import (
     FLOW_ID_BASE,
+    PEER_ABSENT,
     Arrow,
     ArrowMaker,
     Span,
@@ -640,6 +641,8 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
                       "rank_from": indexed[n].rank_source} for n in order],
         "id_multiplier": multiplier,
         **arrow_counts,
+        "pp_ranks_not_merged": sorted({rank for fact in facts for rank in fact.pp_group or ()}
+                                      - {fact.rank for fact in facts}),
         "per_rank_compaction": {str(facts[n].rank): indexed[n].compaction_summary for n in order},
         "warnings": warnings,
         "read": {str(facts[n].rank): indexed[n].read for n in order},
@@ -725,6 +728,7 @@ def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipel
     counts = {
         "pp_send_recv_pairs": maker.pairs["pp_send_recv"],
         "pp_send_recv_unmatched": maker.unmatched["pp_send_recv"],
+        "pp_send_recv_peer_stage_absent": maker.unmatched[PEER_ABSENT],
         "pp_compute_dependency_pairs": maker.pairs["pp_compute_dependency"],
         "pp_compute_dependency_unmatched": maker.unmatched["pp_compute_dependency"],
         "pp_unshard_compute_pairs": maker.pairs["pp_unshard_dependency"],
