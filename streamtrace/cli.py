@@ -265,9 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
             "own rank with its correlation id (or counted as an orphan), so a cudaGraphLaunch gets exactly its "
             "own rank's kernels.",
             "The output is the same trace with correlation ids rewritten to (rank + 1) * 10^k + id (below 2^53) "
-            "in runtime calls and GPU events, the original kept as args.correlation_raw, and every ac2g flow "
-            "replaced by a correct one beside the events it binds. Tools that key by correlation alone "
-            "(TraceLens, HTA, Perfetto's flow matching) then read the file correctly."),
+            "in runtime calls and GPU events, the original kept as args.correlation_raw (ids already in that "
+            "form, as merge and relink write them, stay as they are), and every ac2g flow replaced by a correct "
+            "one beside the events it binds. Tools that key by correlation alone (TraceLens, HTA, Perfetto's flow "
+            "matching) then read the file correctly."),
         epilog="examples:\n  streamtrace relink merged.json.gz                   # -> merged_relinked.json.gz\n"
                "  streamtrace relink merged.json.gz -o fixed.json.zst --rank-map ranks.json\n"
                "  streamtrace relink merged.json.gz -o - | gzip > fixed.json.gz\n\n" + RANK_MAP_HELP,

@@ -683,7 +683,9 @@ def slice_trace(
     ``steps`` ("3,5-6"), ``window`` ("START:END", us/ms/s, "+" = after the
     first event), ``ranks`` ("0-3,7"), ``pids``, ``drop_categories`` and
     ``drop_name`` (a regex) all must hold; ``max_mb`` takes the longest run of
-    consecutive steps that fits.  Returns the summary.
+    consecutive steps that fits (without ``steps``: the whole trace when it
+    fits).  A selection that keeps no event raises TraceError before anything
+    is written.  Returns the summary.
     """
     started = time.perf_counter()
     selection = _selection(steps, window, ranks, pids, drop_categories, drop_name, max_mb, each_step)
