@@ -28,6 +28,7 @@ import orjson
 import zstandard
 
 from ..algo.mergeplan import (
+    NAMING_METADATA,
     EventRewrite,
     RankFacts,
     check_unique_ranks,
@@ -40,6 +41,7 @@ from ..algo.mergeplan import (
 from ..algo.pp import parse_pp_name
 from ..algo.pparrows import (
     FLOW_ID_BASE,
+    PEER_ABSENT,
     Arrow,
     ArrowMaker,
     Span,
@@ -148,6 +150,7 @@ class MergeIndex(CompactIndex):
         super().__init__(rules)
         self.pids: dict = {}  # pid -> has events other than metadata
         self.process_names: dict = {}
+        self.named_pids: set = set()  # pids with a process_name or thread_name
         self.correlated = bytearray()
         self.flows_with_id = bytearray()
         self.decode_at = array("q")
@@ -173,7 +176,7 @@ class MergeIndex(CompactIndex):
 
     def _with_ids(self, compact_visit: Callable[[dict], None]) -> Callable[[dict], None]:
         pids, largest, irregular, correlated = self.pids, self._largest, self._irregular, self.correlated
-        first_ts, process_names = self._first_ts, self.process_names
+        first_ts, process_names, named_pids = self._first_ts, self.process_names, self.named_pids
         # the rank evidence's handlers called directly (its own visit would cost a call per event and
         # record pass-2 actions merge does not use)
         rank_handlers, rank_metadata = self.rank_evidence.handlers, self.rank_evidence.metadata
@@ -194,6 +197,8 @@ class MergeIndex(CompactIndex):
                 rank_metadata(event)
                 if pid not in pids:
                     pids[pid] = False
+                if get("name") in NAMING_METADATA:
+                    named_pids.add(pid)
                 if get("name") == "process_name" and (args := get("args")).__class__ is dict:
                     process_names[pid] = args.get("name")
             elif pids.get(pid) is not True:
@@ -297,9 +302,11 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> Ran
     rank, rank_source = _rank_of(path, info)
     base = member_value(members, "baseTimeNanoseconds")
     gpu_pids = {index.stream_keys[stream][0] for stream in set(index.slice_stream)}
-    busy = [pid for pid, has_events in index.pids.items() if has_events]  # placeholders (metadata only) go
-    facts = RankFacts(path, rank, base if type(base) is int else None, pp_group_ranks(info), busy,
-                      gpu_pids, index.max_id, index.first_ts, index.process_names)
+    # a pid with metadata only stays when the input names it (tools find tracks by those names)
+    kept = [pid for pid, has_events in index.pids.items() if has_events or pid in index.named_pids]
+    facts = RankFacts(path, rank, base if type(base) is int else None, pp_group_ranks(info), kept,
+                      gpu_pids, index.max_id, index.first_ts, index.process_names,
+                      {pid for pid, has_events in index.pids.items() if not has_events})
     handle, state_path = tempfile.mkstemp(prefix="streamtrace-rank-", suffix=".pickle", dir=options.spool_dir)
     with os.fdopen(handle, "wb") as state:
         pickle.dump(_Parked(index, compaction, result.spool, result.stats), state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -642,6 +649,8 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
                       "rank_from": indexed[n].rank_source} for n in order],
         "id_multiplier": multiplier,
         **arrow_counts,
+        "pp_ranks_not_merged": sorted({rank for fact in facts for rank in fact.pp_group or ()}
+                                      - {fact.rank for fact in facts}),
         "per_rank_compaction": {str(facts[n].rank): indexed[n].compaction_summary for n in order},
         "warnings": warnings,
         "read": {str(facts[n].rank): indexed[n].read for n in order},
@@ -727,6 +736,7 @@ def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipel
     counts = {
         "pp_send_recv_pairs": maker.pairs["pp_send_recv"],
         "pp_send_recv_unmatched": maker.unmatched["pp_send_recv"],
+        "pp_send_recv_peer_stage_absent": maker.unmatched[PEER_ABSENT],
         "pp_compute_dependency_pairs": maker.pairs["pp_compute_dependency"],
         "pp_compute_dependency_unmatched": maker.unmatched["pp_compute_dependency"],
         "pp_unshard_compute_pairs": maker.pairs["pp_unshard_dependency"],

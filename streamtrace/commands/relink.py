@@ -17,7 +17,9 @@ import re
 import time
 from typing import Callable
 
-from ..algo.ids import check_id_space, id_multiplier, rank_unique_id
+import numpy as np
+
+from ..algo.ids import check_id_space, existing_multiplier, id_multiplier, rank_unique_id
 from ..algo.links import NO_LAUNCH
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import EmitPlan, emit_pass, index_pass
@@ -78,8 +80,10 @@ class RelinkPlan(EmitPlan):
         self.actions = index.actions
         self._resolved = resolved
         self._loads = event_loader(exact)
+        existing = self._existing_multiplier()
+        self.ids_already_rank_unique = existing is not None  # then every id stays as it is
         raw_ids = [max(index.launch_id, default=0), max(index.gpu_id, default=0)]
-        self.multiplier = id_multiplier(max(raw_ids))
+        self.multiplier = existing or id_multiplier(max(raw_ids))
         problem = check_id_space(max(resolved.launch_bucket, default=0), self.multiplier)
         if problem is None:
             problem = check_id_space(max(resolved.gpu_bucket, default=0), self.multiplier)
@@ -93,9 +97,19 @@ class RelinkPlan(EmitPlan):
             LAUNCH: self._launch_patcher(), GPU: self._gpu_patcher(), AC2G: lambda line: None}
         self.patchers = [patchers.get(action) for action in range(max(patchers) + 1)]
 
+    def _existing_multiplier(self) -> int | None:
+        """The multiplier of a file whose ids are rank-unique already (as merge and relink write them)."""
+        resolved, index = self._resolved, self._resolved.index
+        gpu_ids = np.frombuffer(index.gpu_id, dtype=np.int64)
+        with_id = gpu_ids != NO_ID
+        ids = np.concatenate((np.frombuffer(index.launch_id, dtype=np.int64), gpu_ids[with_id]))
+        ranks = np.concatenate((np.frombuffer(resolved.launch_bucket, dtype=np.int32),
+                                np.frombuffer(resolved.gpu_bucket, dtype=np.int32)[with_id]))
+        return existing_multiplier(ids, ranks)
+
     def _new_id(self, rank: int, raw: int) -> int:
-        """Rank-unique id; events of no known rank keep their raw id (below every rank-unique one)."""
-        return raw if rank < 0 else rank_unique_id(rank, raw, self.multiplier)
+        """Rank-unique id; events of no known rank, and ids already rank-unique, stay as they are."""
+        return raw if rank < 0 or self.ids_already_rank_unique else rank_unique_id(rank, raw, self.multiplier)
 
     def _rewrite(self, line: bytes, kind: str, ordinal: int, raw: int, new: int, flow: str | None) -> bytes:
         """The patched line, followed by its ac2g flow when ``flow`` ("s" or "f") is given.
@@ -201,8 +215,9 @@ def relink(
         "output": target.name,
         **resolved.summary(),
         "id_multiplier": plan.multiplier,
+        "ids_already_rank_unique": plan.ids_already_rank_unique,
         "ids_rewritten": plan.ids_rewritten,
-        "ac2g_flows_dropped": index.ac2g_flows,
+        "ac2g_flows_replaced": index.ac2g_flows,
         "ac2g_flows_written": plan.flows_written,
         "events_read": result.stats.events,
         "events_written": result.stats.events - index.ac2g_flows + plan.flows_written,
