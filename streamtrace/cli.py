@@ -10,8 +10,6 @@ import textwrap
 from collections import Counter
 from typing import Callable, Sequence
 
-import orjson
-
 from . import __version__
 from .algo.rules import DEFAULT_RULES_TOML
 from .algo.secrets import DEFAULT_SECRETS_RULES_TOML
@@ -26,8 +24,9 @@ from .commands.relink import relink
 from .commands.slicing import slice_trace
 from .commands.split import SUFFIXES, split
 from .errors import TraceError
+from .io.destinations import summary_json
 from .io.redact import RedactOptions
-from .io.sink import COMPRESSIONS, OutputTarget
+from .io.sink import COMPRESSIONS
 
 EPILOG = """\
 Inputs are paths, '-' for stdin, or URLs (https://, s3://, gs://; extras
@@ -142,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
     )
     cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("--overwrite", action="store_true", help="replace the --summary FILE if it exists")
     _secrets_options(cmd, "inspect")
     _common(cmd)
     cmd.set_defaults(run=_run_inspect)
@@ -243,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
                "The rank of a file is its distributedInfo.rank, else the number after 'rank' in its name;\n"
                "the PP order comes from the PP process group (pg_name torchtitan_real_pp or pg_desc mesh_pp),\n"
                "else from the global ranks (the summary says which). Non-zero *_unmatched counts usually mean\n"
-               "the capture window cut a pipeline step.",
+               "the capture window cut a pipeline step; SEND/RECV blocks whose peer stage is in no merged file\n"
+               "(--ranks left its rank out) are counted apart, with the PP group's ranks not merged.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("inputs", nargs="+", metavar="INPUT", help="trace files, directories or glob patterns")
@@ -268,9 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
             "own rank with its correlation id (or counted as an orphan), so a cudaGraphLaunch gets exactly its "
             "own rank's kernels.",
             "The output is the same trace with correlation ids rewritten to (rank + 1) * 10^k + id (below 2^53) "
-            "in runtime calls and GPU events, the original kept as args.correlation_raw, and every ac2g flow "
-            "replaced by a correct one beside the events it binds. Tools that key by correlation alone "
-            "(TraceLens, HTA, Perfetto's flow matching) then read the file correctly."),
+            "in runtime calls and GPU events, the original kept as args.correlation_raw (ids already in that "
+            "form, as merge and relink write them, stay as they are), and every ac2g flow replaced by a correct "
+            "one beside the events it binds. Tools that key by correlation alone (TraceLens, HTA, Perfetto's flow "
+            "matching) then read the file correctly."),
         epilog="examples:\n  streamtrace relink merged.json.gz                   # -> merged_relinked.json.gz\n"
                "  streamtrace relink merged.json.gz -o fixed.json.zst --rank-map ranks.json\n"
                "  streamtrace relink merged.json.gz -o - | gzip > fixed.json.gz\n\n" + RANK_MAP_HELP,
@@ -321,14 +323,17 @@ def build_parser() -> argparse.ArgumentParser:
         "slice", help="cut a huge trace into pieces a viewer can open (steps, time window, ranks, size)",
         description=_paragraphs(
             "Write the events of TRACE that every given selection keeps, as a complete trace of its own: the "
-            "input's top-level keys, the metadata (process and thread names, sort indexes) of every pid it keeps, "
-            "and only whole flows (an arrow whose other end is not kept is dropped and counted). Events are kept "
-            "whole, byte for byte, in input order.",
+            "input's top-level keys, the metadata (process and thread names, sort indexes) of every pid it keeps "
+            "and of every pid with no events at all, and only whole flows (an arrow whose other end is not kept is "
+            "dropped and counted; one whose other end the input already lacks is kept as it is). Events are kept "
+            "whole, byte for byte, in input order. A selection that keeps no event is refused, naming the trace's "
+            "time span, ranks and steps.",
             "Steps are the ProfilerStep#N spans (user_annotation or cpu_op), per rank in a merged file. A step "
             "keeps the CPU events that start inside its span and the GPU events launched inside it, found by "
             "(rank, correlation), even when they run after the span ends; GPU events with no known launch go by "
             "their own start time. --max-mb takes the longest run of consecutive steps, from the first step of "
-            "--steps or else from the first step every rank has, whose output fits (the summary says which).",
+            "--steps or else from the first step every rank has, whose output fits (the summary says which); "
+            "without --steps, a trace that fits whole is kept whole.",
             "Two streaming passes; memory holds compact indexes, per-event columns go to a temporary file. "
             "Ranks: " + RANK_RULES + "."),
         epilog="examples:\n  streamtrace slice trace.json.gz -o step5.json.gz --steps 5\n"
@@ -503,15 +508,11 @@ def view(command: str) -> Callable[[Callable[[dict], Rows]], Callable[[dict], Ro
 
 
 def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: bool = False) -> None:
-    """The summary as asked: the full JSON to ``--summary FILE``; on the
+    """The summary as asked (the library wrote ``--summary FILE``): on the
     terminal the JSON with ``--json``, else the short human report
     (``to_stderr`` when the command's output went to stdout)."""
-    if args.summary:
-        with OutputTarget(args.summary, overwrite=True, compress="none").open() as out:
-            out.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     stream = sys.stderr if to_stderr else sys.stdout
-    stream.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
-                 else human_report(command, summary))
+    stream.write(summary_json(summary).decode() if args.json else human_report(command, summary))
     stream.flush()
     if summary.get("secrets_found"):  # on stderr whatever the output: it must not go unseen
         print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
@@ -672,6 +673,11 @@ def _merge_view(summary: dict) -> Rows:
     unmatched = [f"{key} {value}" for key, value in summary.items() if key.endswith("_unmatched") and value]
     if unmatched:
         rows.append(("unmatched", ", ".join(unmatched) + " (usually the capture window cut a pipeline step)"))
+    if summary.get("pp_send_recv_peer_stage_absent"):
+        missing = summary["pp_ranks_not_merged"]
+        rows.append(("no peer", f"{summary['pp_send_recv_peer_stage_absent']:,} SEND/RECV blocks have their peer stage "
+                                + (f"on ranks not merged (global ranks {_listed([str(rank) for rank in missing], 8)})"
+                                   if missing else "nowhere in the merged files")))
     rows.append(_took(summary))
     return rows
 
@@ -690,9 +696,10 @@ def _linking_rows(summary: dict) -> Rows:
 
 @view("relink")
 def _relink_view(summary: dict) -> Rows:
-    return [("relinked", f"{summary['ids_rewritten']:,} correlation ids made rank-unique, "
-                         f"{summary['ac2g_flows_written']:,} ac2g flows written, "
-                         f"{summary['ac2g_flows_dropped']:,} dropped"),
+    ids = ("ids already rank-unique (kept as they are)" if summary["ids_already_rank_unique"] else
+           f"{summary['ids_rewritten']:,} correlation ids made rank-unique")
+    return [("relinked", f"{ids}, {summary['ac2g_flows_written']:,} ac2g flow events written from the "
+                         f"(rank, correlation) links in place of the input's {summary['ac2g_flows_replaced']:,}"),
             ("output", summary["output"]), *_linking_rows(summary), _events(summary), _took(summary)]
 
 
@@ -711,9 +718,14 @@ def _slice_view(summary: dict) -> Rows:
     rows = [("sliced", f"{where} ({summary['output_bytes'] or 0:,} bytes)")]
     if summary["steps_selected"] is not None:
         rows.append(("steps", _listed([str(step) for step in summary["steps_selected"]], 12)))
+    elif summary.get("whole_trace_fits"):
+        rows.append(("steps", "all: the whole trace fits in --max-mb, kept whole"))
+    unpaired = summary.get("flow_events_unpaired_in_input")
     rows += [("events", f"{summary['events_read']:,} read, {summary['events_written']:,} written, {dropped:,} dropped"),
-             ("flows", f"{summary['flow_events_kept']:,} flow events kept, "
-                       f"{summary['flow_events_dropped_without_partner']:,} dropped without their other end"),
+             ("flows", f"{summary['flow_events_kept']:,} flow events kept"
+                       + (f" ({unpaired:,} of them without their other end in the input already)" if unpaired else "")
+                       + f", {summary['flow_events_dropped_without_partner']:,} dropped: the selection cut their "
+                         "other end"),
              _took(summary)]
     return rows
 
@@ -754,11 +766,11 @@ def _progress(args: argparse.Namespace) -> bool | None:
 def _reading(args: argparse.Namespace) -> dict:
     """The common options' library keywords, which every command takes."""
     return dict(salvage=args.salvage, spool_dir=args.spool_dir, reread_remote=args.reread_remote,
-                progress=_progress(args), jobs=args.jobs)
+                progress=_progress(args), jobs=args.jobs, summary_file=args.summary)
 
 
 def _run_inspect(args: argparse.Namespace) -> None:
-    summary = inspect(args.trace, secrets=_redaction(args), **_reading(args))
+    summary = inspect(args.trace, secrets=_redaction(args), overwrite=args.overwrite, **_reading(args))
     report("inspect", summary, args)
 
 

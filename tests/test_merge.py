@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import TRACES, events_of, load_json
 
-from streamtrace import merge
+from streamtrace import cli, merge
 from streamtrace.algo.mergeplan import RankFacts, fresh_pids, pp_order, time_offsets_ns
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
@@ -59,7 +59,8 @@ def stage0() -> list[dict]:
     return [metadata(0, 0, "process_name", "GPU 0"), metadata(10, 0, "process_name", "python"),
             {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "args": {"sort_index": 5}},
             metadata(10, 11, "thread_name", "main"),
-            metadata(3, 0, "process_name", "GPU 3"), metadata(3, 0, "thread_name", "stream 7"),  # a placeholder
+            metadata(3, 0, "process_name", "GPU 3"), metadata(3, 0, "thread_name", "stream 7"),  # no events, named
+            {"ph": "M", "name": "process_labels", "pid": 5, "tid": 0, "args": {"labels": "GPU 5"}},  # nor a name
             *launch(0.2, 4), kernel("ncclDevKernel_AllGather", 0.5, 1.0, 9, 4), note("PP:0UNSHARD", 0.5, 1.0, 9),
             *launch(1.0, 5), kernel("gemm", 2.0, 4.0, 7, 5), finish(2.0, 7, 5), note("PP:0F0", 2.0, 4.0, 7),
             *launch(7.0, 6), kernel("ncclDevKernel_SendRecv", 8.0, 2.0, 8, 6), finish(8.0, 8, 6),
@@ -100,25 +101,27 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     assert summary["pp_order"] == "pp process group"
     assert [(r["pp_rank"], r["global_rank"]) for r in summary["pp_ranks"]] == [(0, 0), (1, 4)]
     assert summary["time_offsets_us"] == {"4": 1.0, "0": 0.0}
-    # fresh pids from 1 in PP order, CPU processes first, GPU last
-    # one process_name per pid, the input's name kept as a suffix; the placeholder pid 3 (metadata only) is gone
+    # fresh pids from 1 in PP order, CPU processes first, GPU next, processes with metadata only last;
+    # one process_name per pid, the input's name kept as a suffix: pid 3 has no events but a name, and keeps it;
+    # pid 5 has neither (its labels alone would need a name made up): it is left out
     assert by_pid_names(events) == {1: "PP rank 0 (global rank 0) | process 10 | python",
                                     2: "PP rank 0 (global rank 0) | GPU | GPU 0",
-                                    3: "PP rank 1 (global rank 4) | process 10", 4: "PP rank 1 (global rank 4) | GPU | GPU 0"}
+                                    3: "PP rank 0 (global rank 0) | process 3 | GPU 3",
+                                    4: "PP rank 1 (global rank 4) | process 10", 5: "PP rank 1 (global rank 4) | GPU | GPU 0"}
     names_per_pid = Counter(e["pid"] for e in events if e.get("name") == "process_name")
-    assert set(names_per_pid.values()) == {1} and set(names_per_pid) == {1, 2, 3, 4}
-    assert not any(e.get("args", {}).get("name") in ("GPU 3", "PP rank 0 | stream 7") for e in events)
+    assert set(names_per_pid.values()) == {1} and set(names_per_pid) == {1, 2, 3, 4, 5}
+    assert not any(e.get("args", {}).get("labels") == "GPU 5" for e in events)
     sort_index = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
-    assert sort_index == {1: 0, 2: 1, 3: 1000, 4: 1001}  # the input's own sort index was dropped
+    assert sort_index == {1: 0, 2: 1, 3: 2, 4: 1000, 5: 1001}  # the input's own sort index was dropped
     names = thread_names(events)
-    assert names[(1, 11)] == "PP rank 0 | main"
+    assert names[(1, 11)] == "PP rank 0 | main" and names[(3, 0)] == "PP rank 0 | stream 7"
     # rank 4 moved by exactly 1 us; correlation and flow ids unique per rank, raw kept
-    rank4_gemm = next(e for e in events if e.get("name") == "gemm" and e["pid"] == 4)
+    rank4_gemm = next(e for e in events if e.get("name") == "gemm" and e["pid"] == 5)
     assert Decimal(str(rank4_gemm["ts"])) == Decimal("13.0")
     assert rank4_gemm["args"]["correlation_raw"] == 6 and rank4_gemm["args"]["correlation"] == 5 * 10**9 + 6
     flows = [e for e in events if e.get("cat") == "ac2g"]
     assert {e["id"] for e in flows if e["pid"] in (1, 2)} == {10**9 + 4, 10**9 + 5, 10**9 + 6}
-    assert {e["id"] for e in flows if e["pid"] in (3, 4)} == {5 * 10**9 + 5, 5 * 10**9 + 6}
+    assert {e["id"] for e in flows if e["pid"] in (4, 5)} == {5 * 10**9 + 5, 5 * 10**9 + 6}
 
     arrows = defaultdict(list)
     for e in events:
@@ -128,7 +131,7 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     for (cat, _), (start, end) in arrows.items():
         pairs[cat].append((start, end))
     (send, recv), = pairs["pp_send_recv"]
-    assert send["name"] == "0SEND_F0 -> 1RECV_F0" and (send["pid"], recv["pid"]) == (2, 4)
+    assert send["name"] == "0SEND_F0 -> 1RECV_F0" and (send["pid"], recv["pid"]) == (2, 5)
     assert recv["ts"] > send["ts"] == 8.0  # strictly forward although RECV started at the same time
     assert names[(send["pid"], send["tid"])] == "PP rank 0 | NCCL other annotations"
     assert names[(recv["pid"], recv["tid"])] == "PP rank 1 | NCCL other annotations"
@@ -195,14 +198,24 @@ def test_real_dlrm_directory_merges_by_content_on_absolute_time(tmp_path):
     inputs = [events_of(load_json(path)) for path in sorted(directory.iterdir())]
     kernel_times = sorted(e["ts"] for rank in inputs for e in rank if e.get("cat") == "kernel")
     assert sorted(e["ts"] for e in events if e.get("cat") == "kernel") == kernel_times  # not shifted
-    # no placeholder processes: every pid has events, and one process_name each
     busy = {e["pid"] for e in events if e.get("ph") != "M"}
     named = Counter(e["pid"] for e in events if e.get("name") == "process_name")
-    assert {e["pid"] for e in events if e.get("ph") == "M"} <= busy | {"Spans"}
-    assert set(named) <= busy and set(named.values()) == {1}
     assert len({pid for pid in busy if isinstance(pid, int)}) == 16  # each rank: its CPU process and GPU 0
-    assert named and all(" | python3" in e["args"]["name"] for e in events if e.get("name") == "process_name"
-                         and isinstance(e["pid"], int))
+    assert set(named.values()) == {1}
+    # every process and thread an input names keeps its name, renamed, events or not (Kineto names every GPU
+    # of the machine; tools find tracks by these names)
+    for rank, trace in enumerate(inputs):
+        declared = [e for e in trace if e.get("ph") == "M" and isinstance(e.get("pid"), int)]
+        assert len({e["pid"] for e in declared}) == 9  # its CPU process and the machine's 8 GPUs
+        gpu = {e["pid"] for e in trace if e.get("cat") == "kernel"}
+        merged_processes = sorted(e["args"]["name"] for e in events if e.get("name") == "process_name"
+                                  and e["args"]["name"].startswith(f"rank {rank} | "))
+        assert merged_processes == sorted(f"rank {rank} | " + ("GPU" if e["pid"] in gpu else f"process {e['pid']}")
+                                          + f" | {e['args']['name']}" for e in declared if e["name"] == "process_name")
+        merged_threads = sorted(e["args"]["name"] for e in events if e.get("name") == "thread_name"
+                                and e["args"]["name"].startswith(f"rank {rank} | "))
+        assert merged_threads == sorted(f"rank {rank} | {e['args']['name']}" for e in declared
+                                        if e["name"] == "thread_name")
 
 
 def test_directory_without_rank_files_lists_them_and_suggests_a_glob(tmp_path):
@@ -234,7 +247,7 @@ def test_no_compact_and_global_rank_order(tmp_path):
     assert summary["per_rank_compaction"] == {"0": None, "4": None}
     events = events_of(load_json(tmp_path / "out.json"))
     streams = {(e["pid"], e["tid"]) for e in events if e.get("cat") == "kernel"}
-    assert streams == {(2, 7), (2, 8), (2, 9), (4, 7), (4, 8)}  # streams kept
+    assert streams == {(2, 7), (2, 8), (2, 9), (5, 7), (5, 8)}  # streams kept
     assert summary["pp_send_recv_pairs"] == 1
 
 
@@ -331,6 +344,33 @@ def test_generated_pp_run_arrows_match_the_schedule(tmp_path, schedule):
         assert abs(stage_of[source] - stage_of[target]) == 1
         assert pair["f"]["ts"] > pair["s"]["ts"]
     assert not [name for name in os.listdir(tmp_path) if name.startswith("streamtrace-")]
+
+
+@pytest.mark.parametrize("chosen, missing", [({0, 1}, [2, 3, 4, 5, 6, 7]), ({0, 2}, [4, 6])])
+def test_send_recv_whose_peer_stage_was_not_merged_say_so(chosen, missing, tmp_path, capsys):
+    cfg = SynthConfig(ranks=8, pp_stages=4, microbatches=2, steps=1, graph_streams=4, graph_kernels=4,
+                      eager_kernels=2, python_noise=0)
+    truth = write_traces(cfg, tmp_path / "run", compress="none", merged=False)
+    ranks = ",".join(map(str, sorted(chosen)))
+    summary = merge(tmp_path / "run", tmp_path / "part.json", ranks=ranks)
+    stages = {rank["rank"]: rank["pp_stage"] for rank in truth["ranks"] if rank["rank"] in chosen}
+    counts = {rank["rank"]: rank["pp_action_counts"] for rank in truth["ranks"] if rank["rank"] in chosen}
+    # sends and receives aimed at a stage none of the chosen ranks of their pipeline holds: peers absent
+    groups = {rank["rank"]: tuple(rank["pp_group"]) for rank in truth["ranks"]}
+    present = {(groups[rank], stage) for rank, stage in stages.items()}
+    absent = sum(counts[rank].get(op, 0) for rank, stage in stages.items()
+                 for op, peer in (("SEND_F", stage + 1), ("RECV_F", stage - 1), ("SEND_B", stage - 1),
+                                  ("RECV_B", stage + 1)) if (groups[rank], peer) not in present)
+    assert summary["pp_send_recv_peer_stage_absent"] == absent > 0
+    assert summary["pp_send_recv_unmatched"] == 0
+    assert summary["pp_ranks_not_merged"] == missing
+    assert cli.main(["merge", str(tmp_path / "run"), "--ranks", ranks, "-o", str(tmp_path / "cli.json"), "-q"]) == 0
+    report = capsys.readouterr().out
+    assert f"{absent} SEND/RECV blocks have their peer stage on ranks not merged (global ranks " \
+           f"{', '.join(map(str, missing))})" in report
+    assert "capture window" not in report
+    whole = merge(tmp_path / "run", tmp_path / "whole.json")
+    assert whole["pp_send_recv_peer_stage_absent"] == 0 and whole["pp_ranks_not_merged"] == []
 
 
 def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):

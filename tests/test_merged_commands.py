@@ -15,6 +15,7 @@ import pytest
 from conftest import TRACES, events_of, load_json
 
 import streamtrace
+from streamtrace import cli
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -103,11 +104,43 @@ def test_relink_makes_ids_rank_unique_and_flows_correct(generated, tmp_path):
             flow = events[offset + gpu_index + 1]
             assert (flow["ph"], flow["id"], flow["pid"], flow["tid"], flow["ts"]) == (
                 "f", new_id, gpu["pid"], gpu["tid"], gpu["ts"])
-    assert summary["ac2g_flows_written"] == summary["ac2g_flows_dropped"] == sum(
+    assert summary["ac2g_flows_written"] == summary["ac2g_flows_replaced"] == sum(
         rank["flow_starts"] + rank["flow_finishes"] for rank in truth["ranks"])
     assert summary["correlation_collisions"]["ids_shared_across_ranks"] > 0
     again = streamtrace.inspect(out)
     assert again["correlation_collisions"] == {"ids_shared_across_pids": 0, "ids_shared_across_ranks": 0}
+
+
+def test_relink_leaves_ids_that_are_rank_unique_already(generated, tmp_path, capsys):
+    directory, truth, _ = generated
+    once, twice = tmp_path / "once.json", tmp_path / "twice.json"
+    first = streamtrace.relink(directory / truth["merged"]["file"], once)
+    assert first["ids_already_rank_unique"] is False and first["ids_rewritten"] > 0
+    summary = streamtrace.relink(once, twice)
+    assert summary["ids_already_rank_unique"] is True and summary["ids_rewritten"] == 0
+    assert summary["id_multiplier"] == first["id_multiplier"]
+    assert load_json(twice)["traceEvents"] == load_json(once)["traceEvents"]  # its flows rebuilt in place, alike
+    assert summary["ac2g_flows_replaced"] == summary["ac2g_flows_written"] == first["ac2g_flows_written"]
+    assert cli.main(["relink", str(once), "-o", str(tmp_path / "report.json"), "-q"]) == 0
+    report = capsys.readouterr().out
+    assert "ids already rank-unique (kept as they are)" in report and "dropped" not in report
+
+
+def test_relink_of_a_streamtrace_merge_keeps_its_ids_and_reads_global_ranks(tmp_path):
+    truth = write_traces(SynthConfig(ranks=4, **SMALL), tmp_path / "run", compress="none", merged=False)
+    assert len({rank["pp_rank"] for rank in truth["ranks"]}) == 2  # two ranks per PP rank: names say both
+    merged = tmp_path / "merged.json"
+    streamtrace.merge(tmp_path / "run", merged)
+    summary = streamtrace.relink(merged, tmp_path / "relinked.json")
+    assert summary["ranks"] == [0, 1, 2, 3]
+    names = {e["pid"]: e["args"]["name"] for e in events_of(load_json(merged)) if e.get("name") == "process_name"}
+    for row in summary["rank_map"]:
+        assert f"(global rank {row['rank']})" in names[row["pid"]] and row["rule"] == "process_name"
+    assert summary["ids_already_rank_unique"] is True and summary["ids_rewritten"] == 0
+    before = [e.get("args", {}).get("correlation") for e in events_of(load_json(merged)) if e.get("cat") != "ac2g"]
+    after = [e.get("args", {}).get("correlation") for e in events_of(load_json(tmp_path / "relinked.json"))
+             if e.get("cat") != "ac2g"]
+    assert before == after and any(before)
 
 
 def test_split_gives_back_each_rank_file(generated, tmp_path):

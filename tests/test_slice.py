@@ -4,8 +4,10 @@ The oracle restates the selection rules from the issue, independently of the
 streaming code: steps from ``ProfilerStep#N`` spans per rank (an event is in
 a step when its start is in the span), GPU events with the step of their
 launch found by (rank, correlation), windows by overlap, flows kept only
-when a start and an end of the same flow are both kept, metadata of the
-pids that keep an event.
+when a start and an end of the same flow are both kept (or as they are when
+the input itself lacks one of them), metadata of the pids that keep an event
+and of the pids that have no other event (unless pids, ranks, categories or
+names drop them).
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def oracle(document: dict, *, steps=None, window=None, ranks=None, pids=None, dr
         low = time_of(start, first) if start else -math.inf
         high = time_of(end, first) if end else math.inf
 
-    def passes(event):
+    def passes(event, timed=True):
         rank = rank_of(event, file_rank)
         if event.get("cat") in drop_cat or (drop_name and re.search(drop_name, str(event.get("name")))):
             return False
@@ -108,7 +110,7 @@ def oracle(document: dict, *, steps=None, window=None, ranks=None, pids=None, dr
             return False
         if ranks is not None and rank not in ranks:
             return False
-        if window is not None:
+        if window is not None and timed:
             ts = event.get("ts")
             if ts is None or not (ts + event.get("dur", 0) >= low and ts <= high):
                 return False
@@ -123,9 +125,16 @@ def oracle(document: dict, *, steps=None, window=None, ranks=None, pids=None, dr
         if event.get("ph") in ("s", "t", "f"):
             rank = rank_of(event, file_rank) if event.get("cat") == "ac2g" else None
             flows.setdefault((rank, event.get("cat"), event.get("id")), []).append(position)
-    for members in flows.values():
+    for (rank, cat, flow_id), members in flows.items():
         starts = [events[p] for p in members if events[p]["ph"] == "s"]
-        group_step = step_at(rank_of(starts[0], file_rank), starts[0]["ts"]) if starts else None
+        launch = launches.get((rank, flow_id)) if cat == "ac2g" else None
+        if launch is not None:  # an ac2g start sits on its launch
+            group_step = step_at(rank, launch["ts"])
+        elif starts:
+            group_step = step_at(rank_of(starts[0], file_rank), starts[0]["ts"])
+        else:  # the input lacks the start: the flow goes with its other members
+            member_steps = [step_at(rank_of(events[p], file_rank), events[p]["ts"]) for p in members]
+            group_step = max((step for step in member_steps if step is not None), default=None)
         for position in members:
             place[position] = group_step
 
@@ -139,10 +148,14 @@ def oracle(document: dict, *, steps=None, window=None, ranks=None, pids=None, dr
             if event.get("ph") not in ("M", "s", "t", "f") and selected(position)}
     for members in flows.values():
         passing = [p for p in members if selected(p)]
-        if any(events[p]["ph"] == "s" for p in passing) and any(events[p]["ph"] != "s" for p in passing):
+        whole_in_input = {events[p]["ph"] == "s" for p in members} == {True, False}
+        if not whole_in_input or (any(events[p]["ph"] == "s" for p in passing)
+                                  and any(events[p]["ph"] != "s" for p in passing)):
             keep.update(passing)
     kept_pids = {str(events[p].get("pid")) for p in keep}
-    keep.update(p for p, event in enumerate(events) if event.get("ph") == "M" and str(event.get("pid")) in kept_pids)
+    busy_pids = {str(event.get("pid")) for event in events if event.get("ph") != "M"}
+    keep.update(p for p, event in enumerate(events) if event.get("ph") == "M" and (
+        str(event.get("pid")) in kept_pids or (str(event.get("pid")) not in busy_pids and passes(event, timed=False))))
     return [events[p] for p in sorted(keep)]
 
 
@@ -162,15 +175,20 @@ def assert_same(output: Path, expected: list[dict], document: dict) -> None:
         k: v for k, v in document.items() if k != "traceEvents"}
 
 
-def dangling(events: list[dict]) -> int:
-    """Flow ends whose flow has no start in the same file (and starts without an end)."""
+def flow_sides(events: list[dict]) -> dict[tuple, set[str]]:
     keys: dict[tuple, set[str]] = {}
     for event in events:
         if event.get("ph") in ("s", "t", "f"):
             rank = event.get("args", {}).get("rank") if event.get("cat") == "ac2g" else None
             keys.setdefault((rank, event.get("cat"), event.get("id")), set()).add(
                 "start" if event["ph"] == "s" else "end")
-    return sum(1 for sides in keys.values() if sides != {"start", "end"})
+    return keys
+
+
+def dangling(events: list[dict], source: list[dict]) -> int:
+    """Flows the slice cut: a start without an end or the reverse, where ``source`` has both."""
+    whole = {key for key, sides in flow_sides(source).items() if sides == {"start", "end"}}
+    return sum(1 for key, sides in flow_sides(events).items() if sides != {"start", "end"} and key in whole)
 
 
 SELECTIONS = [
@@ -211,13 +229,18 @@ def test_selection_matches_the_oracle(kind, options, traces, tmp_path):
         options = {**options, "ranks": "0"}
     document = load_json(traces[kind])
     out = tmp_path / "out.json"
-    summary = streamtrace.slice_trace(traces[kind], out, **library_options(options))
     expected = oracle(document, **oracle_options(options))
+    if all(event["ph"] == "M" for event in expected):  # nothing selected: refused, nothing written
+        with pytest.raises(TraceError, match="the selection keeps none of the"):
+            streamtrace.slice_trace(traces[kind], out, **library_options(options))
+        assert not out.exists()
+        return
+    summary = streamtrace.slice_trace(traces[kind], out, **library_options(options))
     assert_same(out, expected, document)
     assert summary["events_written"] == len(expected)
     assert summary["events_read"] == len(document["traceEvents"])
     assert summary["events_written"] + sum(summary["events_dropped"].values()) == summary["events_read"]
-    assert dangling(expected) == 0
+    assert dangling(expected, document["traceEvents"]) == 0
 
 
 @pytest.mark.parametrize("kind", ["single", "merged"])
@@ -264,7 +287,7 @@ def test_each_step_files_add_up(kind, open_files, traces, tmp_path, monkeypatch)
         written = load_json(path)
         assert written["traceEvents"] == expected
         assert list(written) == list(document)
-        assert dangling(written["traceEvents"]) == 0
+        assert dangling(written["traceEvents"], document["traceEvents"]) == 0
         metadata_total += sum(1 for event in expected if event["ph"] == "M")
     in_steps = [event for event in stepped if event["ph"] != "M"]
     stepped_metadata = sum(1 for event in stepped if event["ph"] == "M")
@@ -357,7 +380,7 @@ def test_one_step_of_a_real_trace_round_trips_through_inspect_and_compact(trace,
     streamtrace.slice_trace(trace, out, steps={number})
     expected = oracle(document, steps={number})
     assert_same(out, expected, document)
-    assert dangling(expected) == 0
+    assert dangling(expected, document["traceEvents"]) == 0
     written = load_json(out)
     inspected = streamtrace.inspect(out)
     assert inspected["events"] == len(written["traceEvents"]) > 0
@@ -379,3 +402,98 @@ def test_cli_prints_the_summary_and_refuses_in_one_line(traces, tmp_path):
     assert refused.returncode == 1
     assert refused.stderr.startswith("streamtrace: error: --window: 'later' has no ':'") and refused.stderr.count("\n") == 1
     assert not (tmp_path / "t.json").exists()
+
+
+DLRM0 = sorted((TRACES / "dlrm_8ranks").glob("worker0_*.json.gz"))[0]
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"window": "1000:2000"}, None),  # absolute times on a trace whose clock is epoch microseconds
+    ({"window": "+1s:+2s"}, None),  # past the end
+    ({"ranks": "9"}, None),
+    ({"window": "+10ms:+1ms"}, "--window: its start (+10000 us) is after its end (+1000 us)"),
+])
+def test_a_selection_that_keeps_nothing_is_refused_saying_what_the_trace_has(options, words, tmp_path):
+    document = load_json(DLRM0)
+    timed = [e for e in document["traceEvents"] if e.get("ph") != "M"]
+    first, last = min(e["ts"] for e in timed), max(e["ts"] + e.get("dur", 0) for e in timed)
+    out = tmp_path / "out.json"
+    with pytest.raises(TraceError) as refused:
+        streamtrace.slice_trace(DLRM0, out, **options)
+    message = str(refused.value)
+    assert not out.exists() and not list(tmp_path.iterdir())
+    if words is not None:
+        assert message.startswith(words)
+        return
+    assert message.startswith(f"the selection keeps none of the {len(document['traceEvents']):,} events")
+    assert f"(absolute {first}:{last} us)" in message and "has ranks 0, steps 10" in message
+    assert f"spans +0:+{(last - first) / 1000:.6g}ms" in message
+
+
+def test_a_backward_window_is_refused_before_reading(tmp_path):
+    with pytest.raises(TraceError, match=r"--window: its start \(5 us\) is after its end \(1 us\)"):
+        streamtrace.slice_trace(tmp_path / "no-such-trace.json", tmp_path / "out.json", window="5:1")
+
+
+def test_cli_refuses_an_empty_selection_of_a_merged_trace_in_one_line(traces, tmp_path):
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "streamtrace", "slice", str(traces["merged"]), "-o", str(out),
+                           "--ranks", "9"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and not out.exists()
+    assert done.stderr.count("\n") == 1 and "has ranks 0-7, steps 0-7" in done.stderr
+
+
+def input_flow_counts(events: list[dict]) -> tuple[int, int]:
+    """(flow events of flows with a start and an end, flow events of flows lacking one), independently."""
+    sides = flow_sides(events)
+    whole = unpaired = 0
+    for event in events:
+        if event.get("ph") in ("s", "t", "f"):
+            rank = event.get("args", {}).get("rank") if event.get("cat") == "ac2g" else None
+            if sides[(rank, event.get("cat"), event.get("id"))] == {"start", "end"}:
+                whole += 1
+            else:
+                unpaired += 1
+    return whole, unpaired
+
+
+@pytest.mark.parametrize("trace", [TRACES / "nccl_rank0.json.gz", TRACES / "b200_eager.json.gz", DLRM0],
+                         ids=lambda p: p.name)
+def test_no_selection_and_a_max_mb_the_trace_fits_keep_it_whole(trace, tmp_path):
+    document = load_json(trace)
+    whole, unpaired = input_flow_counts(document["traceEvents"])
+    assert unpaired, "the trace has no flow lacking a half: the test would prove nothing"
+    for options in ({}, {"max_mb": 500}):
+        out = tmp_path / "out.json"
+        summary = streamtrace.slice_trace(trace, out, overwrite=True, **options)
+        assert_same(out, document["traceEvents"], document)
+        assert summary["events_written"] == summary["events_read"] and summary["events_dropped"] == {}
+        assert summary["flow_events_unpaired_in_input"] == unpaired
+        assert summary["flow_events_dropped_without_partner"] == 0
+        assert summary["steps_selected"] is None
+        assert summary["whole_trace_fits"] is (True if options else None)
+
+
+def test_flows_the_selection_cut_are_counted_apart_from_those_the_input_lacked(tmp_path):
+    trace = TRACES / "nccl_rank0.json.gz"
+    document = load_json(trace)
+    events = document["traceEvents"]
+    timed = [e["ts"] for e in events if e.get("ph") != "M"]
+    window = f"{(min(timed) + max(timed)) / 2}:"  # the second half: cuts flows that cross the middle
+    summary = streamtrace.slice_trace(trace, tmp_path / "half.json", window=window)
+    expected = oracle(document, window=window)
+    assert_same(tmp_path / "half.json", expected, document)
+    _, unpaired_kept = input_flow_counts(expected)
+    assert summary["flow_events_unpaired_in_input"] == unpaired_kept > 0
+    in_window = [e for e in events if e.get("ph") in ("s", "t", "f") and e["ts"] >= float(window[:-1])]
+    kept = [e for e in expected if e.get("ph") in ("s", "t", "f")]
+    assert summary["flow_events_dropped_without_partner"] == len(in_window) - len(kept) > 0
+
+
+def test_max_mb_on_a_trace_that_fits_and_has_no_steps_keeps_it_whole(tmp_path):
+    trace = TRACES / "sglang_decode_qwen3.json.gz"
+    summary = streamtrace.slice_trace(trace, tmp_path / "out.json", max_mb=100)
+    assert summary["events_written"] == summary["events_read"] and summary["whole_trace_fits"] is True
+    with pytest.raises(TraceError, match="no ProfilerStep"):  # not whole: it needs steps to cut
+        streamtrace.slice_trace(trace, tmp_path / "small.json", max_mb=0.01)

@@ -15,6 +15,7 @@ from .ids import check_id_space, id_multiplier, rank_unique_id
 FLOW_PHASES = frozenset({"s", "t", "f"})
 EPOCH_US = 1e14  # a ts this large is epoch microseconds (1973 on); Kineto's relative ts stay below 1e13
 REPLACED_METADATA = frozenset({"process_name", "process_sort_index"})
+NAMING_METADATA = frozenset({"process_name", "thread_name"})
 
 
 @dataclass
@@ -30,6 +31,7 @@ class RankFacts:
     max_id: int  # largest raw correlation or flow id
     first_ts: float | None = None  # of the first timed event: tells absolute from relative timestamps
     process_names: dict = field(default_factory=dict)  # pid -> the input's process_name
+    metadata_only: set = field(default_factory=set)  # pids with no event but metadata
 
     @property
     def clock(self) -> str:
@@ -92,12 +94,13 @@ def time_offsets_ns(facts: list[RankFacts]) -> tuple[list[int], int | None, list
 
 def fresh_pids(facts_in_pp_order: list[RankFacts]) -> list[dict]:
     """Per rank (in PP order) ``{old pid: new pid}``: consecutive from 1,
-    CPU processes first and GPU last within a rank; only int pids."""
+    CPU processes first, then the GPU, then the processes with metadata only
+    within a rank; only int pids."""
     next_pid = 1
     maps = []
     for fact in facts_in_pp_order:
         int_pids = [pid for pid in fact.pids if type(pid) is int]
-        ordered = sorted(int_pids, key=lambda pid: (pid in fact.gpu_pids, pid))
+        ordered = sorted(int_pids, key=lambda pid: (pid in fact.metadata_only, pid in fact.gpu_pids, pid))
         maps.append({pid: next_pid + n for n, pid in enumerate(ordered)})
         next_pid += len(ordered)
     if next_pid >= 2**31:
@@ -136,7 +139,7 @@ class EventRewrite:
                 return None  # the merge names and orders every process itself (process_metadata)
             pid = event.get("pid")
             if pid.__class__ is int and pid not in self.pid_map:
-                return None  # a placeholder process: metadata and no events
+                return None  # a process with neither events nor a name: nothing to show
             args = event.get("args")
             if name == "thread_name" and isinstance(args, dict) and isinstance(args.get("name"), str):
                 args["name"] = self.prefix + args["name"]

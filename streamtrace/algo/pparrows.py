@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 from .pp import parse_pp_name
 
 COMPUTE_OPS = ("F", "B", "I", "W")
+PEER_ABSENT = "pp_send_recv_peer_absent"  # SEND/RECV blocks whose peer stage has no block in the file
 DIRECTION_COMPUTE = {"F": ("F",), "B": ("B", "I")}
 FLOW_ID_BASE = 10**12
 
@@ -187,10 +188,13 @@ def send_recv_arrows(blocks: list[Block], maker: ArrowMaker, pipeline_of: dict |
     of s-1, same microbatch and pipeline (``pipeline_of[pid]``; one pipeline
     when not given), nearest midpoints paired, finish strictly after the
     start.  Unpaired blocks, dropped arrows and receives no send group aims
-    at are counted as unmatched."""
+    at are counted as unmatched; those whose peer stage has no block at all
+    in the pipeline (its rank is not in the file) as :data:`PEER_ABSENT`."""
     pipeline_of = pipeline_of or {}
     groups: dict[tuple, list[Block]] = defaultdict(list)
+    stages: dict[object, set] = defaultdict(set)
     for block in blocks:
+        stages[pipeline_of.get(block.pid)].add(block.stage)
         if block.op in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
             groups[(pipeline_of.get(block.pid), block.stage, block.op, block.microbatch)].append(block)
     aimed_at = set()
@@ -200,7 +204,12 @@ def send_recv_arrows(blocks: list[Block], maker: ArrowMaker, pipeline_of: dict |
         direction = op[-1]
         peer = (pipeline, stage + (1 if direction == "F" else -1), f"RECV_{direction}", microbatch)
         aimed_at.add(peer)
+        if peer[1] not in stages[pipeline]:
+            maker.unmatched[PEER_ABSENT] += len(sends)
+            continue
         receives = groups.get(peer, [])
         maker.connect_nearest(sends, receives, "pp_send_recv", unpaired=sends + receives, strictly_forward=True)
-    maker.unmatched["pp_send_recv"] += sum(len(receives) for key, receives in groups.items()
-                                           if key[2].startswith("RECV_") and key not in aimed_at)
+    for (pipeline, stage, op, microbatch), receives in groups.items():
+        if op.startswith("RECV_") and (pipeline, stage, op, microbatch) not in aimed_at:
+            sender = stage + (-1 if op == "RECV_F" else 1)
+            maker.unmatched[PEER_ABSENT if sender not in stages[pipeline] else "pp_send_recv"] += len(receives)

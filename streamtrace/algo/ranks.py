@@ -4,16 +4,18 @@ from __future__ import annotations
 import re
 
 _RANK_IN_NAME = re.compile(r"\brank\s*[:#]?\s*(\d+)", re.IGNORECASE)
+_GLOBAL_RANK_IN_NAME = re.compile(r"\bglobal\s+rank\s*[:#]?\s*(\d+)", re.IGNORECASE)
 _RANK_IN_FILE_NAME = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
 PP_GROUP_NAMES = ("torchtitan_real_pp",)
 PP_GROUP_DESCS = ("mesh_pp",)
 
 
 def rank_from_process_name(name: object) -> int | None:
-    """The rank a merged trace's process name states (``RANK 3 - GPU``, ``rank 3``)."""
+    """The rank a merged trace's process name states (``RANK 3 - GPU``, ``rank 3``); the global rank
+    where the name gives it beside a PP rank (``PP rank 1 (global rank 3) | GPU``, as ``merge`` names)."""
     if not isinstance(name, str):
         return None
-    match = _RANK_IN_NAME.search(name)
+    match = _GLOBAL_RANK_IN_NAME.search(name) or _RANK_IN_NAME.search(name)
     return int(match.group(1)) if match else None
 
 

@@ -28,6 +28,7 @@ import orjson
 import zstandard
 
 from ..algo.mergeplan import (
+    NAMING_METADATA,
     EventRewrite,
     RankFacts,
     check_unique_ranks,
@@ -40,6 +41,7 @@ from ..algo.mergeplan import (
 from ..algo.pp import parse_pp_name
 from ..algo.pparrows import (
     FLOW_ID_BASE,
+    PEER_ABSENT,
     Arrow,
     ArrowMaker,
     Span,
@@ -56,11 +58,12 @@ from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_ev
 from ..errors import TraceError
 from ..io.archive import outer_path
 from ..io.configfiles import load_rules
+from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec, remove_quietly
+from ..io.sink import SinkSpec, remove_quietly
 from ..io.source import InputSource, archive_members
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
@@ -147,6 +150,7 @@ class MergeIndex(CompactIndex):
         super().__init__(rules)
         self.pids: dict = {}  # pid -> has events other than metadata
         self.process_names: dict = {}
+        self.named_pids: set = set()  # pids with a process_name or thread_name
         self.correlated = bytearray()
         self.flows_with_id = bytearray()
         self.decode_at = array("q")
@@ -172,7 +176,7 @@ class MergeIndex(CompactIndex):
 
     def _with_ids(self, compact_visit: Callable[[dict], None]) -> Callable[[dict], None]:
         pids, largest, irregular, correlated = self.pids, self._largest, self._irregular, self.correlated
-        first_ts, process_names = self._first_ts, self.process_names
+        first_ts, process_names, named_pids = self._first_ts, self.process_names, self.named_pids
         # the rank evidence's handlers called directly (its own visit would cost a call per event and
         # record pass-2 actions merge does not use)
         rank_handlers, rank_metadata = self.rank_evidence.handlers, self.rank_evidence.metadata
@@ -193,6 +197,8 @@ class MergeIndex(CompactIndex):
                 rank_metadata(event)
                 if pid not in pids:
                     pids[pid] = False
+                if get("name") in NAMING_METADATA:
+                    named_pids.add(pid)
                 if get("name") == "process_name" and (args := get("args")).__class__ is dict:
                     process_names[pid] = args.get("name")
             elif pids.get(pid) is not True:
@@ -296,9 +302,11 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> Ran
     rank, rank_source = _rank_of(path, info)
     base = member_value(members, "baseTimeNanoseconds")
     gpu_pids = {index.stream_keys[stream][0] for stream in set(index.slice_stream)}
-    busy = [pid for pid, has_events in index.pids.items() if has_events]  # placeholders (metadata only) go
-    facts = RankFacts(path, rank, base if type(base) is int else None, pp_group_ranks(info), busy,
-                      gpu_pids, index.max_id, index.first_ts, index.process_names)
+    # a pid with metadata only stays when the input names it (tools find tracks by those names)
+    kept = [pid for pid, has_events in index.pids.items() if has_events or pid in index.named_pids]
+    facts = RankFacts(path, rank, base if type(base) is int else None, pp_group_ranks(info), kept,
+                      gpu_pids, index.max_id, index.first_ts, index.process_names,
+                      {pid for pid, has_events in index.pids.items() if not has_events})
     handle, state_path = tempfile.mkstemp(prefix="streamtrace-rank-", suffix=".pickle", dir=options.spool_dir)
     with os.fdopen(handle, "wb") as state:
         pickle.dump(_Parked(index, compaction, result.spool, result.stats), state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -531,6 +539,7 @@ def merge(
     progress: bool | None = False,
     dask: str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary.
 
@@ -545,8 +554,9 @@ def merge(
         files = [path for path in files if rank_from_file_name(path) in (wanted | {None})]
     if len(files) < 2:
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
+    destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     if dst is not None:  # refuse a bad output now, not after reading every input
-        OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
+        destinations.check(dst, compress=compress)
     with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
@@ -559,9 +569,9 @@ def merge(
                 indexed = [entry for entry in indexed if entry.facts.rank in wanted]
                 if len(indexed) < 2:
                     raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
-            return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
-                              runner=runner, progress=progress, started=started,
-                              redactor=Redactor.from_options(redact))
+            return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
+                                                  pp_flows=pp_flows, runner=runner, progress=progress,
+                                                  started=started, redactor=Redactor.from_options(redact)))
         finally:
             for entry in indexed:
                 _discard(entry)
@@ -587,7 +597,7 @@ def _discard(entry: RankIndex) -> None:
     remove_quietly(entry.spool_path)
 
 
-def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: bool, compress: str | None,
+def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Destinations, *, compress: str | None,
                level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
                started: float, redactor: Redactor | None = None) -> dict:
     facts = [entry.facts for entry in indexed]
@@ -605,8 +615,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     }
     arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, pipelines, multiplier) if pp_flows else ([], {})
     dst = _merged_output_name([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
-    target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
-                          inputs=[entry.facts.path for entry in indexed], redactor=redactor)
+    target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
     first = indexed[order[0]]
     merged_info = {"backend": first.backend, "ranks": [facts[n].rank for n in order], "pp_rank_count": len(order)}
     replacements = {"baseTimeNanoseconds": common_base, "distributedInfo": merged_info,
@@ -640,6 +649,8 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
                       "rank_from": indexed[n].rank_source} for n in order],
         "id_multiplier": multiplier,
         **arrow_counts,
+        "pp_ranks_not_merged": sorted({rank for fact in facts for rank in fact.pp_group or ()}
+                                      - {fact.rank for fact in facts}),
         "per_rank_compaction": {str(facts[n].rank): indexed[n].compaction_summary for n in order},
         "warnings": warnings,
         "read": {str(facts[n].rank): indexed[n].read for n in order},
@@ -725,6 +736,7 @@ def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipel
     counts = {
         "pp_send_recv_pairs": maker.pairs["pp_send_recv"],
         "pp_send_recv_unmatched": maker.unmatched["pp_send_recv"],
+        "pp_send_recv_peer_stage_absent": maker.unmatched[PEER_ABSENT],
         "pp_compute_dependency_pairs": maker.pairs["pp_compute_dependency"],
         "pp_compute_dependency_unmatched": maker.unmatched["pp_compute_dependency"],
         "pp_unshard_compute_pairs": maker.pairs["pp_unshard_dependency"],

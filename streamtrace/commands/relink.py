@@ -12,20 +12,24 @@ work, an ``f`` after each linked GPU event), exactly where Kineto puts them.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import time
 from typing import Callable
 
-from ..algo.ids import check_id_space, id_multiplier, rank_unique_id
+import numpy as np
+
+from ..algo.ids import check_id_space, existing_multiplier, id_multiplier, rank_unique_id
 from ..algo.links import NO_LAUNCH
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import EmitPlan, emit_pass, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
+from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import dumps_event, event_loader
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec, default_output
+from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..resources import peak_rss_mb
 from .mergedindex import AC2G, GPU, LAUNCH, NO_ID, MergedIndex, Resolved, resolve
@@ -76,8 +80,10 @@ class RelinkPlan(EmitPlan):
         self.actions = index.actions
         self._resolved = resolved
         self._loads = event_loader(exact)
+        existing = self._existing_multiplier()
+        self.ids_already_rank_unique = existing is not None  # then every id stays as it is
         raw_ids = [max(index.launch_id, default=0), max(index.gpu_id, default=0)]
-        self.multiplier = id_multiplier(max(raw_ids))
+        self.multiplier = existing or id_multiplier(max(raw_ids))
         problem = check_id_space(max(resolved.launch_bucket, default=0), self.multiplier)
         if problem is None:
             problem = check_id_space(max(resolved.gpu_bucket, default=0), self.multiplier)
@@ -91,9 +97,19 @@ class RelinkPlan(EmitPlan):
             LAUNCH: self._launch_patcher(), GPU: self._gpu_patcher(), AC2G: lambda line: None}
         self.patchers = [patchers.get(action) for action in range(max(patchers) + 1)]
 
+    def _existing_multiplier(self) -> int | None:
+        """The multiplier of a file whose ids are rank-unique already (as merge and relink write them)."""
+        resolved, index = self._resolved, self._resolved.index
+        gpu_ids = np.frombuffer(index.gpu_id, dtype=np.int64)
+        with_id = gpu_ids != NO_ID
+        ids = np.concatenate((np.frombuffer(index.launch_id, dtype=np.int64), gpu_ids[with_id]))
+        ranks = np.concatenate((np.frombuffer(resolved.launch_bucket, dtype=np.int32),
+                                np.frombuffer(resolved.gpu_bucket, dtype=np.int32)[with_id]))
+        return existing_multiplier(ids, ranks)
+
     def _new_id(self, rank: int, raw: int) -> int:
-        """Rank-unique id; events of no known rank keep their raw id (below every rank-unique one)."""
-        return raw if rank < 0 else rank_unique_id(rank, raw, self.multiplier)
+        """Rank-unique id; events of no known rank, and ids already rank-unique, stay as they are."""
+        return raw if rank < 0 or self.ids_already_rank_unique else rank_unique_id(rank, raw, self.multiplier)
 
     def _rewrite(self, line: bytes, kind: str, ordinal: int, raw: int, new: int, flow: str | None) -> bytes:
         """The patched line, followed by its ac2g flow when ``flow`` ("s" or "f") is given.
@@ -166,6 +182,7 @@ def relink(
     progress: bool | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Rewrite a merged trace with rank-unique correlation ids and correct ac2g flows.
 
@@ -178,8 +195,8 @@ def relink(
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     dst = default_output(src, "_relinked") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location],
-                              redactor=Redactor.from_options(redact))
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        target = destinations.target(dst, compress=compress, level=level, redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
@@ -193,13 +210,14 @@ def relink(
         planned = time.perf_counter()
         emit_pass(result, plan, target, progress=meter, jobs=processes)
     index: MergedIndex = result.visitor  # type: ignore[assignment]
-    return {
+    return destinations.finish({
         **source.describe(),
         "output": target.name,
         **resolved.summary(),
         "id_multiplier": plan.multiplier,
+        "ids_already_rank_unique": plan.ids_already_rank_unique,
         "ids_rewritten": plan.ids_rewritten,
-        "ac2g_flows_dropped": index.ac2g_flows,
+        "ac2g_flows_replaced": index.ac2g_flows,
         "ac2g_flows_written": plan.flows_written,
         "events_read": result.stats.events,
         "events_written": result.stats.events - index.ac2g_flows + plan.flows_written,
@@ -209,5 +227,5 @@ def relink(
         **redaction_summary(target.redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })
 

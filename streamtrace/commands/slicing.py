@@ -42,10 +42,11 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import EmitPlan, IndexResult, emit_pass, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
+from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec
+from ..io.sink import OutputTarget, SinkSpec, publish_all
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import ColumnSpill
 from ..io.writer import TraceWriter
@@ -98,9 +99,12 @@ def _selection(steps: str | set[int] | None, window: str | None, ranks: str | se
         raise TraceError("--max-mb must be a positive number of megabytes")
     if max_mb is not None and each_step:
         raise TraceError("--max-mb and --each-step do not combine: --each-step writes every step")
+    bounds = parse_window(window) if isinstance(window, str) else window
+    if bounds is not None:
+        _refuse_backward_window(*bounds)
     return Selection(
         steps=parse_int_list(steps, "--steps", "3,5-6") if isinstance(steps, str) else steps,
-        window=parse_window(window) if isinstance(window, str) else window,
+        window=bounds,
         ranks=parse_int_list(ranks, "--ranks") if isinstance(ranks, str) else ranks,
         pids=None if pids is None else frozenset(str(pid).strip() for pid in
                                                  (pids.split(",") if isinstance(pids, str) else pids)),
@@ -116,6 +120,7 @@ class SliceIndex(MergedIndex):
         self.selection = selection
         self.spill = ColumnSpill("ddq", spill_dir)  # start, end, and pid slot | flags | args.rank packed
         self.first_ts = math.inf
+        self.last_end = -math.inf
         self.step_spans: list[tuple[int, int, int, float, float]] = []  # pid slot, args.rank, N, start, end
         self.flow_cat = array("H")
         self.flow_id = array("q")
@@ -189,14 +194,17 @@ class SliceIndex(MergedIndex):
         return visit
 
     def _flush(self) -> None:
-        """Spill the chunk, keeping the earliest start of a non-metadata event (``+`` times count from it)."""
+        """Spill the chunk, keeping the earliest start (``+`` times count from it) and the latest end of a
+        non-metadata event."""
         ts = np.frombuffer(self.spill.columns[0], dtype=np.float64)
+        end = np.frombuffer(self.spill.columns[1], dtype=np.float64)
         packed = np.frombuffer(self.spill.columns[2], dtype=np.int64)
-        timed = ts[((packed >> FLAG_SHIFT) & META) == 0]
-        timed = timed[~np.isnan(timed)]
-        if len(timed):
-            self.first_ts = min(self.first_ts, float(timed.min()))
-        del ts, timed, packed
+        plain = ((packed >> FLAG_SHIFT) & META) == 0
+        timed = ~np.isnan(ts) & plain
+        if timed.any():
+            self.first_ts = min(self.first_ts, float(ts[timed].min()))
+            self.last_end = max(self.last_end, float(end[timed].max()))
+        del ts, end, timed, plain, packed
         self.spill.flush()
 
     def finish(self) -> None:
@@ -253,7 +261,9 @@ class Verdicts:
     reasons: np.ndarray = field(default_factory=lambda: np.zeros(len(REASONS), dtype=np.int64))
     flows_total: int = 0
     flows_kept: int = 0
-    flows_without_partner: int = 0
+    flows_without_partner: int = 0  # flow events whose partner the input has but the selection cut
+    flows_unpaired_in_input: int = 0  # flow events kept although the input itself lacks their other half
+    metadata_kept: int = 0
 
 
 @dataclass
@@ -262,6 +272,7 @@ class Metadata:
 
     positions: array = field(default_factory=lambda: array("q"))
     slots: array = field(default_factory=lambda: array("i"))
+    chosen: bytearray = field(default_factory=bytearray)  # passes the criteria on who (all but time and step)
     steps: list[list[int]] = field(default_factory=list)  # with --each-step: the step ids each one goes to
 
 
@@ -270,6 +281,7 @@ class Planner:
 
     def __init__(self, index: SliceIndex, resolved: Resolved, selection: Selection, events: int) -> None:
         self.index, self.selection = index, selection
+        self.by_step = selection.by_step  # False when --max-mb finds that the whole trace fits
         self.events = events
         pid_ranks = np.array(resolved.ranks.ranks, dtype=np.int64)
         self.pid_ranks = np.where(pid_ranks >= 0, pid_ranks, -1)
@@ -298,16 +310,17 @@ class Planner:
         return np.where(columns[3] >= 0, columns[3], self.pid_ranks[columns[2]])
 
     def _group_flows(self, tables: dict[int, IdTable]) -> tuple[np.ndarray, np.ndarray]:
-        """A group number per flow event, one per flow, and each group's step
-        (its start's).  An ``ac2g`` flow's group is its launch's (found by
-        (rank, id) like a GPU event, no sorting); any other flow's is found by
-        sorting the keys (rank for ``ac2g`` only, cat, id)."""
+        """A group number per flow event, one per flow, and each group's step:
+        its start's, or, for a flow whose start the input lacks, its other
+        members'.  An ``ac2g`` flow's group is its launch's (found by (rank,
+        id) like a GPU event, no sorting), and its step the launch's (where its
+        start sits); any other flow's group is found by sorting the keys (rank
+        for ``ac2g`` only, cat, id)."""
         index = self.index
         cats = np.frombuffer(index.flow_cat, dtype=np.uint16)
         ids = np.frombuffer(index.flow_id, dtype=np.int64)
         starts = np.frombuffer(index.flow_start, dtype=np.uint8).astype(bool)
         group = np.full(len(ids), NO_LAUNCH, dtype=np.int32)
-        launch_group_step = np.full(len(index.launch_id), NO_STEP, dtype=np.int32)
         rest_at: list[np.ndarray] = []
         rest_rank: list[np.ndarray] = []
         rest_step: list[np.ndarray] = []
@@ -328,16 +341,13 @@ class Planner:
                     found[mine] = table.get_many(ids[span][mine])
             step = self.steps.place(rank, columns[0][flow]) if self.selection.by_step else np.full(
                 count, NO_STEP, dtype=np.int32)
-            step[~starts[span]] = NO_STEP  # a flow's step is its start's
-            linked = found != NO_LAUNCH
-            np.maximum.at(launch_group_step, found[linked], step[linked])
-            rest = np.flatnonzero(~linked)
+            rest = np.flatnonzero(found == NO_LAUNCH)
             rest_at.append(rest + flow_at)
             rest_rank.append(np.where(ac2g[rest], rank[rest], -1))
             rest_step.append(step[rest])
             flow_at += count
         groups = len(index.launch_id)
-        group_step = launch_group_step
+        group_step = self.launch_step.astype(np.int32)
         rest = np.concatenate(rest_at) if rest_at else np.zeros(0, dtype=np.int64)
         if len(rest):
             keys = (ids[rest], cats[rest], np.concatenate(rest_rank))
@@ -349,9 +359,22 @@ class Planner:
                 changed[1:] |= ordered[1:] != ordered[:-1]
             numbers = np.cumsum(changed) - 1
             group[rest[order]] = groups + numbers
-            group_step = np.concatenate((group_step, np.full(int(numbers[-1]) + 1, NO_STEP, dtype=np.int32)))
-            np.maximum.at(group_step, group[rest], np.concatenate(rest_step))
+            step, is_start = np.concatenate(rest_step), starts[rest]
+            start_step, any_step = (np.full(int(numbers[-1]) + 1, NO_STEP, dtype=np.int32) for _ in range(2))
+            np.maximum.at(start_step, group[rest][is_start] - groups, step[is_start])
+            np.maximum.at(any_step, group[rest] - groups, step)
+            has_start = np.zeros(len(start_step), dtype=bool)
+            has_start[group[rest][is_start] - groups] = True
+            group_step = np.concatenate((group_step, np.where(has_start, start_step, any_step)))
         return group, group_step
+
+    def ranks_present(self) -> list[int]:
+        """Every rank some event has (a reading of the spilled columns: only refusals need it)."""
+        found: set[int] = set()
+        for _, columns in self._chunks():
+            found.update(np.unique(self._ranks(columns)).tolist())
+        found.discard(-1)
+        return sorted(found)
 
     def choose_steps(self, numbers: Iterable[int]) -> None:
         ids = {number: at for at, number in enumerate(self.steps.numbers)}
@@ -386,7 +409,7 @@ class Planner:
         step = np.full(len(ts), NO_STEP, dtype=np.int32)
         gpu = self.kinds[at:at + len(ts)] == GPU
         gpu_count = int(np.count_nonzero(gpu))
-        if selection.by_step:
+        if self.by_step:
             step = self.steps.place(rank, ts)
             if gpu_count:
                 launches = self.launch_of_gpu[gpu_before:gpu_before + gpu_count]
@@ -395,26 +418,33 @@ class Planner:
                 step[where[linked]] = self.launch_step[launches[linked]]
         return reason, step, gpu_count
 
-    def _flows(self, reason: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _flows(self, reason: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flow verdicts from each flow event's own reason: every member of a
-        flow goes with its start's step; a flow is kept where a start and an
-        end both pass.  Returns (passes, kept) per flow event."""
+        flow goes with its group's step; a flow is kept where a start and an
+        end both pass, or, when the input itself lacks its start or its end,
+        as it is.  Returns (passes, kept, unpaired in the input) per flow event."""
         group = self.flow_group
         starts = np.frombuffer(self.index.flow_start, dtype=np.uint8).astype(bool)
         passes = reason == KEPT
-        if self.selection.by_step:
+        if self.by_step:
             passes &= np.isin(self.group_step, self.chosen)[group]
-        groups = len(self.group_step)
-        has_start = np.zeros(groups, dtype=bool)
-        has_end = np.zeros(groups, dtype=bool)
-        has_start[group[passes & starts]] = True
-        has_end[group[passes & ~starts]] = True
-        return passes, passes & has_start[group] & has_end[group]
+        whole = self._both_halves(group, starts, np.ones(len(group), dtype=bool))
+        unpaired = ~whole[group]
+        return passes, passes & (self._both_halves(group, starts, passes)[group] | unpaired), passes & unpaired
 
-    def sizes(self, line_lengths: Iterator[np.ndarray]) -> tuple[dict[int, int], int]:
+    def _both_halves(self, group: np.ndarray, starts: np.ndarray, members: np.ndarray) -> np.ndarray:
+        """Per flow group: do ``members`` hold a start and an end of it?"""
+        has_start = np.zeros(len(self.group_step), dtype=bool)
+        has_end = np.zeros(len(self.group_step), dtype=bool)
+        has_start[group[members & starts]] = True
+        has_end[group[members & ~starts]] = True
+        return has_start & has_end
+
+    def sizes(self, line_lengths: Iterator[np.ndarray]) -> tuple[dict[int, int], int, int]:
         """Bytes each step would write (every line passing the other criteria,
         flows in their start's step, none yet dropped for a missing partner:
-        an upper bound), and the bytes of all metadata lines."""
+        an upper bound), the bytes of such lines in no step, and the bytes of
+        all metadata lines."""
         lengths = _Lengths(line_lengths)
         step_sizes = np.zeros(len(self.steps.numbers) + 1, dtype=np.int64)  # the last: no step
         metadata_bytes = flow_at = 0
@@ -428,7 +458,8 @@ class Planner:
             bins = np.where(step >= 0, step, len(step_sizes) - 1)[counted]
             step_sizes += np.bincount(bins, weights=chunk_lengths[counted],
                                       minlength=len(step_sizes)).astype(np.int64)
-        return {number: int(step_sizes[at]) for at, number in enumerate(self.steps.numbers)}, metadata_bytes
+        return ({number: int(step_sizes[at]) for at, number in enumerate(self.steps.numbers)}, int(step_sizes[-1]),
+                metadata_bytes)
 
     def plan(self, *, per_event_steps: bool = False) -> tuple[Verdicts, np.ndarray, Metadata]:
         """Every event's destination: 0 kept / 1 dropped (uint8), or with
@@ -446,19 +477,21 @@ class Planner:
             count = int(np.count_nonzero(flow))
             flow_reason[flow_at:flow_at + count] = reason[flow]
             flow_at += count
-            if self.selection.by_step:
+            metadata.chosen.extend(((reason[meta] == KEPT) | (reason[meta] == BY_WINDOW)).astype(np.uint8).tobytes())
+            if self.by_step:
                 reason[(reason == KEPT) & ~np.isin(step, self.chosen)] = BY_STEP
             plain = ~(flow | meta)
             verdicts.reasons += np.bincount(reason[plain], minlength=len(REASONS))[:len(REASONS)]
             metadata.positions.extend((np.flatnonzero(meta) + at).tolist())
             metadata.slots.extend(columns[2][meta].tolist())
             destination[at:at + len(reason)] = _destination(reason, step, per_event_steps)
-        passes, kept = self._flows(flow_reason)
+        passes, kept, unpaired = self._flows(flow_reason)
         flow_reason[(flow_reason == KEPT) & ~passes] = BY_STEP
         flow_reason[passes & ~kept] = BY_FLOW
         verdicts.reasons += np.bincount(flow_reason, minlength=len(REASONS))[:len(REASONS)]
         verdicts.flows_total, verdicts.flows_kept = len(kept), int(np.count_nonzero(kept))
         verdicts.flows_without_partner = int(np.count_nonzero(passes & ~kept))
+        verdicts.flows_unpaired_in_input = int(np.count_nonzero(unpaired))
         self._settle(destination, flow_reason, metadata, verdicts, per_event_steps)
         return verdicts, destination, metadata
 
@@ -474,10 +507,15 @@ class Planner:
     def _settle(self, destination: np.ndarray, flow_reason: np.ndarray, metadata: "Metadata", verdicts: Verdicts,
                 per_event_steps: bool) -> None:
         """Write the flows' verdicts, then the metadata's: a pid's metadata goes
-        wherever some event of that pid went."""
+        wherever some event of that pid went; the metadata of a pid that has
+        no other event in the input (Kineto names every GPU of the machine)
+        everywhere, unless the criteria on who (pids, ranks, categories,
+        names) drop it."""
         flow_at = 0
         places: set[int] = set()  # pid slot * steps + step (or pid slot alone)
+        busy: set[int] = set()  # pid slots with events other than metadata
         width = len(self.steps.numbers)
+        everywhere = self.chosen.tolist() if per_event_steps else []
         for at, columns in self._chunks():
             flags, slot = columns[4], columns[2]
             flow = np.flatnonzero(flags & FLOW)
@@ -488,6 +526,7 @@ class Planner:
                 flow_at += len(flow)
             chunk = destination[at:at + len(flags)]
             plain = (flags & META) == 0
+            busy.update(np.unique(slot[plain]).tolist())
             if per_event_steps:
                 going = plain & (chunk >= 0)
                 places.update(np.unique(slot[going].astype(np.int64) * width + chunk[going]).tolist())
@@ -498,17 +537,19 @@ class Planner:
         if per_event_steps:
             for place in sorted(places):
                 steps_of_pid.setdefault(place // width, []).append(place % width)
-        for position, slot in zip(metadata.positions, metadata.slots):
+        for position, slot, chosen in zip(metadata.positions, metadata.slots, metadata.chosen):
+            placeholder = slot not in busy
             if per_event_steps:
-                steps = steps_of_pid.get(slot, [])
+                steps = (everywhere if chosen else []) if placeholder else steps_of_pid.get(slot, [])
                 metadata.steps.append(steps)
                 destination[position] = METADATA_EVERYWHERE  # to each of its steps' files, maybe none
                 dropped += not steps
             else:
-                gone = slot not in places
+                gone = not chosen if placeholder else slot not in places
                 destination[position] = gone
                 dropped += gone
-        verdicts.reasons[KEPT] += len(metadata.positions) - dropped
+        verdicts.metadata_kept = len(metadata.positions) - dropped
+        verdicts.reasons[KEPT] += verdicts.metadata_kept
         verdicts.reasons[BY_META] += dropped
 
 
@@ -637,6 +678,7 @@ def slice_trace(
     progress: bool | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Write the events of ``src`` that the selection keeps to ``dst`` (with
     ``each_step``: one ``step<N>.json.gz`` per step into the directory ``dst``).
@@ -644,14 +686,15 @@ def slice_trace(
     ``steps`` ("3,5-6"), ``window`` ("START:END", us/ms/s, "+" = after the
     first event), ``ranks`` ("0-3,7"), ``pids``, ``drop_categories`` and
     ``drop_name`` (a regex) all must hold; ``max_mb`` takes the longest run of
-    consecutive steps that fits.  Returns the summary.
+    consecutive steps that fits (without ``steps``: the whole trace when it
+    fits).  A selection that keeps no event raises TraceError before anything
+    is written.  Returns the summary.
     """
     started = time.perf_counter()
     selection = _selection(steps, window, ranks, pids, drop_categories, drop_name, max_mb, each_step)
     processes = resolve_jobs(jobs)
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     if each_step:
-        directory = _output_directory(dst)
         compress = compress or "gzip"
         if compress not in SUFFIXES:
             raise TraceError(f"unknown compression {compress!r}; choose from {', '.join(SUFFIXES)}")
@@ -660,8 +703,11 @@ def slice_trace(
         check_parquet_options(compress, level, redact)
     redactor = Redactor.from_options(redact)  # one for every file: pseudonyms agree across them
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = None if each_step else OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
-                                                        inputs=[source.location], redactor=redactor)
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        if each_step:
+            directory = destinations.directory(_output_directory(dst), writes="--each-step files",
+                                               existing=rf"step\d+{re.escape(SUFFIXES[compress])}")
+        target = None if each_step else destinations.target(dst, compress=compress, level=level, redactor=redactor)
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
                             salvage=salvage, progress=meter, jobs=processes)
@@ -671,7 +717,7 @@ def slice_trace(
             planned = time.perf_counter()
             if each_step:
                 files = _emit_each_step(result, planner, destination, metadata, directory, compress, level,
-                                        overwrite, redactor)
+                                        destinations, redactor)
                 written = sum(files.values())
                 output = {"output_dir": directory, "files": files,
                           "output_bytes": sum(os.path.getsize(os.path.join(directory, name)) for name in files)}
@@ -697,6 +743,7 @@ def slice_trace(
         **output,
         "steps_found": {str(rank): _ranges(numbers) for rank, numbers in planner.steps.found.items()},
         "steps_selected": taken,
+        "whole_trace_fits": taken is None if selection.max_mb is not None else None,
         "window_us": list(planner.window) if selection.window is not None else None,
         "events_read": result.stats.events,
         "events_written": written,
@@ -704,6 +751,7 @@ def slice_trace(
         "flow_events": verdicts.flows_total,
         "flow_events_kept": verdicts.flows_kept,
         "flow_events_dropped_without_partner": verdicts.flows_without_partner,
+        "flow_events_unpaired_in_input": verdicts.flows_unpaired_in_input,
         "rank_map": rank_table,
         "read": result.stats.as_dict(),
         **redaction_summary(redactor),
@@ -712,7 +760,7 @@ def slice_trace(
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
-    return summary
+    return destinations.finish(summary)
 
 
 @gc_paused()
@@ -729,14 +777,63 @@ def _plan(index: SliceIndex, result: IndexResult, selection: Selection, mapping:
     planner = Planner(index, resolved, selection, result.stats.events)
     del resolved
     trim_heap()
+    low, high = planner.window
+    if low > high:
+        raise TraceError(f"--window: its start ({_micros(low)} us) is after its end ({_micros(high)} us); "
+                         + _trace_facts(planner))
     taken = _choose_steps(planner, selection, result)
-    return planner, rank_table, taken, planner.plan(per_event_steps=selection.each_step)
+    verdicts = planner.plan(per_event_steps=selection.each_step)
+    if verdicts[0].reasons[KEPT] == verdicts[0].metadata_kept:
+        raise TraceError(f"the selection keeps none of the {result.stats.events:,} events; " + _trace_facts(planner))
+    return planner, rank_table, taken, verdicts
+
+
+def _refuse_backward_window(low: TimeBound | None, high: TimeBound | None) -> None:
+    """A window whose start is after its end, when that shows before reading (both ends counted alike)."""
+    if low is not None and high is not None and low.relative == high.relative and low.us > high.us:
+        sign = "+" if low.relative else ""
+        raise TraceError(f"--window: its start ({sign}{_micros(low.us)} us) is after its end "
+                         f"({sign}{_micros(high.us)} us)")
+
+
+def _trace_facts(planner: Planner) -> str:
+    """What the trace holds to select from, for a refusal: time span (relative and absolute), ranks, steps."""
+    index = planner.index
+    parts = []
+    if index.first_ts <= index.last_end:
+        first, last = index.first_ts, index.last_end
+        parts.append(f"spans +0:+{_duration(last - first)} (absolute {_micros(first)}:{_micros(last)} us)")
+    ranks = planner.ranks_present()
+    parts.append(f"has ranks {_ranges(ranks)}" if ranks else "has no known rank")
+    numbers = planner.steps.numbers
+    parts.append(f"steps {_ranges(numbers)}" if numbers else "no ProfilerStep#N steps")
+    return "the trace " + ", ".join(parts)
+
+
+def _duration(us: float) -> str:
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if us >= scale:
+            return f"{us / scale:.6g}{unit}"
+    return f"{us:.6g}us"
+
+
+def _micros(value: float) -> str:
+    """A time in microseconds as written in a trace: 1694128201426602, 12.5."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def _choose_steps(planner: Planner, selection: Selection, result: IndexResult) -> list[int] | None:
-    """The step numbers to keep (None: not selecting by step)."""
+    """The step numbers to keep (None: not selecting by step, or ``--max-mb``
+    without ``--steps`` and the whole trace fits)."""
     if not selection.by_step:
         return None
+    if selection.max_mb is not None:
+        limit = int(selection.max_mb * MB)
+        sizes, outside_steps, metadata_bytes = planner.sizes(result.spool.line_lengths())
+        fixed = metadata_bytes + _frame_bytes((result.stats.header, result.stats.trailer))
+        if selection.steps is None and fixed + outside_steps + sum(sizes.values()) <= limit:
+            planner.by_step = False  # nothing to cut: the whole trace stays
+            return None
     found = planner.steps.numbers
     if not found:
         raise TraceError("no ProfilerStep#N spans (user_annotation or cpu_op) in the trace: cannot select by "
@@ -750,9 +847,6 @@ def _choose_steps(planner: Planner, selection: Selection, result: IndexResult) -
         first = complete[0] if complete else found[0]
         candidates = [number for number in found if number >= first]
     if selection.max_mb is not None:
-        sizes, metadata_bytes = planner.sizes(result.spool.line_lengths())
-        fixed = metadata_bytes + _frame_bytes((result.stats.header, result.stats.trailer))
-        limit = int(selection.max_mb * MB)
         taken = longest_run(candidates, sizes, fixed, limit)
         if not taken:
             raise TraceError(f"step {candidates[0]} alone needs {(fixed + sizes[candidates[0]]) / MB:.1f} MB, "
@@ -774,30 +868,25 @@ def _ranges(numbers: list[int]) -> str:
 def _output_directory(dst: object) -> str:
     if not isinstance(dst, (str, os.PathLike)) or dst == "-":
         raise TraceError("--each-step writes a directory: give its path as the output")
-    directory = os.fspath(dst)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise TraceError("exists and is not a directory", path=directory)
-    return directory
+    return os.fspath(dst)
 
 
 def _emit_each_step(result: IndexResult, planner: Planner, destination: np.ndarray, metadata: Metadata,
-                    directory: str, compress: str, level: int | None, overwrite: bool,
+                    directory: str, compress: str, level: int | None, destinations: Destinations,
                     redactor: Redactor | None) -> dict[str, int]:
     """Write every chosen step's file into a staging directory, then move them all into place."""
     numbers = planner.steps.numbers
     chosen = planner.chosen.tolist()
     names = {step: f"step{numbers[step]}{SUFFIXES[compress]}" for step in chosen}
-    clashes = [name for name in names.values() if os.path.exists(os.path.join(directory, name))]
-    if clashes and not overwrite:
-        raise TraceError(f"{clashes[0]} exists; pass --overwrite to replace it", path=directory)
+    destinations.claim_all(os.path.join(directory, name) for name in names.values())  # before any is written
     created = not os.path.isdir(directory)
     os.makedirs(directory, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".streamtrace-slice-", dir=directory)
     try:
         counts = _write_each_step(result, destination, metadata, numbers, chosen, staging, names, compress, level,
                                   redactor)
-        for step in chosen:
-            os.replace(os.path.join(staging, names[step]), os.path.join(directory, names[step]))
+        publish_all([(os.path.join(staging, names[step]), os.path.join(directory, names[step])) for step in chosen],
+                    destinations.overwrite)
     except BaseException:
         if created:
             shutil.rmtree(directory, ignore_errors=True)

@@ -32,6 +32,7 @@ from ..engine.parallel import can_fork
 from ..engine.passes import FAST, EmitPlan, IndexResult, read_with_retries
 from ..errors import RobustModeNeeded, TraceError
 from ..io import parseproc
+from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, copy_rows, pack_batch, require_pyarrow, unpack_batch
 from ..io.progress import Progress
@@ -153,6 +154,7 @@ def to_parquet(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Write every event of ``src`` (less ``drop_categories``) as a row of the Parquet file ``dst``.
 
@@ -170,8 +172,9 @@ def to_parquet(
     expand = len(specs) > 1 or (first is not None and (os.path.isdir(first) or glob.has_magic(os.fspath(first))))
     inputs = discover_inputs(specs) if expand else specs
     several = len(inputs) > 1
-    target = OutputTarget(dst, overwrite=overwrite, compress="none",
-                          inputs=[os.fspath(path) for path in inputs if isinstance(path, (str, os.PathLike))])
+    destinations = Destinations([os.fspath(path) for path in inputs if isinstance(path, (str, os.PathLike))],
+                                overwrite=overwrite, summary=summary_file)
+    target = destinations.target(dst, compress="none")
     staged: list[_Staged] = []
     try:
         for path in inputs:
@@ -193,7 +196,7 @@ def to_parquet(
     parts = [one.summary for one in staged]
     dropped = {cat: sum(part["dropped_by_category"][cat] for part in parts) for cat in sorted(drop)}
     total = {"events": sum(part["events"] for part in parts), "rows_written": sum(part["rows_written"] for part in parts)}
-    return {
+    return destinations.finish({
         **(parts[0] if not several else {"input": f"{len(parts)} files", "inputs": parts, **total}),
         "output": target.name,
         "output_format": "parquet",
@@ -207,7 +210,7 @@ def to_parquet(
         "pass_seconds": round(read - started, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })
 
 
 def _many(rank_of: Callable[[object], int | None]) -> Callable[[list], list]:
