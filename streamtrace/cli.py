@@ -150,12 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
         "convert", help="recompress / normalise a trace, optionally dropping categories",
         description=_paragraphs("Stream IN to OUT event by event. Output compression follows OUT's suffix "
                         "(.gz, .zst, else none) unless --compress says otherwise. The output is a JSON "
-                        "object with the input's top-level keys in order and one event per line."),
+                        "object with the input's top-level keys in order and one event per line. "
+                        "OUT.parquet (the 'parquet' extra) is one row per event for SQL: rank, ph, cat, name, "
+                        "pid, tid, ts, dur, ids, args as JSON."),
         epilog="examples:\n  streamtrace convert trace.json.gz trace.json.zst\n"
-               "  cat trace.json.gz | streamtrace convert - small.json.gz --drop-cat python_function",
+               "  cat trace.json.gz | streamtrace convert - small.json.gz --drop-cat python_function\n"
+               "  streamtrace convert merged.json.gz events.parquet",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("input", help="input trace, '-' for stdin, or a URL")
+    cmd.add_argument("input", nargs="+", help="input trace, '-' for stdin, or a URL; for a .parquet output also "
+                     "several files, globs or directories, as merge takes them")
     cmd.add_argument("output", help="output path, or '-' for stdout (summary then goes to stderr)")
     cmd.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
                      help="drop events of this category (repeatable), e.g. python_function")
@@ -771,8 +775,9 @@ def _run_inspect(args: argparse.Namespace) -> None:
 
 
 def _run_convert(args: argparse.Namespace) -> None:
+    source = args.input if len(args.input) > 1 else args.input[0]  # several: into one .parquet
     summary = convert(
-        args.input, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
+        source, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
         overwrite=args.overwrite, redact=_redaction(args), **_reading(args),
     )
     report("convert", summary, args, to_stderr=args.output == "-")

@@ -34,7 +34,8 @@ Convention (CONTRIBUTING.md says the same):
                      ``.json.zst``) is read by ``streamtrace.inspect`` and
                      has events (a ``.json`` file may instead be a JSON
                      summary), a ``.csv`` starts with one of ``attribute``'s
-                     headers, a ``.toml`` parses as compaction rules, a PATH
+                     headers, a ``.toml`` parses as compaction rules, a
+                     ``.parquet`` file has rows, a PATH
                      ending in ``/`` is a directory holding traces
   ``# prints JSON``  the line's standard output is one or more JSON documents
   ``# prints CSV``   the line's standard output starts with an ``attribute``
@@ -244,6 +245,10 @@ def check_written(path: Path, promised: str) -> None:
             assert handle.readline().rstrip("\r\n") in HEADERS, f"{promised} does not start with a known header"
     elif path.name.endswith(".toml"):
         parse_rules(path.read_text(encoding="utf-8"), promised)
+    elif path.name.endswith(".parquet"):
+        import pyarrow.parquet
+
+        assert pyarrow.parquet.ParquetFile(path).metadata.num_rows > 0, f"{promised} has no rows"
     else:
         assert path.stat().st_size > 0, f"{promised} is empty"
 

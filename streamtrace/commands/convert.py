@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import struct
 import time
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import read_with_retries, retrying
@@ -22,6 +22,7 @@ from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
 from ..resources import peak_rss_mb
+from .toparquet import check_parquet_options, is_parquet, to_parquet
 
 
 def _counts_struct(categories: int) -> struct.Struct:
@@ -35,7 +36,7 @@ def _not_rewindable() -> TraceError:
 
 
 def convert(
-    src: SourceSpec,
+    src: SourceSpec | Sequence[str | os.PathLike],
     dst: SinkSpec,
     *,
     drop_categories: Iterable[str] = (),
@@ -54,8 +55,20 @@ def convert(
     (and with ``redact``, replacing secrets: see :mod:`streamtrace.io.redact`).
 
     Output compression follows ``dst``'s suffix unless ``compress`` says
-    otherwise.  Returns the summary.
+    otherwise; a ``.parquet`` suffix writes one row per event instead
+    (:mod:`.toparquet`), which may also gather several inputs (``src`` a
+    list of files, globs and directories).  Returns the summary.
     """
+    if is_parquet(dst):
+        check_parquet_options(compress, level, redact)
+        return to_parquet(src, dst, drop_categories=drop_categories, overwrite=overwrite, salvage=salvage,
+                          spool_dir=spool_dir, reread_remote=reread_remote, progress=progress, jobs=jobs,
+                          summary_file=summary_file)
+    if isinstance(src, (list, tuple)):
+        if len(src) != 1:
+            raise TraceError("several inputs go into one .parquet output only; a trace output takes one input "
+                             "(merge or batch runs for several)")
+        src = src[0]
     started = time.perf_counter()
     dropped_cats = frozenset(drop_categories)
     position = {cat: n for n, cat in enumerate(sorted(dropped_cats))}  # a dropped category's counter

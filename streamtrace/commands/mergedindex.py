@@ -164,15 +164,18 @@ class MergedIndex:
             return KEEP
         slot, rank = self._work(event)
         correlation = _id_of(event.get("args"))
-        self.gpu_pid.append(slot)
-        self.gpu_id.append(correlation)
-        self.gpu_rank.append(rank)
+        self._add_gpu(slot, correlation, rank)
         ts = event.get("ts")
         if correlation != NO_ID and ts.__class__ in NUMBER_TYPES:
             samples = self.samples.setdefault(slot, [])
             if len(samples) < SAMPLES_PER_GPU_PID:
                 samples.append((correlation, float(ts)))
         return GPU
+
+    def _add_gpu(self, slot: int, correlation: int, rank: int) -> None:
+        self.gpu_pid.append(slot)
+        self.gpu_id.append(correlation)
+        self.gpu_rank.append(rank)
 
     def _flow(self, event: dict) -> int:
         self.ac2g_flows += 1
@@ -191,6 +194,31 @@ class MergedIndex:
         return KEEP
 
 
+class RankIndex(MergedIndex):
+    """What :func:`resolve_pid_ranks` needs of :class:`MergedIndex`, no more:
+    the rank evidence per pid, the launches and the GPU samples that
+    inference pairs; no byte per event and no arrays per GPU event."""
+
+    part_arrays = ("launch_pid", "launch_id", "launch_ts", "launch_rank", "launch_graph")
+    slot_arrays = ("launch_pid",)
+
+    def _make_visit(self) -> Callable[[dict], None]:
+        handlers = self.handlers
+        metadata = self.metadata
+
+        def visit(event: dict) -> None:
+            handler = handlers.get(event.get("cat"))
+            if handler is not None:
+                handler(event)
+            elif event.get("ph") == "M":
+                metadata(event)
+
+        return visit
+
+    def _add_gpu(self, slot: int, correlation: int, rank: int) -> None:
+        """Not kept: ranks need only the samples."""
+
+
 @dataclass
 class Resolved:
     """Ranks and links of a merged trace, ready for pass 2 and the summary."""
@@ -205,19 +233,7 @@ class Resolved:
 
     def rank_table(self) -> list[dict]:
         """Every pid with its rank and the rule that decided it."""
-        rows = []
-        for slot, facts in enumerate(self.index.pids):
-            rank = self.ranks.ranks[slot]
-            row = {"pid": facts.pid, "rank": rank if rank >= 0 else None, "rule": self.ranks.rules[slot]}
-            if slot in self.ranks.ambiguous:
-                row["claimed_by_ranks"] = self.ranks.ambiguous[slot]
-            pairing = self.ranks.pairings.get(slot)
-            if pairing is not None and pairing.cpu is not None and self.ranks.rules[slot] == "inferred":
-                row["paired_with_pid"] = self.index.pids[pairing.cpu].pid
-                row["ids_consistent_in_time"] = pairing.consistent
-                row["ids_inconsistent_in_time"] = pairing.inconsistent
-            rows.append(row)
-        return rows
+        return rank_table(self.index, self.ranks)
 
     def summary(self) -> dict:
         """The rank map, collisions, links, orphans and graph launches."""
@@ -310,11 +326,33 @@ def _collisions(buckets: array, ids: array) -> dict:
     return {"ids_shared_across_ranks": count_shared(per_rank.values())}
 
 
-def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None = None) -> Resolved:
-    """Decide every pid's rank, then link every GPU event to its launch."""
+def resolve_pid_ranks(index: MergedIndex, members: list[RawMember], rank_map: dict | None = None) -> RankResolution:
+    """Decide every pid's rank (:mod:`rankmap`'s rules), and nothing else."""
     distributed = member_value(members, "distributedInfo")
     file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
-    ranks = resolve_ranks(index.pids, rank_map=rank_map, pairings=lambda: _pairings(index), file_rank=file_rank)
+    return resolve_ranks(index.pids, rank_map=rank_map, pairings=lambda: _pairings(index), file_rank=file_rank)
+
+
+def rank_table(index: MergedIndex, ranks: RankResolution) -> list[dict]:
+    """Every pid with its rank and the rule that decided it."""
+    rows = []
+    for slot, facts in enumerate(index.pids):
+        rank = ranks.ranks[slot]
+        row = {"pid": facts.pid, "rank": rank if rank >= 0 else None, "rule": ranks.rules[slot]}
+        if slot in ranks.ambiguous:
+            row["claimed_by_ranks"] = ranks.ambiguous[slot]
+        pairing = ranks.pairings.get(slot)
+        if pairing is not None and pairing.cpu is not None and ranks.rules[slot] == "inferred":
+            row["paired_with_pid"] = index.pids[pairing.cpu].pid
+            row["ids_consistent_in_time"] = pairing.consistent
+            row["ids_inconsistent_in_time"] = pairing.inconsistent
+        rows.append(row)
+    return rows
+
+
+def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None = None) -> Resolved:
+    """Decide every pid's rank, then link every GPU event to its launch."""
+    ranks = resolve_pid_ranks(index, members, rank_map)
     launch_bucket = _buckets(index.launch_pid, index.launch_rank, ranks.ranks)
     gpu_bucket = _buckets(index.gpu_pid, index.gpu_rank, ranks.ranks)
     tables = build_tables(launch_bucket, index.launch_id)
@@ -337,4 +375,5 @@ def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None 
                     clashes)
 
 
-__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "Resolved", "UNKNOWN", "resolve"]
+__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "RankIndex", "Resolved", "UNKNOWN", "rank_table", "resolve",
+           "resolve_pid_ranks"]

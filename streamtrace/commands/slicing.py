@@ -54,6 +54,7 @@ from ..kineto import NUMBER_TYPES
 from ..resources import buffers_from_os, gc_paused, peak_rss_mb, trim_heap
 from .mergedindex import GPU, MergedIndex, Resolved, resolve
 from .split import max_open_writers
+from .toparquet import check_parquet_options, emit_rows, is_parquet, rank_lookup
 
 CAT, NAME, PID, FLOW, META = 1, 2, 4, 8, 16
 FLAG_SHIFT, RANK_SHIFT = 24, 32  # a spilled event's pid slot, flags and args.rank + 1 share one int64
@@ -697,6 +698,9 @@ def slice_trace(
         compress = compress or "gzip"
         if compress not in SUFFIXES:
             raise TraceError(f"unknown compression {compress!r}; choose from {', '.join(SUFFIXES)}")
+    rows = not each_step and is_parquet(dst)  # a Parquet file of the kept events
+    if rows:
+        check_parquet_options(compress, level, redact)
     redactor = Redactor.from_options(redact)  # one for every file: pseudonyms agree across them
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
@@ -723,7 +727,11 @@ def slice_trace(
             raise
         if not each_step:
             index.spill.close()
-            written = emit_pass(result, SlicePlan(destination), target, progress=meter, jobs=processes)
+            if rows:
+                rank_of = rank_lookup(rank_table, result.stats.header + result.stats.trailer)
+                written = emit_rows(result, SlicePlan(destination), target, rank_of, progress=meter)
+            else:
+                written = emit_pass(result, SlicePlan(destination), target, progress=meter, jobs=processes)
             output = {"output": target.name, "output_compression": target.compression,
                       "output_bytes": os.path.getsize(target.path) if target.path else None}
         else:

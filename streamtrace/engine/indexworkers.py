@@ -5,8 +5,9 @@ This process reads (and decompresses) the input and cuts the events array
 into chunks of a few MB at candidate element boundaries without parsing
 them (:meth:`TraceReader.batches` with ``hand_off``).  Chunk ``n`` goes to
 worker ``n % workers``, which parses ``[`` + chunk + ``]``, runs its own
-index visitor over the events, encodes them as spool lines, compresses
-those into a zstd frame, and sends back the frame and the visitor's part
+index visitor over the events, encodes them for the events' sink (the
+spool: lines in a zstd frame; a Parquet output: an Arrow batch), and sends
+back that frame and the visitor's part
 (:meth:`take_part`: what it indexed since the last part, with its ids new
 since then).  This process takes the results back in chunk order, appends
 the frames to the spool and merges each part into the one visitor the
@@ -33,14 +34,11 @@ import struct
 import threading
 from typing import Callable, Protocol
 
-import zstandard
-
 from ..errors import RobustModeNeeded, TraceError
 from ..io.parseproc import send_failure, widen_pipe
 from ..io.progress import Progress
-from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events, dumped_batch
+from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
-from ..io.spool import SPOOL_LEVEL, EventSpool
 from ..resources import frozen_heap, gc_paused
 
 CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, and a worker holds one chunk's events
@@ -69,6 +67,21 @@ class PartVisitor(Protocol):
         in the order it took them."""
 
 
+class EventSink(Protocol):
+    """Where pass 1 keeps the events (:class:`~streamtrace.io.spool.EventSpool`, or rows)."""
+
+    def frame_encoder(self) -> Callable[[list], bytes]:
+        """A function, made in a worker, encoding a chunk's events for :meth:`add_frame`."""
+
+    def add_frame(self, frame: bytes | memoryview, events: int) -> None: ...
+
+    def add_events(self, events: list, first_index: int) -> None:
+        """Keep events this process parsed."""
+
+    def reset(self) -> None:
+        """Forget everything kept: the input is being read again."""
+
+
 def splits_by_ranges(visitor: object) -> bool:
     return getattr(visitor, "splits_by_ranges", False)
 
@@ -79,7 +92,7 @@ class IndexWorkers:
     Use as a context manager: on exit every worker is stopped."""
 
     def __init__(self, make_visitor: Callable[[], PartVisitor], workers: int, visitor: PartVisitor,
-                 spool: EventSpool | None, input_file: str | None = None) -> None:
+                 spool: EventSink | None, input_file: str | None = None) -> None:
         """``input_file``: a plain local file the input's bytes are; workers
         then read each chunk from it themselves, given its place, instead of
         receiving its text through a pipe."""
@@ -102,7 +115,7 @@ class IndexWorkers:
                 self._results.append(results_in)
                 process = context.Process(
                     target=_worker_main, daemon=True,
-                    args=(make_visitor, spool is not None, input_file, tasks_out, results_out,
+                    args=(make_visitor, spool and spool.frame_encoder, input_file, tasks_out, results_out,
                           self._tasks + self._results))
                 with frozen_heap():
                     process.start()
@@ -219,10 +232,10 @@ class _Sender:
 
 
 @gc_paused()
-def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, input_file: str | None, tasks, results,
-                 inherited: list) -> None:
+def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable[[], Callable[[list], bytes]] | None,
+                 input_file: str | None, tasks, results, inherited: list) -> None:
     """Index each chunk sent until the sending side closes; send back, per
-    chunk, the part and the compressed spool lines, or a refusal.
+    chunk, the part and the chunk's frame for the events' sink, or a refusal.
 
     The parent's ends of every pipe are closed first: if the parent dies,
     the worker's next receive or send fails at once.
@@ -234,7 +247,7 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, input_f
     try:
         visitor = make_visitor()
         visit = visitor.visit
-        compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
+        encode = make_encoder() if make_encoder is not None else None
         chunk_of = _chunk_reader(input_file)
         while True:
             try:
@@ -249,11 +262,10 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, input_f
             try:
                 for event in events:
                     visit(event)
-                lines = b"".join((dumped_batch(events, 0)[1], b"\n")) if spooled else b""
+                frame = encode(events) if encode is not None else b""
             except (TraceError, TypeError):
                 results.send_bytes(_REFUSED)  # the ordinary reading reports it with its position
                 return
-            frame = compressor.compress(lines) if spooled else b""
             part = pickle.dumps(visitor.take_part(), pickle.HIGHEST_PROTOCOL)
             results.send_bytes(b"".join((_PART, _SIZES.pack(len(events), len(part)), part, frame)))
     except BaseException as exc:
@@ -277,7 +289,7 @@ def _chunk_reader(input_file: str | None) -> Callable[[bytes], bytes | None]:
     return chunk_of
 
 
-def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor], spool: EventSpool | None,
+def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor], spool: EventSink | None,
                     workers: int, progress: Progress | None = None) -> tuple[PartVisitor, ReadStats] | None:
     """Pass 1 with ``workers`` processes indexing chunks (see the module's
     text); None when the visitor's work does not split by ranges, or when
@@ -299,7 +311,7 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
                 for event in batch:
                     visitor.visit(event)
                 if spool is not None:
-                    spool.add_text(dumped_batch(batch, pool.events + indexed_here)[1], len(batch))
+                    spool.add_events(batch, pool.events + indexed_here)
                 indexed_here += len(batch)
         except RobustModeNeeded:
             if spool is not None:

@@ -13,7 +13,7 @@ import tempfile
 import threading
 from array import array
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import zstandard
@@ -90,6 +90,20 @@ class EventSpool:
             self._ends = None
         else:
             self._streamed += lines
+
+    @staticmethod
+    def frame_encoder() -> Callable[[list], bytes]:
+        """Events as spool lines in one zstd frame, for :meth:`add_frame` (made by a pass-1 worker)."""
+        from .reader import dumped_batch  # (the reader imports this module)
+
+        compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
+        return lambda events: compressor.compress(b"".join((dumped_batch(events, 0)[1], b"\n")))
+
+    def add_events(self, events: list, first_index: int) -> None:
+        """Keep parsed events (``first_index``: the first one's, for errors)."""
+        from .reader import dumped_batch
+
+        self.add_text(dumped_batch(events, first_index)[1], len(events))
 
     def add_frame(self, frame: bytes | memoryview, lines: int) -> None:
         """Keep ``lines`` event lines another process compressed: one or
