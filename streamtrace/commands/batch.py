@@ -83,8 +83,10 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
     for n, final in enumerate(finals):
         groups.setdefault(os.path.dirname(os.path.abspath(final)), []).append(n)
     staging: dict[str, str] = {}
+    created: list[str] = []
     try:
         for folder in groups:
+            created += _missing_folders(folder)
             os.makedirs(folder, exist_ok=True)
             staging[folder] = tempfile.mkdtemp(prefix=".streamtrace-batch-", dir=folder)
         staged = [os.path.join(staging[os.path.dirname(os.path.abspath(final))], os.path.basename(final))
@@ -94,10 +96,28 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
         for out, final, run in zip(staged, finals, runs):
             os.replace(out, final)
             run["output"] = final
+        created.clear()  # the run succeeded: its folders stay
     finally:
         for folder in staging.values():
             shutil.rmtree(folder, ignore_errors=True)
+        for folder in reversed(created):  # deepest first; only while empty
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
     return finals, runs
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """The folders ``os.makedirs(folder)`` would create, outermost first."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing[::-1]
 
 
 def _refuse_clashes(files: list[str], finals: list[str], overwrite: bool) -> None:

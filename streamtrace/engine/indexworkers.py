@@ -28,7 +28,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import signal
 import struct
 import threading
 from typing import Callable, Protocol
@@ -36,7 +35,7 @@ from typing import Callable, Protocol
 import zstandard
 
 from ..errors import RobustModeNeeded, TraceError
-from ..io.parseproc import send_failure, widen_pipe
+from ..io.parseproc import leave_signals_to_parent, send_failure, widen_pipe
 from ..io.progress import Progress
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events, dumped_batch
 from ..io.source import InputSource
@@ -229,8 +228,7 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, input_f
     """
     for connection in inherited:
         connection.close()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the workers
+    leave_signals_to_parent()
     try:
         visitor = make_visitor()
         visit = visitor.visit

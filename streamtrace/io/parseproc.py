@@ -118,8 +118,7 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
     send then fails at once instead of blocking on a pipe nobody reads.
     """
     receiver.close()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the child
+    leave_signals_to_parent()
     try:
         with InputSource(path) as source:
             stream = source.open()
@@ -155,6 +154,15 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
         send_failure(sender, _FAILED, exc)
     finally:
         sender.close()
+
+
+def leave_signals_to_parent() -> None:
+    """In a forked worker: Ctrl-C is the parent's to handle (at a terminal it
+    reaches the whole process group), and SIGTERM ends the worker at once,
+    not through the CLI's handlers inherited by fork.  The parent stops its
+    workers and removes every file of the run."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def send_failure(sender, tag: bytes, failure: BaseException) -> None:
