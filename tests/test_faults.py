@@ -3,7 +3,10 @@
 output directory that cannot be written, a full disk.  Each must end cleanly:
 no traceback, no output or partial file, no spool left, no process left
 running, input unchanged; in one process (-j 1) and with a parse child and
-pass-2 workers (-j 2)."""
+pass-2 workers (-j 2).  Then runs with workers signalled at chosen moments
+(``interrupt_at.py``): merge's per-rank tasks and batch runs, range
+workers, the parse child and pass-2 workers; SIGINT and SIGTERM to the
+process and to its process group, and a worker killed outright."""
 from __future__ import annotations
 
 import errno
@@ -100,23 +103,31 @@ def has_open(pid: int, path: Path) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see when the run is under way")
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("whom,signum", [
+    ("process", signal.SIGINT), ("process", signal.SIGTERM), ("process", signal.SIGKILL),
+    pytest.param("group", signal.SIGINT, marks=pytest.mark.slow), pytest.param("group", signal.SIGTERM, marks=pytest.mark.slow),
+], ids=lambda x: x if isinstance(x, str) else x.name)
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
 @JOBS
-def test_signal_mid_run_leaves_nothing(command, signum, jobs, big_trace, tmp_path):
+def test_signal_mid_run_leaves_nothing(command, whom, signum, jobs, big_trace, tmp_path):
+    """A signal to the CLI's process, or to its whole process group (Ctrl-C
+    at a terminal: the parse child and workers get it too)."""
     needs(command)
     before = digest(big_trace)
     argv, output, spool = command_line(command, big_trace, tmp_path)
     inputs_before = files_under(tmp_path)
     process = subprocess.Popen([*CLI, *argv, "-j", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=cli_env())
+                               env=cli_env(), start_new_session=True)
     deadline = time.time() + 30
     while not has_open(process.pid, big_trace):
         assert process.poll() is None and time.time() < deadline, "the command never opened its input"
         time.sleep(0.01)
     time.sleep(0.3)
     helpers = family(process.pid)[1:]
-    process.send_signal(signum)
+    if whom == "group":
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
     _, stderr = process.communicate(timeout=30)
     assert_gone(helpers)
     assert process.returncode == (-signum if signum == signal.SIGKILL else 128 + signum), stderr
@@ -264,6 +275,7 @@ def test_a_worker_signalled_before_it_sets_its_own_handlers_ends_quietly(signum,
     assert capfd.readouterr().err == ""
 
 
+NEEDS_PROC = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")
 INTERRUPT_AT = [sys.executable, str(Path(__file__).with_name("interrupt_at.py"))]
 INTERRUPTIONS = [(whom, signum) for whom in ("process", "group") for signum in (signal.SIGINT, signal.SIGTERM)]
 """A run stopped by its user: a signal to the CLI's process, or to its whole
@@ -313,16 +325,15 @@ def session_members(session: int) -> list[int]:
     return members
 
 
-def run_interrupted(argv: list[str], moment: str, whom: str, signum: int, workdir: Path,
-                    jobs: str = "2") -> subprocess.CompletedProcess:
-    """Run the CLI in a session of its own, signalled at ``moment``
+def run_interrupted(argv: list[str], moment: str, whom: str, signum: int, workdir: Path) -> subprocess.CompletedProcess:
+    """Run the CLI at -j 2 in a session of its own, signalled at ``moment``
     (``interrupt_at.py``); check that the moment came, and that no process
     of the run outlives it."""
     spool = workdir / "spool"
     spool.mkdir()
     marker = workdir / "marker"
     process = subprocess.Popen([*INTERRUPT_AT, moment, whom, signal.Signals(signum).name, str(marker), *argv,
-                                "-q", "--spool-dir", str(spool), "-j", jobs],
+                                "-q", "--spool-dir", str(spool), "-j", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=120)
@@ -346,16 +357,11 @@ def assert_interrupted(result: subprocess.CompletedProcess, signum: int) -> None
     assert result.stderr.decode().splitlines() == ["streamtrace: interrupted; no output written"]
 
 
-def assert_worker_death_reported(result: subprocess.CompletedProcess) -> None:
-    lines = result.stderr.decode().splitlines()
-    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("streamtrace: error: "), result.stderr
-
-
 POOL_CASES = [(command, moment) for command in ("merge", "compact", "relink", "attribute")
               for moment in ("pass1", "between", "pass2", *(("splice",) if command == "merge" else ()))]
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")
+@NEEDS_PROC
 @pytest.mark.parametrize("whom,signum", INTERRUPTIONS, ids=lambda x: x if isinstance(x, str) else x.name)
 @pytest.mark.parametrize("command,moment", POOL_CASES, ids=[f"{c}-{m}" for c, m in POOL_CASES])
 def test_interrupted_pool_run_leaves_nothing(command, moment, whom, signum, rank_traces, tmp_path):
@@ -372,7 +378,8 @@ SINGLE_CASES = [(command, moment) for command in ("compact", "relink", "split", 
                 for moment in ("pass1", "between", "pass2", *(("splice",) if command in ("compact", "relink") else ()))]
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")
+@pytest.mark.slow
+@NEEDS_PROC
 @pytest.mark.parametrize("whom,signum", INTERRUPTIONS, ids=lambda x: x if isinstance(x, str) else x.name)
 @pytest.mark.parametrize("command,moment", SINGLE_CASES, ids=[f"{c}-{m}" for c, m in SINGLE_CASES])
 def test_interrupted_run_with_workers_leaves_nothing(command, moment, whom, signum, rank_traces, tmp_path):
@@ -388,7 +395,7 @@ KILLED_WORKER_CASES = [("several", command, moment) for command, moment in POOL_
     ("one", command, "pass2") for command in ("compact", "relink")]
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")
+@NEEDS_PROC
 @pytest.mark.parametrize("inputs,command,moment", KILLED_WORKER_CASES, ids=["-".join(case) for case in KILLED_WORKER_CASES])
 def test_a_killed_worker_stops_the_run_and_leaves_nothing(inputs, command, moment, rank_traces, tmp_path):
     """A pool worker or a pass-2 worker killed outright (SIGKILL, as the OOM
@@ -404,7 +411,7 @@ def test_a_killed_worker_stops_the_run_and_leaves_nothing(inputs, command, momen
     assert_left_nothing(tmp_path, rank_traces[0].parent, inputs_before)
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")
+@NEEDS_PROC
 @pytest.mark.parametrize("command", ["compact", "relink", "split"])
 def test_a_killed_range_worker_is_read_past(command, rank_traces, tmp_path):
     """Pass 1's range workers only parse: when one is killed, this process
