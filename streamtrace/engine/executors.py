@@ -26,6 +26,7 @@ task on another worker).
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -41,6 +42,7 @@ from ..io.progress import Progress
 from ..io.spool import spool_writes
 from ..resources import frozen_heap
 from .jobs import die_with_parent
+from .parallel import can_fork
 
 DASK_ENVIRONMENT = "STREAMTRACE_DASK"
 CONNECT_TIMEOUT = "30s"
@@ -150,7 +152,8 @@ class WorkerPool(ProcessPoolExecutor):
     and end with it; :meth:`stop` ends them at once."""
 
     def __init__(self, workers: int) -> None:
-        super().__init__(max_workers=workers, initializer=_start_worker, initargs=(os.getpid(),))
+        forked = multiprocessing.get_context("fork") if can_fork() else None  # (not Python 3.14's forkserver)
+        super().__init__(max_workers=workers, mp_context=forked, initializer=_start_worker, initargs=(os.getpid(),))
 
     def stop(self) -> None:
         """End every worker now; the futures of tasks not finished fail."""
