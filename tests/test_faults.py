@@ -358,7 +358,7 @@ def assert_interrupted(result: subprocess.CompletedProcess, signum: int) -> None
 
 
 POOL_CASES = [(command, moment) for command in ("merge", "compact", "relink", "attribute")
-              for moment in ("pass1", "between", "pass2", *(("splice",) if command == "merge" else ()))]
+              for moment in ("fork", "pass1", "between", "pass2", *(("splice",) if command == "merge" else ()))]
 
 
 @NEEDS_PROC
@@ -375,7 +375,7 @@ def test_interrupted_pool_run_leaves_nothing(command, moment, whom, signum, rank
 
 
 SINGLE_CASES = [(command, moment) for command in ("compact", "relink", "split", "slice", "attribute")
-                for moment in ("pass1", "between", "pass2", *(("splice",) if command in ("compact", "relink") else ()))]
+                for moment in ("fork", "pass1", "between", "pass2", *(("splice",) if command in ("compact", "relink") else ()))]
 
 
 @pytest.mark.slow
@@ -391,7 +391,7 @@ def test_interrupted_run_with_workers_leaves_nothing(command, moment, whom, sign
     assert_left_nothing(tmp_path, rank_traces[0].parent, inputs_before)
 
 
-KILLED_WORKER_CASES = [("several", command, moment) for command, moment in POOL_CASES if moment != "splice"] + [
+KILLED_WORKER_CASES = [("several", command, moment) for command, moment in POOL_CASES if moment not in ("fork", "splice")] + [
     ("one", command, "pass2") for command in ("compact", "relink")]
 
 

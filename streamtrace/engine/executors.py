@@ -40,7 +40,7 @@ from ..errors import TraceError
 from ..io.parseproc import leave_signals_to_parent
 from ..io.progress import Progress
 from ..io.spool import spool_writes
-from ..resources import frozen_heap
+from ..resources import forking, frozen_heap
 from .jobs import die_with_parent
 from .parallel import can_fork
 
@@ -128,7 +128,7 @@ class TaskRunner:
                     meter.count(label, done, len(calls))
                 return
             with self._executor(len(calls)) as executor:
-                with frozen_heap():  # local workers are forked at the first submit
+                with forking():  # local workers are forked at the first submit
                     futures = [executor.submit(function, *call) for call in calls]
                 yield from _in_order(futures, meter, label)
         finally:

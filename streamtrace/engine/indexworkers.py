@@ -40,7 +40,7 @@ from ..io.progress import Progress
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events, dumped_batch
 from ..io.source import InputSource
 from ..io.spool import SPOOL_LEVEL, EventSpool
-from ..resources import frozen_heap, gc_paused
+from ..resources import forking, gc_paused
 
 CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, and a worker holds one chunk's events
 IN_FLIGHT = 2  # chunks per worker handed out and not yet taken back: bounds memory
@@ -103,11 +103,11 @@ class IndexWorkers:
                     target=_worker_main, daemon=True,
                     args=(make_visitor, spool is not None, input_file, tasks_out, results_out,
                           self._tasks + self._results))
-                with frozen_heap():
+                with forking():  # (a signal held meanwhile is raised as it ends: the worker is known by then)
                     process.start()
+                    self._processes.append(process)
                 tasks_out.close()
                 results_out.close()
-                self._processes.append(process)
         except BaseException:
             self.close()
             raise

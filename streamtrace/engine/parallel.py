@@ -24,7 +24,7 @@ from ..errors import TraceError
 from ..io.parseproc import leave_signals_to_parent, send_failure, widen_pipe
 from ..io.spool import EventSpool, Segments
 from ..io.writer import JoinedLines
-from ..resources import frozen_heap, gc_paused
+from ..resources import forking, gc_paused
 
 if TYPE_CHECKING:
     from .passes import EmitPlan
@@ -56,10 +56,10 @@ class EmitWorkers:
                 self._receivers.append(receiver)
                 process = context.Process(target=_worker_main, daemon=True,
                                           args=(spool, segments, plan, share, workers, sender, list(self._receivers)))
-                with frozen_heap():
+                with forking():  # (a signal held meanwhile is raised as it ends: the worker is known by then)
                     process.start()
+                    self._processes.append(process)
                 sender.close()
-                self._processes.append(process)
         except BaseException:
             self.close()
             raise
