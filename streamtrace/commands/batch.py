@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Callable, Sequence
 
-from ..engine.executors import TaskRunner, shared_path
+from ..engine.executors import TaskRunner, remove_tree, shared_path
 from ..engine.jobs import resolve_jobs
 from ..errors import TraceError
 from ..io.sink import OutputTarget, SinkSpec, default_output, remove_quietly
@@ -99,7 +99,7 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
         created.clear()  # the run succeeded: its folders stay
     finally:
         for folder in staging.values():
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)  # (a task abandoned on a cluster may still be writing there)
         for folder in reversed(created):  # deepest first; only while empty
             try:
                 os.rmdir(folder)

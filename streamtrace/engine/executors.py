@@ -109,7 +109,7 @@ class TaskRunner:
             self._client.close()
             self._client = None
         if self.work_dir is not None:
-            _remove_tree(self.work_dir)
+            remove_tree(self.work_dir)
             self.work_dir = None
 
     def ordered(self, function: Callable[..., Any], calls: Sequence[tuple], *, label: str) -> Iterator[Any]:
@@ -253,8 +253,8 @@ def _raise_failure(failure: BaseException) -> None:
     raise failure
 
 
-def _remove_tree(path: str) -> None:
-    """Remove the run's directory, with the files of abandoned tasks.
+def remove_tree(path: str) -> None:
+    """Remove a directory tasks write in (the run's, a staging one), with the files of abandoned tasks.
 
     A task still running may create a file while the tree is being removed
     (then its directory is not empty and stays); once the directory is
