@@ -5,6 +5,7 @@ import ctypes
 import functools
 import gc
 import resource
+import signal
 import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -64,6 +65,31 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextmanager
+def forking() -> Iterator[None]:
+    """Fork children in this block: with the heap frozen (:func:`frozen_heap`)
+    and SIGINT and SIGTERM held until it ends.
+
+    A signal whose handler raises while Python runs its at-fork callbacks is
+    printed and lost (an exception cannot leave them), so a Ctrl-C at that
+    moment would not stop the run; held, it is acted on as the block ends.
+    Children start with both held and release them once they have set their
+    own handlers.
+    """
+    with frozen_heap():
+        if not hasattr(signal, "pthread_sigmask"):  # (Windows)
+            yield
+            return
+        signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
 
 
 @functools.cache

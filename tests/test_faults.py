@@ -3,7 +3,10 @@
 output directory that cannot be written, a full disk.  Each must end cleanly:
 no traceback, no output or partial file, no spool left, no process left
 running, input unchanged; in one process (-j 1) and with a parse child and
-pass-2 workers (-j 2)."""
+pass-2 workers (-j 2).  Then runs with workers signalled at chosen moments
+(``interrupt_at.py``): merge's per-rank tasks and batch runs, range
+workers, the parse child and pass-2 workers; SIGINT and SIGTERM to the
+process and to its process group, and a worker killed outright."""
 from __future__ import annotations
 
 import errno
@@ -13,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +29,7 @@ from conftest import TRACES, events_of, load_json
 from streamtrace import cli
 from streamtrace.engine import indexworkers
 from streamtrace.io import parseproc
+from streamtrace.synth import SynthConfig, write_traces
 
 OUTPUT_COMMANDS = [command for command in COMMANDS if command.output_name]
 STDOUT_COMMANDS = [command for command in COMMANDS if command.stdout_argv]
@@ -98,23 +103,31 @@ def has_open(pid: int, path: Path) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see when the run is under way")
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("whom,signum", [
+    ("process", signal.SIGINT), ("process", signal.SIGTERM), ("process", signal.SIGKILL),
+    pytest.param("group", signal.SIGINT, marks=pytest.mark.slow), pytest.param("group", signal.SIGTERM, marks=pytest.mark.slow),
+], ids=lambda x: x if isinstance(x, str) else x.name)
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
 @JOBS
-def test_signal_mid_run_leaves_nothing(command, signum, jobs, big_trace, tmp_path):
+def test_signal_mid_run_leaves_nothing(command, whom, signum, jobs, big_trace, tmp_path):
+    """A signal to the CLI's process, or to its whole process group (Ctrl-C
+    at a terminal: the parse child and workers get it too)."""
     needs(command)
     before = digest(big_trace)
     argv, output, spool = command_line(command, big_trace, tmp_path)
     inputs_before = files_under(tmp_path)
     process = subprocess.Popen([*CLI, *argv, "-j", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=cli_env())
+                               env=cli_env(), start_new_session=True)
     deadline = time.time() + 30
     while not has_open(process.pid, big_trace):
         assert process.poll() is None and time.time() < deadline, "the command never opened its input"
         time.sleep(0.01)
     time.sleep(0.3)
     helpers = family(process.pid)[1:]
-    process.send_signal(signum)
+    if whom == "group":
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
     _, stderr = process.communicate(timeout=30)
     assert_gone(helpers)
     assert process.returncode == (-signum if signum == signal.SIGKILL else 128 + signum), stderr
@@ -260,3 +273,158 @@ def test_a_worker_signalled_before_it_sets_its_own_handlers_ends_quietly(signum,
         worker.join(30)
     assert worker.exitcode == 128 + signum
     assert capfd.readouterr().err == ""
+
+
+NEEDS_PROC = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")
+INTERRUPT_AT = [sys.executable, str(Path(__file__).with_name("interrupt_at.py"))]
+INTERRUPTIONS = [(whom, signum) for whom in ("process", "group") for signum in (signal.SIGINT, signal.SIGTERM)]
+"""A run stopped by its user: a signal to the CLI's process, or to its whole
+process group (Ctrl-C at a terminal), which its workers get too."""
+
+
+@pytest.fixture(scope="module")
+def rank_traces(tmp_path_factory) -> tuple[Path, Path]:
+    """Two 4 MB rank traces: a few pieces of pass 1 and blocks of pass 2 each."""
+    directory = tmp_path_factory.mktemp("ranks")
+    write_traces(SynthConfig(ranks=2, pp_stages=2, target_bytes=4 << 20), directory, compress="none", merged=False)
+    return directory / "rank0_trace.json", directory / "rank1_trace.json"
+
+
+def several_inputs(command: str, inputs: tuple[Path, Path], workdir: Path) -> list[str]:
+    """``command`` over both inputs: merge's per-rank tasks, or a batch run (one task per input)."""
+    files = [str(path) for path in inputs]
+    if command == "merge":
+        return ["merge", *files, "-o", str(workdir / "merged.json")]
+    if command == "attribute":
+        return ["attribute", *files, "-o", str(workdir / "kernels.csv")]
+    return [command, *files, "-o", f"{workdir / 'outputs'}{os.sep}"]  # a directory the run creates
+
+
+def one_input(command: str, trace: Path, workdir: Path) -> list[str]:
+    """``command`` on one input: range workers or the parse child in pass 1, pass-2 workers."""
+    if command == "slice":
+        return ["slice", str(trace), "--max-mb", "1", "-o", str(workdir / "pieces")]
+    if command == "split":
+        return ["split", str(trace), "-o", str(workdir / "ranks")]
+    output = workdir / ("kernels.csv" if command == "attribute" else "out.json")
+    return [command, str(trace), "-o", str(output)]
+
+
+def session_members(session: int) -> list[int]:
+    """Live processes of a session (a run started in a session of its own, with every process it forked)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[3]) == session:
+                members.append(int(entry))
+    return members
+
+
+def run_interrupted(argv: list[str], moment: str, whom: str, signum: int, workdir: Path) -> subprocess.CompletedProcess:
+    """Run the CLI at -j 2 in a session of its own, signalled at ``moment``
+    (``interrupt_at.py``); check that the moment came, and that no process
+    of the run outlives it."""
+    spool = workdir / "spool"
+    spool.mkdir()
+    marker = workdir / "marker"
+    process = subprocess.Popen([*INTERRUPT_AT, moment, whom, signal.Signals(signum).name, str(marker), *argv,
+                                "-q", "--spool-dir", str(spool), "-j", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert marker.exists(), f"the run never came to {moment}: {stderr.decode()}"
+    assert_gone(session_members(process.pid))
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def assert_left_nothing(workdir: Path, inputs_dir: Path, inputs_before: list[str]) -> None:
+    """Only what the test made is left: no output, no staging directory, no spool, nothing beside the inputs."""
+    assert sorted(os.listdir(workdir)) == ["marker", "spool"]
+    assert os.listdir(workdir / "spool") == []
+    assert sorted(os.listdir(inputs_dir)) == inputs_before
+
+
+def assert_interrupted(result: subprocess.CompletedProcess, signum: int) -> None:
+    assert result.returncode == 128 + signum, result.stderr
+    assert result.stderr.decode().splitlines() == ["streamtrace: interrupted; no output written"]
+
+
+POOL_CASES = [(command, moment) for command in ("merge", "compact", "relink", "attribute")
+              for moment in ("fork", "pass1", "between", "pass2", *(("splice",) if command == "merge" else ()))]
+
+
+@NEEDS_PROC
+@pytest.mark.parametrize("whom,signum", INTERRUPTIONS, ids=lambda x: x if isinstance(x, str) else x.name)
+@pytest.mark.parametrize("command,moment", POOL_CASES, ids=[f"{c}-{m}" for c, m in POOL_CASES])
+def test_interrupted_pool_run_leaves_nothing(command, moment, whom, signum, rank_traces, tmp_path):
+    """Per-rank tasks (merge) and batch runs (one task per input) at -j 2,
+    stopped in each of their stages: workers' spools, parked state,
+    fragments, staging directories and the output all go."""
+    inputs_before = sorted(os.listdir(rank_traces[0].parent))
+    result = run_interrupted(several_inputs(command, rank_traces, tmp_path), moment, whom, signum, tmp_path)
+    assert_interrupted(result, signum)
+    assert_left_nothing(tmp_path, rank_traces[0].parent, inputs_before)
+
+
+SINGLE_CASES = [(command, moment) for command in ("compact", "relink", "split", "slice", "attribute")
+                for moment in ("fork", "pass1", "between", "pass2", *(("splice",) if command in ("compact", "relink") else ()))]
+
+
+@pytest.mark.slow
+@NEEDS_PROC
+@pytest.mark.parametrize("whom,signum", INTERRUPTIONS, ids=lambda x: x if isinstance(x, str) else x.name)
+@pytest.mark.parametrize("command,moment", SINGLE_CASES, ids=[f"{c}-{m}" for c, m in SINGLE_CASES])
+def test_interrupted_run_with_workers_leaves_nothing(command, moment, whom, signum, rank_traces, tmp_path):
+    """One input at -j 2: range workers (compact, relink, split, slice) or
+    the parse child (attribute) in pass 1, block workers in pass 2."""
+    inputs_before = sorted(os.listdir(rank_traces[0].parent))
+    result = run_interrupted(one_input(command, rank_traces[0], tmp_path), moment, whom, signum, tmp_path)
+    assert_interrupted(result, signum)
+    assert_left_nothing(tmp_path, rank_traces[0].parent, inputs_before)
+
+
+KILLED_WORKER_CASES = [("several", command, moment) for command, moment in POOL_CASES if moment not in ("fork", "splice")] + [
+    ("one", command, "pass2") for command in ("compact", "relink")]
+
+
+@NEEDS_PROC
+@pytest.mark.parametrize("inputs,command,moment", KILLED_WORKER_CASES, ids=["-".join(case) for case in KILLED_WORKER_CASES])
+def test_a_killed_worker_stops_the_run_and_leaves_nothing(inputs, command, moment, rank_traces, tmp_path):
+    """A pool worker or a pass-2 worker killed outright (SIGKILL, as the OOM
+    killer does) cannot clean up: the run stops with one line, and what the
+    worker left goes with the run."""
+    inputs_before = sorted(os.listdir(rank_traces[0].parent))
+    argv = several_inputs(command, rank_traces, tmp_path) if inputs == "several" else \
+        one_input(command, rank_traces[0], tmp_path)
+    result = run_interrupted(argv, moment, "worker", signal.SIGKILL, tmp_path)
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("streamtrace: error: "), result.stderr
+    assert "stopped unexpectedly" in lines[0]
+    assert_left_nothing(tmp_path, rank_traces[0].parent, inputs_before)
+
+
+@NEEDS_PROC
+@pytest.mark.parametrize("command", ["compact", "relink", "split"])
+def test_a_killed_range_worker_is_read_past(command, rank_traces, tmp_path):
+    """Pass 1's range workers only parse: when one is killed, this process
+    reads the input the ordinary way, and the output is the one -j 1 writes."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    subprocess.run([*CLI, *one_input(command, rank_traces[0], alone), "-q", "-j", "1"], env=cli_env(), check=True)
+    workdir = tmp_path / "killed"
+    workdir.mkdir()
+    result = run_interrupted(one_input(command, rank_traces[0], workdir), "pass1", "worker", signal.SIGKILL, workdir)
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    (output,) = os.listdir(alone)
+    assert sorted(os.listdir(workdir)) == sorted(["marker", "spool", output]) and os.listdir(workdir / "spool") == []
+    assert files_under(workdir / output) == files_under(alone / output)
+    for name in files_under(alone / output) or [""]:
+        assert (workdir / output / name).read_bytes() == (alone / output / name).read_bytes()

@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Callable, Sequence
 
-from ..engine.executors import TaskRunner, shared_path
+from ..engine.executors import TaskRunner, remove_tree, shared_path
 from ..engine.jobs import resolve_jobs
 from ..errors import TraceError
 from ..io.destinations import Destinations
@@ -85,8 +85,10 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
     for n, final in enumerate(finals):
         groups.setdefault(os.path.dirname(os.path.abspath(final)), []).append(n)
     staging: dict[str, str] = {}
+    created: list[str] = []
     try:
         for folder in groups:
+            created += _missing_folders(folder)
             os.makedirs(folder, exist_ok=True)
             staging[folder] = tempfile.mkdtemp(prefix=".streamtrace-batch-", dir=folder)
         staged = [os.path.join(staging[os.path.dirname(os.path.abspath(final))], os.path.basename(final))
@@ -96,10 +98,28 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
         publish_all(zip(staged, finals), destinations.overwrite)
         for final, run in zip(finals, runs):
             run["output"] = final
+        created.clear()  # the run succeeded: its folders stay
     finally:
         for folder in staging.values():
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)  # (a task abandoned on a cluster may still be writing there)
+        for folder in reversed(created):  # deepest first; only while empty
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
     return finals, runs
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """The folders ``os.makedirs(folder)`` would create, outermost first."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing[::-1]
 
 
 def _run_one(command: str, src: str, dst: str, spool_dir: str | None, options: dict) -> dict:

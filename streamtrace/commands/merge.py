@@ -561,38 +561,21 @@ def merge(
         if runner.distributed:
             files = [shared_path(path) for path in files]
         options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, runner.work_dir, salvage, reread_remote)
-        indexed = _phase_one(files, options, runner)
-        try:
-            if wanted is not None:
-                for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
-                    _discard(dropped)
-                indexed = [entry for entry in indexed if entry.facts.rank in wanted]
-                if len(indexed) < 2:
-                    raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
-            return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
-                                                  pp_flows=pp_flows, runner=runner, progress=progress,
-                                                  started=started, redactor=Redactor.from_options(redact)))
-        finally:
-            for entry in indexed:
-                _discard(entry)
-
-
-def _phase_one(files: list[str], options: _PhaseOneOptions, runner: TaskRunner) -> list[RankIndex]:
-    """Index every input (one task per rank); on failure nothing is left behind."""
-    done: list[RankIndex] = []
-    try:
-        for entry in runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed",
-                                    discard=_discard):
-            done.append(entry)
-    except BaseException:
-        for entry in done:
-            _discard(entry)
-        raise
-    return done
+        # every rank's files are in the run's directory, removed with it whatever happens
+        indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed"))
+        if wanted is not None:
+            for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
+                _discard(dropped)
+            indexed = [entry for entry in indexed if entry.facts.rank in wanted]
+            if len(indexed) < 2:
+                raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
+        return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
+                                              pp_flows=pp_flows, runner=runner, progress=progress,
+                                              started=started, redactor=Redactor.from_options(redact)))
 
 
 def _discard(entry: RankIndex) -> None:
-    """Delete a rank's parked state and its spool (safe to call twice)."""
+    """Delete a rank's parked state and its spool now (a rank left out frees its disk before the others' pass 2)."""
     remove_quietly(entry.state_path)
     remove_quietly(entry.spool_path)
 
@@ -696,8 +679,7 @@ def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict
 def _emit_ranks_in_workers(calls: list[tuple], writer: TraceWriter, runner: TaskRunner) -> None:
     """Pass 2 of every rank as tasks, spliced into ``writer`` in order as each
     rank's fragment is ready; fragments never outlive the call."""
-    fragments = runner.ordered(_emit_rank_to_chunk, calls, label="ranks written",
-                               discard=lambda fragment: remove_quietly(fragment[0]))
+    fragments = runner.ordered(_emit_rank_to_chunk, calls, label="ranks written")
     with closing(fragments):  # a failed splice stops the tasks at once
         for chunk_path, count in fragments:
             try:

@@ -14,25 +14,35 @@ The range workers of one file (pass 1 by ranges, pass 2 by blocks) are not
 tasks of this seam: they share the parent's memory by fork and stream
 through ordered pipes, which a cluster cannot offer.
 
-A worker that dies mid-task is Dask's to handle (it reschedules the task on
-another worker); a task that raises stops the run: the tasks not started
-are cancelled, those under way finish (here) or are abandoned (on a
-cluster), and every file they left is removed.
+Every run has a directory of its own, made before any task starts: tasks
+keep their files there (spools, parked state, fragments) and it is removed
+whole at the end, so a run that stops for any reason (a task failing,
+Ctrl-C or SIGTERM to this process or to its whole process group, a worker
+killed) leaves nothing behind, whatever the command.  Local workers leave
+signals to this process, which stops them at once (they are ended, not
+waited for) before removing the directory.  A worker that dies mid-task
+here stops the run; on a cluster it is Dask's to handle (it reschedules the
+task on another worker).
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import TraceError
+from ..io.parseproc import leave_signals_to_parent
 from ..io.progress import Progress
-from ..resources import frozen_heap
+from ..io.spool import spool_writes
+from ..resources import forking, frozen_heap
 from .jobs import die_with_parent
+from .parallel import can_fork
 
 DASK_ENVIRONMENT = "STREAMTRACE_DASK"
 CONNECT_TIMEOUT = "30s"
@@ -55,9 +65,10 @@ class TaskRunner:
     """Runs one function over many inputs, results handed back in input order.
 
     ``jobs`` processes on this machine (1: in this process, no executor), or
-    the Dask cluster at ``dask``.  Use as a context manager: on a cluster it
-    holds the client and the run's directory under ``spool_dir``
-    (:attr:`work_dir`, removed at the end with whatever tasks left there).
+    the Dask cluster at ``dask``.  Use as a context manager: it holds the
+    run's directory under ``spool_dir`` (:attr:`work_dir`, where tasks keep
+    their files; removed at the end with whatever is in it) and, on a
+    cluster, the client.
     """
 
     def __init__(self, jobs: int, *, dask: str | None = None, spool_dir: str | None = None,
@@ -66,7 +77,7 @@ class TaskRunner:
         self.address = dask_address(dask)
         self.spool_dir = spool_dir
         self.progress = progress
-        self.work_dir = spool_dir
+        self.work_dir: str | None = None
         self._client: Any = None
 
     @property
@@ -85,27 +96,29 @@ class TaskRunner:
             if "://" in self.spool_dir:
                 raise TraceError(f"--spool-dir {self.spool_dir}: spools are files; give a shared filesystem path")
             self._client = _connect(self.address)
-            try:
+        try:
+            with spool_writes(self.spool_dir or tempfile.gettempdir()):
                 self.work_dir = tempfile.mkdtemp(prefix="streamtrace-run-", dir=self.spool_dir)
-            except BaseException:
-                self._client.close()
-                raise
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
-            _remove_tree(self.work_dir)
-            self.work_dir = self.spool_dir
+        if self.work_dir is not None:
+            remove_tree(self.work_dir)
+            self.work_dir = None
 
-    def ordered(self, function: Callable[..., Any], calls: Sequence[tuple], *, label: str,
-                discard: Callable[[Any], None] | None = None) -> Iterator[Any]:
+    def ordered(self, function: Callable[..., Any], calls: Sequence[tuple], *, label: str) -> Iterator[Any]:
         """``function(*call)`` for every call, yielded in the order of ``calls``.
 
         The tasks run concurrently; progress (``label: done/total``) follows
         them as they complete.  When a task fails, or the caller stops early,
-        ``discard`` gets every result not yielded (so their files go).
+        or this process is interrupted, the other tasks are stopped (their
+        files are the run directory's, removed with it).
         """
         meter = Progress(None, enabled=self.progress)
         try:
@@ -115,24 +128,43 @@ class TaskRunner:
                     meter.count(label, done, len(calls))
                 return
             with self._executor(len(calls)) as executor:
-                with frozen_heap():  # local workers are forked at the first submit
+                with forking():  # local workers are forked at the first submit
                     futures = [executor.submit(function, *call) for call in calls]
-                yield from _in_order(futures, meter, label, discard)
+                yield from _in_order(futures, meter, label)
         finally:
             meter.done()
 
     @contextmanager
-    def _executor(self, tasks: int) -> Iterator[Executor]:
-        if self._client is not None:
-            executor = DaskExecutor(self._client)
-            try:
-                yield executor
-            finally:
-                executor.shutdown(wait=False)
-            return
-        with ProcessPoolExecutor(max_workers=min(self.jobs, tasks), initializer=die_with_parent,
-                                 initargs=(os.getpid(),)) as pool:
-            yield pool
+    def _executor(self, tasks: int) -> Iterator[DaskExecutor | WorkerPool]:
+        """The executor, stopped (its tasks ended, not waited for) when the block does not end normally."""
+        executor = DaskExecutor(self._client) if self._client is not None else WorkerPool(min(self.jobs, tasks))
+        try:
+            yield executor
+        except BaseException:
+            executor.stop()
+            raise
+        finally:
+            executor.shutdown(wait=self._client is None)
+
+
+class WorkerPool(ProcessPoolExecutor):
+    """Forked processes on this machine, which leave signals to this process
+    and end with it; :meth:`stop` ends them at once."""
+
+    def __init__(self, workers: int) -> None:
+        forked = multiprocessing.get_context("fork") if can_fork() else None  # (not Python 3.14's forkserver)
+        super().__init__(max_workers=workers, mp_context=forked, initializer=_start_worker, initargs=(os.getpid(),))
+
+    def stop(self) -> None:
+        """End every worker now; the futures of tasks not finished fail."""
+        for process in list((self._processes or {}).values()):  # (Python 3.14 has terminate_workers for this)
+            process.terminate()
+        self.shutdown(wait=True)
+
+
+def _start_worker(parent: int) -> None:
+    leave_signals_to_parent()
+    die_with_parent(parent)
 
 
 class DaskExecutor(Executor):
@@ -155,6 +187,10 @@ class DaskExecutor(Executor):
         future: Future = Future()
         task.add_done_callback(lambda ended: _settle(future, ended))
         return future
+
+    def stop(self) -> None:
+        """Cancel every task not ended (one that is running is abandoned to its worker)."""
+        self.shutdown(wait=False)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         if not wait or cancel_futures:
@@ -196,37 +232,29 @@ def _settle(future: Future, task: Any) -> None:
         pass
 
 
-def _in_order(futures: list[Future], meter: Progress, label: str,
-              discard: Callable[[Any], None] | None) -> Iterator[Any]:
+def _in_order(futures: list[Future], meter: Progress, label: str) -> Iterator[Any]:
     """Results in submission order; the first failure (in that order) among
     the finished tasks stops the run without waiting for the others."""
-    handed = 0
     position = {future: n for n, future in enumerate(futures)}
-    try:
-        pending = set(futures)
-        for future in futures:
-            while not future.done():
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                meter.count(label, len(futures) - len(pending), len(futures))
-                for failed in sorted(finished, key=position.__getitem__):
-                    if not failed.cancelled() and failed.exception() is not None:
-                        raise failed.exception()
-            result = future.result()
-            handed += 1
-            yield result
-    except BaseException:  # a failed task, the caller stopping, or this process interrupted
-        for future in futures:
-            future.cancel()
-        wait([future for future in futures if future.running()])  # local tasks under way; Dask's are abandoned
-        if discard is not None:
-            for future in futures[handed:]:
-                if future.done() and not future.cancelled() and future.exception() is None:
-                    discard(future.result())
-        raise
+    pending = set(futures)
+    for future in futures:
+        while not future.done():
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            meter.count(label, len(futures) - len(pending), len(futures))
+            for failed in sorted(finished, key=position.__getitem__):
+                if not failed.cancelled() and failed.exception() is not None:
+                    _raise_failure(failed.exception())
+        yield future.result()
 
 
-def _remove_tree(path: str) -> None:
-    """Remove the run's directory, with the files of abandoned tasks.
+def _raise_failure(failure: BaseException) -> None:
+    if isinstance(failure, BrokenProcessPool):  # a worker killed (by a user, the OOM killer): no task's own error
+        raise TraceError("a worker process stopped unexpectedly") from None
+    raise failure
+
+
+def remove_tree(path: str) -> None:
+    """Remove a directory tasks write in (the run's, a staging one), with the files of abandoned tasks.
 
     A task still running may create a file while the tree is being removed
     (then its directory is not empty and stays); once the directory is

@@ -29,17 +29,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import signal
 import struct
 import threading
 from typing import Callable, Protocol
 
 from ..errors import RobustModeNeeded, TraceError
-from ..io.parseproc import send_failure, widen_pipe
+from ..io.parseproc import leave_signals_to_parent, send_failure, widen_pipe
 from ..io.progress import Progress
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
-from ..resources import frozen_heap, gc_paused
+from ..resources import forking, gc_paused
 
 CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, and a worker holds one chunk's events
 IN_FLIGHT = 2  # chunks per worker handed out and not yet taken back: bounds memory
@@ -117,11 +116,11 @@ class IndexWorkers:
                     target=_worker_main, daemon=True,
                     args=(make_visitor, spool and spool.frame_encoder, input_file, tasks_out, results_out,
                           self._tasks + self._results))
-                with frozen_heap():
+                with forking():  # (a signal held meanwhile is raised as it ends: the worker is known by then)
                     process.start()
+                    self._processes.append(process)
                 tasks_out.close()
                 results_out.close()
-                self._processes.append(process)
         except BaseException:
             self.close()
             raise
@@ -242,8 +241,7 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable
     """
     for connection in inherited:
         connection.close()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the workers
+    leave_signals_to_parent()
     try:
         visitor = make_visitor()
         visit = visitor.visit

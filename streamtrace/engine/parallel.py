@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
-import signal
 import struct
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import TraceError
-from ..io.parseproc import send_failure, widen_pipe
+from ..io.parseproc import leave_signals_to_parent, send_failure, widen_pipe
 from ..io.spool import EventSpool, Segments
 from ..io.writer import JoinedLines
-from ..resources import frozen_heap, gc_paused
+from ..resources import forking, gc_paused
 
 if TYPE_CHECKING:
     from .passes import EmitPlan
@@ -57,10 +56,10 @@ class EmitWorkers:
                 self._receivers.append(receiver)
                 process = context.Process(target=_worker_main, daemon=True,
                                           args=(spool, segments, plan, share, workers, sender, list(self._receivers)))
-                with frozen_heap():
+                with forking():  # (a signal held meanwhile is raised as it ends: the worker is known by then)
                     process.start()
+                    self._processes.append(process)
                 sender.close()
-                self._processes.append(process)
         except BaseException:
             self.close()
             raise
@@ -129,8 +128,7 @@ def _worker_main(spool: EventSpool, segments: Segments | None, plan: EmitPlan, s
     """
     for receiver in inherited:
         receiver.close()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the workers
+    leave_signals_to_parent()
     try:
         before = plan.tallies()
         position = 0  # where the plan's counters stand

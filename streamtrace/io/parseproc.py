@@ -25,7 +25,7 @@ import struct
 from typing import Callable
 
 from ..errors import TraceError
-from ..resources import frozen_heap, gc_paused
+from ..resources import HELD_SIGNALS, forking, gc_paused
 from .progress import Progress
 from .reader import ReadMode, ReadStats, TraceReader, dumped_batch
 from .source import InputSource
@@ -79,10 +79,10 @@ def parse_in_child(
     widen_pipe(sender)
     child = context.Process(target=_child_main, daemon=True,
                             args=(source.path, mode, salvage, spool and spool.path, encode, screen, sender, receiver))
-    with frozen_heap():
-        child.start()
-    sender.close()
     try:
+        with forking():  # (a signal held meanwhile is raised as it ends, and the child stopped below)
+            child.start()
+        sender.close()
         while True:
             try:
                 message = receiver.recv_bytes()
@@ -103,7 +103,8 @@ def parse_in_child(
                 raise pickle.loads(body)
     finally:
         receiver.close()
-        child.join(timeout=2)  # after its last message the child is exiting anyway
+        if child.pid is not None:  # (started)
+            child.join(timeout=2)  # after its last message the child is exiting anyway
         if child.is_alive():
             child.terminate()
             child.join()
@@ -118,8 +119,7 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
     send then fails at once instead of blocking on a pipe nobody reads.
     """
     receiver.close()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handlers, inherited by fork:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles both and stops the child
+    leave_signals_to_parent()
     try:
         with InputSource(path) as source:
             stream = source.open()
@@ -155,6 +155,17 @@ def _child_main(path: str, mode: ReadMode, salvage: bool, spool_path: str | None
         send_failure(sender, _FAILED, exc)
     finally:
         sender.close()
+
+
+def leave_signals_to_parent() -> None:
+    """In a forked worker: Ctrl-C is the parent's to handle (at a terminal it
+    reaches the whole process group), and SIGTERM ends the worker at once,
+    not through the CLI's handlers inherited by fork.  The parent stops its
+    workers and removes every file of the run."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held while the parent forked (resources.forking)
 
 
 def send_failure(sender, tag: bytes, failure: BaseException) -> None:
