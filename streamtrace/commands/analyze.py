@@ -1,0 +1,752 @@
+"""``analyze``: HTA's tables (Holistic Trace Analysis 0.5.0), streamed (SPEC 14).
+
+One task per input file (``-j`` processes or a Dask cluster): pass 1 with
+:class:`AnalyzeIndex` keeps, per event that HTA reads (events with a ``dur``
+and a ``cat``), a few typed-array entries; its ranks are found as ``relink``
+finds them, so a merged multi-rank file gives each rank its own tables.  Per
+rank the task applies HTA's rules (its filtering of the last profiler step,
+its links by correlation, its kernel types) with :mod:`streamtrace.algo.analysis`
+and returns small facts; launch statistics, one row per launched kernel, go
+to a CSV part on disk.  The coordinator joins what spans ranks (kernel-type
+totals, stragglers, step lags) and writes the tables.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import shutil
+import tempfile
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..algo import analysis as hta
+from ..algo.rankmap import UNKNOWN
+from ..algo.ranks import rank_from_file_name
+from ..engine.executors import TaskRunner, shared_path
+from ..engine.jobs import resolve_jobs
+from ..engine.passes import index_pass
+from ..errors import TraceError
+from ..io.jsonscan import member_value
+from ..io.sink import remove_quietly
+from ..io.source import InputSource
+from ..resources import peak_rss_mb
+from .merge import discover_inputs
+from .mergedindex import MergedIndex, resolve
+
+TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
+          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers")
+COLUMNS = {
+    "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
+                           "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
+    "kernel_type_breakdown": ("kernel_type", "sum", "percentage"),
+    "kernel_breakdown": ("name", "sum (us)", "max (us)", "min (us)", "stddev", "mean (us)", "kernel_type", "rank"),
+    "comm_comp_overlap": ("rank", "comp_comm_overlap_pctg"),
+    "idle_time_breakdown": ("rank", "stream", "idle_category", "idle_time", "idle_time_ratio"),
+    "kernel_launch_stats": ("rank", "correlation", "cpu_duration", "gpu_duration", "launch_delay"),
+    "profiler_steps": ("step",),
+    "step_times": ("rank", "step", "start(us)", "duration(us)", "gpu_busy(us)", "compute(us)", "communication(us)",
+                   "idle(us)"),
+    "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
+}
+SYNC_NAMES = ("Event Sync", "Context Sync")
+KERNEL_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"})
+LAUNCH_NAMES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "runFunction - job_prep_and_submit_for_execution"})
+MEMORY_LAUNCH_NAMES = frozenset({"cudaMemcpyAsync", "cudaMemsetAsync"})
+COMM_PREFIX = "ncclKernel"  # HTA's straggler analysis looks at these names only
+JSON_LAUNCH_ROWS = 1_000_000  # beyond this --json leaves the launch rows to -o DIR
+CONSECUTIVE_KERNEL_DELAY = 30
+MIN_NORMALIZED_DURATION = 0.01
+NO_ID = -1
+
+
+def _stream_of(value: object) -> int:
+    """HTA's ``int(stream)``; what int() refuses counts as no stream (-1)."""
+    if value.__class__ is int:
+        return value  # type: ignore[return-value]
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return NO_ID
+
+
+def _id_of(value: object) -> int:
+    """A correlation id: an integer (or a whole float); anything else is no id."""
+    if value.__class__ is int:
+        return value if -(1 << 63) <= value < (1 << 63) else NO_ID  # type: ignore[return-value, operator]
+    if value.__class__ is float and value.is_integer():  # type: ignore[union-attr]
+        return int(value)  # type: ignore[arg-type]
+    return NO_ID
+
+
+class AnalyzeIndex:
+    """Pass-1 visitor: per event HTA reads, a few typed-array entries.
+
+    "Work" events (on a stream, with a correlation id, or a profiler step)
+    keep start, duration, stream, id, name, category and pid slot; every
+    other event only start, duration and pid slot.  A :class:`MergedIndex`
+    beside it gathers the rank evidence of every pid.
+    """
+
+    def __init__(self) -> None:
+        self.rank_evidence = MergedIndex()
+        self.names: dict[object, int] = {}
+        self.cats: dict[object, int] = {}
+        self.ts, self.dur = array("d"), array("d")
+        self.stream, self.corr = array("q"), array("q")
+        self.name, self.cat, self.slot = array("i"), array("i"), array("i")
+        self.plain_ts, self.plain_dur, self.plain_slot = array("d"), array("d"), array("i")
+        self.fractional = [False]  # some ts is not an integer (or missing): HTA rounds every event's times
+        self.skipped = [0]
+        self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
+        self.visit = self._make_visit()
+
+    def _make_visit(self) -> Callable[[dict], None]:
+        evidence = self.rank_evidence
+        handlers, metadata, slot_of = evidence.handlers, evidence.metadata, evidence.slot
+        names, cats = self.names, self.cats
+        fractional, skipped = self.fractional, self.skipped
+        add_ts, add_dur, add_stream, add_corr = self.ts.append, self.dur.append, self.stream.append, self.corr.append
+        add_name, add_cat, add_slot = self.name.append, self.cat.append, self.slot.append
+        plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
+        numbers = (int, float)
+        first_event = self.first_event
+
+        def visit(event: dict) -> None:
+            if first_event[0] is None:
+                first_event[0] = event
+            get = event.get
+            cat = get("cat")
+            handler = handlers.get(cat)
+            if handler is not None:
+                handler(event)
+            ts = get("ts")
+            if ts.__class__ is not int:
+                fractional[0] = True
+            if get("ph") == "M":
+                metadata(event)
+                return
+            dur = get("dur")
+            if dur is None or cat is None or cat == "Trace":
+                return
+            if ts.__class__ not in numbers or dur.__class__ not in numbers or cat.__class__ is not str:
+                skipped[0] += 1
+                return
+            name = get("name")
+            args = get("args")
+            stream = corr = NO_ID
+            if args.__class__ is dict:
+                value = args.get("stream")
+                if value is not None:
+                    stream = value if value.__class__ is int else _stream_of(value)
+                value = args.get("correlation")
+                if value is not None:
+                    corr = value if value.__class__ is int else _id_of(value)
+            slot = slot_of(get("pid"))
+            if stream == NO_ID and corr == NO_ID and not (name.__class__ is str and "ProfilerStep" in name):
+                plain_ts(ts)
+                plain_dur(dur)
+                plain_slot(slot)
+                return
+            name_id = names.get(name)
+            if name_id is None:
+                name_id = names[name] = len(names)
+            cat_id = cats.get(cat)
+            if cat_id is None:
+                cat_id = cats[cat] = len(cats)
+            add_ts(ts)
+            add_dur(dur)
+            add_stream(stream)
+            add_corr(corr)
+            add_name(name_id)
+            add_cat(cat_id)
+            add_slot(slot)
+
+        return visit
+
+
+@dataclass
+class RankInput:
+    """One rank's rows as numpy arrays (file order), with HTA's times applied."""
+
+    rank: int
+    ts: np.ndarray
+    dur: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray
+    name: np.ndarray
+    cat: np.ndarray
+    plain_ts: np.ndarray
+    plain_dur: np.ndarray
+
+
+@dataclass
+class RankResult:
+    """What one rank contributes to the tables (small, picklable)."""
+
+    rank: int
+    source: str
+    min_ts: float
+    step_names: set
+    filtered: bool
+    temporal: hta.Temporal
+    type_sums: dict
+    kernel_rows: list
+    overlap: float
+    idle_rows: list
+    launch_part: str | None
+    launch_rows: int
+    steps: list  # (number, start, duration) of the steps kept
+    step_times: dict  # step -> (busy, compute, communication, idle)
+    step_extent: dict  # step -> (first start, last end) of the rows in it (HTA's iteration)
+    comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
+    skipped_events: int = 0
+    notes: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Options:
+    include_last_step: bool
+    salvage: bool
+    spool_dir: str | None
+    filter_steps: bool | None = None  # None: as this file's step names say; else as all inputs' say
+
+
+def analyze_file(path: str, options: _Options) -> list[RankResult]:
+    """One input (a task): pass 1, then every rank it holds."""
+    with InputSource(path, spool_dir=options.spool_dir) as source:
+        result = index_pass(source, AnalyzeIndex, keep_events=False, salvage=options.salvage, jobs=1)
+        members = result.stats.header + result.stats.trailer
+        index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
+        location = source.name
+    ranks = _ranks_of_slots(location, index, members)
+    strings = [name if name.__class__ is str else str(name) for name in index.names]
+    cat_strings = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
+    step_names = {name for name in strings if "ProfilerStep" in name}
+    filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
+    first = _first_row(index, ranks)
+    out = []
+    for rank, rank_input in _split_by_rank(index, ranks):
+        first_ts = first[1] if first is not None and first[0] == rank else math.nan
+        out.append(_analyze_rank(location, rank_input, strings, cat_strings, step_names, filtered, first_ts, options))
+    if out:
+        out[0].skipped_events = index.skipped[0]
+    return out
+
+
+def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> dict[int, int]:
+    """pid slot -> rank: one rank for a per-rank file, relink's answer per pid for a merged one."""
+    resolved = resolve(index.rank_evidence, members)
+    certain = resolved.ranks_for_certain()
+    slots = range(len(index.rank_evidence.pids))
+    if len(certain) > 1:
+        return {slot: rank for slot, rank in zip(slots, resolved.ranks.ranks) if rank >= 0 and rank != UNKNOWN}
+    info = member_value(members, "distributedInfo")
+    if isinstance(info, dict) and type(info.get("rank")) is int:
+        rank = info["rank"]
+    else:
+        named = rank_from_file_name(path)
+        rank = named if named is not None else (certain[0] if certain else 0)
+    return {slot: rank for slot in slots}
+
+
+def _first_row(index: AnalyzeIndex, ranks: dict[int, int]) -> tuple[int, float] | None:
+    """Rank and HTA time of the file's first event when HTA keeps it as a row (else None)."""
+    event = index.first_event[0]
+    if event.__class__ is not dict or event.get("ph") == "M":
+        return None
+    ts, dur, cat = event.get("ts"), event.get("dur"), event.get("cat")
+    if ts.__class__ not in (int, float) or dur.__class__ not in (int, float) or cat.__class__ is not str or cat == "Trace":
+        return None
+    rank = ranks.get(index.rank_evidence.pid_slots.get(event.get("pid"), -1))
+    start, _ = hta.hta_times(np.array([ts], dtype=np.float64), np.array([dur], dtype=np.float64), index.fractional[0])
+    return None if rank is None else (rank, float(start[0]))
+
+
+def _split_by_rank(index: AnalyzeIndex, ranks: dict[int, int]) -> list[tuple[int, RankInput]]:
+    slot_rank = np.full(len(index.rank_evidence.pids) + 1, -1, dtype=np.int64)
+    for slot, rank in ranks.items():
+        slot_rank[slot] = rank
+    work_rank = slot_rank[np.frombuffer(index.slot, dtype=np.int32)] if len(index.slot) else np.empty(0, np.int64)
+    plain_rank = slot_rank[np.frombuffer(index.plain_slot, dtype=np.int32)] if len(index.plain_slot) \
+        else np.empty(0, np.int64)
+    arrays = {name: np.frombuffer(getattr(index, name), dtype=dtype) if len(getattr(index, name)) else np.empty(0, dtype)
+              for name, dtype in (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64),
+                                  ("name", np.int32), ("cat", np.int32), ("plain_ts", np.float64),
+                                  ("plain_dur", np.float64))}
+    rounding = index.fractional[0]
+    out = []
+    for rank in sorted(set(ranks.values())):
+        work = work_rank == rank
+        plain = plain_rank == rank
+        ts, dur = hta.hta_times(arrays["ts"][work], arrays["dur"][work], rounding)
+        plain_ts, plain_dur = hta.hta_times(arrays["plain_ts"][plain], arrays["plain_dur"][plain], rounding)
+        out.append((rank, RankInput(rank, ts, dur, arrays["stream"][work], arrays["corr"][work], arrays["name"][work],
+                                    arrays["cat"][work], plain_ts, plain_dur)))
+    return out
+
+
+def _last_by_id(ids: np.ndarray, positions: np.ndarray) -> dict[int, int]:
+    """id -> the last position (file order) holding it."""
+    return dict(zip(ids.tolist(), positions.tolist()))
+
+
+def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str], step_names: set, filtered: bool,
+                  first_ts: float, options: _Options) -> RankResult:
+    notes: list[str] = []
+    name_type = np.array([hta.kernel_type(name) for name in strings], dtype=np.int8)
+    sync_ids = [at for at, name in enumerate(strings) if name in SYNC_NAMES]
+    is_kernel = ((data.stream >= 0) & (data.corr >= 0)) | np.isin(data.name, sync_ids)
+    step_ids = {at: hta.step_number(name) for at, name in enumerate(strings) if name.startswith("ProfilerStep")}
+    is_step = np.isin(data.name, list(step_ids)) & ~is_kernel
+    # the iteration of each CPU row: the last ProfilerStep span (file order) holding its start
+    step_rows = np.flatnonzero(np.isin(data.name, [at for at, n in step_ids.items() if n is not None]))
+    spans = (data.ts[step_rows], data.ts[step_rows] + data.dur[step_rows],
+             np.array([step_ids[data.name[at]] for at in step_rows], dtype=np.int64))
+    # HTA's filter: CPU rows before the last step's start; kernels whose correlation such a row has
+    keep = np.ones(len(data.ts), dtype=bool)
+    plain_keep = np.ones(len(data.plain_ts), dtype=bool)
+    if filtered:
+        cpu_step = np.flatnonzero(np.isin(data.name, [at for at, name in enumerate(strings) if "ProfilerStep" in name])
+                                  & ~is_kernel)
+        if len(cpu_step):
+            if options.include_last_step:
+                cutoff = float((data.ts[cpu_step] + data.dur[cpu_step]).max())
+                keep, plain_keep = data.ts <= cutoff, data.plain_ts <= cutoff
+            else:
+                cutoff = float(data.ts[cpu_step].max())
+                keep, plain_keep = data.ts < cutoff, data.plain_ts < cutoff
+            if not first_ts < cutoff if not options.include_last_step else not first_ts <= cutoff:
+                first_ts = math.nan
+            keep &= ~is_kernel
+            kept_ids = np.unique(data.corr[keep & (data.corr != NO_ID)])
+            keep |= is_kernel & np.isin(data.corr, kept_ids)
+        else:
+            notes.append(f"rank {data.rank}: no ProfilerStep while other ranks have some: all its events kept")
+    # links as HTA's index_correlation: a kernel's launch is the last CPU row (file order) with its id
+    cpu_linked = np.flatnonzero(~is_kernel & (data.corr != NO_ID))
+    launch_of = _last_by_id(data.corr[cpu_linked], cpu_linked)
+    iteration = np.full(len(data.ts), -1, dtype=np.int64)
+    cpu_rows = np.flatnonzero(data.stream < 0)
+    iteration[cpu_rows] = hta.step_of(data.ts[cpu_rows], *spans)
+    gpu_rows = np.flatnonzero(data.stream > 0)
+    launch_pos = np.array([launch_of.get(c, -1) for c in data.corr[gpu_rows].tolist()], dtype=np.int64)
+    linked = launch_pos >= 0
+    iteration[gpu_rows[linked]] = iteration[launch_pos[linked]]
+    plain_iteration = hta.step_of(data.plain_ts, *spans)
+
+    gpu = np.flatnonzero(keep & (data.stream != NO_ID))
+    start, dur = data.ts[gpu], data.dur[gpu]
+    end = start + dur
+    types = name_type[data.name[gpu]]
+    temporal = hta.temporal(start, end, types)
+    kernel_rows = []
+    for kind in hta.BREAKDOWN_TYPES:
+        rows = types == kind
+        for row in hta.aggregate_names(hta.name_stats(data.name[gpu][rows], dur[rows], strings)):
+            kernel_rows.append({"name": row["name"], "sum (us)": row["sum"], "max (us)": row["max"],
+                                "min (us)": row["min"], "stddev": row["std"], "mean (us)": row["mean"],
+                                "kernel_type": hta.TYPE_NAMES[kind], "rank": data.rank})
+    idle_rows = _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts)
+    launch_part, launch_rows = _launch_stats(data, keep, strings, options.spool_dir)
+    kept_steps = np.flatnonzero(is_step & keep)
+    steps = sorted({(step_ids[data.name[at]], float(data.ts[at]), float(data.dur[at])) for at in kept_steps
+                    if step_ids[data.name[at]] is not None})
+    min_ts = float(min(data.ts.min(initial=math.inf), data.plain_ts.min(initial=math.inf)))
+    return RankResult(
+        data.rank, path, min_ts, step_names, filtered, temporal, hta.type_overlaps(start, end, types), kernel_rows,
+        hta.overlap_ratio(start, end, types), idle_rows, launch_part, launch_rows, steps,
+        _step_times(start, end, types, iteration[gpu]),
+        _step_extent(data, keep, iteration, plain_keep, plain_iteration),
+        _comm_candidates(data, keep, iteration, strings), notes=notes)
+
+
+def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[str], launch_of: dict,
+               is_kernel: np.ndarray, first_ts: float) -> list[dict]:
+    """HTA's idle time breakdown of every stream.  A kernel's launch time is
+    its launch's; a kernel with no launch in the trace gets, as in HTA (whose
+    index 0 stands for "not in the trace"), the time of the file's first row."""
+    kernel_cat = np.array([cat in KERNEL_CATEGORIES for cat in cats], dtype=bool)
+    rows = gpu[kernel_cat[data.cat[gpu]]] if len(cats) else gpu[:0]
+    launch_pos = np.array([launch_of.get(c, -1) for c in data.corr[rows].tolist()], dtype=np.int64)
+    linked = launch_pos >= 0
+    unlinked = np.where(is_kernel[rows], first_ts, np.nan)
+    launch_ts = np.where(linked, np.where(keep[launch_pos], data.ts[launch_pos], np.nan), unlinked)
+    out = []
+    streams = data.stream[rows]
+    _, first = np.unique(streams, return_index=True)
+    for stream in streams[np.sort(first)].tolist():
+        mine = np.flatnonzero(streams == stream)
+        order = mine[np.argsort(data.ts[rows[mine]], kind="stable")]
+        start = data.ts[rows[order]]
+        found = hta.idle_breakdown(start, start + data.dur[rows[order]], launch_ts[order], CONSECUTIVE_KERNEL_DELAY)
+        total = sum(time for _, time in found)
+        for kind, time in found:
+            ratio = time / total if total else math.nan
+            out.append({"rank": data.rank, "stream": stream, "idle_category": hta.IDLE_CATEGORIES[kind],
+                        "idle_time": round(time, 2), "idle_time_ratio": round(ratio, 2)})
+    return out
+
+
+def _launch_stats(data: RankInput, keep: np.ndarray, strings: list[str], spool_dir: str | None) -> tuple[str | None, int]:
+    """HTA's launch statistics (every launch, memory copies included): each
+    CPU row on no stream whose id a launch call has, joined with each GPU row
+    with that id; written as CSV rows to a part file."""
+    launch_names = [at for at, name in enumerate(strings) if name in LAUNCH_NAMES or name in MEMORY_LAUNCH_NAMES]
+    ids = np.unique(data.corr[keep & np.isin(data.name, launch_names)])
+    ids = ids[ids != NO_ID] if len(ids) else ids
+    cpu = np.flatnonzero(keep & (data.stream == NO_ID) & np.isin(data.corr, ids))
+    gpu = np.flatnonzero(keep & (data.stream != NO_ID) & np.isin(data.corr, ids))
+    if not len(cpu) or not len(gpu):
+        return None, 0
+    gpu_of: dict[int, list[int]] = {}
+    for at, corr in zip(gpu.tolist(), data.corr[gpu].tolist()):
+        gpu_of.setdefault(corr, []).append(at)
+    handle, part = tempfile.mkstemp(prefix="streamtrace-launches-", suffix=".csv", dir=spool_dir)
+    count = 0
+    ts, dur = data.ts, data.dur
+    with os.fdopen(handle, "w", newline="") as out:
+        write = csv.writer(out).writerow
+        for at, corr in zip(cpu.tolist(), data.corr[cpu].tolist()):
+            for kernel in gpu_of.get(corr, ()):
+                delay = max(ts[kernel] - ts[at] - dur[at], 0.0)
+                write((data.rank, corr, _number(dur[at]), _number(dur[kernel]), _number(delay)))
+                count += 1
+    return part, count
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _step_times(start: np.ndarray, end: np.ndarray, types: np.ndarray, iteration: np.ndarray) -> dict:
+    """Per step (the kernels its launches issued): busy, compute and communication time, idle within their span."""
+    out = {}
+    for step in np.unique(iteration[iteration >= 0]).tolist():
+        mine = iteration == step
+        t = hta.temporal(start[mine], end[mine], types[mine])
+        comm = types[mine] == hta.COMMUNICATION
+        out[step] = (t.kernel_time - t.idle, t.compute, hta.covered(start[mine][comm], end[mine][comm]), t.idle)
+    return out
+
+
+def _step_extent(data: RankInput, keep: np.ndarray, iteration: np.ndarray, plain_keep: np.ndarray,
+                 plain_iteration: np.ndarray) -> dict:
+    """Per step: the first start and last end of the rows HTA places in it (for the straggler metric)."""
+    starts = np.concatenate([data.ts[keep], data.plain_ts[plain_keep]])
+    ends = np.concatenate([data.ts[keep] + data.dur[keep], data.plain_ts[plain_keep] + data.plain_dur[plain_keep]])
+    steps = np.concatenate([iteration[keep], plain_iteration[plain_keep]])
+    out = {}
+    for step in np.unique(steps[steps >= 0]).tolist():
+        mine = steps == step
+        out[step] = (float(starts[mine].min()), float(ends[mine].max()))
+    return out
+
+
+def _comm_candidates(data: RankInput, keep: np.ndarray, iteration: np.ndarray, strings: list[str]) -> dict:
+    """Communication kernels HTA's straggler metric may pick, per (stream, step, name), file order."""
+    comm_names = [at for at, name in enumerate(strings) if name.startswith(COMM_PREFIX)]
+    rows = np.flatnonzero(keep & (data.stream > 0) & (iteration > 0) & np.isin(data.name, comm_names))
+    groups: dict[tuple, list[int]] = {}
+    for at, stream, step, name in zip(rows.tolist(), data.stream[rows].tolist(), iteration[rows].tolist(),
+                                      data.name[rows].tolist()):
+        groups.setdefault((stream, step, strings[name]), []).append(at)
+    out = {}
+    for key, positions in groups.items():
+        where = np.array(positions)
+        kept = where[hta.suffix_maxima(where, data.dur[where])]
+        out[key] = [(float(data.ts[at]), float(data.dur[at])) for at in kept]
+    return out
+
+
+def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | None = None, *,
+            jobs: int | str | None = None, dask: str | None = None, include_last_step: bool = False,
+            ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
+            overwrite: bool = False, num_candidates: int = 2, progress: bool | None = False) -> dict:
+    """HTA's tables for every rank of the inputs; returns the summary, whose
+    ``tables`` maps each table name to its rows (HTA's column names).
+
+    ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
+    URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
+    """
+    started = time.perf_counter()
+    specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
+    files = _inputs(specs)
+    targets = _check_out_dir(out_dir, overwrite)
+    options = _Options(include_last_step, salvage, spool_dir)
+    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+        if runner.distributed:
+            files = [shared_path(path) for path in files]
+        options = _Options(include_last_step, salvage, runner.work_dir)
+        results = _run(runner, files, options)
+    parts = [result.launch_part for result in results if result.launch_part]
+    try:
+        if ranks is not None:
+            results = [result for result in results if result.rank in ranks]
+        _refuse_repeated_ranks(results)
+        tables = _tables(results, num_candidates)
+        launch_rows = sum(result.launch_rows for result in results)
+        written = _write_tables(tables, parts, targets) if targets else []
+        if launch_rows <= JSON_LAUNCH_ROWS:
+            tables["kernel_launch_stats"] = _read_parts(parts)
+        else:
+            tables["kernel_launch_stats"] = None
+    finally:
+        for part in parts:
+            remove_quietly(part)
+    notes = [note for result in results for note in result.notes]
+    return {
+        "command": "analyze",
+        "inputs": len(files),
+        "ranks": [result.rank for result in results],
+        "output": written,
+        "tables": tables,
+        "kernel_launch_rows": launch_rows,
+        "events_skipped": sum(result.skipped_events for result in results),
+        "notes": notes,
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def _inputs(specs: list) -> list[str]:
+    if not specs:
+        raise TraceError("analyze needs at least one input")
+    if any(os.fspath(spec) == "-" for spec in specs):
+        raise TraceError("analyze reads files, directories or URLs, not stdin ('-')")
+    local = [os.fspath(spec) for spec in specs if "://" not in os.fspath(spec)]
+    remote = [os.fspath(spec) for spec in specs if "://" in os.fspath(spec)]
+    return (discover_inputs(local) if local else []) + remote
+
+
+def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[RankResult]:
+    """Every input's ranks; files whose own step names disagree with all
+    inputs' (HTA filters by the names of every rank) run again."""
+    per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done",
+                                   discard=_discard))
+    all_names = set().union(*(result.step_names for results in per_file for result in results))
+    wanted = len(all_names) > 1
+    again = [n for n, results in enumerate(per_file) if results and results[0].filtered != wanted]
+    if again:
+        forced = _Options(options.include_last_step, options.salvage, options.spool_dir, wanted)
+        for n in again:
+            _discard(per_file[n])
+        redone = runner.ordered(analyze_file, [(files[n], forced) for n in again], label="inputs redone",
+                                discard=_discard)
+        for n, results in zip(again, redone):
+            per_file[n] = results
+    return [result for results in per_file for result in results]
+
+
+def _discard(results: list[RankResult]) -> None:
+    for result in results:
+        if result.launch_part:
+            remove_quietly(result.launch_part)
+
+
+def _refuse_repeated_ranks(results: list[RankResult]) -> None:
+    seen: dict[int, str] = {}
+    for result in results:
+        if result.rank in seen:
+            raise TraceError(f"rank {result.rank} is in {seen[result.rank]} and in {result.source}: "
+                             "give each rank once (or --ranks)")
+        seen[result.rank] = result.source
+
+
+def _pctg(part: float, whole: float, digits: int = 2) -> float:
+    return float(np.round(100 * part / whole, digits)) if whole else math.nan
+
+
+def _tables(results: list[RankResult], num_candidates: int) -> dict[str, list[dict] | None]:
+    results = sorted(results, key=lambda result: result.rank)
+    tables: dict[str, list[dict] | None] = {}
+    tables["temporal_breakdown"] = [
+        {"rank": r.rank, "idle_time(us)": r.temporal.idle, "compute_time(us)": r.temporal.compute,
+         "non_compute_time(us)": r.temporal.non_compute, "kernel_time(us)": r.temporal.kernel_time,
+         "idle_time_pctg": _pctg(r.temporal.idle, r.temporal.kernel_time),
+         "compute_time_pctg": _pctg(r.temporal.compute, r.temporal.kernel_time),
+         "non_compute_time_pctg": _pctg(r.temporal.non_compute, r.temporal.kernel_time)} for r in results]
+    sums: dict[str, int] = {}
+    for r in results:
+        for kind, total in r.type_sums.items():
+            sums[kind] = sums.get(kind, 0) + total
+    grand = sum(sums.values())
+    ordered = sorted(sorted(sums), key=lambda kind: -sums[kind])
+    tables["kernel_type_breakdown"] = [{"kernel_type": kind, "sum": sums[kind], "percentage": _pctg(sums[kind], grand, 1)}
+                                       for kind in ordered]
+    tables["kernel_breakdown"] = sorted((row for r in results for row in r.kernel_rows),
+                                        key=lambda row: (row["kernel_type"], row["name"], row["rank"]))
+    tables["comm_comp_overlap"] = [{"rank": r.rank, "comp_comm_overlap_pctg": float(np.round(100 * r.overlap, 2))}
+                                   for r in results]
+    tables["idle_time_breakdown"] = [row for r in results for row in r.idle_rows]
+    steps = sorted({step for r in results for step, _, _ in r.steps})
+    tables["profiler_steps"] = [{"step": step} for step in steps]
+    base = min((r.min_ts for r in results), default=0.0)
+    tables["step_times"] = [
+        {"rank": r.rank, "step": step, "start(us)": start - base, "duration(us)": duration,
+         **dict(zip(("gpu_busy(us)", "compute(us)", "communication(us)", "idle(us)"),
+                    r.step_times.get(step, (0.0, 0.0, 0.0, 0.0))))}
+        for r in results for step, start, duration in r.steps]
+    tables["stragglers"] = _stragglers(results, steps, num_candidates)
+    return tables
+
+
+def _stragglers(results: list[RankResult], steps: list[int], num_candidates: int) -> list[dict]:
+    """HTA's straggler candidates (late starts of the most variable
+    communication kernel), and per step each rank's lag behind the fastest."""
+    metric, candidates = _straggler_metric(results, steps, num_candidates)
+    durations: dict[int, dict[int, float]] = {}
+    for r in results:
+        for step, _, duration in r.steps:
+            durations.setdefault(step, {})[r.rank] = duration
+    rows = []
+    for r in results:
+        for step, _, duration in r.steps:
+            value = metric.get((r.rank, step))
+            rows.append({"rank": r.rank, "step": step, "lag(us)": duration - min(durations[step].values()),
+                         "normalized_start_time": value, "late": value is not None and value >= metric.get(("threshold", step), math.inf),
+                         "potential_straggler": r.rank in candidates})
+    return rows
+
+
+def _straggler_metric(results: list[RankResult], steps: list[int], num_candidates: int) -> tuple[dict, list[int]]:
+    """HTA's ``find_stragglers_with_late_start_comm_kernels``, on the per-rank facts."""
+    valid = set(steps)
+    extents = [extent for r in results for step, extent in r.step_extent.items() if step in valid]
+    present = {step for r in results for step in r.step_extent if step in valid}
+    if not extents or not present:
+        return {}, []
+    t_min = min(first for first, _ in extents)
+    mean_iter = (max(last for _, last in extents) - t_min) / len(present)
+    min_duration = mean_iter * MIN_NORMALIZED_DURATION
+    last: dict[tuple, dict[int, tuple[float, float]]] = {}  # (stream, step, name) -> rank -> (ts, dur)
+    for r in results:
+        for (stream, step, name), kernels in r.comm_candidates.items():
+            if step not in valid:
+                continue
+            passing = [kernel for kernel in kernels if kernel[1] >= min_duration]
+            if passing:
+                last.setdefault((stream, step, name), {})[r.rank] = passing[-1]
+    if not last or not mean_iter:
+        return {}, []
+    spread: dict[tuple, list[float]] = {}
+    for (stream, step, name), per_rank in sorted(last.items()):
+        values = np.array([dur / mean_iter for _, dur in per_rank.values()])
+        if len(values) > 1:
+            spread.setdefault((stream, name), []).append(float(values.std(ddof=1)))
+    if not spread:
+        return {}, []
+    chosen = max(sorted(spread), key=lambda key: float(np.mean(spread[key])))
+    metric: dict = {}
+    for (stream, step, name), per_rank in last.items():
+        if (stream, name) == chosen:
+            for rank, (ts, _) in per_rank.items():
+                metric[(rank, step)] = (ts - t_min) / mean_iter
+    by_step: dict[int, dict[int, float]] = {}
+    for (rank, step), value in metric.items():
+        by_step.setdefault(step, {})[rank] = value
+    counts: dict[int, int] = {}
+    for step, per_rank in by_step.items():
+        late = hta.late_ranks(per_rank, num_candidates)
+        values = sorted(per_rank.values(), reverse=True)
+        metric[("threshold", step)] = values[min(num_candidates, len(values)) - 1]
+        for rank in per_rank:
+            counts[rank] = counts.get(rank, 0) + (rank in late)
+    return metric, hta.top_candidates(counts, num_candidates)
+
+
+def _check_out_dir(out_dir: str | None, overwrite: bool) -> dict[str, str]:
+    if out_dir is None:
+        return {}
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise TraceError("-o names a directory for the tables' CSV files, and this is a file", path=out_dir)
+    targets = {name: os.path.join(out_dir, f"{name}.csv") for name in TABLES}
+    if not overwrite:
+        for path in targets.values():
+            if os.path.exists(path):
+                raise TraceError("output exists (use --overwrite)", path=path)
+    return targets
+
+
+def _csv_value(value: object) -> object:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
+
+
+def _write_tables(tables: dict, parts: list[str], targets: dict[str, str]) -> list[str]:
+    """One CSV per table, written beside each other in a hidden directory and renamed in place at the end."""
+    folder = os.path.dirname(os.path.abspath(next(iter(targets.values()))))
+    os.makedirs(folder, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".streamtrace-analyze-", dir=folder)
+    try:
+        for name, path in targets.items():
+            with open(os.path.join(staging, os.path.basename(path)), "w", newline="") as out:
+                writer = csv.writer(out)
+                writer.writerow(COLUMNS[name])
+                if name == "kernel_launch_stats":
+                    out.flush()
+                    for part in parts:
+                        with open(part, newline="") as rows:
+                            shutil.copyfileobj(rows, out)
+                    continue
+                for row in tables[name]:
+                    writer.writerow([_csv_value(row[column]) for column in COLUMNS[name]])
+        for name, path in targets.items():
+            os.replace(os.path.join(staging, os.path.basename(path)), path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return list(targets.values())
+
+
+def _read_parts(parts: list[str]) -> list[dict]:
+    rows = []
+    columns = COLUMNS["kernel_launch_stats"]
+    for part in parts:
+        with open(part, newline="") as text:
+            for values in csv.reader(text):
+                rows.append(dict(zip(columns, (int(values[0]), int(values[1]), *(_parsed(v) for v in values[2:])))))
+    return rows
+
+
+def _parsed(text: str) -> float | int:
+    number = float(text)
+    return int(number) if number.is_integer() and "." not in text and "e" not in text else number
+
+
+def report_lines(summary: dict, top: int = 5) -> list[str]:
+    """The default report: per rank idle / compute / communication share, slowest ranks and steps, top kernels."""
+    tables = summary["tables"]
+    lines = []
+    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
+    for row in tables["temporal_breakdown"]:
+        lines.append(f"rank {row['rank']}: idle {_share(row['idle_time_pctg'])}, compute {_share(row['compute_time_pctg'])}, "
+                     f"other GPU work {_share(row['non_compute_time_pctg'])} of {row['kernel_time(us)'] / 1e3:.1f} ms; "
+                     f"{_share(overlap.get(row['rank']))} of communication overlapped by compute")
+    lags = sorted((row for row in tables["stragglers"] if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
+    if lags:
+        lines.append("slowest steps: " + ", ".join(f"rank {row['rank']} step {row['step']} (+{row['lag(us)'] / 1e3:.1f} ms)"
+                                                   for row in lags[:top]))
+    candidates = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
+    if candidates:
+        lines.append("potential stragglers (HTA's rule): " + ", ".join(map(str, candidates)))
+    kernels: dict[str, float] = {}
+    for row in tables["kernel_breakdown"]:
+        if row["name"] != "others":
+            kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["sum (us)"]
+    for name in sorted(kernels, key=lambda name: -kernels[name])[:top]:
+        lines.append(f"  {kernels[name] / 1e3:10.1f} ms  {name[:100]}")
+    if summary["notes"]:
+        lines.extend(summary["notes"])
+    return lines
+
+
+def _share(value: object) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}%"
+
+
+__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze", "report_lines"]
