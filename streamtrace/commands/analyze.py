@@ -13,6 +13,7 @@ totals, stragglers, step lags) and writes the tables.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import shutil
@@ -213,12 +214,13 @@ class _Options:
     include_last_step: bool
     salvage: bool
     spool_dir: str | None
+    reread_remote: bool = False
     filter_steps: bool | None = None  # None: as this file's step names say; else as all inputs' say
 
 
 def analyze_file(path: str, options: _Options) -> list[RankResult]:
     """One input (a task): pass 1, then every rank it holds."""
-    with InputSource(path, spool_dir=options.spool_dir) as source:
+    with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         result = index_pass(source, AnalyzeIndex, keep_events=False, salvage=options.salvage, jobs=1)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
@@ -384,11 +386,11 @@ def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[st
         order = mine[np.argsort(data.ts[rows[mine]], kind="stable")]
         start = data.ts[rows[order]]
         found = hta.idle_breakdown(start, start + data.dur[rows[order]], launch_ts[order], CONSECUTIVE_KERNEL_DELAY)
-        total = sum(time for _, time in found)
-        for kind, time in found:
-            ratio = time / total if total else math.nan
+        total = sum(idle for _, idle in found)
+        for kind, idle in found:
+            ratio = idle / total if total else math.nan
             out.append({"rank": data.rank, "stream": stream, "idle_category": hta.IDLE_CATEGORIES[kind],
-                        "idle_time": round(time, 2), "idle_time_ratio": round(ratio, 2)})
+                        "idle_time": round(idle, 2), "idle_time_ratio": round(ratio, 2)})
     return out
 
 
@@ -466,7 +468,8 @@ def _comm_candidates(data: RankInput, keep: np.ndarray, iteration: np.ndarray, s
 def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | None = None, *,
             jobs: int | str | None = None, dask: str | None = None, include_last_step: bool = False,
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
-            overwrite: bool = False, num_candidates: int = 2, progress: bool | None = False) -> dict:
+            overwrite: bool = False, num_candidates: int = 2, progress: bool | None = False,
+            reread_remote: bool = False) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
@@ -477,11 +480,10 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
     files = _inputs(specs)
     targets = _check_out_dir(out_dir, overwrite)
-    options = _Options(include_last_step, salvage, spool_dir)
     with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
-        options = _Options(include_last_step, salvage, runner.work_dir)
+        options = _Options(include_last_step, salvage, runner.work_dir, reread_remote)
         results = _run(runner, files, options)
     parts = [result.launch_part for result in results if result.launch_part]
     try:
@@ -532,7 +534,7 @@ def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[RankRe
     wanted = len(all_names) > 1
     again = [n for n, results in enumerate(per_file) if results and results[0].filtered != wanted]
     if again:
-        forced = _Options(options.include_last_step, options.salvage, options.spool_dir, wanted)
+        forced = dataclasses.replace(options, filter_steps=wanted)
         for n in again:
             _discard(per_file[n])
         redone = runner.ordered(analyze_file, [(files[n], forced) for n in again], label="inputs redone",
@@ -607,9 +609,9 @@ def _stragglers(results: list[RankResult], steps: list[int], num_candidates: int
     for r in results:
         for step, _, duration in r.steps:
             value = metric.get((r.rank, step))
+            late = value is not None and value >= metric.get(("threshold", step), math.inf)
             rows.append({"rank": r.rank, "step": step, "lag(us)": duration - min(durations[step].values()),
-                         "normalized_start_time": value, "late": value is not None and value >= metric.get(("threshold", step), math.inf),
-                         "potential_straggler": r.rank in candidates})
+                         "normalized_start_time": value, "late": late, "potential_straggler": r.rank in candidates})
     return rows
 
 
@@ -634,7 +636,7 @@ def _straggler_metric(results: list[RankResult], steps: list[int], num_candidate
     if not last or not mean_iter:
         return {}, []
     spread: dict[tuple, list[float]] = {}
-    for (stream, step, name), per_rank in sorted(last.items()):
+    for (stream, _step, name), per_rank in sorted(last.items()):
         values = np.array([dur / mean_iter for _, dur in per_rank.values()])
         if len(values) > 1:
             spread.setdefault((stream, name), []).append(float(values.std(ddof=1)))
@@ -696,7 +698,7 @@ def _write_tables(tables: dict, parts: list[str], targets: dict[str, str]) -> li
                     continue
                 for row in tables[name]:
                     writer.writerow([_csv_value(row[column]) for column in COLUMNS[name]])
-        for name, path in targets.items():
+        for path in targets.values():
             os.replace(os.path.join(staging, os.path.basename(path)), path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -718,35 +720,35 @@ def _parsed(text: str) -> float | int:
     return int(number) if number.is_integer() and "." not in text and "e" not in text else number
 
 
-def report_lines(summary: dict, top: int = 5) -> list[str]:
-    """The default report: per rank idle / compute / communication share, slowest ranks and steps, top kernels."""
+def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
+    """The default report as (label, text) rows: per rank idle / compute /
+    other share and overlap, the slowest steps, HTA's stragglers, the top kernels."""
     tables = summary["tables"]
-    lines = []
+    rows = []
     overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
     for row in tables["temporal_breakdown"]:
-        lines.append(f"rank {row['rank']}: idle {_share(row['idle_time_pctg'])}, compute {_share(row['compute_time_pctg'])}, "
-                     f"other GPU work {_share(row['non_compute_time_pctg'])} of {row['kernel_time(us)'] / 1e3:.1f} ms; "
-                     f"{_share(overlap.get(row['rank']))} of communication overlapped by compute")
+        rows.append((f"rank {row['rank']}", f"idle {_share(row['idle_time_pctg'])}, compute {_share(row['compute_time_pctg'])}, "
+                     f"other GPU work {_share(row['non_compute_time_pctg'])} of {row['kernel_time(us)'] / 1e3:,.1f} ms; "
+                     f"communication overlapped {_share(overlap.get(row['rank']))}"))
     lags = sorted((row for row in tables["stragglers"] if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
     if lags:
-        lines.append("slowest steps: " + ", ".join(f"rank {row['rank']} step {row['step']} (+{row['lag(us)'] / 1e3:.1f} ms)"
-                                                   for row in lags[:top]))
+        rows.append(("slowest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{row['lag(us)'] / 1e3:,.1f} ms"
+                                                for row in lags[:top])))
     candidates = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
     if candidates:
-        lines.append("potential stragglers (HTA's rule): " + ", ".join(map(str, candidates)))
+        rows.append(("stragglers", "ranks " + ", ".join(map(str, candidates)) + " (HTA's late-start rule)"))
     kernels: dict[str, float] = {}
     for row in tables["kernel_breakdown"]:
         if row["name"] != "others":
             kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["sum (us)"]
-    for name in sorted(kernels, key=lambda name: -kernels[name])[:top]:
-        lines.append(f"  {kernels[name] / 1e3:10.1f} ms  {name[:100]}")
-    if summary["notes"]:
-        lines.extend(summary["notes"])
-    return lines
+    for n, name in enumerate(sorted(kernels, key=lambda name: -kernels[name])[:top]):
+        rows.append(("top kernels" if n == 0 else "", f"{kernels[name] / 1e3:,.1f} ms  {name[:90]}"))
+    rows.extend(("note", note) for note in summary["notes"])
+    return rows
 
 
 def _share(value: object) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}%"
 
 
-__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze", "report_lines"]
+__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze", "report_rows"]
