@@ -36,7 +36,7 @@ from ..io.jsonscan import member_value
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..resources import peak_rss_mb
-from .merge import discover_inputs
+from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import MergedIndex, resolve
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
@@ -207,6 +207,7 @@ class RankResult:
     comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
     skipped_events: int = 0
     notes: list = field(default_factory=list)
+    read: dict | None = None  # the input's reading (on its first rank's result)
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ def analyze_file(path: str, options: _Options) -> list[RankResult]:
         out.append(_analyze_rank(location, rank_input, strings, cat_strings, step_names, filtered, first_ts, options))
     if out:
         out[0].skipped_events = index.skipped[0]
+        out[0].read = result.stats.as_dict()
     return out
 
 
@@ -486,6 +488,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         options = _Options(include_last_step, salvage, runner.work_dir, reread_remote)
         results = _run(runner, files, options)
     parts = [result.launch_part for result in results if result.launch_part]
+    read = _read_totals([result.read for result in results if result.read is not None])
     try:
         if ranks is not None:
             results = [result for result in results if result.rank in ranks]
@@ -503,6 +506,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     notes = [note for result in results for note in result.notes]
     return {
         "command": "analyze",
+        "read": read,
         "inputs": len(files),
         "ranks": [result.rank for result in results],
         "output": written,
@@ -515,14 +519,34 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     }
 
 
+def _read_totals(reads: list[dict]) -> dict:
+    """The inputs' readings together: counts summed, flags or-ed, names of the first."""
+    total: dict = {}
+    for read in reads:
+        for key, value in read.items():
+            if key not in total:
+                total[key] = value
+            elif isinstance(value, bool):
+                total[key] = total[key] or value
+            elif isinstance(value, int):
+                total[key] += value
+    return total
+
+
 def _inputs(specs: list) -> list[str]:
     if not specs:
         raise TraceError("analyze needs at least one input")
     if any(os.fspath(spec) == "-" for spec in specs):
         raise TraceError("analyze reads files, directories or URLs, not stdin ('-')")
-    local = [os.fspath(spec) for spec in specs if "://" not in os.fspath(spec)]
-    remote = [os.fspath(spec) for spec in specs if "://" in os.fspath(spec)]
-    return (discover_inputs(local) if local else []) + remote
+    files = []
+    for spec in map(os.fspath, specs):
+        if "://" in spec:
+            files.append(spec)
+        elif os.path.isdir(spec) and len(traces := [name for name in os.listdir(spec) if TRACE_SUFFIX.search(name)]) == 1:
+            files.append(os.path.join(spec, traces[0]))  # one trace, ranked or not (HTA reads it as rank 0)
+        else:
+            files.extend(discover_inputs([spec]))
+    return files
 
 
 def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[RankResult]:
