@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..algo import analysis as hta
-from ..algo.rankmap import UNKNOWN
-from ..algo.ranks import rank_from_file_name
+from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
+from ..algo.ranks import rank_from_args, rank_from_file_name, rank_from_process_name
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
@@ -35,9 +35,9 @@ from ..errors import TraceError
 from ..io.jsonscan import member_value
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
+from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import peak_rss_mb
 from .merge import TRACE_SUFFIX, discover_inputs
-from .mergedindex import MergedIndex, resolve
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
           "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers")
@@ -55,6 +55,10 @@ COLUMNS = {
     "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
 }
 SYNC_NAMES = ("Event Sync", "Context Sync")
+RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
+NUMBERS = (int, float)
+SAMPLES_PER_GPU_PID = 4096  # as relink: enough (id, ts) pairs to pair a GPU pid with its launching pid
+ID_LIMIT = 1 << 62
 KERNEL_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"})
 LAUNCH_NAMES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "runFunction - job_prep_and_submit_for_execution"})
 MEMORY_LAUNCH_NAMES = frozenset({"cudaMemcpyAsync", "cudaMemsetAsync"})
@@ -89,54 +93,84 @@ class AnalyzeIndex:
 
     "Work" events (on a stream, with a correlation id, or a profiler step)
     keep start, duration, stream, id, name, category and pid slot; every
-    other event only start, duration and pid slot.  A :class:`MergedIndex`
-    beside it gathers the rank evidence of every pid.
+    other event only start, duration and pid slot.  Per pid, the rank
+    evidence relink uses (``args.rank`` of its launches and GPU events, the
+    rank its ``process_name`` states); an event's own ``args.rank`` is kept
+    for the few events that have one.
     """
 
     def __init__(self) -> None:
-        self.rank_evidence = MergedIndex()
+        self.pid_slots: dict[object, int] = {}
+        self.pids: list[PidEvidence] = []
+        self.unranked = bytearray()  # per pid slot: some launch or GPU event lacks args.rank
         self.names: dict[object, int] = {}
         self.cats: dict[object, int] = {}
         self.ts, self.dur = array("d"), array("d")
         self.stream, self.corr = array("q"), array("q")
         self.name, self.cat, self.slot = array("i"), array("i"), array("i")
+        self.ranked_rows, self.row_ranks = array("q"), array("i")
         self.plain_ts, self.plain_dur, self.plain_slot = array("d"), array("d"), array("i")
         self.fractional = [False]  # some ts is not an integer (or missing): HTA rounds every event's times
         self.skipped = [0]
         self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
         self.visit = self._make_visit()
 
+    def slot_of(self, pid: object) -> int:
+        found = self.pid_slots.get(pid)
+        if found is None:
+            if pid.__class__ not in (int, str):  # as relink: pids are ints or strings, anything else by its text
+                return self.slot_of(str(pid))
+            found = self.pid_slots[pid] = len(self.pids)
+            self.pids.append(PidEvidence(pid))
+            self.unranked.append(0)
+        return found
+
+    def metadata(self, event: dict) -> None:
+        """A ``process_name`` event: the rank it states."""
+        if event.get("name") == "process_name":
+            args = event.get("args")
+            rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
+            if rank is not None:
+                self.pids[self.slot_of(event.get("pid"))].name_ranks.add(rank)
+            rank = rank_from_args(args)
+            if rank is not None:
+                self.pids[self.slot_of(event.get("pid"))].arg_ranks.add(rank)
+
     def _make_visit(self) -> Callable[[dict], None]:
-        evidence = self.rank_evidence
-        handlers, metadata, slot_of = evidence.handlers, evidence.metadata, evidence.slot
+        pid_slots, slot_of, metadata, pids, unranked = self.pid_slots, self.slot_of, self.metadata, self.pids, self.unranked
         names, cats = self.names, self.cats
-        fractional, skipped = self.fractional, self.skipped
+        fractional, skipped, first_event = self.fractional, self.skipped, self.first_event
         add_ts, add_dur, add_stream, add_corr = self.ts.append, self.dur.append, self.stream.append, self.corr.append
         add_name, add_cat, add_slot = self.name.append, self.cat.append, self.slot.append
+        add_ranked, add_rank, rows = self.ranked_rows.append, self.row_ranks.append, self.ts
         plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
-        numbers = (int, float)
-        first_event = self.first_event
+        evidence_cats = RANK_EVIDENCE_CATEGORIES
 
         def visit(event: dict) -> None:
             if first_event[0] is None:
                 first_event[0] = event
             get = event.get
-            cat = get("cat")
-            handler = handlers.get(cat)
-            if handler is not None:
-                handler(event)
             ts = get("ts")
             if ts.__class__ is not int:
                 fractional[0] = True
-            if get("ph") == "M":
-                metadata(event)
-                return
+                if ts.__class__ is not float:
+                    if get("ph") == "M":
+                        metadata(event)
+                    return
             dur = get("dur")
-            if dur is None or cat is None or cat == "Trace":
+            if dur is None:
+                if get("ph") == "M":
+                    metadata(event)
                 return
-            if ts.__class__ not in numbers or dur.__class__ not in numbers or cat.__class__ is not str:
-                skipped[0] += 1
+            cat = get("cat")
+            if cat.__class__ is not str or cat == "Trace" or dur.__class__ not in NUMBERS:
+                if cat is not None and cat != "Trace":
+                    skipped[0] += 1
                 return
+            pid = get("pid")
+            slot = pid_slots.get(pid)
+            if slot is None:
+                slot = slot_of(pid)
             name = get("name")
             args = get("args")
             stream = corr = NO_ID
@@ -147,12 +181,19 @@ class AnalyzeIndex:
                 value = args.get("correlation")
                 if value is not None:
                     corr = value if value.__class__ is int else _id_of(value)
-            slot = slot_of(get("pid"))
             if stream == NO_ID and corr == NO_ID and not (name.__class__ is str and "ProfilerStep" in name):
                 plain_ts(ts)
                 plain_dur(dur)
                 plain_slot(slot)
                 return
+            if cat in evidence_cats:
+                rank = args.get("rank") if args.__class__ is dict else None
+                if rank.__class__ is int and rank >= 0:
+                    pids[slot].arg_ranks.add(rank)
+                    add_ranked(len(rows))
+                    add_rank(rank)
+                else:
+                    unranked[slot] = 1
             name_id = names.get(name)
             if name_id is None:
                 name_id = names[name] = len(names)
@@ -242,23 +283,65 @@ def analyze_file(path: str, options: _Options) -> list[RankResult]:
     return out
 
 
-def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> dict[int, int]:
-    """pid slot -> rank: one rank for a per-rank file, relink's answer per pid for a merged one."""
-    resolved = resolve(index.rank_evidence, members)
-    certain = resolved.ranks_for_certain()
-    slots = range(len(index.rank_evidence.pids))
-    if len(certain) > 1:
-        return {slot: rank for slot, rank in zip(slots, resolved.ranks.ranks) if rank >= 0 and rank != UNKNOWN}
+def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> list[int]:
+    """pid slot -> rank (-1: none): relink's rules (args.rank, process_name, inference by launch
+    times); a file where no pid states a rank is one rank's (distributedInfo.rank, the file name, else 0)."""
     info = member_value(members, "distributedInfo")
-    if isinstance(info, dict) and type(info.get("rank")) is int:
-        rank = info["rank"]
+    file_rank = info.get("rank") if isinstance(info, dict) else None
+    for facts, flag in zip(index.pids, index.unranked):
+        facts.unranked = bool(flag)
+    _first_work(index)
+    resolution = resolve_ranks(index.pids, pairings=lambda: _pairings(index), file_rank=file_rank)
+    ranks = resolution.ranks
+    known = {rank for rank in ranks if rank >= 0} | set(index.row_ranks)
+    if len(known) > 1:
+        return ranks
+    if known:
+        rank = known.pop()
+    elif type(file_rank) is int:
+        rank = file_rank
     else:
         named = rank_from_file_name(path)
-        rank = named if named is not None else (certain[0] if certain else 0)
-    return {slot: rank for slot in slots}
+        rank = named if named is not None else 0
+    return [rank] * len(ranks)
 
 
-def _first_row(index: AnalyzeIndex, ranks: dict[int, int]) -> tuple[int, float] | None:
+def _evidence_rows(index: AnalyzeIndex, categories: frozenset) -> np.ndarray:
+    ids = [at for cat, at in index.cats.items() if cat in categories]
+    return np.flatnonzero(np.isin(np.frombuffer(index.cat, dtype=np.int32), ids)) if len(index.cat) else np.empty(0, int)
+
+
+def _first_work(index: AnalyzeIndex) -> None:
+    """Each pid's first launch or GPU event (its position among the work rows: the same order)."""
+    rows = _evidence_rows(index, RANK_EVIDENCE_CATEGORIES)
+    slots = np.frombuffer(index.slot, dtype=np.int32)[rows] if len(rows) else np.empty(0, np.int32)
+    found, first = np.unique(slots, return_index=True)
+    for slot, at in zip(found.tolist(), rows[first].tolist()):
+        index.pids[slot].first_work = at
+
+
+def _pairings(index: AnalyzeIndex) -> dict:
+    """Relink's inference input: per GPU pid its first sampled (id, ts), the launches of those ids."""
+    corr = np.frombuffer(index.corr, dtype=np.int64)
+    slots = np.frombuffer(index.slot, dtype=np.int32)
+    ts = np.frombuffer(index.ts, dtype=np.float64)
+    usable = (corr >= 0) & (corr < ID_LIMIT)
+    gpu = _evidence_rows(index, GPU_CATEGORIES)
+    gpu = gpu[usable[gpu]]
+    samples: dict[int, list[tuple[int, float]]] = {}
+    for slot in np.unique(slots[gpu]).tolist():
+        mine = gpu[slots[gpu] == slot][:SAMPLES_PER_GPU_PID]
+        samples[slot] = list(zip(corr[mine].tolist(), ts[mine].tolist()))
+    wanted = np.array(sorted({c for pairs in samples.values() for c, _ in pairs}), dtype=np.int64)
+    launches = _evidence_rows(index, RUNTIME_CATEGORIES)
+    launches = launches[usable[launches] & np.isin(corr[launches], wanted)]
+    launches_by_id: dict[int, list[tuple[int, float]]] = {}
+    for at, c in zip(launches.tolist(), corr[launches].tolist()):
+        launches_by_id.setdefault(c, []).append((int(slots[at]), float(ts[at])))
+    return pair_by_time(samples, launches_by_id)
+
+
+def _first_row(index: AnalyzeIndex, ranks: list[int]) -> tuple[int, float] | None:
     """Rank and HTA time of the file's first event when HTA keeps it as a row (else None)."""
     event = index.first_event[0]
     if event.__class__ is not dict or event.get("ph") == "M":
@@ -266,16 +349,17 @@ def _first_row(index: AnalyzeIndex, ranks: dict[int, int]) -> tuple[int, float] 
     ts, dur, cat = event.get("ts"), event.get("dur"), event.get("cat")
     if ts.__class__ not in (int, float) or dur.__class__ not in (int, float) or cat.__class__ is not str or cat == "Trace":
         return None
-    rank = ranks.get(index.rank_evidence.pid_slots.get(event.get("pid"), -1))
+    slot = index.pid_slots.get(event.get("pid")) if event.get("pid").__class__ in (int, str) else None
     start, _ = hta.hta_times(np.array([ts], dtype=np.float64), np.array([dur], dtype=np.float64), index.fractional[0])
-    return None if rank is None else (rank, float(start[0]))
+    return None if slot is None or ranks[slot] < 0 else (ranks[slot], float(start[0]))
 
 
-def _split_by_rank(index: AnalyzeIndex, ranks: dict[int, int]) -> list[tuple[int, RankInput]]:
-    slot_rank = np.full(len(index.rank_evidence.pids) + 1, -1, dtype=np.int64)
-    for slot, rank in ranks.items():
-        slot_rank[slot] = rank
+def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> list[tuple[int, RankInput]]:
+    """Each rank's rows: an event's own args.rank, else its pid's."""
+    slot_rank = np.array(ranks + [-1], dtype=np.int64)
     work_rank = slot_rank[np.frombuffer(index.slot, dtype=np.int32)] if len(index.slot) else np.empty(0, np.int64)
+    if len(index.ranked_rows):
+        work_rank[np.frombuffer(index.ranked_rows, dtype=np.int64)] = np.frombuffer(index.row_ranks, dtype=np.int32)
     plain_rank = slot_rank[np.frombuffer(index.plain_slot, dtype=np.int32)] if len(index.plain_slot) \
         else np.empty(0, np.int64)
     arrays = {name: np.frombuffer(getattr(index, name), dtype=dtype) if len(getattr(index, name)) else np.empty(0, dtype)
@@ -284,7 +368,7 @@ def _split_by_rank(index: AnalyzeIndex, ranks: dict[int, int]) -> list[tuple[int
                                   ("plain_dur", np.float64))}
     rounding = index.fractional[0]
     out = []
-    for rank in sorted(set(ranks.values())):
+    for rank in sorted(set(work_rank[work_rank >= 0].tolist()) | set(plain_rank[plain_rank >= 0].tolist())):
         work = work_rank == rank
         plain = plain_rank == rank
         ts, dur = hta.hta_times(arrays["ts"][work], arrays["dur"][work], rounding)
@@ -508,7 +592,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         "command": "analyze",
         "read": read,
         "inputs": len(files),
-        "ranks": [result.rank for result in results],
+        "ranks": sorted(result.rank for result in results),
         "output": written,
         "tables": tables,
         "kernel_launch_rows": launch_rows,
