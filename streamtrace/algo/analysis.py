@@ -10,6 +10,7 @@ those rules.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass
@@ -226,13 +227,48 @@ def idle_breakdown(start: np.ndarray, end: np.ndarray, launch_ts: np.ndarray, de
     return out
 
 
+class LastById:
+    """For each id, the last position (in the order given) holding it: HTA's
+    link from a kernel to "its" launch when several CPU events share an id."""
+
+    def __init__(self, ids: np.ndarray, positions: np.ndarray) -> None:
+        self.ids, first_from_end = np.unique(ids[::-1], return_index=True)
+        self.positions = positions[len(ids) - 1 - first_from_end]
+
+    def find(self, wanted: np.ndarray) -> np.ndarray:
+        """The position for each wanted id, -1 where no position holds it."""
+        if not len(self.ids):
+            return np.full(len(wanted), -1, dtype=np.int64)
+        at = np.clip(np.searchsorted(self.ids, wanted), 0, len(self.ids) - 1)
+        return np.where(self.ids[at] == wanted, self.positions[at], -1)
+
+
 def step_of(ts: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_numbers: np.ndarray) -> np.ndarray:
     """HTA's iteration of each time: the number of the last step (in the
-    order given) whose span holds it (``start <= ts < end``), else -1."""
-    out = np.full(len(ts), -1, dtype=np.int64)
-    for start, stop, number in zip(step_starts, step_ends, step_numbers):
-        out[(ts >= start) & (ts < stop)] = number
-    return out
+    order given) whose span holds it (``start <= ts < end``), else -1.
+
+    The span boundaries cut the time line into pieces; a sweep over them with
+    a heap of the open spans (latest given first) finds each piece's step,
+    and every time is placed by bisection."""
+    if not len(step_starts):
+        return np.full(len(ts), -1, dtype=np.int64)
+    bounds = np.unique(np.concatenate([step_starts, step_ends]))
+    owner = np.full(len(bounds), -1, dtype=np.int64)  # per piece [bounds[i], bounds[i + 1]): a step's position
+    by_start = np.argsort(step_starts, kind="stable")
+    open_spans: list[tuple[int, float]] = []
+    next_span = 0
+    for piece, at in enumerate(bounds.tolist()):
+        while next_span < len(by_start) and step_starts[by_start[next_span]] <= at:
+            span = int(by_start[next_span])
+            heapq.heappush(open_spans, (-span, float(step_ends[span])))
+            next_span += 1
+        while open_spans and open_spans[0][1] <= at:
+            heapq.heappop(open_spans)
+        if open_spans:
+            owner[piece] = -open_spans[0][0]
+    piece = np.searchsorted(bounds, ts, side="right") - 1
+    span = np.where(piece >= 0, owner[np.clip(piece, 0, None)], -1)
+    return np.where(span >= 0, step_numbers[np.clip(span, 0, None)], -1)
 
 
 def suffix_maxima(order_keys: np.ndarray, dur: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..algo import analysis as hta
+from ..algo.parts import extend_converted, shifted, translated
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
 from ..algo.ranks import rank_from_args, rank_from_file_name, rank_from_process_name
 from ..engine.executors import TaskRunner, shared_path
@@ -33,6 +34,7 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..errors import TraceError
 from ..io.jsonscan import member_value
+from ..io.projection import projected_events
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
@@ -57,6 +59,7 @@ COLUMNS = {
 SYNC_NAMES = ("Event Sync", "Context Sync")
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
+_PLAIN_TIMES = {int, float, type(None)}
 SAMPLES_PER_GPU_PID = 4096  # as relink: enough (id, ts) pairs to pair a GPU pid with its launching pid
 ID_LIMIT = 1 << 62
 KERNEL_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"})
@@ -67,6 +70,12 @@ JSON_LAUNCH_ROWS = 1_000_000  # beyond this --json leaves the launch rows to -o 
 CONSECUTIVE_KERNEL_DELAY = 30
 MIN_NORMALIZED_DURATION = 0.01
 NO_ID = -1
+
+
+def _plain_event(event: object) -> dict:
+    """The fields of an event that :func:`_first_row` reads, as a small dict (a projection or a dict)."""
+    get = event.get if isinstance(event, dict) else lambda key: getattr(event, key, None)
+    return {key: get(key) for key in ("ph", "ts", "dur", "cat", "pid")}
 
 
 def _stream_of(value: object) -> int:
@@ -113,7 +122,136 @@ class AnalyzeIndex:
         self.fractional = [False]  # some ts is not an integer (or missing): HTA rounds every event's times
         self.skipped = [0]
         self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
+        self._listed = (0, 0)  # names and categories already in a part
+        self._first_sent = False
+        self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours
         self.visit = self._make_visit()
+
+    splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
+    _PART_ARRAYS = ("ts", "dur", "stream", "corr", "row_ranks", "plain_ts", "plain_dur")  # copied as they are
+    _PART_IDS = (("name", 0), ("cat", 1), ("slot", 2), ("plain_slot", 2))  # translated: names, categories, pid slots
+
+    def take_part(self) -> dict:
+        """What was indexed since the last part (see :mod:`streamtrace.engine.indexworkers`);
+        names, categories and pids keep their numbers, the new ones are listed."""
+        part: dict = {name: getattr(self, name)[:] for name in (*self._PART_ARRAYS, "name", "cat", "slot",
+                                                                  "plain_slot", "ranked_rows")}
+        for name in part:
+            del getattr(self, name)[:]
+        part["names"] = list(self.names)[self._listed[0]:]
+        part["cats"] = list(self.cats)[self._listed[1]:]
+        self._listed = (len(self.names), len(self.cats))
+        part["pids"] = self.pids[:]
+        self.pids[:] = [PidEvidence(facts.pid) for facts in self.pids]  # in place: the hot loop holds the list
+        part["unranked"] = bytes(self.unranked)
+        self.unranked[:] = bytes(len(self.unranked))
+        part["fractional"], self.fractional[0] = self.fractional[0], False
+        part["skipped"], self.skipped[0] = self.skipped[0], 0
+        first = self.first_event[0]
+        part["first_event"] = None if first is None or self._first_sent else _plain_event(first)
+        self._first_sent = first is not None
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part (parts come in event order)."""
+        maps = self._part_maps.setdefault(source, (array("i"), array("i"), array("i")))
+        for name in part["names"]:
+            maps[0].append(self.names.setdefault(name, len(self.names)))
+        for cat in part["cats"]:
+            maps[1].append(self.cats.setdefault(cat, len(self.cats)))
+        for local, facts in enumerate(part["pids"]):
+            if local == len(maps[2]):
+                maps[2].append(self.slot_of(facts.pid))
+            slot = maps[2][local]
+            self.pids[slot].arg_ranks |= facts.arg_ranks
+            self.pids[slot].name_ranks |= facts.name_ranks
+            if part["unranked"][local]:
+                self.unranked[slot] = 1
+        extend_converted(self.ranked_rows, shifted(part["ranked_rows"], len(self.ts)))
+        for name in self._PART_ARRAYS:
+            getattr(self, name).extend(part[name])
+        for name, kind in self._PART_IDS:
+            extend_converted(getattr(self, name), translated(part[name], maps[kind]))
+        self.fractional[0] = self.fractional[0] or part["fractional"]
+        self.skipped[0] += part["skipped"]
+        if self.first_event[0] is None and part["first_event"] is not None:
+            self.first_event[0] = part["first_event"]
+
+    def visit_chunk(self, text: bytes) -> int | None:
+        """Index a chunk's events as :meth:`visit` would, from a projection
+        decoded with msgspec and a pass over each field; None (refused) when
+        the projection cannot read the chunk or a field has an unusual type."""
+        events = projected_events(text)
+        if events is None:
+            return None
+        ts = [event.ts for event in events]
+        dur = [event.dur for event in events]
+        ts_types, dur_types = set(map(type, ts)), set(map(type, dur))
+        if not ts_types <= _PLAIN_TIMES or not dur_types <= _PLAIN_TIMES:
+            return None  # (missing or fractional times are fine; strings, bools and the like go the dict way)
+        if self.first_event[0] is None and events:
+            self.first_event[0] = _plain_event(events[0])
+        if ts_types != {int}:
+            self.fractional[0] = True
+        timed = np.flatnonzero(~np.isnan(np.array(dur, dtype=np.float64)) & ~np.isnan(np.array(ts, dtype=np.float64)))
+        if len(timed) != len(events):
+            phases = [event.ph for event in events]
+            if "M" in phases:
+                untimed = set(range(len(events))) - set(timed.tolist())
+                for at in sorted(untimed):
+                    if phases[at] == "M":
+                        event = events[at]
+                        args = event.args
+                        self.metadata({"name": event.name, "pid": event.pid,
+                                       "args": None if args is None else {"name": args.name, "rank": args.rank}})
+        timed_events = [events[at] for at in timed.tolist()]
+        cats = [event.cat for event in timed_events]
+        if set(map(type, cats)) - {str}:
+            self.skipped[0] += sum(1 for cat in cats if cat is not None and cat.__class__ is not str)
+            timed_events = [event for event, cat in zip(timed_events, cats) if cat.__class__ is str]
+        if "Trace" in cats:
+            timed_events = [event for event in timed_events if event.cat != "Trace"]
+        self._rows(timed_events)
+        return len(events)
+
+    def _rows(self, events: list) -> None:
+        """The rows of a chunk (events HTA reads), in order: work rows and plain rows."""
+        pid_slots, slot_of = self.pid_slots, self.slot_of
+        slots = [pid_slots.get(event.pid) for event in events]
+        if None in slots:
+            slots = [slot_of(event.pid) for event in events]
+        streams = [NO_ID if event.args is None or event.args.stream is None else event.args.stream for event in events]
+        corrs = [NO_ID if event.args is None or event.args.correlation is None else event.args.correlation
+                 for event in events]
+        if set(map(type, streams)) - {int}:
+            streams = [value if value.__class__ is int else _stream_of(value) for value in streams]
+        if set(map(type, corrs)) - {int}:
+            corrs = [value if value.__class__ is int else _id_of(value) for value in corrs]
+        work = [at for at, (stream, corr, event) in enumerate(zip(streams, corrs, events))
+                if stream != NO_ID or corr != NO_ID or (event.name.__class__ is str and "ProfilerStep" in event.name)]
+        chosen = set(work)
+        plain = [at for at in range(len(events)) if at not in chosen] if len(work) != len(events) else []
+        self.plain_ts.extend([float(events[at].ts) for at in plain])
+        self.plain_dur.extend([float(events[at].dur) for at in plain])
+        self.plain_slot.extend([slots[at] for at in plain])
+        names, cats, first_row = self.names, self.cats, len(self.ts)
+        for row, at in enumerate(work):
+            event = events[at]
+            if event.cat in RANK_EVIDENCE_CATEGORIES:
+                rank = None if event.args is None else event.args.rank
+                if rank.__class__ is int and rank >= 0:
+                    self.pids[slots[at]].arg_ranks.add(rank)
+                    self.ranked_rows.append(first_row + row)
+                    self.row_ranks.append(rank)
+                else:
+                    self.unranked[slots[at]] = 1
+        self.ts.extend([float(events[at].ts) for at in work])
+        self.dur.extend([float(events[at].dur) for at in work])
+        self.stream.extend([streams[at] for at in work])
+        self.corr.extend([corrs[at] for at in work])
+        self.name.extend([names.setdefault(events[at].name, len(names)) for at in work])
+        self.cat.extend([cats.setdefault(events[at].cat, len(cats)) for at in work])
+        self.slot.extend([slots[at] for at in work])
 
     def slot_of(self, pid: object) -> int:
         found = self.pid_slots.get(pid)
@@ -249,6 +387,7 @@ class RankResult:
     skipped_events: int = 0
     notes: list = field(default_factory=list)
     read: dict | None = None  # the input's reading (on its first rank's result)
+    pass1_seconds: float = 0.0  # (on its first rank's result)
 
 
 @dataclass(frozen=True)
@@ -257,13 +396,14 @@ class _Options:
     salvage: bool
     spool_dir: str | None
     reread_remote: bool = False
+    jobs: int = 1  # pass-1 processes of one input (one input alone: all of -j; several: one task each)
     filter_steps: bool | None = None  # None: as this file's step names say; else as all inputs' say
 
 
 def analyze_file(path: str, options: _Options) -> list[RankResult]:
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
-        result = index_pass(source, AnalyzeIndex, keep_events=False, salvage=options.salvage, jobs=1)
+        result = index_pass(source, AnalyzeIndex, keep_events=False, salvage=options.salvage, jobs=options.jobs)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
         location = source.name
@@ -280,6 +420,7 @@ def analyze_file(path: str, options: _Options) -> list[RankResult]:
     if out:
         out[0].skipped_events = index.skipped[0]
         out[0].read = result.stats.as_dict()
+        out[0].pass1_seconds = result.seconds
     return out
 
 
@@ -378,11 +519,6 @@ def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> list[tuple[int, Ran
     return out
 
 
-def _last_by_id(ids: np.ndarray, positions: np.ndarray) -> dict[int, int]:
-    """id -> the last position (file order) holding it."""
-    return dict(zip(ids.tolist(), positions.tolist()))
-
-
 def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str], step_names: set, filtered: bool,
                   first_ts: float, options: _Options) -> RankResult:
     notes: list[str] = []
@@ -417,12 +553,12 @@ def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str
             notes.append(f"rank {data.rank}: no ProfilerStep while other ranks have some: all its events kept")
     # links as HTA's index_correlation: a kernel's launch is the last CPU row (file order) with its id
     cpu_linked = np.flatnonzero(~is_kernel & (data.corr != NO_ID))
-    launch_of = _last_by_id(data.corr[cpu_linked], cpu_linked)
+    launch_of = hta.LastById(data.corr[cpu_linked], cpu_linked)
     iteration = np.full(len(data.ts), -1, dtype=np.int64)
     cpu_rows = np.flatnonzero(data.stream < 0)
     iteration[cpu_rows] = hta.step_of(data.ts[cpu_rows], *spans)
     gpu_rows = np.flatnonzero(data.stream > 0)
-    launch_pos = np.array([launch_of.get(c, -1) for c in data.corr[gpu_rows].tolist()], dtype=np.int64)
+    launch_pos = launch_of.find(data.corr[gpu_rows])
     linked = launch_pos >= 0
     iteration[gpu_rows[linked]] = iteration[launch_pos[linked]]
     plain_iteration = hta.step_of(data.plain_ts, *spans)
@@ -453,14 +589,14 @@ def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str
         _comm_candidates(data, keep, iteration, strings), notes=notes)
 
 
-def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[str], launch_of: dict,
+def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[str], launch_of: hta.LastById,
                is_kernel: np.ndarray, first_ts: float) -> list[dict]:
     """HTA's idle time breakdown of every stream.  A kernel's launch time is
     its launch's; a kernel with no launch in the trace gets, as in HTA (whose
     index 0 stands for "not in the trace"), the time of the file's first row."""
     kernel_cat = np.array([cat in KERNEL_CATEGORIES for cat in cats], dtype=bool)
     rows = gpu[kernel_cat[data.cat[gpu]]] if len(cats) else gpu[:0]
-    launch_pos = np.array([launch_of.get(c, -1) for c in data.corr[rows].tolist()], dtype=np.int64)
+    launch_pos = launch_of.find(data.corr[rows])
     linked = launch_pos >= 0
     unlinked = np.where(is_kernel[rows], first_ts, np.nan)
     launch_ts = np.where(linked, np.where(keep[launch_pos], data.ts[launch_pos], np.nan), unlinked)
@@ -566,10 +702,12 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
     files = _inputs(specs)
     targets = _check_out_dir(out_dir, overwrite)
-    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+    processes = resolve_jobs(jobs)
+    alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
+    with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
-        options = _Options(include_last_step, salvage, runner.work_dir, reread_remote)
+        options = _Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1)
         results = _run(runner, files, options)
     parts = [result.launch_part for result in results if result.launch_part]
     read = _read_totals([result.read for result in results if result.read is not None])
@@ -598,6 +736,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         "kernel_launch_rows": launch_rows,
         "events_skipped": sum(result.skipped_events for result in results),
         "notes": notes,
+        "pass1_seconds": round(sum(result.pass1_seconds for result in results), 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }

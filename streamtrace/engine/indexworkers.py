@@ -68,6 +68,10 @@ class PartVisitor(Protocol):
         ``first_event``; parts come in event order, and each source's parts
         in the order it took them."""
 
+    # optional, used when no spool is written: visit_chunk(text) indexes the
+    # events of a chunk's text (``{...},{...}``) as visit() would and returns
+    # their number, or None to refuse the chunk (it is then read the ordinary way)
+
 
 def splits_by_ranges(visitor: object) -> bool:
     return getattr(visitor, "splits_by_ranges", False)
@@ -234,6 +238,8 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, input_f
     try:
         visitor = make_visitor()
         visit = visitor.visit
+        # a visitor may index a chunk's text itself (decoding only what it reads) when no spool needs the events
+        visit_chunk: Callable[[bytes], int | None] | None = None if spooled else getattr(visitor, "visit_chunk", None)
         compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
         chunk_of = _chunk_reader(input_file)
         while True:
@@ -242,20 +248,24 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], spooled: bool, input_f
             except EOFError:
                 return
             text = chunk_of(task)
-            events = None if text is None else chunk_events(text)
-            if events is None:
-                results.send_bytes(_REFUSED)
-                return
             try:
-                for event in events:
-                    visit(event)
-                lines = b"".join((dumped_batch(events, 0)[1], b"\n")) if spooled else b""
+                if visit_chunk is not None:
+                    count = None if text is None else visit_chunk(text)
+                    lines = b""
+                else:
+                    events = None if text is None else chunk_events(text)
+                    count = None if events is None else len(events)
+                    for event in events or ():
+                        visit(event)
+                    lines = b"".join((dumped_batch(events, 0)[1], b"\n")) if spooled and events is not None else b""
             except (TraceError, TypeError):
-                results.send_bytes(_REFUSED)  # the ordinary reading reports it with its position
+                count = None  # the ordinary reading reports it with its position
+            if count is None:
+                results.send_bytes(_REFUSED)
                 return
             frame = compressor.compress(lines) if spooled else b""
             part = pickle.dumps(visitor.take_part(), pickle.HIGHEST_PROTOCOL)
-            results.send_bytes(b"".join((_PART, _SIZES.pack(len(events), len(part)), part, frame)))
+            results.send_bytes(b"".join((_PART, _SIZES.pack(count, len(part)), part, frame)))
     except BaseException as exc:
         send_failure(results, _FAILED, exc)
     finally:
