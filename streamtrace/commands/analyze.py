@@ -29,6 +29,7 @@ from ..algo import analysis as hta
 from ..algo.parts import extend_converted, shifted, translated
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
 from ..algo.ranks import rank_from_args, rank_from_file_name, rank_from_process_name
+from ..algo.steps import STEP_CATEGORIES
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
@@ -380,7 +381,8 @@ class RankResult:
     idle_rows: list
     launch_part: str | None
     launch_rows: int
-    steps: list  # (number, start, duration) of the steps kept
+    step_numbers: set  # HTA's profiler steps of this rank
+    steps: list  # (number, start, duration) of its steps on the CPU
     step_times: dict  # step -> (busy, compute, communication, idle)
     step_extent: dict  # step -> (first start, last end) of the rows in it (HTA's iteration)
     comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
@@ -578,15 +580,29 @@ def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str
     idle_rows = _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts)
     launch_part, launch_rows = _launch_stats(data, keep, strings, options.spool_dir)
     kept_steps = np.flatnonzero(is_step & keep)
-    steps = sorted({(step_ids[data.name[at]], float(data.ts[at]), float(data.dur[at])) for at in kept_steps
-                    if step_ids[data.name[at]] is not None})
+    numbers = {step_ids[data.name[at]] for at in kept_steps} - {None}
     min_ts = float(min(data.ts.min(initial=math.inf), data.plain_ts.min(initial=math.inf)))
     return RankResult(
         data.rank, path, min_ts, step_names, filtered, temporal, hta.type_overlaps(start, end, types), kernel_rows,
-        hta.overlap_ratio(start, end, types), idle_rows, launch_part, launch_rows, steps,
+        hta.overlap_ratio(start, end, types), idle_rows, launch_part, launch_rows, numbers,
+        _step_spans(data, kept_steps, step_ids, cats),
         _step_times(start, end, types, iteration[gpu]),
         _step_extent(data, keep, iteration, plain_keep, plain_iteration),
         _comm_candidates(data, keep, iteration, strings), notes=notes)
+
+
+def _step_spans(data: RankInput, rows: np.ndarray, step_ids: dict, cats: list[str]) -> list[tuple[int, float, float]]:
+    """(number, start, duration) of each step on the CPU: the union of its
+    ``user_annotation`` and ``cpu_op`` spans (not the GPU copies, which lag)."""
+    spans: dict[int, tuple[float, float]] = {}
+    for at in rows.tolist():
+        number = step_ids[data.name[at]]
+        if number is None or cats[data.cat[at]] not in STEP_CATEGORIES:
+            continue
+        start, end = float(data.ts[at]), float(data.ts[at] + data.dur[at])
+        known = spans.get(number)
+        spans[number] = (start, end) if known is None else (min(known[0], start), max(known[1], end))
+    return [(number, start, end - start) for number, (start, end) in sorted(spans.items())]
 
 
 def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[str], launch_of: hta.LastById,
@@ -647,14 +663,22 @@ def _number(value: float) -> float | int:
     return int(value) if float(value).is_integer() else float(value)
 
 
+def _by_step(steps: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Positions of the rows of each step (steps >= 0), one sort for all steps."""
+    rows = np.flatnonzero(steps >= 0)
+    rows = rows[np.argsort(steps[rows], kind="stable")]
+    ordered = steps[rows]
+    cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    return [(int(ordered[group[0]]), rows[group]) for group in np.split(np.arange(len(rows)), cuts) if len(group)]
+
+
 def _step_times(start: np.ndarray, end: np.ndarray, types: np.ndarray, iteration: np.ndarray) -> dict:
     """Per step (the kernels its launches issued): busy, compute and communication time, idle within their span."""
     out = {}
-    for step in np.unique(iteration[iteration >= 0]).tolist():
-        mine = iteration == step
+    for step, mine in _by_step(iteration):
         t = hta.temporal(start[mine], end[mine], types[mine])
-        comm = types[mine] == hta.COMMUNICATION
-        out[step] = (t.kernel_time - t.idle, t.compute, hta.covered(start[mine][comm], end[mine][comm]), t.idle)
+        comm = mine[types[mine] == hta.COMMUNICATION]
+        out[step] = (t.kernel_time - t.idle, t.compute, hta.covered(start[comm], end[comm]), t.idle)
     return out
 
 
@@ -664,11 +688,7 @@ def _step_extent(data: RankInput, keep: np.ndarray, iteration: np.ndarray, plain
     starts = np.concatenate([data.ts[keep], data.plain_ts[plain_keep]])
     ends = np.concatenate([data.ts[keep] + data.dur[keep], data.plain_ts[plain_keep] + data.plain_dur[plain_keep]])
     steps = np.concatenate([iteration[keep], plain_iteration[plain_keep]])
-    out = {}
-    for step in np.unique(steps[steps >= 0]).tolist():
-        mine = steps == step
-        out[step] = (float(starts[mine].min()), float(ends[mine].max()))
-    return out
+    return {step: (float(starts[mine].min()), float(ends[mine].max())) for step, mine in _by_step(steps)}
 
 
 def _comm_candidates(data: RankInput, keep: np.ndarray, iteration: np.ndarray, strings: list[str]) -> dict:
@@ -832,7 +852,7 @@ def _tables(results: list[RankResult], num_candidates: int) -> dict[str, list[di
     tables["comm_comp_overlap"] = [{"rank": r.rank, "comp_comm_overlap_pctg": float(np.round(100 * r.overlap, 2))}
                                    for r in results]
     tables["idle_time_breakdown"] = [row for r in results for row in r.idle_rows]
-    steps = sorted({step for r in results for step, _, _ in r.steps})
+    steps = sorted({step for r in results for step in r.step_numbers})
     tables["profiler_steps"] = [{"step": step} for step in steps]
     base = min((r.min_ts for r in results), default=0.0)
     tables["step_times"] = [
