@@ -17,11 +17,12 @@ import dataclasses
 import math
 import os
 import shutil
+import struct
 import tempfile
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -60,6 +61,8 @@ COLUMNS = {
 SYNC_NAMES = ("Event Sync", "Context Sync")
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
+PLAIN_BLOCK = 1 << 16  # plain rows held before they go to the temporary file
+_BLOCK_HEAD = struct.Struct("<Q")
 _PLAIN_TIMES = {int, float, type(None)}
 SAMPLES_PER_GPU_PID = 4096  # as relink: enough (id, ts) pairs to pair a GPU pid with its launching pid
 ID_LIMIT = 1 << 62
@@ -109,7 +112,7 @@ class AnalyzeIndex:
     for the few events that have one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spool_dir: str | None = None) -> None:
         self.pid_slots: dict[object, int] = {}
         self.pids: list[PidEvidence] = []
         self.unranked = bytearray()  # per pid slot: some launch or GPU event lacks args.rank
@@ -126,6 +129,9 @@ class AnalyzeIndex:
         self._listed = (0, 0)  # names and categories already in a part
         self._first_sent = False
         self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours
+        self._spilled: IO[bytes] | None = None  # plain rows, in blocks, in an unnamed temporary file
+        self._owner = os.getpid()  # (pass-1 workers keep theirs for their parts)
+        self.spool_dir = spool_dir
         self.visit = self._make_visit()
 
     splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
@@ -173,6 +179,8 @@ class AnalyzeIndex:
             getattr(self, name).extend(part[name])
         for name, kind in self._PART_IDS:
             extend_converted(getattr(self, name), translated(part[name], maps[kind]))
+        if len(self.plain_ts) >= PLAIN_BLOCK:
+            self.spill()
         self.fractional[0] = self.fractional[0] or part["fractional"]
         self.skipped[0] += part["skipped"]
         if self.first_event[0] is None and part["first_event"] is not None:
@@ -235,6 +243,8 @@ class AnalyzeIndex:
         self.plain_ts.extend([float(events[at].ts) for at in plain])
         self.plain_dur.extend([float(events[at].dur) for at in plain])
         self.plain_slot.extend([slots[at] for at in plain])
+        if len(self.plain_ts) >= PLAIN_BLOCK:
+            self.spill()
         names, cats, first_row = self.names, self.cats, len(self.ts)
         for row, at in enumerate(work):
             event = events[at]
@@ -253,6 +263,35 @@ class AnalyzeIndex:
         self.name.extend([names.setdefault(events[at].name, len(names)) for at in work])
         self.cat.extend([cats.setdefault(events[at].cat, len(cats)) for at in work])
         self.slot.extend([slots[at] for at in work])
+
+    def spill(self) -> None:
+        """Move the plain rows held to the temporary file (in this process only)."""
+        if os.getpid() != self._owner or not self.plain_ts:
+            return
+        if self._spilled is None:
+            self._spilled = tempfile.TemporaryFile(prefix="streamtrace-rows-", dir=self.spool_dir)
+        self._spilled.write(_BLOCK_HEAD.pack(len(self.plain_ts)))
+        for rows in (self.plain_ts, self.plain_dur, self.plain_slot):
+            self._spilled.write(rows.tobytes())
+            del rows[:]
+
+    def plain_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The plain rows (start, duration, pid slot), a block at a time, in event order."""
+        if self._spilled is not None:
+            self._spilled.seek(0)
+            while head := self._spilled.read(_BLOCK_HEAD.size):
+                (count,) = _BLOCK_HEAD.unpack(head)
+                yield (np.frombuffer(self._spilled.read(8 * count), dtype=np.float64),
+                       np.frombuffer(self._spilled.read(8 * count), dtype=np.float64),
+                       np.frombuffer(self._spilled.read(4 * count), dtype=np.int32))
+        if self.plain_ts:
+            yield (np.frombuffer(self.plain_ts, dtype=np.float64), np.frombuffer(self.plain_dur, dtype=np.float64),
+                   np.frombuffer(self.plain_slot, dtype=np.int32))
+
+    def close(self) -> None:
+        if self._spilled is not None:
+            self._spilled.close()
+            self._spilled = None
 
     def slot_of(self, pid: object) -> int:
         found = self.pid_slots.get(pid)
@@ -283,6 +322,7 @@ class AnalyzeIndex:
         add_name, add_cat, add_slot = self.name.append, self.cat.append, self.slot.append
         add_ranked, add_rank, rows = self.ranked_rows.append, self.row_ranks.append, self.ts
         plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
+        plain_rows, spill = self.plain_ts, self.spill
         evidence_cats = RANK_EVIDENCE_CATEGORIES
 
         def visit(event: dict) -> None:
@@ -324,6 +364,8 @@ class AnalyzeIndex:
                 plain_ts(ts)
                 plain_dur(dur)
                 plain_slot(slot)
+                if len(plain_rows) >= PLAIN_BLOCK:
+                    spill()
                 return
             if cat in evidence_cats:
                 rank = args.get("rank") if args.__class__ is dict else None
@@ -361,8 +403,6 @@ class RankInput:
     corr: np.ndarray
     name: np.ndarray
     cat: np.ndarray
-    plain_ts: np.ndarray
-    plain_dur: np.ndarray
 
 
 @dataclass
@@ -405,20 +445,28 @@ class _Options:
 def analyze_file(path: str, options: _Options) -> list[RankResult]:
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
-        result = index_pass(source, AnalyzeIndex, keep_events=False, salvage=options.salvage, jobs=options.jobs)
+        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir), keep_events=False,
+                            salvage=options.salvage, jobs=options.jobs)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
         location = source.name
-    ranks = _ranks_of_slots(location, index, members)
-    strings = [name if name.__class__ is str else str(name) for name in index.names]
-    cat_strings = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
-    step_names = {name for name in strings if "ProfilerStep" in name}
-    filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
-    first = _first_row(index, ranks)
-    out = []
-    for rank, rank_input in _split_by_rank(index, ranks):
-        first_ts = first[1] if first is not None and first[0] == rank else math.nan
-        out.append(_analyze_rank(location, rank_input, strings, cat_strings, step_names, filtered, first_ts, options))
+    try:
+        ranks = _ranks_of_slots(location, index, members)
+        strings = [name if name.__class__ is str else str(name) for name in index.names]
+        cat_strings = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
+        step_names = {name for name in strings if "ProfilerStep" in name}
+        filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
+        first = _first_row(index, ranks)
+        inputs = _split_by_rank(index, ranks)
+        frames = {rank: _frame(data, strings, filtered, options.include_last_step) for rank, data in inputs}
+        plain = _plain_facts(index, ranks, frames)
+        out = []
+        for rank, data in inputs:
+            first_ts = first[1] if first is not None and first[0] == rank else math.nan
+            out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings, cat_strings,
+                                     step_names, first_ts, options))
+    finally:
+        index.close()
     if out:
         out[0].skipped_events = index.skipped[0]
         out[0].read = result.stats.as_dict()
@@ -498,78 +546,134 @@ def _first_row(index: AnalyzeIndex, ranks: list[int]) -> tuple[int, float] | Non
 
 
 def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> list[tuple[int, RankInput]]:
-    """Each rank's rows: an event's own args.rank, else its pid's."""
+    """Each rank's work rows: an event's own args.rank, else its pid's."""
     slot_rank = np.array(ranks + [-1], dtype=np.int64)
     work_rank = slot_rank[np.frombuffer(index.slot, dtype=np.int32)] if len(index.slot) else np.empty(0, np.int64)
     if len(index.ranked_rows):
         work_rank[np.frombuffer(index.ranked_rows, dtype=np.int64)] = np.frombuffer(index.row_ranks, dtype=np.int32)
-    plain_rank = slot_rank[np.frombuffer(index.plain_slot, dtype=np.int32)] if len(index.plain_slot) \
-        else np.empty(0, np.int64)
     arrays = {name: np.frombuffer(getattr(index, name), dtype=dtype) if len(getattr(index, name)) else np.empty(0, dtype)
               for name, dtype in (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64),
-                                  ("name", np.int32), ("cat", np.int32), ("plain_ts", np.float64),
-                                  ("plain_dur", np.float64))}
-    rounding = index.fractional[0]
+                                  ("name", np.int32), ("cat", np.int32))}
     out = []
-    for rank in sorted(set(work_rank[work_rank >= 0].tolist()) | set(plain_rank[plain_rank >= 0].tolist())):
+    for rank in sorted(set(work_rank[work_rank >= 0].tolist())):
         work = work_rank == rank
-        plain = plain_rank == rank
-        ts, dur = hta.hta_times(arrays["ts"][work], arrays["dur"][work], rounding)
-        plain_ts, plain_dur = hta.hta_times(arrays["plain_ts"][plain], arrays["plain_dur"][plain], rounding)
+        ts, dur = hta.hta_times(arrays["ts"][work], arrays["dur"][work], index.fractional[0])
         out.append((rank, RankInput(rank, ts, dur, arrays["stream"][work], arrays["corr"][work], arrays["name"][work],
-                                    arrays["cat"][work], plain_ts, plain_dur)))
+                                    arrays["cat"][work])))
     return out
 
 
-def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str], step_names: set, filtered: bool,
-                  first_ts: float, options: _Options) -> RankResult:
-    notes: list[str] = []
-    name_type = np.array([hta.kernel_type(name) for name in strings], dtype=np.int8)
+@dataclass
+class Frame:
+    """One rank's reading as HTA frames it: kernels, step spans, what its filter keeps."""
+
+    is_kernel: np.ndarray
+    step_ids: dict  # name id -> step number (None: a ProfilerStep name without one)
+    spans: tuple  # (starts, ends, numbers) of every ProfilerStep row, in event order
+    keep: np.ndarray
+    cutoff: float | None  # rows kept start before it (at or before with inclusive)
+    inclusive: bool
+    filtered: bool  # (the run's decision: several ProfilerStep names)
+    notes: list
+
+
+def _frame(data: RankInput, strings: list[str], filtered: bool, include_last_step: bool) -> Frame:
+    """HTA's filter: with several ProfilerStep names in the run, CPU rows that
+    start before the latest ProfilerStep row (GPU copies included) starts
+    (with the last step: ends), and the kernels whose correlation such a row has."""
     sync_ids = [at for at, name in enumerate(strings) if name in SYNC_NAMES]
     is_kernel = ((data.stream >= 0) & (data.corr >= 0)) | np.isin(data.name, sync_ids)
     step_ids = {at: hta.step_number(name) for at, name in enumerate(strings) if name.startswith("ProfilerStep")}
-    is_step = np.isin(data.name, list(step_ids)) & ~is_kernel
-    # the iteration of each CPU row: the last ProfilerStep span (file order) holding its start
     step_rows = np.flatnonzero(np.isin(data.name, [at for at, n in step_ids.items() if n is not None]))
     spans = (data.ts[step_rows], data.ts[step_rows] + data.dur[step_rows],
              np.array([step_ids[data.name[at]] for at in step_rows], dtype=np.int64))
-    # HTA's filter: CPU rows before the last step's start; kernels whose correlation such a row has
     keep = np.ones(len(data.ts), dtype=bool)
-    plain_keep = np.ones(len(data.plain_ts), dtype=bool)
+    cutoff, notes = None, []
     if filtered:
         cpu_step = np.flatnonzero(np.isin(data.name, [at for at, name in enumerate(strings) if "ProfilerStep" in name])
                                   & ~is_kernel)
         if len(cpu_step):
-            if options.include_last_step:
+            if include_last_step:
                 cutoff = float((data.ts[cpu_step] + data.dur[cpu_step]).max())
-                keep, plain_keep = data.ts <= cutoff, data.plain_ts <= cutoff
+                keep = data.ts <= cutoff
             else:
                 cutoff = float(data.ts[cpu_step].max())
-                keep, plain_keep = data.ts < cutoff, data.plain_ts < cutoff
-            if not first_ts < cutoff if not options.include_last_step else not first_ts <= cutoff:
-                first_ts = math.nan
+                keep = data.ts < cutoff
             keep &= ~is_kernel
             kept_ids = np.unique(data.corr[keep & (data.corr != NO_ID)])
             keep |= is_kernel & np.isin(data.corr, kept_ids)
         else:
             notes.append(f"rank {data.rank}: no ProfilerStep while other ranks have some: all its events kept")
-    # links as HTA's index_correlation: a kernel's launch is the last CPU row (file order) with its id
+    return Frame(is_kernel, step_ids, spans, keep, cutoff, include_last_step, filtered, notes)
+
+
+def _kept_times(frame: Frame, ts: np.ndarray) -> np.ndarray:
+    """Which CPU rows of these start times the filter keeps."""
+    if frame.cutoff is None:
+        return np.ones(len(ts), dtype=bool)
+    return ts <= frame.cutoff if frame.inclusive else ts < frame.cutoff
+
+
+@dataclass
+class PlainFacts:
+    """What a rank's plain rows contribute: the earliest start, per step the first start and last end."""
+
+    min_ts: float = math.inf
+    extents: dict = field(default_factory=dict)
+
+
+def _plain_facts(index: AnalyzeIndex, ranks: list[int], frames: dict[int, Frame]) -> dict[int, PlainFacts]:
+    """One pass over the plain rows (spilled in blocks) for every rank."""
+    slot_rank = np.array(ranks + [-1], dtype=np.int64)
+    facts: dict[int, PlainFacts] = {}
+    for ts, dur, slot in index.plain_blocks():
+        ts, dur = hta.hta_times(ts, dur, index.fractional[0])
+        row_rank = slot_rank[slot]
+        for rank in np.unique(row_rank).tolist():
+            frame = frames.get(rank)
+            if frame is None:
+                continue
+            mine = row_rank == rank
+            start, end = ts[mine], ts[mine] + dur[mine]
+            fact = facts.setdefault(rank, PlainFacts())
+            fact.min_ts = min(fact.min_ts, float(start.min()))
+            kept = _kept_times(frame, start)
+            _merge_extents(fact.extents, _extents(start[kept], end[kept], hta.step_of(start[kept], *frame.spans)))
+    return facts
+
+
+def _extents(starts: np.ndarray, ends: np.ndarray, steps: np.ndarray) -> dict:
+    return {step: (float(starts[mine].min()), float(ends[mine].max())) for step, mine in _by_step(steps)}
+
+
+def _merge_extents(into: dict, more: dict) -> None:
+    for step, (first, last) in more.items():
+        known = into.get(step)
+        into[step] = (first, last) if known is None else (min(known[0], first), max(known[1], last))
+
+
+def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, strings: list[str], cats: list[str],
+                  step_names: set, first_ts: float, options: _Options) -> RankResult:
+    name_type = np.array([hta.kernel_type(name) for name in strings], dtype=np.int8)
+    is_kernel, keep = frame.is_kernel, frame.keep
+    if not _kept_times(frame, np.array([first_ts]))[0]:
+        first_ts = math.nan
+    # links as HTA's index_correlation: a kernel's launch is the last CPU row (event order) with its id
     cpu_linked = np.flatnonzero(~is_kernel & (data.corr != NO_ID))
     launch_of = hta.LastById(data.corr[cpu_linked], cpu_linked)
+    # the iteration of a CPU row: the last ProfilerStep span (event order) holding its start; of a kernel: its launch's
     iteration = np.full(len(data.ts), -1, dtype=np.int64)
     cpu_rows = np.flatnonzero(data.stream < 0)
-    iteration[cpu_rows] = hta.step_of(data.ts[cpu_rows], *spans)
+    iteration[cpu_rows] = hta.step_of(data.ts[cpu_rows], *frame.spans)
     gpu_rows = np.flatnonzero(data.stream > 0)
     launch_pos = launch_of.find(data.corr[gpu_rows])
     linked = launch_pos >= 0
     iteration[gpu_rows[linked]] = iteration[launch_pos[linked]]
-    plain_iteration = hta.step_of(data.plain_ts, *spans)
 
     gpu = np.flatnonzero(keep & (data.stream != NO_ID))
     start, dur = data.ts[gpu], data.dur[gpu]
     end = start + dur
     types = name_type[data.name[gpu]]
-    temporal = hta.temporal(start, end, types)
     kernel_rows = []
     for kind in hta.BREAKDOWN_TYPES:
         rows = types == kind
@@ -577,18 +681,17 @@ def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str
             kernel_rows.append({"name": row["name"], "sum (us)": row["sum"], "max (us)": row["max"],
                                 "min (us)": row["min"], "stddev": row["std"], "mean (us)": row["mean"],
                                 "kernel_type": hta.TYPE_NAMES[kind], "rank": data.rank})
-    idle_rows = _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts)
     launch_part, launch_rows = _launch_stats(data, keep, strings, options.spool_dir)
-    kept_steps = np.flatnonzero(is_step & keep)
-    numbers = {step_ids[data.name[at]] for at in kept_steps} - {None}
-    min_ts = float(min(data.ts.min(initial=math.inf), data.plain_ts.min(initial=math.inf)))
+    kept_steps = np.flatnonzero(np.isin(data.name, list(frame.step_ids)) & ~is_kernel & keep)
+    extents = _extents(data.ts[keep], data.ts[keep] + data.dur[keep], iteration[keep])
+    _merge_extents(extents, plain.extents)
     return RankResult(
-        data.rank, path, min_ts, step_names, filtered, temporal, hta.type_overlaps(start, end, types), kernel_rows,
-        hta.overlap_ratio(start, end, types), idle_rows, launch_part, launch_rows, numbers,
-        _step_spans(data, kept_steps, step_ids, cats),
-        _step_times(start, end, types, iteration[gpu]),
-        _step_extent(data, keep, iteration, plain_keep, plain_iteration),
-        _comm_candidates(data, keep, iteration, strings), notes=notes)
+        data.rank, path, min(float(data.ts.min(initial=math.inf)), plain.min_ts), step_names, frame.filtered,
+        hta.temporal(start, end, types), hta.type_overlaps(start, end, types), kernel_rows,
+        hta.overlap_ratio(start, end, types), _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts),
+        launch_part, launch_rows, {frame.step_ids[data.name[at]] for at in kept_steps} - {None},
+        _step_spans(data, kept_steps, frame.step_ids, cats), _step_times(start, end, types, iteration[gpu]), extents,
+        _comm_candidates(data, keep, iteration, strings), notes=frame.notes)
 
 
 def _step_spans(data: RankInput, rows: np.ndarray, step_ids: dict, cats: list[str]) -> list[tuple[int, float, float]]:
@@ -682,15 +785,6 @@ def _step_times(start: np.ndarray, end: np.ndarray, types: np.ndarray, iteration
     return out
 
 
-def _step_extent(data: RankInput, keep: np.ndarray, iteration: np.ndarray, plain_keep: np.ndarray,
-                 plain_iteration: np.ndarray) -> dict:
-    """Per step: the first start and last end of the rows HTA places in it (for the straggler metric)."""
-    starts = np.concatenate([data.ts[keep], data.plain_ts[plain_keep]])
-    ends = np.concatenate([data.ts[keep] + data.dur[keep], data.plain_ts[plain_keep] + data.plain_dur[plain_keep]])
-    steps = np.concatenate([iteration[keep], plain_iteration[plain_keep]])
-    return {step: (float(starts[mine].min()), float(ends[mine].max())) for step, mine in _by_step(steps)}
-
-
 def _comm_candidates(data: RankInput, keep: np.ndarray, iteration: np.ndarray, strings: list[str]) -> dict:
     """Communication kernels HTA's straggler metric may pick, per (stream, step, name), file order."""
     comm_names = [at for at, name in enumerate(strings) if name.startswith(COMM_PREFIX)]
@@ -728,23 +822,19 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         if runner.distributed:
             files = [shared_path(path) for path in files]
         options = _Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1)
-        results = _run(runner, files, options)
-    parts = [result.launch_part for result in results if result.launch_part]
-    read = _read_totals([result.read for result in results if result.read is not None])
-    try:
-        if ranks is not None:
-            results = [result for result in results if result.rank in ranks]
-        _refuse_repeated_ranks(results)
-        tables = _tables(results, num_candidates)
-        launch_rows = sum(result.launch_rows for result in results)
-        written = _write_tables(tables, parts, targets) if targets else []
-        if launch_rows <= JSON_LAUNCH_ROWS:
-            tables["kernel_launch_stats"] = _read_parts(parts)
-        else:
-            tables["kernel_launch_stats"] = None
-    finally:
-        for part in parts:
-            remove_quietly(part)
+        everything = results = _run(runner, files, options)
+        read = _read_totals([result.read for result in results if result.read is not None])
+        try:  # (the launch parts are in the run's directory: done with before it goes)
+            if ranks is not None:
+                results = [result for result in results if result.rank in ranks]
+            _refuse_repeated_ranks(results)
+            parts = [result.launch_part for result in results if result.launch_part]
+            tables = _tables(results, num_candidates)
+            launch_rows = sum(result.launch_rows for result in results)
+            written = _write_tables(tables, parts, targets) if targets else []
+            tables["kernel_launch_stats"] = _read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
+        finally:
+            _discard(everything)
     notes = [note for result in results for note in result.notes]
     return {
         "command": "analyze",
