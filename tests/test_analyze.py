@@ -14,10 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import TRACES, events_of, load_json
 
 import streamtrace
+from streamtrace.algo import analysis as hta
+from streamtrace.commands import analyze as analyze_module
 from streamtrace.commands.analyze import COLUMNS, TABLES
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
@@ -202,3 +205,82 @@ def test_1024_ranks_in_processes_and_on_a_dask_cluster(many, tmp_path):
         remote = streamtrace.analyze(many, dask=cluster.scheduler_address, spool_dir=str(tmp_path))
     assert comparable(remote["tables"]) == comparable(local["tables"])
     assert list(tmp_path.iterdir()) == []  # the run's directory and the launch parts are gone
+
+
+def brute_union(starts, ends) -> float:
+    """Length of a union of integer intervals, by marking unit cells."""
+    cells = set()
+    for start, end in zip(starts, ends):
+        cells.update(range(int(start), int(end)))
+    return float(len(cells))
+
+
+def test_interval_algorithms_against_unit_cells():
+    """Unions, HTA's temporal split, type overlaps and the comm/comp overlap, on random integer intervals."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        count = int(rng.integers(1, 30))
+        start = rng.integers(0, 200, count).astype(float)
+        end = start + rng.integers(0, 40, count)
+        types = rng.choice([hta.COMMUNICATION, hta.MEMORY, hta.COMPUTATION, hta.OTHER], count)
+        assert hta.covered(start, end) == brute_union(start, end)
+        t = hta.temporal(start, end, types)
+        assert t.kernel_time == end.max() - start.min()
+        assert t.idle == t.kernel_time - brute_union(start, end)
+        assert t.compute == brute_union(start[types == hta.COMPUTATION], end[types == hta.COMPUTATION])
+        cells: dict[int, set] = {}
+        for s, e, kind in zip(start, end, types):
+            if kind != hta.OTHER:
+                for cell in range(int(s), int(e)):
+                    cells.setdefault(cell, set()).add(kind)
+        expected: dict[str, int] = {}
+        for kinds in cells.values():
+            name = " overlapping ".join(hta.TYPE_NAMES[k] for k in hta.BREAKDOWN_TYPES if k in kinds)
+            expected[name] = expected.get(name, 0) + 1
+        assert hta.type_overlaps(start, end, types) == expected
+        comm = sum(1 for kinds in cells.values() if hta.COMMUNICATION in kinds)
+        both = sum(1 for kinds in cells.values() if {hta.COMMUNICATION, hta.COMPUTATION} <= kinds)
+        ratio = hta.overlap_ratio(start, end, types)
+        assert (math.isnan(ratio) and comm == 0) or ratio == both / comm
+
+
+def test_steps_are_placed_as_hta_places_them():
+    """The last span in event order that holds a time wins; a span holds [start, end)."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        count = int(rng.integers(0, 8))
+        starts = rng.integers(0, 50, count).astype(float)
+        ends = starts + rng.integers(0, 20, count)
+        numbers = rng.integers(0, 5, count)
+        ts = rng.integers(-5, 80, 100).astype(float)
+        expected = [next((int(n) for s, e, n in reversed(list(zip(starts, ends, numbers))) if s <= t < e), -1) for t in ts]
+        assert hta.step_of(ts, starts, ends, numbers).tolist() == expected
+
+
+def test_kernel_names_grouped_as_hta_groups_them():
+    """Past 10 names, HTA puts those beyond the 10th or past the 80% quantile of the running total in 'others',
+    then takes every row's statistics over the names' totals."""
+    stats = [hta.NameStats(f"k{n:02d}", 1, float(100 - n), float(100 - n), float(100 - n), 0.0) for n in range(12)]
+    rows = {row["name"]: row for row in hta.aggregate_names(stats)}
+    totals = np.cumsum([100 - n for n in range(12)])
+    threshold = np.quantile(totals, 0.8)
+    kept = [f"k{n:02d}" for n in range(10) if totals[n] <= threshold]
+    assert sorted(rows) == sorted(kept + ["others"])
+    others = [100 - n for n in range(12) if f"k{n:02d}" not in kept]
+    assert rows["others"]["sum"] == sum(others) and rows["others"]["max"] == max(others)
+    assert math.isclose(rows["others"]["std"], float(np.std(others, ddof=1)))
+
+
+@pytest.mark.slow
+def test_ranges_projection_and_spilled_rows_give_the_same_tables(tmp_path, monkeypatch):
+    """A 17 MB rank: pass 1 by ranges (-j 2, msgspec projections) == one process; rows spilled in small blocks."""
+    write_traces(SynthConfig(ranks=1, pp_stages=1, target_bytes=17 << 20, **{**SMALL, "steps": 1}), tmp_path,
+                 compress="none", merged=False)
+    (path,) = rank_files(tmp_path)
+    assert path.stat().st_size >= 16 << 20  # large enough for pass-1 workers
+    one = streamtrace.analyze(path, jobs=1)
+    two = streamtrace.analyze(path, jobs=2)
+    monkeypatch.setattr(analyze_module, "PLAIN_BLOCK", 64)
+    spilled = streamtrace.analyze(path, jobs=2)
+    assert comparable(one["tables"]) == comparable(two["tables"]) == comparable(spilled["tables"])
+    assert one["read"]["events"] == two["read"]["events"]
