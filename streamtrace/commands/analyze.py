@@ -29,7 +29,7 @@ import numpy as np
 from ..algo import analysis as hta
 from ..algo.parts import extend_converted, shifted, translated
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
-from ..algo.ranks import rank_from_args, rank_from_file_name, rank_from_process_name
+from ..algo.ranks import rank_from_file_name
 from ..algo.steps import STEP_CATEGORIES
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
@@ -42,6 +42,7 @@ from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import peak_rss_mb
 from .merge import TRACE_SUFFIX, discover_inputs
+from .mergedindex import note_process_name
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
           "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers")
@@ -305,14 +306,7 @@ class AnalyzeIndex:
 
     def metadata(self, event: dict) -> None:
         """A ``process_name`` event: the rank it states."""
-        if event.get("name") == "process_name":
-            args = event.get("args")
-            rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
-            if rank is not None:
-                self.pids[self.slot_of(event.get("pid"))].name_ranks.add(rank)
-            rank = rank_from_args(args)
-            if rank is not None:
-                self.pids[self.slot_of(event.get("pid"))].arg_ranks.add(rank)
+        note_process_name(event, self.pids, self.slot_of)
 
     def _make_visit(self) -> Callable[[dict], None]:
         pid_slots, slot_of, metadata, pids, unranked = self.pid_slots, self.slot_of, self.metadata, self.pids, self.unranked

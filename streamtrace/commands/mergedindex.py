@@ -180,15 +180,20 @@ class MergedIndex:
 
     def metadata(self, event: dict) -> int:
         """A metadata event: the rank a ``process_name`` states."""
-        if event.get("name") == "process_name":
-            args = event.get("args")
-            rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
-            if rank is not None:
-                self.pids[self.slot(event.get("pid"))].name_ranks.add(rank)
-            rank = rank_from_args(args)
-            if rank is not None:
-                self.pids[self.slot(event.get("pid"))].arg_ranks.add(rank)
+        note_process_name(event, self.pids, self.slot)
         return KEEP
+
+
+def note_process_name(event: dict, pids: list[PidEvidence], slot_of: Callable[[object], int]) -> None:
+    """The rank a ``process_name`` metadata event states (in its name or ``args.rank``), as evidence of its pid."""
+    if event.get("name") == "process_name":
+        args = event.get("args")
+        rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
+        if rank is not None:
+            pids[slot_of(event.get("pid"))].name_ranks.add(rank)
+        rank = rank_from_args(args)
+        if rank is not None:
+            pids[slot_of(event.get("pid"))].arg_ranks.add(rank)
 
 
 @dataclass
@@ -337,4 +342,4 @@ def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None 
                     clashes)
 
 
-__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "Resolved", "UNKNOWN", "resolve"]
+__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "Resolved", "UNKNOWN", "note_process_name", "resolve"]
