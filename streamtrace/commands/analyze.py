@@ -676,6 +676,11 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
                                 "min (us)": row["min"], "stddev": row["std"], "mean (us)": row["mean"],
                                 "kernel_type": hta.TYPE_NAMES[kind], "rank": data.rank})
     launch_part, launch_rows = _launch_stats(data, keep, strings, options.spool_dir)
+    notes = list(frame.notes)
+    negative = int((data.dur[keep] < 0).sum())
+    if negative:
+        notes.append(f"rank {data.rank}: {negative:,} events last less than a microsecond within one: HTA's rounding "
+                     "(start up, end down) gives them -1 us, counted so (as HTA does) in every table")
     kept_steps = np.flatnonzero(np.isin(data.name, list(frame.step_ids)) & ~is_kernel & keep)
     extents = _extents(data.ts[keep], data.ts[keep] + data.dur[keep], iteration[keep])
     _merge_extents(extents, plain.extents)
@@ -685,7 +690,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         hta.overlap_ratio(start, end, types), _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts),
         launch_part, launch_rows, {frame.step_ids[data.name[at]] for at in kept_steps} - {None},
         _step_spans(data, kept_steps, frame.step_ids, cats), _step_times(start, end, types, iteration[gpu]), extents,
-        _comm_candidates(data, keep, iteration, strings), notes=frame.notes)
+        _comm_candidates(data, keep, iteration, strings), notes=notes)
 
 
 def _step_spans(data: RankInput, rows: np.ndarray, step_ids: dict, cats: list[str]) -> list[tuple[int, float, float]]:
