@@ -214,7 +214,8 @@ def test_interval_algorithms_against_unit_cells():
         end = start + rng.integers(0, 40, count)
         types = rng.choice([hta.COMMUNICATION, hta.MEMORY, hta.COMPUTATION, hta.OTHER], count)
         assert hta.covered(start, end) == brute_union(start, end)
-        t = hta.temporal(start, end, types)
+        runs = hta.type_runs(start, end, types)
+        t = hta.temporal(runs)
         assert t.kernel_time == end.max() - start.min()
         assert t.idle == t.kernel_time - brute_union(start, end)
         assert t.compute == brute_union(start[types == hta.COMPUTATION], end[types == hta.COMPUTATION])
@@ -227,10 +228,10 @@ def test_interval_algorithms_against_unit_cells():
         for kinds in cells.values():
             name = " overlapping ".join(hta.TYPE_NAMES[k] for k in hta.BREAKDOWN_TYPES if k in kinds)
             expected[name] = expected.get(name, 0) + 1
-        assert hta.type_overlaps(start, end, types) == expected
+        assert hta.type_overlaps(runs) == expected
         comm = sum(1 for kinds in cells.values() if hta.COMMUNICATION in kinds)
         both = sum(1 for kinds in cells.values() if {hta.COMMUNICATION, hta.COMPUTATION} <= kinds)
-        ratio = hta.overlap_ratio(start, end, types)
+        ratio = hta.overlap_ratio(runs)
         assert (math.isnan(ratio) and comm == 0) or ratio == both / comm
 
 

@@ -49,7 +49,10 @@ def hta_times(ts: np.ndarray, dur: np.ndarray, rounding: bool) -> tuple[np.ndarr
     if not rounding:
         return ts, dur
     start = np.ceil(ts)
-    return start, np.floor(ts + dur) - start
+    rounded = ts + dur
+    np.floor(rounded, out=rounded)
+    rounded -= start
+    return start, rounded
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +72,20 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def covered(starts: np.ndarray, ends: np.ndarray) -> float:
     """Length of the union."""
-    runs = union(starts, ends)
+    return _length(union(starts, ends))
+
+
+Runs = tuple[np.ndarray, np.ndarray]
+"""Sorted disjoint intervals (starts, ends): a union."""
+
+
+def type_runs(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> dict[int, Runs]:
+    """The union of each kernel type's intervals: what every time split below
+    is computed from (unions of runs are far smaller than the kernels)."""
+    return {kind: union(start[types == kind], end[types == kind]) for kind in range(len(TYPE_NAMES))}
+
+
+def _length(runs: Runs) -> float:
     return float((runs[1] - runs[0]).sum())  # differences first: sums of epoch times lose whole units
 
 
@@ -81,21 +97,21 @@ class Temporal:
     kernel_time: float
 
 
-def temporal(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> Temporal:
-    """HTA's temporal breakdown of one rank.  Non-compute time is what is
-    left of the span; it is negative where compute kernels overlap other work
-    in ways HTA's assertion refuses, and reported as it is."""
-    if not len(start):
+def temporal(runs: dict[int, Runs]) -> Temporal:
+    """HTA's temporal breakdown of one rank, from its :func:`type_runs`.
+    Non-compute time is what is left of the span; it is negative where HTA's
+    rounding made durations negative (HTA's assertion fails there), and
+    reported as it is."""
+    every = union(np.concatenate([pair[0] for pair in runs.values()]), np.concatenate([pair[1] for pair in runs.values()]))
+    if not len(every[0]):
         return Temporal(0.0, 0.0, 0.0, 0.0)
-    runs = union(start, end)
-    span = float(runs[1][-1] - runs[0][0])
-    idle = span - float((runs[1] - runs[0]).sum())
-    compute_rows = types == COMPUTATION
-    compute = covered(start[compute_rows], end[compute_rows])
+    span = float(every[1][-1] - every[0][0])
+    idle = span - _length(every)
+    compute = _length(runs[COMPUTATION])
     return Temporal(idle, compute, span - compute - idle, span)
 
 
-def type_overlaps(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> dict[str, int]:
+def type_overlaps(runs: dict[int, Runs]) -> dict[str, int]:
     """Time of each kernel type alone and of each overlap of types
     (``COMPUTATION overlapping COMMUNICATION``), as HTA sums it: each
     constant stretch truncated to whole units.  Stretches of no length are
@@ -103,10 +119,9 @@ def type_overlaps(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> dict
     times: list[np.ndarray] = []
     steps: list[np.ndarray] = []
     for bit, kind in enumerate(BREAKDOWN_TYPES):
-        rows = types == kind
-        runs = union(start[rows], end[rows])
-        times += [runs[0], runs[1]]
-        steps += [np.full(len(runs[0]), 1 << bit, dtype=np.int64), np.full(len(runs[1]), -(1 << bit), dtype=np.int64)]
+        starts, ends = runs[kind]
+        times += [starts, ends]
+        steps += [np.full(len(starts), 1 << bit, dtype=np.int64), np.full(len(ends), -(1 << bit), dtype=np.int64)]
     at = np.concatenate(times)
     if not len(at):
         return {}
@@ -125,14 +140,12 @@ def type_overlaps(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> dict
     return sums
 
 
-def overlap_ratio(start: np.ndarray, end: np.ndarray, types: np.ndarray) -> float:
+def overlap_ratio(runs: dict[int, Runs]) -> float:
     """Share of communication time during which computation also runs (NaN without communication)."""
-    comm = union(start[types == COMMUNICATION], end[types == COMMUNICATION])
-    comp = union(start[types == COMPUTATION], end[types == COMPUTATION])
-    comm_time = float((comm[1] - comm[0]).sum())
+    comm_time = _length(runs[COMMUNICATION])
     if comm_time == 0:
         return math.nan
-    return intersection_length(comm, comp) / comm_time
+    return intersection_length(runs[COMMUNICATION], runs[COMPUTATION]) / comm_time
 
 
 def intersection_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:

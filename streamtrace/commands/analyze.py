@@ -40,7 +40,7 @@ from ..io.projection import projected_events
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
-from ..resources import peak_rss_mb
+from ..resources import buffers_from_os, peak_rss_mb
 from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import note_process_name
 
@@ -62,6 +62,7 @@ COLUMNS = {
 SYNC_NAMES = ("Event Sync", "Context Sync")
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
+SCRATCH_MMAP_THRESHOLD = 4 << 20
 PLAIN_BLOCK = 1 << 16  # plain rows held before they go to the temporary file
 _BLOCK_HEAD = struct.Struct("<Q")
 _PLAIN_TIMES = {int, float, type(None)}
@@ -436,6 +437,7 @@ class _Options:
     filter_steps: bool | None = None  # None: as this file's step names say; else as all inputs' say
 
 
+@buffers_from_os(SCRATCH_MMAP_THRESHOLD)  # the growing arrays' old copies and numpy scratch must not stay resident
 def analyze_file(path: str, options: _Options) -> list[RankResult]:
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
@@ -549,11 +551,12 @@ def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> list[tuple[int, Ran
               for name, dtype in (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64),
                                   ("name", np.int32), ("cat", np.int32))}
     out = []
-    for rank in sorted(set(work_rank[work_rank >= 0].tolist())):
+    found = sorted(set(work_rank[work_rank >= 0].tolist()))
+    for rank in found:
         work = work_rank == rank
-        ts, dur = hta.hta_times(arrays["ts"][work], arrays["dur"][work], index.fractional[0])
-        out.append((rank, RankInput(rank, ts, dur, arrays["stream"][work], arrays["corr"][work], arrays["name"][work],
-                                    arrays["cat"][work])))
+        mine = arrays if len(found) == 1 and work.all() else {name: values[work] for name, values in arrays.items()}
+        ts, dur = hta.hta_times(mine["ts"], mine["dur"], index.fractional[0])
+        out.append((rank, RankInput(rank, ts, dur, mine["stream"], mine["corr"], mine["name"], mine["cat"])))
     return out
 
 
@@ -668,6 +671,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     start, dur = data.ts[gpu], data.dur[gpu]
     end = start + dur
     types = name_type[data.name[gpu]]
+    runs = hta.type_runs(start, end, types)
     kernel_rows = []
     for kind in hta.BREAKDOWN_TYPES:
         rows = types == kind
@@ -686,8 +690,8 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     _merge_extents(extents, plain.extents)
     return RankResult(
         data.rank, path, min(float(data.ts.min(initial=math.inf)), plain.min_ts), step_names, frame.filtered,
-        hta.temporal(start, end, types), hta.type_overlaps(start, end, types), kernel_rows,
-        hta.overlap_ratio(start, end, types), _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts),
+        hta.temporal(runs), hta.type_overlaps(runs), kernel_rows, hta.overlap_ratio(runs),
+        _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts),
         launch_part, launch_rows, {frame.step_ids[data.name[at]] for at in kept_steps} - {None},
         _step_spans(data, kept_steps, frame.step_ids, cats), _step_times(start, end, types, iteration[gpu]), extents,
         _comm_candidates(data, keep, iteration, strings), notes=notes)
@@ -778,9 +782,10 @@ def _step_times(start: np.ndarray, end: np.ndarray, types: np.ndarray, iteration
     """Per step (the kernels its launches issued): busy, compute and communication time, idle within their span."""
     out = {}
     for step, mine in _by_step(iteration):
-        t = hta.temporal(start[mine], end[mine], types[mine])
-        comm = mine[types[mine] == hta.COMMUNICATION]
-        out[step] = (t.kernel_time - t.idle, t.compute, hta.covered(start[comm], end[comm]), t.idle)
+        runs = hta.type_runs(start[mine], end[mine], types[mine])
+        t = hta.temporal(runs)
+        out[step] = (t.kernel_time - t.idle, t.compute, float((runs[hta.COMMUNICATION][1] - runs[hta.COMMUNICATION][0]).sum()),
+                     t.idle)
     return out
 
 
