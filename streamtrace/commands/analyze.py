@@ -22,6 +22,7 @@ import tempfile
 import time
 from array import array
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
@@ -68,6 +69,7 @@ _BLOCK_HEAD = struct.Struct("<Q")
 _PLAIN_TIMES = {int, float, type(None)}
 SAMPLES_PER_GPU_PID = 4096  # as relink: enough (id, ts) pairs to pair a GPU pid with its launching pid
 ID_LIMIT = 1 << 62
+ID_LOW, ID_HIGH = -(1 << 63), 1 << 63  # what a stream or correlation id array holds
 KERNEL_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"})
 LAUNCH_NAMES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "runFunction - job_prep_and_submit_for_execution"})
 MEMORY_LAUNCH_NAMES = frozenset({"cudaMemcpyAsync", "cudaMemsetAsync"})
@@ -97,7 +99,7 @@ def _stream_of(value: object) -> int:
 def _id_of(value: object) -> int:
     """A correlation id: an integer (or a whole float); anything else is no id."""
     if value.__class__ is int:
-        return value if -(1 << 63) <= value < (1 << 63) else NO_ID  # type: ignore[return-value, operator]
+        return value if ID_LOW <= value < ID_HIGH else NO_ID  # type: ignore[return-value, operator]
     if value.__class__ is float and value.is_integer():  # type: ignore[union-attr]
         return int(value)  # type: ignore[arg-type]
     return NO_ID
@@ -238,6 +240,9 @@ class AnalyzeIndex:
             streams = [value if value.__class__ is int else _stream_of(value) for value in streams]
         if set(map(type, corrs)) - {int}:
             corrs = [value if value.__class__ is int else _id_of(value) for value in corrs]
+        if events and not (ID_LOW <= min(streams) and max(streams) < ID_HIGH and ID_LOW <= min(corrs) and max(corrs) < ID_HIGH):
+            streams = [value if ID_LOW <= value < ID_HIGH else NO_ID for value in streams]
+            corrs = [value if ID_LOW <= value < ID_HIGH else NO_ID for value in corrs]
         work = [at for at, (stream, corr, event) in enumerate(zip(streams, corrs, events))
                 if stream != NO_ID or corr != NO_ID or (event.name.__class__ is str and "ProfilerStep" in event.name)]
         chosen = set(work)
@@ -328,14 +333,19 @@ class AnalyzeIndex:
             if ts.__class__ is not int:
                 fractional[0] = True
                 if ts.__class__ is not float:
-                    if get("ph") == "M":
-                        metadata(event)
-                    return
+                    if ts.__class__ is Decimal:  # exact mode reads every fraction as a Decimal
+                        ts = float(ts)
+                    else:
+                        if get("ph") == "M":
+                            metadata(event)
+                        return
             dur = get("dur")
             if dur is None:
                 if get("ph") == "M":
                     metadata(event)
                 return
+            if dur.__class__ is Decimal:
+                dur = float(dur)
             cat = get("cat")
             if cat.__class__ is not str or cat == "Trace" or dur.__class__ not in NUMBERS:
                 if cat is not None and cat != "Trace":
@@ -355,6 +365,8 @@ class AnalyzeIndex:
                 value = args.get("correlation")
                 if value is not None:
                     corr = value if value.__class__ is int else _id_of(value)
+            if not (ID_LOW <= stream < ID_HIGH and ID_LOW <= corr < ID_HIGH):  # (integers beyond 64 bits: no id)
+                stream, corr = (stream if ID_LOW <= stream < ID_HIGH else NO_ID), (corr if ID_LOW <= corr < ID_HIGH else NO_ID)
             if stream == NO_ID and corr == NO_ID and not (name.__class__ is str and "ProfilerStep" in name):
                 plain_ts(ts)
                 plain_dur(dur)
@@ -421,10 +433,25 @@ class RankResult:
     step_times: dict  # step -> (busy, compute, communication, idle)
     step_extent: dict  # step -> (first start, last end) of the rows in it (HTA's iteration)
     comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
-    skipped_events: int = 0
     notes: list = field(default_factory=list)
-    read: dict | None = None  # the input's reading (on its first rank's result)
-    pass1_seconds: float = 0.0  # (on its first rank's result)
+
+
+@dataclass
+class FileResult:
+    """One input's ranks and its reading."""
+
+    ranks: list[RankResult]
+    read: dict
+    skipped_events: int
+    pass1_seconds: float
+    step_names: set  # every ProfilerStep name of the input (HTA decides its cut on all inputs' names)
+    filtered: bool  # the decision this reading took
+
+
+def _discard(result: FileResult) -> None:
+    for rank in result.ranks:
+        if rank.launch_part:
+            remove_quietly(rank.launch_part)
 
 
 @dataclass(frozen=True)
@@ -438,7 +465,7 @@ class _Options:
 
 
 @buffers_from_os(SCRATCH_MMAP_THRESHOLD)  # the growing arrays' old copies and numpy scratch must not stay resident
-def analyze_file(path: str, options: _Options) -> list[RankResult]:
+def analyze_file(path: str, options: _Options) -> FileResult:
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir), keep_events=False,
@@ -463,11 +490,7 @@ def analyze_file(path: str, options: _Options) -> list[RankResult]:
                                      step_names, first_ts, options))
     finally:
         index.close()
-    if out:
-        out[0].skipped_events = index.skipped[0]
-        out[0].read = result.stats.as_dict()
-        out[0].pass1_seconds = result.seconds
-    return out
+    return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered)
 
 
 def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> list[int]:
@@ -826,8 +849,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         if runner.distributed:
             files = [shared_path(path) for path in files]
         options = _Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1)
-        everything = results = _run(runner, files, options)
-        read = _read_totals([result.read for result in results if result.read is not None])
+        per_file = _run(runner, files, options)
+        results = [rank for result in per_file for rank in result.ranks]
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
                 results = [result for result in results if result.rank in ranks]
@@ -838,19 +861,20 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             written = _write_tables(tables, parts, targets) if targets else []
             tables["kernel_launch_stats"] = _read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
         finally:
-            _discard(everything)
+            for result in per_file:
+                _discard(result)
     notes = [note for result in results for note in result.notes]
     return {
         "command": "analyze",
-        "read": read,
+        "read": _read_totals([result.read for result in per_file]),
         "inputs": len(files),
         "ranks": sorted(result.rank for result in results),
         "output": written,
         "tables": tables,
         "kernel_launch_rows": launch_rows,
-        "events_skipped": sum(result.skipped_events for result in results),
+        "events_skipped": sum(result.skipped_events for result in per_file),
         "notes": notes,
-        "pass1_seconds": round(sum(result.pass1_seconds for result in results), 3),
+        "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
@@ -886,29 +910,22 @@ def _inputs(specs: list) -> list[str]:
     return files
 
 
-def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[RankResult]:
+def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[FileResult]:
     """Every input's ranks; files whose own step names disagree with all
-    inputs' (HTA filters by the names of every rank) run again."""
+    inputs' (HTA cuts by the names of every rank) run again."""
     per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done",
                                    discard=_discard))
-    all_names = set().union(*(result.step_names for results in per_file for result in results))
-    wanted = len(all_names) > 1
-    again = [n for n, results in enumerate(per_file) if results and results[0].filtered != wanted]
+    wanted = len(set().union(*(result.step_names for result in per_file))) > 1
+    again = [n for n, result in enumerate(per_file) if result.filtered != wanted]
     if again:
         forced = dataclasses.replace(options, filter_steps=wanted)
         for n in again:
             _discard(per_file[n])
         redone = runner.ordered(analyze_file, [(files[n], forced) for n in again], label="inputs redone",
                                 discard=_discard)
-        for n, results in zip(again, redone):
-            per_file[n] = results
-    return [result for results in per_file for result in results]
-
-
-def _discard(results: list[RankResult]) -> None:
-    for result in results:
-        if result.launch_part:
-            remove_quietly(result.launch_part)
+        for n, result in zip(again, redone):
+            per_file[n] = result
+    return per_file
 
 
 def _refuse_repeated_ranks(results: list[RankResult]) -> None:
