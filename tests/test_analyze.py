@@ -23,7 +23,7 @@ from streamtrace.algo import analysis as hta
 from streamtrace.commands import analyze as analyze_module
 from streamtrace.commands.analyze import COLUMNS, TABLES
 from streamtrace.errors import TraceError
-from streamtrace.synth import SynthConfig, write_traces
+from streamtrace.synth import SynthConfig, write_merged, write_traces
 
 DLRM = TRACES / "dlrm_8ranks"
 SMALL = dict(microbatches=2, steps=3, graph_kernels=8, graph_streams=4, eager_kernels=4, python_noise=1)
@@ -137,6 +137,26 @@ def test_merged_file_gives_the_tables_of_its_rank_files(generated):
     for name in TABLES:
         if name != "step_times":  # its start is from each input's first event
             assert comparable(merged["tables"][name]) == comparable(per_rank["tables"][name]), name
+
+
+def test_merged_file_with_process_names(generated, tmp_path):
+    """Ranks stated by process_name ('rank 3') instead of args.rank: the same tables."""
+    path = tmp_path / "merged.json"
+    with path.open("wb") as out:
+        write_merged(SynthConfig(ranks=4, pp_stages=2, **SMALL), out, merged_style="process-name")
+    merged = streamtrace.analyze(path, jobs=1)
+    per_rank = streamtrace.analyze(rank_files(generated), jobs=1)
+    assert comparable(merged["tables"]["kernel_breakdown"]) == comparable(per_rank["tables"]["kernel_breakdown"])
+    assert comparable(merged["tables"]["temporal_breakdown"]) == comparable(per_rank["tables"]["temporal_breakdown"])
+
+
+def test_events_no_rule_places_are_counted_not_lost_silently(tmp_path):
+    """A merged file stating no rank whose ranks run in lockstep: GPU pids pair with no launching pid."""
+    path = tmp_path / "merged.json"
+    with path.open("wb") as out:
+        write_merged(SynthConfig(ranks=4, pp_stages=2, **SMALL), out, merged_style="none")
+    summary = streamtrace.analyze(path, jobs=1)
+    assert any("no rule places in a rank" in note for note in summary["notes"])
 
 
 def test_the_last_step_is_cut_where_hta_cuts_it(generated):

@@ -488,8 +488,14 @@ def analyze_file(path: str, options: _Options) -> FileResult:
             first_ts = first[1] if first is not None and first[0] == rank else math.nan
             out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings, cat_strings,
                                      step_names, first_ts, options))
+        unplaced = len(index.ts) - sum(len(data.ts) for _, data in inputs) + plain.get(-1, PlainFacts()).unplaced
     finally:
         index.close()
+    if unplaced and out:
+        pids = [str(facts.pid) for facts, rank in zip(index.pids, ranks) if rank < 0]
+        out[0].notes.append(f"{location}: {unplaced:,} events on pids that no rule places in a rank ({', '.join(pids[:8])}"
+                            f"{' ...' if len(pids) > 8 else ''}) are left out; give them a rank with args.rank or a "
+                            "process_name such as 'rank 3'")
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered)
 
 
@@ -640,6 +646,7 @@ class PlainFacts:
 
     min_ts: float = math.inf
     extents: dict = field(default_factory=dict)
+    unplaced: int = 0  # rows of a pid no rule places in a rank (or of a rank without GPU work or steps)
 
 
 def _plain_facts(index: AnalyzeIndex, ranks: list[int], frames: dict[int, Frame]) -> dict[int, PlainFacts]:
@@ -652,6 +659,7 @@ def _plain_facts(index: AnalyzeIndex, ranks: list[int], frames: dict[int, Frame]
         for rank in np.unique(row_rank).tolist():
             frame = frames.get(rank)
             if frame is None:
+                facts.setdefault(rank, PlainFacts()).unplaced += int((row_rank == rank).sum())
                 continue
             mine = row_rank == rank
             start, end = ts[mine], ts[mine] + dur[mine]
