@@ -38,7 +38,7 @@ from ..engine.passes import index_pass
 from ..errors import TraceError
 from ..io.jsonscan import member_value
 from ..io.projection import projected_events
-from ..io.sink import remove_quietly
+from ..io.sink import check_output_directory, remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb
@@ -483,11 +483,15 @@ def analyze_file(path: str, options: _Options) -> FileResult:
         inputs = _split_by_rank(index, ranks)
         frames = {rank: _frame(data, strings, filtered, options.include_last_step) for rank, data in inputs}
         plain = _plain_facts(index, ranks, frames)
-        out = []
-        for rank, data in inputs:
-            first_ts = first[1] if first is not None and first[0] == rank else math.nan
-            out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings, cat_strings,
-                                     step_names, first_ts, options))
+        out: list[RankResult] = []
+        try:
+            for rank, data in inputs:
+                first_ts = first[1] if first is not None and first[0] == rank else math.nan
+                out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
+                                         cat_strings, step_names, first_ts, options))
+        except BaseException:
+            _discard(FileResult(out, {}, 0, 0.0, set(), False))
+            raise
         unplaced = len(index.ts) - sum(len(data.ts) for _, data in inputs) + plain.get(-1, PlainFacts()).unplaced
     finally:
         index.close()
@@ -786,13 +790,17 @@ def _launch_stats(data: RankInput, keep: np.ndarray, strings: list[str], spool_d
     handle, part = tempfile.mkstemp(prefix="streamtrace-launches-", suffix=".csv", dir=spool_dir)
     count = 0
     ts, dur = data.ts, data.dur
-    with os.fdopen(handle, "w", newline="") as out:
-        write = csv.writer(out).writerow
-        for at, corr in zip(cpu.tolist(), data.corr[cpu].tolist()):
-            for kernel in gpu_of.get(corr, ()):
-                delay = max(ts[kernel] - ts[at] - dur[at], 0.0)
-                write((data.rank, corr, _number(dur[at]), _number(dur[kernel]), _number(delay)))
-                count += 1
+    try:
+        with os.fdopen(handle, "w", newline="") as out:
+            write = csv.writer(out).writerow
+            for at, corr in zip(cpu.tolist(), data.corr[cpu].tolist()):
+                for kernel in gpu_of.get(corr, ()):
+                    delay = max(ts[kernel] - ts[at] - dur[at], 0.0)
+                    write((data.rank, corr, _number(dur[at]), _number(dur[kernel]), _number(delay)))
+                    count += 1
+    except BaseException:
+        remove_quietly(part)
+        raise
     return part, count
 
 
@@ -1050,8 +1058,7 @@ def _straggler_metric(results: list[RankResult], steps: list[int], num_candidate
 def _check_out_dir(out_dir: str | None, overwrite: bool) -> dict[str, str]:
     if out_dir is None:
         return {}
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise TraceError("-o names a directory for the tables' CSV files, and this is a file", path=out_dir)
+    check_output_directory(out_dir)
     targets = {name: os.path.join(out_dir, f"{name}.csv") for name in TABLES}
     if not overwrite:
         for path in targets.values():
@@ -1073,7 +1080,8 @@ def _write_tables(tables: dict, parts: list[str], targets: dict[str, str]) -> li
     staging = tempfile.mkdtemp(prefix=".streamtrace-analyze-", dir=folder)
     try:
         for name, path in targets.items():
-            with open(os.path.join(staging, os.path.basename(path)), "w", newline="") as out:
+            descriptor = os.open(os.path.join(staging, os.path.basename(path)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(descriptor, "w", newline="") as out:
                 writer = csv.writer(out)
                 writer.writerow(COLUMNS[name])
                 if name == "kernel_launch_stats":

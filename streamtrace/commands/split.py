@@ -33,7 +33,7 @@ from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.remote import is_url
-from ..io.sink import OutputTarget
+from ..io.sink import OutputTarget, check_output_directory
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import TraceWriter
 from ..resources import peak_rss_mb
@@ -204,13 +204,7 @@ def split(
     directory = os.fspath(out_dir)
     if is_url(directory):
         raise TraceError("split writes to a local directory; copy the files to the bucket afterwards", path=directory)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise TraceError("exists and is not a directory", path=directory)
-    existing = directory
-    while not os.path.isdir(existing):  # the directory is created later: its nearest existing parent decides
-        existing = os.path.dirname(os.path.abspath(existing))
-    if not os.access(existing, os.W_OK):  # refuse now, not after reading the whole input
-        raise TraceError("output directory is not writable", path=directory)
+    check_output_directory(directory)
     group_size = max_open_writers(max_open)
     processes = resolve_jobs(jobs)
     redactor = Redactor.from_options(redact)  # one for every file: pseudonyms agree across them
