@@ -13,12 +13,13 @@ from typing import Callable, Sequence
 from . import __version__
 from .algo.rules import DEFAULT_RULES_TOML
 from .algo.secrets import DEFAULT_SECRETS_RULES_TOML
+from .commands.analyze import analyze, report_rows
 from .commands.attribute import attribute
 from .commands.batch import batch
 from .commands.compact import compact
 from .commands.convert import convert
 from .commands.inspect import inspect
-from .commands.merge import merge
+from .commands.merge import merge, parse_rank_list
 from .commands.redact import redact
 from .commands.relink import relink
 from .commands.slicing import slice_trace
@@ -396,6 +397,33 @@ def build_parser() -> argparse.ArgumentParser:
     _common(cmd)
     cmd.set_defaults(run=_run_attribute)
 
+    cmd = commands.add_parser(
+        "analyze", help="where did the time go, which rank is slow: HTA's tables, streamed",
+        description=_paragraphs(
+            "The tables of Holistic Trace Analysis (HTA 0.5.0), with its column names and rules, for every rank of "
+            "the inputs: temporal_breakdown, kernel_type_breakdown, kernel_breakdown, comm_comp_overlap, "
+            "idle_time_breakdown, kernel_launch_stats (every rank), profiler_steps, step_times (per rank and "
+            "step), stragglers (HTA's candidates and each rank's lag per step). As HTA, the last profiler step "
+            "is left out unless --include-last-step.",
+            "Inputs are what 'merge' takes (rank files, globs, directories, archives, URLs) or one merged "
+            "multi-rank file (ranks found as relink finds them). One task per input (-j, --dask). "
+            "docs/analyze.md states each rule, and where it departs from HTA."),
+        epilog="examples:\n  streamtrace analyze dlrm/\n  streamtrace analyze 'ranks/*.json.gz' -o tables/\n"
+               "  streamtrace analyze merged.json.gz --json | jq .tables.temporal_breakdown",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("inputs", nargs="+", metavar="INPUT", help="rank traces, globs, directories, archives, URLs, "
+                     "or a merged trace")
+    cmd.add_argument("-o", "--output", metavar="DIR", help="write one CSV per table into DIR")
+    cmd.add_argument("--include-last-step", action="store_true", help="keep the last profiler step (HTA leaves it out)")
+    cmd.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0-3,7")
+    cmd.add_argument("--candidates", type=int, default=2, metavar="N", help="straggler candidates (HTA's "
+                     "num_candidates, default 2)")
+    cmd.add_argument("--overwrite", action="store_true", help="replace the CSV files in DIR")
+    _cluster(cmd)
+    _common(cmd)
+    cmd.set_defaults(run=_run_analyze)
+
     _synth_parser(commands)
 
     cmd = commands.add_parser(
@@ -737,6 +765,14 @@ def _attribute_view(summary: dict) -> Rows:
             *_linking_rows(summary), _took(summary)]
 
 
+@view("analyze")
+def _analyze_view(summary: dict) -> Rows:
+    rows = report_rows(summary)
+    if summary["output"]:
+        rows.append(("output", _listed(summary["output"], 3)))
+    return [*rows, _took(summary)]
+
+
 @view("batch")
 def _batch_view(summary: dict) -> Rows:
     outputs = summary["output"] if isinstance(summary["output"], list) else [summary["output"]]
@@ -858,6 +894,13 @@ def _run_attribute(args: argparse.Namespace) -> None:
         args.trace[0], args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite, **_reading(args),
     )
     report("attribute", summary, args, to_stderr=args.output == "-")
+
+
+def _run_analyze(args: argparse.Namespace) -> None:
+    summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
+                      ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
+                      dask=args.dask, **_reading(args))
+    report("analyze", summary, args)
 
 
 def _batch(args: argparse.Namespace, output_dir: str | None) -> bool:

@@ -34,7 +34,7 @@ Convention (CONTRIBUTING.md says the same):
                      ``.json.zst``) is read by ``streamtrace.inspect`` and
                      has events (a ``.json`` file may instead be a JSON
                      summary), a ``.csv`` starts with one of ``attribute``'s
-                     headers, a ``.toml`` parses as compaction rules, a
+                     or ``analyze``'s headers, a ``.toml`` parses as compaction rules, a
                      ``.parquet`` file has rows, a PATH
                      ending in ``/`` is a directory holding traces
   ``# prints JSON``  the line's standard output is one or more JSON documents
@@ -65,6 +65,7 @@ from conftest import TRACES
 import streamtrace
 from streamtrace.algo.rules import parse_rules
 from streamtrace.cli import build_parser
+from streamtrace.commands.analyze import COLUMNS as TABLE_COLUMNS
 from streamtrace.commands.attribute import COLUMNS, GROUP_COLUMNS
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -77,7 +78,7 @@ NOT_RUN = re.compile(r"^<!--\s*not run:\s*\S.*-->\s*$")
 SHELL_TAGS = {"bash", "shell", "console", "zsh", "shell-session"}
 PROMISE = re.compile(r"\s#\s*(writes|prints)\s+(\S.*?)\s*$")
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
-HEADERS = {",".join(COLUMNS), ",".join(GROUP_COLUMNS)}
+HEADERS = {",".join(COLUMNS), ",".join(GROUP_COLUMNS), *(",".join(columns) for columns in TABLE_COLUMNS.values())}
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 MARK = "@@docs-example-line-{}@@"
 BLOCK_TIMEOUT = 120

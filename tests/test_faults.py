@@ -228,6 +228,8 @@ def test_full_disk_is_one_line_and_leaves_nothing(command, room, jobs, tmp_path,
     before = digest(trace)
     argv, output, spool = command_line(command, trace, tmp_path)
     argv += ["-j", jobs]
+    if room and command.small_outputs:
+        room = 4 << 10
     monkeypatch.setattr(parseproc, "MIN_BYTES", 0)  # -j 2: pass-1 workers or the parse child even on this small file
     monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 16 << 10)
     inputs_before = files_under(tmp_path)

@@ -205,7 +205,7 @@ def test_exact_mode_lines_decode_exactly(text, expected):
     (b'{"a": 1234567890123456789, "b": 99999999999999999999}', True),  # the second run decides
 ])
 def test_integers_orjson_would_round_are_found(text, beyond):
-    assert reader_module._has_int_beyond_orjson(text) is beyond
+    assert reader_module.has_int_beyond_fast_reading(text) is beyond
 
 
 def test_exact_mode_batches_decode_exactly():

@@ -183,14 +183,7 @@ class MergedIndex:
 
     def metadata(self, event: dict) -> int:
         """A metadata event: the rank a ``process_name`` states."""
-        if event.get("name") == "process_name":
-            args = event.get("args")
-            rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
-            if rank is not None:
-                self.pids[self.slot(event.get("pid"))].name_ranks.add(rank)
-            rank = rank_from_args(args)
-            if rank is not None:
-                self.pids[self.slot(event.get("pid"))].arg_ranks.add(rank)
+        note_process_name(event, self.pids, self.slot)
         return KEEP
 
 
@@ -217,6 +210,18 @@ class RankIndex(MergedIndex):
 
     def _add_gpu(self, slot: int, correlation: int, rank: int) -> None:
         """Not kept: ranks need only the samples."""
+
+
+def note_process_name(event: dict, pids: list[PidEvidence], slot_of: Callable[[object], int]) -> None:
+    """The rank a ``process_name`` metadata event states (in its name or ``args.rank``), as evidence of its pid."""
+    if event.get("name") == "process_name":
+        args = event.get("args")
+        rank = rank_from_process_name(args.get("name") if args.__class__ is dict else None)
+        if rank is not None:
+            pids[slot_of(event.get("pid"))].name_ranks.add(rank)
+        rank = rank_from_args(args)
+        if rank is not None:
+            pids[slot_of(event.get("pid"))].arg_ranks.add(rank)
 
 
 @dataclass
@@ -375,5 +380,5 @@ def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None 
                     clashes)
 
 
-__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "RankIndex", "Resolved", "UNKNOWN", "rank_table", "resolve",
-           "resolve_pid_ranks"]
+__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "RankIndex", "Resolved", "UNKNOWN", "note_process_name",
+           "rank_table", "resolve", "resolve_pid_ranks"]

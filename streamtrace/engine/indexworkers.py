@@ -65,6 +65,10 @@ class PartVisitor(Protocol):
         ``first_event``; parts come in event order, and each source's parts
         in the order it took them."""
 
+    # optional, used when no spool is written: visit_chunk(text) indexes the
+    # events of a chunk's text (``{...},{...}``) as visit() would and returns
+    # their number, or None to refuse the chunk (it is then read the ordinary way)
+
 
 class EventSink(Protocol):
     """Where pass 1 keeps the events (:class:`~streamtrace.io.spool.EventSpool`, or rows)."""
@@ -246,6 +250,8 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable
         visitor = make_visitor()
         visit = visitor.visit
         encode = make_encoder() if make_encoder is not None else None
+        # a visitor may index a chunk's text itself (decoding only what it reads) when no sink needs the events
+        visit_chunk: Callable[[bytes], int | None] | None = None if encode is not None else getattr(visitor, "visit_chunk", None)
         chunk_of = _chunk_reader(input_file)
         while True:
             try:
@@ -253,19 +259,23 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable
             except EOFError:
                 return
             text = chunk_of(task)
-            events = None if text is None else chunk_events(text)
-            if events is None:
+            try:
+                if visit_chunk is not None:
+                    count = None if text is None else visit_chunk(text)
+                    frame = b""
+                else:
+                    events = None if text is None else chunk_events(text)
+                    count = None if events is None else len(events)
+                    for event in events or ():
+                        visit(event)
+                    frame = encode(events) if encode is not None and events is not None else b""
+            except (TraceError, TypeError):
+                count = None  # the ordinary reading reports it with its position
+            if count is None:
                 results.send_bytes(_REFUSED)
                 return
-            try:
-                for event in events:
-                    visit(event)
-                frame = encode(events) if encode is not None else b""
-            except (TraceError, TypeError):
-                results.send_bytes(_REFUSED)  # the ordinary reading reports it with its position
-                return
             part = pickle.dumps(visitor.take_part(), pickle.HIGHEST_PROTOCOL)
-            results.send_bytes(b"".join((_PART, _SIZES.pack(len(events), len(part)), part, frame)))
+            results.send_bytes(b"".join((_PART, _SIZES.pack(count, len(part)), part, frame)))
     except BaseException as exc:
         send_failure(results, _FAILED, exc)
     finally:

@@ -632,7 +632,7 @@ def _chunk_loads_fast(text: bytes) -> list | None:
     orjson reads integers beyond 64 bits as floats without a word: a chunk
     holding one is left to ijson, which asks for the exact-mode reread.
     """
-    if _has_int_beyond_orjson(text):
+    if has_int_beyond_fast_reading(text):
         return None
     try:
         return orjson.loads(text)
@@ -744,7 +744,7 @@ _DIGIT_RUN = re.compile(rb"9+")
 _ORJSON_INTS = range(-(1 << 63), 1 << 64)
 
 
-def _has_int_beyond_orjson(text: bytes) -> bool:
+def has_int_beyond_fast_reading(text: bytes) -> bool:
     """Does ``text`` hold an integer orjson would round (outside [-2^63, 2^64))?
 
     Digits become ``9`` in a translated copy, so C-level ``find`` locates
@@ -777,7 +777,7 @@ def loads_spooled(text: bytes | memoryview) -> object:
     written, keeps its text.)
     """
     text = bytes(text)
-    if not _has_int_beyond_orjson(text):
+    if not has_int_beyond_fast_reading(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:

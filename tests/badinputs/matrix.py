@@ -66,6 +66,7 @@ class Command:
     output_is_dir: bool = False
     needs_second_rank: bool = False
     stdout_argv: Callable[[list[str]], list[str]] | None = None
+    small_outputs: bool = False  # its files are a few KB: a disk that fills "mid-run" must fill sooner
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -79,6 +80,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("split", lambda i, o: ["split", "--json", i[0], "-o", o], output_name="split", output_is_dir=True),
     Command("attribute", lambda i, o: ["attribute", "--json", i[0], "-o", o], output_name="kernels.csv",
             stdout_argv=lambda i: ["attribute", i[0], "-o", "-"]),
+    Command("analyze", lambda i, o: ["analyze", "--json", i[0], "-o", o], output_name="tables", output_is_dir=True,
+            small_outputs=True),
 )
 COMMAND_BY_NAME = {command.name: command for command in COMMANDS}
 
@@ -146,7 +149,7 @@ _EXPECTED: dict[str, Outcome | dict[str, Outcome]] = {
     "trailing_garbage": refuse("trailing garbage"),
     "event_not_object": refuse("event is a number"),
     "key_fields_not_scalar": {name: refuse("pid is a list, expected a number or string")
-                              for name in ("inspect", "merge", "split", "attribute")},
+                              for name in ("inspect", "merge", "split", "attribute", "analyze")},
     "missing_ph": accept(),
     "missing_ts_gpu_slice": {name: refuse("needs numeric ts and dur") for name in PLACERS},
     "missing_ts_cpu_op": accept(),

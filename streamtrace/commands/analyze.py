@@ -1,0 +1,1148 @@
+"""``analyze``: HTA's tables (Holistic Trace Analysis 0.5.0), streamed (SPEC 14).
+
+One task per input file (``-j`` processes or a Dask cluster): pass 1 with
+:class:`AnalyzeIndex` keeps, per event that HTA reads (events with a ``dur``
+and a ``cat``), a few typed-array entries; its ranks are found as ``relink``
+finds them, so a merged multi-rank file gives each rank its own tables.  Per
+rank the task applies HTA's rules (its filtering of the last profiler step,
+its links by correlation, its kernel types) with :mod:`streamtrace.algo.analysis`
+and returns small facts; launch statistics, one row per launched kernel, go
+to a CSV part on disk.  The coordinator joins what spans ranks (kernel-type
+totals, stragglers, step lags) and writes the tables.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import shutil
+import struct
+import tempfile
+import time
+from array import array
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import IO, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..algo import analysis as hta
+from ..algo.parts import extend_converted, shifted, translated
+from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
+from ..algo.ranks import rank_from_file_name
+from ..algo.steps import STEP_CATEGORIES
+from ..engine.executors import TaskRunner, shared_path
+from ..engine.jobs import resolve_jobs
+from ..engine.passes import index_pass
+from ..errors import TraceError
+from ..io.jsonscan import member_value
+from ..io.projection import projected_events
+from ..io.sink import check_output_directory, remove_quietly
+from ..io.source import InputSource
+from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
+from ..resources import buffers_from_os, peak_rss_mb
+from .merge import TRACE_SUFFIX, discover_inputs
+from .mergedindex import note_process_name
+
+TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
+          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers")
+COLUMNS = {
+    "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
+                           "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
+    "kernel_type_breakdown": ("kernel_type", "sum", "percentage"),
+    "kernel_breakdown": ("name", "sum (us)", "max (us)", "min (us)", "stddev", "mean (us)", "kernel_type", "rank"),
+    "comm_comp_overlap": ("rank", "comp_comm_overlap_pctg"),
+    "idle_time_breakdown": ("rank", "stream", "idle_category", "idle_time", "idle_time_ratio"),
+    "kernel_launch_stats": ("rank", "correlation", "cpu_duration", "gpu_duration", "launch_delay"),
+    "profiler_steps": ("step",),
+    "step_times": ("rank", "step", "start(us)", "duration(us)", "gpu_busy(us)", "compute(us)", "communication(us)",
+                   "idle(us)"),
+    "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
+}
+SYNC_NAMES = ("Event Sync", "Context Sync")
+RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
+NUMBERS = (int, float)
+SCRATCH_MMAP_THRESHOLD = 4 << 20
+PLAIN_BLOCK = 1 << 16  # plain rows held before they go to the temporary file
+_BLOCK_HEAD = struct.Struct("<Q")
+_PLAIN_TIMES = {int, float, type(None)}
+SAMPLES_PER_GPU_PID = 4096  # as relink: enough (id, ts) pairs to pair a GPU pid with its launching pid
+ID_LIMIT = 1 << 62
+ID_LOW, ID_HIGH = -(1 << 63), 1 << 63  # what a stream or correlation id array holds
+KERNEL_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"})
+LAUNCH_NAMES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "runFunction - job_prep_and_submit_for_execution"})
+MEMORY_LAUNCH_NAMES = frozenset({"cudaMemcpyAsync", "cudaMemsetAsync"})
+COMM_PREFIX = "ncclKernel"  # HTA's straggler analysis looks at these names only
+JSON_LAUNCH_ROWS = 1_000_000  # beyond this --json leaves the launch rows to -o DIR
+CONSECUTIVE_KERNEL_DELAY = 30
+MIN_NORMALIZED_DURATION = 0.01
+NO_ID = -1
+
+
+def _plain_event(event: object) -> dict:
+    """The fields of an event that :func:`_first_row` reads, as a small dict (a projection or a dict)."""
+    get = event.get if isinstance(event, dict) else lambda key: getattr(event, key, None)
+    return {key: get(key) for key in ("ph", "ts", "dur", "cat", "pid")}
+
+
+def _stream_of(value: object) -> int:
+    """HTA's ``int(stream)``; what int() refuses counts as no stream (-1)."""
+    if value.__class__ is int:
+        return value  # type: ignore[return-value]
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return NO_ID
+
+
+def _id_of(value: object) -> int:
+    """A correlation id: an integer (or a whole float); anything else is no id."""
+    if value.__class__ is int:
+        return value if ID_LOW <= value < ID_HIGH else NO_ID  # type: ignore[return-value, operator]
+    if value.__class__ is float and value.is_integer():  # type: ignore[union-attr]
+        return int(value)  # type: ignore[arg-type]
+    return NO_ID
+
+
+class AnalyzeIndex:
+    """Pass-1 visitor: per event HTA reads, a few typed-array entries.
+
+    "Work" events (on a stream, with a correlation id, or a profiler step)
+    keep start, duration, stream, id, name, category and pid slot; every
+    other event only start, duration and pid slot.  Per pid, the rank
+    evidence relink uses (``args.rank`` of its launches and GPU events, the
+    rank its ``process_name`` states); an event's own ``args.rank`` is kept
+    for the few events that have one.
+    """
+
+    def __init__(self, spool_dir: str | None = None) -> None:
+        self.pid_slots: dict[object, int] = {}
+        self.pids: list[PidEvidence] = []
+        self.unranked = bytearray()  # per pid slot: some launch or GPU event lacks args.rank
+        self.names: dict[object, int] = {}
+        self.cats: dict[object, int] = {}
+        self.ts, self.dur = array("d"), array("d")
+        self.stream, self.corr = array("q"), array("q")
+        self.name, self.cat, self.slot = array("i"), array("i"), array("i")
+        self.ranked_rows, self.row_ranks = array("q"), array("i")
+        self.plain_ts, self.plain_dur, self.plain_slot = array("d"), array("d"), array("i")
+        self.fractional = [False]  # some ts is not an integer (or missing): HTA rounds every event's times
+        self.skipped = [0]
+        self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
+        self._listed = (0, 0)  # names and categories already in a part
+        self._first_sent = False
+        self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours
+        self._spilled: IO[bytes] | None = None  # plain rows, in blocks, in an unnamed temporary file
+        self._owner = os.getpid()  # (pass-1 workers keep theirs for their parts)
+        self.spool_dir = spool_dir
+        self.visit = self._make_visit()
+
+    splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
+    _PART_ARRAYS = ("ts", "dur", "stream", "corr", "row_ranks", "plain_ts", "plain_dur")  # copied as they are
+    _PART_IDS = (("name", 0), ("cat", 1), ("slot", 2), ("plain_slot", 2))  # translated: names, categories, pid slots
+
+    def take_part(self) -> dict:
+        """What was indexed since the last part (see :mod:`streamtrace.engine.indexworkers`);
+        names, categories and pids keep their numbers, the new ones are listed."""
+        part: dict = {name: getattr(self, name)[:] for name in (*self._PART_ARRAYS, "name", "cat", "slot",
+                                                                  "plain_slot", "ranked_rows")}
+        for name in part:
+            del getattr(self, name)[:]
+        part["names"] = list(self.names)[self._listed[0]:]
+        part["cats"] = list(self.cats)[self._listed[1]:]
+        self._listed = (len(self.names), len(self.cats))
+        part["pids"] = self.pids[:]
+        self.pids[:] = [PidEvidence(facts.pid) for facts in self.pids]  # in place: the hot loop holds the list
+        part["unranked"] = bytes(self.unranked)
+        self.unranked[:] = bytes(len(self.unranked))
+        part["fractional"], self.fractional[0] = self.fractional[0], False
+        part["skipped"], self.skipped[0] = self.skipped[0], 0
+        first = self.first_event[0]
+        part["first_event"] = None if first is None or self._first_sent else _plain_event(first)
+        self._first_sent = first is not None
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part (parts come in event order)."""
+        maps = self._part_maps.setdefault(source, (array("i"), array("i"), array("i")))
+        for name in part["names"]:
+            maps[0].append(self.names.setdefault(name, len(self.names)))
+        for cat in part["cats"]:
+            maps[1].append(self.cats.setdefault(cat, len(self.cats)))
+        for local, facts in enumerate(part["pids"]):
+            if local == len(maps[2]):
+                maps[2].append(self.slot_of(facts.pid))
+            slot = maps[2][local]
+            self.pids[slot].arg_ranks |= facts.arg_ranks
+            self.pids[slot].name_ranks |= facts.name_ranks
+            if part["unranked"][local]:
+                self.unranked[slot] = 1
+        extend_converted(self.ranked_rows, shifted(part["ranked_rows"], len(self.ts)))
+        for name in self._PART_ARRAYS:
+            getattr(self, name).extend(part[name])
+        for name, kind in self._PART_IDS:
+            extend_converted(getattr(self, name), translated(part[name], maps[kind]))
+        if len(self.plain_ts) >= PLAIN_BLOCK:
+            self.spill()
+        self.fractional[0] = self.fractional[0] or part["fractional"]
+        self.skipped[0] += part["skipped"]
+        if self.first_event[0] is None and part["first_event"] is not None:
+            self.first_event[0] = part["first_event"]
+
+    def visit_chunk(self, text: bytes) -> int | None:
+        """Index a chunk's events as :meth:`visit` would, from a projection
+        decoded with msgspec and a pass over each field; None (refused) when
+        the projection cannot read the chunk or a field has an unusual type."""
+        events = projected_events(text)
+        if events is None:
+            return None
+        ts = [event.ts for event in events]
+        dur = [event.dur for event in events]
+        ts_types, dur_types = set(map(type, ts)), set(map(type, dur))
+        if not ts_types <= _PLAIN_TIMES or not dur_types <= _PLAIN_TIMES:
+            return None  # (missing or fractional times are fine; strings, bools and the like go the dict way)
+        if self.first_event[0] is None and events:
+            self.first_event[0] = _plain_event(events[0])
+        if ts_types != {int}:
+            self.fractional[0] = True
+        timed = np.flatnonzero(~np.isnan(np.array(dur, dtype=np.float64)) & ~np.isnan(np.array(ts, dtype=np.float64)))
+        if len(timed) != len(events):
+            phases = [event.ph for event in events]
+            if "M" in phases:
+                untimed = set(range(len(events))) - set(timed.tolist())
+                for at in sorted(untimed):
+                    if phases[at] == "M":
+                        event = events[at]
+                        args = event.args
+                        self.metadata({"name": event.name, "pid": event.pid,
+                                       "args": None if args is None else {"name": args.name, "rank": args.rank}})
+        timed_events = [events[at] for at in timed.tolist()]
+        cats = [event.cat for event in timed_events]
+        if set(map(type, cats)) - {str}:
+            self.skipped[0] += sum(1 for cat in cats if cat is not None and cat.__class__ is not str)
+            timed_events = [event for event, cat in zip(timed_events, cats) if cat.__class__ is str]
+        if "Trace" in cats:
+            timed_events = [event for event in timed_events if event.cat != "Trace"]
+        self._rows(timed_events)
+        return len(events)
+
+    def _rows(self, events: list) -> None:
+        """The rows of a chunk (events HTA reads), in order: work rows and plain rows."""
+        pid_slots, slot_of = self.pid_slots, self.slot_of
+        slots = [pid_slots.get(event.pid) for event in events]
+        if None in slots:
+            slots = [slot_of(event.pid) for event in events]
+        streams = [NO_ID if event.args is None or event.args.stream is None else event.args.stream for event in events]
+        corrs = [NO_ID if event.args is None or event.args.correlation is None else event.args.correlation
+                 for event in events]
+        if set(map(type, streams)) - {int}:
+            streams = [value if value.__class__ is int else _stream_of(value) for value in streams]
+        if set(map(type, corrs)) - {int}:
+            corrs = [value if value.__class__ is int else _id_of(value) for value in corrs]
+        if events and not (ID_LOW <= min(streams) and max(streams) < ID_HIGH and ID_LOW <= min(corrs) and max(corrs) < ID_HIGH):
+            streams = [value if ID_LOW <= value < ID_HIGH else NO_ID for value in streams]
+            corrs = [value if ID_LOW <= value < ID_HIGH else NO_ID for value in corrs]
+        work = [at for at, (stream, corr, event) in enumerate(zip(streams, corrs, events))
+                if stream != NO_ID or corr != NO_ID or (event.name.__class__ is str and "ProfilerStep" in event.name)]
+        chosen = set(work)
+        plain = [at for at in range(len(events)) if at not in chosen] if len(work) != len(events) else []
+        self.plain_ts.extend([float(events[at].ts) for at in plain])
+        self.plain_dur.extend([float(events[at].dur) for at in plain])
+        self.plain_slot.extend([slots[at] for at in plain])
+        if len(self.plain_ts) >= PLAIN_BLOCK:
+            self.spill()
+        names, cats, first_row = self.names, self.cats, len(self.ts)
+        for row, at in enumerate(work):
+            event = events[at]
+            if event.cat in RANK_EVIDENCE_CATEGORIES:
+                rank = None if event.args is None else event.args.rank
+                if rank.__class__ is int and rank >= 0:
+                    self.pids[slots[at]].arg_ranks.add(rank)
+                    self.ranked_rows.append(first_row + row)
+                    self.row_ranks.append(rank)
+                else:
+                    self.unranked[slots[at]] = 1
+        self.ts.extend([float(events[at].ts) for at in work])
+        self.dur.extend([float(events[at].dur) for at in work])
+        self.stream.extend([streams[at] for at in work])
+        self.corr.extend([corrs[at] for at in work])
+        self.name.extend([names.setdefault(events[at].name, len(names)) for at in work])
+        self.cat.extend([cats.setdefault(events[at].cat, len(cats)) for at in work])
+        self.slot.extend([slots[at] for at in work])
+
+    def spill(self) -> None:
+        """Move the plain rows held to the temporary file (in this process only)."""
+        if os.getpid() != self._owner or not self.plain_ts:
+            return
+        if self._spilled is None:
+            self._spilled = tempfile.TemporaryFile(prefix="streamtrace-rows-", dir=self.spool_dir)
+        self._spilled.write(_BLOCK_HEAD.pack(len(self.plain_ts)))
+        for rows in (self.plain_ts, self.plain_dur, self.plain_slot):
+            self._spilled.write(rows.tobytes())
+            del rows[:]
+
+    def plain_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The plain rows (start, duration, pid slot), a block at a time, in event order."""
+        if self._spilled is not None:
+            self._spilled.seek(0)
+            while head := self._spilled.read(_BLOCK_HEAD.size):
+                (count,) = _BLOCK_HEAD.unpack(head)
+                yield (np.frombuffer(self._spilled.read(8 * count), dtype=np.float64),
+                       np.frombuffer(self._spilled.read(8 * count), dtype=np.float64),
+                       np.frombuffer(self._spilled.read(4 * count), dtype=np.int32))
+        if self.plain_ts:
+            yield (np.frombuffer(self.plain_ts, dtype=np.float64), np.frombuffer(self.plain_dur, dtype=np.float64),
+                   np.frombuffer(self.plain_slot, dtype=np.int32))
+
+    def close(self) -> None:
+        if self._spilled is not None:
+            self._spilled.close()
+            self._spilled = None
+
+    def slot_of(self, pid: object) -> int:
+        found = self.pid_slots.get(pid)
+        if found is None:
+            if pid.__class__ not in (int, str):  # as relink: pids are ints or strings, anything else by its text
+                return self.slot_of(str(pid))
+            found = self.pid_slots[pid] = len(self.pids)
+            self.pids.append(PidEvidence(pid))
+            self.unranked.append(0)
+        return found
+
+    def metadata(self, event: dict) -> None:
+        """A ``process_name`` event: the rank it states."""
+        note_process_name(event, self.pids, self.slot_of)
+
+    def _make_visit(self) -> Callable[[dict], None]:
+        pid_slots, slot_of, metadata, pids, unranked = self.pid_slots, self.slot_of, self.metadata, self.pids, self.unranked
+        names, cats = self.names, self.cats
+        fractional, skipped, first_event = self.fractional, self.skipped, self.first_event
+        add_ts, add_dur, add_stream, add_corr = self.ts.append, self.dur.append, self.stream.append, self.corr.append
+        add_name, add_cat, add_slot = self.name.append, self.cat.append, self.slot.append
+        add_ranked, add_rank, rows = self.ranked_rows.append, self.row_ranks.append, self.ts
+        plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
+        plain_rows, spill = self.plain_ts, self.spill
+        evidence_cats = RANK_EVIDENCE_CATEGORIES
+
+        def visit(event: dict) -> None:
+            if first_event[0] is None:
+                first_event[0] = event
+            get = event.get
+            ts = get("ts")
+            if ts.__class__ is not int:
+                fractional[0] = True
+                if ts.__class__ is not float:
+                    if ts.__class__ is Decimal:  # exact mode reads every fraction as a Decimal
+                        ts = float(ts)
+                    else:
+                        if get("ph") == "M":
+                            metadata(event)
+                        return
+            dur = get("dur")
+            if dur is None:
+                if get("ph") == "M":
+                    metadata(event)
+                return
+            if dur.__class__ is Decimal:
+                dur = float(dur)
+            cat = get("cat")
+            if cat.__class__ is not str or cat == "Trace" or dur.__class__ not in NUMBERS:
+                if cat is not None and cat != "Trace":
+                    skipped[0] += 1
+                return
+            pid = get("pid")
+            slot = pid_slots.get(pid)
+            if slot is None:
+                slot = slot_of(pid)
+            name = get("name")
+            args = get("args")
+            stream = corr = NO_ID
+            if args.__class__ is dict:
+                value = args.get("stream")
+                if value is not None:
+                    stream = value if value.__class__ is int else _stream_of(value)
+                value = args.get("correlation")
+                if value is not None:
+                    corr = value if value.__class__ is int else _id_of(value)
+            if not (ID_LOW <= stream < ID_HIGH and ID_LOW <= corr < ID_HIGH):  # (integers beyond 64 bits: no id)
+                stream, corr = (stream if ID_LOW <= stream < ID_HIGH else NO_ID), (corr if ID_LOW <= corr < ID_HIGH else NO_ID)
+            if stream == NO_ID and corr == NO_ID and not (name.__class__ is str and "ProfilerStep" in name):
+                plain_ts(ts)
+                plain_dur(dur)
+                plain_slot(slot)
+                if len(plain_rows) >= PLAIN_BLOCK:
+                    spill()
+                return
+            if cat in evidence_cats:
+                rank = args.get("rank") if args.__class__ is dict else None
+                if rank.__class__ is int and rank >= 0:
+                    pids[slot].arg_ranks.add(rank)
+                    add_ranked(len(rows))
+                    add_rank(rank)
+                else:
+                    unranked[slot] = 1
+            name_id = names.get(name)
+            if name_id is None:
+                name_id = names[name] = len(names)
+            cat_id = cats.get(cat)
+            if cat_id is None:
+                cat_id = cats[cat] = len(cats)
+            add_ts(ts)
+            add_dur(dur)
+            add_stream(stream)
+            add_corr(corr)
+            add_name(name_id)
+            add_cat(cat_id)
+            add_slot(slot)
+
+        return visit
+
+
+@dataclass
+class RankInput:
+    """One rank's rows as numpy arrays (file order), with HTA's times applied."""
+
+    rank: int
+    ts: np.ndarray
+    dur: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray
+    name: np.ndarray
+    cat: np.ndarray
+
+
+@dataclass
+class RankResult:
+    """What one rank contributes to the tables (small, picklable)."""
+
+    rank: int
+    source: str
+    min_ts: float
+    step_names: set
+    filtered: bool
+    temporal: hta.Temporal
+    type_sums: dict
+    kernel_rows: list
+    overlap: float
+    idle_rows: list
+    launch_part: str | None
+    launch_rows: int
+    step_numbers: set  # HTA's profiler steps of this rank
+    steps: list  # (number, start, duration) of its steps on the CPU
+    step_times: dict  # step -> (busy, compute, communication, idle)
+    step_extent: dict  # step -> (first start, last end) of the rows in it (HTA's iteration)
+    comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class FileResult:
+    """One input's ranks and its reading."""
+
+    ranks: list[RankResult]
+    read: dict
+    skipped_events: int
+    pass1_seconds: float
+    step_names: set  # every ProfilerStep name of the input (HTA decides its cut on all inputs' names)
+    filtered: bool  # the decision this reading took
+
+
+def _discard(result: FileResult) -> None:
+    for rank in result.ranks:
+        if rank.launch_part:
+            remove_quietly(rank.launch_part)
+
+
+@dataclass(frozen=True)
+class _Options:
+    include_last_step: bool
+    salvage: bool
+    spool_dir: str | None
+    reread_remote: bool = False
+    jobs: int = 1  # pass-1 processes of one input (one input alone: all of -j; several: one task each)
+    filter_steps: bool | None = None  # None: as this file's step names say; else as all inputs' say
+
+
+@buffers_from_os(SCRATCH_MMAP_THRESHOLD)  # the growing arrays' old copies and numpy scratch must not stay resident
+def analyze_file(path: str, options: _Options) -> FileResult:
+    """One input (a task): pass 1, then every rank it holds."""
+    with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
+        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir), keep_events=False,
+                            salvage=options.salvage, jobs=options.jobs)
+        members = result.stats.header + result.stats.trailer
+        index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
+        location = source.name
+    try:
+        ranks = _ranks_of_slots(location, index, members)
+        strings = [name if name.__class__ is str else str(name) for name in index.names]
+        cat_strings = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
+        step_names = {name for name in strings if "ProfilerStep" in name}
+        filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
+        first = _first_row(index, ranks)
+        inputs = _split_by_rank(index, ranks)
+        frames = {rank: _frame(data, strings, filtered, options.include_last_step) for rank, data in inputs}
+        plain = _plain_facts(index, ranks, frames)
+        out: list[RankResult] = []
+        try:
+            for rank, data in inputs:
+                first_ts = first[1] if first is not None and first[0] == rank else math.nan
+                out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
+                                         cat_strings, step_names, first_ts, options))
+        except BaseException:
+            _discard(FileResult(out, {}, 0, 0.0, set(), False))
+            raise
+        unplaced = len(index.ts) - sum(len(data.ts) for _, data in inputs) + plain.get(-1, PlainFacts()).unplaced
+    finally:
+        index.close()
+    if unplaced and out:
+        pids = [str(facts.pid) for facts, rank in zip(index.pids, ranks) if rank < 0]
+        out[0].notes.append(f"{location}: {unplaced:,} events on pids that no rule places in a rank ({', '.join(pids[:8])}"
+                            f"{' ...' if len(pids) > 8 else ''}) are left out; give them a rank with args.rank or a "
+                            "process_name such as 'rank 3'")
+    return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered)
+
+
+def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> list[int]:
+    """pid slot -> rank (-1: none): relink's rules (args.rank, process_name, inference by launch
+    times); a file where no pid states a rank is one rank's (distributedInfo.rank, the file name, else 0)."""
+    info = member_value(members, "distributedInfo")
+    file_rank = info.get("rank") if isinstance(info, dict) else None
+    for facts, flag in zip(index.pids, index.unranked):
+        facts.unranked = bool(flag)
+    _first_work(index)
+    resolution = resolve_ranks(index.pids, pairings=lambda: _pairings(index), file_rank=file_rank)
+    ranks = resolution.ranks
+    known = {rank for rank in ranks if rank >= 0} | set(index.row_ranks)
+    if len(known) > 1:
+        return ranks
+    if known:
+        rank = known.pop()
+    elif type(file_rank) is int:
+        rank = file_rank
+    else:
+        named = rank_from_file_name(path)
+        rank = named if named is not None else 0
+    return [rank] * len(ranks)
+
+
+def _evidence_rows(index: AnalyzeIndex, categories: frozenset) -> np.ndarray:
+    ids = [at for cat, at in index.cats.items() if cat in categories]
+    return np.flatnonzero(np.isin(np.frombuffer(index.cat, dtype=np.int32), ids)) if len(index.cat) else np.empty(0, int)
+
+
+def _first_work(index: AnalyzeIndex) -> None:
+    """Each pid's first launch or GPU event (its position among the work rows: the same order)."""
+    rows = _evidence_rows(index, RANK_EVIDENCE_CATEGORIES)
+    slots = np.frombuffer(index.slot, dtype=np.int32)[rows] if len(rows) else np.empty(0, np.int32)
+    found, first = np.unique(slots, return_index=True)
+    for slot, at in zip(found.tolist(), rows[first].tolist()):
+        index.pids[slot].first_work = at
+
+
+def _pairings(index: AnalyzeIndex) -> dict:
+    """Relink's inference input: per GPU pid its first sampled (id, ts), the launches of those ids."""
+    corr = np.frombuffer(index.corr, dtype=np.int64)
+    slots = np.frombuffer(index.slot, dtype=np.int32)
+    ts = np.frombuffer(index.ts, dtype=np.float64)
+    usable = (corr >= 0) & (corr < ID_LIMIT)
+    gpu = _evidence_rows(index, GPU_CATEGORIES)
+    gpu = gpu[usable[gpu]]
+    samples: dict[int, list[tuple[int, float]]] = {}
+    for slot in np.unique(slots[gpu]).tolist():
+        mine = gpu[slots[gpu] == slot][:SAMPLES_PER_GPU_PID]
+        samples[slot] = list(zip(corr[mine].tolist(), ts[mine].tolist()))
+    wanted = np.array(sorted({c for pairs in samples.values() for c, _ in pairs}), dtype=np.int64)
+    launches = _evidence_rows(index, RUNTIME_CATEGORIES)
+    launches = launches[usable[launches] & np.isin(corr[launches], wanted)]
+    launches_by_id: dict[int, list[tuple[int, float]]] = {}
+    for at, c in zip(launches.tolist(), corr[launches].tolist()):
+        launches_by_id.setdefault(c, []).append((int(slots[at]), float(ts[at])))
+    return pair_by_time(samples, launches_by_id)
+
+
+def _first_row(index: AnalyzeIndex, ranks: list[int]) -> tuple[int, float] | None:
+    """Rank and HTA time of the file's first event when HTA keeps it as a row (else None)."""
+    event = index.first_event[0]
+    if event.__class__ is not dict or event.get("ph") == "M":
+        return None
+    ts, dur, cat = event.get("ts"), event.get("dur"), event.get("cat")
+    if ts.__class__ not in (int, float) or dur.__class__ not in (int, float) or cat.__class__ is not str or cat == "Trace":
+        return None
+    slot = index.pid_slots.get(event.get("pid")) if event.get("pid").__class__ in (int, str) else None
+    start, _ = hta.hta_times(np.array([ts], dtype=np.float64), np.array([dur], dtype=np.float64), index.fractional[0])
+    return None if slot is None or ranks[slot] < 0 else (ranks[slot], float(start[0]))
+
+
+def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> list[tuple[int, RankInput]]:
+    """Each rank's work rows: an event's own args.rank, else its pid's."""
+    slot_rank = np.array(ranks + [-1], dtype=np.int64)
+    work_rank = slot_rank[np.frombuffer(index.slot, dtype=np.int32)] if len(index.slot) else np.empty(0, np.int64)
+    if len(index.ranked_rows):
+        work_rank[np.frombuffer(index.ranked_rows, dtype=np.int64)] = np.frombuffer(index.row_ranks, dtype=np.int32)
+    arrays = {name: np.frombuffer(getattr(index, name), dtype=dtype) if len(getattr(index, name)) else np.empty(0, dtype)
+              for name, dtype in (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64),
+                                  ("name", np.int32), ("cat", np.int32))}
+    out = []
+    found = sorted(set(work_rank[work_rank >= 0].tolist()))
+    for rank in found:
+        work = work_rank == rank
+        mine = arrays if len(found) == 1 and work.all() else {name: values[work] for name, values in arrays.items()}
+        ts, dur = hta.hta_times(mine["ts"], mine["dur"], index.fractional[0])
+        out.append((rank, RankInput(rank, ts, dur, mine["stream"], mine["corr"], mine["name"], mine["cat"])))
+    return out
+
+
+@dataclass
+class Frame:
+    """One rank's reading as HTA frames it: kernels, step spans, what its filter keeps."""
+
+    is_kernel: np.ndarray
+    step_ids: dict  # name id -> step number (None: a ProfilerStep name without one)
+    spans: tuple  # (starts, ends, numbers) of every ProfilerStep row, in event order
+    keep: np.ndarray
+    cutoff: float | None  # rows kept start before it (at or before with inclusive)
+    inclusive: bool
+    filtered: bool  # (the run's decision: several ProfilerStep names)
+    notes: list
+
+
+def _frame(data: RankInput, strings: list[str], filtered: bool, include_last_step: bool) -> Frame:
+    """HTA's filter: with several ProfilerStep names in the run, CPU rows that
+    start before the latest ProfilerStep row (GPU copies included) starts
+    (with the last step: ends), and the kernels whose correlation such a row has."""
+    sync_ids = [at for at, name in enumerate(strings) if name in SYNC_NAMES]
+    is_kernel = ((data.stream >= 0) & (data.corr >= 0)) | np.isin(data.name, sync_ids)
+    step_ids = {at: hta.step_number(name) for at, name in enumerate(strings) if name.startswith("ProfilerStep")}
+    step_rows = np.flatnonzero(np.isin(data.name, [at for at, n in step_ids.items() if n is not None]))
+    spans = (data.ts[step_rows], data.ts[step_rows] + data.dur[step_rows],
+             np.array([step_ids[data.name[at]] for at in step_rows], dtype=np.int64))
+    keep = np.ones(len(data.ts), dtype=bool)
+    cutoff, notes = None, []
+    if filtered:
+        cpu_step = np.flatnonzero(np.isin(data.name, [at for at, name in enumerate(strings) if "ProfilerStep" in name])
+                                  & ~is_kernel)
+        if len(cpu_step):
+            if include_last_step:
+                cutoff = float((data.ts[cpu_step] + data.dur[cpu_step]).max())
+                keep = data.ts <= cutoff
+            else:
+                cutoff = float(data.ts[cpu_step].max())
+                keep = data.ts < cutoff
+            keep &= ~is_kernel
+            kept_ids = np.unique(data.corr[keep & (data.corr != NO_ID)])
+            keep |= is_kernel & np.isin(data.corr, kept_ids)
+        else:
+            notes.append(f"rank {data.rank}: no ProfilerStep while other ranks have some: all its events kept")
+    return Frame(is_kernel, step_ids, spans, keep, cutoff, include_last_step, filtered, notes)
+
+
+def _kept_times(frame: Frame, ts: np.ndarray) -> np.ndarray:
+    """Which CPU rows of these start times the filter keeps."""
+    if frame.cutoff is None:
+        return np.ones(len(ts), dtype=bool)
+    return ts <= frame.cutoff if frame.inclusive else ts < frame.cutoff
+
+
+@dataclass
+class PlainFacts:
+    """What a rank's plain rows contribute: the earliest start, per step the first start and last end."""
+
+    min_ts: float = math.inf
+    extents: dict = field(default_factory=dict)
+    unplaced: int = 0  # rows of a pid no rule places in a rank (or of a rank without GPU work or steps)
+
+
+def _plain_facts(index: AnalyzeIndex, ranks: list[int], frames: dict[int, Frame]) -> dict[int, PlainFacts]:
+    """One pass over the plain rows (spilled in blocks) for every rank."""
+    slot_rank = np.array(ranks + [-1], dtype=np.int64)
+    facts: dict[int, PlainFacts] = {}
+    for ts, dur, slot in index.plain_blocks():
+        ts, dur = hta.hta_times(ts, dur, index.fractional[0])
+        row_rank = slot_rank[slot]
+        for rank in np.unique(row_rank).tolist():
+            frame = frames.get(rank)
+            if frame is None:
+                facts.setdefault(rank, PlainFacts()).unplaced += int((row_rank == rank).sum())
+                continue
+            mine = row_rank == rank
+            start, end = ts[mine], ts[mine] + dur[mine]
+            fact = facts.setdefault(rank, PlainFacts())
+            fact.min_ts = min(fact.min_ts, float(start.min()))
+            kept = _kept_times(frame, start)
+            _merge_extents(fact.extents, _extents(start[kept], end[kept], hta.step_of(start[kept], *frame.spans)))
+    return facts
+
+
+def _extents(starts: np.ndarray, ends: np.ndarray, steps: np.ndarray) -> dict:
+    return {step: (float(starts[mine].min()), float(ends[mine].max())) for step, mine in _by_step(steps)}
+
+
+def _merge_extents(into: dict, more: dict) -> None:
+    for step, (first, last) in more.items():
+        known = into.get(step)
+        into[step] = (first, last) if known is None else (min(known[0], first), max(known[1], last))
+
+
+def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, strings: list[str], cats: list[str],
+                  step_names: set, first_ts: float, options: _Options) -> RankResult:
+    name_type = np.array([hta.kernel_type(name) for name in strings], dtype=np.int8)
+    is_kernel, keep = frame.is_kernel, frame.keep
+    if not _kept_times(frame, np.array([first_ts]))[0]:
+        first_ts = math.nan
+    # links as HTA's index_correlation: a kernel's launch is the last CPU row (event order) with its id
+    cpu_linked = np.flatnonzero(~is_kernel & (data.corr != NO_ID))
+    launch_of = hta.LastById(data.corr[cpu_linked], cpu_linked)
+    # the iteration of a CPU row: the last ProfilerStep span (event order) holding its start; of a kernel: its launch's
+    iteration = np.full(len(data.ts), -1, dtype=np.int64)
+    cpu_rows = np.flatnonzero(data.stream < 0)
+    iteration[cpu_rows] = hta.step_of(data.ts[cpu_rows], *frame.spans)
+    gpu_rows = np.flatnonzero(data.stream > 0)
+    launch_pos = launch_of.find(data.corr[gpu_rows])
+    linked = launch_pos >= 0
+    iteration[gpu_rows[linked]] = iteration[launch_pos[linked]]
+
+    gpu = np.flatnonzero(keep & (data.stream != NO_ID))
+    start, dur = data.ts[gpu], data.dur[gpu]
+    end = start + dur
+    types = name_type[data.name[gpu]]
+    runs = hta.type_runs(start, end, types)
+    kernel_rows = []
+    for kind in hta.BREAKDOWN_TYPES:
+        rows = types == kind
+        for row in hta.aggregate_names(hta.name_stats(data.name[gpu][rows], dur[rows], strings)):
+            kernel_rows.append({"name": row["name"], "sum (us)": row["sum"], "max (us)": row["max"],
+                                "min (us)": row["min"], "stddev": row["std"], "mean (us)": row["mean"],
+                                "kernel_type": hta.TYPE_NAMES[kind], "rank": data.rank})
+    launch_part, launch_rows = _launch_stats(data, keep, strings, options.spool_dir)
+    notes = list(frame.notes)
+    negative = int((data.dur[keep] < 0).sum())
+    if negative:
+        notes.append(f"rank {data.rank}: {negative:,} events last less than a microsecond within one: HTA's rounding "
+                     "(start up, end down) gives them -1 us, counted so (as HTA does) in every table")
+    kept_steps = np.flatnonzero(np.isin(data.name, list(frame.step_ids)) & ~is_kernel & keep)
+    extents = _extents(data.ts[keep], data.ts[keep] + data.dur[keep], iteration[keep])
+    _merge_extents(extents, plain.extents)
+    return RankResult(
+        data.rank, path, min(float(data.ts.min(initial=math.inf)), plain.min_ts), step_names, frame.filtered,
+        hta.temporal(runs), hta.type_overlaps(runs), kernel_rows, hta.overlap_ratio(runs),
+        _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts),
+        launch_part, launch_rows, {frame.step_ids[data.name[at]] for at in kept_steps} - {None},
+        _step_spans(data, kept_steps, frame.step_ids, cats), _step_times(start, end, types, iteration[gpu]), extents,
+        _comm_candidates(data, keep, iteration, strings), notes=notes)
+
+
+def _step_spans(data: RankInput, rows: np.ndarray, step_ids: dict, cats: list[str]) -> list[tuple[int, float, float]]:
+    """(number, start, duration) of each step on the CPU: the union of its
+    ``user_annotation`` and ``cpu_op`` spans (not the GPU copies, which lag)."""
+    spans: dict[int, tuple[float, float]] = {}
+    for at in rows.tolist():
+        number = step_ids[data.name[at]]
+        if number is None or cats[data.cat[at]] not in STEP_CATEGORIES:
+            continue
+        start, end = float(data.ts[at]), float(data.ts[at] + data.dur[at])
+        known = spans.get(number)
+        spans[number] = (start, end) if known is None else (min(known[0], start), max(known[1], end))
+    return [(number, start, end - start) for number, (start, end) in sorted(spans.items())]
+
+
+def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[str], launch_of: hta.LastById,
+               is_kernel: np.ndarray, first_ts: float) -> list[dict]:
+    """HTA's idle time breakdown of every stream.  A kernel's launch time is
+    its launch's; a kernel with no launch in the trace gets, as in HTA (whose
+    index 0 stands for "not in the trace"), the time of the file's first row."""
+    kernel_cat = np.array([cat in KERNEL_CATEGORIES for cat in cats], dtype=bool)
+    rows = gpu[kernel_cat[data.cat[gpu]]] if len(cats) else gpu[:0]
+    launch_pos = launch_of.find(data.corr[rows])
+    linked = launch_pos >= 0
+    unlinked = np.where(is_kernel[rows], first_ts, np.nan)
+    launch_ts = np.where(linked, np.where(keep[launch_pos], data.ts[launch_pos], np.nan), unlinked)
+    out = []
+    streams = data.stream[rows]
+    _, first = np.unique(streams, return_index=True)
+    for stream in streams[np.sort(first)].tolist():
+        mine = np.flatnonzero(streams == stream)
+        order = mine[np.argsort(data.ts[rows[mine]], kind="stable")]
+        start = data.ts[rows[order]]
+        found = hta.idle_breakdown(start, start + data.dur[rows[order]], launch_ts[order], CONSECUTIVE_KERNEL_DELAY)
+        total = sum(idle for _, idle in found)
+        for kind, idle in found:
+            ratio = idle / total if total else math.nan
+            out.append({"rank": data.rank, "stream": stream, "idle_category": hta.IDLE_CATEGORIES[kind],
+                        "idle_time": round(idle, 2), "idle_time_ratio": round(ratio, 2)})
+    return out
+
+
+def _launch_stats(data: RankInput, keep: np.ndarray, strings: list[str], spool_dir: str | None) -> tuple[str | None, int]:
+    """HTA's launch statistics (every launch, memory copies included): each
+    CPU row on no stream whose id a launch call has, joined with each GPU row
+    with that id; written as CSV rows to a part file."""
+    launch_names = [at for at, name in enumerate(strings) if name in LAUNCH_NAMES or name in MEMORY_LAUNCH_NAMES]
+    ids = np.unique(data.corr[keep & np.isin(data.name, launch_names)])
+    ids = ids[ids != NO_ID] if len(ids) else ids
+    cpu = np.flatnonzero(keep & (data.stream == NO_ID) & np.isin(data.corr, ids))
+    gpu = np.flatnonzero(keep & (data.stream != NO_ID) & np.isin(data.corr, ids))
+    if not len(cpu) or not len(gpu):
+        return None, 0
+    gpu_of: dict[int, list[int]] = {}
+    for at, corr in zip(gpu.tolist(), data.corr[gpu].tolist()):
+        gpu_of.setdefault(corr, []).append(at)
+    handle, part = tempfile.mkstemp(prefix="streamtrace-launches-", suffix=".csv", dir=spool_dir)
+    count = 0
+    ts, dur = data.ts, data.dur
+    try:
+        with os.fdopen(handle, "w", newline="") as out:
+            write = csv.writer(out).writerow
+            for at, corr in zip(cpu.tolist(), data.corr[cpu].tolist()):
+                for kernel in gpu_of.get(corr, ()):
+                    delay = max(ts[kernel] - ts[at] - dur[at], 0.0)
+                    write((data.rank, corr, _number(dur[at]), _number(dur[kernel]), _number(delay)))
+                    count += 1
+    except BaseException:
+        remove_quietly(part)
+        raise
+    return part, count
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _by_step(steps: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Positions of the rows of each step (steps >= 0), one sort for all steps."""
+    rows = np.flatnonzero(steps >= 0)
+    rows = rows[np.argsort(steps[rows], kind="stable")]
+    ordered = steps[rows]
+    cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    return [(int(ordered[group[0]]), rows[group]) for group in np.split(np.arange(len(rows)), cuts) if len(group)]
+
+
+def _step_times(start: np.ndarray, end: np.ndarray, types: np.ndarray, iteration: np.ndarray) -> dict:
+    """Per step (the kernels its launches issued): busy, compute and communication time, idle within their span."""
+    out = {}
+    for step, mine in _by_step(iteration):
+        runs = hta.type_runs(start[mine], end[mine], types[mine])
+        t = hta.temporal(runs)
+        out[step] = (t.kernel_time - t.idle, t.compute, float((runs[hta.COMMUNICATION][1] - runs[hta.COMMUNICATION][0]).sum()),
+                     t.idle)
+    return out
+
+
+def _comm_candidates(data: RankInput, keep: np.ndarray, iteration: np.ndarray, strings: list[str]) -> dict:
+    """Communication kernels HTA's straggler metric may pick, per (stream, step, name), file order."""
+    comm_names = [at for at, name in enumerate(strings) if name.startswith(COMM_PREFIX)]
+    rows = np.flatnonzero(keep & (data.stream > 0) & (iteration > 0) & np.isin(data.name, comm_names))
+    groups: dict[tuple, list[int]] = {}
+    for at, stream, step, name in zip(rows.tolist(), data.stream[rows].tolist(), iteration[rows].tolist(),
+                                      data.name[rows].tolist()):
+        groups.setdefault((stream, step, strings[name]), []).append(at)
+    out = {}
+    for key, positions in groups.items():
+        where = np.array(positions)
+        kept = where[hta.suffix_maxima(where, data.dur[where])]
+        out[key] = [(float(data.ts[at]), float(data.dur[at])) for at in kept]
+    return out
+
+
+def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | None = None, *,
+            jobs: int | str | None = None, dask: str | None = None, include_last_step: bool = False,
+            ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
+            overwrite: bool = False, num_candidates: int = 2, progress: bool | None = False,
+            reread_remote: bool = False) -> dict:
+    """HTA's tables for every rank of the inputs; returns the summary, whose
+    ``tables`` maps each table name to its rows (HTA's column names).
+
+    ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
+    URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
+    """
+    started = time.perf_counter()
+    specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
+    files = _inputs(specs)
+    targets = _check_out_dir(out_dir, overwrite)
+    processes = resolve_jobs(jobs)
+    alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
+    with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+        if runner.distributed:
+            files = [shared_path(path) for path in files]
+        options = _Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1)
+        per_file = _run(runner, files, options)
+        results = [rank for result in per_file for rank in result.ranks]
+        try:  # (the launch parts are in the run's directory: done with before it goes)
+            if ranks is not None:
+                results = [result for result in results if result.rank in ranks]
+            _refuse_repeated_ranks(results)
+            parts = [result.launch_part for result in results if result.launch_part]
+            tables = _tables(results, num_candidates)
+            launch_rows = sum(result.launch_rows for result in results)
+            written = _write_tables(tables, parts, targets) if targets else []
+            tables["kernel_launch_stats"] = _read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
+        finally:
+            for result in per_file:
+                _discard(result)
+    notes = [note for result in results for note in result.notes]
+    return {
+        "command": "analyze",
+        "read": _read_totals([result.read for result in per_file]),
+        "inputs": len(files),
+        "ranks": sorted(result.rank for result in results),
+        "output": written,
+        "tables": tables,
+        "kernel_launch_rows": launch_rows,
+        "events_skipped": sum(result.skipped_events for result in per_file),
+        "notes": notes,
+        "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def _read_totals(reads: list[dict]) -> dict:
+    """The inputs' readings together: counts summed, flags or-ed, names of the first."""
+    total: dict = {}
+    for read in reads:
+        for key, value in read.items():
+            if key not in total:
+                total[key] = value
+            elif isinstance(value, bool):
+                total[key] = total[key] or value
+            elif isinstance(value, int):
+                total[key] += value
+    return total
+
+
+def _inputs(specs: list) -> list[str]:
+    if not specs:
+        raise TraceError("analyze needs at least one input")
+    if any(os.fspath(spec) == "-" for spec in specs):
+        raise TraceError("analyze reads files, directories or URLs, not stdin ('-')")
+    files = []
+    for spec in map(os.fspath, specs):
+        if "://" in spec:
+            files.append(spec)
+        elif os.path.isdir(spec) and len(traces := [name for name in os.listdir(spec) if TRACE_SUFFIX.search(name)]) == 1:
+            files.append(os.path.join(spec, traces[0]))  # one trace, ranked or not (HTA reads it as rank 0)
+        else:
+            files.extend(discover_inputs([spec]))
+    return files
+
+
+def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[FileResult]:
+    """Every input's ranks; files whose own step names disagree with all
+    inputs' (HTA cuts by the names of every rank) run again."""
+    per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done",
+                                   discard=_discard))
+    wanted = len(set().union(*(result.step_names for result in per_file))) > 1
+    again = [n for n, result in enumerate(per_file) if result.filtered != wanted]
+    if again:
+        forced = dataclasses.replace(options, filter_steps=wanted)
+        for n in again:
+            _discard(per_file[n])
+        redone = runner.ordered(analyze_file, [(files[n], forced) for n in again], label="inputs redone",
+                                discard=_discard)
+        for n, result in zip(again, redone):
+            per_file[n] = result
+    return per_file
+
+
+def _refuse_repeated_ranks(results: list[RankResult]) -> None:
+    seen: dict[int, str] = {}
+    for result in results:
+        if result.rank in seen:
+            raise TraceError(f"rank {result.rank} is in {seen[result.rank]} and in {result.source}: "
+                             "give each rank once (or --ranks)")
+        seen[result.rank] = result.source
+
+
+def _pctg(part: float, whole: float, digits: int = 2) -> float:
+    return float(np.round(100 * part / whole, digits)) if whole else math.nan
+
+
+def _tables(results: list[RankResult], num_candidates: int) -> dict[str, list[dict] | None]:
+    results = sorted(results, key=lambda result: result.rank)
+    tables: dict[str, list[dict] | None] = {}
+    tables["temporal_breakdown"] = [
+        {"rank": r.rank, "idle_time(us)": r.temporal.idle, "compute_time(us)": r.temporal.compute,
+         "non_compute_time(us)": r.temporal.non_compute, "kernel_time(us)": r.temporal.kernel_time,
+         "idle_time_pctg": _pctg(r.temporal.idle, r.temporal.kernel_time),
+         "compute_time_pctg": _pctg(r.temporal.compute, r.temporal.kernel_time),
+         "non_compute_time_pctg": _pctg(r.temporal.non_compute, r.temporal.kernel_time)} for r in results]
+    sums: dict[str, int] = {}
+    for r in results:
+        for kind, total in r.type_sums.items():
+            sums[kind] = sums.get(kind, 0) + total
+    grand = sum(sums.values())
+    ordered = sorted(sorted(sums), key=lambda kind: -sums[kind])
+    tables["kernel_type_breakdown"] = [{"kernel_type": kind, "sum": sums[kind], "percentage": _pctg(sums[kind], grand, 1)}
+                                       for kind in ordered]
+    tables["kernel_breakdown"] = sorted((row for r in results for row in r.kernel_rows),
+                                        key=lambda row: (row["kernel_type"], row["name"], row["rank"]))
+    tables["comm_comp_overlap"] = [{"rank": r.rank, "comp_comm_overlap_pctg": float(np.round(100 * r.overlap, 2))}
+                                   for r in results]
+    tables["idle_time_breakdown"] = [row for r in results for row in r.idle_rows]
+    steps = sorted({step for r in results for step in r.step_numbers})
+    tables["profiler_steps"] = [{"step": step} for step in steps]
+    base = min((r.min_ts for r in results), default=0.0)
+    tables["step_times"] = [
+        {"rank": r.rank, "step": step, "start(us)": start - base, "duration(us)": duration,
+         **dict(zip(("gpu_busy(us)", "compute(us)", "communication(us)", "idle(us)"),
+                    r.step_times.get(step, (0.0, 0.0, 0.0, 0.0))))}
+        for r in results for step, start, duration in r.steps]
+    tables["stragglers"] = _stragglers(results, steps, num_candidates)
+    return tables
+
+
+def _stragglers(results: list[RankResult], steps: list[int], num_candidates: int) -> list[dict]:
+    """HTA's straggler candidates (late starts of the most variable
+    communication kernel), and per step each rank's lag behind the fastest."""
+    metric, candidates = _straggler_metric(results, steps, num_candidates)
+    durations: dict[int, dict[int, float]] = {}
+    for r in results:
+        for step, _, duration in r.steps:
+            durations.setdefault(step, {})[r.rank] = duration
+    rows = []
+    for r in results:
+        for step, _, duration in r.steps:
+            value = metric.get((r.rank, step))
+            late = value is not None and value >= metric.get(("threshold", step), math.inf)
+            rows.append({"rank": r.rank, "step": step, "lag(us)": duration - min(durations[step].values()),
+                         "normalized_start_time": value, "late": late, "potential_straggler": r.rank in candidates})
+    return rows
+
+
+def _straggler_metric(results: list[RankResult], steps: list[int], num_candidates: int) -> tuple[dict, list[int]]:
+    """HTA's ``find_stragglers_with_late_start_comm_kernels``, on the per-rank facts."""
+    valid = set(steps)
+    extents = [extent for r in results for step, extent in r.step_extent.items() if step in valid]
+    present = {step for r in results for step in r.step_extent if step in valid}
+    if not extents or not present:
+        return {}, []
+    t_min = min(first for first, _ in extents)
+    mean_iter = (max(last for _, last in extents) - t_min) / len(present)
+    min_duration = mean_iter * MIN_NORMALIZED_DURATION
+    last: dict[tuple, dict[int, tuple[float, float]]] = {}  # (stream, step, name) -> rank -> (ts, dur)
+    for r in results:
+        for (stream, step, name), kernels in r.comm_candidates.items():
+            if step not in valid:
+                continue
+            passing = [kernel for kernel in kernels if kernel[1] >= min_duration]
+            if passing:
+                last.setdefault((stream, step, name), {})[r.rank] = passing[-1]
+    if not last or not mean_iter:
+        return {}, []
+    spread: dict[tuple, list[float]] = {}
+    for (stream, _step, name), per_rank in sorted(last.items()):
+        values = np.array([dur / mean_iter for _, dur in per_rank.values()])
+        if len(values) > 1:
+            spread.setdefault((stream, name), []).append(float(values.std(ddof=1)))
+    if not spread:
+        return {}, []
+    chosen = max(sorted(spread), key=lambda key: float(np.mean(spread[key])))
+    metric: dict = {}
+    for (stream, step, name), per_rank in last.items():
+        if (stream, name) == chosen:
+            for rank, (ts, _) in per_rank.items():
+                metric[(rank, step)] = (ts - t_min) / mean_iter
+    by_step: dict[int, dict[int, float]] = {}
+    for (rank, step), value in metric.items():
+        by_step.setdefault(step, {})[rank] = value
+    counts: dict[int, int] = {}
+    for step, per_rank in by_step.items():
+        late = hta.late_ranks(per_rank, num_candidates)
+        values = sorted(per_rank.values(), reverse=True)
+        metric[("threshold", step)] = values[min(num_candidates, len(values)) - 1]
+        for rank in per_rank:
+            counts[rank] = counts.get(rank, 0) + (rank in late)
+    return metric, hta.top_candidates(counts, num_candidates)
+
+
+def _check_out_dir(out_dir: str | None, overwrite: bool) -> dict[str, str]:
+    if out_dir is None:
+        return {}
+    check_output_directory(out_dir)
+    targets = {name: os.path.join(out_dir, f"{name}.csv") for name in TABLES}
+    if not overwrite:
+        for path in targets.values():
+            if os.path.exists(path):
+                raise TraceError("output exists (use --overwrite)", path=path)
+    return targets
+
+
+def _csv_value(value: object) -> object:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
+
+
+def _write_tables(tables: dict, parts: list[str], targets: dict[str, str]) -> list[str]:
+    """One CSV per table, written beside each other in a hidden directory and renamed in place at the end."""
+    folder = os.path.dirname(os.path.abspath(next(iter(targets.values()))))
+    os.makedirs(folder, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".streamtrace-analyze-", dir=folder)
+    try:
+        for name, path in targets.items():
+            descriptor = os.open(os.path.join(staging, os.path.basename(path)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(descriptor, "w", newline="") as out:
+                writer = csv.writer(out)
+                writer.writerow(COLUMNS[name])
+                if name == "kernel_launch_stats":
+                    out.flush()
+                    for part in parts:
+                        with open(part, newline="") as rows:
+                            shutil.copyfileobj(rows, out)
+                    continue
+                for row in tables[name]:
+                    writer.writerow([_csv_value(row[column]) for column in COLUMNS[name]])
+        for path in targets.values():
+            os.replace(os.path.join(staging, os.path.basename(path)), path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return list(targets.values())
+
+
+def _read_parts(parts: list[str]) -> list[dict]:
+    rows = []
+    columns = COLUMNS["kernel_launch_stats"]
+    for part in parts:
+        with open(part, newline="") as text:
+            for values in csv.reader(text):
+                rows.append(dict(zip(columns, (int(values[0]), int(values[1]), *(_parsed(v) for v in values[2:])))))
+    return rows
+
+
+def _parsed(text: str) -> float | int:
+    number = float(text)
+    return int(number) if number.is_integer() and "." not in text and "e" not in text else number
+
+
+def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
+    """The default report as (label, text) rows: per rank idle / compute /
+    other share and overlap, the slowest steps, HTA's stragglers, the top kernels."""
+    tables = summary["tables"]
+    rows = []
+    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
+    for row in tables["temporal_breakdown"]:
+        rows.append((f"rank {row['rank']}", f"idle {_share(row['idle_time_pctg'])}, compute {_share(row['compute_time_pctg'])}, "
+                     f"other GPU work {_share(row['non_compute_time_pctg'])} of {row['kernel_time(us)'] / 1e3:,.1f} ms; "
+                     f"communication overlapped {_share(overlap.get(row['rank']))}"))
+    lags = sorted((row for row in tables["stragglers"] if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
+    if lags:
+        rows.append(("slowest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{row['lag(us)'] / 1e3:,.1f} ms"
+                                                for row in lags[:top])))
+    candidates = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
+    if candidates:
+        rows.append(("stragglers", "ranks " + ", ".join(map(str, candidates)) + " (HTA's late-start rule)"))
+    kernels: dict[str, float] = {}
+    for row in tables["kernel_breakdown"]:
+        if row["name"] != "others":
+            kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["sum (us)"]
+    for n, name in enumerate(sorted(kernels, key=lambda name: -kernels[name])[:top]):
+        rows.append(("top kernels" if n == 0 else "", f"{kernels[name] / 1e3:,.1f} ms  {name[:90]}"))
+    rows.extend(("note", note) for note in summary["notes"])
+    return rows
+
+
+def _share(value: object) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}%"
+
+
+__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze", "report_rows"]
