@@ -15,17 +15,21 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
-TABLES = (
-    "temporal_breakdown",
-    "kernel_type_breakdown",
-    "kernel_breakdown",
-    "comm_comp_overlap",
-    "idle_time_breakdown",
-    "kernel_launch_stats",
-    "profiler_steps",
-    "step_times",
-    "stragglers",
-)
+# Each table's columns, in HTA's order (the CSV header). HTA returns launch stats per rank, a list of
+# steps and a list of straggler ranks: those rows gain "rank" / are named "step" and "rank" here.
+COLUMNS = {
+    "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
+                           "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
+    "kernel_type_breakdown": ("kernel_type", "sum", "percentage"),
+    "kernel_breakdown": ("name", "sum (us)", "max (us)", "min (us)", "stddev", "mean (us)", "kernel_type", "rank"),
+    "comm_comp_overlap": ("rank", "comp_comm_overlap_pctg"),
+    "idle_time_breakdown": ("rank", "stream", "idle_category", "idle_time", "idle_time_ratio"),
+    "kernel_launch_stats": ("rank", "correlation", "cpu_duration", "gpu_duration", "launch_delay"),
+    "profiler_steps": ("step",),
+    "step_times": ("rank", "iter", "ts", "dur", "end"),
+    "stragglers": ("rank",),
+}
+TABLES = tuple(COLUMNS)
 
 # The columns that identify a row; where HTA defines the row order the key sequence must match too.
 ROW_KEYS = {
@@ -147,8 +151,10 @@ def table_differences(name: str, ours: list[dict] | None, hta: list[dict]) -> li
     if name == "kernel_type_breakdown":  # a label HTA sees only at tied instants has sum 0 or no row at all
         ours, hta = ([row for row in rows if row.get("sum") != 0] for rows in (ours, hta))
     problems = []
-    if hta and ours and list(ours[0]) != list(hta[0]):
-        problems.append(f"{name}: columns {list(ours[0])} != HTA's {list(hta[0])}")
+    for side, rows in (("our", ours), ("HTA's", hta)):
+        wrong = next((tuple(row) for row in rows if tuple(row) != COLUMNS[name]), None)
+        if wrong is not None:
+            problems.append(f"{name}: {side} columns {list(wrong)} != {list(COLUMNS[name])}")
     our_groups, hta_groups = _grouped(ours, keys), _grouped(hta, keys)
     for key in sorted(set(our_groups) | set(hta_groups), key=repr):
         mine, theirs = our_groups.get(key, []), hta_groups.get(key, [])
