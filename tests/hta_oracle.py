@@ -15,8 +15,8 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
-# Each table's columns, in HTA's order (the CSV header). HTA returns launch stats per rank, a list of
-# steps and a list of straggler ranks: those rows gain "rank" / are named "step" and "rank" here.
+# Each table's columns, in HTA's order (the CSV header). HTA returns launch stats per rank and the steps
+# as a list: those rows gain "rank" / are named "step" here.
 COLUMNS = {
     "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
                            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
@@ -26,10 +26,15 @@ COLUMNS = {
     "idle_time_breakdown": ("rank", "stream", "idle_category", "idle_time", "idle_time_ratio"),
     "kernel_launch_stats": ("rank", "correlation", "cpu_duration", "gpu_duration", "launch_delay"),
     "profiler_steps": ("step",),
-    "step_times": ("rank", "iter", "ts", "dur", "end"),
-    "stragglers": ("rank",),
 }
-TABLES = tuple(COLUMNS)
+# Tables HTA has no frame for: it gives the columns named here, analyze's rows carry these and more.
+# step_times: every ProfilerStep span HTA keeps (extract_iteration_info: CPU spans and their GPU
+# annotations), start aligned as HTA aligns ranks; stragglers: get_potential_stragglers' ranks.
+PARTIAL_COLUMNS = {
+    "step_times": ("rank", "step", "start(us)", "duration(us)"),
+    "stragglers": ("rank", "potential_straggler"),
+}
+TABLES = (*COLUMNS, *PARTIAL_COLUMNS)
 
 # The columns that identify a row; where HTA defines the row order the key sequence must match too.
 ROW_KEYS = {
@@ -40,14 +45,14 @@ ROW_KEYS = {
     "idle_time_breakdown": ("rank", "stream", "idle_category"),
     "kernel_launch_stats": ("rank", "correlation"),
     "profiler_steps": ("step",),
-    "step_times": ("rank", "iter"),
+    "step_times": ("rank", "step"),
     "stragglers": ("rank",),
 }
 # kernel_type_breakdown is sorted by sum with ties in undefined order, launch stats follow pandas merge
 # order, step_times mix GPU-annotation and CPU rows, stragglers with equal counts come in any order.
 ORDERED = {"temporal_breakdown", "kernel_breakdown", "comm_comp_overlap", "idle_time_breakdown", "profiler_steps"}
 # Columns compared exactly (ids, names); percentages and ratios within PERCENT_TOLERANCE; the rest are times.
-EXACT = {"rank", "stream", "idle_category", "kernel_type", "name", "correlation", "step", "iter"}
+EXACT = {"rank", "stream", "idle_category", "kernel_type", "name", "correlation", "step"}
 PERCENT_COLUMNS = {"idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg", "percentage", "comp_comm_overlap_pctg",
                    "idle_time_ratio"}
 PERCENT_TOLERANCE = 0.01  # points; idle_time_ratio is a fraction HTA rounds to 0.01, so one rounding step
@@ -97,8 +102,10 @@ def hta_run(trace_dir: Path, *, include_last_step: bool = False,
             "idle_time_breakdown": lambda: _rows(analysis.get_idle_time_breakdown(ranks=all_ranks, visualize=False)[0]),
             "kernel_launch_stats": launch_stats,
             "profiler_steps": lambda: [{"step": int(step)} for step in analysis.get_profiler_steps()],
-            "step_times": lambda: _rows(extract_iteration_info(analysis.t)),
-            "stragglers": lambda: [{"rank": int(rank)} for rank in analysis.get_potential_stragglers()],
+            "step_times": lambda: [{"rank": row["rank"], "step": row["iter"], "start(us)": row["ts"], "duration(us)": row["dur"]}
+                                   for row in _rows(extract_iteration_info(analysis.t))],
+            "stragglers": lambda: [{"rank": int(rank), "potential_straggler": True}
+                                   for rank in analysis.get_potential_stragglers()],
         }
         tables: dict[str, list[dict]] = {}
         errors: dict[str, BaseException] = {}
@@ -147,14 +154,20 @@ def table_differences(name: str, ours: list[dict] | None, hta: list[dict]) -> li
     """Human-readable differences between our rows and HTA's for one table (empty when they agree)."""
     if ours is None:
         return [f"{name}: missing from our tables"]
+    if name == "stragglers":
+        return _straggler_differences(ours, hta)
     keys = ROW_KEYS[name]
+    columns = COLUMNS.get(name) or PARTIAL_COLUMNS[name]
+    if name in PARTIAL_COLUMNS:  # compared on the columns HTA gives, each distinct row once
+        ours, hta = ([dict(row) for row in {tuple((column, row.get(column)) for column in columns) for row in rows}]
+                     for rows in (ours, hta))
     if name == "kernel_type_breakdown":  # a label HTA sees only at tied instants has sum 0 or no row at all
         ours, hta = ([row for row in rows if row.get("sum") != 0] for rows in (ours, hta))
     problems = []
     for side, rows in (("our", ours), ("HTA's", hta)):
-        wrong = next((tuple(row) for row in rows if tuple(row) != COLUMNS[name]), None)
+        wrong = next((tuple(row) for row in rows if tuple(row) != columns), None)
         if wrong is not None:
-            problems.append(f"{name}: {side} columns {list(wrong)} != {list(COLUMNS[name])}")
+            problems.append(f"{name}: {side} columns {list(wrong)} != {list(columns)}")
     our_groups, hta_groups = _grouped(ours, keys), _grouped(hta, keys)
     for key in sorted(set(our_groups) | set(hta_groups), key=repr):
         mine, theirs = our_groups.get(key, []), hta_groups.get(key, [])
@@ -169,6 +182,15 @@ def table_differences(name: str, ours: list[dict] | None, hta: list[dict]) -> li
     if name == "kernel_type_breakdown" and [row["sum"] for row in ours] != sorted((row["sum"] for row in ours), reverse=True):
         problems.append(f"{name}: rows not in descending sum order")
     return problems
+
+
+def _straggler_differences(ours: list[dict], hta: list[dict]) -> list[str]:
+    """The ranks analyze marks as potential stragglers are the ranks HTA names (its order is a tie-break)."""
+    if any("potential_straggler" not in row or "rank" not in row for row in ours):
+        return ["stragglers: rows without rank / potential_straggler"]
+    mine = sorted({row["rank"] for row in ours if row["potential_straggler"] is True})
+    theirs = sorted(row["rank"] for row in hta)
+    return [] if mine == theirs else [f"stragglers: ranks {mine}, HTA {theirs}"]
 
 
 def values_agree(column: str, ours, hta) -> bool:
