@@ -30,6 +30,7 @@ COLUMNS = {
 # Tables HTA has no frame for: it gives the columns named here, analyze's rows carry these and more.
 # step_times: every ProfilerStep span HTA keeps (extract_iteration_info: CPU spans and their GPU
 # annotations), start aligned as HTA aligns ranks; stragglers: get_potential_stragglers' ranks.
+# Neither has a row key of HTA's (see _step_differences and _straggler_differences).
 PARTIAL_COLUMNS = {
     "step_times": ("rank", "step", "start(us)", "duration(us)"),
     "stragglers": ("rank", "potential_straggler"),
@@ -45,11 +46,8 @@ ROW_KEYS = {
     "idle_time_breakdown": ("rank", "stream", "idle_category"),
     "kernel_launch_stats": ("rank", "correlation"),
     "profiler_steps": ("step",),
-    "step_times": ("rank", "step"),
-    "stragglers": ("rank",),
 }
-# kernel_type_breakdown is sorted by sum with ties in undefined order, launch stats follow pandas merge
-# order, step_times mix GPU-annotation and CPU rows, stragglers with equal counts come in any order.
+# kernel_type_breakdown is sorted by sum with ties in undefined order, launch stats follow pandas merge order.
 ORDERED = {"temporal_breakdown", "kernel_breakdown", "comm_comp_overlap", "idle_time_breakdown", "profiler_steps"}
 # Columns compared exactly (ids, names); percentages and ratios within PERCENT_TOLERANCE; the rest are times.
 EXACT = {"rank", "stream", "idle_category", "kernel_type", "name", "correlation", "step"}
@@ -156,11 +154,9 @@ def table_differences(name: str, ours: list[dict] | None, hta: list[dict]) -> li
         return [f"{name}: missing from our tables"]
     if name == "stragglers":
         return _straggler_differences(ours, hta)
-    keys = ROW_KEYS[name]
-    columns = COLUMNS.get(name) or PARTIAL_COLUMNS[name]
-    if name in PARTIAL_COLUMNS:  # compared on the columns HTA gives, each distinct row once
-        ours, hta = ([dict(row) for row in {tuple((column, row.get(column)) for column in columns) for row in rows}]
-                     for rows in (ours, hta))
+    if name == "step_times":
+        return _step_differences(ours, hta)
+    keys, columns = ROW_KEYS[name], COLUMNS[name]
     if name == "kernel_type_breakdown":  # a label HTA sees only at tied instants has sum 0 or no row at all
         ours, hta = ([row for row in rows if row.get("sum") != 0] for rows in (ours, hta))
     problems = []
@@ -181,6 +177,26 @@ def table_differences(name: str, ours: list[dict] | None, hta: list[dict]) -> li
         problems.append(f"{name}: row order differs from HTA's")
     if name == "kernel_type_breakdown" and [row["sum"] for row in ours] != sorted((row["sum"] for row in ours), reverse=True):
         problems.append(f"{name}: rows not in descending sum order")
+    return problems
+
+
+def _step_differences(ours: list[dict], hta: list[dict]) -> list[str]:
+    """Same (rank, step) pairs; each of our spans is one of HTA's for that pair (HTA lists the CPU span and
+    every GPU annotation of the step: analyze may list them all or the CPU span alone)."""
+    spans = defaultdict(list)
+    for row in hta:
+        spans[row["rank"], row["step"]].append(row)
+    columns = PARTIAL_COLUMNS["step_times"]
+    problems = [f"step_times: columns {list(row)} lack {list(columns)}" for row in ours[:1] if not set(columns) <= set(row)]
+    mine = {(row.get("rank"), row.get("step")) for row in ours}
+    if mine != set(spans):
+        problems.append(f"step_times: (rank, step) {sorted(mine, key=repr)}, HTA {sorted(spans)}")
+    for row in ours:
+        candidates = spans.get((row.get("rank"), row.get("step")), [])
+        if candidates and not any(all(values_agree(column, row.get(column), span[column]) for column in columns[2:])
+                                  for span in candidates):
+            problems.append(f"step_times rank={row.get('rank')} step={row.get('step')}: span "
+                            f"{row.get('start(us)')}+{row.get('duration(us)')} is none of HTA's")
     return problems
 
 
