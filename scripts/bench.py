@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shlex
 import shutil
 import statistics
@@ -131,7 +132,36 @@ def run_child(argv: list[str]) -> dict:
             raise SystemExit(f"bench: {shlex.join(argv)} failed ({code}): {stderr.strip()[-500:]}")
         out.seek(0)
         return {"seconds": elapsed, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": out.read().decode(errors="replace"),
-                "tree_rss_mb": tree_peak[0], "tree_pss_mb": tree_peak[1]}
+                "tree_rss_mb": tree_peak[0], "tree_pss_mb": tree_peak[1],
+                # the child's own CPU time plus that of every descendant it reaped (its workers)
+                "cpu_seconds": usage.ru_utime + usage.ru_stime}
+
+
+CALIBRATION_CODE = "sum(i * i % 7 for i in range(3_000_000))"
+"""A fixed pure-Python loop: its time says how fast this machine runs the interpreter, so a reader on
+another machine can tell a slower CPU from a slower program."""
+
+
+def calibration_seconds() -> float:
+    """The best of three timings of the calibration loop, in this process."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        exec(CALIBRATION_CODE)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def cpu_model() -> str:
+    """The processor's name as the kernel reports it (Linux), else the platform's."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def spread(values: list[float], digits: int = 2) -> dict:
@@ -186,6 +216,7 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         "rounds": args.rounds,
         "command": shlex.join(command),
         "command_seconds": spread([run["seconds"] for run in runs]),
+        "command_cpu_seconds": spread([run["cpu_seconds"] for run in runs]),
         "command_peak_rss_mb": round(max(run["peak_rss_mb"] for run in runs), 1),
         "command_tree_peak_rss_mb": round(max(run["tree_rss_mb"] for run in runs), 1),
         "command_tree_peak_pss_mb": round(max(run["tree_pss_mb"] for run in runs), 1),
@@ -198,6 +229,7 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
     for name, theirs in yardstick_runs.items():
         report[f"{name}_events"] = int(theirs[0]["stdout"].strip() or 0)
         report[f"{name}_seconds"] = spread([run["seconds"] for run in theirs])
+        report[f"{name}_cpu_seconds"] = spread([run["cpu_seconds"] for run in theirs])
         report[f"{name}_peak_rss_mb"] = round(max(run["peak_rss_mb"] for run in theirs), 1)
         report[f"ratio_to_{name}"] = spread([mine["seconds"] / other["seconds"] for other, mine in zip(theirs, runs)])
     if first is not runs:  # the same round's run of the first command: pairs measured under the same load
@@ -221,6 +253,7 @@ def main() -> int:
     unknown = set(chosen) - set(YARDSTICKS)
     if unknown:
         parser.error(f"unknown yardstick(s): {', '.join(sorted(unknown))}")
+    machine = {"cpu_model": cpu_model(), "calibration_seconds_before": round(calibration_seconds(), 3)}
     yardstick_runs: dict[str, list[dict]] = {name: [] for name in chosen}
     command_runs: list[list[dict]] = [[] for _ in commands]
     for _ in range(args.rounds):
@@ -229,7 +262,9 @@ def main() -> int:
             yardstick_runs[name].append(run_child([sys.executable, "-c", code, *args.inputs]))
         for command, runs in zip(commands, command_runs):
             runs.append(run_command(command, args.inputs))
-    reports = [report_for(command, runs, yardstick_runs, args, command_runs[0])
+    machine["calibration_seconds_after"] = round(calibration_seconds(), 3)
+    machine["load_average"] = [round(load, 2) for load in os.getloadavg()]
+    reports = [{"machine": machine, **report_for(command, runs, yardstick_runs, args, command_runs[0])}
                for command, runs in zip(commands, command_runs)]
     print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     return 0

@@ -10,8 +10,6 @@ import textwrap
 from collections import Counter
 from typing import Callable, Sequence
 
-import orjson
-
 from . import __version__
 from .algo.rules import DEFAULT_RULES_TOML
 from .algo.secrets import DEFAULT_SECRETS_RULES_TOML
@@ -27,8 +25,9 @@ from .commands.relink import relink
 from .commands.slicing import slice_trace
 from .commands.split import SUFFIXES, split
 from .errors import TraceError
+from .io.destinations import summary_json
 from .io.redact import RedactOptions
-from .io.sink import COMPRESSIONS, OutputTarget
+from .io.sink import COMPRESSIONS
 
 EPILOG = """\
 Inputs are paths, '-' for stdin, or URLs (https://, s3://, gs://; extras
@@ -143,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
     )
     cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("--overwrite", action="store_true", help="replace the --summary FILE if it exists")
     _secrets_options(cmd, "inspect")
     _common(cmd)
     cmd.set_defaults(run=_run_inspect)
@@ -527,15 +527,11 @@ def view(command: str) -> Callable[[Callable[[dict], Rows]], Callable[[dict], Ro
 
 
 def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: bool = False) -> None:
-    """The summary as asked: the full JSON to ``--summary FILE``; on the
+    """The summary as asked (the library wrote ``--summary FILE``): on the
     terminal the JSON with ``--json``, else the short human report
     (``to_stderr`` when the command's output went to stdout)."""
-    if args.summary:
-        with OutputTarget(args.summary, overwrite=True, compress="none").open() as out:
-            out.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     stream = sys.stderr if to_stderr else sys.stdout
-    stream.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
-                 else human_report(command, summary))
+    stream.write(summary_json(summary).decode() if args.json else human_report(command, summary))
     stream.flush()
     if summary.get("secrets_found"):  # on stderr whatever the output: it must not go unseen
         print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
@@ -786,11 +782,11 @@ def _progress(args: argparse.Namespace) -> bool | None:
 def _reading(args: argparse.Namespace) -> dict:
     """The common options' library keywords, which every command takes."""
     return dict(salvage=args.salvage, spool_dir=args.spool_dir, reread_remote=args.reread_remote,
-                progress=_progress(args), jobs=args.jobs)
+                progress=_progress(args), jobs=args.jobs, summary_file=args.summary)
 
 
 def _run_inspect(args: argparse.Namespace) -> None:
-    summary = inspect(args.trace, secrets=_redaction(args), **_reading(args))
+    summary = inspect(args.trace, secrets=_redaction(args), overwrite=args.overwrite, **_reading(args))
     report("inspect", summary, args)
 
 

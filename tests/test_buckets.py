@@ -366,7 +366,7 @@ def test_s3_faults_are_one_line(s3, tmp_path, capsys):
              (["convert", existing, existing, "--overwrite"], f"{existing}: refusing to write onto the input"),
              (["convert", str(SMALL), "https://127.0.0.1:9/out.json"],
               "https://127.0.0.1:9/out.json: cannot write to https:// URLs"),
-             (["split", existing, "-o", f"s3://{BUCKET}/faults/split/"], "split writes to a local directory")]
+             (["split", existing, "-o", f"s3://{BUCKET}/faults/split/"], "per-rank files go into a local directory")]
     for argv, says in cases:
         status, _, lines = run_main(argv, capsys)
         assert status == 1 and len(lines) == 1, lines

@@ -29,9 +29,10 @@ from ..algo.ranks import rank_from_args
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.configfiles import load_rank_map
+from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import decimal_as_json
-from ..io.sink import OutputTarget, SinkSpec
+from ..io.sink import SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import EventSpool
 from ..kineto import NUMBER_TYPES
@@ -265,6 +266,7 @@ def attribute(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Write the GPU-event attribution CSV (or, with ``group_by="op"``, GPU time per rank and cpu op).
 
@@ -285,7 +287,8 @@ def attribute(
         return visitors[-1]
 
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, inputs=[source.location])
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        target = destinations.target(dst, compress=compress)
         meter = Progress(source.size, enabled=progress)
         try:
             result = index_pass(source, make_visitor, keep_events=False, salvage=salvage, progress=meter,
@@ -308,7 +311,7 @@ def attribute(
             for visitor in visitors:
                 visitor.close()
     summary = resolved.summary()
-    return {
+    return destinations.finish({
         **source.describe(),
         "output": target.name,
         "rows": rows,
@@ -318,4 +321,4 @@ def attribute(
         "read": result.stats.as_dict(),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })

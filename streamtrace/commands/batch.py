@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
 from ..errors import TraceError
-from ..io.sink import OutputTarget, SinkSpec, default_output, remove_quietly
+from ..io.destinations import Destinations
+from ..io.sink import SinkSpec, default_output, publish_all, remove_quietly
 from ..resources import peak_rss_mb
 from .attribute import attribute
 from .compact import compact
@@ -31,18 +32,18 @@ from .relink import relink
 PER_INPUT = {"compact": (compact, "_compacted"), "relink": (relink, "_relinked")}
 SUMMED = ("events_read", "events_written")
 CSV_PIECE = 1 << 20
-TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".gz", ".zst")
 
 
 def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = None, *, jobs: int | str | None = None,
           dask: str | None = None, spool_dir: str | None = None, progress: bool | None = False,
-          overwrite: bool = False, **options: object) -> dict:
+          overwrite: bool = False, summary_file: str | os.PathLike | None = None, **options: object) -> dict:
     """Run ``command`` (compact, relink or attribute) on every input; returns
     the summary: the outputs, the per-input summaries, their summed counts.
 
     ``dst``: for compact and relink a directory (created if missing; default:
     each output beside its input), for attribute the CSV (default stdout).
-    ``options`` are the single command's keyword arguments.
+    ``options`` are the single command's keyword arguments; ``summary_file``
+    receives this summary.
     """
     started = time.perf_counter()
     if command not in (*PER_INPUT, "attribute"):
@@ -52,14 +53,15 @@ def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = Non
         raise TraceError(f"{command} needs at least one input")
     if "-" in files:
         raise TraceError(f"{command} with several inputs reads files or URLs, not stdin ('-')")
+    destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
         if command == "attribute":
-            outputs, runs = _attribute_all(files, "-" if dst is None else dst, runner, overwrite, options)
+            outputs, runs = _attribute_all(files, "-" if dst is None else dst, runner, destinations, options)
         else:
-            outputs, runs = _each_to_directory(command, files, dst, runner, overwrite, options)
-    return {
+            outputs, runs = _each_to_directory(command, files, dst, runner, destinations, options)
+    return destinations.finish({
         "command": command,
         "inputs": len(files),
         "output": outputs,
@@ -67,18 +69,18 @@ def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = Non
         "runs": runs,
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })
 
 
-def _each_to_directory(command: str, files: list[str], directory: str | None, runner: TaskRunner, overwrite: bool,
-                       options: dict) -> tuple[list[str], list[dict]]:
+def _each_to_directory(command: str, files: list[str], directory: str | None, runner: TaskRunner,
+                       destinations: Destinations, options: dict) -> tuple[list[str], list[dict]]:
     tag = PER_INPUT[command][1]
-    if directory is not None and (directory == "-" or directory.endswith(TRACE_SUFFIXES)):
-        raise TraceError(f"{command} with several inputs writes one file per input: -o names a directory (DIR/), "
-                         f"not {directory!r}")
+    if directory is not None:
+        destinations.directory(directory, writes=f"{command}'s outputs of several inputs")
     beside = [default_output(path, tag) for path in files]
     finals = beside if directory is None else [os.path.join(directory, os.path.basename(path)) for path in beside]
-    _refuse_clashes(files, finals, overwrite)
+    for src, final in zip(files, finals):  # every one before any work
+        destinations.claim(final, compress=options.get("compress"), role=f"output of {src}")  # type: ignore[arg-type]
     groups: dict[str, list[int]] = {}
     for n, final in enumerate(finals):
         groups.setdefault(os.path.dirname(os.path.abspath(final)), []).append(n)
@@ -91,25 +93,13 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
                   for final in finals]
         calls = [(command, src, out, runner.work_dir, options) for src, out in zip(files, staged)]
         runs = list(runner.ordered(_run_one, calls, label="inputs done"))
-        for out, final, run in zip(staged, finals, runs):
-            os.replace(out, final)
+        publish_all(zip(staged, finals), destinations.overwrite)
+        for final, run in zip(finals, runs):
             run["output"] = final
     finally:
         for folder in staging.values():
             shutil.rmtree(folder, ignore_errors=True)
     return finals, runs
-
-
-def _refuse_clashes(files: list[str], finals: list[str], overwrite: bool) -> None:
-    """Two inputs must not share an output, and no output may be replaced unasked (checked before any work)."""
-    seen: dict[str, str] = {}
-    for src, final in zip(files, finals):
-        real = os.path.realpath(final)
-        if real in seen:
-            raise TraceError(f"{seen[real]} and {src} would both write {final}: give them separate runs")
-        seen[real] = src
-        if not overwrite and os.path.exists(final):
-            raise TraceError("output exists (use --overwrite)", path=final)
 
 
 def _run_one(command: str, src: str, dst: str, spool_dir: str | None, options: dict) -> dict:
@@ -118,10 +108,10 @@ def _run_one(command: str, src: str, dst: str, spool_dir: str | None, options: d
     return single(src, dst, spool_dir=spool_dir, jobs=1, progress=False, **options)
 
 
-def _attribute_all(files: list[str], dst: SinkSpec, runner: TaskRunner, overwrite: bool,
+def _attribute_all(files: list[str], dst: SinkSpec, runner: TaskRunner, destinations: Destinations,
                    options: dict) -> tuple[str, list[dict]]:
     """Every input's CSV, written as parts by the tasks and joined under one header here."""
-    target = OutputTarget(dst, overwrite=overwrite, compress=options.pop("compress", None), inputs=files)
+    target = destinations.target(dst, compress=options.pop("compress", None))  # type: ignore[arg-type]
     parts_dir = tempfile.mkdtemp(prefix="streamtrace-parts-", dir=runner.work_dir)
     try:
         calls = [("attribute", src, os.path.join(parts_dir, f"{n}.csv"), runner.work_dir, options)

@@ -10,6 +10,7 @@ lines and appends the new events.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import time
 from array import array
@@ -45,11 +46,12 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import EmitPlan, IndexResult, consume, emit_pass, index_pass, patched_lines
 from ..errors import TraceError
 from ..io.configfiles import load_rules
+from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec, default_output
+from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import parked
 from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
@@ -1003,6 +1005,7 @@ def compact(
     progress: bool | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Compact GPU streams into semantic lanes (the ``compact`` command); returns the summary.
 
@@ -1014,8 +1017,8 @@ def compact(
     chosen_rules = load_rules(rules)
     dst = default_output(src, "_compacted") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location],
-                              redactor=Redactor.from_options(redact))
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        target = destinations.target(dst, compress=compress, level=level, redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
         with buffers_from_os(PLAN_MMAP_THRESHOLD):  # the index arrays grow by copies, which must not stay resident
             result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
@@ -1038,7 +1041,7 @@ def compact(
             raise
         planned = time.perf_counter()
         written = emit_pass(result, plan, target, progress=meter, jobs=processes)
-    return {
+    return destinations.finish({
         **source.describe(),
         "output": target.name,
         **summary,
@@ -1050,4 +1053,4 @@ def compact(
         **redaction_summary(target.redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })

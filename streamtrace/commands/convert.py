@@ -5,6 +5,7 @@ encodes the events while this process writes (and compresses) them.
 """
 from __future__ import annotations
 
+import os
 import struct
 import time
 from typing import Iterable
@@ -13,6 +14,7 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import read_with_retries, retrying
 from ..errors import RobustModeNeeded, TraceError
 from ..io import parseproc
+from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field
 from ..io.redact import RedactOptions, Redactor, redaction_summary, restart_redaction
@@ -46,6 +48,7 @@ def convert(
     progress: bool | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Copy ``src`` to ``dst`` event by event, dropping the given categories
     (and with ``redact``, replacing secrets: see :mod:`streamtrace.io.redact`).
@@ -59,8 +62,8 @@ def convert(
     processes = resolve_jobs(jobs)
     redactor = Redactor.from_options(redact)
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location],
-                              redactor=redactor)
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
         meter = Progress(source.size, enabled=progress)
 
         def attempt(reader: TraceReader) -> tuple[int, list[int], ReadStats]:
@@ -94,7 +97,7 @@ def convert(
             written, dropped, stats = retrying(source, run, meter)
         else:
             written, dropped, stats = read_with_retries(source, attempt, salvage=salvage, progress=meter)
-    return {
+    return destinations.finish({
         **source.describe(),
         **stats.as_dict(),
         "output": target.name,
@@ -108,7 +111,7 @@ def convert(
         **redaction_summary(redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })
 
 
 def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int], salvage: bool,

@@ -5,6 +5,7 @@ events, so memory stays flat however large the trace is.
 """
 from __future__ import annotations
 
+import os
 import time
 from array import array
 from collections import defaultdict
@@ -18,6 +19,7 @@ from ..algo.ranks import rank_from_args, rank_from_process_name
 from ..algo.secrets import SecretFinder
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
+from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats
@@ -403,16 +405,20 @@ def inspect(
     progress: bool | None = False,
     jobs: int | str | None = None,
     secrets: RedactOptions | bool = True,
+    summary_file: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Summarise a trace in one streaming pass (the ``inspect`` command); with
     ``jobs`` > 1 a child process parses while this one counts.  ``secrets``
     (the default rules, or a :class:`RedactOptions` naming others; False:
-    none) adds ``secrets_found`` and a warning when there are any."""
+    none) adds ``secrets_found`` and a warning when there are any.
+    ``summary_file``: also write the summary there (``overwrite``: replacing it)."""
     started = time.perf_counter()
     processes = resolve_jobs(jobs)
     options = RedactOptions() if secrets is True else secrets
     finder = SecretFinder(load_secret_rules(options.rules, options.patterns)) if options else None
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, salvage=salvage,
                             progress=meter, jobs=processes)
@@ -424,4 +430,4 @@ def inspect(
                                    f"secret(s) ({', '.join(found)}); 'streamtrace redact' writes a copy without them")
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()
-    return summary
+    return destinations.finish(summary)

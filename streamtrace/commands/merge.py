@@ -56,11 +56,12 @@ from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_ev
 from ..errors import TraceError
 from ..io.archive import outer_path
 from ..io.configfiles import load_rules
+from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec, remove_quietly
+from ..io.sink import SinkSpec, remove_quietly
 from ..io.source import InputSource, archive_members
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
@@ -531,6 +532,7 @@ def merge(
     progress: bool | None = False,
     dask: str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary.
 
@@ -545,8 +547,9 @@ def merge(
         files = [path for path in files if rank_from_file_name(path) in (wanted | {None})]
     if len(files) < 2:
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
+    destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     if dst is not None:  # refuse a bad output now, not after reading every input
-        OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=files)
+        destinations.check(dst, compress=compress)
     with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
@@ -559,9 +562,9 @@ def merge(
                 indexed = [entry for entry in indexed if entry.facts.rank in wanted]
                 if len(indexed) < 2:
                     raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
-            return _phase_two(indexed, dst, overwrite=overwrite, compress=compress, level=level, pp_flows=pp_flows,
-                              runner=runner, progress=progress, started=started,
-                              redactor=Redactor.from_options(redact))
+            return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
+                                                  pp_flows=pp_flows, runner=runner, progress=progress,
+                                                  started=started, redactor=Redactor.from_options(redact)))
         finally:
             for entry in indexed:
                 _discard(entry)
@@ -587,7 +590,7 @@ def _discard(entry: RankIndex) -> None:
     remove_quietly(entry.spool_path)
 
 
-def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: bool, compress: str | None,
+def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Destinations, *, compress: str | None,
                level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
                started: float, redactor: Redactor | None = None) -> dict:
     facts = [entry.facts for entry in indexed]
@@ -605,8 +608,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, *, overwrite: boo
     }
     arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, pipelines, multiplier) if pp_flows else ([], {})
     dst = _merged_output_name([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
-    target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
-                          inputs=[entry.facts.path for entry in indexed], redactor=redactor)
+    target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
     first = indexed[order[0]]
     merged_info = {"backend": first.backend, "ranks": [facts[n].rank for n in order], "pp_rank_count": len(order)}
     replacements = {"baseTimeNanoseconds": common_base, "distributedInfo": merged_info,

@@ -6,6 +6,8 @@ same bytes for every ``-j``.
 """
 from __future__ import annotations
 
+import os
+
 from ..io.redact import RedactOptions
 from ..io.sink import SinkSpec, default_output
 from ..io.source import SourceSpec
@@ -27,6 +29,7 @@ def redact(
     reread_remote: bool = False,
     progress: bool | None = False,
     jobs: int | str | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Write ``src`` to ``dst`` (default ``<name>_redacted.json.gz``) with
     every secret replaced by ``<redacted:KIND>`` and, per ``pseudonymize``
@@ -36,4 +39,5 @@ def redact(
     dst = default_output(src, "_redacted") if dst is None else dst
     options = RedactOptions(rules, tuple(patterns), tuple(pseudonymize))
     return convert(src, dst, compress=compress, level=level, overwrite=overwrite, salvage=salvage,
-                   spool_dir=spool_dir, reread_remote=reread_remote, progress=progress, jobs=jobs, redact=options)
+                   spool_dir=spool_dir, reread_remote=reread_remote, progress=progress, jobs=jobs, redact=options,
+                   summary_file=summary_file)

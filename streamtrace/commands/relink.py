@@ -12,6 +12,7 @@ work, an ``f`` after each linked GPU event), exactly where Kineto puts them.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import time
 from typing import Callable
@@ -22,10 +23,11 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import EmitPlan, emit_pass, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
+from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import dumps_event, event_loader
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec, default_output
+from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..resources import peak_rss_mb
 from .mergedindex import AC2G, GPU, LAUNCH, NO_ID, MergedIndex, Resolved, resolve
@@ -166,6 +168,7 @@ def relink(
     progress: bool | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Rewrite a merged trace with rank-unique correlation ids and correct ac2g flows.
 
@@ -178,8 +181,8 @@ def relink(
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     dst = default_output(src, "_relinked") if dst is None else dst
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = OutputTarget(dst, overwrite=overwrite, compress=compress, level=level, inputs=[source.location],
-                              redactor=Redactor.from_options(redact))
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        target = destinations.target(dst, compress=compress, level=level, redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
@@ -193,7 +196,7 @@ def relink(
         planned = time.perf_counter()
         emit_pass(result, plan, target, progress=meter, jobs=processes)
     index: MergedIndex = result.visitor  # type: ignore[assignment]
-    return {
+    return destinations.finish({
         **source.describe(),
         "output": target.name,
         **resolved.summary(),
@@ -209,5 +212,5 @@ def relink(
         **redaction_summary(target.redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })
 

@@ -42,10 +42,11 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import EmitPlan, IndexResult, emit_pass, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
+from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec
+from ..io.sink import OutputTarget, SinkSpec, publish_all
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import ColumnSpill
 from ..io.writer import TraceWriter
@@ -636,6 +637,7 @@ def slice_trace(
     progress: bool | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Write the events of ``src`` that the selection keeps to ``dst`` (with
     ``each_step``: one ``step<N>.json.gz`` per step into the directory ``dst``).
@@ -650,14 +652,16 @@ def slice_trace(
     processes = resolve_jobs(jobs)
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     if each_step:
-        directory = _output_directory(dst)
         compress = compress or "gzip"
         if compress not in SUFFIXES:
             raise TraceError(f"unknown compression {compress!r}; choose from {', '.join(SUFFIXES)}")
     redactor = Redactor.from_options(redact)  # one for every file: pseudonyms agree across them
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
-        target = None if each_step else OutputTarget(dst, overwrite=overwrite, compress=compress, level=level,
-                                                        inputs=[source.location], redactor=redactor)
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        if each_step:
+            directory = destinations.directory(_output_directory(dst), writes="--each-step files",
+                                               existing=rf"step\d+{re.escape(SUFFIXES[compress])}")
+        target = None if each_step else destinations.target(dst, compress=compress, level=level, redactor=redactor)
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
                             salvage=salvage, progress=meter, jobs=processes)
@@ -667,7 +671,7 @@ def slice_trace(
             planned = time.perf_counter()
             if each_step:
                 files = _emit_each_step(result, planner, destination, metadata, directory, compress, level,
-                                        overwrite, redactor)
+                                        destinations, redactor)
                 written = sum(files.values())
                 output = {"output_dir": directory, "files": files,
                           "output_bytes": sum(os.path.getsize(os.path.join(directory, name)) for name in files)}
@@ -704,7 +708,7 @@ def slice_trace(
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
-    return summary
+    return destinations.finish(summary)
 
 
 @gc_paused()
@@ -766,30 +770,25 @@ def _ranges(numbers: list[int]) -> str:
 def _output_directory(dst: object) -> str:
     if not isinstance(dst, (str, os.PathLike)) or dst == "-":
         raise TraceError("--each-step writes a directory: give its path as the output")
-    directory = os.fspath(dst)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise TraceError("exists and is not a directory", path=directory)
-    return directory
+    return os.fspath(dst)
 
 
 def _emit_each_step(result: IndexResult, planner: Planner, destination: np.ndarray, metadata: Metadata,
-                    directory: str, compress: str, level: int | None, overwrite: bool,
+                    directory: str, compress: str, level: int | None, destinations: Destinations,
                     redactor: Redactor | None) -> dict[str, int]:
     """Write every chosen step's file into a staging directory, then move them all into place."""
     numbers = planner.steps.numbers
     chosen = planner.chosen.tolist()
     names = {step: f"step{numbers[step]}{SUFFIXES[compress]}" for step in chosen}
-    clashes = [name for name in names.values() if os.path.exists(os.path.join(directory, name))]
-    if clashes and not overwrite:
-        raise TraceError(f"{clashes[0]} exists; pass --overwrite to replace it", path=directory)
+    destinations.claim_all(os.path.join(directory, name) for name in names.values())  # before any is written
     created = not os.path.isdir(directory)
     os.makedirs(directory, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".streamtrace-slice-", dir=directory)
     try:
         counts = _write_each_step(result, destination, metadata, numbers, chosen, staging, names, compress, level,
                                   redactor)
-        for step in chosen:
-            os.replace(os.path.join(staging, names[step]), os.path.join(directory, names[step]))
+        publish_all([(os.path.join(staging, names[step]), os.path.join(directory, names[step])) for step in chosen],
+                    destinations.overwrite)
     except BaseException:
         if created:
             shutil.rmtree(directory, ignore_errors=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -29,11 +30,11 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import IndexResult, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
+from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.remote import is_url
-from ..io.sink import OutputTarget
+from ..io.sink import OutputTarget, publish_all
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import TraceWriter
 from ..resources import peak_rss_mb
@@ -191,6 +192,7 @@ def split(
     progress: bool | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
+    summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Write ``rank<N>_trace.json.gz`` (or ``.json.zst`` / ``.json``) per rank into ``out_dir``.
 
@@ -201,20 +203,13 @@ def split(
         raise TraceError(f"unknown compression {compress!r}; choose from {', '.join(SUFFIXES)}")
     started = time.perf_counter()
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
-    directory = os.fspath(out_dir)
-    if is_url(directory):
-        raise TraceError("split writes to a local directory; copy the files to the bucket afterwards", path=directory)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise TraceError("exists and is not a directory", path=directory)
-    existing = directory
-    while not os.path.isdir(existing):  # the directory is created later: its nearest existing parent decides
-        existing = os.path.dirname(os.path.abspath(existing))
-    if not os.access(existing, os.W_OK):  # refuse now, not after reading the whole input
-        raise TraceError("output directory is not writable", path=directory)
     group_size = max_open_writers(max_open)
     processes = resolve_jobs(jobs)
     redactor = Redactor.from_options(redact)  # one for every file: pseudonyms agree across them
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
+        destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
+        directory = destinations.directory(out_dir, writes="per-rank files",
+                                           existing=rf"rank\d+_trace{re.escape(SUFFIXES[compress])}")
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, SplitIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
@@ -229,20 +224,15 @@ def split(
                 raise TraceError("no event has a rank (no args.rank, process_name, rank map, distributedInfo or "
                                  "inferable launches): nothing to split", path=source.name)
             names = {rank: f"rank{rank}_trace{SUFFIXES[compress]}" for rank in ranks}
-            clashes = [name for name in names.values() if os.path.exists(os.path.join(directory, name))]
-            if clashes and not overwrite:
-                raise TraceError(f"{clashes[0]} exists; pass --overwrite to replace it", path=directory)
-            blocked = [name for name in clashes if os.path.isdir(os.path.join(directory, name))]
-            if blocked:  # found now, not when the files are moved into place (half the set moved)
-                raise TraceError(f"{blocked[0]} is a directory", path=directory)
+            destinations.claim_all(os.path.join(directory, name) for name in names.values())  # before any is written
             os.makedirs(directory, exist_ok=True)
             staging = tempfile.mkdtemp(prefix=".streamtrace-split-", dir=directory)
             counts: dict[int, int] = {}
             groups = [ranks[at:at + group_size] for at in range(0, len(ranks), group_size)]
             for group in groups:
                 _write_group(result, ranks_of_events, group, staging, names, compress, level, counts, redactor)
-            for rank in ranks:
-                os.replace(os.path.join(staging, names[rank]), os.path.join(directory, names[rank]))
+            publish_all([(os.path.join(staging, names[rank]), os.path.join(directory, names[rank])) for rank in ranks],
+                        overwrite)
         finally:
             result.spool.close()
             if staging is not None:
@@ -251,7 +241,7 @@ def split(
                 os.rmdir(directory)
     leading = sum(1 for rank in ranks_of_events if rank < 0)
     summary = resolved.summary()
-    return {
+    return destinations.finish({
         **source.describe(),
         "output_dir": directory,
         "ranks": ranks,
@@ -266,4 +256,4 @@ def split(
         **redaction_summary(redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
-    }
+    })

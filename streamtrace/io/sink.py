@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Union
 
 import zstandard
 
@@ -38,8 +38,35 @@ WRITE_BUFFER = 1 << 20
 SinkSpec = Union[str, "os.PathLike[str]", BinaryIO]
 
 
+# Suffixes that promise a format streamtrace does not write: refused rather than writing plain JSON under
+# them.  bzip2 and xz (the standard library's) compress at a few MB/s, ten and more times slower than gzip
+# level 1; lz4 and brotli would be new dependencies; archives hold files, not a trace.
+UNWRITTEN_SUFFIXES = {
+    ".bz2": "bzip2", ".bzip2": "bzip2", ".xz": "xz", ".lzma": "lzma", ".lz": "lzip", ".lz4": "lz4", ".lzo": "lzop",
+    ".br": "brotli", ".sz": "snappy", ".z": "compress", ".zip": "zip", ".tar": "tar", ".tgz": "tar",
+    ".tbz": "tar", ".tbz2": "tar", ".txz": "tar", ".7z": "7-Zip", ".rar": "RAR",
+}
+WRITTEN = "it writes gzip for a .gz name, zstd for .zst, uncompressed for any other"
+
+
+def refuse_unwritten_suffix(name: str) -> None:
+    """A name ending in a suffix of :data:`UNWRITTEN_SUFFIXES` (also under
+    ``.gz``/``.zst``: ``x.tar.gz``) would promise what the file is not."""
+    lower = name.lower().rstrip("/")
+    for written in (".gz", ".gzip", ".zst", ".zstd"):
+        if lower.endswith(written):
+            lower = lower[: -len(written)]
+            break
+    suffix = os.path.splitext(lower)[1]
+    if suffix in UNWRITTEN_SUFFIXES:
+        raise TraceError(f"streamtrace does not write {UNWRITTEN_SUFFIXES[suffix]} ({suffix}) files; {WRITTEN}",
+                         path=name)
+
+
 def compression_for(path: str, flag: str | None) -> str:
-    """The flag wins; else the suffix (``.gz``, ``.zst``); else none."""
+    """The flag wins; else the suffix (``.gz``, ``.zst``); else none.  A
+    suffix naming a format not written is refused whatever the flag."""
+    refuse_unwritten_suffix(path)
     if flag:
         if flag not in COMPRESSIONS:
             raise TraceError(f"unknown compression {flag!r}; choose from {', '.join(COMPRESSIONS)}")
@@ -52,11 +79,75 @@ def compression_for(path: str, flag: str | None) -> str:
     return "none"
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """Do the names reach one file (hard links and symlinks included)?"""
     try:
         return os.path.samefile(a, b)
     except OSError:
         return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_file(path: str, inputs: Iterable[str | None] = (), *, overwrite: bool = False,
+               directory_planned: bool = False) -> None:
+    """The rules for one local file a run will write, checked before it is
+    written: not an input (an archive member ``ARCHIVE!MEMBER`` lives in its
+    archive), not a directory, not an existing file unless ``overwrite``, in
+    a writable directory (unless ``directory_planned``: the run creates it
+    and has checked its parent)."""
+    exists = os.path.lexists(path)
+    for source in inputs:
+        if source is not None and exists and same_file(outer_path(source), path):
+            raise TraceError("refusing to write onto the input", path=path)
+    if os.path.isdir(path):
+        raise TraceError("is a directory; give an output file name", path=path)
+    if exists and not overwrite:
+        raise TraceError("exists; pass --overwrite to replace it", path=path)
+    if directory_planned:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise TraceError("output directory does not exist", path=path)
+    if not os.access(directory, os.W_OK):
+        raise TraceError("output directory is not writable", path=path)
+
+
+def publish(temp: str, final: str, overwrite: bool) -> None:
+    """Move the finished ``temp`` to ``final`` (same filesystem).  With
+    overwrite the later of two runs renaming at once wins; without, a hard
+    link (which fails if the name exists) publishes it, so exactly one of them
+    does and the other is refused.  Readers see no file or one whole file."""
+    if overwrite:
+        os.replace(temp, final)
+        return
+    try:
+        os.link(temp, final)
+    except FileExistsError:
+        raise _appeared_meanwhile(final) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        os.replace(temp, final)  # a filesystem without hard links: checked, then renamed
+        return
+    os.unlink(temp)
+
+
+def publish_all(moves: Iterable[tuple[str, str]], overwrite: bool) -> None:
+    """Publish several finished files (``(temp, final)`` pairs) as one:
+    when one fails (a name that appeared meanwhile), those already published
+    are taken back.  Without overwrite they were new names, so nothing is
+    lost; with it a rename cannot fail on a name."""
+    done: list[str] = []
+    try:
+        for temp, final in moves:
+            if not overwrite and os.path.lexists(final):
+                raise _appeared_meanwhile(final)
+            publish(temp, final, overwrite)
+            done.append(final)
+    except BaseException:
+        if not overwrite:
+            for final in done:
+                remove_quietly(final)
+        raise
 
 
 class OutputTarget:
@@ -86,9 +177,9 @@ class OutputTarget:
             self.name = self.path = os.fspath(spec)
         else:
             self.name, self.path = getattr(spec, "name", None) or "<stream>", None
+        self.check(inputs)  # first: writing onto an input is the gravest mistake, and said so
         self.compression = compression_for(self.path or self.url or "", compress)
         self.level = level
-        self.check(inputs)
 
     @property
     def to_stdout(self) -> bool:
@@ -103,41 +194,8 @@ class OutputTarget:
         """Refuse up front what would fail or destroy data at the end."""
         if self.url is not None:
             self._check_url(inputs)
-            return
-        if self.path is None:
-            return
-        for source in inputs:  # an archive member (ARCHIVE!MEMBER) lives in its archive
-            if source is not None and os.path.exists(self.path) and _same_file(outer_path(source), self.path):
-                raise TraceError("refusing to write onto the input", path=self.path)
-        if os.path.isdir(self.path):
-            raise TraceError("is a directory; give an output file name", path=self.path)
-        if os.path.exists(self.path) and not self.overwrite:
-            raise TraceError("exists; pass --overwrite to replace it", path=self.path)
-        directory = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(directory):
-            raise TraceError("output directory does not exist", path=self.path)
-        if not os.access(directory, os.W_OK):
-            raise TraceError("output directory is not writable", path=self.path)
-
-    def _publish(self, temp: str) -> None:
-        """Move the finished ``temp`` into place.  With overwrite the later of
-        two runs renaming at once wins; without, a hard link (which fails if
-        the name exists) publishes it, so exactly one of them does and the
-        other is refused.  Readers see no file or one whole file."""
-        self.check()
-        if self.overwrite:
-            os.replace(temp, self.path)
-            return
-        try:
-            os.link(temp, self.path)
-        except FileExistsError:
-            raise _appeared_meanwhile(self.path) from None
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
-                raise
-            os.replace(temp, self.path)  # a filesystem without hard links: check, then rename
-            return
-        os.unlink(temp)
+        elif self.path is not None:
+            check_file(self.path, inputs, overwrite=self.overwrite)
 
     def _check_url(self, inputs: Iterable[str | None]) -> None:
         if self.url in inputs:
@@ -147,8 +205,10 @@ class OutputTarget:
             raise TraceError("exists; pass --overwrite to replace it", path=self.url)
 
     @contextmanager
-    def open(self) -> Iterator[BinaryIO]:
-        """A writable binary stream; the file appears only if the block succeeds."""
+    def open(self, *, hold: Callable[[str], None] | None = None) -> Iterator[BinaryIO]:
+        """A writable binary stream; the file appears only if the block succeeds.
+        ``hold`` (local files): called with the finished temporary file instead
+        of publishing it, for a caller that publishes several at once."""
         if self.url is not None:
             upload = RemoteUpload(self.url)
             try:
@@ -178,7 +238,11 @@ class OutputTarget:
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
                 with _compressed(raw, self.compression, self.level, self.background) as out:
                     yield out
-            self._publish(temp)
+            if hold is not None:
+                hold(temp)
+                return
+            self.check()
+            publish(temp, self.path, self.overwrite)
         except OSError as exc:
             remove_quietly(temp)
             if exc.errno == errno.ENOSPC:

@@ -1,0 +1,233 @@
+"""Every file a run writes follows one set of rules, checked before the long
+pass (docs/input-handling.md, "Writing"): never onto an input, never twice in
+one run, never over an existing file without --overwrite, never under a
+suffix promising a compression that is not written; atomic.
+
+A refusal is proved to come before reading by giving a truncated input: a
+run that read first would fail on the truncation instead."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from badinputs.matrix import CLI, cli_env
+from conftest import TRACES, events_of, load_json
+
+from streamtrace.errors import TraceError
+from streamtrace.io.destinations import check_destinations
+from streamtrace.synth import SynthConfig, write_traces
+
+SMALL = TRACES / "kineto_small.json"
+
+
+def run(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *map(str, args), "-q"], capture_output=True, timeout=120, env=cli_env())
+
+
+def refused(result: subprocess.CompletedProcess, *said: str) -> str:
+    """The run failed with one line saying all of ``said``."""
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    for text in said:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def listing(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` (hidden staging and .part files included) with its bytes."""
+    return {str(path.relative_to(directory)): path.read_bytes() if path.is_file() else b"<dir>"
+            for path in sorted(directory.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    """Two ranks of a generated PP run (two profiler steps each) and their merged file."""
+    directory = tmp_path_factory.mktemp("synth")
+    write_traces(SynthConfig(ranks=2, pp_stages=2, steps=2), directory, compress="gz")
+    return directory
+
+
+@pytest.fixture
+def truncated(tmp_path, synthetic) -> Path:
+    """The merged trace cut short: reading it fails ('truncated')."""
+    whole = gzip.decompress((synthetic / "merged_trace.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(whole[: len(whole) // 2])
+    assert refused(run("inspect", path), "truncated")
+    return path
+
+
+# --- 1. never onto an input, never twice, never over a file unasked -----------------------------------------
+
+def test_the_summary_is_never_written_onto_the_input(tmp_path):
+    victim = tmp_path / "victim.json"
+    victim.write_bytes(SMALL.read_bytes())
+    (tmp_path / "hard.json").hardlink_to(victim)
+    (tmp_path / "soft.json").symlink_to(victim)
+    for summary in (victim, tmp_path / "hard.json", tmp_path / "soft.json", tmp_path / "." / "victim.json"):
+        refused(run("inspect", victim, "--summary", summary), str(summary), "onto the input")
+        refused(run("compact", victim, "-o", tmp_path / "c.json.gz", "--summary", summary, "--overwrite"),
+                "onto the input")
+    assert victim.read_bytes() == SMALL.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["hard.json", "soft.json", "victim.json"]
+
+
+def test_the_summary_is_never_written_onto_the_archive_of_an_input_member(tmp_path):
+    archive = tmp_path / "traces.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.write(SMALL, "small.json")
+    before = archive.read_bytes()
+    refused(run("inspect", f"{archive}!small.json", "--summary", archive), "onto the input")
+    assert archive.read_bytes() == before
+
+
+def test_two_files_of_one_run_never_share_a_name(tmp_path):
+    out = tmp_path / "out.json.gz"
+    (tmp_path / "alias").symlink_to(tmp_path)
+    for summary in (out, tmp_path / "alias" / "out.json.gz", tmp_path / "sub" / ".." / "out.json.gz"):
+        refused(run("compact", SMALL, "-o", out, "--summary", summary), str(summary), "twice")
+    assert sorted(os.listdir(tmp_path)) == ["alias"]
+    out.write_bytes(b"earlier output")  # --overwrite allows replacing a file, not writing one twice
+    refused(run("compact", SMALL, "-o", out, "--summary", out, "--overwrite"), "twice")
+    assert out.read_bytes() == b"earlier output"
+    refused(run("convert", SMALL, "-", "--summary", "-"), "twice")
+
+
+def test_an_existing_summary_is_replaced_only_with_overwrite(tmp_path):
+    summary = tmp_path / "s.json"
+    summary.write_bytes(b"keep me")
+    refused(run("inspect", SMALL, "--summary", summary), str(summary), "--overwrite")
+    assert summary.read_bytes() == b"keep me"
+    done = run("inspect", SMALL, "--summary", summary, "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(summary.read_bytes())["events"] == len(events_of(load_json(SMALL)))
+
+
+def test_split_writes_no_rank_file_onto_its_input_or_its_summary(tmp_path, synthetic):
+    per_rank = tmp_path / "per_rank"
+    assert run("split", synthetic / "merged_trace.json.gz", "-o", per_rank).returncode == 0
+    before = listing(tmp_path)
+    refused(run("split", per_rank / "rank0_trace.json.gz", "-o", per_rank, "--overwrite"), "onto the input")
+    refused(run("split", synthetic / "merged_trace.json.gz", "-o", per_rank, "--overwrite",
+                "--summary", per_rank / "rank1_trace.json.gz"), "rank1_trace.json.gz", "twice")
+    assert listing(tmp_path) == before
+
+
+# --- 2. everything a run can know is checked before the long pass ---------------------------------------------
+
+BEFORE_READING = {  # argv (TRUNCATED: the cut input; OUT: a fresh directory), what the refusal says
+    "summary in a missing directory": (["compact", "TRUNCATED", "-o", "OUT/c.json.gz", "--summary", "OUT/no/s.json"],
+                                       ["OUT/no/s.json", "does not exist"]),
+    "inspect's summary in a missing directory": (["inspect", "TRUNCATED", "--summary", "OUT/no/s.json"],
+                                                 ["OUT/no/s.json", "does not exist"]),
+    "existing summary": (["relink", "TRUNCATED", "-o", "OUT/r.json.gz", "--summary", "OUT/old.json"],
+                         ["OUT/old.json", "--overwrite"]),
+    "CSV and summary alike": (["attribute", "TRUNCATED", "-o", "OUT/k.csv", "--summary", "OUT/k.csv"],
+                              ["OUT/k.csv", "twice"]),
+    "split into a directory holding rank files": (["split", "TRUNCATED", "-o", "OUT/per_rank"],
+                                                  ["OUT/per_rank", "rank0_trace.json.gz", "--overwrite"]),
+    "step files over earlier ones": (["slice", "TRUNCATED", "--each-step", "-o", "OUT/steps"],
+                                     ["OUT/steps", "step1.json.gz", "--overwrite"]),
+    "merge's summary onto an input": (["merge", "TRUNCATED", "OUT/rank1_trace.json.gz", "-o", "OUT/m.json.gz",
+                                       "--summary", "OUT/rank1_trace.json.gz", "--overwrite"],
+                                      ["OUT/rank1_trace.json.gz", "onto the input"]),
+}
+
+
+@pytest.mark.parametrize("case", BEFORE_READING, ids=lambda case: case.replace(" ", "-"))
+def test_destinations_are_refused_before_the_input_is_read(case, tmp_path, truncated, synthetic):
+    out = tmp_path / "out"
+    (out / "per_rank").mkdir(parents=True)
+    (out / "per_rank" / "rank0_trace.json.gz").write_bytes(b"an earlier split")
+    (out / "steps").mkdir()
+    (out / "steps" / "step1.json.gz").write_bytes(b"an earlier slice")
+    (out / "old.json").write_bytes(b"an earlier summary")
+    (out / "rank1_trace.json.gz").write_bytes((synthetic / "rank1_trace.json.gz").read_bytes())
+    before = listing(tmp_path)
+    argv, said = BEFORE_READING[case]
+    fill = {"TRUNCATED": str(truncated), "OUT": str(out)}
+
+    def filled(text: str) -> str:
+        for key, value in fill.items():
+            text = text.replace(key, value)
+        return text
+
+    refused(run(*map(filled, argv)), *map(filled, said))
+    assert listing(tmp_path) == before
+
+
+# --- 4. a suffix naming a compression that is not written ------------------------------------------------------
+
+@pytest.mark.parametrize("suffix", [".bz2", ".xz", ".lz4", ".zip", ".tar", ".7z", ".br", ".tar.gz", ".BZ2"])
+def test_a_suffix_promising_an_unwritten_compression_is_refused(tmp_path, suffix):
+    out = tmp_path / f"out.json{suffix}"
+    line = refused(run("convert", SMALL, out), str(out), suffix.lower().removesuffix(".gz"), ".gz", ".zst")
+    assert "does not write" in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_summaries_and_tables_obey_the_suffix_rule_too(tmp_path):
+    refused(run("inspect", SMALL, "--summary", tmp_path / "s.json.xz"), "s.json.xz", ".xz")
+    refused(run("attribute", SMALL, "-o", tmp_path / "k.csv.bz2"), "k.csv.bz2", ".bz2")
+    assert os.listdir(tmp_path) == []
+    done = run("inspect", SMALL, "--summary", tmp_path / "s.json.gz")  # written as named
+    assert done.returncode == 0, done.stderr
+    assert json.loads(gzip.decompress((tmp_path / "s.json.gz").read_bytes()))["events"] > 0
+
+
+def test_each_step_refuses_a_directory_named_like_a_file(tmp_path, synthetic):
+    refused(run("slice", synthetic / "rank0_trace.json.gz", "--each-step", "-o", tmp_path / "steps.json.gz"),
+            "steps.json.gz", "directory")
+    assert os.listdir(tmp_path) == []
+
+
+# --- the mechanism, as other commands use it ----------------------------------------------------------------------
+
+def test_check_destinations_refuses_every_clash_up_front(tmp_path):
+    plan = check_destinations([tmp_path / "a.csv", tmp_path / "b.csv"], [SMALL], summary=tmp_path / "s.json")
+    plan.write(tmp_path / "a.csv", b"a\n")
+    assert (tmp_path / "a.csv").read_bytes() == b"a\n"
+    for paths, inputs, said in (
+        ([tmp_path / "a2.csv", tmp_path / "x" / ".." / "a2.csv"], [], "twice"),
+        ([tmp_path / "t.csv", SMALL], [SMALL], "onto the input"),
+        ([tmp_path / "a.csv"], [], "--overwrite"),
+        ([tmp_path / "t.csv", tmp_path / "none" / "t.csv"], [], "does not exist"),
+        ([tmp_path / "t.csv.xz"], [], ".xz"),
+    ):
+        with pytest.raises(TraceError, match=said):
+            check_destinations(paths, inputs, summary=tmp_path / "s2.json")
+    assert sorted(os.listdir(tmp_path)) == ["a.csv"]
+
+
+def test_files_written_together_appear_all_or_none(tmp_path):
+    names = [tmp_path / "kernels.csv", tmp_path / "report.html"]
+    plan = check_destinations(names, [])
+    with pytest.raises(RuntimeError), plan:
+        plan.write(names[0], b"rows\n")
+        raise RuntimeError("the report failed")
+    assert os.listdir(tmp_path) == []
+    plan = check_destinations(names, [])
+    with pytest.raises(TraceError, match="appeared while"), plan:
+        plan.write(names[0], b"rows\n")
+        with plan.open(names[1]) as out:
+            out.write(b"<html>")
+        names[1].write_bytes(b"another run's report")  # a name taken while this run wrote
+    assert os.listdir(tmp_path) == ["report.html"] and names[1].read_bytes() == b"another run's report"
+    names[1].unlink()
+    with check_destinations(names, []) as plan:
+        plan.write(names[0], b"rows\n")
+        with plan.open(names[1]) as out:
+            out.write(b"<html>")
+        assert all(name.endswith(".part") for name in os.listdir(tmp_path))  # nothing published yet
+    assert listing(tmp_path) == {"kernels.csv": b"rows\n", "report.html": b"<html>"}
+
+
+def test_a_small_file_named_gz_is_compressed(tmp_path):
+    check_destinations([], []).write(tmp_path / "t.csv.gz", b"a,b\n")
+    assert gzip.GzipFile(fileobj=io.BytesIO((tmp_path / "t.csv.gz").read_bytes())).read() == b"a,b\n"
