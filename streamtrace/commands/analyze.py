@@ -26,13 +26,17 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..algo import analysis as hta
+from ..algo import utilization
 from ..algo.parts import extend_converted, shifted, translated
+from ..algo.pp import pp_stage_from_info
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
 from ..algo.ranks import rank_from_args, rank_from_file_name, rank_from_process_name
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..errors import TraceError
+from ..io import report as page
+from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.projection import projected_events
 from ..io.sink import remove_quietly
@@ -42,7 +46,8 @@ from ..resources import peak_rss_mb
 from .merge import TRACE_SUFFIX, discover_inputs
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
-          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers")
+          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization",
+          "ranks")
 COLUMNS = {
     "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
                            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
@@ -55,7 +60,10 @@ COLUMNS = {
     "step_times": ("rank", "step", "start(us)", "duration(us)", "gpu_busy(us)", "compute(us)", "communication(us)",
                    "idle(us)"),
     "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
+    "utilization": ("rank", "bin", "start(us)", "end(us)", "gpu_busy(us)", "busy_fraction"),
+    "ranks": ("rank", "source", "pp_stage"),
 }
+UTILIZATION_BINS = 200
 SYNC_NAMES = ("Event Sync", "Context Sync")
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
@@ -388,6 +396,9 @@ class RankResult:
     notes: list = field(default_factory=list)
     read: dict | None = None  # the input's reading (on its first rank's result)
     pass1_seconds: float = 0.0  # (on its first rank's result)
+    busy: utilization.FineBusy | None = None  # GPU busy time in fine bins (None: no GPU rows)
+    pp_stage: int | None = None  # its place in its PP group (distributedInfo)
+    devices: tuple = ()  # the input's deviceProperties names (on its first rank's result)
 
 
 @dataclass(frozen=True)
@@ -421,7 +432,16 @@ def analyze_file(path: str, options: _Options) -> list[RankResult]:
         out[0].skipped_events = index.skipped[0]
         out[0].read = result.stats.as_dict()
         out[0].pass1_seconds = result.seconds
+        out[0].devices = _device_names(members)
+    if len(out) == 1:  # a rank file's distributedInfo speaks for its rank (a merged file's for one of them)
+        out[0].pp_stage = pp_stage_from_info(member_value(members, "distributedInfo"), out[0].rank)
     return out
+
+
+def _device_names(members: list) -> tuple:
+    devices = member_value(members, "deviceProperties")
+    names = [device.get("name") for device in devices if isinstance(device, dict)] if isinstance(devices, list) else []
+    return tuple(sorted({name for name in names if isinstance(name, str)}))
 
 
 def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> list[int]:
@@ -586,7 +606,7 @@ def _analyze_rank(path: str, data: RankInput, strings: list[str], cats: list[str
         hta.overlap_ratio(start, end, types), idle_rows, launch_part, launch_rows, steps,
         _step_times(start, end, types, iteration[gpu]),
         _step_extent(data, keep, iteration, plain_keep, plain_iteration),
-        _comm_candidates(data, keep, iteration, strings), notes=notes)
+        _comm_candidates(data, keep, iteration, strings), notes=notes, busy=utilization.fine_busy(start, end))
 
 
 def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[str], launch_of: hta.LastById,
@@ -691,17 +711,24 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             jobs: int | str | None = None, dask: str | None = None, include_last_step: bool = False,
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
             overwrite: bool = False, num_candidates: int = 2, progress: bool | None = False,
-            reread_remote: bool = False) -> dict:
+            reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
+            command: str | None = None, summary_file: str | os.PathLike | None = None) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
     ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
     URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
+    ``html``: also write the report page there (needs ``streamtrace[report]``),
+    its header naming ``command`` as what made it.
     """
     started = time.perf_counter()
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
     files = _inputs(specs)
     targets = _check_out_dir(out_dir, overwrite)
+    destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
+    if html is not None:
+        page.require_plotly()
+        destinations.claim(html, role="HTML report")
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
     with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress) as runner:
@@ -715,7 +742,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         if ranks is not None:
             results = [result for result in results if result.rank in ranks]
         _refuse_repeated_ranks(results)
-        tables = _tables(results, num_candidates)
+        tables = _tables(results, num_candidates, utilization_bins)
         launch_rows = sum(result.launch_rows for result in results)
         written = _write_tables(tables, parts, targets) if targets else []
         if launch_rows <= JSON_LAUNCH_ROWS:
@@ -726,12 +753,13 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         for part in parts:
             remove_quietly(part)
     notes = [note for result in results for note in result.notes]
-    return {
+    summary = {
         "command": "analyze",
         "read": read,
         "inputs": len(files),
         "ranks": sorted(result.rank for result in results),
-        "output": written,
+        "devices": sorted({name for result in results for name in result.devices}),
+        "output": written + ([os.fspath(html)] if html is not None else []),
         "tables": tables,
         "kernel_launch_rows": launch_rows,
         "events_skipped": sum(result.skipped_events for result in results),
@@ -740,6 +768,9 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
+    if html is not None:
+        destinations.write(html, page.render(summary, files, command), role="HTML report")
+    return destinations.finish(summary)
 
 
 def _read_totals(reads: list[dict]) -> dict:
@@ -810,7 +841,7 @@ def _pctg(part: float, whole: float, digits: int = 2) -> float:
     return float(np.round(100 * part / whole, digits)) if whole else math.nan
 
 
-def _tables(results: list[RankResult], num_candidates: int) -> dict[str, list[dict] | None]:
+def _tables(results: list[RankResult], num_candidates: int, bins: int = UTILIZATION_BINS) -> dict[str, list[dict] | None]:
     results = sorted(results, key=lambda result: result.rank)
     tables: dict[str, list[dict] | None] = {}
     tables["temporal_breakdown"] = [
@@ -841,7 +872,26 @@ def _tables(results: list[RankResult], num_candidates: int) -> dict[str, list[di
                     r.step_times.get(step, (0.0, 0.0, 0.0, 0.0))))}
         for r in results for step, start, duration in r.steps]
     tables["stragglers"] = _stragglers(results, steps, num_candidates)
+    tables["utilization"] = _utilization(results, base, bins)
+    tables["ranks"] = [{"rank": r.rank, "source": r.source, "pp_stage": r.pp_stage} for r in results]
     return tables
+
+
+def _utilization(results: list[RankResult], base: float, bins: int) -> list[dict]:
+    """Per rank, the fraction of each of about ``bins`` equal time bins over
+    the run's GPU span that its GPU was busy (exact: see algo/utilization)."""
+    found = utilization.run_bins([r.busy for r in results], bins)
+    if found is None:
+        return []
+    starts, ends = (found.starts - base).tolist(), (found.ends - base).tolist()
+    widths = found.ends - found.starts
+    rows = []
+    for r, busy in zip(results, found.busy):
+        fractions = np.round(np.divide(busy, widths, out=np.zeros_like(busy), where=widths > 0), 4).tolist()
+        for n, (start, end, time_busy, fraction) in enumerate(zip(starts, ends, np.round(busy, 3).tolist(), fractions)):
+            rows.append({"rank": r.rank, "bin": n, "start(us)": start, "end(us)": end, "gpu_busy(us)": time_busy,
+                         "busy_fraction": fraction})
+    return rows
 
 
 def _stragglers(results: list[RankResult], steps: list[int], num_candidates: int) -> list[dict]:
