@@ -123,7 +123,7 @@ def _facts(summary: dict, inputs: list[str], command: str | None) -> list[tuple[
         ("inputs", f"{len(inputs):,}: {shown}{where}"),
         ("devices", ", ".join(summary.get("devices") or ()) or "not stated in the inputs"),
         ("ranks", f"{len(summary['ranks']):,} ({_ranges(summary['ranks'])})"),
-        ("steps", f"{len(steps)} profiler steps ({_ranges(steps)})" if steps else "no profiler steps"),
+        ("steps", f"{len(steps)} profiler step{'s' * (len(steps) != 1)} ({_ranges(steps)})" if steps else "no profiler steps"),
         ("GPU busy time", f"{busy / 1e6:,.3f} s over all ranks (kernels, copies and sets; overlaps counted once)"),
         ("made by", command or "streamtrace.analyze(...)"),
     ]
