@@ -43,7 +43,8 @@ class RankOrder:
     def of(cls, tables: dict, ranks: list[int]) -> RankOrder:
         stages = {row["rank"]: row["pp_stage"] for row in tables.get("ranks") or ()}
         ordered = sorted(ranks, key=lambda rank: (stages.get(rank) is None, stages.get(rank) or 0, rank))
-        labels = [f"{rank}" if stages.get(rank) is None else f"{rank} · PP{stages[rank]}" for rank in ordered]
+        several = len({stage for stage in stages.values() if stage is not None}) > 1  # else no stage to tell apart
+        labels = [f"{rank} · PP{stages[rank]}" if several and stages.get(rank) is not None else f"{rank}" for rank in ordered]
         return cls(ordered, labels, {rank: at for at, rank in enumerate(ordered)})
 
     def column(self, rows: list[dict], key: str, scale: float = 1.0) -> np.ndarray:
@@ -64,8 +65,10 @@ def figures(summary: dict) -> list[Figure]:
             overlap(tables, order), idle_breakdown(tables, order)]
 
 
-def _rank_axis(order: RankOrder) -> dict:
-    return {"title": {"text": "rank"}, "type": "category", "categoryorder": "array", "categoryarray": order.labels}
+def _rank_axis(order: RankOrder, downwards: bool = False) -> dict:
+    """The rank axis, in the figures' order (``downwards``: the first rank at the top, for heat maps)."""
+    axis = {"title": {"text": "rank"}, "type": "category", "categoryorder": "array", "categoryarray": order.labels}
+    return {**axis, "autorange": "reversed"} if downwards else axis
 
 
 def breakdown(tables: dict, order: RankOrder) -> Figure:
@@ -128,7 +131,8 @@ def step_maps(tables: dict, order: RankOrder) -> list[Figure]:
         figure.traces = [{"type": "heatmap", "x": [str(step) for step in steps], "y": order.labels, "z": matrix,
                           "colorscale": "YlOrRd", "reversescale": True, "colorbar": {"title": {"text": "ms"}},
                           "hovertemplate": "rank %{y}<br>step %{x}<br>%{z:.3f} ms<extra></extra>"}]
-        figure.layout = {"xaxis": {"title": {"text": "profiler step"}, "type": "category"}, "yaxis": _rank_axis(order)}
+        figure.layout = {"xaxis": {"title": {"text": "profiler step"}, "type": "category"},
+                         "yaxis": _rank_axis(order, downwards=True)}
     duration.callout = straggler_words(tables, list(rows.values()))
     return [duration, idle]
 
@@ -175,7 +179,7 @@ def utilization_map(tables: dict, order: RankOrder) -> Figure:
     figure.traces = [{"type": "heatmap", "x": middle, "y": order.labels, "z": matrix, "zmin": 0, "zmax": 1,
                       "colorscale": "Viridis", "colorbar": {"title": {"text": "busy"}, "tickformat": ".0%"},
                       "hovertemplate": "rank %{y}<br>%{x:.1f} ms<br>busy %{z:.1%}<extra></extra>"}]
-    figure.layout = {"xaxis": {"title": {"text": "ms since the run's first event"}}, "yaxis": _rank_axis(order)}
+    figure.layout = {"xaxis": {"title": {"text": "ms since the run's first event"}}, "yaxis": _rank_axis(order, downwards=True)}
     return figure
 
 

@@ -728,6 +728,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     if html is not None:
         page.require_plotly()
+        if out_dir is not None:  # the page may go beside the tables
+            destinations.directory(out_dir, writes="the tables' CSV files")
         destinations.claim(html, role="HTML report")
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
