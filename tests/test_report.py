@@ -52,8 +52,9 @@ def pp_run(tmp_path_factory) -> Path:
     return directory
 
 
-def rank_order(tables: dict, ranks: list[int]) -> list[int]:
-    stage = {row["rank"]: row["pp_stage"] for row in tables["ranks"]}
+def rank_order(summary: dict) -> list[int]:
+    stage = {row["rank"]: row["pp_stage"] for row in summary["rank_info"]}
+    ranks = summary["ranks"]
     return sorted(ranks, key=lambda rank: (stage[rank] is None, stage[rank] or 0, rank))
 
 
@@ -82,7 +83,7 @@ def check_page(found: dict, summary: dict) -> None:
     assert found["errors"] == []
     assert found["requests"] == []
     tables = summary["tables"]
-    order = rank_order(tables, summary["ranks"])
+    order = rank_order(summary)
     figures = found["figures"]
     for key, figure in figures.items():
         assert figure["svgs"] >= 1, key

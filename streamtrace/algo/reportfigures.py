@@ -40,8 +40,8 @@ class RankOrder:
     position: dict[int, int]
 
     @classmethod
-    def of(cls, tables: dict, ranks: list[int]) -> RankOrder:
-        stages = {row["rank"]: row["pp_stage"] for row in tables.get("ranks") or ()}
+    def of(cls, rank_info: list[dict], ranks: list[int]) -> RankOrder:
+        stages = {row["rank"]: row["pp_stage"] for row in rank_info}
         ordered = sorted(ranks, key=lambda rank: (stages.get(rank) is None, stages.get(rank) or 0, rank))
         several = len({stage for stage in stages.values() if stage is not None}) > 1  # else no stage to tell apart
         labels = [f"{rank} · PP{stages[rank]}" if several and stages.get(rank) is not None else f"{rank}" for rank in ordered]
@@ -60,7 +60,7 @@ class RankOrder:
 def figures(summary: dict) -> list[Figure]:
     """Every figure of the page, in page order."""
     tables = summary["tables"]
-    order = RankOrder.of(tables, summary["ranks"])
+    order = RankOrder.of(summary.get("rank_info") or [], summary["ranks"])
     return [breakdown(tables, order), *step_maps(tables, order), utilization_map(tables, order), top_kernels(tables),
             overlap(tables, order), idle_breakdown(tables, order)]
 

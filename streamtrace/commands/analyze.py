@@ -46,8 +46,7 @@ from ..resources import peak_rss_mb
 from .merge import TRACE_SUFFIX, discover_inputs
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
-          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization",
-          "ranks")
+          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization")
 COLUMNS = {
     "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
                            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
@@ -61,7 +60,6 @@ COLUMNS = {
                    "idle(us)"),
     "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
     "utilization": ("rank", "bin", "start(us)", "end(us)", "gpu_busy(us)", "busy_fraction"),
-    "ranks": ("rank", "source", "pp_stage"),
 }
 UTILIZATION_BINS = 200
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -761,6 +759,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         "inputs": len(files),
         "ranks": sorted(result.rank for result in results),
         "devices": sorted({name for result in results for name in result.devices}),
+        "rank_info": [{"rank": r.rank, "source": r.source, "pp_stage": r.pp_stage}
+                      for r in sorted(results, key=lambda r: r.rank)],
         "output": written + ([os.fspath(html)] if html is not None else []),
         "tables": tables,
         "kernel_launch_rows": launch_rows,
@@ -875,7 +875,6 @@ def _tables(results: list[RankResult], num_candidates: int, bins: int = UTILIZAT
         for r in results for step, start, duration in r.steps]
     tables["stragglers"] = _stragglers(results, steps, num_candidates)
     tables["utilization"] = _utilization(results, base, bins)
-    tables["ranks"] = [{"rank": r.rank, "source": r.source, "pp_stage": r.pp_stage} for r in results]
     return tables
 
 
