@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -409,12 +410,15 @@ def build_parser() -> argparse.ArgumentParser:
             "multi-rank file (ranks found as relink finds them). One task per input (-j, --dask). "
             "docs/analyze.md states each rule, and where it departs from HTA."),
         epilog="examples:\n  streamtrace analyze dlrm/\n  streamtrace analyze 'ranks/*.json.gz' -o tables/\n"
-               "  streamtrace analyze merged.json.gz --json | jq .tables.temporal_breakdown",
+               "  streamtrace analyze merged.json.gz --json | jq .tables.temporal_breakdown\n"
+               "  streamtrace analyze dlrm/ --html report.html",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("inputs", nargs="+", metavar="INPUT", help="rank traces, globs, directories, archives, URLs, "
                      "or a merged trace")
     cmd.add_argument("-o", "--output", metavar="DIR", help="write one CSV per table into DIR")
+    cmd.add_argument("--html", metavar="FILE", help="also write a self-contained report page (figures per rank, step "
+                     "and time; needs streamtrace[report])")
     cmd.add_argument("--include-last-step", action="store_true", help="keep the last profiler step (HTA leaves it out)")
     cmd.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0-3,7")
     cmd.add_argument("--candidates", type=int, default=2, metavar="N", help="straggler candidates (HTA's "
@@ -453,6 +457,8 @@ SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named afte
     ("content", "seed", "random seed"),
     ("content", "base_time_ns", "baseTimeNanoseconds of rank 0"),
     ("content", "base_skew_ns", "added to the base time per rank, to test alignment"),
+    ("content", "slow_rank", "a straggler: this rank runs --slow-factor times slower (-1: none)"),
+    ("content", "slow_factor", "how much slower --slow-rank runs"),
 )
 
 
@@ -899,7 +905,8 @@ def _run_attribute(args: argparse.Namespace) -> None:
 def _run_analyze(args: argparse.Namespace) -> None:
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
-                      dask=args.dask, **_reading(args))
+                      dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *sys.argv[1:]]),
+                      **_reading(args))
     report("analyze", summary, args)
 
 

@@ -91,6 +91,8 @@ class SynthConfig:
     hip: bool = False  # AMD naming: hip* runtime calls
     big_ints: bool = True  # NCCL kernels carry "Comms Id" >= 2**63
     kernel_annotations: str = "module"  # graph kernels' args.name: "module" runs, "pp" (action name), "none"
+    slow_rank: int = -1  # this rank's timeline runs slow_factor times slower (-1: none): a straggler
+    slow_factor: float = 1.0
 
     def validate(self) -> None:
         """Reject configs the generator cannot honour, with a plain message."""
@@ -106,6 +108,8 @@ class SynthConfig:
             raise ValueError("microbatches and steps must be >= 1")
         if self.graph_streams < 1 or min(self.graph_kernels, self.eager_kernels, self.python_noise) < 0:
             raise ValueError("graph_streams must be >= 1 and kernel/noise counts >= 0")
+        if not -1 <= self.slow_rank < self.ranks or self.slow_factor < 1:
+            raise ValueError("slow_rank must be a rank (or -1 for none) and slow_factor >= 1")
 
     @property
     def dp_degree(self) -> int:
@@ -321,6 +325,15 @@ def _plan_step(cfg: SynthConfig, lists: list[list[tuple[str, int | None]]], cost
         if not moved:
             raise RuntimeError("pipeline schedule deadlocked")  # a bug in stage_actions
     return out, max(free) + rng.randint(100_000, 200_000)
+
+
+def _stretched(acts: list[_Act], t0: int, t_next: int, factor: float) -> tuple[list[_Act], int]:
+    """A slow rank's step: its plan's times from the step start ``t0`` scaled by
+    ``factor`` (its GPU work and its step last longer; it drifts later step by
+    step; its P2P peers do not wait for it)."""
+    def at(t: int) -> int:
+        return t0 + int((t - t0) * factor)
+    return [_Act(a.op, a.mb, at(a.g0), at(a.g1)) for a in acts], at(t_next)
 
 
 # ---------------------------------------------------------------- output plumbing
@@ -740,8 +753,10 @@ class _RankGen:
     def step(self, n: int) -> None:
         """Emit ProfilerStep#n of this rank."""
         plan, t_next = _plan_step(self.cfg, self.lists, self.costs, n, self.t_step)
-        self.t_step = t_next
         acts = plan[self.stage]
+        if self.rank == self.cfg.slow_rank:
+            acts, t_next = _stretched(acts, self.t_step, t_next, self.cfg.slow_factor)
+        self.t_step = t_next
         lead, cpu = self.costs.lead, self.costs.cpu
         c_first = acts[0].g0 - lead - 5_000
         c_last = acts[-1].g0 - lead + cpu[acts[-1].op] + 5_000
@@ -981,6 +996,7 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
         "dp_degree": cfg.dp_degree,
         "schedule": cfg.schedule,
         "steps": n,
+        "slow_rank": None if cfg.slow_rank < 0 else {"rank": cfg.slow_rank, "factor": cfg.slow_factor},
         "rank_mapping": "pp_rank = stage = rank // dp_degree; pp group of r = [r % dp_degree + p * dp_degree]",
         "links_columns": ["gpu_index", "launch_index", "correlation"],
         "total_events": offset,

@@ -60,3 +60,17 @@ def _simple(text: str) -> PPAction | None:
     if not microbatch:
         return None
     return PPAction(int(stage), op, int(microbatch))
+
+
+def pp_stage_from_info(info: object, rank: int) -> int | None:
+    """A rank's PP stage from Kineto's ``distributedInfo``: its place in the
+    process group whose description names the pipeline dimension (torchtitan's
+    ``mesh_pp``), whose ranks are listed in stage order; None if none says."""
+    groups = info.get("pg_config") if isinstance(info, dict) else None
+    for group in groups if isinstance(groups, list) else ():
+        if not isinstance(group, dict) or not isinstance(group.get("ranks"), list):
+            continue
+        words = re.split(r"[^a-z]+", f"{group.get('pg_desc', '')} {group.get('pg_name', '')}".lower())
+        if "pp" in words and rank in group["ranks"]:
+            return group["ranks"].index(rank)
+    return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import math
 import os
 import shutil
@@ -28,7 +29,9 @@ from typing import IO, Callable, Iterator, Sequence
 import numpy as np
 
 from ..algo import analysis as hta
+from ..algo import utilization
 from ..algo.parts import extend_converted, shifted, translated
+from ..algo.pp import pp_stage_from_info
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
 from ..algo.ranks import rank_from_file_name
 from ..algo.steps import STEP_CATEGORIES
@@ -36,9 +39,11 @@ from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..errors import TraceError
+from ..io import report as page
+from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.projection import projected_events
-from ..io.sink import check_output_directory, remove_quietly
+from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb
@@ -46,7 +51,7 @@ from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import note_process_name
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
-          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers")
+          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization")
 COLUMNS = {
     "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
                            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
@@ -59,7 +64,9 @@ COLUMNS = {
     "step_times": ("rank", "step", "start(us)", "duration(us)", "gpu_busy(us)", "compute(us)", "communication(us)",
                    "idle(us)"),
     "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
+    "utilization": ("rank", "bin", "start(us)", "end(us)", "gpu_busy(us)", "busy_fraction"),
 }
+UTILIZATION_BINS = 200
 SYNC_NAMES = ("Event Sync", "Context Sync")
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
@@ -434,6 +441,8 @@ class RankResult:
     step_extent: dict  # step -> (first start, last end) of the rows in it (HTA's iteration)
     comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
     notes: list = field(default_factory=list)
+    busy: utilization.FineBusy | None = None  # GPU busy time in fine bins (None: no GPU rows)
+    pp_stage: int | None = None  # its place in its PP group (distributedInfo)
 
 
 @dataclass
@@ -446,6 +455,7 @@ class FileResult:
     pass1_seconds: float
     step_names: set  # every ProfilerStep name of the input (HTA decides its cut on all inputs' names)
     filtered: bool  # the decision this reading took
+    devices: tuple = ()  # the input's deviceProperties names
 
 
 def _discard(result: FileResult) -> None:
@@ -500,7 +510,16 @@ def analyze_file(path: str, options: _Options) -> FileResult:
         out[0].notes.append(f"{location}: {unplaced:,} events on pids that no rule places in a rank ({', '.join(pids[:8])}"
                             f"{' ...' if len(pids) > 8 else ''}) are left out; give them a rank with args.rank or a "
                             "process_name such as 'rank 3'")
-    return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered)
+    if len(out) == 1:  # a rank file's distributedInfo speaks for its rank (a merged file's for one of them)
+        out[0].pp_stage = pp_stage_from_info(member_value(members, "distributedInfo"), out[0].rank)
+    return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
+                      _device_names(members))
+
+
+def _device_names(members: list) -> tuple:
+    devices = member_value(members, "deviceProperties")
+    names = [device.get("name") for device in devices if isinstance(device, dict)] if isinstance(devices, list) else []
+    return tuple(sorted({name for name in names if isinstance(name, str)}))
 
 
 def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> list[int]:
@@ -729,7 +748,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts),
         launch_part, launch_rows, {frame.step_ids[data.name[at]] for at in kept_steps} - {None},
         _step_spans(data, kept_steps, frame.step_ids, cats), _step_times(start, end, types, iteration[gpu]), extents,
-        _comm_candidates(data, keep, iteration, strings), notes=notes)
+        _comm_candidates(data, keep, iteration, strings), notes=notes, busy=utilization.fine_busy(start, end))
 
 
 def _step_spans(data: RankInput, rows: np.ndarray, step_ids: dict, cats: list[str]) -> list[tuple[int, float, float]]:
@@ -848,17 +867,21 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             jobs: int | str | None = None, dask: str | None = None, include_last_step: bool = False,
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
             overwrite: bool = False, num_candidates: int = 2, progress: bool | None = False,
-            reread_remote: bool = False) -> dict:
+            reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
+            command: str | None = None, summary_file: str | os.PathLike | None = None) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
     ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
     URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
+    ``html``: also write the report page there (needs ``streamtrace[report]``),
+    its header naming ``command`` as what made it.
     """
     started = time.perf_counter()
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
     files = _inputs(specs)
-    targets = _check_out_dir(out_dir, overwrite)
+    destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
+    targets = _claim_outputs(destinations, out_dir, html)
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
     with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress) as runner:
@@ -872,28 +895,36 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
                 results = [result for result in results if result.rank in ranks]
             _refuse_repeated_ranks(results)
             parts = [result.launch_part for result in results if result.launch_part]
-            tables = _tables(results, num_candidates)
+            tables = _tables(results, num_candidates, utilization_bins)
             launch_rows = sum(result.launch_rows for result in results)
-            written = _write_tables(tables, parts, targets) if targets else []
+            notes = [note for result in results for note in result.notes]
+            summary = {
+                "command": "analyze",
+                "read": _read_totals([result.read for result in per_file]),
+                "inputs": len(files),
+                "ranks": sorted(result.rank for result in results),
+                "devices": sorted({name for result in per_file for name in result.devices}),
+                "rank_info": [{"rank": r.rank, "source": r.source, "pp_stage": r.pp_stage}
+                              for r in sorted(results, key=lambda r: r.rank)],
+                "output": list(targets.values()) + ([os.fspath(html)] if html is not None else []),
+                "tables": tables,
+                "kernel_launch_rows": launch_rows,
+                "events_skipped": sum(result.skipped_events for result in per_file),
+                "notes": notes,
+                "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
+            }
+            tables["kernel_launch_stats"] = None  # (read below from the parts, if few enough for --json)
+            with destinations:  # the tables and the page appear together, or none of them
+                _write_tables(destinations, tables, parts, targets)
+                if html is not None:
+                    destinations.write(html, page.render(summary, files, command), role="HTML report")
             tables["kernel_launch_stats"] = _read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
         finally:
             for result in per_file:
                 _discard(result)
-    notes = [note for result in results for note in result.notes]
-    return {
-        "command": "analyze",
-        "read": _read_totals([result.read for result in per_file]),
-        "inputs": len(files),
-        "ranks": sorted(result.rank for result in results),
-        "output": written,
-        "tables": tables,
-        "kernel_launch_rows": launch_rows,
-        "events_skipped": sum(result.skipped_events for result in per_file),
-        "notes": notes,
-        "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
-        "wall_seconds": round(time.perf_counter() - started, 3),
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    summary["wall_seconds"] = round(time.perf_counter() - started, 3)
+    summary["peak_rss_mb"] = peak_rss_mb()
+    return destinations.finish(summary)
 
 
 def _read_totals(reads: list[dict]) -> dict:
@@ -929,16 +960,14 @@ def _inputs(specs: list) -> list[str]:
 def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[FileResult]:
     """Every input's ranks; files whose own step names disagree with all
     inputs' (HTA cuts by the names of every rank) run again."""
-    per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done",
-                                   discard=_discard))
+    per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done"))
     wanted = len(set().union(*(result.step_names for result in per_file))) > 1
     again = [n for n, result in enumerate(per_file) if result.filtered != wanted]
     if again:
         forced = dataclasses.replace(options, filter_steps=wanted)
         for n in again:
             _discard(per_file[n])
-        redone = runner.ordered(analyze_file, [(files[n], forced) for n in again], label="inputs redone",
-                                discard=_discard)
+        redone = runner.ordered(analyze_file, [(files[n], forced) for n in again], label="inputs redone")
         for n, result in zip(again, redone):
             per_file[n] = result
     return per_file
@@ -1055,15 +1084,17 @@ def _straggler_metric(results: list[RankResult], steps: list[int], num_candidate
     return metric, hta.top_candidates(counts, num_candidates)
 
 
-def _check_out_dir(out_dir: str | None, overwrite: bool) -> dict[str, str]:
-    if out_dir is None:
-        return {}
-    check_output_directory(out_dir)
-    targets = {name: os.path.join(out_dir, f"{name}.csv") for name in TABLES}
-    if not overwrite:
-        for path in targets.values():
-            if os.path.exists(path):
-                raise TraceError("output exists (use --overwrite)", path=path)
+def _claim_outputs(destinations: Destinations, out_dir: str | os.PathLike | None,
+                   html: str | os.PathLike | None) -> dict[str, str]:
+    """Check and reserve every file the run writes before reading anything: the tables' CSVs, the page."""
+    targets: dict[str, str] = {}
+    if out_dir is not None:
+        directory = destinations.directory(out_dir, writes="the tables' CSV files")
+        targets = {name: os.path.join(directory, f"{name}.csv") for name in TABLES}
+        destinations.claim_all(targets.values(), role="table")
+    if html is not None:
+        page.require_plotly()
+        destinations.claim(html, role="HTML report")
     return targets
 
 
@@ -1073,30 +1104,23 @@ def _csv_value(value: object) -> object:
     return value
 
 
-def _write_tables(tables: dict, parts: list[str], targets: dict[str, str]) -> list[str]:
-    """One CSV per table, written beside each other in a hidden directory and renamed in place at the end."""
-    folder = os.path.dirname(os.path.abspath(next(iter(targets.values()))))
-    os.makedirs(folder, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".streamtrace-analyze-", dir=folder)
-    try:
-        for name, path in targets.items():
-            descriptor = os.open(os.path.join(staging, os.path.basename(path)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(descriptor, "w", newline="") as out:
-                writer = csv.writer(out)
-                writer.writerow(COLUMNS[name])
-                if name == "kernel_launch_stats":
-                    out.flush()
-                    for part in parts:
-                        with open(part, newline="") as rows:
-                            shutil.copyfileobj(rows, out)
-                    continue
-                for row in tables[name]:
-                    writer.writerow([_csv_value(row[column]) for column in COLUMNS[name]])
-        for path in targets.values():
-            os.replace(os.path.join(staging, os.path.basename(path)), path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return list(targets.values())
+def _write_tables(destinations: Destinations, tables: dict, parts: list[str], targets: dict[str, str]) -> None:
+    """One CSV per table (launch statistics copied from the ranks' parts), each through the run's write rules."""
+    for folder in {os.path.dirname(os.path.abspath(path)) for path in targets.values()}:
+        os.makedirs(folder, exist_ok=True)
+    for name, path in targets.items():
+        with destinations.open(path, role="table") as raw:
+            out = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+            csv.writer(out).writerow(COLUMNS[name])
+            if name == "kernel_launch_stats":
+                out.flush()
+                for part in parts:
+                    with open(part, "rb") as rows:
+                        shutil.copyfileobj(rows, raw)
+            else:
+                csv.writer(out).writerows([_csv_value(row[column]) for column in COLUMNS[name]] for row in tables[name])
+            out.flush()
+            out.detach()  # the stream is the destination's to close
 
 
 def _read_parts(parts: list[str]) -> list[dict]:

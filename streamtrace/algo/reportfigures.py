@@ -1,0 +1,234 @@
+"""The analyze report's figures, from the summary's tables (no I/O).
+
+Each figure is a :class:`Figure`: plotly traces and layout as plain dicts
+(numbers as numpy arrays, which the page encodes as typed arrays), a title,
+a one-sentence caption, and the words that call out what it shows.  A
+figure whose table is empty (no GPU work, no profiler steps) is one with
+``missing`` set to the reason, and no traces.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TYPE_COLORS = {"COMPUTATION": "#4c78a8", "COMMUNICATION": "#f58518", "MEMORY": "#54a24b", "idle": "#bab0ac"}
+IDLE_COLORS = {"host_wait": "#e45756", "kernel_wait": "#72b7b2", "other": "#bab0ac"}
+TOP_KERNELS = 20
+CALLED_OUT = 3  # ranks and steps named above the heat maps
+NAME_CHARS = 70  # kernel names on the axis; the full name is in the hover text
+
+
+@dataclass
+class Figure:
+    key: str  # the element id is fig-<key>
+    title: str
+    caption: str
+    traces: list = field(default_factory=list)
+    layout: dict = field(default_factory=dict)
+    callout: str = ""
+    missing: str = ""
+
+
+@dataclass
+class RankOrder:
+    """Ranks in the figures' order: by PP stage when known, then by rank; their axis labels."""
+
+    ranks: list[int]
+    labels: list[str]
+    position: dict[int, int]
+
+    @classmethod
+    def of(cls, rank_info: list[dict], ranks: list[int]) -> RankOrder:
+        stages = {row["rank"]: row["pp_stage"] for row in rank_info}
+        ordered = sorted(ranks, key=lambda rank: (stages.get(rank) is None, stages.get(rank) or 0, rank))
+        several = len({stage for stage in stages.values() if stage is not None}) > 1  # else no stage to tell apart
+        labels = [f"{rank} · PP{stages[rank]}" if several and stages.get(rank) is not None else f"{rank}" for rank in ordered]
+        return cls(ordered, labels, {rank: at for at, rank in enumerate(ordered)})
+
+    def column(self, rows: list[dict], key: str, scale: float = 1.0) -> np.ndarray:
+        """One value per rank (summed over its rows), NaN where it has none."""
+        out = np.full(len(self.ranks), math.nan)
+        for row in rows:
+            at = self.position.get(row["rank"])
+            if at is not None and row[key] is not None:
+                out[at] = (0.0 if math.isnan(out[at]) else out[at]) + row[key] * scale
+        return out
+
+
+def figures(summary: dict) -> list[Figure]:
+    """Every figure of the page, in page order."""
+    tables = summary["tables"]
+    order = RankOrder.of(summary.get("rank_info") or [], summary["ranks"])
+    return [breakdown(tables, order), *step_maps(tables, order), utilization_map(tables, order), top_kernels(tables),
+            overlap(tables, order), idle_breakdown(tables, order)]
+
+
+def _rank_axis(order: RankOrder, downwards: bool = False) -> dict:
+    """The rank axis, in the figures' order (``downwards``: the first rank at the top, for heat maps)."""
+    axis = {"title": {"text": "rank"}, "type": "category", "categoryorder": "array", "categoryarray": order.labels}
+    return {**axis, "autorange": "reversed"} if downwards else axis
+
+
+def breakdown(tables: dict, order: RankOrder) -> Figure:
+    figure = Figure("breakdown", "Run at a glance",
+                    "Per rank, milliseconds of GPU kernels of each type (HTA's kernel breakdown; kernels running at the "
+                    "same time each count) and of GPU idle time (temporal breakdown): a tall grey part is a rank "
+                    "that waits.")
+    for kind in ("COMPUTATION", "COMMUNICATION", "MEMORY"):
+        rows = [row for row in tables["kernel_breakdown"] if row["kernel_type"] == kind]
+        figure.traces.append({"type": "bar", "name": kind.lower(), "x": order.labels, "y": order.column(rows, "sum (us)", 1e-3),
+                              "marker": {"color": TYPE_COLORS[kind]}})
+    figure.traces.append({"type": "bar", "name": "idle", "x": order.labels,
+                          "y": order.column(tables["temporal_breakdown"], "idle_time(us)", 1e-3),
+                          "marker": {"color": TYPE_COLORS["idle"]}})
+    figure.layout = {"barmode": "stack", "xaxis": _rank_axis(order), "yaxis": {"title": {"text": "ms"}}}
+    return _needs_rows(figure, tables["temporal_breakdown"], "no rank has GPU work")
+
+
+def _needs_rows(figure: Figure, rows: list | None, reason: str) -> Figure:
+    if not rows:
+        figure.traces, figure.missing = [], reason
+    return figure
+
+
+def step_spans(rows: list[dict]) -> dict[tuple[int, int], dict]:
+    """One step_times row per (rank, step): the longest, where a trace has
+    several ProfilerStep spans of a step (the CPU one and GPU annotations)."""
+    out: dict[tuple[int, int], dict] = {}
+    for row in rows:
+        key = (row["rank"], row["step"])
+        if key not in out or row["duration(us)"] > out[key]["duration(us)"]:
+            out[key] = row
+    return out
+
+
+def _rank_step_matrix(spans: dict, key: str, order: RankOrder, steps: list[int], scale: float) -> np.ndarray:
+    matrix = np.full((len(order.ranks), len(steps)), math.nan)
+    column = {step: at for at, step in enumerate(steps)}
+    for (rank, step), row in spans.items():
+        at = order.position.get(rank)
+        if at is not None and step in column:
+            matrix[at, column[step]] = row[key] * scale
+    return matrix
+
+
+def step_maps(tables: dict, order: RankOrder) -> list[Figure]:
+    steps = [row["step"] for row in tables["profiler_steps"]]
+    rows = step_spans(tables["step_times"])
+    duration = Figure("step-duration", "Stragglers: step duration",
+                      "Each cell is one rank's duration of one profiler step (its longest ProfilerStep span, ms): a row "
+                      "hotter than the others is a slow rank, a hotter column a slow step.")
+    idle = Figure("step-idle", "Stragglers: GPU idle per step",
+                  "Each cell is the time one rank's GPU sat idle within the kernels a step launched (ms): a rank "
+                  "that idles while others work waits for them; one that never idles holds them up.")
+    if not steps or not rows:
+        reason = "no profiler steps (ProfilerStep#N annotations) in the input: per-step figures need them"
+        return [_needs_rows(duration, [], reason), _needs_rows(idle, [], reason)]
+    for figure, key in ((duration, "duration(us)"), (idle, "idle(us)")):
+        matrix = _rank_step_matrix(rows, key, order, steps, 1e-3)
+        figure.traces = [{"type": "heatmap", "x": [str(step) for step in steps], "y": order.labels, "z": matrix,
+                          "colorscale": "YlOrRd", "reversescale": True, "colorbar": {"title": {"text": "ms"}},
+                          "hovertemplate": "rank %{y}<br>step %{x}<br>%{z:.3f} ms<extra></extra>"}]
+        figure.layout = {"xaxis": {"title": {"text": "profiler step"}, "type": "category"},
+                         "yaxis": _rank_axis(order, downwards=True)}
+    duration.callout = straggler_words(tables, list(rows.values()))
+    return [duration, idle]
+
+
+def straggler_words(tables: dict, rows: list[dict]) -> str:
+    """The slowest ranks (mean step duration against the median rank's),
+    the slowest steps, and HTA's straggler candidates, in words."""
+    per_rank: dict[int, list[float]] = {}
+    for row in rows:
+        per_rank.setdefault(row["rank"], []).append(row["duration(us)"])
+    means = {rank: float(np.mean(values)) for rank, values in per_rank.items()}
+    median = float(np.median(list(means.values())))
+    slow = sorted(means, key=lambda rank: (-means[rank], rank))[:CALLED_OUT]
+    words = ["Slowest ranks by mean step time: " + ", ".join(
+        f"rank {rank} ({means[rank] / 1e3:,.2f} ms{_times(means[rank], median)})" for rank in slow) + "."]
+    longest = sorted(rows, key=lambda row: (-row["duration(us)"], row["rank"], row["step"]))[:CALLED_OUT]
+    words.append("Longest steps: " + ", ".join(f"step {row['step']} on rank {row['rank']} "
+                                               f"({row['duration(us)'] / 1e3:,.2f} ms)" for row in longest) + ".")
+    candidates = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
+    if candidates:
+        words.append("HTA's straggler candidates (late-starting collectives): ranks "
+                     + ", ".join(map(str, candidates)) + ".")
+    return " ".join(words)
+
+
+def _times(value: float, median: float) -> str:
+    return f", {value / median:.2f}× the median rank" if median > 0 else ""
+
+
+def utilization_map(tables: dict, order: RankOrder) -> Figure:
+    figure = Figure("utilization", "Utilization over time",
+                    "Each row is one rank, each column an equal slice of the run, the colour the fraction of it the "
+                    "GPU was busy: dark vertical stripes are bubbles or stalls all ranks share, a dark row a rank "
+                    "that idles, a shifted row a late rank.")
+    rows = tables["utilization"]
+    if not rows:
+        return _needs_rows(figure, rows, "no GPU kernels in the input")
+    bins = 1 + max(row["bin"] for row in rows)
+    matrix = np.full((len(order.ranks), bins), math.nan, dtype=np.float32)
+    middle = np.zeros(bins)
+    for row in rows:
+        matrix[order.position[row["rank"]], row["bin"]] = row["busy_fraction"]
+        middle[row["bin"]] = (row["start(us)"] + row["end(us)"]) / 2e3
+    figure.traces = [{"type": "heatmap", "x": middle, "y": order.labels, "z": matrix, "zmin": 0, "zmax": 1,
+                      "colorscale": "Viridis", "colorbar": {"title": {"text": "busy"}, "tickformat": ".0%"},
+                      "hovertemplate": "rank %{y}<br>%{x:.1f} ms<br>busy %{z:.1%}<extra></extra>"}]
+    figure.layout = {"xaxis": {"title": {"text": "ms since the run's first event"}}, "yaxis": _rank_axis(order, downwards=True)}
+    return figure
+
+
+def top_kernels(tables: dict) -> Figure:
+    figure = Figure("kernels", "Where GPU time goes: top kernels",
+                    f"The {TOP_KERNELS} kernels with the most GPU time summed over all ranks (ms), coloured by type; "
+                    "hover for the full name.")
+    totals: dict[tuple[str, str], float] = {}
+    for row in tables["kernel_breakdown"]:
+        if row["name"] != "others":
+            key = (row["name"], row["kernel_type"])
+            totals[key] = totals.get(key, 0.0) + row["sum (us)"]
+    top = sorted(totals, key=lambda key: (-totals[key], key))[:TOP_KERNELS]
+    for kind in ("COMPUTATION", "COMMUNICATION", "MEMORY"):
+        mine = [key for key in top if key[1] == kind]
+        if mine:
+            figure.traces.append({
+                "type": "bar", "orientation": "h", "name": kind.lower(), "marker": {"color": TYPE_COLORS[kind]},
+                "x": np.array([totals[key] * 1e-3 for key in mine]), "y": [_short(key[0]) for key in mine],
+                "customdata": [key[0] for key in mine], "hovertemplate": "%{customdata}<br>%{x:,.3f} ms<extra></extra>"})
+    figure.layout = {"xaxis": {"title": {"text": "ms, all ranks"}},
+                     "yaxis": {"type": "category", "categoryorder": "array",
+                               "categoryarray": [_short(key[0]) for key in reversed(top)], "automargin": True}}
+    return _needs_rows(figure, top, "no GPU kernels in the input")
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+
+
+def overlap(tables: dict, order: RankOrder) -> Figure:
+    figure = Figure("overlap", "Communication hidden behind computation",
+                    "Per rank, the share of its communication kernels' time during which computation ran too (HTA's "
+                    "comm_comp_overlap, %): low bars are exposed communication.")
+    figure.traces = [{"type": "bar", "name": "overlap", "x": order.labels,
+                      "y": order.column(tables["comm_comp_overlap"], "comp_comm_overlap_pctg"),
+                      "marker": {"color": TYPE_COLORS["COMMUNICATION"]}}]
+    figure.layout = {"xaxis": _rank_axis(order), "yaxis": {"title": {"text": "%"}, "range": [0, 100]}}
+    return _needs_rows(figure, tables["comm_comp_overlap"], "no rank has GPU work")
+
+
+def idle_breakdown(tables: dict, order: RankOrder) -> Figure:
+    figure = Figure("idle", "Why the GPU idles",
+                    "Per rank, its GPU idle time (ms, all streams) by HTA's cause: waiting for the host to launch, "
+                    "short gaps between kernels, and the rest.")
+    rows = tables["idle_time_breakdown"]
+    for kind, color in IDLE_COLORS.items():
+        mine = [row for row in rows if row["idle_category"] == kind]
+        figure.traces.append({"type": "bar", "name": kind.replace("_", " "), "x": order.labels,
+                              "y": order.column(mine, "idle_time", 1e-3), "marker": {"color": color}})
+    figure.layout = {"barmode": "stack", "xaxis": _rank_axis(order), "yaxis": {"title": {"text": "ms"}}}
+    return _needs_rows(figure, rows, "no GPU kernels in the input")
