@@ -986,7 +986,7 @@ def _pctg(part: float, whole: float, digits: int = 2) -> float:
     return float(np.round(100 * part / whole, digits)) if whole else math.nan
 
 
-def _tables(results: list[RankResult], num_candidates: int) -> dict[str, list[dict] | None]:
+def _tables(results: list[RankResult], num_candidates: int, bins: int = UTILIZATION_BINS) -> dict[str, list[dict] | None]:
     results = sorted(results, key=lambda result: result.rank)
     tables: dict[str, list[dict] | None] = {}
     tables["temporal_breakdown"] = [
@@ -1017,7 +1017,25 @@ def _tables(results: list[RankResult], num_candidates: int) -> dict[str, list[di
                     r.step_times.get(step, (0.0, 0.0, 0.0, 0.0))))}
         for r in results for step, start, duration in r.steps]
     tables["stragglers"] = _stragglers(results, steps, num_candidates)
+    tables["utilization"] = _utilization(results, base, bins)
     return tables
+
+
+def _utilization(results: list[RankResult], base: float, bins: int) -> list[dict]:
+    """Per rank, the fraction of each of about ``bins`` equal time bins over
+    the run's GPU span that its GPU was busy (exact: see algo/utilization)."""
+    found = utilization.run_bins([r.busy for r in results], bins)
+    if found is None:
+        return []
+    starts, ends = (found.starts - base).tolist(), (found.ends - base).tolist()
+    widths = found.ends - found.starts
+    rows = []
+    for r, busy in zip(results, found.busy):
+        fractions = np.round(np.divide(busy, widths, out=np.zeros_like(busy), where=widths > 0), 4).tolist()
+        for n, (start, end, time_busy, fraction) in enumerate(zip(starts, ends, np.round(busy, 3).tolist(), fractions)):
+            rows.append({"rank": r.rank, "bin": n, "start(us)": start, "end(us)": end, "gpu_busy(us)": time_busy,
+                         "busy_fraction": fraction})
+    return rows
 
 
 def _stragglers(results: list[RankResult], steps: list[int], num_candidates: int) -> list[dict]:
