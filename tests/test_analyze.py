@@ -100,7 +100,7 @@ def test_cli_writes_one_csv_per_table_and_refuses_to_overwrite(tmp_path):
     again = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", str(DLRM), "-o", str(out)],
                            capture_output=True, text=True)
     assert again.returncode == 1
-    assert again.stderr.count("\n") == 1 and "output exists" in again.stderr
+    assert again.stderr.count("\n") == 1 and "exists; pass --overwrite" in again.stderr
     assert not [path for path in out.iterdir() if path.name.startswith(".")]
 
 
