@@ -83,6 +83,10 @@ COMMANDS = (
             "split"),
     Command("attribute", lambda src, work: streamtrace.attribute(src, work / "out.csv", spool_dir=str(work / "spool"), jobs=JOBS),
             "out.csv"),
+    Command("slice", lambda src, work: streamtrace.slice_trace(src, work / "out.json", max_mb=1, spool_dir=str(work / "spool"),
+                                                               jobs=JOBS), "out.json"),
+    Command("analyze", lambda src, work: streamtrace.analyze(src, str(work / "tables"), spool_dir=str(work / "spool"),
+                                                             jobs=JOBS), "tables"),
 )
 
 
