@@ -11,8 +11,22 @@ import math
 
 import numpy as np
 
-from .analysis import (BREAKDOWN_TYPES, COMMUNICATION, COMPUTATION, HOST_WAIT, KERNEL_WAIT, OTHER_WAIT, TYPE_NAMES,
-                       NameStats, Runs, Temporal, _length, intersection_length, type_overlaps, union)
+from .analysis import (
+    BREAKDOWN_TYPES,
+    COMMUNICATION,
+    COMPUTATION,
+    HOST_WAIT,
+    KERNEL_WAIT,
+    OTHER_WAIT,
+    TYPE_NAMES,
+    NameStats,
+    Runs,
+    Temporal,
+    _length,
+    intersection_length,
+    type_overlaps,
+    union,
+)
 from .utilization import busy_before
 
 _EMPTY = np.empty(0, dtype=np.float64)

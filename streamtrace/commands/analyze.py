@@ -29,8 +29,7 @@ from typing import IO, Callable, Iterator, Sequence
 import numpy as np
 
 from ..algo import analysis as hta
-from ..algo import sweeps
-from ..algo import utilization
+from ..algo import sweeps, utilization
 from ..algo.parts import extend_converted, shifted, translated
 from ..algo.pp import pp_stage_from_info
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
@@ -74,8 +73,8 @@ NUMBERS = (int, float)
 SCRATCH_MMAP_THRESHOLD = 4 << 20
 PLAIN_BLOCK = 1 << 16  # plain rows held before they go to the temporary file
 WORK_BLOCK = 1 << 17  # work rows held before they go to their temporary file (44 bytes each)
-BUCKET_ROWS = 1 << 18  # GPU rows per time bucket, the unit of the time-ordered sweeps (about 50 bytes each)
-JOIN_ROWS = 1 << 20  # GPU rows held at once to join them to their launches (24 bytes each)
+BUCKET_ROWS = 1 << 16  # GPU rows per time bucket, the unit of the time-ordered sweeps (about 50 bytes each)
+JOIN_ROWS = 1 << 18  # GPU rows held at once to join them to their launches (24 bytes each)
 _BLOCK_HEAD = struct.Struct("<Q")
 _WORK_HEAD = struct.Struct("<QQ")
 _WORK_COLUMNS = (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64), ("name", np.int32),
@@ -709,7 +708,7 @@ class Frame:
     inclusive: bool
     filtered: bool  # (the run's decision: several ProfilerStep names)
     notes: list
-    linked: Chunk  # CPU rows with an id (not kernels): the launches a kernel may link to
+    linked: tuple  # (id, start, stream) of the CPU rows with an id (not kernels): the launches a kernel may link to
     gpu_range: tuple[float, float, int]  # first start, last start, count of the rows on a stream
 
     def is_kernel(self, chunk: Chunk) -> np.ndarray:
@@ -730,37 +729,39 @@ def _frame(data: RankInput, strings: list[str], filtered: bool, include_last_ste
     step_ids = {at: hta.step_number(name) for at, name in enumerate(strings) if name.startswith("ProfilerStep")}
     numbered = [at for at, n in step_ids.items() if n is not None]
     any_step = [at for at, name in enumerate(strings) if "ProfilerStep" in name]
-    spans: list[Chunk] = []
-    cpu_steps: list[Chunk] = []
-    linked: list[Chunk] = []
+    spans: list[tuple[np.ndarray, ...]] = []
+    linked: list[tuple[np.ndarray, ...]] = []
     lo, hi, count = math.inf, -math.inf, 0
-    probe = Frame(sync_ids, step_ids, (), None, None, include_last_step, filtered, [], None, (0.0, 0.0, 0))  # type: ignore[arg-type]
+    cutoff = -math.inf  # the latest start (with the last step: end) of a CPU step row
+    probe = Frame(sync_ids, step_ids, (), None, None, include_last_step, filtered, [], (), (0.0, 0.0, 0))
     for chunk in data.chunks():
         is_kernel = probe.is_kernel(chunk)
-        spans.append(chunk[np.isin(chunk.name, numbered)])
-        cpu_steps.append(chunk[np.isin(chunk.name, any_step) & ~is_kernel])
-        linked.append(chunk[~is_kernel & (chunk.corr != NO_ID)])
+        rows = np.flatnonzero(np.isin(chunk.name, numbered))
+        spans.append((chunk.ts[rows], chunk.ts[rows] + chunk.dur[rows], chunk.name[rows]))
+        rows = np.flatnonzero(np.isin(chunk.name, any_step) & ~is_kernel)
+        if len(rows):
+            cutoff = max(cutoff, float((chunk.ts[rows] + chunk.dur[rows] if include_last_step else chunk.ts[rows]).max()))
+        rows = np.flatnonzero(~is_kernel & (chunk.corr != NO_ID))
+        linked.append((chunk.corr[rows], chunk.ts[rows], chunk.stream[rows]))
         on_stream = chunk.ts[chunk.stream != NO_ID]
         if len(on_stream):
             lo, hi, count = min(lo, float(on_stream.min())), max(hi, float(on_stream.max())), count + len(on_stream)
-    step_rows, cpu_step, links = _joined(spans), _joined(cpu_steps), _joined(linked)
-    frame = dataclasses.replace(probe, spans=(step_rows.ts, step_rows.ts + step_rows.dur,
-                                              np.array([step_ids[at] for at in step_rows.name.tolist()], dtype=np.int64)),
+    starts, ends, names = _columns(spans, (np.float64, np.float64, np.int32))
+    links = _columns(linked, (np.int64, np.float64, np.int64))
+    frame = dataclasses.replace(probe, spans=(starts, ends, np.array([step_ids[at] for at in names.tolist()], dtype=np.int64)),
                                 linked=links, gpu_range=(lo, hi, count))
     if filtered:
-        if len(cpu_step.ts):
-            frame.cutoff = float((cpu_step.ts + cpu_step.dur).max() if include_last_step else cpu_step.ts.max())
-            frame.kept_ids = np.unique(links.corr[_kept_times(frame, links.ts)])
+        if cutoff > -math.inf:
+            frame.cutoff = cutoff
+            frame.kept_ids = np.unique(links[0][_kept_times(frame, links[1])])
         else:
             frame.notes.append(f"rank {data.rank}: no ProfilerStep while other ranks have some: all its events kept")
     return frame
 
 
-def _joined(chunks: list[Chunk]) -> Chunk:
-    if not chunks:
-        return Chunk(*(np.empty(0, dtype) for dtype in (np.int64, np.float64, np.float64, np.int64, np.int64, np.int32,
-                                                          np.int32)))
-    return Chunk(*(np.concatenate([getattr(chunk, column) for chunk in chunks]) for column in _CHUNK_COLUMNS))
+def _columns(parts: list[tuple[np.ndarray, ...]], dtypes: tuple) -> tuple[np.ndarray, ...]:
+    """Columns collected chunk by chunk, joined."""
+    return tuple(np.concatenate([part[n] for part in parts]) if parts else np.empty(0, dtype) for n, dtype in enumerate(dtypes))
 
 
 def _kept_times(frame: Frame, ts: np.ndarray) -> np.ndarray:
@@ -873,16 +874,17 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     if not _kept_times(frame, np.array([first_ts]))[0]:
         first_ts = math.nan
     # links as HTA's index_correlation: a kernel's launch is the last CPU row (event order) with its id
-    links = frame.linked
-    launches = _Launches(hta.LastById(links.corr, np.arange(len(links.corr))), links.ts, _kept_times(frame, links.ts),
-                         np.where(links.stream < 0, hta.step_of(links.ts, *frame.spans), -1))
+    corr, ts, stream = frame.linked
+    launches = _Launches(hta.LastById(corr, np.arange(len(corr))), ts, _kept_times(frame, ts),
+                         np.where(stream < 0, hta.step_of(ts, *frame.spans), -1))
     buckets = _Buckets(*frame.gpu_range, options.spool_dir)
     names = sweeps.NameTotals()
     negative, min_ts, extents, first_seen = 0, math.inf, {}, {}
-    steps: list[Chunk] = []
+    step_spans: dict[int, tuple[float, float]] = {}
+    step_numbers: set[int] = set()
     comm: dict[tuple, list[tuple[float, float]]] = {}
     launch_ids: list[np.ndarray] = []
-    cpu_launches: list[Chunk] = []
+    cpu_launches: list[tuple[np.ndarray, ...]] = []
     joins = _JoinSpool(options.spool_dir)
     gpu_lo, gpu_hi = math.inf, -math.inf
     try:
@@ -899,11 +901,13 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             negative += int((chunk.dur[keep] < 0).sum())
             min_ts = min(min_ts, float(chunk.ts.min()))
             _merge_extents(extents, _extents(chunk.ts[keep], chunk.ts[keep] + chunk.dur[keep], iteration[keep]))
-            steps.append(chunk[np.isin(chunk.name, list(frame.step_ids)) & ~is_kernel & keep])
+            _add_step_spans(step_spans, step_numbers, chunk[np.isin(chunk.name, list(frame.step_ids)) & ~is_kernel & keep],
+                            frame.step_ids, cats)
             _add_comm_candidates(comm, chunk, keep & (chunk.stream > 0) & (iteration > 0) & np.isin(chunk.name, comm_names),
                                  iteration, strings)
             launch_ids.append(np.unique(chunk.corr[keep & np.isin(chunk.name, launch_names)]))
-            cpu_launches.append(chunk[keep & (chunk.stream == NO_ID) & (chunk.corr != NO_ID)])
+            rows = np.flatnonzero(keep & (chunk.stream == NO_ID) & (chunk.corr != NO_ID))
+            cpu_launches.append((chunk.corr[rows], chunk.ts[rows], chunk.dur[rows]))
             gpu = np.flatnonzero(keep & (chunk.stream != NO_ID))
             if not len(gpu):
                 continue
@@ -923,8 +927,9 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             gpu_lo, gpu_hi = min(gpu_lo, float(rows.ts.min())), max(gpu_hi, float(records["end"].max()))
             buckets.add(records)
         timeline, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi)
-        launch_part, launch_rows = _launch_stats(data.rank, _joined(cpu_launches), np.unique(np.concatenate(launch_ids)) if launch_ids
-                                                 else np.empty(0, np.int64), joins, options.spool_dir)
+        ids = np.unique(np.concatenate(launch_ids)) if launch_ids else np.empty(0, np.int64)
+        launch_part, launch_rows = _launch_stats(data.rank, _columns(cpu_launches, (np.int64, np.float64, np.float64)), ids,
+                                                 joins, options.spool_dir)
     finally:
         buckets.close()
         joins.close()
@@ -938,13 +943,12 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     if negative:
         notes.append(f"rank {data.rank}: {negative:,} events last less than a microsecond within one: HTA's rounding "
                      "(start up, end down) gives them -1 us, counted so (as HTA does) in every table")
-    kept_steps = _joined(steps)
     _merge_extents(extents, plain.extents)
     return RankResult(
         data.rank, path, min(min_ts, plain.min_ts), step_names, frame.filtered,
         timeline.temporal(), timeline.overlaps, kernel_rows, timeline.overlap_ratio(),
         _idle_rows(data.rank, stream_idle, first_seen), launch_part, launch_rows,
-        {frame.step_ids[at] for at in kept_steps.name.tolist()} - {None}, _step_spans(kept_steps, frame.step_ids, cats),
+        step_numbers, [(number, start, end - start) for number, (start, end) in sorted(step_spans.items())],
         _step_times(step_lines), extents, comm, notes=notes, busy=busy)
 
 
@@ -986,18 +990,20 @@ def _add_comm_candidates(groups: dict, chunk: Chunk, rows: np.ndarray, iteration
         kept.append((ts, dur))
 
 
-def _step_spans(rows: Chunk, step_ids: dict, cats: list[str]) -> list[tuple[int, float, float]]:
-    """(number, start, duration) of each step on the CPU: the union of its
+def _add_step_spans(spans: dict[int, tuple[float, float]], numbers: set[int], rows: Chunk, step_ids: dict,
+                    cats: list[str]) -> None:
+    """The kept steps' numbers, and per step its span on the CPU: the union of its
     ``user_annotation`` and ``cpu_op`` spans (not the GPU copies, which lag)."""
-    spans: dict[int, tuple[float, float]] = {}
     for name, cat, start, dur in zip(rows.name.tolist(), rows.cat.tolist(), rows.ts.tolist(), rows.dur.tolist()):
         number = step_ids[name]
-        if number is None or cats[cat] not in STEP_CATEGORIES:
+        if number is None:
+            continue
+        numbers.add(number)
+        if cats[cat] not in STEP_CATEGORIES:
             continue
         end = start + dur
         known = spans.get(number)
         spans[number] = (start, end) if known is None else (min(known[0], start), max(known[1], end))
-    return [(number, start, end - start) for number, (start, end) in sorted(spans.items())]
 
 
 def _idle_rows(rank: int, stream_idle: sweeps.StreamIdle, first_seen: dict[int, int]) -> list[dict]:
@@ -1054,15 +1060,17 @@ class _JoinSpool:
             self.handle.close()
 
 
-def _launch_stats(rank: int, cpu: Chunk, ids: np.ndarray, joins: _JoinSpool, spool_dir: str | None) -> tuple[str | None, int]:
+def _launch_stats(rank: int, cpu: tuple[np.ndarray, ...], ids: np.ndarray, joins: _JoinSpool,
+                  spool_dir: str | None) -> tuple[str | None, int]:
     """HTA's launch statistics (every launch, memory copies included): each
     CPU row on no stream whose id a launch call has, joined with each GPU row
     with that id (their launches' order, then the GPU rows' order); written as
     CSV rows to a part file, the GPU rows read back a batch of launches at a time."""
     ids = ids[ids != NO_ID]
-    cpu = cpu[np.isin(cpu.corr, ids)]
-    matches = np.array([joins.counts.get(corr, 0) for corr in cpu.corr.tolist()], dtype=np.int64)
-    if not len(cpu.corr) or not matches.sum():
+    mine = np.isin(cpu[0], ids)
+    corr, ts, dur = (column[mine] for column in cpu)
+    matches = np.array([joins.counts.get(c, 0) for c in corr.tolist()], dtype=np.int64)
+    if not len(corr) or not matches.sum():
         return None, 0
     handle, part = tempfile.mkstemp(prefix="streamtrace-launches-", suffix=".csv", dir=spool_dir)
     count = 0
@@ -1071,15 +1079,16 @@ def _launch_stats(rank: int, cpu: Chunk, ids: np.ndarray, joins: _JoinSpool, spo
             write = csv.writer(out).writerow
             batch_of = np.cumsum(matches) // JOIN_ROWS
             for batch in np.unique(batch_of).tolist():
-                launches = cpu[batch_of == batch]
-                gpu = joins.matching(np.unique(launches.corr))
-                begin = np.searchsorted(gpu["corr"], launches.corr, side="left")
-                end = np.searchsorted(gpu["corr"], launches.corr, side="right")
+                launches = np.flatnonzero(batch_of == batch)
+                gpu = joins.matching(np.unique(corr[launches]))
+                begin = np.searchsorted(gpu["corr"], corr[launches], side="left")
+                end = np.searchsorted(gpu["corr"], corr[launches], side="right")
                 gpu_ts, gpu_dur = gpu["ts"].tolist(), gpu["dur"].tolist()
-                for corr, ts, dur, first, last in zip(launches.corr.tolist(), launches.ts.tolist(), launches.dur.tolist(),
-                                                      begin.tolist(), end.tolist()):
+                for launch_id, start, length, first, last in zip(corr[launches].tolist(), ts[launches].tolist(),
+                                                                 dur[launches].tolist(), begin.tolist(), end.tolist()):
                     for kernel in range(first, last):
-                        write((rank, corr, _number(dur), _number(gpu_dur[kernel]), _number(max(gpu_ts[kernel] - ts - dur, 0.0))))
+                        write((rank, launch_id, _number(length), _number(gpu_dur[kernel]),
+                               _number(max(gpu_ts[kernel] - start - length, 0.0))))
                     count += last - first
     except BaseException:
         remove_quietly(part)
