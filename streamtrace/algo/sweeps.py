@@ -72,6 +72,7 @@ class Timeline:
         self.overlaps: dict[str, int] = {}
         self.comm_comp = 0.0
         self.busy = busy
+        self.held = False  # some run is not accounted for yet
         self.intervals = Stitcher()  # (the busy bins are of the union of the kernels themselves)
 
     def feed(self, start: np.ndarray, end: np.ndarray, types: np.ndarray) -> None:
@@ -89,7 +90,13 @@ class Timeline:
             self._close()
         self._add(start[cut:], end[cut:], types[cut:])
 
+    def settle(self, now: float) -> None:
+        """Nothing fed later starts before ``now``: when nothing fed so far reaches it, account for the runs held."""
+        if self.held and self.reach < now:
+            self._close()
+
     def _add(self, start: np.ndarray, end: np.ndarray, types: np.ndarray) -> None:
+        self.held = True
         for kind, stitcher in enumerate(self.stitchers):
             mine = types == kind
             if mine.any():
@@ -97,6 +104,7 @@ class Timeline:
 
     def _close(self) -> None:
         """Every run so far is finished: account for them."""
+        self.held = False
         runs = {}
         for kind, stitcher in enumerate(self.stitchers):
             parts = self.pending[kind] + [stitcher.finish()]

@@ -24,6 +24,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import repeat
 from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
@@ -46,7 +47,7 @@ from ..io.projection import projected_events
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
-from ..resources import buffers_from_os, peak_rss_mb
+from ..resources import buffers_from_os, peak_rss_mb, trim_heap
 from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import note_process_name
 
@@ -72,7 +73,7 @@ RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events rel
 NUMBERS = (int, float)
 SCRATCH_MMAP_THRESHOLD = 4 << 20
 PLAIN_BLOCK = 1 << 16  # plain rows held before they go to the temporary file
-WORK_BLOCK = 1 << 17  # work rows held before they go to their temporary file (44 bytes each)
+WORK_BLOCK = 1 << 16  # work rows held before they go to their temporary file (44 bytes each)
 BUCKET_ROWS = 1 << 16  # GPU rows per time bucket, the unit of the time-ordered sweeps (about 50 bytes each)
 JOIN_ROWS = 1 << 18  # GPU rows held at once to join them to their launches (24 bytes each)
 _BLOCK_HEAD = struct.Struct("<Q")
@@ -493,6 +494,7 @@ class RankInput:
                 continue
             ts, dur = hta.hta_times(block["ts"][mine], block["dur"][mine], self.index.fractional[0])
             yield Chunk(mine + base, ts, dur, *(block[column][mine] for column in ("stream", "corr", "name", "cat")))
+            trim_heap()  # (a chunk's scratch is freed between the few arrays kept from it: give its pages back)
 
 
 def _block_ranks(block: dict, base: int, slot_rank: np.ndarray) -> np.ndarray:
@@ -971,6 +973,9 @@ def _sweep(buckets: _Buckets, lo: float, hi: float) -> tuple[sweeps.Timeline, ut
             step_lines.setdefault(number, sweeps.Timeline()).feed(start[mine], end[mine], types[mine])
         idle = records["idle"]
         stream_idle.feed(records["stream"][idle], start[idle], end[idle], records["launch"][idle])
+        for line in step_lines.values():
+            line.settle(float(start[-1]))
+        trim_heap()
     timeline.finish()
     for line in step_lines.values():
         line.finish()
@@ -1030,7 +1035,8 @@ class _JoinSpool:
     def __init__(self, spool_dir: str | None) -> None:
         self.handle: IO[bytes] | None = None
         self.spool_dir = spool_dir
-        self.counts: dict[int, int] = {}
+        self.ids: list[np.ndarray] = []
+        self.id_counts: list[np.ndarray] = []
 
     def add(self, rows: Chunk) -> None:
         if not len(rows.corr):
@@ -1041,8 +1047,17 @@ class _JoinSpool:
         records["corr"], records["ts"], records["dur"] = rows.corr, rows.ts, rows.dur
         self.handle.write(records.tobytes())
         ids, counts = np.unique(rows.corr, return_counts=True)
-        for corr, count in zip(ids.tolist(), counts.tolist()):
-            self.counts[corr] = self.counts.get(corr, 0) + count
+        self.ids.append(ids)
+        self.id_counts.append(counts)
+
+    def counts(self, wanted: np.ndarray) -> np.ndarray:
+        """How many rows each wanted id has."""
+        if not self.ids:
+            return np.zeros(len(wanted), dtype=np.int64)
+        ids, where = np.unique(np.concatenate(self.ids), return_inverse=True)
+        totals = np.bincount(where, weights=np.concatenate(self.id_counts)).astype(np.int64)
+        at = np.clip(np.searchsorted(ids, wanted), 0, len(ids) - 1)
+        return np.where(ids[at] == wanted, totals[at], 0)
 
     def matching(self, wanted: np.ndarray) -> np.ndarray:
         """The rows whose id is wanted, sorted by id (event order within an id)."""
@@ -1069,27 +1084,28 @@ def _launch_stats(rank: int, cpu: tuple[np.ndarray, ...], ids: np.ndarray, joins
     ids = ids[ids != NO_ID]
     mine = np.isin(cpu[0], ids)
     corr, ts, dur = (column[mine] for column in cpu)
-    matches = np.array([joins.counts.get(c, 0) for c in corr.tolist()], dtype=np.int64)
+    matches = joins.counts(corr)
     if not len(corr) or not matches.sum():
         return None, 0
     handle, part = tempfile.mkstemp(prefix="streamtrace-launches-", suffix=".csv", dir=spool_dir)
     count = 0
     try:
         with os.fdopen(handle, "w", newline="") as out:
-            write = csv.writer(out).writerow
+            write = csv.writer(out)
             batch_of = np.cumsum(matches) // JOIN_ROWS
             for batch in np.unique(batch_of).tolist():
                 launches = np.flatnonzero(batch_of == batch)
                 gpu = joins.matching(np.unique(corr[launches]))
                 begin = np.searchsorted(gpu["corr"], corr[launches], side="left")
-                end = np.searchsorted(gpu["corr"], corr[launches], side="right")
-                gpu_ts, gpu_dur = gpu["ts"].tolist(), gpu["dur"].tolist()
-                for launch_id, start, length, first, last in zip(corr[launches].tolist(), ts[launches].tolist(),
-                                                                 dur[launches].tolist(), begin.tolist(), end.tolist()):
-                    for kernel in range(first, last):
-                        write((rank, launch_id, _number(length), _number(gpu_dur[kernel]),
-                               _number(max(gpu_ts[kernel] - start - length, 0.0))))
-                    count += last - first
+                found = np.searchsorted(gpu["corr"], corr[launches], side="right") - begin
+                launch = np.repeat(launches, found)  # per row: its launch, then its kernel
+                kernel = np.arange(len(launch)) + np.repeat(begin - (np.cumsum(found) - found), found)
+                delay = np.maximum(gpu["ts"][kernel] - ts[launch] - dur[launch], 0.0)
+                for first in range(0, len(launch), PLAIN_BLOCK):
+                    rows = slice(first, first + PLAIN_BLOCK)
+                    write.writerows(zip(repeat(rank), corr[launch[rows]].tolist(), map(_number, dur[launch[rows]].tolist()),
+                                        map(_number, gpu["dur"][kernel[rows]].tolist()), map(_number, delay[rows].tolist())))
+                count += len(launch)
     except BaseException:
         remove_quietly(part)
         raise
