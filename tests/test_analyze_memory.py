@@ -77,10 +77,23 @@ def test_the_index_holds_one_block_of_work_rows():
         index.close()
 
 
+def test_kernels_without_any_launch(tmp_path):
+    """No CPU row links (a GPU-only trace): HTA's launch time for them is the file's first row's."""
+    path = tmp_path / "gpu_only.json"
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10 + 5 * n, "dur": 3,
+               "args": {"stream": 7, "correlation": n}} for n in range(5)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    tables = streamtrace.analyze(str(path), jobs=1)["tables"]
+    assert tables["temporal_breakdown"][0]["kernel_time(us)"] == 23 and tables["temporal_breakdown"][0]["idle_time(us)"] == 8
+    assert [(row["idle_category"], row["idle_time"]) for row in tables["idle_time_breakdown"]] == [("kernel_wait", 8), ("other", 0)]
+    assert tables["kernel_launch_stats"] == []
+
+
 def _peak_mb(trace: Path, tmp: Path) -> float:
     report = tmp / f"{trace.parent.name}.json"
     subprocess.run([sys.executable, str(MEASURE), str(report), "600", sys.executable, "-m", "streamtrace", "analyze",
-                    str(trace), "-o", str(tmp / f"{trace.parent.name}-tables"), "-q", "-j", "1"], check=True)
+                    str(trace), "-o", str(tmp / f"{trace.parent.name}-tables"), "-q", "-j", "1"], check=True,
+                   stdout=subprocess.DEVNULL)
     result = json.loads(report.read_text())
     assert result["returncode"] == 0
     return result["peak_rss_kib"] / 1024

@@ -150,7 +150,7 @@ class AnalyzeIndex:
         self._spilled: IO[bytes] | None = None  # plain rows, in blocks, in an unnamed temporary file
         self._work: IO[bytes] | None = None  # work rows, in blocks, in another
         self.spilled_rows = [0]  # work rows in that file (row positions count from the first work row)
-        self._owner = os.getpid() if owner is None else owner  # the process that spills (pass-1 workers keep theirs for their parts)
+        self._owner = os.getpid() if owner is None else owner  # the process that spills (pass-1 workers send theirs in parts)
         self.spool_dir = spool_dir
         self.visit = self._make_visit()
 
@@ -877,8 +877,9 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         first_ts = math.nan
     # links as HTA's index_correlation: a kernel's launch is the last CPU row (event order) with its id
     corr, ts, stream = frame.linked
-    launches = _Launches(hta.LastById(corr, np.arange(len(corr))), ts, _kept_times(frame, ts),
-                         np.where(stream < 0, hta.step_of(ts, *frame.spans), -1))
+    steps = np.where(stream < 0, hta.step_of(ts, *frame.spans), -1)
+    launches = _Launches(hta.LastById(corr, np.arange(len(corr))), np.append(ts, np.nan),  # (one more: an index for "none")
+                         np.append(_kept_times(frame, ts), False), np.append(steps, -1))
     buckets = _Buckets(*frame.gpu_range, options.spool_dir)
     names = sweeps.NameTotals()
     negative, min_ts, extents, first_seen = 0, math.inf, {}, {}
@@ -921,11 +922,10 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
                 first_seen.setdefault(int(stream), int(rows.pos[idle][at]))
             mine = launch[gpu]
             found = mine >= 0
-            launch_ts = np.where(found, np.where(launches.kept[np.where(found, mine, 0)], launches.ts[np.where(found, mine, 0)],
-                                                 np.nan), np.where(is_kernel[gpu], first_ts, np.nan))
-            records = np.empty(len(gpu), dtype=_TIMELINE)
-            records["start"], records["end"], records["pos"], records["stream"] = rows.ts, rows.ts + rows.dur, rows.pos, rows.stream
-            records["launch"], records["step"], records["type"], records["idle"] = launch_ts, iteration[gpu], name_type[rows.name], idle
+            at = np.where(found, mine, 0)
+            launch_ts = np.where(found, np.where(launches.kept[at], launches.ts[at], np.nan),
+                                 np.where(is_kernel[gpu], first_ts, np.nan))
+            records = _timeline_records(rows, launch_ts, iteration[gpu], name_type[rows.name], idle)
             gpu_lo, gpu_hi = min(gpu_lo, float(rows.ts.min())), max(gpu_hi, float(records["end"].max()))
             buckets.add(records)
         timeline, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi)
@@ -952,6 +952,16 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         _idle_rows(data.rank, stream_idle, first_seen), launch_part, launch_rows,
         step_numbers, [(number, start, end - start) for number, (start, end) in sorted(step_spans.items())],
         _step_times(step_lines), extents, comm, notes=notes, busy=busy)
+
+
+def _timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, types: np.ndarray,
+                      idle: np.ndarray) -> np.ndarray:
+    """What the time sweeps read of kept GPU rows (``idle``: a kernel, copy or set, which idle time counts)."""
+    records = np.empty(len(rows.ts), dtype=_TIMELINE)
+    for column, values in (("start", rows.ts), ("end", rows.ts + rows.dur), ("pos", rows.pos), ("stream", rows.stream),
+                           ("launch", launch_ts), ("step", steps), ("type", types), ("idle", idle)):
+        records[column] = values
+    return records
 
 
 def _sweep(buckets: _Buckets, lo: float, hi: float) -> tuple[sweeps.Timeline, utilization.FineBusy | None, dict,
