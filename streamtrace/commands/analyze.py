@@ -704,7 +704,7 @@ class Frame:
 
     sync_ids: np.ndarray
     step_ids: dict  # name id -> step number (None: a ProfilerStep name without one)
-    spans: tuple  # (starts, ends, numbers) of every ProfilerStep row, in event order
+    step_of: hta.StepOf  # HTA's iteration of a time: from every ProfilerStep row, in event order
     kept_ids: np.ndarray | None  # sorted ids of the kept CPU rows (None: no filter)
     cutoff: float | None  # rows kept start before it (at or before with inclusive)
     inclusive: bool
@@ -731,11 +731,12 @@ def _frame(data: RankInput, strings: list[str], filtered: bool, include_last_ste
     step_ids = {at: hta.step_number(name) for at, name in enumerate(strings) if name.startswith("ProfilerStep")}
     numbered = [at for at, n in step_ids.items() if n is not None]
     any_step = [at for at, name in enumerate(strings) if "ProfilerStep" in name]
-    spans: list[tuple[np.ndarray, ...]] = []
+    spans: list[tuple[np.ndarray, ...]] = []  # (start, end, name) of the ProfilerStep rows
     linked: list[tuple[np.ndarray, ...]] = []
     lo, hi, count = math.inf, -math.inf, 0
     cutoff = -math.inf  # the latest start (with the last step: end) of a CPU step row
-    probe = Frame(sync_ids, step_ids, (), None, None, include_last_step, filtered, [], (), (0.0, 0.0, 0))
+    no_steps = hta.StepOf(np.empty(0), np.empty(0), np.empty(0, np.int64))
+    probe = Frame(sync_ids, step_ids, no_steps, None, None, include_last_step, filtered, [], (), (0.0, 0.0, 0))
     for chunk in data.chunks():
         is_kernel = probe.is_kernel(chunk)
         rows = np.flatnonzero(np.isin(chunk.name, numbered))
@@ -750,7 +751,8 @@ def _frame(data: RankInput, strings: list[str], filtered: bool, include_last_ste
             lo, hi, count = min(lo, float(on_stream.min())), max(hi, float(on_stream.max())), count + len(on_stream)
     starts, ends, names = _columns(spans, (np.float64, np.float64, np.int32))
     links = _columns(linked, (np.int64, np.float64, np.int64))
-    frame = dataclasses.replace(probe, spans=(starts, ends, np.array([step_ids[at] for at in names.tolist()], dtype=np.int64)),
+    frame = dataclasses.replace(probe, step_of=hta.StepOf(starts, ends, np.array([step_ids[at] for at in names.tolist()],
+                                                                                  dtype=np.int64)),
                                 linked=links, gpu_range=(lo, hi, count))
     if filtered:
         if cutoff > -math.inf:
@@ -799,7 +801,7 @@ def _plain_facts(index: AnalyzeIndex, ranks: list[int], frames: dict[int, Frame]
             fact = facts.setdefault(rank, PlainFacts())
             fact.min_ts = min(fact.min_ts, float(start.min()))
             kept = _kept_times(frame, start)
-            _merge_extents(fact.extents, _extents(start[kept], end[kept], hta.step_of(start[kept], *frame.spans)))
+            _merge_extents(fact.extents, _extents(start[kept], end[kept], frame.step_of(start[kept])))
     return facts
 
 
@@ -877,7 +879,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         first_ts = math.nan
     # links as HTA's index_correlation: a kernel's launch is the last CPU row (event order) with its id
     corr, ts, stream = frame.linked
-    steps = np.where(stream < 0, hta.step_of(ts, *frame.spans), -1)
+    steps = np.where(stream < 0, frame.step_of(ts), -1)
     launches = _Launches(hta.LastById(corr, np.arange(len(corr))), np.append(ts, np.nan),  # (one more: an index for "none")
                          np.append(_kept_times(frame, ts), False), np.append(steps, -1))
     buckets = _Buckets(*frame.gpu_range, options.spool_dir)
@@ -897,7 +899,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             # the iteration of a CPU row: the last ProfilerStep span (event order) holding its start; of a kernel: its launch's
             iteration = np.full(len(chunk.ts), -1, dtype=np.int64)
             cpu = chunk.stream < 0
-            iteration[cpu] = hta.step_of(chunk.ts[cpu], *frame.spans)
+            iteration[cpu] = frame.step_of(chunk.ts[cpu])
             launch = launches.of(chunk.corr)
             linked = (chunk.stream > 0) & (launch >= 0)
             iteration[linked] = launches.step[launch[linked]]
