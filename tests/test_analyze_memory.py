@@ -109,3 +109,30 @@ def test_peak_memory_does_not_grow_with_the_rank(tmp_path):
         traces[label] = next((tmp_path / label).glob("rank0*"))
     small, large = (_peak_mb(traces[label], tmp_path) for label in sizes)
     assert large - small < 15, (small, large)
+
+
+def test_crowded_time_buckets_are_cut_again(tmp_path, monkeypatch):
+    """One kernel far later than the rest: the planned equal-width buckets put every other row in the first one."""
+    path = tmp_path / "crowded.json"
+    events = []
+    for n in range(400):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 3 * n,
+                       "dur": 2, "args": {"correlation": n}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{n % 7}", "pid": 0, "tid": 7 + n % 3,
+                       "ts": 1_000_000_000 if n == 399 else 5 + 4 * n - (n % 5), "dur": 3 + n % 4,
+                       "args": {"stream": 7 + n % 3, "correlation": n}})
+    path.write_text(json.dumps({"traceEvents": events}))
+    expected = streamtrace.analyze(str(path), jobs=1)["tables"]
+    monkeypatch.setattr(analyze_module, "BUCKET_ROWS", 8)
+    sizes = []
+    sort = analyze_module._Buckets.sorted
+
+    def sizes_of(buckets):
+        for records in sort(buckets):
+            sizes.append(len(records))
+            yield records
+
+    monkeypatch.setattr(analyze_module._Buckets, "sorted", sizes_of)
+    found = streamtrace.analyze(str(path), jobs=1)["tables"]
+    _same(expected, found)
+    assert max(sizes) <= 4 * 8  # (the cut buckets pass through both levels: sizes holds them twice)

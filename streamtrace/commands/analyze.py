@@ -843,11 +843,29 @@ class _Buckets:
             self.files[at].write(records[begin:end].tobytes())  # type: ignore[union-attr]
 
     def sorted(self) -> Iterator[np.ndarray]:
+        """Each bucket's records in (start, event order); a bucket far larger than planned (starts
+        crowded in a part of the span) is cut again by time, unless all its rows start at one instant."""
         for handle in self.files:
-            if handle is not None:
+            if handle is None:
+                continue
+            count = handle.seek(0, os.SEEK_END) // _TIMELINE.itemsize
+            first = last = 0.0
+            if count > 4 * BUCKET_ROWS:
+                first, last = math.inf, -math.inf
+                for block in _records(handle):
+                    first, last = min(first, float(block["start"].min())), max(last, float(block["start"].max()))
+            if first == last:
                 handle.seek(0)
                 records = np.frombuffer(handle.read(), dtype=_TIMELINE)
                 yield records[np.lexsort((records["pos"], records["start"]))]
+                continue
+            inner = _Buckets(first, last, count, self.spool_dir)
+            try:
+                for block in _records(handle):
+                    inner.add(block)
+                yield from inner.sorted()
+            finally:
+                inner.close()
 
     def close(self) -> None:
         for handle in self.files:
@@ -954,6 +972,13 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         _idle_rows(data.rank, stream_idle, first_seen), launch_part, launch_rows,
         step_numbers, [(number, start, end - start) for number, (start, end) in sorted(step_spans.items())],
         _step_times(step_lines), extents, comm, notes=notes, busy=busy)
+
+
+def _records(handle: IO[bytes]) -> Iterator[np.ndarray]:
+    """A bucket file's records, a bucket's worth at a time."""
+    handle.seek(0)
+    while block := handle.read(_TIMELINE.itemsize * BUCKET_ROWS):
+        yield np.frombuffer(block, dtype=_TIMELINE)
 
 
 def _timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, types: np.ndarray,
