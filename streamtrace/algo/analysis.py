@@ -256,32 +256,41 @@ class LastById:
         return np.where(self.ids[at] == wanted, self.positions[at], -1)
 
 
-def step_of(ts: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_numbers: np.ndarray) -> np.ndarray:
+class StepOf:
     """HTA's iteration of each time: the number of the last step (in the
     order given) whose span holds it (``start <= ts < end``), else -1.
 
     The span boundaries cut the time line into pieces; a sweep over them with
-    a heap of the open spans (latest given first) finds each piece's step,
-    and every time is placed by bisection."""
-    if not len(step_starts):
-        return np.full(len(ts), -1, dtype=np.int64)
-    bounds = np.unique(np.concatenate([step_starts, step_ends]))
-    owner = np.full(len(bounds), -1, dtype=np.int64)  # per piece [bounds[i], bounds[i + 1]): a step's position
-    by_start = np.argsort(step_starts, kind="stable")
-    open_spans: list[tuple[int, float]] = []
-    next_span = 0
-    for piece, at in enumerate(bounds.tolist()):
-        while next_span < len(by_start) and step_starts[by_start[next_span]] <= at:
-            span = int(by_start[next_span])
-            heapq.heappush(open_spans, (-span, float(step_ends[span])))
-            next_span += 1
-        while open_spans and open_spans[0][1] <= at:
-            heapq.heappop(open_spans)
-        if open_spans:
-            owner[piece] = -open_spans[0][0]
-    piece = np.searchsorted(bounds, ts, side="right") - 1
-    span = np.where(piece >= 0, owner[np.clip(piece, 0, None)], -1)
-    return np.where(span >= 0, step_numbers[np.clip(span, 0, None)], -1)
+    a heap of the open spans (latest given first) finds each piece's step
+    once, and every time is then placed by bisection."""
+
+    def __init__(self, step_starts: np.ndarray, step_ends: np.ndarray, step_numbers: np.ndarray) -> None:
+        self.bounds = np.unique(np.concatenate([step_starts, step_ends]))
+        owner = np.full(len(self.bounds), -1, dtype=np.int64)  # per piece [bounds[i], bounds[i + 1]): a step's position
+        by_start = np.argsort(step_starts, kind="stable")
+        open_spans: list[tuple[int, float]] = []
+        next_span = 0
+        for piece, at in enumerate(self.bounds.tolist()):
+            while next_span < len(by_start) and step_starts[by_start[next_span]] <= at:
+                span = int(by_start[next_span])
+                heapq.heappush(open_spans, (-span, float(step_ends[span])))
+                next_span += 1
+            while open_spans and open_spans[0][1] <= at:
+                heapq.heappop(open_spans)
+            if open_spans:
+                owner[piece] = -open_spans[0][0]
+        self.numbers = np.where(owner >= 0, step_numbers[np.clip(owner, 0, None)], -1) if len(step_numbers) else owner
+
+    def __call__(self, ts: np.ndarray) -> np.ndarray:
+        if not len(self.bounds):
+            return np.full(len(ts), -1, dtype=np.int64)
+        piece = np.searchsorted(self.bounds, ts, side="right") - 1
+        return np.where(piece >= 0, self.numbers[np.clip(piece, 0, None)], -1)
+
+
+def step_of(ts: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_numbers: np.ndarray) -> np.ndarray:
+    """:class:`StepOf` for one set of times."""
+    return StepOf(step_starts, step_ends, step_numbers)(ts)
 
 
 def suffix_maxima(order_keys: np.ndarray, dur: np.ndarray) -> np.ndarray:

@@ -35,21 +35,26 @@ def _bin_count(start: float, end: float, width: float) -> int:
     return max(math.ceil(end / width) - math.floor(start / width), 1)
 
 
+def fine_edges(lo: float, hi: float, fine_bins: int = FINE_BINS) -> tuple[float, int, np.ndarray]:
+    """Width, first bin number and edges of at most ``fine_bins`` aligned bins over ``[lo, hi]``."""
+    width = 2.0 ** math.ceil(math.log2(max(hi - lo, 1e-3) / max(fine_bins - 2, 1)))
+    while _bin_count(lo, hi, width) > fine_bins:
+        width *= 2
+    first = math.floor(lo / width)
+    return width, first, (first + np.arange(_bin_count(lo, hi, width) + 1, dtype=np.float64)) * width
+
+
 def fine_busy(start: np.ndarray, end: np.ndarray, fine_bins: int = FINE_BINS) -> FineBusy | None:
     """The busy time (union of ``[start, end)``) of one rank in at most ``fine_bins`` aligned bins."""
     if not len(start):
         return None
     runs_start, runs_end = union(start, end)
     lo, hi = float(runs_start[0]), float(runs_end[-1])
-    width = 2.0 ** math.ceil(math.log2(max(hi - lo, 1e-3) / max(fine_bins - 2, 1)))
-    while _bin_count(lo, hi, width) > fine_bins:
-        width *= 2
-    first = math.floor(lo / width)
-    edges = (first + np.arange(_bin_count(lo, hi, width) + 1, dtype=np.float64)) * width
-    return FineBusy(width, first, np.diff(_busy_before(runs_start, runs_end, edges)), lo, hi)
+    width, first, edges = fine_edges(lo, hi, fine_bins)
+    return FineBusy(width, first, np.diff(busy_before(runs_start, runs_end, edges)), lo, hi)
 
 
-def _busy_before(runs_start: np.ndarray, runs_end: np.ndarray, times: np.ndarray) -> np.ndarray:
+def busy_before(runs_start: np.ndarray, runs_end: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Busy time before each of ``times`` (sorted disjoint runs)."""
     lengths = runs_end - runs_start
     done = np.concatenate([[0.0], np.cumsum(lengths)])

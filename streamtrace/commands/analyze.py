@@ -24,12 +24,13 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import repeat
 from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..algo import analysis as hta
-from ..algo import utilization
+from ..algo import sweeps, utilization
 from ..algo.parts import extend_converted, shifted, translated
 from ..algo.pp import pp_stage_from_info
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
@@ -46,7 +47,7 @@ from ..io.projection import projected_events
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
-from ..resources import buffers_from_os, peak_rss_mb
+from ..resources import buffers_from_os, peak_rss_mb, trim_heap
 from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import note_process_name
 
@@ -72,7 +73,13 @@ RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events rel
 NUMBERS = (int, float)
 SCRATCH_MMAP_THRESHOLD = 4 << 20
 PLAIN_BLOCK = 1 << 16  # plain rows held before they go to the temporary file
+WORK_BLOCK = 1 << 16  # work rows held before they go to their temporary file (44 bytes each)
+BUCKET_ROWS = 1 << 16  # GPU rows per time bucket, the unit of the time-ordered sweeps (about 50 bytes each)
+JOIN_ROWS = 1 << 18  # GPU rows held at once to join them to their launches (24 bytes each)
 _BLOCK_HEAD = struct.Struct("<Q")
+_WORK_HEAD = struct.Struct("<QQ")
+_WORK_COLUMNS = (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64), ("name", np.int32),
+                 ("cat", np.int32), ("slot", np.int32))
 _PLAIN_TIMES = {int, float, type(None)}
 SAMPLES_PER_GPU_PID = 4096  # as relink: enough (id, ts) pairs to pair a GPU pid with its launching pid
 ID_LIMIT = 1 << 62
@@ -123,7 +130,7 @@ class AnalyzeIndex:
     for the few events that have one.
     """
 
-    def __init__(self, spool_dir: str | None = None) -> None:
+    def __init__(self, spool_dir: str | None = None, owner: int | None = None) -> None:
         self.pid_slots: dict[object, int] = {}
         self.pids: list[PidEvidence] = []
         self.unranked = bytearray()  # per pid slot: some launch or GPU event lacks args.rank
@@ -141,7 +148,9 @@ class AnalyzeIndex:
         self._first_sent = False
         self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours
         self._spilled: IO[bytes] | None = None  # plain rows, in blocks, in an unnamed temporary file
-        self._owner = os.getpid()  # (pass-1 workers keep theirs for their parts)
+        self._work: IO[bytes] | None = None  # work rows, in blocks, in another
+        self.spilled_rows = [0]  # work rows in that file (row positions count from the first work row)
+        self._owner = os.getpid() if owner is None else owner  # the process that spills (pass-1 workers send theirs in parts)
         self.spool_dir = spool_dir
         self.visit = self._make_visit()
 
@@ -185,13 +194,15 @@ class AnalyzeIndex:
             self.pids[slot].name_ranks |= facts.name_ranks
             if part["unranked"][local]:
                 self.unranked[slot] = 1
-        extend_converted(self.ranked_rows, shifted(part["ranked_rows"], len(self.ts)))
+        extend_converted(self.ranked_rows, shifted(part["ranked_rows"], self.spilled_rows[0] + len(self.ts)))
         for name in self._PART_ARRAYS:
             getattr(self, name).extend(part[name])
         for name, kind in self._PART_IDS:
             extend_converted(getattr(self, name), translated(part[name], maps[kind]))
         if len(self.plain_ts) >= PLAIN_BLOCK:
             self.spill()
+        if len(self.ts) >= WORK_BLOCK:
+            self.spill_work()
         self.fractional[0] = self.fractional[0] or part["fractional"]
         self.skipped[0] += part["skipped"]
         if self.first_event[0] is None and part["first_event"] is not None:
@@ -259,7 +270,7 @@ class AnalyzeIndex:
         self.plain_slot.extend([slots[at] for at in plain])
         if len(self.plain_ts) >= PLAIN_BLOCK:
             self.spill()
-        names, cats, first_row = self.names, self.cats, len(self.ts)
+        names, cats, first_row = self.names, self.cats, self.spilled_rows[0] + len(self.ts)
         for row, at in enumerate(work):
             event = events[at]
             if event.cat in RANK_EVIDENCE_CATEGORIES:
@@ -277,6 +288,8 @@ class AnalyzeIndex:
         self.name.extend([names.setdefault(events[at].name, len(names)) for at in work])
         self.cat.extend([cats.setdefault(events[at].cat, len(cats)) for at in work])
         self.slot.extend([slots[at] for at in work])
+        if len(self.ts) >= WORK_BLOCK:
+            self.spill_work()
 
     def spill(self) -> None:
         """Move the plain rows held to the temporary file (in this process only)."""
@@ -288,6 +301,43 @@ class AnalyzeIndex:
         for rows in (self.plain_ts, self.plain_dur, self.plain_slot):
             self._spilled.write(rows.tobytes())
             del rows[:]
+
+    def spill_work(self) -> None:
+        """Move the work rows held (and their ranks) to their temporary file (in this process only)."""
+        if os.getpid() != self._owner or not self.ts:
+            return
+        if self._work is None:
+            self._work = tempfile.TemporaryFile(prefix="streamtrace-work-", dir=self.spool_dir)
+        self._work.write(_WORK_HEAD.pack(len(self.ts), len(self.ranked_rows)))
+        self.spilled_rows[0] += len(self.ts)
+        for name in (*(name for name, _ in _WORK_COLUMNS), "ranked_rows", "row_ranks"):
+            rows = getattr(self, name)
+            self._work.write(rows.tobytes())
+            del rows[:]
+
+    def work_blocks(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """The work rows, a block at a time in event order: (position of the block's first row, its columns;
+        ``ranked`` and ``ranks``: the rows with their own args.rank, by position)."""
+        base = 0
+        if self._work is not None:
+            self._work.seek(0)
+            while head := self._work.read(_WORK_HEAD.size):
+                count, ranked = _WORK_HEAD.unpack(head)
+                block = {name: np.frombuffer(self._work.read(np.dtype(dtype).itemsize * count), dtype=dtype)
+                         for name, dtype in _WORK_COLUMNS}
+                block["ranked"] = np.frombuffer(self._work.read(8 * ranked), dtype=np.int64)
+                block["ranks"] = np.frombuffer(self._work.read(4 * ranked), dtype=np.int32)
+                yield base, block
+                base += count
+        if self.ts:
+            block = {name: np.frombuffer(getattr(self, name), dtype=dtype) for name, dtype in _WORK_COLUMNS}
+            block["ranked"] = np.frombuffer(self.ranked_rows, dtype=np.int64) if self.ranked_rows else np.empty(0, np.int64)
+            block["ranks"] = np.frombuffer(self.row_ranks, dtype=np.int32) if self.row_ranks else np.empty(0, np.int32)
+            yield base, block
+
+    @property
+    def work_rows(self) -> int:
+        return self.spilled_rows[0] + len(self.ts)
 
     def plain_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The plain rows (start, duration, pid slot), a block at a time, in event order."""
@@ -303,9 +353,10 @@ class AnalyzeIndex:
                    np.frombuffer(self.plain_slot, dtype=np.int32))
 
     def close(self) -> None:
-        if self._spilled is not None:
-            self._spilled.close()
-            self._spilled = None
+        for name in ("_spilled", "_work"):
+            if getattr(self, name) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)
 
     def slot_of(self, pid: object) -> int:
         found = self.pid_slots.get(pid)
@@ -328,6 +379,7 @@ class AnalyzeIndex:
         add_ts, add_dur, add_stream, add_corr = self.ts.append, self.dur.append, self.stream.append, self.corr.append
         add_name, add_cat, add_slot = self.name.append, self.cat.append, self.slot.append
         add_ranked, add_rank, rows = self.ranked_rows.append, self.row_ranks.append, self.ts
+        spilled_rows, spill_work = self.spilled_rows, self.spill_work
         plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
         plain_rows, spill = self.plain_ts, self.spill
         evidence_cats = RANK_EVIDENCE_CATEGORIES
@@ -385,7 +437,7 @@ class AnalyzeIndex:
                 rank = args.get("rank") if args.__class__ is dict else None
                 if rank.__class__ is int and rank >= 0:
                     pids[slot].arg_ranks.add(rank)
-                    add_ranked(len(rows))
+                    add_ranked(spilled_rows[0] + len(rows))
                     add_rank(rank)
                 else:
                     unranked[slot] = 1
@@ -402,21 +454,55 @@ class AnalyzeIndex:
             add_name(name_id)
             add_cat(cat_id)
             add_slot(slot)
+            if len(rows) >= WORK_BLOCK:
+                spill_work()
 
         return visit
 
 
 @dataclass
-class RankInput:
-    """One rank's rows as numpy arrays (file order), with HTA's times applied."""
+class Chunk:
+    """Some of one rank's work rows (event order), HTA's times applied; ``pos``: their positions among the file's work rows."""
 
-    rank: int
+    pos: np.ndarray
     ts: np.ndarray
     dur: np.ndarray
     stream: np.ndarray
     corr: np.ndarray
     name: np.ndarray
     cat: np.ndarray
+
+    def __getitem__(self, rows: np.ndarray) -> Chunk:
+        return Chunk(*(getattr(self, column)[rows] for column in _CHUNK_COLUMNS))
+
+
+_CHUNK_COLUMNS = ("pos", "ts", "dur", "stream", "corr", "name", "cat")
+
+
+@dataclass
+class RankInput:
+    """One rank's work rows, read a block at a time from the index (they may be on disk)."""
+
+    rank: int
+    index: AnalyzeIndex
+    slot_rank: np.ndarray  # pid slot -> rank (-1 at the end: no slot)
+
+    def chunks(self) -> Iterator[Chunk]:
+        for base, block in self.index.work_blocks():
+            mine = np.flatnonzero(_block_ranks(block, base, self.slot_rank) == self.rank)
+            if not len(mine):
+                continue
+            ts, dur = hta.hta_times(block["ts"][mine], block["dur"][mine], self.index.fractional[0])
+            yield Chunk(mine + base, ts, dur, *(block[column][mine] for column in ("stream", "corr", "name", "cat")))
+            trim_heap()  # (a chunk's scratch is freed between the few arrays kept from it: give its pages back)
+
+
+def _block_ranks(block: dict, base: int, slot_rank: np.ndarray) -> np.ndarray:
+    """Each row's rank: its own args.rank, else its pid's."""
+    ranks = slot_rank[block["slot"]]
+    if len(block["ranked"]):
+        ranks[block["ranked"] - base] = block["ranks"]
+    return ranks
 
 
 @dataclass
@@ -478,7 +564,8 @@ class _Options:
 def analyze_file(path: str, options: _Options) -> FileResult:
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
-        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir), keep_events=False,
+        owner = os.getpid()
+        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner), keep_events=False,
                             salvage=options.salvage, jobs=options.jobs)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
@@ -490,7 +577,7 @@ def analyze_file(path: str, options: _Options) -> FileResult:
         step_names = {name for name in strings if "ProfilerStep" in name}
         filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
         first = _first_row(index, ranks)
-        inputs = _split_by_rank(index, ranks)
+        inputs, unplaced = _split_by_rank(index, ranks)
         frames = {rank: _frame(data, strings, filtered, options.include_last_step) for rank, data in inputs}
         plain = _plain_facts(index, ranks, frames)
         out: list[RankResult] = []
@@ -502,7 +589,7 @@ def analyze_file(path: str, options: _Options) -> FileResult:
         except BaseException:
             _discard(FileResult(out, {}, 0, 0.0, set(), False))
             raise
-        unplaced = len(index.ts) - sum(len(data.ts) for _, data in inputs) + plain.get(-1, PlainFacts()).unplaced
+        unplaced += plain.get(-1, PlainFacts()).unplaced
     finally:
         index.close()
     if unplaced and out:
@@ -532,7 +619,9 @@ def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> list[int]:
     _first_work(index)
     resolution = resolve_ranks(index.pids, pairings=lambda: _pairings(index), file_rank=file_rank)
     ranks = resolution.ranks
-    known = {rank for rank in ranks if rank >= 0} | set(index.row_ranks)
+    known = {rank for rank in ranks if rank >= 0}
+    for _, block in index.work_blocks():
+        known.update(np.unique(block["ranks"]).tolist())
     if len(known) > 1:
         return ranks
     if known:
@@ -545,38 +634,42 @@ def _ranks_of_slots(path: str, index: AnalyzeIndex, members: list) -> list[int]:
     return [rank] * len(ranks)
 
 
-def _evidence_rows(index: AnalyzeIndex, categories: frozenset) -> np.ndarray:
-    ids = [at for cat, at in index.cats.items() if cat in categories]
-    return np.flatnonzero(np.isin(np.frombuffer(index.cat, dtype=np.int32), ids)) if len(index.cat) else np.empty(0, int)
+def _category_ids(index: AnalyzeIndex, categories: frozenset) -> list[int]:
+    return [at for cat, at in index.cats.items() if cat in categories]
 
 
 def _first_work(index: AnalyzeIndex) -> None:
     """Each pid's first launch or GPU event (its position among the work rows: the same order)."""
-    rows = _evidence_rows(index, RANK_EVIDENCE_CATEGORIES)
-    slots = np.frombuffer(index.slot, dtype=np.int32)[rows] if len(rows) else np.empty(0, np.int32)
-    found, first = np.unique(slots, return_index=True)
-    for slot, at in zip(found.tolist(), rows[first].tolist()):
-        index.pids[slot].first_work = at
+    ids = _category_ids(index, RANK_EVIDENCE_CATEGORIES)
+    first: dict[int, int] = {}
+    for base, block in index.work_blocks():
+        rows = np.flatnonzero(np.isin(block["cat"], ids))
+        found, at = np.unique(block["slot"][rows], return_index=True)
+        for slot, position in zip(found.tolist(), (rows[at] + base).tolist()):
+            first.setdefault(slot, position)
+    for slot, position in first.items():
+        index.pids[slot].first_work = position
 
 
 def _pairings(index: AnalyzeIndex) -> dict:
     """Relink's inference input: per GPU pid its first sampled (id, ts), the launches of those ids."""
-    corr = np.frombuffer(index.corr, dtype=np.int64)
-    slots = np.frombuffer(index.slot, dtype=np.int32)
-    ts = np.frombuffer(index.ts, dtype=np.float64)
-    usable = (corr >= 0) & (corr < ID_LIMIT)
-    gpu = _evidence_rows(index, GPU_CATEGORIES)
-    gpu = gpu[usable[gpu]]
+    gpu_ids, launch_ids = _category_ids(index, GPU_CATEGORIES), _category_ids(index, RUNTIME_CATEGORIES)
     samples: dict[int, list[tuple[int, float]]] = {}
-    for slot in np.unique(slots[gpu]).tolist():
-        mine = gpu[slots[gpu] == slot][:SAMPLES_PER_GPU_PID]
-        samples[slot] = list(zip(corr[mine].tolist(), ts[mine].tolist()))
+    for _, block in index.work_blocks():
+        corr = block["corr"]
+        gpu = np.flatnonzero(np.isin(block["cat"], gpu_ids) & (corr >= 0) & (corr < ID_LIMIT))
+        slots = block["slot"][gpu]
+        for slot in np.unique(slots).tolist():
+            have = samples.setdefault(slot, [])
+            mine = gpu[slots == slot][:SAMPLES_PER_GPU_PID - len(have)]
+            have.extend(zip(corr[mine].tolist(), block["ts"][mine].tolist()))
     wanted = np.array(sorted({c for pairs in samples.values() for c, _ in pairs}), dtype=np.int64)
-    launches = _evidence_rows(index, RUNTIME_CATEGORIES)
-    launches = launches[usable[launches] & np.isin(corr[launches], wanted)]
     launches_by_id: dict[int, list[tuple[int, float]]] = {}
-    for at, c in zip(launches.tolist(), corr[launches].tolist()):
-        launches_by_id.setdefault(c, []).append((int(slots[at]), float(ts[at])))
+    for _, block in index.work_blocks():
+        corr = block["corr"]
+        launches = np.flatnonzero(np.isin(block["cat"], launch_ids) & (corr >= 0) & (corr < ID_LIMIT) & np.isin(corr, wanted))
+        for slot, c, ts in zip(block["slot"][launches].tolist(), corr[launches].tolist(), block["ts"][launches].tolist()):
+            launches_by_id.setdefault(c, []).append((slot, ts))
     return pair_by_time(samples, launches_by_id)
 
 
@@ -593,67 +686,86 @@ def _first_row(index: AnalyzeIndex, ranks: list[int]) -> tuple[int, float] | Non
     return None if slot is None or ranks[slot] < 0 else (ranks[slot], float(start[0]))
 
 
-def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> list[tuple[int, RankInput]]:
-    """Each rank's work rows: an event's own args.rank, else its pid's."""
+def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> tuple[list[tuple[int, RankInput]], int]:
+    """Each rank's work rows (an event's own args.rank, else its pid's), and how many rows no rank has."""
     slot_rank = np.array(ranks + [-1], dtype=np.int64)
-    work_rank = slot_rank[np.frombuffer(index.slot, dtype=np.int32)] if len(index.slot) else np.empty(0, np.int64)
-    if len(index.ranked_rows):
-        work_rank[np.frombuffer(index.ranked_rows, dtype=np.int64)] = np.frombuffer(index.row_ranks, dtype=np.int32)
-    arrays = {name: np.frombuffer(getattr(index, name), dtype=dtype) if len(getattr(index, name)) else np.empty(0, dtype)
-              for name, dtype in (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64),
-                                  ("name", np.int32), ("cat", np.int32))}
-    out = []
-    found = sorted(set(work_rank[work_rank >= 0].tolist()))
-    for rank in found:
-        work = work_rank == rank
-        mine = arrays if len(found) == 1 and work.all() else {name: values[work] for name, values in arrays.items()}
-        ts, dur = hta.hta_times(mine["ts"], mine["dur"], index.fractional[0])
-        out.append((rank, RankInput(rank, ts, dur, mine["stream"], mine["corr"], mine["name"], mine["cat"])))
-    return out
+    found: set[int] = set()
+    unplaced = 0
+    for base, block in index.work_blocks():
+        row_ranks = _block_ranks(block, base, slot_rank)
+        found.update(np.unique(row_ranks[row_ranks >= 0]).tolist())
+        unplaced += int((row_ranks < 0).sum())
+    return [(rank, RankInput(rank, index, slot_rank)) for rank in sorted(found)], unplaced
 
 
 @dataclass
 class Frame:
-    """One rank's reading as HTA frames it: kernels, step spans, what its filter keeps."""
+    """One rank's reading as HTA frames it: kernels, step spans, what its filter keeps, its launches."""
 
-    is_kernel: np.ndarray
+    sync_ids: np.ndarray
     step_ids: dict  # name id -> step number (None: a ProfilerStep name without one)
-    spans: tuple  # (starts, ends, numbers) of every ProfilerStep row, in event order
-    keep: np.ndarray
+    step_of: hta.StepOf  # HTA's iteration of a time: from every ProfilerStep row, in event order
+    kept_ids: np.ndarray | None  # sorted ids of the kept CPU rows (None: no filter)
     cutoff: float | None  # rows kept start before it (at or before with inclusive)
     inclusive: bool
     filtered: bool  # (the run's decision: several ProfilerStep names)
     notes: list
+    linked: tuple  # (id, start, stream) of the CPU rows with an id (not kernels): the launches a kernel may link to
+    gpu_range: tuple[float, float, int]  # first start, last start, count of the rows on a stream
+
+    def is_kernel(self, chunk: Chunk) -> np.ndarray:
+        return ((chunk.stream >= 0) & (chunk.corr >= 0)) | np.isin(chunk.name, self.sync_ids)
+
+    def keep(self, chunk: Chunk, is_kernel: np.ndarray) -> np.ndarray:
+        """HTA's filter: CPU rows by time, kernels by the ids of the kept CPU rows."""
+        if self.kept_ids is None:
+            return np.ones(len(chunk.ts), dtype=bool)
+        return np.where(is_kernel, np.isin(chunk.corr, self.kept_ids), _kept_times(self, chunk.ts))
 
 
 def _frame(data: RankInput, strings: list[str], filtered: bool, include_last_step: bool) -> Frame:
     """HTA's filter: with several ProfilerStep names in the run, CPU rows that
     start before the latest ProfilerStep row (GPU copies included) starts
     (with the last step: ends), and the kernels whose correlation such a row has."""
-    sync_ids = [at for at, name in enumerate(strings) if name in SYNC_NAMES]
-    is_kernel = ((data.stream >= 0) & (data.corr >= 0)) | np.isin(data.name, sync_ids)
+    sync_ids = np.array([at for at, name in enumerate(strings) if name in SYNC_NAMES], dtype=np.int32)
     step_ids = {at: hta.step_number(name) for at, name in enumerate(strings) if name.startswith("ProfilerStep")}
-    step_rows = np.flatnonzero(np.isin(data.name, [at for at, n in step_ids.items() if n is not None]))
-    spans = (data.ts[step_rows], data.ts[step_rows] + data.dur[step_rows],
-             np.array([step_ids[data.name[at]] for at in step_rows], dtype=np.int64))
-    keep = np.ones(len(data.ts), dtype=bool)
-    cutoff, notes = None, []
+    numbered = [at for at, n in step_ids.items() if n is not None]
+    any_step = [at for at, name in enumerate(strings) if "ProfilerStep" in name]
+    spans: list[tuple[np.ndarray, ...]] = []  # (start, end, name) of the ProfilerStep rows
+    linked: list[tuple[np.ndarray, ...]] = []
+    lo, hi, count = math.inf, -math.inf, 0
+    cutoff = -math.inf  # the latest start (with the last step: end) of a CPU step row
+    no_steps = hta.StepOf(np.empty(0), np.empty(0), np.empty(0, np.int64))
+    probe = Frame(sync_ids, step_ids, no_steps, None, None, include_last_step, filtered, [], (), (0.0, 0.0, 0))
+    for chunk in data.chunks():
+        is_kernel = probe.is_kernel(chunk)
+        rows = np.flatnonzero(np.isin(chunk.name, numbered))
+        spans.append((chunk.ts[rows], chunk.ts[rows] + chunk.dur[rows], chunk.name[rows]))
+        rows = np.flatnonzero(np.isin(chunk.name, any_step) & ~is_kernel)
+        if len(rows):
+            cutoff = max(cutoff, float((chunk.ts[rows] + chunk.dur[rows] if include_last_step else chunk.ts[rows]).max()))
+        rows = np.flatnonzero(~is_kernel & (chunk.corr != NO_ID))
+        linked.append((chunk.corr[rows], chunk.ts[rows], chunk.stream[rows]))
+        on_stream = chunk.ts[chunk.stream != NO_ID]
+        if len(on_stream):
+            lo, hi, count = min(lo, float(on_stream.min())), max(hi, float(on_stream.max())), count + len(on_stream)
+    starts, ends, names = _columns(spans, (np.float64, np.float64, np.int32))
+    links = _columns(linked, (np.int64, np.float64, np.int64))
+    frame = dataclasses.replace(probe, step_of=hta.StepOf(starts, ends, np.array([step_ids[at] for at in names.tolist()],
+                                                                                  dtype=np.int64)),
+                                linked=links, gpu_range=(lo, hi, count))
     if filtered:
-        cpu_step = np.flatnonzero(np.isin(data.name, [at for at, name in enumerate(strings) if "ProfilerStep" in name])
-                                  & ~is_kernel)
-        if len(cpu_step):
-            if include_last_step:
-                cutoff = float((data.ts[cpu_step] + data.dur[cpu_step]).max())
-                keep = data.ts <= cutoff
-            else:
-                cutoff = float(data.ts[cpu_step].max())
-                keep = data.ts < cutoff
-            keep &= ~is_kernel
-            kept_ids = np.unique(data.corr[keep & (data.corr != NO_ID)])
-            keep |= is_kernel & np.isin(data.corr, kept_ids)
+        if cutoff > -math.inf:
+            frame.cutoff = cutoff
+            frame.kept_ids = np.unique(links[0][_kept_times(frame, links[1])])
         else:
-            notes.append(f"rank {data.rank}: no ProfilerStep while other ranks have some: all its events kept")
-    return Frame(is_kernel, step_ids, spans, keep, cutoff, include_last_step, filtered, notes)
+            frame.notes.append(f"rank {data.rank}: no ProfilerStep while other ranks have some: all its events kept")
+    return frame
+
+
+def _columns(parts: list[tuple[np.ndarray, ...]], dtypes: tuple) -> tuple[np.ndarray, ...]:
+    """Columns collected chunk by chunk, joined."""
+    return tuple(np.concatenate([part[n] for part in parts]) if parts else np.empty(0, dtype) for n, dtype in enumerate(dtypes))
 
 
 def _kept_times(frame: Frame, ts: np.ndarray) -> np.ndarray:
@@ -689,7 +801,7 @@ def _plain_facts(index: AnalyzeIndex, ranks: list[int], frames: dict[int, Frame]
             fact = facts.setdefault(rank, PlainFacts())
             fact.min_ts = min(fact.min_ts, float(start.min()))
             kept = _kept_times(frame, start)
-            _merge_extents(fact.extents, _extents(start[kept], end[kept], hta.step_of(start[kept], *frame.spans)))
+            _merge_extents(fact.extents, _extents(start[kept], end[kept], frame.step_of(start[kept])))
     return facts
 
 
@@ -703,120 +815,334 @@ def _merge_extents(into: dict, more: dict) -> None:
         into[step] = (first, last) if known is None else (min(known[0], first), max(known[1], last))
 
 
+_TIMELINE = np.dtype([("start", np.float64), ("end", np.float64), ("pos", np.int64), ("stream", np.int64),
+                      ("launch", np.float64), ("step", np.int64), ("type", np.int8), ("idle", np.bool_)])
+
+
+class _Buckets:
+    """A rank's kept GPU rows on disk, in time buckets of about :data:`BUCKET_ROWS`
+    rows by start: read back bucket by bucket, each sorted by (start, event order),
+    they are the rows in start order that the time sweeps take."""
+
+    def __init__(self, first: float, last: float, count: int, spool_dir: str | None) -> None:
+        self.first = first
+        self.count = max(1, math.ceil(count / BUCKET_ROWS))
+        self.width = (last - first) / self.count if last > first else 1.0
+        self.files: list[IO[bytes] | None] = [None] * self.count
+        self.spool_dir = spool_dir
+
+    def add(self, records: np.ndarray) -> None:
+        bucket = np.clip(((records["start"] - self.first) // self.width).astype(np.int64), 0, self.count - 1)
+        order = np.argsort(bucket, kind="stable")
+        records, bucket = records[order], bucket[order]
+        cuts = np.flatnonzero(np.append(True, bucket[1:] != bucket[:-1]))
+        for begin, end in zip(cuts.tolist(), np.append(cuts[1:], len(bucket)).tolist()):
+            at = int(bucket[begin])
+            if self.files[at] is None:
+                self.files[at] = tempfile.TemporaryFile(prefix="streamtrace-gpu-", dir=self.spool_dir)
+            self.files[at].write(records[begin:end].tobytes())  # type: ignore[union-attr]
+
+    def sorted(self) -> Iterator[np.ndarray]:
+        """Each bucket's records in (start, event order); a bucket far larger than planned (starts
+        crowded in a part of the span) is cut again by time, unless all its rows start at one instant."""
+        for handle in self.files:
+            if handle is None:
+                continue
+            count = handle.seek(0, os.SEEK_END) // _TIMELINE.itemsize
+            first = last = 0.0
+            if count > 4 * BUCKET_ROWS:
+                first, last = math.inf, -math.inf
+                for block in _records(handle):
+                    first, last = min(first, float(block["start"].min())), max(last, float(block["start"].max()))
+            if first == last:
+                handle.seek(0)
+                records = np.frombuffer(handle.read(), dtype=_TIMELINE)
+                yield records[np.lexsort((records["pos"], records["start"]))]
+                continue
+            inner = _Buckets(first, last, count, self.spool_dir)
+            try:
+                for block in _records(handle):
+                    inner.add(block)
+                yield from inner.sorted()
+            finally:
+                inner.close()
+
+    def close(self) -> None:
+        for handle in self.files:
+            if handle is not None:
+                handle.close()
+
+
+@dataclass
+class _Launches:
+    """A rank's launches as the kernels see them: per CPU row with an id, its time, whether the filter keeps it, its step."""
+
+    last: hta.LastById  # id -> position in these arrays
+    ts: np.ndarray
+    kept: np.ndarray
+    step: np.ndarray
+
+    def of(self, corr: np.ndarray) -> np.ndarray:
+        return self.last.find(corr)
+
+
 def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, strings: list[str], cats: list[str],
                   step_names: set, first_ts: float, options: _Options) -> RankResult:
     name_type = np.array([hta.kernel_type(name) for name in strings], dtype=np.int8)
-    is_kernel, keep = frame.is_kernel, frame.keep
+    kernel_cat = np.array([cat in KERNEL_CATEGORIES for cat in cats], dtype=bool)
+    comm_names = np.array([at for at, name in enumerate(strings) if name.startswith(COMM_PREFIX)], dtype=np.int32)
+    launch_names = np.array([at for at, name in enumerate(strings) if name in LAUNCH_NAMES or name in MEMORY_LAUNCH_NAMES],
+                            dtype=np.int32)
     if not _kept_times(frame, np.array([first_ts]))[0]:
         first_ts = math.nan
     # links as HTA's index_correlation: a kernel's launch is the last CPU row (event order) with its id
-    cpu_linked = np.flatnonzero(~is_kernel & (data.corr != NO_ID))
-    launch_of = hta.LastById(data.corr[cpu_linked], cpu_linked)
-    # the iteration of a CPU row: the last ProfilerStep span (event order) holding its start; of a kernel: its launch's
-    iteration = np.full(len(data.ts), -1, dtype=np.int64)
-    cpu_rows = np.flatnonzero(data.stream < 0)
-    iteration[cpu_rows] = hta.step_of(data.ts[cpu_rows], *frame.spans)
-    gpu_rows = np.flatnonzero(data.stream > 0)
-    launch_pos = launch_of.find(data.corr[gpu_rows])
-    linked = launch_pos >= 0
-    iteration[gpu_rows[linked]] = iteration[launch_pos[linked]]
-
-    gpu = np.flatnonzero(keep & (data.stream != NO_ID))
-    start, dur = data.ts[gpu], data.dur[gpu]
-    end = start + dur
-    types = name_type[data.name[gpu]]
-    runs = hta.type_runs(start, end, types)
+    corr, ts, stream = frame.linked
+    steps = np.where(stream < 0, frame.step_of(ts), -1)
+    launches = _Launches(hta.LastById(corr, np.arange(len(corr))), np.append(ts, np.nan),  # (one more: an index for "none")
+                         np.append(_kept_times(frame, ts), False), np.append(steps, -1))
+    buckets = _Buckets(*frame.gpu_range, options.spool_dir)
+    names = sweeps.NameTotals()
+    negative, min_ts, extents, first_seen = 0, math.inf, {}, {}
+    step_spans: dict[int, tuple[float, float]] = {}
+    step_numbers: set[int] = set()
+    comm: dict[tuple, list[tuple[float, float]]] = {}
+    launch_ids: list[np.ndarray] = []
+    cpu_launches: list[tuple[np.ndarray, ...]] = []
+    joins = _JoinSpool(options.spool_dir)
+    gpu_lo, gpu_hi = math.inf, -math.inf
+    try:
+        for chunk in data.chunks():
+            is_kernel = frame.is_kernel(chunk)
+            keep = frame.keep(chunk, is_kernel)
+            # the iteration of a CPU row: the last ProfilerStep span (event order) holding its start; of a kernel: its launch's
+            iteration = np.full(len(chunk.ts), -1, dtype=np.int64)
+            cpu = chunk.stream < 0
+            iteration[cpu] = frame.step_of(chunk.ts[cpu])
+            launch = launches.of(chunk.corr)
+            linked = (chunk.stream > 0) & (launch >= 0)
+            iteration[linked] = launches.step[launch[linked]]
+            negative += int((chunk.dur[keep] < 0).sum())
+            min_ts = min(min_ts, float(chunk.ts.min()))
+            _merge_extents(extents, _extents(chunk.ts[keep], chunk.ts[keep] + chunk.dur[keep], iteration[keep]))
+            _add_step_spans(step_spans, step_numbers, chunk[np.isin(chunk.name, list(frame.step_ids)) & ~is_kernel & keep],
+                            frame.step_ids, cats)
+            _add_comm_candidates(comm, chunk, keep & (chunk.stream > 0) & (iteration > 0) & np.isin(chunk.name, comm_names),
+                                 iteration, strings)
+            launch_ids.append(np.unique(chunk.corr[keep & np.isin(chunk.name, launch_names)]))
+            rows = np.flatnonzero(keep & (chunk.stream == NO_ID) & (chunk.corr != NO_ID))
+            cpu_launches.append((chunk.corr[rows], chunk.ts[rows], chunk.dur[rows]))
+            gpu = np.flatnonzero(keep & (chunk.stream != NO_ID))
+            if not len(gpu):
+                continue
+            rows = chunk[gpu]
+            joins.add(rows[rows.corr != NO_ID])
+            names.add(rows.name, rows.dur)
+            idle = kernel_cat[rows.cat] if len(cats) else np.zeros(len(gpu), dtype=bool)
+            for stream, at in zip(*np.unique(rows.stream[idle], return_index=True)):
+                first_seen.setdefault(int(stream), int(rows.pos[idle][at]))
+            mine = launch[gpu]
+            found = mine >= 0
+            at = np.where(found, mine, 0)
+            launch_ts = np.where(found, np.where(launches.kept[at], launches.ts[at], np.nan),
+                                 np.where(is_kernel[gpu], first_ts, np.nan))
+            records = _timeline_records(rows, launch_ts, iteration[gpu], name_type[rows.name], idle)
+            gpu_lo, gpu_hi = min(gpu_lo, float(rows.ts.min())), max(gpu_hi, float(records["end"].max()))
+            buckets.add(records)
+        timeline, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi)
+        ids = np.unique(np.concatenate(launch_ids)) if launch_ids else np.empty(0, np.int64)
+        launch_part, launch_rows = _launch_stats(data.rank, _columns(cpu_launches, (np.int64, np.float64, np.float64)), ids,
+                                                 joins, options.spool_dir)
+    finally:
+        buckets.close()
+        joins.close()
     kernel_rows = []
     for kind in hta.BREAKDOWN_TYPES:
-        rows = types == kind
-        for row in hta.aggregate_names(hta.name_stats(data.name[gpu][rows], dur[rows], strings)):
+        for row in hta.aggregate_names(names.stats(strings, np.flatnonzero(name_type == kind))):
             kernel_rows.append({"name": row["name"], "sum (us)": row["sum"], "max (us)": row["max"],
                                 "min (us)": row["min"], "stddev": row["std"], "mean (us)": row["mean"],
                                 "kernel_type": hta.TYPE_NAMES[kind], "rank": data.rank})
-    launch_part, launch_rows = _launch_stats(data, keep, strings, options.spool_dir)
     notes = list(frame.notes)
-    negative = int((data.dur[keep] < 0).sum())
     if negative:
         notes.append(f"rank {data.rank}: {negative:,} events last less than a microsecond within one: HTA's rounding "
                      "(start up, end down) gives them -1 us, counted so (as HTA does) in every table")
-    kept_steps = np.flatnonzero(np.isin(data.name, list(frame.step_ids)) & ~is_kernel & keep)
-    extents = _extents(data.ts[keep], data.ts[keep] + data.dur[keep], iteration[keep])
     _merge_extents(extents, plain.extents)
     return RankResult(
-        data.rank, path, min(float(data.ts.min(initial=math.inf)), plain.min_ts), step_names, frame.filtered,
-        hta.temporal(runs), hta.type_overlaps(runs), kernel_rows, hta.overlap_ratio(runs),
-        _idle_rows(data, keep, gpu, cats, launch_of, is_kernel, first_ts),
-        launch_part, launch_rows, {frame.step_ids[data.name[at]] for at in kept_steps} - {None},
-        _step_spans(data, kept_steps, frame.step_ids, cats), _step_times(start, end, types, iteration[gpu]), extents,
-        _comm_candidates(data, keep, iteration, strings), notes=notes, busy=utilization.fine_busy(start, end))
+        data.rank, path, min(min_ts, plain.min_ts), step_names, frame.filtered,
+        timeline.temporal(), timeline.overlaps, kernel_rows, timeline.overlap_ratio(),
+        _idle_rows(data.rank, stream_idle, first_seen), launch_part, launch_rows,
+        step_numbers, [(number, start, end - start) for number, (start, end) in sorted(step_spans.items())],
+        _step_times(step_lines), extents, comm, notes=notes, busy=busy)
 
 
-def _step_spans(data: RankInput, rows: np.ndarray, step_ids: dict, cats: list[str]) -> list[tuple[int, float, float]]:
-    """(number, start, duration) of each step on the CPU: the union of its
+def _records(handle: IO[bytes]) -> Iterator[np.ndarray]:
+    """A bucket file's records, a bucket's worth at a time."""
+    handle.seek(0)
+    while block := handle.read(_TIMELINE.itemsize * BUCKET_ROWS):
+        yield np.frombuffer(block, dtype=_TIMELINE)
+
+
+def _timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, types: np.ndarray,
+                      idle: np.ndarray) -> np.ndarray:
+    """What the time sweeps read of kept GPU rows (``idle``: a kernel, copy or set, which idle time counts)."""
+    records = np.empty(len(rows.ts), dtype=_TIMELINE)
+    for column, values in (("start", rows.ts), ("end", rows.ts + rows.dur), ("pos", rows.pos), ("stream", rows.stream),
+                           ("launch", launch_ts), ("step", steps), ("type", types), ("idle", idle)):
+        records[column] = values
+    return records
+
+
+def _sweep(buckets: _Buckets, lo: float, hi: float) -> tuple[sweeps.Timeline, utilization.FineBusy | None, dict,
+                                                               sweeps.StreamIdle]:
+    """The kept GPU rows in start order through the rank's timeline (and its busy
+    time in fine bins), each step's timeline and each stream's idle time."""
+    bins = None
+    if lo <= hi:
+        width, first, edges = utilization.fine_edges(lo, hi)
+        bins = sweeps.BusyBins(edges)
+    timeline = sweeps.Timeline(bins)
+    step_lines: dict[int, sweeps.Timeline] = {}
+    stream_idle = sweeps.StreamIdle(CONSECUTIVE_KERNEL_DELAY)
+    for records in buckets.sorted():
+        start, end, types = records["start"], records["end"], records["type"]
+        timeline.feed(start, end, types)
+        step = records["step"]
+        for number, mine in _by_step(step):
+            step_lines.setdefault(number, sweeps.Timeline()).feed(start[mine], end[mine], types[mine])
+        idle = records["idle"]
+        stream_idle.feed(records["stream"][idle], start[idle], end[idle], records["launch"][idle])
+        for line in step_lines.values():
+            line.settle(float(start[-1]))
+        trim_heap()
+    timeline.finish()
+    for line in step_lines.values():
+        line.finish()
+    busy = None if bins is None else utilization.FineBusy(width, first, bins.busy, lo, hi)
+    return timeline, busy, step_lines, stream_idle
+
+
+def _add_comm_candidates(groups: dict, chunk: Chunk, rows: np.ndarray, iteration: np.ndarray, strings: list[str]) -> None:
+    """Communication kernels HTA's straggler metric may pick, per (stream, step, name), file order: only
+    those no later one of the group outlasts or equals (whatever the threshold, the last that passes is one)."""
+    at = np.flatnonzero(rows)
+    for stream, step, name, ts, dur in zip(chunk.stream[at].tolist(), iteration[at].tolist(), chunk.name[at].tolist(),
+                                           chunk.ts[at].tolist(), chunk.dur[at].tolist()):
+        kept = groups.setdefault((stream, step, strings[name]), [])
+        while kept and kept[-1][1] <= dur:
+            kept.pop()
+        kept.append((ts, dur))
+
+
+def _add_step_spans(spans: dict[int, tuple[float, float]], numbers: set[int], rows: Chunk, step_ids: dict,
+                    cats: list[str]) -> None:
+    """The kept steps' numbers, and per step its span on the CPU: the union of its
     ``user_annotation`` and ``cpu_op`` spans (not the GPU copies, which lag)."""
-    spans: dict[int, tuple[float, float]] = {}
-    for at in rows.tolist():
-        number = step_ids[data.name[at]]
-        if number is None or cats[data.cat[at]] not in STEP_CATEGORIES:
+    for name, cat, start, dur in zip(rows.name.tolist(), rows.cat.tolist(), rows.ts.tolist(), rows.dur.tolist()):
+        number = step_ids[name]
+        if number is None:
             continue
-        start, end = float(data.ts[at]), float(data.ts[at] + data.dur[at])
+        numbers.add(number)
+        if cats[cat] not in STEP_CATEGORIES:
+            continue
+        end = start + dur
         known = spans.get(number)
         spans[number] = (start, end) if known is None else (min(known[0], start), max(known[1], end))
-    return [(number, start, end - start) for number, (start, end) in sorted(spans.items())]
 
 
-def _idle_rows(data: RankInput, keep: np.ndarray, gpu: np.ndarray, cats: list[str], launch_of: hta.LastById,
-               is_kernel: np.ndarray, first_ts: float) -> list[dict]:
-    """HTA's idle time breakdown of every stream.  A kernel's launch time is
-    its launch's; a kernel with no launch in the trace gets, as in HTA (whose
-    index 0 stands for "not in the trace"), the time of the file's first row."""
-    kernel_cat = np.array([cat in KERNEL_CATEGORIES for cat in cats], dtype=bool)
-    rows = gpu[kernel_cat[data.cat[gpu]]] if len(cats) else gpu[:0]
-    launch_pos = launch_of.find(data.corr[rows])
-    linked = launch_pos >= 0
-    unlinked = np.where(is_kernel[rows], first_ts, np.nan)
-    launch_ts = np.where(linked, np.where(keep[launch_pos], data.ts[launch_pos], np.nan), unlinked)
+def _idle_rows(rank: int, stream_idle: sweeps.StreamIdle, first_seen: dict[int, int]) -> list[dict]:
+    """HTA's idle time breakdown of every stream (streams in the order they first appear).  A kernel's launch
+    time is its launch's; a kernel with no launch in the trace gets, as in HTA (whose index 0 stands for
+    "not in the trace"), the time of the file's first row."""
     out = []
-    streams = data.stream[rows]
-    _, first = np.unique(streams, return_index=True)
-    for stream in streams[np.sort(first)].tolist():
-        mine = np.flatnonzero(streams == stream)
-        order = mine[np.argsort(data.ts[rows[mine]], kind="stable")]
-        start = data.ts[rows[order]]
-        found = hta.idle_breakdown(start, start + data.dur[rows[order]], launch_ts[order], CONSECUTIVE_KERNEL_DELAY)
+    for stream in sorted(first_seen, key=first_seen.__getitem__):
+        found = stream_idle.breakdown(stream)
         total = sum(idle for _, idle in found)
         for kind, idle in found:
             ratio = idle / total if total else math.nan
-            out.append({"rank": data.rank, "stream": stream, "idle_category": hta.IDLE_CATEGORIES[kind],
+            out.append({"rank": rank, "stream": stream, "idle_category": hta.IDLE_CATEGORIES[kind],
                         "idle_time": round(idle, 2), "idle_time_ratio": round(ratio, 2)})
     return out
 
 
-def _launch_stats(data: RankInput, keep: np.ndarray, strings: list[str], spool_dir: str | None) -> tuple[str | None, int]:
+_JOIN = np.dtype([("corr", np.int64), ("ts", np.float64), ("dur", np.float64)])
+
+
+class _JoinSpool:
+    """A rank's kept GPU rows with an id (id, start, duration), on disk in event order, with the count per id."""
+
+    def __init__(self, spool_dir: str | None) -> None:
+        self.handle: IO[bytes] | None = None
+        self.spool_dir = spool_dir
+        self.ids: list[np.ndarray] = []
+        self.id_counts: list[np.ndarray] = []
+
+    def add(self, rows: Chunk) -> None:
+        if not len(rows.corr):
+            return
+        if self.handle is None:
+            self.handle = tempfile.TemporaryFile(prefix="streamtrace-join-", dir=self.spool_dir)
+        records = np.empty(len(rows.corr), dtype=_JOIN)
+        records["corr"], records["ts"], records["dur"] = rows.corr, rows.ts, rows.dur
+        self.handle.write(records.tobytes())
+        ids, counts = np.unique(rows.corr, return_counts=True)
+        self.ids.append(ids)
+        self.id_counts.append(counts)
+
+    def counts(self, wanted: np.ndarray) -> np.ndarray:
+        """How many rows each wanted id has."""
+        if not self.ids:
+            return np.zeros(len(wanted), dtype=np.int64)
+        ids, where = np.unique(np.concatenate(self.ids), return_inverse=True)
+        totals = np.bincount(where, weights=np.concatenate(self.id_counts)).astype(np.int64)
+        at = np.clip(np.searchsorted(ids, wanted), 0, len(ids) - 1)
+        return np.where(ids[at] == wanted, totals[at], 0)
+
+    def matching(self, wanted: np.ndarray) -> np.ndarray:
+        """The rows whose id is wanted, sorted by id (event order within an id)."""
+        found = []
+        if self.handle is not None:
+            self.handle.seek(0)
+            while block := self.handle.read(_JOIN.itemsize * JOIN_ROWS):
+                records = np.frombuffer(block, dtype=_JOIN)
+                found.append(records[np.isin(records["corr"], wanted)])
+        rows = np.concatenate(found) if found else np.empty(0, dtype=_JOIN)
+        return rows[np.argsort(rows["corr"], kind="stable")]
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _launch_stats(rank: int, cpu: tuple[np.ndarray, ...], ids: np.ndarray, joins: _JoinSpool,
+                  spool_dir: str | None) -> tuple[str | None, int]:
     """HTA's launch statistics (every launch, memory copies included): each
     CPU row on no stream whose id a launch call has, joined with each GPU row
-    with that id; written as CSV rows to a part file."""
-    launch_names = [at for at, name in enumerate(strings) if name in LAUNCH_NAMES or name in MEMORY_LAUNCH_NAMES]
-    ids = np.unique(data.corr[keep & np.isin(data.name, launch_names)])
-    ids = ids[ids != NO_ID] if len(ids) else ids
-    cpu = np.flatnonzero(keep & (data.stream == NO_ID) & np.isin(data.corr, ids))
-    gpu = np.flatnonzero(keep & (data.stream != NO_ID) & np.isin(data.corr, ids))
-    if not len(cpu) or not len(gpu):
+    with that id (their launches' order, then the GPU rows' order); written as
+    CSV rows to a part file, the GPU rows read back a batch of launches at a time."""
+    ids = ids[ids != NO_ID]
+    mine = np.isin(cpu[0], ids)
+    corr, ts, dur = (column[mine] for column in cpu)
+    matches = joins.counts(corr)
+    if not len(corr) or not matches.sum():
         return None, 0
-    gpu_of: dict[int, list[int]] = {}
-    for at, corr in zip(gpu.tolist(), data.corr[gpu].tolist()):
-        gpu_of.setdefault(corr, []).append(at)
     handle, part = tempfile.mkstemp(prefix="streamtrace-launches-", suffix=".csv", dir=spool_dir)
     count = 0
-    ts, dur = data.ts, data.dur
     try:
         with os.fdopen(handle, "w", newline="") as out:
-            write = csv.writer(out).writerow
-            for at, corr in zip(cpu.tolist(), data.corr[cpu].tolist()):
-                for kernel in gpu_of.get(corr, ()):
-                    delay = max(ts[kernel] - ts[at] - dur[at], 0.0)
-                    write((data.rank, corr, _number(dur[at]), _number(dur[kernel]), _number(delay)))
-                    count += 1
+            write = csv.writer(out)
+            batch_of = np.cumsum(matches) // JOIN_ROWS
+            for batch in np.unique(batch_of).tolist():
+                launches = np.flatnonzero(batch_of == batch)
+                gpu = joins.matching(np.unique(corr[launches]))
+                begin = np.searchsorted(gpu["corr"], corr[launches], side="left")
+                found = np.searchsorted(gpu["corr"], corr[launches], side="right") - begin
+                launch = np.repeat(launches, found)  # per row: its launch, then its kernel
+                kernel = np.arange(len(launch)) + np.repeat(begin - (np.cumsum(found) - found), found)
+                delay = np.maximum(gpu["ts"][kernel] - ts[launch] - dur[launch], 0.0)
+                for first in range(0, len(launch), PLAIN_BLOCK):
+                    rows = slice(first, first + PLAIN_BLOCK)
+                    write.writerows(zip(repeat(rank), corr[launch[rows]].tolist(), map(_number, dur[launch[rows]].tolist()),
+                                        map(_number, gpu["dur"][kernel[rows]].tolist()), map(_number, delay[rows].tolist())))
+                count += len(launch)
     except BaseException:
         remove_quietly(part)
         raise
@@ -836,30 +1162,12 @@ def _by_step(steps: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(int(ordered[group[0]]), rows[group]) for group in np.split(np.arange(len(rows)), cuts) if len(group)]
 
 
-def _step_times(start: np.ndarray, end: np.ndarray, types: np.ndarray, iteration: np.ndarray) -> dict:
+def _step_times(lines: dict[int, sweeps.Timeline]) -> dict:
     """Per step (the kernels its launches issued): busy, compute and communication time, idle within their span."""
     out = {}
-    for step, mine in _by_step(iteration):
-        runs = hta.type_runs(start[mine], end[mine], types[mine])
-        t = hta.temporal(runs)
-        out[step] = (t.kernel_time - t.idle, t.compute, float((runs[hta.COMMUNICATION][1] - runs[hta.COMMUNICATION][0]).sum()),
-                     t.idle)
-    return out
-
-
-def _comm_candidates(data: RankInput, keep: np.ndarray, iteration: np.ndarray, strings: list[str]) -> dict:
-    """Communication kernels HTA's straggler metric may pick, per (stream, step, name), file order."""
-    comm_names = [at for at, name in enumerate(strings) if name.startswith(COMM_PREFIX)]
-    rows = np.flatnonzero(keep & (data.stream > 0) & (iteration > 0) & np.isin(data.name, comm_names))
-    groups: dict[tuple, list[int]] = {}
-    for at, stream, step, name in zip(rows.tolist(), data.stream[rows].tolist(), iteration[rows].tolist(),
-                                      data.name[rows].tolist()):
-        groups.setdefault((stream, step, strings[name]), []).append(at)
-    out = {}
-    for key, positions in groups.items():
-        where = np.array(positions)
-        kept = where[hta.suffix_maxima(where, data.dur[where])]
-        out[key] = [(float(data.ts[at]), float(data.dur[at])) for at in kept]
+    for step, line in lines.items():
+        t = line.temporal()
+        out[step] = (t.kernel_time - t.idle, t.compute, line.lengths[hta.COMMUNICATION], t.idle)
     return out
 
 
