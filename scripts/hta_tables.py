@@ -10,7 +10,7 @@ every analysis behind analyze's tables, HTA's defaults kept.  Prints the
 number of rows HTA gave per table, and the tables it raised on.  Timed as a
 command by scripts/bench.py, e.g.
 
-    python scripts/bench.py small.json --yardsticks '' --rounds 1 -- \\
+    python scripts/bench.py small.json --yardsticks orjson --rounds 1 -- \\
         python scripts/hta_tables.py {input} -- streamtrace analyze {input} -o {tmp}/t -q --json
 """
 from __future__ import annotations
