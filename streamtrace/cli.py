@@ -404,8 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
             "The tables of Holistic Trace Analysis (HTA 0.5.0), with its column names and rules, for every rank of "
             "the inputs: temporal_breakdown, kernel_type_breakdown, kernel_breakdown, comm_comp_overlap, "
             "idle_time_breakdown, kernel_launch_stats (every rank), profiler_steps, step_times (per rank and "
-            "step), stragglers (HTA's candidates and each rank's lag per step). As HTA, the last profiler step "
-            "is left out unless --include-last-step.",
+            "step), stragglers (HTA's candidates and each rank's lag per step), and utilization (each rank's GPU "
+            "busy fraction per time bin, not HTA's). As HTA, the last profiler step is left out unless "
+            "--include-last-step.",
             "Inputs are what 'merge' takes (rank files, globs, directories, archives, URLs) or one merged "
             "multi-rank file (ranks found as relink finds them). One task per input (-j, --dask). "
             "docs/analyze.md states each rule, and where it departs from HTA."),
@@ -423,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0-3,7")
     cmd.add_argument("--candidates", type=int, default=2, metavar="N", help="straggler candidates (HTA's "
                      "num_candidates, default 2)")
-    cmd.add_argument("--overwrite", action="store_true", help="replace the CSV files in DIR")
+    cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
     _cluster(cmd)
     _common(cmd)
     cmd.set_defaults(run=_run_analyze)
