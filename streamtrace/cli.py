@@ -946,6 +946,12 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that the same cleanup runs."""
 
 
+SIGNALS_RECEIVED: list[int] = []
+"""SIGINT/SIGTERM this process was sent: Python drops an exception raised in
+a finalizer (a pipe's ``__del__``), so a stop asked for there must still be
+known when the run then fails for want of a worker it killed."""
+
+
 def install_signal_handlers() -> None:
     """SIGTERM raises :class:`Terminated` and SIGINT ``KeyboardInterrupt``,
     so that temporary files are cleaned up, in this process only.
@@ -955,14 +961,21 @@ def install_signal_handlers() -> None:
     ends the worker at once and quietly, instead of raising in it: the
     parent does the cleaning up and says what happened."""
     owner = os.getpid()
+    report_unraisable = sys.unraisablehook
 
     def handle(signum: int, frame: object) -> None:
         if os.getpid() != owner:
             os._exit(128 + signum)
+        SIGNALS_RECEIVED.append(signum)
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    def unraisable(hook_args: object) -> None:  # the stop is reported once, by main()
+        if not isinstance(getattr(hook_args, "exc_value", None), KeyboardInterrupt):
+            report_unraisable(hook_args)  # type: ignore[arg-type]
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+    sys.unraisablehook = unraisable
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -971,24 +984,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], None] = args.run
     try:
         run(args)
+    except KeyboardInterrupt as exc:
+        return _interrupted(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except TraceError as exc:
+        if SIGNALS_RECEIVED:  # the run failed because it was being stopped (a worker the signal ended)
+            return _interrupted(SIGNALS_RECEIVED[0])
         if args.debug:
             raise
         print(f"streamtrace: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as exc:
-        print("streamtrace: interrupted; no output written", file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except BrokenPipeError:
         _silence_stdout()
         return 1
     except OSError as exc:
+        if SIGNALS_RECEIVED:
+            return _interrupted(SIGNALS_RECEIVED[0])
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"streamtrace: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _interrupted(signum: int) -> int:
+    print("streamtrace: interrupted; no output written", file=sys.stderr)
+    return 128 + signum
 
 
 def _silence_stdout() -> None:

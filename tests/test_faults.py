@@ -277,6 +277,36 @@ def test_a_worker_signalled_before_it_sets_its_own_handlers_ends_quietly(signum,
     assert capfd.readouterr().err == ""
 
 
+STOPPED_IN_A_FINALIZER = """
+import os, signal, sys
+from streamtrace import cli
+from streamtrace.errors import TraceError
+
+class Pipe:
+    def __del__(self):
+        os.kill(os.getpid(), signal.{name})
+        for _ in range(10_000):  # the handler runs here, inside the finalizer: Python drops what it raises
+            pass
+
+def run(args):
+    Pipe()
+    raise TraceError("a pass-2 worker stopped unexpectedly (exit status -15)")  # the worker the signal ended
+
+cli._run_inspect = run
+sys.exit(cli.main(["inspect", "trace.json"]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_raised_in_a_finalizer_is_still_the_stop(signum, tmp_path):
+    """A signal whose exception lands in a finalizer (a pipe's __del__) is
+    dropped by Python; the failure that follows (a worker the same signal
+    ended) is reported as the stop it is, in one line, not as an error."""
+    result = subprocess.run([sys.executable, "-c", STOPPED_IN_A_FINALIZER.format(name=signum.name)],
+                            capture_output=True, cwd=tmp_path, env=cli_env(), timeout=60)
+    assert_interrupted(result, signum)
+
+
 NEEDS_PROC = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")
 INTERRUPT_AT = [sys.executable, str(Path(__file__).with_name("interrupt_at.py"))]
 INTERRUPTIONS = [(whom, signum) for whom in ("process", "group") for signum in (signal.SIGINT, signal.SIGTERM)]
