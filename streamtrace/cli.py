@@ -29,6 +29,7 @@ from .errors import TraceError
 from .io.destinations import summary_json
 from .io.redact import RedactOptions
 from .io.sink import COMPRESSIONS
+from .resources import STOPS_REQUESTED
 
 EPILOG = """\
 Inputs are paths, '-' for stdin, or URLs (https://, s3://, gs://; extras
@@ -946,11 +947,6 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that the same cleanup runs."""
 
 
-SIGNALS_RECEIVED: list[int] = []
-"""SIGINT/SIGTERM this process was sent: Python drops an exception raised in
-a finalizer (a pipe's ``__del__``), so a stop asked for there must still be
-known when the run then fails for want of a worker it killed."""
-
 
 def install_signal_handlers() -> None:
     """SIGTERM raises :class:`Terminated` and SIGINT ``KeyboardInterrupt``,
@@ -966,7 +962,7 @@ def install_signal_handlers() -> None:
     def handle(signum: int, frame: object) -> None:
         if os.getpid() != owner:
             os._exit(128 + signum)
-        SIGNALS_RECEIVED.append(signum)
+        STOPS_REQUESTED.append(signum)
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     def unraisable(hook_args: object) -> None:  # the stop is reported once, by main()
@@ -985,10 +981,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run(args)
     except KeyboardInterrupt as exc:
-        return _interrupted(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+        return _interrupted(STOPS_REQUESTED[0] if STOPS_REQUESTED else
+                            signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
     except TraceError as exc:
-        if SIGNALS_RECEIVED:  # the run failed because it was being stopped (a worker the signal ended)
-            return _interrupted(SIGNALS_RECEIVED[0])
+        if STOPS_REQUESTED:  # the run failed because it was being stopped (a worker the signal ended)
+            return _interrupted(STOPS_REQUESTED[0])
         if args.debug:
             raise
         print(f"streamtrace: error: {exc}", file=sys.stderr)
@@ -997,8 +994,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 1
     except OSError as exc:
-        if SIGNALS_RECEIVED:
-            return _interrupted(SIGNALS_RECEIVED[0])
+        if STOPS_REQUESTED:
+            return _interrupted(STOPS_REQUESTED[0])
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""

@@ -15,6 +15,19 @@ MMAP_THRESHOLD_MAX = 32 << 20  # where glibc's own threshold ends once large buf
 TRIM_THRESHOLD = 32 << 20  # free heap top kept while buffers come from the OS (see buffers_from_os)
 
 
+STOPS_REQUESTED: list[int] = []
+"""SIGINT/SIGTERM the CLI's process was sent (its handler records each
+before raising): Python drops an exception raised in a finalizer, so the
+stop must still be seen where it decides what the user gets."""
+
+
+def stop_if_requested() -> None:
+    """Raise the stop a signal asked for, even if its exception was dropped:
+    called before an output is published, so a run asked to stop never leaves one."""
+    if STOPS_REQUESTED:
+        raise KeyboardInterrupt
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MB.
 

@@ -281,6 +281,7 @@ STOPPED_IN_A_FINALIZER = """
 import os, signal, sys
 from streamtrace import cli
 from streamtrace.errors import TraceError
+from streamtrace.io.destinations import Destinations
 
 class Pipe:
     def __del__(self):
@@ -290,6 +291,8 @@ class Pipe:
 
 def run(args):
     Pipe()
+    if {publishes}:  # the run goes on to its end: it must not publish
+        Destinations([]).write("out.json", b"{{}}")
     raise TraceError("a pass-2 worker stopped unexpectedly (exit status -15)")  # the worker the signal ended
 
 cli._run_inspect = run
@@ -297,14 +300,18 @@ sys.exit(cli.main(["inspect", "trace.json"]))
 """
 
 
+@pytest.mark.parametrize("publishes", [False, True], ids=["fails", "finishes"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_a_stop_raised_in_a_finalizer_is_still_the_stop(signum, tmp_path):
+def test_a_stop_raised_in_a_finalizer_is_still_the_stop(signum, publishes, tmp_path):
     """A signal whose exception lands in a finalizer (a pipe's __del__) is
-    dropped by Python; the failure that follows (a worker the same signal
-    ended) is reported as the stop it is, in one line, not as an error."""
-    result = subprocess.run([sys.executable, "-c", STOPPED_IN_A_FINALIZER.format(name=signum.name)],
-                            capture_output=True, cwd=tmp_path, env=cli_env(), timeout=60)
+    dropped by Python; the run is still stopped: a failure that follows (a
+    worker the same signal ended) is reported as the stop, and a run that
+    goes on publishes nothing."""
+    code = STOPPED_IN_A_FINALIZER.format(name=signum.name, publishes=publishes)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp_path, env=cli_env(), timeout=60)
     assert_interrupted(result, signum)
+    assert not (tmp_path / "out.json").exists()
+    assert os.listdir(tmp_path) == []
 
 
 NEEDS_PROC = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Union
 import zstandard
 
 from ..errors import TraceError
+from ..resources import stop_if_requested
 from .archive import outer_path
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
 
@@ -116,6 +117,7 @@ def publish(temp: str, final: str, overwrite: bool) -> None:
     overwrite the later of two runs renaming at once wins; without, a hard
     link (which fails if the name exists) publishes it, so exactly one of them
     does and the other is refused.  Readers see no file or one whole file."""
+    stop_if_requested()
     if overwrite:
         os.replace(temp, final)
         return
