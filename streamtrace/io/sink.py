@@ -277,19 +277,6 @@ def _permissions_of_a_new_file() -> int:
     return 0o666 & ~umask
 
 
-def check_output_directory(directory: str) -> None:
-    """Refuse now, not after reading the whole input, a directory of outputs
-    that cannot be written: a file of that name, or (when it is to be
-    created) a nearest existing parent that is not writable."""
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise TraceError("exists and is not a directory", path=directory)
-    existing = directory
-    while not os.path.isdir(existing):  # the directory is created later: its nearest existing parent decides
-        existing = os.path.dirname(os.path.abspath(existing))
-    if not os.access(existing, os.W_OK):
-        raise TraceError("output directory is not writable", path=directory)
-
-
 def remove_quietly(path: str) -> None:
     """Delete ``path`` if it is there."""
     try:
