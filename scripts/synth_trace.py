@@ -4,7 +4,7 @@
 The same as ``streamtrace synth --json`` (see ``streamtrace synth --help``), for
 a checkout without installing.  Example:
   python scripts/synth_trace.py OUTDIR --ranks 8 --pp-stages 4 --microbatches 8 \\
-      --schedule zb --target-mb 250 --compress gz --seed 1
+      --schedule zb --target-mb 250 --compress gzip --seed 1
 Prints the truth summary (without per-step lists) as JSON.
 """
 from __future__ import annotations

@@ -13,6 +13,8 @@ from badinputs.matrix import COMMANDS, available, cases, expected, failures, mar
 
 import streamtrace
 
+pytestmark = pytest.mark.slow  # the whole matrix: every command on every damaged input
+
 
 @pytest.fixture(scope="session")
 def matrix_runs(tmp_path_factory):

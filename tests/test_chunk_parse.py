@@ -239,6 +239,7 @@ _VALUE = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=
 _EVENT = st.dictionaries(_TEXT, _VALUE, max_size=5)
 
 
+@pytest.mark.slow  # fuzzing
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=st.lists(_EVENT, min_size=1, max_size=30), chunk=st.integers(8, 400),
        form=st.sampled_from(["object", "array"]), indent=st.sampled_from([None, 1, "\t"]))

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import subprocess
+import sys
 
 from badinputs.matrix import CLI, cli_env
 from conftest import TRACES, events_of, load_json
@@ -95,3 +96,31 @@ def test_compact_cli_writes_default_output_and_refuses_overwrite(tmp_path):
     assert again.returncode == 1 and b"--overwrite" in again.stderr and again.stderr.count(b"\n") == 1
     rules = run("compact", "--print-rules")
     assert rules.returncode == 0 and b"[groups]" in rules.stdout
+
+
+def complete(line: str, tmp_path) -> list[str]:
+    """What the shell's TAB offers after ``line`` (argcomplete's protocol, as its bash and fish hooks call it)."""
+    answer = tmp_path / "completions"
+    result = run(env={"_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+                      "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)})
+    assert result.returncode == 0, result.stderr
+    return [word.strip() for word in answer.read_text().split("\v")]
+
+
+def test_shell_completion_offers_commands_options_and_choices(tmp_path):
+    assert complete("streamtrace mer", tmp_path) == ["merge"]
+    assert {"--no-compact", "--no-original-stream", "--no-pp-flows"} <= set(complete("streamtrace merge --no-", tmp_path))
+    assert sorted(complete("streamtrace synth out/ --compress ", tmp_path)) == ["gzip", "none", "zstd"]
+
+
+HEAVY = "import sys; sys.argv = ['streamtrace', {flag!r}]\ntry:\n    import streamtrace.cli; streamtrace.cli.main()\n" \
+        "except SystemExit:\n    pass\nprint(sorted(name for name in sys.modules if name.split('.')[0] in " \
+        "('numpy', 'fsspec', 'dask', 'distributed', 'msgspec', 'pyarrow') or name.startswith('streamtrace.commands')))"
+
+
+def test_help_and_version_import_no_command_and_no_numpy():
+    """What makes start-up slow is imported only when a command runs (its speed is measured, not tested)."""
+    for flag in ("--version", "--help"):
+        result = subprocess.run([sys.executable, "-c", HEAVY.format(flag=flag)], capture_output=True, text=True,
+                                env=cli_env(), timeout=120)
+        assert result.returncode == 0 and result.stdout.splitlines()[-1] == "[]", result.stdout + result.stderr

@@ -25,6 +25,8 @@ from streamtrace.engine.executors import TaskRunner
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
 
+pytestmark = pytest.mark.slow  # a local Dask cluster and 16 to 64 generated ranks
+
 distributed = pytest.importorskip("distributed")
 
 SMALL = dict(microbatches=2, steps=1, graph_kernels=8, graph_streams=4, eager_kernels=4, python_noise=1)

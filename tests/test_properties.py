@@ -20,6 +20,8 @@ from test_compact import SLICE_CATS, check_invariants
 
 import streamtrace
 
+pytestmark = pytest.mark.slow  # random multi-rank traces through every command (fuzzing)
+
 KINDS = [("kernel", "gemm_bf16"), ("kernel", "ncclDevKernel_AllGather_RING_LL"),
          ("kernel", "ncclDevKernel_ReduceScatter_Sum"), ("Kernel", "elementwise_add"),
          ("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)"), ("gpu_memset", "Memset (Device)")]

@@ -10,6 +10,8 @@ import os
 import random
 import re
 import stat
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -226,7 +228,7 @@ def test_drop_cat_names_categories_that_matched_nothing(jobs, tmp_path, monkeypa
 
 
 def test_pass_two_progress_shows_percent_and_time_left(monkeypatch):
-    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    monkeypatch.setattr(progress, "BAR_INTERVAL", 0.0)
     shown = io.StringIO()
     meter = progress.Progress(None, enabled=True, stream=shown)
     meter.update("pass 2", None, 250, 1000)
@@ -261,3 +263,205 @@ def test_synth_command_writes_a_run_and_documents_every_option(tmp_path, capsys)
     assert len(options) >= 18 and all(action.help for action in options)
     assert cli.main(["synth", str(tmp_path / "bad"), "--ranks", "3", "--pp-stages", "2"]) == 1
     assert "ranks must be a positive multiple of pp_stages" in capsys.readouterr().err
+
+
+# --- Words that read right -------------------------------------------------------------------------------------
+
+NOUNS = ("stream", "lane", "rank", "GPU slice", "event", "runtime call", "graph launch", "input", "rank file", "PP stage",
+         "step")
+COUNTED = re.compile(r"(?<![\w.])(\d[\d,]*) (" + "|".join(re.escape(noun) for noun in NOUNS) + r")(es|s)?\b")
+
+
+def assert_reads_right(text: str) -> None:
+    """The report's words agree with its numbers, and no row shows an empty or meaningless value."""
+    for number, noun, plural in COUNTED.findall(text):
+        assert (number != "1") == bool(plural), f"{number} {noun}{plural or ''} in:\n{text}"
+    for wrong in (r"\d{4,} SEND->RECV", r"\d{4,} compute dependencies", r"\.0 GPU events each", r"\d x (,|$)",
+                  r"pid ''", r"0\.000 ms of 0\.000 ms", r"offsets up to 0\.0 us", r"\(none, "):
+        assert not re.search(wrong, text, re.MULTILINE), f"{wrong!r} in:\n{text}"
+
+
+def hand_built(tmp_path: Path) -> Path:
+    """One GPU with an empty name, a kernel on the empty-named pid lasting 0 us, one stream, one launch, a token."""
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": ""}], "distributedInfo": {"rank": 0}, "traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5, "dur": 2,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": "", "tid": 7, "ts": 10, "dur": 0,
+         "args": {"correlation": 1, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 1, "tid": 1, "ts": 1, "dur": 20,
+         "args": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH"}}]}))
+    return path
+
+
+def test_edge_cases_read_right(tmp_path, capsys):
+    """Plurals of one, an empty device name and pid, a GPU whose slices last 0 us, a plain JSON input."""
+    trace = hand_built(tmp_path)
+    lines, _ = run_cli(capsys, "inspect", str(trace))
+    text = "\n".join(lines)
+    assert_reads_right(text)
+    assert "(uncompressed, " in text and "1 x (no name)" in text and "pid (empty) GPU 1 event (1 stream)" in text
+    assert "pid (empty) no GPU time" in text and "1 runtime call, 0 graph launches" in text
+    lines, _ = run_cli(capsys, "compact", str(trace), "-o", str(tmp_path / "out.json"))
+    assert "1 GPU slice from 1 stream into 1 lane" in "\n".join(lines)
+
+
+@pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
+def test_real_traces_read_right(trace, tmp_path, capsys):
+    for argv in (["inspect", str(trace)], ["compact", str(trace), "-o", str(tmp_path / "c.json.gz")]):
+        lines, _ = run_cli(capsys, *argv)
+        assert_reads_right("\n".join(lines))
+
+
+def test_graph_launch_mean_is_a_plain_number():
+    summary = streamtrace.inspect(TRACES / "vllm_decode_graph_replay_mi300.json.gz")
+    assert summary["graph_launches"]["count"] > 0
+    for mean, shown in ((421.0, "(421 GPU events each)"), (420.5, "(420.5 GPU events each)")):
+        text = report.human_report("inspect", {**summary, "graph_launches": {**summary["graph_launches"],
+                                                                               "gpu_events_per_launch_mean": mean}})
+        assert shown in text
+
+
+def test_generated_merges_read_right(tmp_path, capsys):
+    """Thousands of arrows with separators; ranks on one clock say so; one rank per file agrees with 'rank'."""
+    from streamtrace.synth import SynthConfig, write_traces
+
+    write_traces(SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, base_skew_ns=0), tmp_path / "run", compress="gz")
+    lines, _ = run_cli(capsys, "merge", str(tmp_path / "run"), "-o", str(tmp_path / "m.json.gz"))
+    text = "\n".join(lines)
+    assert_reads_right(text)
+    assert "no rank shifted" in text
+    lines, _ = run_cli(capsys, "split", str(tmp_path / "m.json.gz"), "-o", str(tmp_path / "per_rank"))
+    assert_reads_right("\n".join(lines))
+    lines, _ = run_cli(capsys, "synth", str(tmp_path / "one"), "--ranks", "1", "--pp-stages", "1", "--steps", "1",
+                       "--graph-kernels", "2", "--compress", "zstd")
+    assert_reads_right("\n".join(lines))
+    assert "1 rank file (1 PP stage" in "\n".join(lines) and (tmp_path / "one" / "rank0_trace.json.zst").exists()
+    summary = streamtrace.merge(str(tmp_path / "run"), tmp_path / "again.json.gz")
+    many = {"pp_send_recv_pairs": 4456, "pp_compute_dependency_pairs": 12000, "pp_unshard_compute_pairs": 0}
+    assert "4,456 SEND->RECV, 12,000 compute dependencies" in report.human_report("merge", {**summary, **many})
+
+
+def test_real_merge_reads_right(tmp_path, capsys):
+    lines, _ = run_cli(capsys, "merge", *[str(path) for path in sorted(DLRM.iterdir())[:2]], "-o", str(tmp_path / "m.json.gz"))
+    text = "\n".join(lines)
+    assert_reads_right(text)
+    assert re.search(r"offsets up to [\d,.]+ ms|no rank shifted", text)
+
+
+def help_of(command: str, capsys) -> str:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    return capsys.readouterr().out
+
+
+def test_help_texts_say_what_the_commands_do(capsys):
+    redact_help = help_of("redact", capsys)
+    assert "see 'streamtrace redact --help'" not in redact_help and "see 'streamtrace redact --help'" in help_of("compact", capsys)
+    assert ".json.gz beside" not in redact_help and "<name>_redacted.json[.gz|.zst] beside the input" in redact_help
+    for command in ("synth", "convert", "compact", "merge", "relink", "split", "slice", "redact"):
+        choices = re.search(r"--compress \{([a-z,]+)\}", help_of(command, capsys)).group(1)
+        assert set(choices.split(",")) == {"none", "gzip", "zstd"}, command
+    merge_help = help_of("merge", capsys)
+    assert "worker" in merge_help and "distributedInfo.rank" in merge_help
+    slice_help = help_of("slice", capsys)
+    assert "chrome://tracing" not in slice_help and "perfetto" in slice_help.lower()
+    assert re.search(r"-q, --quiet\s+no progress on stderr \(the report is still", help_of("inspect", capsys))
+
+
+def test_redact_of_plain_json_writes_plain_json_beside_it(tmp_path, capsys):
+    trace = hand_built(tmp_path)
+    run_cli(capsys, "redact", str(trace))
+    assert json.loads((tmp_path / "edge_redacted.json").read_bytes())["traceEvents"]
+
+
+def test_each_step_refuses_a_file_name_for_its_directory(tmp_path, capsys):
+    status = cli.main(["slice", str(TRACES / "sampled_rank-0.json.gz"), "--each-step", "-o", str(tmp_path / "steps.json.gz"), "-q"])
+    err = capsys.readouterr().err
+    assert status == 1 and "names a file" in err and "steps/" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "steps.json.gz").exists()
+
+
+def test_an_unknown_option_after_a_command_shows_that_commands_usage(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["inspect", "trace.json", "--bogus"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith("usage: streamtrace inspect") and "unrecognized arguments: --bogus" in err
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("on_terminal", [True, False])
+def test_a_secret_warning_is_seen_once(on_terminal, tmp_path, capsys, monkeypatch):
+    """On a terminal the report has the warning: not again on stderr; redirected, stderr has it once."""
+    trace = hand_built(tmp_path)
+    shown = Terminal() if on_terminal else io.StringIO()
+    monkeypatch.setattr("sys.stdout", shown)
+    assert cli.main(["inspect", str(trace), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert shown.getvalue().count("holds 1 secret") == 1 and err.count("holds 1 secret") == (0 if on_terminal else 1)
+
+
+# --- Progress ------------------------------------------------------------------------------------------------
+
+def test_progress_rates_and_sizes_are_right(monkeypatch):
+    """A later pass starts its rate afresh from its own first update (no
+    4867000000k events/s), and sizes are in the unit that fits (no 0.00 of 0.04 GB)."""
+    clock = iter([0.0, 1.0, 1.0, 2.0])  # made, pass 1, pass 2 begins, a second later
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    shown = io.StringIO()
+    meter = progress.Progress(42_000_000, enabled=True, stream=shown)
+    meter.update("pass 1", 2_100_000, 10_000)
+    meter.update("pass 2", None, 4867, 1_723_446)
+    meter.update("pass 2", None, 9000, 1_723_446)
+    first, second = shown.getvalue().strip("\r ").split("\r")
+    assert first.startswith("pass 1: 2.1 of 42.0 MB (5%), 2.1 MB/s, 10k events/s, 19 s left")
+    assert second.startswith("pass 2: 1% of 1,723,446 events, 4,133 events/s, ")  # 9000 - 4867 events in 1 s
+
+
+def test_progress_lines_in_a_log(monkeypatch):
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)
+    shown = io.StringIO()
+    meter = progress.Progress(3_400_000_000, enabled="lines", stream=shown)
+    meter.update("pass 1", 1_200_000_000, 410_000)
+    meter.count("ranks indexed", 2, 2)
+    meter.done()
+    assert shown.getvalue().splitlines()[0].startswith("streamtrace: pass 1: 1.20 of 3.40 GB (35%), ")
+    assert shown.getvalue().endswith("streamtrace: ranks indexed: 2/2\n")  # lines stay: no carriage return
+    quiet = io.StringIO()
+    progress.Progress(10, enabled=False, stream=quiet).update("pass 1", 5, 5)
+    assert quiet.getvalue() == ""
+
+
+PERIODIC = """
+import sys
+from streamtrace.io import progress
+progress.LINE_INTERVAL = 0.02  # the test's clock: 10 s in use
+from streamtrace.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+LINE = re.compile(r"^streamtrace: (pass [12]): (?:([\d.]+) of ([\d.]+) MB \((\d+)%\), [\d.]+ [kMG]B/s, [\d,.]+[kM]? events/s"
+                  r"|(\d+)% of ([\d,]+) events, [\d,.]+[kM]? events/s)(?:, [\w ]+ left)?; ranks (indexed|written): \d/2$")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_the_command_line_writes_a_progress_line_periodically_to_a_pipe(jobs, tmp_path):
+    """stderr to a pipe: lines (no bar), bytes then events with percent and rate, each rank's inside, up to 2/2."""
+    from streamtrace.synth import SynthConfig, write_traces
+
+    write_traces(SynthConfig(ranks=2, pp_stages=2, target_bytes=6_000_000), tmp_path / "run", compress="gz", merged=False)
+    run = subprocess.run([sys.executable, "-c", PERIODIC, "merge", str(tmp_path / "run"), "-o", str(tmp_path / "m.json.gz"),
+                          "-j", jobs], capture_output=True, text=True, timeout=600, cwd=Path(streamtrace.__file__).parent.parent)
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.splitlines()
+    assert "\r" not in run.stderr and lines[-1] == "streamtrace: ranks written: 2/2", run.stderr
+    progress_lines = [LINE.match(line) for line in lines if " ranks indexed: 2/2" not in line and "written: 2/2" != line[-18:]]
+    parsed = [match for match in progress_lines if match]
+    assert len(parsed) >= 3, run.stderr
+    assert {match.group(1) for match in parsed} == {"pass 1", "pass 2"}, run.stderr
+    percents = [int(match.group(4)) for match in parsed if match.group(1) == "pass 1"]
+    assert percents == sorted(percents) and 0 < percents[-1] <= 100
+    assert any(0 < int(match.group(4)) < 100 for match in parsed if match.group(1) == "pass 1"), run.stderr  # within the ranks

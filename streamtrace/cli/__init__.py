@@ -33,6 +33,11 @@ one line and exit with status 1.
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _parsers()[0]
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser, and each command's own (which reports a mistake with that command's usage)."""
     parser = argparse.ArgumentParser(
         prog="streamtrace",
         description="Bounded-memory tools for huge PyTorch profiler (Kineto) traces.",
@@ -43,11 +48,24 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(commands)
-    return parser
+    return parser, commands.choices
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line's options; shell completion answers here when the shell asks (argcomplete)."""
+    parser, commands = _parsers()
+    if "_ARGCOMPLETE" in os.environ:  # the shell's TAB: answer and exit (imported only then: start-up stays quick)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     install_signal_handlers()
     run: Callable[[argparse.Namespace], None] = args.run
     try:

@@ -5,8 +5,6 @@ import argparse
 import shlex
 import sys
 
-from ..commands.analyze import analyze, report_rows
-from ..commands.merge import parse_rank_list
 from .options import cluster_option, common_options, paragraphs, reading
 from .report import Rows, listed, report, took, view
 
@@ -46,6 +44,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.analyze import analyze
+    from ..commands.merge import parse_rank_list
+
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *sys.argv[1:]]),
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace) -> None:
 
 @view("analyze")
 def rows(summary: dict) -> Rows:
+    from ..commands.analyze import report_rows
+
     rows = report_rows(summary)
     if summary["output"]:
         rows.append(("output", listed(summary["output"], 3)))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.attribute import attribute
 from .batch import is_batch, run_batch
 from .options import RANK_MAP_HELP, RANK_RULES, cluster_option, common_options, paragraphs, rank_map_option, reading
 from .report import Rows, linking_rows, report, took, view
@@ -44,6 +43,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.attribute import attribute
+
     if is_batch(args, None):
         return run_batch(args, group_by=args.group_by, rank_map=args.rank_map)
     summary = attribute(

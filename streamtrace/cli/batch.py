@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..commands.batch import batch
 from .options import reading
 from .report import Rows, counted, events_row, listed, report, took, view
 
@@ -15,6 +14,8 @@ def is_batch(args: argparse.Namespace, output_dir: str | None) -> bool:
 
 
 def run_batch(args: argparse.Namespace, **options: object) -> None:
+    from ..commands.batch import batch
+
     summary = batch(args.command, args.trace, args.output, dask=args.dask, overwrite=args.overwrite,
                     **reading(args), **options)
     report("batch", summary, args, to_stderr=args.command == "attribute" and args.output == "-")

@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..algo.rules import DEFAULT_RULES_TOML
-from ..commands.compact import compact
 from ..errors import TraceError
 from .batch import is_batch, run_batch
 from .options import (
@@ -18,7 +16,7 @@ from .options import (
     redaction,
     secrets_options,
 )
-from .report import Rows, events_row, lanes, report, took, view
+from .report import Rows, events_row, lanes, pp_arrows, report, took, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -40,8 +38,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("trace", nargs="*", metavar="TRACE",
                      help="trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
-    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_compacted.json.gz beside the input); "
-                                            "with several inputs a directory DIR/")
+    cmd.add_argument("-o", "--output", help="output path or '-' "
+                     "(default: <name>_compacted.json[.gz|.zst] beside the input, as compressed as it); "
+                     "with several inputs a directory DIR/")
     cmd.add_argument("--rules", metavar="FILE", help="TOML file with lane groups, labels and match rules")
     cmd.add_argument("--print-rules", action="store_true", help="print the default rules file and exit")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add rank-local PP dependency arrows")
@@ -57,6 +56,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..algo.rules import DEFAULT_RULES_TOML
+    from ..commands.compact import compact
+
     if args.print_rules:
         sys.stdout.write(DEFAULT_RULES_TOML)
         return
@@ -81,8 +83,7 @@ def rows(summary: dict) -> Rows:
         rows.append(("annotations", f"{summary['gpu_annotations_mapped']:,} GPU annotations moved to lane tracks, "
                                     f"{summary['gpu_annotations_coalesced']:,} merged"))
     if summary.get("pp_compute_dependency_pairs") or summary.get("pp_unshard_compute_pairs"):
-        rows.append(("PP arrows", f"{summary['pp_compute_dependency_pairs']} compute dependencies, "
-                                  f"{summary['pp_unshard_compute_pairs']} unshard->compute"))
+        rows.append(("PP arrows", pp_arrows(summary)))
     if summary.get("gpu_flow_endpoints_unmatched"):
         rows.append(("warning", f"{summary['gpu_flow_endpoints_unmatched']:,} ac2g endpoints matched no slice start "
                                 "(trimmed or windowed capture); moved to the nearest slice's lane"))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.convert import convert
 from .options import common_options, output_options, paragraphs, reading, redaction, secrets_options
 from .report import Rows, report, took, view
 
@@ -34,6 +33,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.convert import convert
+
     source = args.input if len(args.input) > 1 else args.input[0]  # several: into one .parquet
     summary = convert(
         source, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,

@@ -4,11 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
-from ..commands.compact import compact
-from ..commands.inspect import inspect
-from ..commands.merge import merge
 from .options import common_options, paragraphs, progress_wanted
 from .report import human_report
 
@@ -27,6 +23,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from ..commands.compact import compact
+    from ..commands.inspect import inspect
+    from ..commands.merge import merge
     from ..synth import SynthConfig, write_traces
 
     directory = args.dir or tempfile.mkdtemp(prefix="streamtrace-demo-")

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.inspect import inspect
 from .options import common_options, paragraphs, reading, redaction, secrets_options
-from .report import Rows, counted, listed, ms, pid_text, report, short, took, view
+from .report import Rows, counted, listed, ms, pid_text, plain, report, short, took, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,6 +26,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.inspect import inspect
+
     summary = inspect(args.trace, secrets=redaction(args), overwrite=args.overwrite, **reading(args))
     report("inspect", summary, args)
 
@@ -37,21 +38,19 @@ def rows(summary: dict) -> Rows:
     devices = summary["devices"]
     graphs = summary["graph_launches"]
     rows = [
-        ("input", f"{summary['input']} ({summary['compression']}, {summary['bytes_raw']:,} bytes, "
-                  f"{summary['events']:,} events)"),
+        ("input", f"{summary['input']} ({compression(summary['compression'])}, {summary['bytes_raw']:,} bytes, "
+                  f"{counted(summary['events'], 'event')})"),
         ("time span", ms(span["duration"]) if span["duration"] is not None else "no timed events"),
-        ("devices", ", ".join(f"{count} x {name}" for name, count in devices["names"].items()) or "none listed"),
+        ("devices", ", ".join(f"{count} x {name or '(no name)'}" for name, count in devices["names"].items()) or "none listed"),
         ("ranks", ", ".join(map(str, summary["ranks"])) or "unknown"),
-        ("processes", listed([f"{pid_text(p['pid'])} {p['role']} {p['events']:,} events"
+        ("processes", listed([f"{pid_text(p['pid'])} {p['role']} {counted(p['events'], 'event')}"
                                + (f" ({counted(p['gpu_streams'], 'stream')})" if p.get("gpu_streams") else "")
                                for p in summary["pids"]])),
     ]
     if summary["gpu_busy"]:
-        rows.append(("GPU busy", listed([f"pid {pid} {ms(busy['busy_us'])} of {ms(busy['span_us'])}"
-                                          + (f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else "")
-                                          for pid, busy in summary["gpu_busy"].items()], 3)))
-    rows.append(("launches", f"{summary['runtime_launches']:,} runtime calls, {graphs['count']:,} graph launches"
-                 + (f" ({graphs['gpu_events_per_launch_mean']} GPU events each)" if graphs["count"] else "")))
+        rows.append(("GPU busy", listed([f"{busy_pid(pid)} {busy_text(busy)}" for pid, busy in summary["gpu_busy"].items()], 3)))
+    rows.append(("launches", f"{counted(summary['runtime_launches'], 'runtime call')}, {counted(graphs['count'], 'graph launch')}"
+                 + (f" ({plain(graphs['gpu_events_per_launch_mean'])} GPU events each)" if graphs["count"] else "")))
     for number, kernel in enumerate(summary["top_kernels"][:3]):
         rows.append(("top kernels" if number == 0 else "",
                      f"{ms(kernel['total_us'])} {kernel['count']:,}x {short(kernel['name'])}"))
@@ -66,3 +65,21 @@ def rows(summary: dict) -> Rows:
         rows.append(("repairs", "; ".join(repairs)))
     rows.append(took(summary))
     return rows
+
+
+def compression(name: str) -> str:
+    """``gzip``, ``zstd``; ``uncompressed`` rather than ``none``."""
+    return "uncompressed" if name == "none" else name
+
+
+def busy_text(busy: dict) -> str:
+    """``1.200 ms of 4.000 ms (30.0%)``; a GPU whose slices all last 0 us has no busy fraction to give."""
+    if not busy["span_us"]:
+        return "no GPU time (its slices last 0 us)"
+    return f"{ms(busy['busy_us'])} of {ms(busy['span_us'])}" + (
+        f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else "")
+
+
+def busy_pid(key: str) -> str:
+    """A GPU pid as the summary keys it (JSON keys are text: ``"4"`` is pid 4, ``""`` the empty one)."""
+    return pid_text(key) if key == "" else f"pid {key}"

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.merge import merge
 from .options import (
     cluster_option,
     common_options,
@@ -14,7 +13,7 @@ from .options import (
     redaction,
     secrets_options,
 )
-from .report import Rows, events_row, listed, report, took, view
+from .report import Rows, counted, events_row, listed, ms, pp_arrows, report, slices_into_lanes, took, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -32,17 +31,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "Each input is read twice (index, then emit); memory holds compact per-rank indexes only, and with "
             "-j N both passes of different ranks run in N processes (the output is the same; each process "
             "holds one rank's indexes at a time)."),
-        epilog="examples:\n  streamtrace merge traces/                       # rank<N>_trace.json[.gz|.zst] files in traces/\n"
+        epilog="examples:\n  streamtrace merge traces/                       # the traces in traces/ that state their rank\n"
                "  streamtrace merge 'run/*rank*.pt.trace.json.gz' -o merged.json.gz -j 2\n"
                "  streamtrace merge traces/ --ranks 0-3 --no-compact\n\n"
-               "The rank of a file is its distributedInfo.rank, else the number after 'rank' in its name;\n"
+               "The rank of a file is its distributedInfo.rank, else the number after 'rank' or 'worker' in its\n"
+               "name (a directory gives the .json[.gz|.zst] traces in it that state a rank either way);\n"
                "the PP order comes from the PP process group (pg_name torchtitan_real_pp or pg_desc mesh_pp),\n"
                "else from the global ranks (the summary says which). Non-zero *_unmatched counts usually mean\n"
                "the capture window cut a pipeline step; SEND/RECV blocks whose peer stage is in no merged file\n"
                "(--ranks left its rank out) are counted apart, with the PP group's ranks not merged.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("inputs", nargs="+", metavar="INPUT", help="trace files, directories or glob patterns")
+    cmd.add_argument("inputs", nargs="+", metavar="INPUT", help="trace files, directories or glob patterns (in any names)")
     cmd.add_argument("-o", "--output", help="output path or '-' (default: merged_compacted.json.gz, or "
                                             "pp_traces_merged_compacted.json.gz with PP annotations, beside the inputs)")
     cmd.add_argument("--ranks", metavar="LIST", help="only these global ranks, e.g. 0-7,12")
@@ -58,6 +58,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.merge import merge
+
     summary = merge(
         args.inputs, args.output, compact=not args.no_compact, original_stream=not args.no_original_stream,
         pp_flows=not args.no_pp_flows, ranks=args.ranks, overwrite=args.overwrite, rules=args.rules,
@@ -70,25 +72,23 @@ def run(args: argparse.Namespace) -> None:
 def rows(summary: dict) -> Rows:
     ranks = summary["pp_ranks"]
     rules = sorted({entry["rank_from"] for entry in ranks})
-    offsets = [abs(offset) for offset in summary["time_offsets_us"].values()]
+    largest = max(abs(offset) for offset in summary["time_offsets_us"].values())
     rows = [
-        ("merged", f"{summary['ranks']} ranks ({listed([str(entry['global_rank']) for entry in ranks], 8)}; "
+        ("merged", f"{counted(summary['ranks'], 'rank')} ({listed([str(entry['global_rank']) for entry in ranks], 8)}; "
                    f"rank from {' / '.join(rules)})"),
         ("output", summary["output"]),
-        ("time", f"aligned on {summary['time_alignment']}, offsets up to {max(offsets):,} us"),
+        ("time", f"aligned on {summary['time_alignment']}, "
+                 + (f"offsets up to {ms(largest)}" if largest else "no rank shifted (one clock already)")),
         ("order", summary["pp_order"]),
         events_row(summary),
     ]
     compactions = [c for c in summary["per_rank_compaction"].values() if c]
     if compactions:
-        rows.append(("compaction", f"{sum(c['measured_slices'] for c in compactions):,} GPU slices from "
-                                   f"{sum(c['original_streams'] for c in compactions)} streams into "
-                                   f"{sum(c['compacted_lanes'] for c in compactions)} lanes"))
+        rows.append(("compaction", slices_into_lanes(*(sum(c[key] for c in compactions) for key in (
+            "measured_slices", "original_streams", "compacted_lanes")))))
     if "pp_send_recv_pairs" in summary and (summary["pp_send_recv_pairs"] or summary["pp_compute_dependency_pairs"]):
-        rows.append(("PP arrows", f"{summary['pp_send_recv_pairs']} SEND->RECV, "
-                                  f"{summary['pp_compute_dependency_pairs']} compute dependencies, "
-                                  f"{summary['pp_unshard_compute_pairs']} unshard->compute"))
-    unmatched = [f"{key} {value}" for key, value in summary.items() if key.endswith("_unmatched") and value]
+        rows.append(("PP arrows", f"{summary['pp_send_recv_pairs']:,} SEND->RECV, {pp_arrows(summary)}"))
+    unmatched = [f"{key} {value:,}" for key, value in summary.items() if key.endswith("_unmatched") and value]
     if unmatched:
         rows.append(("unmatched", ", ".join(unmatched) + " (usually the capture window cut a pipeline step)"))
     if summary.get("pp_send_recv_peer_stage_absent"):

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
+from typing import TYPE_CHECKING
 
-from ..io.redact import RedactOptions
-from ..io.sink import COMPRESSIONS
+from ..io.formats import COMPRESSIONS
+
+if TYPE_CHECKING:
+    from ..io.redact import RedactOptions
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +28,10 @@ def common_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--json", action="store_true",
                        help="print the full JSON summary instead of the short human report")
     group.add_argument("--summary", metavar="FILE", help="also write the full JSON summary to FILE")
-    group.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress on stderr (the report is still printed; errors and warnings too)")
+    group.add_argument("--progress", action="store_true",
+                       help="a progress bar even when stderr is not a terminal (default there: a line every 10 s)")
     group.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
 
 
@@ -67,7 +74,7 @@ def cluster_option(parser: argparse.ArgumentParser) -> None:
 
 def secrets_options(parser: argparse.ArgumentParser, role: str = "writer") -> None:
     """Secret rules for inspect, redact and (with --redact) every command that writes a trace."""
-    group = parser.add_argument_group("secrets (see 'streamtrace redact --help')")
+    group = parser.add_argument_group("secrets" if role == "redact" else "secrets (see 'streamtrace redact --help')")
     if role == "writer":
         group.add_argument("--redact", action="store_true",
                            help="replace credentials in the output by \"<redacted:KIND>\" (as 'redact' does)")
@@ -81,6 +88,8 @@ def secrets_options(parser: argparse.ArgumentParser, role: str = "writer") -> No
 
 def redaction(args: argparse.Namespace) -> RedactOptions | None:
     """What secrets_options asked for; None when a writing command is not to redact."""
+    from ..io.redact import RedactOptions
+
     pseudonymize = tuple(kind for kind in getattr(args, "pseudonymize", "").split(",") if kind)
     if not (getattr(args, "redact", True) or args.secrets_rules or args.pattern or pseudonymize):
         return None
@@ -91,8 +100,11 @@ def rank_map_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-map", metavar="FILE", help="JSON object {pid: rank} for pids no other rule places")
 
 
-def progress_wanted(args: argparse.Namespace) -> bool | None:
-    return False if args.quiet else None
+def progress_wanted(args: argparse.Namespace) -> bool | str:
+    """A bar on a terminal (or with --progress), a line every 10 s in a log or a pipe, nothing with -q."""
+    if args.quiet:
+        return False
+    return True if args.progress or sys.stderr.isatty() else "lines"
 
 
 def reading(args: argparse.Namespace) -> dict:

@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..algo.secrets import DEFAULT_SECRETS_RULES_TOML
-from ..commands.redact import redact
 from ..errors import TraceError
 from . import convert
 from .options import common_options, output_options, paragraphs, reading, redaction, secrets_options
@@ -31,7 +29,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
-    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_redacted.json.gz beside the input)")
+    cmd.add_argument("-o", "--output", help="output path or '-' "
+                     "(default: <name>_redacted.json[.gz|.zst] beside the input, as compressed as it)")
     cmd.add_argument("--print-secrets-rules", action="store_true", help="print the default secret rules and exit")
     secrets_options(cmd, "redact")
     output_options(cmd, "the output")
@@ -40,6 +39,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..algo.secrets import DEFAULT_SECRETS_RULES_TOML
+    from ..commands.redact import redact
+
     if args.print_secrets_rules:
         sys.stdout.write(DEFAULT_SECRETS_RULES_TOML)
         return

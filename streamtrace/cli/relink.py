@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.relink import relink
 from .batch import is_batch, run_batch
 from .options import (
     RANK_MAP_HELP,
@@ -41,8 +40,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("trace", nargs="+", metavar="TRACE",
                      help="merged trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
-    cmd.add_argument("-o", "--output", help="output path or '-' (default: <name>_relinked.json.gz beside the input); "
-                                            "with several inputs a directory DIR/")
+    cmd.add_argument("-o", "--output", help="output path or '-' "
+                     "(default: <name>_relinked.json[.gz|.zst] beside the input, as compressed as it); "
+                     "with several inputs a directory DIR/")
     rank_map_option(cmd)
     output_options(cmd, "the output")
     cluster_option(cmd)
@@ -52,6 +52,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.relink import relink
+
     if is_batch(args, args.output):
         return run_batch(args, rank_map=args.rank_map, compress=args.compress, level=args.level)
     summary = relink(

@@ -6,8 +6,6 @@ import sys
 from collections import Counter
 from typing import Callable
 
-from ..io.destinations import summary_json
-
 Rows = list[tuple[str, str]]
 VIEWS: dict[str, Callable[[dict], Rows]] = {}
 NAME_WIDTH = 70
@@ -29,10 +27,13 @@ def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: 
     """The summary as asked (the library wrote ``--summary FILE``): on the
     terminal the JSON with ``--json``, else the short human report
     (``to_stderr`` when the command's output went to stdout)."""
+    from ..io.destinations import summary_json
+
     stream = sys.stderr if to_stderr else sys.stdout
     stream.write(summary_json(summary).decode() if args.json else human_report(command, summary))
     stream.flush()
-    if summary.get("secrets_found"):  # on stderr whatever the output: it must not go unseen
+    if summary.get("secrets_found") and (args.json or not (stream.isatty() or to_stderr)):
+        # it must not go unseen: on stderr too unless the human report, with it, is on the terminal already
         print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
 
 
@@ -74,7 +75,10 @@ def short(name: object) -> str:
 
 
 def ms(us: float | None) -> str:
-    return "?" if us is None else f"{us / 1000:,.3f} ms"
+    """``12.345 ms``; under a millisecond in microseconds, so that a short span does not read ``0.000 ms``."""
+    if us is None:
+        return "?"
+    return f"{us / 1000:,.3f} ms" if abs(us) >= 1000 else f"{us:,.3f} us"
 
 
 def listed(items: list[str], most: int = 4) -> str:
@@ -83,15 +87,27 @@ def listed(items: list[str], most: int = 4) -> str:
 
 def lanes(compaction: dict) -> str:
     groups = ", ".join(f"{name} {count}" for name, count in compaction["lanes_by_group"].items())
-    return (f"{compaction['measured_slices']:,} GPU slices from {compaction['original_streams']} streams into "
-            f"{compaction['compacted_lanes']} lanes ({groups})")
+    return slices_into_lanes(compaction["measured_slices"], compaction["original_streams"],
+                             compaction["compacted_lanes"]) + f" ({groups})"
+
+
+def slices_into_lanes(slices: int, streams: int, lanes: int) -> str:
+    return f"{counted(slices, 'GPU slice')} from {counted(streams, 'stream')} into {counted(lanes, 'lane')}"
+
+
+def plain(value: float) -> str:
+    """``421`` for 421.0, ``420.5``: no decimal that says nothing."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def counted(number: int, noun: str) -> str:
-    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+    """``1 stream``, ``2,048 streams``, ``3 graph launches``."""
+    return f"{number:,} {noun}" + ("" if number == 1 else "es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
 
 
 def pid_text(pid: object) -> str:
+    if pid == "":
+        return "pid (empty)"
     return f"pid {pid!r}" if isinstance(pid, str) else f"pid {pid}"
 
 
@@ -105,3 +121,9 @@ def linking_rows(summary: dict) -> Rows:
     if ambiguous:
         rows.append(("ambiguous", listed(ambiguous)))
     return rows
+
+
+def pp_arrows(summary: dict) -> str:
+    """The rank-local pipeline-parallel arrows compact and merge add."""
+    return (f"{summary['pp_compute_dependency_pairs']:,} compute dependencies, "
+            f"{summary['pp_unshard_compute_pairs']:,} unshard->compute")

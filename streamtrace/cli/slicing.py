@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.slicing import slice_trace
 from .options import RANK_RULES, common_options, output_options, paragraphs, rank_map_option, reading, redaction, secrets_options
 from .report import Rows, listed, report, took, view
 
@@ -28,7 +27,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "Two streaming passes; memory holds compact indexes, per-event columns go to a temporary file. "
             "Ranks: " + RANK_RULES + "."),
         epilog="examples:\n  streamtrace slice trace.json.gz -o step5.json.gz --steps 5\n"
-               "  streamtrace slice huge.json.gz -o view.json.gz --max-mb 500         # fits chrome://tracing\n"
+               "  streamtrace slice huge.json.gz -o view.json.gz --max-mb 500         # small enough for ui.perfetto.dev\n"
                "  streamtrace slice merged.json.gz -o r0.json.gz --ranks 0 --window +2s:+2.5s\n"
                "  streamtrace slice trace.json.gz -o steps/ --each-step --drop-cat python_function\n\n"
                "Times are microseconds of the trace's timeline; 'ms' and 's' suffixes scale them, a leading '+'\n"
@@ -58,6 +57,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.slicing import slice_trace
+
     summary = slice_trace(
         args.trace, args.output, steps=args.steps, window=args.window, ranks=args.ranks, pids=args.pids,
         drop_categories=args.drop_cat, drop_name=args.drop_name, max_mb=args.max_mb, each_step=args.each_step,

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..commands.split import SUFFIXES, split
+from ..io.formats import SUFFIXES
 from .options import RANK_MAP_HELP, RANK_RULES, common_options, paragraphs, rank_map_option, reading, redaction, secrets_options
-from .report import Rows, listed, report, took, view
+from .report import Rows, counted, listed, report, took, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,6 +42,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.split import split
+
     summary = split(
         args.trace, args.output_dir, rank_map=args.rank_map, compress=args.compress, level=args.level,
         max_open=args.max_open_files, overwrite=args.overwrite, redact=redaction(args), **reading(args),
@@ -52,6 +54,6 @@ def run(args: argparse.Namespace) -> None:
 @view("split")
 def rows(summary: dict) -> Rows:
     files = [f"{name} {count:,} events" for name, count in summary["files"].items()]
-    return [("split", f"{len(files)} ranks into {summary['output_dir']}"), ("files", listed(files)),
+    return [("split", f"{counted(len(files), 'rank')} into {summary['output_dir']}"), ("files", listed(files)),
             ("events", f"{summary['events_read']:,} read, {summary['events_copied_to_every_file']:,} copied to every "
                        "file"), took(summary)]

@@ -26,10 +26,12 @@ SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named afte
     ("content", "slow_factor", "how much slower --slow-rank runs"),
 )
 
+SUFFIX_OF = {"none": "none", "gzip": "gz", "zstd": "zst"}
+"""--compress as every command spells it -> the generator's name for it."""
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """``synth``: the generator (streamtrace.synth) with every knob as an option."""
-    from ..synth import COMPRESSIONS as SYNTH_COMPRESSIONS
     from ..synth import KERNEL_ANNOTATIONS, MERGED_STYLES, SCHEDULES, SynthConfig
 
     defaults = SynthConfig()
@@ -45,7 +47,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "--steps, or until --target-mb."),
         epilog="examples:\n  streamtrace synth demo/                         # 2 ranks, 2 steps\n"
                "  streamtrace synth big/ --ranks 8 --pp-stages 4 --schedule zb --target-mb 250 --seed 1\n"
-               "  streamtrace synth amd/ --hip --compress zst --no-merged",
+               "  streamtrace synth amd/ --hip --compress zstd --no-merged",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("outdir", help="output directory (created if missing)")
@@ -64,7 +66,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                                                  "many MB (1e6 bytes) uncompressed")
     groups["content"].add_argument("--no-big-ints", action="store_true", help="omit NCCL 'Comms Id' values >= 2**63")
     files = cmd.add_argument_group("files")
-    files.add_argument("--compress", choices=tuple(SYNTH_COMPRESSIONS), default="gz",
+    files.add_argument("--compress", choices=tuple(SUFFIX_OF), default="gzip",
                        help="rank file compression (default %(default)s)")
     files.add_argument("--no-merged", action="store_true", help="do not write merged_trace.json[.gz|.zst]")
     files.add_argument("--merged-style", choices=MERGED_STYLES, default="rank-arg",
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> None:
         config.validate()
     except ValueError as exc:
         raise TraceError(f"synth: {exc}") from None
-    truth = write_traces(config, args.outdir, compress=args.compress, merged=not args.no_merged,
+    truth = write_traces(config, args.outdir, compress=SUFFIX_OF[args.compress], merged=not args.no_merged,
                          merged_style=args.merged_style)
     report("synth", summary(truth), args)
 
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
 @view("synth")
 def rows(truth: dict) -> Rows:
     ranks = truth["ranks"]
-    rows = [("wrote", f"{len(ranks)} rank files ({truth['pp_stages']} PP stages, {truth['schedule']}, "
+    rows = [("wrote", f"{counted(len(ranks), 'rank file')} ({counted(truth['pp_stages'], 'PP stage')}, {truth['schedule']}, "
                       f"{counted(truth['steps'], 'step')}): {listed([rank['file'] for rank in ranks], 3)}"),
             ("events", f"{truth['total_events']:,} in all, {sum(rank['bytes'] for rank in ranks):,} bytes")]
     if truth.get("merged"):

@@ -36,13 +36,14 @@ from ..algo.pp import pp_stage_from_info
 from ..algo.rankmap import PidEvidence, pair_by_time, resolve_ranks
 from ..algo.ranks import rank_from_file_name
 from ..algo.steps import STEP_CATEGORIES
-from ..engine.executors import TaskRunner, shared_path
+from ..engine.executors import TaskRunner, Work, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..errors import TraceError
 from ..io import report as page
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
+from ..io.progress import Meter
 from ..io.projection import projected_events
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
@@ -561,12 +562,12 @@ class _Options:
 
 
 @buffers_from_os(SCRATCH_MMAP_THRESHOLD)  # the growing arrays' old copies and numpy scratch must not stay resident
-def analyze_file(path: str, options: _Options) -> FileResult:
+def analyze_file(path: str, options: _Options, progress: Meter | None = None) -> FileResult:
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         owner = os.getpid()
         result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner), keep_events=False,
-                            salvage=options.salvage, jobs=options.jobs)
+                            salvage=options.salvage, jobs=options.jobs, progress=progress)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
         location = source.name
@@ -1174,7 +1175,7 @@ def _step_times(lines: dict[int, sweeps.Timeline]) -> dict:
 def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | None = None, *,
             jobs: int | str | None = None, dask: str | None = None, include_last_step: bool = False,
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
-            overwrite: bool = False, num_candidates: int = 2, progress: bool | None = False,
+            overwrite: bool = False, num_candidates: int = 2, progress: bool | str | None = False,
             reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
             command: str | None = None, summary_file: str | os.PathLike | None = None) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
@@ -1268,7 +1269,8 @@ def _inputs(specs: list) -> list[str]:
 def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[FileResult]:
     """Every input's ranks; files whose own step names disagree with all
     inputs' (HTA cuts by the names of every rank) run again."""
-    per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done"))
+    per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done",
+                                   work=Work.reading(files)))
     wanted = len(set().union(*(result.step_names for result in per_file))) > 1
     again = [n for n, result in enumerate(per_file) if result.filtered != wanted]
     if again:

@@ -264,7 +264,7 @@ def attribute(
     salvage: bool = False,
     spool_dir: str | None = None,
     reread_remote: bool = False,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
     jobs: int | str | None = None,
     summary_file: str | os.PathLike | None = None,
 ) -> dict:

@@ -35,7 +35,7 @@ CSV_PIECE = 1 << 20
 
 
 def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = None, *, jobs: int | str | None = None,
-          dask: str | None = None, spool_dir: str | None = None, progress: bool | None = False,
+          dask: str | None = None, spool_dir: str | None = None, progress: bool | str | None = False,
           overwrite: bool = False, summary_file: str | os.PathLike | None = None, **options: object) -> dict:
     """Run ``command`` (compact, relink or attribute) on every input; returns
     the summary: the outputs, the per-input summaries, their summed counts.

@@ -402,7 +402,7 @@ def inspect(
     salvage: bool = False,
     spool_dir: str | None = None,
     reread_remote: bool = False,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
     jobs: int | str | None = None,
     secrets: RedactOptions | bool = True,
     summary_file: str | os.PathLike | None = None,

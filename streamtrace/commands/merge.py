@@ -52,7 +52,7 @@ from ..algo.pparrows import (
 )
 from ..algo.ranks import pp_group_ranks, rank_from_file_name
 from ..algo.steps import parse_int_list
-from ..engine.executors import TaskRunner, shared_path
+from ..engine.executors import TaskRunner, Work, shared_path
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import SPOOL_BATCH, IndexResult, batches, emit_events, index_pass
 from ..engine.plan import EmitPlan, patched_lines
@@ -61,7 +61,7 @@ from ..io.archive import outer_path
 from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember, member_value
-from ..io.progress import Progress
+from ..io.progress import Meter, Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import SinkSpec, remove_quietly
@@ -269,12 +269,12 @@ class _PhaseOneOptions:
     reread_remote: bool
 
 
-def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
+def index_rank(path: str, options: _PhaseOneOptions, progress: Meter | None = None) -> RankIndex:
     """Phase 1 for one input (runs in a worker process when jobs > 1)."""
     rules = load_rules(options.rules)
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         result: IndexResult = index_pass(source, lambda: MergeIndex(rules), keep_events=True,
-                                         spool_dir=options.spool_dir, salvage=options.salvage,
+                                         spool_dir=options.spool_dir, salvage=options.salvage, progress=progress,
                                          jobs=1)  # -j N = N busy processes: one per rank
     try:
         return _plan_rank(path, result, options)
@@ -537,7 +537,7 @@ def merge(
     salvage: bool = False,
     spool_dir: str | None = None,
     reread_remote: bool = False,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
     dask: str | None = None,
     redact: RedactOptions | bool | None = None,
     summary_file: str | os.PathLike | None = None,
@@ -563,7 +563,8 @@ def merge(
             files = [shared_path(path) for path in files]
         options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, runner.work_dir, salvage, reread_remote)
         # every rank's files are in the run's directory, removed with it whatever happens
-        indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed"))
+        indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed",
+                                      work=Work.reading(files)))
         if wanted is not None:
             for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
                 _discard(dropped)
@@ -582,7 +583,7 @@ def _discard(entry: RankIndex) -> None:
 
 
 def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Destinations, *, compress: str | None,
-               level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
+               level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | str | None,
                started: float, redactor: Redactor | None = None) -> dict:
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
@@ -605,17 +606,21 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
     replacements = {"baseTimeNanoseconds": common_base, "distributedInfo": merged_info,
                     "traceName": "streamtrace merge of " + ", ".join(str(facts[n].rank) for n in order)}
     meter = Progress(None, enabled=progress)
+    work = Work("pass 2", "events", [indexed[n].events for n in order])
     written = 0
     pass2_started = time.perf_counter()
     extras = {n: process_metadata(facts[n], pid_maps[n], pp_ranks[n] if has_pp else None) for n in order}
     with target.open() as out:
         writer = TraceWriter(out, _replace_members(first.header, replacements), target.redactor)
         if runner.inline:
-            for n in order:
-                _emit_rank(indexed[n].state_path, rewrites[n], extras[n], writer, meter)
+            for done, n in enumerate(order):
+                share = work.share(meter, done, f"ranks written: {done}/{len(order)}")
+                _emit_rank(indexed[n].state_path, rewrites[n], extras[n], writer, share)
+                meter.count("ranks written", done + 1, len(order))
+            meter.done()
         else:
             _emit_ranks_in_workers([(indexed[n].state_path, rewrites[n], extras[n], runner.work_dir) for n in order],
-                                   writer, runner)
+                                   writer, runner, work)
         for batch in batches((dumps_event(event) for event in arrow_events(arrows)), SPOOL_BATCH):
             writer.events(batch)
         writer.close(_replace_members(first.trailer, replacements, add_missing=first.header))
@@ -649,7 +654,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
 
 
 def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer: TraceWriter,
-               meter: Progress | None = None) -> int:
+               meter: Meter | None = None) -> int:
     """Pass 2 of one rank into ``writer``; returns the events written."""
     with open(state_path, "rb") as state:
         parked: _Parked = pickle.load(state)
@@ -662,14 +667,14 @@ def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer
 
 
 def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict],
-                        chunk_dir: str | None) -> tuple[str, int]:
+                        chunk_dir: str | None, progress: Meter | None = None) -> tuple[str, int]:
     """Pass 2 of one rank in a worker: its events as a zstd fragment file."""
     handle, chunk_path = tempfile.mkstemp(prefix="streamtrace-chunk-", suffix=".zst", dir=chunk_dir)
     try:
         with os.fdopen(handle, "wb") as raw:
             with zstandard.ZstdCompressor(level=CHUNK_LEVEL).stream_writer(raw, closefd=False) as out:
                 writer = TraceWriter(out, None)
-                count = _emit_rank(state_path, rewrite, extra, writer)
+                count = _emit_rank(state_path, rewrite, extra, writer, progress)
                 writer.flush()
     except BaseException:
         remove_quietly(chunk_path)
@@ -677,10 +682,10 @@ def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict
     return chunk_path, count
 
 
-def _emit_ranks_in_workers(calls: list[tuple], writer: TraceWriter, runner: TaskRunner) -> None:
+def _emit_ranks_in_workers(calls: list[tuple], writer: TraceWriter, runner: TaskRunner, work: Work) -> None:
     """Pass 2 of every rank as tasks, spliced into ``writer`` in order as each
     rank's fragment is ready; fragments never outlive the call."""
-    fragments = runner.ordered(_emit_rank_to_chunk, calls, label="ranks written")
+    fragments = runner.ordered(_emit_rank_to_chunk, calls, label="ranks written", work=work)
     with closing(fragments):  # a failed splice stops the tasks at once
         for chunk_path, count in fragments:
             try:

@@ -180,7 +180,7 @@ def relink(
     salvage: bool = False,
     spool_dir: str | None = None,
     reread_remote: bool = False,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
     summary_file: str | os.PathLike | None = None,

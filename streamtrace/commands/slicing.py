@@ -676,7 +676,7 @@ def slice_trace(
     salvage: bool = False,
     spool_dir: str | None = None,
     reread_remote: bool = False,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
     summary_file: str | os.PathLike | None = None,
@@ -866,10 +866,18 @@ def _ranges(numbers: list[int]) -> str:
     return ",".join(parts)
 
 
+FILE_NAME = re.compile(r"\.(json|gz|zst|parquet|csv)$", re.IGNORECASE)
+
+
 def _output_directory(dst: object) -> str:
+    """``--each-step``'s directory; a file's name (``steps.json.gz``) is refused, not made a directory."""
     if not isinstance(dst, (str, os.PathLike)) or dst == "-":
         raise TraceError("--each-step writes a directory: give its path as the output")
-    return os.fspath(dst)
+    path = os.fspath(dst)
+    if FILE_NAME.search(path) and not os.path.isdir(path):
+        raise TraceError(f"--each-step writes one file per step into a directory, and -o {path} names a file; "
+                         f"give a directory, e.g. -o {FILE_NAME.sub('', path.rstrip(os.sep)).removesuffix('.json')}/")
+    return path
 
 
 def _emit_each_step(result: IndexResult, planner: Planner, destination: np.ndarray, metadata: Metadata,

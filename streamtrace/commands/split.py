@@ -31,6 +31,7 @@ from ..engine.passes import IndexResult, index_pass
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
+from ..io.formats import SUFFIXES
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.redact import RedactOptions, Redactor, redaction_summary
@@ -40,7 +41,6 @@ from ..io.writer import TraceWriter
 from ..resources import peak_rss_mb
 from .mergedindex import MergedIndex, resolve
 
-SUFFIXES = {"gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
 DEFAULT_MAX_OPEN = 128
 FD_RESERVE = 32
 BATCH = 512
@@ -189,7 +189,7 @@ def split(
     salvage: bool = False,
     spool_dir: str | None = None,
     reread_remote: bool = False,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
     jobs: int | str | None = None,
     redact: RedactOptions | bool | None = None,
     summary_file: str | os.PathLike | None = None,

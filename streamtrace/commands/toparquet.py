@@ -153,7 +153,7 @@ def to_parquet(
     salvage: bool = False,
     spool_dir: str | None = None,
     reread_remote: bool = False,
-    progress: bool | None = False,
+    progress: bool | str | None = False,
     jobs: int | str | None = None,
     summary_file: str | os.PathLike | None = None,
 ) -> dict:
@@ -219,7 +219,7 @@ def _many(rank_of: Callable[[object], int | None]) -> Callable[[list], list]:
 
 
 def _stage(src: SourceSpec, staged: _Staged, several: bool, drop: frozenset[str], processes: int, salvage: bool,
-           spool_dir: str | None, reread_remote: bool, progress: bool | None) -> None:
+           spool_dir: str | None, reread_remote: bool, progress: bool | str | None) -> None:
     """One input's reading into its staging file, then its ranks decided."""
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         meter = Progress(source.size, enabled=progress)

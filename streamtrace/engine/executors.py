@@ -29,15 +29,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import struct
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..errors import TraceError
-from ..io.progress import Progress
+from ..io.progress import BAR_INTERVAL, Progress, Share, Wanted
 from ..io.scratch import spool_writes
 from ..resources import forking, frozen_heap
 from .jobs import die_with_parent
@@ -47,6 +48,7 @@ from .parseproc import leave_signals_to_parent
 DASK_ENVIRONMENT = "STREAMTRACE_DASK"
 CONNECT_TIMEOUT = "30s"
 REMOVE_ATTEMPTS = 50
+_DONE = struct.Struct("<qq")  # a task's bytes and events done, in its progress file
 
 
 def dask_address(address: str | None) -> str | None:
@@ -72,7 +74,7 @@ class TaskRunner:
     """
 
     def __init__(self, jobs: int, *, dask: str | None = None, spool_dir: str | None = None,
-                 progress: bool | None = False) -> None:
+                 progress: Wanted = False) -> None:
         self.jobs = jobs
         self.address = dask_address(dask)
         self.spool_dir = spool_dir
@@ -112,25 +114,33 @@ class TaskRunner:
             remove_tree(self.work_dir)
             self.work_dir = None
 
-    def ordered(self, function: Callable[..., Any], calls: Sequence[tuple], *, label: str) -> Iterator[Any]:
+    def ordered(self, function: Callable[..., Any], calls: Sequence[tuple], *, label: str,
+                work: Work | None = None) -> Iterator[Any]:
         """``function(*call)`` for every call, yielded in the order of ``calls``.
 
         The tasks run concurrently; progress (``label: done/total``) follows
-        them as they complete.  When a task fails, or the caller stops early,
-        or this process is interrupted, the other tasks are stopped (their
-        files are the run directory's, removed with it).
+        them as they complete, and with ``work`` the bytes or events inside
+        the running tasks too: each is then called with a ``progress=``
+        keyword to report to.  When a task fails, or the caller stops
+        early, or this process is interrupted, the other tasks are stopped
+        (their files are the run directory's, removed with it).
         """
-        meter = Progress(None, enabled=self.progress)
+        measured = work is not None and self.progress is not False
+        meter = Progress(sum(work.amounts) if measured and work.unit == "bytes" else None, enabled=self.progress)
         try:
             if self.inline:
-                for done, call in enumerate(calls, 1):
-                    yield function(*call)
-                    meter.count(label, done, len(calls))
+                for done, call in enumerate(calls):
+                    share = work.share(meter, done, f"{label}: {done}/{len(calls)}") if measured else None
+                    yield function(*call, progress=share) if measured else function(*call)
+                    meter.count(label, done + 1, len(calls))
                 return
+            files = [os.path.join(self.work_dir, f"progress-{label.replace(' ', '-')}-{n}") for n in range(len(calls))]
             with self._executor(len(calls)) as executor:
                 with forking():  # local workers are forked at the first submit
-                    futures = [executor.submit(function, *call) for call in calls]
-                yield from _in_order(futures, meter, label)
+                    futures = [executor.submit(function, *call, progress=TaskMeter(path)) if measured
+                               else executor.submit(function, *call) for call, path in zip(calls, files)]
+                show = (lambda: work.show(meter, futures, files, label)) if measured else None
+                yield from _in_order(futures, meter, label, show)
         finally:
             meter.done()
 
@@ -232,18 +242,96 @@ def _settle(future: Future, task: Any) -> None:
         pass
 
 
-def _in_order(futures: list[Future], meter: Progress, label: str) -> Iterator[Any]:
+class Work(NamedTuple):
+    """What the tasks of one :meth:`TaskRunner.ordered` call measure: bytes
+    read (pass 1, ``amounts`` the inputs' sizes) or events written (pass 2,
+    ``amounts`` each task's events), shown under ``label``."""
+
+    label: str
+    unit: str  # "bytes" or "events"
+    amounts: Sequence[int]
+
+    @staticmethod
+    def reading(paths: Sequence[str]) -> Work | None:
+        """Pass 1 over these inputs, measured in bytes; None when a size is
+        not known before the reading (a URL, an archive's member)."""
+        sizes = [os.path.getsize(path) if os.path.isfile(path) else None for path in paths]
+        return None if None in sizes else Work("pass 1", "bytes", sizes)  # type: ignore[arg-type]
+
+    def share(self, meter: Progress, task: int, note: str) -> Share:
+        """Task ``task``'s part of ``meter``, run in this process after the ones before it."""
+        before = sum(self.amounts[:task])
+        return Share(meter, before if self.unit == "bytes" else 0, 0 if self.unit == "bytes" else before,
+                     sum(self.amounts) if self.unit == "events" else None, note)
+
+    def show(self, meter: Progress, futures: list[Future], files: list[str], label: str) -> None:
+        """The tasks' progress files, added up: a finished task counts whole."""
+        done_bytes = events = finished = 0
+        for future, path, amount in zip(futures, files, self.amounts):
+            task_bytes, task_events = TaskMeter.read(path)
+            if future.done():
+                finished += 1
+                task_bytes, task_events = (amount, task_events) if self.unit == "bytes" else (0, amount)
+            done_bytes, events = done_bytes + task_bytes, events + task_events
+        total = sum(self.amounts)
+        meter.update(self.label, done_bytes if self.unit == "bytes" else None, events,
+                     total if self.unit == "events" else None, note=f"{label}: {finished}/{len(futures)}")
+
+
+class TaskMeter:
+    """A task's progress where the runner can read it: bytes and events done,
+    in a small file of the run directory (a forked worker and a Dask worker
+    alike; the runner shows the sum)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._next = 0.0
+        self._last = (0, 0)
+
+    def update(self, label: str, done_bytes: int | None, events: int, total_events: int | None = None) -> None:
+        self._last = (done_bytes or 0, events)
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + BAR_INTERVAL
+            self._write()
+
+    def done(self) -> None:
+        self._write()
+
+    def _write(self) -> None:
+        try:
+            with open(self.path + ".new", "wb") as out:
+                out.write(_DONE.pack(*self._last))
+            os.replace(self.path + ".new", self.path)  # the reader sees the old numbers or the new, never half
+        except OSError:  # progress never fails a task (the run directory may be going: the run is ending)
+            pass
+
+    @staticmethod
+    def read(path: str) -> tuple[int, int]:
+        try:
+            with open(path, "rb") as done:
+                return _DONE.unpack(done.read())
+        except (OSError, struct.error):  # not written yet
+            return 0, 0
+
+
+def _in_order(futures: list[Future], meter: Progress, label: str,
+              show: Callable[[], None] | None = None) -> Iterator[Any]:
     """Results in submission order; the first failure (in that order) among
-    the finished tasks stops the run without waiting for the others."""
+    the finished tasks stops the run without waiting for the others.
+    Progress: ``show()`` while tasks run (if given), and ``label: done/total``
+    up to the last task."""
     position = {future: n for n, future in enumerate(futures)}
     pending = set(futures)
     for future in futures:
         while not future.done():
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            meter.count(label, len(futures) - len(pending), len(futures))
+            finished, pending = wait(pending, timeout=BAR_INTERVAL if show else None, return_when=FIRST_COMPLETED)
+            if show is not None:
+                show()
             for failed in sorted(finished, key=position.__getitem__):
                 if not failed.cancelled() and failed.exception() is not None:
                     _raise_failure(failed.exception())
+        meter.count(label, sum(1 for each in futures if each.done()), len(futures))
         yield future.result()
 
 

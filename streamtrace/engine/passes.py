@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Protocol, TypeVar
 from orjson import loads
 
 from ..errors import RobustModeNeeded, TraceError, TransferError
-from ..io.progress import Progress
+from ..io.progress import Meter
 from ..io.reader import (
     ReadMode,
     ReadStats,
@@ -67,7 +67,7 @@ def read_with_retries(
     attempt: Callable[[TraceReader], T],
     *,
     salvage: bool = False,
-    progress: Progress | None = None,
+    progress: Meter | None = None,
     label: str = "pass 1",
     mode: ReadMode = FAST,
 ) -> T:
@@ -92,7 +92,7 @@ def read_with_retries(
     return retrying(source, run, progress, mode)
 
 
-def retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Progress | None,
+def retrying(source: InputSource, run: Callable[[ReadMode], T], progress: Meter | None,
              mode: ReadMode = FAST) -> T:
     """Call ``run`` in ``mode`` (by default the fast one), then in stricter
     modes while it asks for them."""
@@ -126,7 +126,7 @@ def index_pass(
     keep_events: bool,
     spool_dir: str | None = None,
     salvage: bool = False,
-    progress: Progress | None = None,
+    progress: Meter | None = None,
     jobs: int = 1,
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
@@ -243,7 +243,7 @@ def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
     yield batch
 
 
-def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, progress: Progress | None = None,
+def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, progress: Meter | None = None,
               jobs: int = 1) -> int:
     """Pass 2: stream the spooled events through ``plan`` into ``target``,
     rewritten by ``jobs`` worker processes when ``jobs`` > 1 (this process
@@ -269,7 +269,7 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
 
 @gc_paused()
 def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *,
-                progress: Progress | None = None, workers: EmitWorkers | None = None) -> None:
+                progress: Meter | None = None, workers: EmitWorkers | None = None) -> None:
     """The event part of pass 2: spooled lines through ``plan`` (here, or in
     ``workers``), then its appended events, into an open ``writer``
     (``merge`` writes several spools into one writer).  Deletes the spool."""

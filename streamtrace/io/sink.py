@@ -21,6 +21,7 @@ import zstandard
 from ..errors import TraceError
 from ..resources import stop_if_requested
 from .archive import outer_path
+from .formats import COMPRESSIONS
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ try:
 except ImportError:  # the `fast` extra is optional
     _fast_gzip = _isal_gzip = None
 
-COMPRESSIONS = ("none", "gzip", "zstd")
 DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
 WRITE_BUFFER = 1 << 20
 
