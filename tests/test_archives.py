@@ -103,6 +103,7 @@ def test_an_archive_of_several_files_is_refused_naming_them(tmp_path, form):
     assert "Traceback" not in result.stderr and str(archive) in result.stderr
 
 
+@pytest.mark.slow  # every archive form at every N, merged
 @pytest.mark.parametrize("form", ["tar.gz", "zip", "tar"])
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_merge_reads_an_archive_like_a_directory_of_rank_files(tmp_path, form, jobs):

@@ -102,10 +102,11 @@ def has_open(pid: int, path: Path) -> bool:
     return False
 
 
+@pytest.mark.slow  # the matrix: every moment, signal and target
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see when the run is under way")
 @pytest.mark.parametrize("whom,signum", [
     ("process", signal.SIGINT), ("process", signal.SIGTERM), ("process", signal.SIGKILL),
-    pytest.param("group", signal.SIGINT, marks=pytest.mark.slow), pytest.param("group", signal.SIGTERM, marks=pytest.mark.slow),
+    ("group", signal.SIGINT), ("group", signal.SIGTERM),
 ], ids=lambda x: x if isinstance(x, str) else x.name)
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
 @JOBS
@@ -139,6 +140,7 @@ def test_signal_mid_run_leaves_nothing(command, whom, signum, jobs, big_trace, t
         assert os.listdir(spool) == []
 
 
+@pytest.mark.slow  # the matrix: every command at every N
 @pytest.mark.parametrize("command", STDOUT_COMMANDS, ids=lambda c: c.name)
 @JOBS
 def test_reader_closing_the_pipe_stops_quietly(command, jobs, big_trace, tmp_path):
@@ -401,6 +403,7 @@ POOL_CASES = [(command, moment) for command in ("merge", "compact", "relink", "a
               for moment in ("fork", "pass1", "between", "pass2", *(("splice",) if command == "merge" else ()))]
 
 
+@pytest.mark.slow  # the matrix: every command, moment and signal
 @NEEDS_PROC
 @pytest.mark.parametrize("whom,signum", INTERRUPTIONS, ids=lambda x: x if isinstance(x, str) else x.name)
 @pytest.mark.parametrize("command,moment", POOL_CASES, ids=[f"{c}-{m}" for c, m in POOL_CASES])

@@ -152,6 +152,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.slow  # the matrix: every real trace through every command at every N
 @pytest.mark.parametrize("name", COMMANDS)
 @pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
 def test_real_traces_come_out_the_same_for_every_n(name, trace, tmp_path, small_pieces):
@@ -167,6 +168,7 @@ def test_real_traces_come_out_the_same_for_every_n(name, trace, tmp_path, small_
     assert results[1] == results[0] and results[2] == results[0]
 
 
+@pytest.mark.slow  # the matrix: generated traces through every command at every N
 @pytest.mark.parametrize("name", COMMANDS)
 @pytest.mark.parametrize("kind", ["single", "merged"])
 def test_generated_traces_come_out_the_same_for_every_n(name, kind, generated, tmp_path, small_pieces):

@@ -418,7 +418,7 @@ def test_progress_rates_and_sizes_are_right(monkeypatch):
     meter.update("pass 2", None, 4867, 1_723_446)
     meter.update("pass 2", None, 9000, 1_723_446)
     first, second = shown.getvalue().strip("\r ").split("\r")
-    assert first.startswith("pass 1: 2.1 of 42.0 MB (5%), 2.1 MB/s, 10k events/s, 19 s left")
+    assert first.startswith("pass 1: 2.1 of 42.0 MB (5%), 10,000 events, 2.1 MB/s, 10k events/s, 19 s left")
     assert second.startswith("pass 2: 1% of 1,723,446 events, 4,133 events/s, ")  # 9000 - 4867 events in 1 s
 
 
@@ -443,7 +443,7 @@ progress.LINE_INTERVAL = 0.02  # the test's clock: 10 s in use
 from streamtrace.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-LINE = re.compile(r"^streamtrace: (pass [12]): (?:([\d.]+) of ([\d.]+) MB \((\d+)%\), [\d.]+ [kMG]B/s, [\d,.]+[kM]? events/s"
+LINE = re.compile(r"^streamtrace: (pass [12]): (?:([\d.]+) of ([\d.]+) MB \((\d+)%\), [\d,]+ events, [\d.]+ [kMG]B/s, [\d,.]+[kM]? events/s"
                   r"|(\d+)% of ([\d,]+) events, [\d,.]+[kM]? events/s)(?:, [\w ]+ left)?; ranks (indexed|written): \d/2$")
 
 
@@ -452,7 +452,7 @@ def test_the_command_line_writes_a_progress_line_periodically_to_a_pipe(jobs, tm
     """stderr to a pipe: lines (no bar), bytes then events with percent and rate, each rank's inside, up to 2/2."""
     from streamtrace.synth import SynthConfig, write_traces
 
-    write_traces(SynthConfig(ranks=2, pp_stages=2, target_bytes=6_000_000), tmp_path / "run", compress="gz", merged=False)
+    write_traces(SynthConfig(ranks=2, pp_stages=2, target_bytes=12_000_000), tmp_path / "run", compress="gz", merged=False)
     run = subprocess.run([sys.executable, "-c", PERIODIC, "merge", str(tmp_path / "run"), "-o", str(tmp_path / "m.json.gz"),
                           "-j", jobs], capture_output=True, text=True, timeout=600, cwd=Path(streamtrace.__file__).parent.parent)
     assert run.returncode == 0, run.stderr

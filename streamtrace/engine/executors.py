@@ -140,7 +140,7 @@ class TaskRunner:
                     futures = [executor.submit(function, *call, progress=TaskMeter(path)) if measured
                                else executor.submit(function, *call) for call, path in zip(calls, files)]
                 show = (lambda: work.show(meter, futures, files, label)) if measured else None
-                yield from _in_order(futures, meter, label, show)
+                yield from _in_order(futures, meter, label, show, min(BAR_INTERVAL, meter.interval))
         finally:
             meter.done()
 
@@ -316,16 +316,16 @@ class TaskMeter:
 
 
 def _in_order(futures: list[Future], meter: Progress, label: str,
-              show: Callable[[], None] | None = None) -> Iterator[Any]:
+              show: Callable[[], None] | None = None, every: float = BAR_INTERVAL) -> Iterator[Any]:
     """Results in submission order; the first failure (in that order) among
     the finished tasks stops the run without waiting for the others.
-    Progress: ``show()`` while tasks run (if given), and ``label: done/total``
-    up to the last task."""
+    Progress: ``show()`` while tasks run (if given, ``every`` seconds), and
+    ``label: done/total`` up to the last task."""
     position = {future: n for n, future in enumerate(futures)}
     pending = set(futures)
     for future in futures:
         while not future.done():
-            finished, pending = wait(pending, timeout=BAR_INTERVAL if show else None, return_when=FIRST_COMPLETED)
+            finished, pending = wait(pending, timeout=every if show else None, return_when=FIRST_COMPLETED)
             if show is not None:
                 show()
             for failed in sorted(finished, key=position.__getitem__):

@@ -23,7 +23,7 @@ class Meter(Protocol):
 
 
 class Progress:
-    """Shows ``pass 1: 1.20 of 3.40 GB (35%), 95.2 MB/s, 410k events/s, 12 s left``.
+    """Shows ``pass 1: 1.20 of 3.40 GB (35%), 5,123,456 events, 95.2 MB/s, 410k events/s, 12 s left``.
 
     Rates and time left are those of the current label's work (a new pass
     starts them afresh, from its own first update)."""
@@ -75,7 +75,7 @@ class Progress:
                 amount = f"{_size_of(done_bytes, self.total_bytes)} ({_percent(fraction)})"
             else:
                 amount = _size(done_bytes)
-            parts = [amount, bytes_rate, events_rate]
+            parts = [amount, f"{events:,} events", bytes_rate, events_rate]
         if fraction is not None:
             done_here = (fraction - self._from[0] / self.total_bytes if done_bytes is not None
                          else fraction - self._from[1] / total_events)  # the part the rate was measured on
