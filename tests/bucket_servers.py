@@ -1,6 +1,7 @@
 """Local stand-ins for remote storage, on loopback only, started and stopped by
 the tests: an HTTP server with Range support (what fsspec's HTTP filesystem
-reads) that can also fail on purpose, and moto's S3 API server.
+reads) that can also fail on purpose, moto's S3 API server, and a TCP relay
+that counts the bytes one client exchanges with a server.
 
 The HTTP server counts what it sends per object, so a test can tell how many
 times an input was downloaded.
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import re
+import socket
+import socketserver
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -114,3 +117,64 @@ def s3_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+class CountingProxy(socketserver.ThreadingTCPServer):
+    """A TCP relay on loopback to ``upstream`` (host, port) that counts every
+    byte it carries, both ways: what one client of a server sends and
+    receives on the network, whatever library speaks through it."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        super().__init__(("127.0.0.1", 0), _Relay)
+        self.upstream = upstream
+        self.carried = 0
+        self._lock = threading.Lock()
+
+    def count(self, size: int) -> None:
+        with self._lock:
+            self.carried += size
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Relay(socketserver.BaseRequestHandler):
+    server: CountingProxy
+
+    def handle(self) -> None:
+        with socket.create_connection(self.server.upstream) as upstream:
+            back = threading.Thread(target=self._pump, args=(upstream, self.request), daemon=True)
+            back.start()
+            self._pump(self.request, upstream)
+            back.join()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                self.server.count(len(data))
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                sink.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+
+@contextmanager
+def counting_proxy(endpoint: str) -> Iterator[CountingProxy]:
+    """A :class:`CountingProxy` to the server at ``endpoint`` (``http://host:port``)."""
+    host, port = endpoint.rsplit("/", 1)[-1].rsplit(":", 1)
+    proxy = CountingProxy((host, int(port)))
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        thread.join()

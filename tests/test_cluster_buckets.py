@@ -1,0 +1,313 @@
+"""merge on a Dask cluster whose machines share only a bucket.
+
+On loopback: moto's S3 server, a scheduler, and two worker processes started
+as ``dask worker`` with a working directory and a temporary directory of
+their own (neither is this process's); the inputs are objects in one bucket,
+the spool is a prefix of another.  The oracle is ``merge -j 1`` of the same
+files on local disk, compared byte for byte.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from bucket_servers import counting_proxy, s3_server
+
+import streamtrace
+from streamtrace.commands.batch import batch
+from streamtrace.errors import TraceError
+from streamtrace.io.objectstore import MIN_PART, part_groups
+from streamtrace.synth import SynthConfig, write_traces
+
+distributed = pytest.importorskip("distributed")
+pytest.importorskip("moto", reason="the dev extra (moto's S3 server)")
+s3fs = pytest.importorskip("s3fs")
+
+TRACES, RUNS = "traces", "runs"
+SPOOL = f"s3://{RUNS}/spool"
+SMALL = dict(microbatches=2, steps=1, graph_kernels=8, graph_streams=4, eager_kernels=4, python_noise=1)
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+               "AWS_CONFIG_FILE": os.devnull}
+NETWORK_SHARE = 0.05  # the coordinator's S3 traffic, as a share of the output's size
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    """moto's S3 server; this process reaches it through AWS_ENDPOINT_URL."""
+    saved = {name: os.environ.get(name) for name in [*CREDENTIALS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(CREDENTIALS)
+    s3fs.S3FileSystem.clear_instance_cache()  # an instance made for another test's server would be reused
+    try:
+        with s3_server() as url:
+            os.environ["AWS_ENDPOINT_URL"] = url
+            yield url
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(scope="module")
+def s3(endpoint):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint)
+    client.create_bucket(Bucket=TRACES)
+    client.create_bucket(Bucket=RUNS)
+    return client
+
+
+def keys(client, bucket: str = RUNS, prefix: str = "") -> list[str]:
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return sorted(item["Key"] for item in listed)
+
+
+def clear(client, bucket: str = RUNS) -> None:
+    for key in keys(client, bucket):
+        client.delete_object(Bucket=bucket, Key=key)
+
+
+@contextmanager
+def workers(address: str, home: Path, endpoint: str, count: int = 2, **environment: str) -> Iterator[Path]:
+    """``dask worker`` processes (one thread each) in ``home``, with their own
+    temporary directory (yielded) and S3 settings."""
+    scratch = home / "tmp"
+    scratch.mkdir(parents=True)
+    env = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL": endpoint, "TMPDIR": str(scratch), **environment}
+    process = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers", str(count),
+                                "--nthreads", "1", "--no-dashboard", "--local-directory", str(home / "dask")],
+                               cwd=home, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield scratch
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+@contextmanager
+def scheduler() -> Iterator[tuple[str, object]]:
+    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            yield cluster.scheduler_address, client
+
+
+@pytest.fixture(scope="module")
+def cluster(endpoint, tmp_path_factory):
+    """The scheduler and two workers that share nothing with this process but the bucket."""
+    with scheduler() as (address, client):
+        with workers(address, tmp_path_factory.mktemp("worker-home"), endpoint) as scratch:
+            client.wait_for_workers(2, timeout=120)
+            yield address, client, scratch
+
+
+def upload(client, directory: Path, prefix: str) -> list[str]:
+    urls = []
+    for path in sorted(directory.glob("rank*_trace.json*")):
+        client.upload_file(str(path), TRACES, f"{prefix}/{path.name}")
+        urls.append(f"s3://{TRACES}/{prefix}/{path.name}")
+    return urls
+
+
+@pytest.fixture(scope="module")
+def sixteen(s3, tmp_path_factory) -> tuple[Path, list[str]]:
+    """16 small ranks (PP 4 x DP 4) on disk and as objects."""
+    directory = tmp_path_factory.mktemp("ranks16")
+    write_traces(SynthConfig(ranks=16, pp_stages=4, **SMALL), directory, compress="gz", merged=False)
+    return directory, upload(s3, directory, "small")
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fetched(client, key: str) -> bytes:
+    return client.get_object(Bucket=RUNS, Key=key)["Body"].read()
+
+
+def files_in(directory: Path) -> list[Path]:
+    return [path for path in directory.rglob("*") if path.is_file()]
+
+
+def wait_idle(client, timeout: float = 120) -> None:
+    """Until no worker holds a task (an abandoned one may run on after its run stopped)."""
+    deadline = time.monotonic() + timeout
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtrace", *args, "-q"], capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def test_a_16_rank_merge_with_the_spool_in_a_bucket_equals_one_process(sixteen, cluster, s3, tmp_path):
+    directory, urls = sixteen
+    address, _, worker_tmp = cluster
+    streamtrace.merge(directory, tmp_path / "alone.json.gz", jobs=1)
+    streamtrace.merge(directory, tmp_path / "alone.json", jobs=1)
+    alone = (tmp_path / "alone.json").read_bytes()
+    summary = streamtrace.merge(urls, tmp_path / "cluster.json.gz", dask=address, spool_dir=SPOOL)
+    assert summary["ranks"] == 16
+    assert digest((tmp_path / "cluster.json.gz").read_bytes()) == digest((tmp_path / "alone.json.gz").read_bytes())
+    assert keys(s3) == []  # the run's prefix is gone
+    # to S3: made from the ranks' pieces inside the store (these are small: joined by tasks first)
+    streamtrace.merge(urls, f"s3://{RUNS}/out/merged.json", dask=address, spool_dir=SPOOL)
+    streamtrace.merge(urls, f"s3://{RUNS}/out/merged.json.gz", dask=address, spool_dir=SPOOL)
+    assert digest(fetched(s3, "out/merged.json")) == digest(alone)
+    assert digest(gzip.decompress(fetched(s3, "out/merged.json.gz"))) == digest(alone)  # one gzip member per part
+    assert keys(s3) == ["out/merged.json", "out/merged.json.gz"]
+    assert s3.list_multipart_uploads(Bucket=RUNS).get("Uploads", []) == []
+    assert files_in(worker_tmp) == []  # each task's scratch went with it
+    clear(s3)
+
+
+def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster, s3, tmp_path):
+    """One worker is killed (SIGKILL) as soon as it holds a task; its nanny
+    starts another and Dask runs the task again."""
+    address, client, _ = cluster
+    ranks = tmp_path / "ranks"
+    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
+                             graph_streams=4), ranks, compress="none", merged=False)
+    urls = upload(s3, ranks, "killed")
+    streamtrace.merge(ranks, tmp_path / "alone.json.gz", jobs=1)
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["summary"] = streamtrace.merge(urls, f"s3://{RUNS}/killed.json.gz", dask=address, spool_dir=SPOOL)
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    merging = threading.Thread(target=run)
+    merging.start()
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and merging.is_alive() and time.monotonic() < deadline:
+        busy = [worker for worker, held in client.processing().items() if held]
+        if busy:
+            victim = client.run(os.getpid, workers=busy[:1])[busy[0]]
+            os.kill(victim, signal.SIGKILL)
+        time.sleep(0.01)
+    merging.join(300)
+    assert victim is not None, "no task was seen running"
+    assert "error" not in outcome, outcome.get("error")
+    merged = gzip.decompress(fetched(s3, "killed.json.gz"))
+    assert digest(merged) == digest(gzip.decompress((tmp_path / "alone.json.gz").read_bytes()))
+    assert keys(s3) == ["killed.json.gz"]
+    client.wait_for_workers(2, timeout=120)
+    clear(s3)
+
+
+@pytest.mark.slow
+def test_an_s3_to_s3_merge_passes_few_bytes_through_the_coordinator(cluster, s3, endpoint, tmp_path):
+    """16 ranks whose pieces are over 5 MiB each: every part is a server-side
+    copy.  The coordinator runs in its own process and reaches S3 through a
+    relay that counts every byte it sends and receives."""
+    address, _, _ = cluster
+    ranks = tmp_path / "ranks"
+    write_traces(SynthConfig(ranks=16, pp_stages=4, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
+                             graph_streams=4), ranks, compress="gz", merged=False)
+    urls = upload(s3, ranks, "large")
+    streamtrace.merge(ranks, tmp_path / "alone.json", jobs=1)
+    with counting_proxy(endpoint) as proxy:
+        env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url()}
+        started = time.perf_counter()
+        done = cli("merge", *urls, "-o", f"s3://{RUNS}/large.json", "--dask", address, "--spool-dir", SPOOL, env=env)
+        seconds = time.perf_counter() - started
+        carried = proxy.carried
+    assert done.returncode == 0, done.stderr
+    size = (tmp_path / "alone.json").stat().st_size
+    assert digest(fetched(s3, "large.json")) == digest((tmp_path / "alone.json").read_bytes())
+    print(f"s3->s3 merge of 16 ranks, {size / 1e6:.1f} MB: coordinator carried {carried:,} bytes of S3 traffic "
+          f"({100 * carried / size:.3f}% of the output), {seconds:.1f} s wall")
+    assert size > 16 * MIN_PART
+    assert carried < NETWORK_SHARE * size
+    assert keys(s3) == ["large.json"]
+    clear(s3)
+
+
+def test_ctrl_c_leaves_nothing_in_the_bucket(cluster, s3, tmp_path):
+    """SIGINT once the tasks have kept objects: the run stops, and the prefix
+    stays empty after its abandoned tasks have ended too."""
+    address, client, _ = cluster
+    ranks = tmp_path / "ranks"
+    write_traces(SynthConfig(ranks=8, pp_stages=2, microbatches=2, target_bytes=3_000_000, graph_kernels=8,
+                             graph_streams=4), ranks, compress="gz", merged=False)
+    urls = upload(s3, ranks, "interrupted")
+    process = subprocess.Popen([sys.executable, "-m", "streamtrace", "merge", *urls, "-o", str(tmp_path / "out.json.gz"),
+                                "--dask", address, "--spool-dir", SPOOL, "-q"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        if [key for key in keys(s3, prefix="spool/") if not key.endswith(".live")]:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert len(err.strip().splitlines()) == 1, err
+    wait_idle(client)
+    time.sleep(1)
+    assert keys(s3) == []
+    assert s3.list_multipart_uploads(Bucket=RUNS).get("Uploads", []) == []
+    assert not (tmp_path / "out.json.gz").exists()
+
+
+def test_workers_of_another_streamtrace_are_refused_in_one_line(sixteen, endpoint, s3, tmp_path):
+    """A worker whose installation says streamtrace 9.9.9 (a dist-info found first on its path)."""
+    other = tmp_path / "site"
+    (other / "streamtrace-9.9.9.dist-info").mkdir(parents=True)
+    (other / "streamtrace-9.9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: streamtrace\n"
+                                                                    "Version: 9.9.9\n")
+    _, urls = sixteen
+    with scheduler() as (address, client):
+        with workers(address, tmp_path / "home", endpoint, count=1, PYTHONPATH=str(other)):
+            client.wait_for_workers(1, timeout=120)
+            done = cli("merge", *urls[:2], "-o", str(tmp_path / "out.json"), "--dask", address, "--spool-dir", SPOOL)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "runs streamtrace 9.9.9, this process" in done.stderr
+    assert keys(s3) == [] and not (tmp_path / "out.json").exists()
+
+
+def test_workers_that_cannot_see_the_spool_are_refused_in_one_line(sixteen, endpoint, s3, tmp_path):
+    """Workers pointed at another S3 endpoint (where the run's prefix does not exist)."""
+    _, urls = sixteen
+    with s3_server() as elsewhere, scheduler() as (address, client):
+        with workers(address, tmp_path / "home", elsewhere, count=1):
+            client.wait_for_workers(1, timeout=120)
+            done = cli("merge", *urls[:2], "-o", str(tmp_path / "out.json"), "--dask", address, "--spool-dir", SPOOL)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"--spool-dir {SPOOL}: the worker at tcp://" in done.stderr and "cannot use it" in done.stderr
+    assert keys(s3) == [] and not (tmp_path / "out.json").exists()
+
+
+def test_commands_whose_tasks_keep_files_refuse_a_bucket_spool(sixteen, tmp_path):
+    directory, _ = sixteen
+    with pytest.raises(TraceError, match="merge takes a bucket URL"):
+        batch("compact", sorted(directory.glob("rank*"))[:2], str(tmp_path / "out"), dask="tcp://127.0.0.1:9",
+              spool_dir=SPOOL)
+
+
+def test_pieces_are_grouped_into_parts_of_at_least_the_minimum():
+    assert part_groups([6, 7, 5, 1], min_part=5) == [[0], [1], [2], [3]]
+    assert part_groups([1, 2, 3, 9, 1], min_part=5) == [[0, 1, 2], [3], [4]]  # small pieces joined up to 5
+    assert part_groups([2, 2], min_part=5) == [[0, 1]]
+    assert part_groups([]) == []
+    groups = part_groups([1] * 25, min_part=2, max_parts=4)  # a part for every 7: 4 parts at most
+    assert [len(group) for group in groups] == [7, 7, 7, 4]
+    assert sum(groups, []) == list(range(25))
