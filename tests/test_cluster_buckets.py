@@ -20,8 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import orjson
 import pytest
-from bucket_servers import counting_proxy, s3_server
+from bucket_servers import counting_proxy, object_server, s3_server
 
 import streamtrace
 from streamtrace.commands.batch import batch
@@ -100,7 +101,7 @@ def workers(address: str, home: Path, endpoint: str, count: int = 2, **environme
 
 @contextmanager
 def scheduler() -> Iterator[tuple[str, object]]:
-    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=":0") as cluster:
         with distributed.Client(cluster) as client:
             yield cluster.scheduler_address, client
 
@@ -173,6 +174,21 @@ def test_a_16_rank_merge_with_the_spool_in_a_bucket_equals_one_process(sixteen, 
     assert s3.list_multipart_uploads(Bucket=RUNS).get("Uploads", []) == []
     assert files_in(worker_tmp) == []  # each task's scratch went with it
     clear(s3)
+
+
+def test_analyze_with_the_spool_in_a_bucket_gives_the_tables_of_one_process(sixteen, cluster, s3, tmp_path):
+    """The tasks send back tables; each rank's launch rows come as an object of the run."""
+    directory, urls = sixteen
+    address, _, worker_tmp = cluster
+    alone = streamtrace.analyze(directory, str(tmp_path / "alone"), jobs=1)
+    on_cluster = streamtrace.analyze(urls, str(tmp_path / "cluster"), dask=address, spool_dir=SPOOL)
+    assert on_cluster["kernel_launch_rows"] == alone["kernel_launch_rows"] > 0
+    assert orjson.dumps(on_cluster["tables"]) == orjson.dumps(alone["tables"])  # (NaN: null in both, not unequal)
+    written = sorted(path.name for path in (tmp_path / "alone").iterdir())
+    assert sorted(path.name for path in (tmp_path / "cluster").iterdir()) == written
+    for name in written:
+        assert (tmp_path / "cluster" / name).read_bytes() == (tmp_path / "alone" / name).read_bytes(), name
+    assert keys(s3) == [] and files_in(worker_tmp) == []
 
 
 def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster, s3, tmp_path):
@@ -284,10 +300,12 @@ def test_workers_of_another_streamtrace_are_refused_in_one_line(sixteen, endpoin
 
 
 def test_workers_that_cannot_see_the_spool_are_refused_in_one_line(sixteen, endpoint, s3, tmp_path):
-    """Workers pointed at another S3 endpoint (where the run's prefix does not exist)."""
+    """Workers pointed at another endpoint, where the run's prefix does not
+    exist (a web server answering 404: moto's servers in one process share
+    their buckets)."""
     _, urls = sixteen
-    with s3_server() as elsewhere, scheduler() as (address, client):
-        with workers(address, tmp_path / "home", elsewhere, count=1):
+    with object_server() as elsewhere, scheduler() as (address, client):
+        with workers(address, tmp_path / "home", elsewhere.url(""), count=1):
             client.wait_for_workers(1, timeout=120)
             done = cli("merge", *urls[:2], "-o", str(tmp_path / "out.json"), "--dask", address, "--spool-dir", SPOOL)
     assert done.returncode == 1

@@ -29,7 +29,7 @@ import tempfile
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from ..errors import TraceError, TransferError
 from .remote import _filesystem, failure_reason, scheme_of
@@ -139,9 +139,13 @@ def reachable(url: str) -> str | None:
         return failure_reason(exc)
 
 
-def object_size(url: str) -> int:
+def open_object(url: str) -> BinaryIO:
+    """An object of the run, open for reading (a file object: text wrappers and copies take it)."""
     fs, path = _filesystem(url)
-    return fs.size(path)
+    try:
+        return fs.open(path, "rb")
+    except Exception as exc:
+        raise TransferError(f"cannot open a spool object: {failure_reason(exc)}", path=url) from None
 
 
 def same_s3_store(*urls: str) -> bool:
