@@ -631,8 +631,9 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
     header = _replace_members(first.header, replacements)
     trailer = _replace_members(first.trailer, replacements, add_missing=first.header)
     calls = [(indexed[n].state_path, indexed[n].spool_path, rewrites[n], extras[n]) for n in order]
+    assembly = None
     if _assembles_in_store(runner, target):
-        written = _assemble_in_store(calls, header, trailer, arrows, target, runner)
+        written, assembly = _assemble_in_store(calls, header, trailer, arrows, target, runner)
     else:
         with target.open() as out:
             writer = TraceWriter(out, header, target.redactor)
@@ -666,6 +667,7 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
         "pass1_seconds": {str(facts[n].rank): indexed[n].pass1_seconds for n in order},
         "plan_seconds": {str(facts[n].rank): indexed[n].plan_seconds for n in order},
         "pass2_seconds": round(time.perf_counter() - pass2_started, 3),
+        "assembled_in_store": assembly,
         **redaction_summary(redactor),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
@@ -779,11 +781,12 @@ def _assembles_in_store(runner: TaskRunner, target: OutputTarget) -> bool:
 
 
 def _assemble_in_store(calls: list[tuple], header: list[RawMember], trailer: list[RawMember], arrows: list[Arrow],
-                       target: OutputTarget, runner: TaskRunner) -> int:
+                       target: OutputTarget, runner: TaskRunner) -> tuple[int, dict]:
     """Pass 2 as pieces of the output, one per rank (the first with the
     header, the last with the arrows and the trailer), made into the output
-    object inside the store; returns the events written.  Pieces too small to
-    be parts of a multipart upload are first joined by a task."""
+    object inside the store; returns the events written and how the output
+    was made.  Pieces too small to be parts of a multipart upload are first
+    joined by a task."""
     opening, ending = io.BytesIO(), io.BytesIO()
     TraceWriter(opening, header)
     closer = TraceWriter(ending, None, continues=True)
@@ -801,8 +804,11 @@ def _assemble_in_store(calls: list[tuple], header: list[RawMember], trailer: lis
     joins = [[pieces[n][0] for n in group] for group in groups if len(group) > 1]
     joined = iter(runner.ordered(join_objects, [(urls, runner.store) for urls in joins], label="parts joined"))
     parts = [pieces[group[0]][0] if len(group) == 1 else next(joined) for group in groups]
+    copying = time.perf_counter()
     assemble_s3(target.url, parts, overwrite=target.overwrite)
-    return sum(count for _, count, _ in pieces) + closer.events_written
+    made = {"pieces": len(pieces), "parts": len(parts), "pieces_joined_first": sum(map(len, joins)),
+            "copy_seconds": round(time.perf_counter() - copying, 3)}
+    return sum(count for _, count, _ in pieces) + closer.events_written, made
 
 
 def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipelines: list[object],

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 from ..errors import TraceError, TransferError
+from ..resources import stop_if_requested
 from .remote import _filesystem, failure_reason, scheme_of
 
 LIVE_MARKER = ".live"
@@ -63,6 +64,7 @@ class RunStore:
 
     def is_live(self) -> bool:
         fs, marker = _filesystem(self.object_url(LIVE_MARKER))
+        fs.invalidate_cache(marker)
         return fs.exists(marker)
 
     def put(self, local: str) -> str:
@@ -212,6 +214,8 @@ def assemble_s3(output: str, parts: list[str], *, overwrite: bool) -> None:
             copied = call("copy a fragment into the output", "upload_part_copy", UploadId=upload, PartNumber=number,
                           CopySource={"Bucket": source_bucket, "Key": source_key})
             done.append({"PartNumber": number, "ETag": copied["CopyPartResult"]["ETag"]})
+        stop_if_requested()
+        fs.invalidate_cache(path)
         if not overwrite and fs.exists(path):
             raise TraceError("appeared while this run was writing it; pass --overwrite to replace it", path=output)
         call("complete the upload", "complete_multipart_upload", UploadId=upload, MultipartUpload={"Parts": done})
