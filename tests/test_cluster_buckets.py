@@ -27,7 +27,8 @@ from bucket_servers import counting_proxy, object_server, s3_server
 import streamtrace
 from streamtrace.commands.batch import batch
 from streamtrace.errors import TraceError
-from streamtrace.io.objectstore import MIN_PART, part_groups
+from streamtrace.io import objectstore
+from streamtrace.io.objectstore import MIN_PART, assemble_s3, copy_ranges, part_groups
 from streamtrace.synth import SynthConfig, write_traces
 
 distributed = pytest.importorskip("distributed")
@@ -166,7 +167,8 @@ def test_a_16_rank_merge_with_the_spool_in_a_bucket_equals_one_process(sixteen, 
     assert digest((tmp_path / "cluster.json.gz").read_bytes()) == digest((tmp_path / "alone.json.gz").read_bytes())
     assert keys(s3) == []  # the run's prefix is gone
     # to S3: made from the ranks' pieces inside the store (these are small: joined by tasks first)
-    streamtrace.merge(urls, f"s3://{RUNS}/out/merged.json", dask=address, spool_dir=SPOOL)
+    pattern = f"s3://{TRACES}/small/rank*_trace.json.gz"  # listed in the bucket
+    streamtrace.merge(pattern, f"s3://{RUNS}/out/merged.json", dask=address, spool_dir=SPOOL)
     streamtrace.merge(urls, f"s3://{RUNS}/out/merged.json.gz", dask=address, spool_dir=SPOOL)
     assert digest(fetched(s3, "out/merged.json")) == digest(alone)
     assert digest(gzip.decompress(fetched(s3, "out/merged.json.gz"))) == digest(alone)  # one gzip member per part
@@ -181,7 +183,9 @@ def test_analyze_with_the_spool_in_a_bucket_gives_the_tables_of_one_process(sixt
     directory, urls = sixteen
     address, _, worker_tmp = cluster
     alone = streamtrace.analyze(directory, str(tmp_path / "alone"), jobs=1)
-    on_cluster = streamtrace.analyze(urls, str(tmp_path / "cluster"), dask=address, spool_dir=SPOOL)
+    on_cluster = streamtrace.analyze(f"s3://{TRACES}/small/rank*_trace.json.gz", str(tmp_path / "cluster"),
+                                     dask=address, spool_dir=SPOOL)
+    assert len(on_cluster["ranks"]) == len(urls)
     assert on_cluster["kernel_launch_rows"] == alone["kernel_launch_rows"] > 0
     assert orjson.dumps(on_cluster["tables"]) == orjson.dumps(alone["tables"])  # (NaN: null in both, not unequal)
     written = sorted(path.name for path in (tmp_path / "alone").iterdir())
@@ -329,3 +333,28 @@ def test_pieces_are_grouped_into_parts_of_at_least_the_minimum():
     groups = part_groups([1] * 25, min_part=2, max_parts=4)  # a part for every 7: 4 parts at most
     assert [len(group) for group in groups] == [7, 7, 7, 4]
     assert sum(groups, []) == list(range(25))
+
+
+def test_objects_over_the_largest_part_are_copied_in_ranges():
+    assert copy_ranges(10, 4) == [(0, 2), (3, 5), (6, 9)]
+    assert copy_ranges(8, 4) == [(0, 3), (4, 7)]
+    assert copy_ranges(3, 4) == [(0, 2)]
+
+
+def test_an_object_is_made_from_others_inside_the_store(s3, monkeypatch):
+    """Whole copies, a copy in two ranges (the largest part made 6 MiB here),
+    and a failed copy that leaves no object and no open upload."""
+    pieces = {"a": os.urandom(MIN_PART + 1), "b": os.urandom(11 << 20), "c": b"the end"}
+    for name, data in pieces.items():
+        s3.put_object(Bucket=RUNS, Key=f"pieces/{name}", Body=data)
+    monkeypatch.setattr(objectstore, "MAX_PART", 6 << 20)
+    parts = [(f"s3://{RUNS}/pieces/{name}", len(data)) for name, data in pieces.items()]
+    assemble_s3(f"s3://{RUNS}/joined", parts, overwrite=False)
+    assert fetched(s3, "joined") == b"".join(pieces.values())
+    with pytest.raises(TraceError, match="exists; pass --overwrite|appeared while"):
+        assemble_s3(f"s3://{RUNS}/joined", parts, overwrite=False)
+    with pytest.raises(TraceError, match="cannot copy a fragment into the output: not found"):
+        assemble_s3(f"s3://{RUNS}/broken", [*parts[:2], (f"s3://{RUNS}/pieces/missing", 1)], overwrite=False)
+    assert keys(s3) == ["joined", "pieces/a", "pieces/b", "pieces/c"]
+    assert s3.list_multipart_uploads(Bucket=RUNS).get("Uploads", []) == []
+    clear(s3)

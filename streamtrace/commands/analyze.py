@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import glob
 import io
 import math
 import os
@@ -1275,7 +1276,7 @@ def _inputs(specs: list) -> list[str]:
         raise TraceError("analyze reads files, directories or URLs, not stdin ('-')")
     files = []
     for spec in map(os.fspath, specs):
-        if "://" in spec:
+        if "://" in spec and not glob.has_magic(spec):
             files.append(spec)
         elif os.path.isdir(spec) and len(traces := [name for name in os.listdir(spec) if TRACE_SUFFIX.search(name)]) == 1:
             files.append(os.path.join(spec, traces[0]))  # one trace, ranked or not (HTA reads it as rank 0)

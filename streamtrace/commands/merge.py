@@ -803,7 +803,8 @@ def _assemble_in_store(calls: list[tuple], header: list[RawMember], trailer: lis
     groups = part_groups([size for _, _, size in pieces])
     joins = [[pieces[n][0] for n in group] for group in groups if len(group) > 1]
     joined = iter(runner.ordered(join_objects, [(urls, runner.store) for urls in joins], label="parts joined"))
-    parts = [pieces[group[0]][0] if len(group) == 1 else next(joined) for group in groups]
+    parts = [(pieces[group[0]][0] if len(group) == 1 else next(joined), sum(pieces[n][2] for n in group))
+             for group in groups]
     copying = time.perf_counter()
     assemble_s3(target.url, parts, overwrite=target.overwrite)
     made = {"pieces": len(pieces), "parts": len(parts), "pieces_joined_first": sum(map(len, joins)),

@@ -27,6 +27,7 @@ import posixpath
 import shutil
 import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
@@ -40,6 +41,8 @@ RUN_PREFIX = "streamtrace-run-"
 S3_SCHEMES = ("s3", "s3a")
 MIN_PART = 5 << 20  # S3: every part of a multipart upload but the last has at least 5 MiB
 MAX_PARTS = 10_000  # S3: parts per multipart upload
+MAX_PART = 5 << 30  # S3: bytes per part
+COPIES_AT_ONCE = 16  # part copies under way together (S3 copies each at its own pace)
 
 
 @dataclass(frozen=True)
@@ -192,13 +195,31 @@ def join_objects(urls: list[str], store: RunStore) -> str:
         return store.put(joined)
 
 
-def assemble_s3(output: str, parts: list[str], *, overwrite: bool) -> None:
-    """Make the object ``output`` from the objects ``parts`` in order, inside
-    the store: one multipart upload whose parts are copies (every part but
-    the last has at least 5 MiB).  Nothing appears unless every part is
-    copied; a failure aborts the upload."""
+def copy_ranges(size: int, max_part: int = MAX_PART) -> list[tuple[int, int]]:
+    """An object of ``size`` bytes as the byte ranges (first, last) of the
+    parts that copy it: one, or even shares of at most ``max_part`` bytes."""
+    shares = max(1, -(-size // max_part))
+    cuts = [size * n // shares for n in range(shares + 1)]
+    return [(first, after - 1) for first, after in zip(cuts, cuts[1:])]
+
+
+def assemble_s3(output: str, parts: list[tuple[str, int]], *, overwrite: bool) -> None:
+    """Make the object ``output`` from the objects ``parts`` ((URL, size) each)
+    in order, inside the store: one multipart upload whose parts are copies
+    (of a whole object, or a range of one over 5 GiB), several at a time.
+    Every object but the last must have at least 5 MiB.  Nothing appears
+    unless every part is copied; a failure aborts the upload."""
     fs, path = _filesystem(output)
     bucket, key, _ = fs.split_path(path)
+    copies = []
+    for url, size in parts:
+        source_bucket, source_key, _ = fs.split_path(_filesystem(url)[1])
+        whole = {"Bucket": source_bucket, "Key": source_key}
+        ranges = copy_ranges(size, MAX_PART)
+        copies.extend({"CopySource": whole} if len(ranges) == 1 else
+                      {"CopySource": whole, "CopySourceRange": f"bytes={first}-{last}"} for first, last in ranges)
+    if len(copies) > MAX_PARTS:
+        raise TraceError(f"would take {len(copies):,} parts (S3 allows {MAX_PARTS:,}); write a local file", path=output)
 
     def call(doing: str, method: str, **kwargs):
         try:
@@ -207,13 +228,21 @@ def assemble_s3(output: str, parts: list[str], *, overwrite: bool) -> None:
             raise TransferError(f"cannot {doing}: {failure_reason(exc)}", path=output) from None
 
     upload = call("start the upload", "create_multipart_upload")["UploadId"]
+
+    def copy(number: int) -> dict:
+        copied = call("copy a fragment into the output", "upload_part_copy", UploadId=upload, PartNumber=number,
+                      **copies[number - 1])
+        return {"PartNumber": number, "ETag": copied["CopyPartResult"]["ETag"]}
+
     try:
-        done = []
-        for number, url in enumerate(parts, 1):
-            source_bucket, source_key, _ = fs.split_path(_filesystem(url)[1])
-            copied = call("copy a fragment into the output", "upload_part_copy", UploadId=upload, PartNumber=number,
-                          CopySource={"Bucket": source_bucket, "Key": source_key})
-            done.append({"PartNumber": number, "ETag": copied["CopyPartResult"]["ETag"]})
+        with ThreadPoolExecutor(COPIES_AT_ONCE) as copying:
+            pending = [copying.submit(copy, number) for number in range(1, len(copies) + 1)]
+            try:
+                done = [future.result() for future in pending]
+            except BaseException:
+                for future in pending:
+                    future.cancel()
+                raise
         stop_if_requested()
         fs.invalidate_cache(path)
         if not overwrite and fs.exists(path):
