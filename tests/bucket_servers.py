@@ -9,6 +9,7 @@ times an input was downloaded.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import socket
 import socketserver
@@ -93,16 +94,23 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def object_server() -> Iterator[ObjectServer]:
-    server = ObjectServer()
+def serving(server: socketserver.BaseServer) -> Iterator[None]:
+    """``server`` answering in a thread of its own for the duration of the block."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server
+        yield
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextmanager
+def object_server() -> Iterator[ObjectServer]:
+    server = ObjectServer()
+    with serving(server):
+        yield server
 
 
 @contextmanager
@@ -117,6 +125,31 @@ def s3_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+S3_SETTINGS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+               "AWS_CONFIG_FILE": os.devnull}
+"""What makes boto3 and s3fs talk to the test server only (with AWS_ENDPOINT_URL)."""
+
+
+@contextmanager
+def s3_environment() -> Iterator[str]:
+    """moto's S3 server, with this process's environment pointing at it
+    (AWS_ENDPOINT_URL and :data:`S3_SETTINGS`, as they were afterwards);
+    yields its endpoint URL."""
+    saved = {name: os.environ.get(name) for name in [*S3_SETTINGS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(S3_SETTINGS)
+    try:
+        with s3_server() as endpoint:
+            os.environ["AWS_ENDPOINT_URL"] = endpoint
+            yield endpoint
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class CountingProxy(socketserver.ThreadingTCPServer):
@@ -170,11 +203,5 @@ def counting_proxy(endpoint: str) -> Iterator[CountingProxy]:
     """A :class:`CountingProxy` to the server at ``endpoint`` (``http://host:port``)."""
     host, port = endpoint.rsplit("/", 1)[-1].rsplit(":", 1)
     proxy = CountingProxy((host, int(port)))
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(proxy):
         yield proxy
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
-        thread.join()

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import orjson
 import pytest
+from dask_faults import kill_a_busy_worker_during
 
 import streamtrace
 from streamtrace.commands.batch import batch
@@ -129,27 +128,10 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
                              graph_streams=4), ranks, compress="none", merged=False)
     streamtrace.merge(ranks, tmp_path / "alone.json.gz", jobs=1)
-    outcome: dict = {}
     spooled = spool(tmp_path)
-
-    def run() -> None:
-        try:
-            outcome["summary"] = streamtrace.merge(ranks, tmp_path / "cluster.json.gz", dask=local.scheduler_address,
-                                                   spool_dir=str(spooled))
-        except BaseException as exc:  # handed to the test thread
-            outcome["error"] = exc
-
-    merging = threading.Thread(target=run)
-    merging.start()
-    victim = None
-    deadline = time.monotonic() + 60
-    while victim is None and merging.is_alive() and time.monotonic() < deadline:
-        busy = [worker for worker, keys in client.processing().items() if keys]
-        if busy:  # killed at once: waiting to be "well into" a task lets short tasks slip by
-            victim = client.run(os.getpid, workers=busy[:1])[busy[0]]
-            os.kill(victim, signal.SIGKILL)
-        time.sleep(0.01)
-    merging.join(120)
+    victim, outcome = kill_a_busy_worker_during(
+        lambda: streamtrace.merge(ranks, tmp_path / "cluster.json.gz", dask=local.scheduler_address,
+                                  spool_dir=str(spooled)), client)
     assert victim is not None, "no task was seen running"
     assert "error" not in outcome, outcome.get("error")
     assert digest(tmp_path / "cluster.json.gz") == digest(tmp_path / "alone.json.gz")

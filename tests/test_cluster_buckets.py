@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Iterator
 
 import orjson
 import pytest
-from bucket_servers import counting_proxy, object_server, s3_server
+from bucket_servers import S3_SETTINGS, counting_proxy, object_server, s3_environment
+from dask_faults import kill_a_busy_worker_during
 
 import streamtrace
 from streamtrace.commands.batch import batch
@@ -38,29 +38,18 @@ s3fs = pytest.importorskip("s3fs")
 TRACES, RUNS = "traces", "runs"
 SPOOL = f"s3://{RUNS}/spool"
 SMALL = dict(microbatches=2, steps=1, graph_kernels=8, graph_streams=4, eager_kernels=4, python_noise=1)
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-               "AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-               "AWS_CONFIG_FILE": os.devnull}
 NETWORK_SHARE = 0.05  # the coordinator's S3 traffic, as a share of the output's size
 
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     """moto's S3 server; this process reaches it through AWS_ENDPOINT_URL."""
-    saved = {name: os.environ.get(name) for name in [*CREDENTIALS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(CREDENTIALS)
     s3fs.S3FileSystem.clear_instance_cache()  # an instance made for another test's server would be reused
     try:
-        with s3_server() as url:
-            os.environ["AWS_ENDPOINT_URL"] = url
+        with s3_environment() as url:
             yield url
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +78,7 @@ def workers(address: str, home: Path, endpoint: str, count: int = 2, **environme
     temporary directory (yielded) and S3 settings."""
     scratch = home / "tmp"
     scratch.mkdir(parents=True)
-    env = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL": endpoint, "TMPDIR": str(scratch), **environment}
+    env = {**os.environ, **S3_SETTINGS, "AWS_ENDPOINT_URL": endpoint, "TMPDIR": str(scratch), **environment}
     process = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers", str(count),
                                 "--nthreads", "1", "--no-dashboard", "--local-directory", str(home / "dask")],
                                cwd=home, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -122,6 +111,15 @@ def upload(client, directory: Path, prefix: str) -> list[str]:
         client.upload_file(str(path), TRACES, f"{prefix}/{path.name}")
         urls.append(f"s3://{TRACES}/{prefix}/{path.name}")
     return urls
+
+
+def generated(client, tmp_path: Path, name: str, *, ranks: int, pp_stages: int, target_bytes: int,
+              compress: str = "gz") -> tuple[Path, list[str]]:
+    """Generated ranks of ``target_bytes`` each, on disk and as objects under ``name``."""
+    directory = tmp_path / name
+    write_traces(SynthConfig(ranks=ranks, pp_stages=pp_stages, microbatches=2, target_bytes=target_bytes,
+                             graph_kernels=8, graph_streams=4), directory, compress=compress, merged=False)
+    return directory, upload(client, directory, name)
 
 
 @pytest.fixture(scope="module")
@@ -199,30 +197,10 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     """One worker is killed (SIGKILL) as soon as it holds a task; its nanny
     starts another and Dask runs the task again."""
     address, client, _ = cluster
-    ranks = tmp_path / "ranks"
-    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
-                             graph_streams=4), ranks, compress="none", merged=False)
-    urls = upload(s3, ranks, "killed")
+    ranks, urls = generated(s3, tmp_path, "killed", ranks=4, pp_stages=2, target_bytes=6_000_000, compress="none")
     streamtrace.merge(ranks, tmp_path / "alone.json.gz", jobs=1)
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["summary"] = streamtrace.merge(urls, f"s3://{RUNS}/killed.json.gz", dask=address, spool_dir=SPOOL)
-        except BaseException as exc:  # handed to the test thread
-            outcome["error"] = exc
-
-    merging = threading.Thread(target=run)
-    merging.start()
-    victim = None
-    deadline = time.monotonic() + 60
-    while victim is None and merging.is_alive() and time.monotonic() < deadline:
-        busy = [worker for worker, held in client.processing().items() if held]
-        if busy:
-            victim = client.run(os.getpid, workers=busy[:1])[busy[0]]
-            os.kill(victim, signal.SIGKILL)
-        time.sleep(0.01)
-    merging.join(300)
+    victim, outcome = kill_a_busy_worker_during(
+        lambda: streamtrace.merge(urls, f"s3://{RUNS}/killed.json.gz", dask=address, spool_dir=SPOOL), client)
     assert victim is not None, "no task was seen running"
     assert "error" not in outcome, outcome.get("error")
     merged = gzip.decompress(fetched(s3, "killed.json.gz"))
@@ -238,10 +216,7 @@ def test_an_s3_to_s3_merge_passes_few_bytes_through_the_coordinator(cluster, s3,
     copy.  The coordinator runs in its own process and reaches S3 through a
     relay that counts every byte it sends and receives."""
     address, _, _ = cluster
-    ranks = tmp_path / "ranks"
-    write_traces(SynthConfig(ranks=16, pp_stages=4, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
-                             graph_streams=4), ranks, compress="gz", merged=False)
-    urls = upload(s3, ranks, "large")
+    ranks, urls = generated(s3, tmp_path, "large", ranks=16, pp_stages=4, target_bytes=6_000_000)
     streamtrace.merge(ranks, tmp_path / "alone.json", jobs=1)
     with counting_proxy(endpoint) as proxy:
         env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url()}
@@ -264,10 +239,7 @@ def test_ctrl_c_leaves_nothing_in_the_bucket(cluster, s3, tmp_path):
     """SIGINT once the tasks have kept objects: the run stops, and the prefix
     stays empty after its abandoned tasks have ended too."""
     address, client, _ = cluster
-    ranks = tmp_path / "ranks"
-    write_traces(SynthConfig(ranks=8, pp_stages=2, microbatches=2, target_bytes=3_000_000, graph_kernels=8,
-                             graph_streams=4), ranks, compress="gz", merged=False)
-    urls = upload(s3, ranks, "interrupted")
+    _, urls = generated(s3, tmp_path, "interrupted", ranks=8, pp_stages=2, target_bytes=3_000_000)
     process = subprocess.Popen([sys.executable, "-m", "streamtrace", "merge", *urls, "-o", str(tmp_path / "out.json.gz"),
                                 "--dask", address, "--spool-dir", SPOOL, "-q"], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -318,11 +290,16 @@ def test_workers_that_cannot_see_the_spool_are_refused_in_one_line(sixteen, endp
     assert keys(s3) == [] and not (tmp_path / "out.json").exists()
 
 
-def test_commands_whose_tasks_keep_files_refuse_a_bucket_spool(sixteen, tmp_path):
+def test_a_bucket_spool_is_refused_where_it_cannot_serve(sixteen, tmp_path):
+    """Before any connection or work: a batch run on a cluster (its tasks
+    write files into a directory), and any run on this machine."""
     directory, _ = sixteen
     with pytest.raises(TraceError, match="merge takes a bucket URL"):
         batch("compact", sorted(directory.glob("rank*"))[:2], str(tmp_path / "out"), dask="tcp://127.0.0.1:9",
               spool_dir=SPOOL)
+    with pytest.raises(TraceError, match="a bucket holds the spool of --dask runs only"):
+        streamtrace.merge(directory, tmp_path / "out.json", jobs=2, spool_dir=SPOOL)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_pieces_are_grouped_into_parts_of_at_least_the_minimum():

@@ -100,7 +100,10 @@ class TaskRunner:
         return not self.distributed and self.jobs == 1
 
     def __enter__(self) -> "TaskRunner":
-        bucket = self.distributed and self.spool_dir is not None and "://" in self.spool_dir
+        bucket = self.spool_dir is not None and "://" in self.spool_dir
+        if bucket and not self.distributed:
+            raise TraceError(f"--spool-dir {self.spool_dir}: a bucket holds the spool of --dask runs only (merge, "
+                             "analyze); here give a local directory")
         if self.distributed:
             if self.spool_dir is None:
                 raise TraceError("--dask needs --spool-dir: a directory that every worker and this process share, "
