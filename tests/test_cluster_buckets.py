@@ -193,6 +193,23 @@ def test_analyze_with_the_spool_in_a_bucket_gives_the_tables_of_one_process(sixt
     assert keys(s3) == [] and files_in(worker_tmp) == []
 
 
+def test_ranks_without_events_before_the_first_with_events(sixteen, cluster, s3, tmp_path):
+    """The pieces of ranks that write nothing open the output with no event:
+    the first piece with events must not begin with a separator."""
+    directory, _ = sixteen
+    address, _, _ = cluster
+    (tmp_path / "rank0_trace.json").write_text('{"distributedInfo": {"rank": 0}, "traceEvents": []}')
+    s3.upload_file(str(tmp_path / "rank0_trace.json"), TRACES, "empty/rank0_trace.json")
+    rank1 = directory / "rank1_trace.json.gz"
+    streamtrace.merge([tmp_path / "rank0_trace.json", rank1], tmp_path / "alone.json", jobs=1)
+    inputs = [f"s3://{TRACES}/empty/rank0_trace.json", f"s3://{TRACES}/small/rank1_trace.json.gz"]
+    summary = streamtrace.merge(inputs, f"s3://{RUNS}/empty.json", dask=address, spool_dir=SPOOL)
+    assert summary["pp_ranks"][0]["global_rank"] == 0
+    assert fetched(s3, "empty.json") == (tmp_path / "alone.json").read_bytes()
+    assert orjson.loads(fetched(s3, "empty.json"))["traceEvents"]
+    clear(s3)
+
+
 def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster, s3, tmp_path):
     """One worker is killed (SIGKILL) as soon as it holds a task; its nanny
     starts another and Dask runs the task again."""

@@ -797,12 +797,14 @@ def _assemble_in_store(calls: list[tuple], header: list[RawMember], trailer: lis
                                           ending.getvalue() if k == last else b"", k > 0))
              for k, call in enumerate(calls)]
     pieces = list(runner.ordered(_emit_rank_to_object, tasks, label="ranks written"))
-    if pieces[0][1] == 0:
-        raise TraceError("the first rank in PP order writes no events, so its piece cannot open the output; "
-                         "write a local file or a gs:// URL instead (the ranks are then spliced here)", path=target.name)
+    first = next((k for k, (_, count, _) in enumerate(pieces) if count), 0)
+    if first > 0:  # the ranks before it wrote no event: its piece must not begin with a separator
+        state_url, spool_url, rewrite, extra, store, piece = tasks[first]
+        again = (state_url, spool_url, rewrite, extra, store, dataclasses.replace(piece, continues=False))
+        pieces[first] = next(iter(runner.ordered(_emit_rank_to_object, [again], label="ranks written again")))
     groups = part_groups([size for _, _, size in pieces])
     joins = [[pieces[n][0] for n in group] for group in groups if len(group) > 1]
-    joined = iter(runner.ordered(join_objects, [(urls, runner.store) for urls in joins], label="parts joined"))
+    joined = iter(list(runner.ordered(join_objects, [(urls, runner.store) for urls in joins], label="parts joined")))
     parts = [(pieces[group[0]][0] if len(group) == 1 else next(joined), sum(pieces[n][2] for n in group))
              for group in groups]
     copying = time.perf_counter()
