@@ -193,6 +193,23 @@ def test_analyze_with_the_spool_in_a_bucket_gives_the_tables_of_one_process(sixt
     assert keys(s3) == [] and files_in(worker_tmp) == []
 
 
+def test_a_damaged_rank_stops_the_run_in_one_line_and_the_prefix_goes(sixteen, cluster, s3, tmp_path):
+    directory, urls = sixteen
+    address, _, worker_tmp = cluster
+    damaged = (directory / "rank6_trace.json.gz").read_bytes()
+    s3.put_object(Bucket=TRACES, Key="damaged/rank6_trace.json.gz", Body=damaged[: len(damaged) // 2])
+    inputs = [url for url in urls if "/rank6_" not in url] + [f"s3://{TRACES}/damaged/rank6_trace.json.gz"]
+    for output in (str(tmp_path / "out.json.gz"), f"s3://{RUNS}/out.json.gz"):
+        done = cli("merge", *inputs, "-o", output, "--dask", address, "--spool-dir", SPOOL)
+        assert done.returncode == 1
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "damaged/rank6_trace.json.gz" in lines[0], lines
+    assert not (tmp_path / "out.json.gz").exists()
+    wait_idle(cluster[1])
+    assert keys(s3) == [] and s3.list_multipart_uploads(Bucket=RUNS).get("Uploads", []) == []
+    assert files_in(worker_tmp) == []
+
+
 def test_ranks_without_events_before_the_first_with_events(sixteen, cluster, s3, tmp_path):
     """The pieces of ranks that write nothing open the output with no event:
     the first piece with events must not begin with a separator."""

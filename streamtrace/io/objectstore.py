@@ -235,14 +235,12 @@ def assemble_s3(output: str, parts: list[tuple[str, int]], *, overwrite: bool) -
         return {"PartNumber": number, "ETag": copied["CopyPartResult"]["ETag"]}
 
     try:
-        with ThreadPoolExecutor(COPIES_AT_ONCE) as copying:
+        copying = ThreadPoolExecutor(COPIES_AT_ONCE)
+        try:
             pending = [copying.submit(copy, number) for number in range(1, len(copies) + 1)]
-            try:
-                done = [future.result() for future in pending]
-            except BaseException:
-                for future in pending:
-                    future.cancel()
-                raise
+            done = [future.result() for future in pending]
+        finally:  # on a failure or a stop: the copies not started are dropped, those under way not waited for
+            copying.shutdown(wait=False, cancel_futures=True)
         stop_if_requested()
         fs.invalidate_cache(path)
         if not overwrite and fs.exists(path):
