@@ -71,11 +71,13 @@ class RunStore:
         return fs.exists(marker)
 
     def put(self, local: str) -> str:
-        """Upload a task's file under its own name; returns the object's URL.
+        """Upload a task's file under a name of its own; returns the object's URL.
 
-        An upload that ends after the run stopped is deleted again (see the
-        module's note), and says so as the task's error."""
-        url = self.object_url(os.path.basename(local))
+        (Names unique in one worker's directory may meet another worker's:
+        each gets a random prefix.)  An upload that ends after the run
+        stopped is deleted again (see the module's note), and says so as the
+        task's error."""
+        url = self.object_url(f"{uuid.uuid4().hex[:12]}-{os.path.basename(local)}")
         fs, path = _filesystem(url)
         try:
             if not self.is_live():
