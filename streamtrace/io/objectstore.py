@@ -22,12 +22,12 @@ through the coordinator.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
 import shutil
 import tempfile
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
@@ -211,6 +211,8 @@ def assemble_s3(output: str, parts: list[tuple[str, int]], *, overwrite: bool) -
     (of a whole object, or a range of one over 5 GiB), several at a time.
     Every object but the last must have at least 5 MiB.  Nothing appears
     unless every part is copied; a failure aborts the upload."""
+    from fsspec.asyn import sync  # (the s3 extra's: _filesystem has checked it is there)
+
     fs, path = _filesystem(output)
     bucket, key, _ = fs.split_path(path)
     copies = []
@@ -231,18 +233,23 @@ def assemble_s3(output: str, parts: list[tuple[str, int]], *, overwrite: bool) -
 
     upload = call("start the upload", "create_multipart_upload")["UploadId"]
 
-    def copy(number: int) -> dict:
-        copied = call("copy a fragment into the output", "upload_part_copy", UploadId=upload, PartNumber=number,
-                      **copies[number - 1])
-        return {"PartNumber": number, "ETag": copied["CopyPartResult"]["ETag"]}
+    async def copy_all() -> list[dict]:
+        """Every part's copy, :data:`COPIES_AT_ONCE` under way at a time (on fsspec's event loop)."""
+        turn = asyncio.Semaphore(COPIES_AT_ONCE)
+
+        async def copy(number: int) -> dict:
+            async with turn:
+                copied = await fs._call_s3("upload_part_copy", Bucket=bucket, Key=key, UploadId=upload,
+                                           PartNumber=number, **copies[number - 1])
+            return {"PartNumber": number, "ETag": copied["CopyPartResult"]["ETag"]}
+
+        return await asyncio.gather(*(copy(number) for number in range(1, len(copies) + 1)))
 
     try:
-        copying = ThreadPoolExecutor(COPIES_AT_ONCE)
         try:
-            pending = [copying.submit(copy, number) for number in range(1, len(copies) + 1)]
-            done = [future.result() for future in pending]
-        finally:  # on a failure or a stop: the copies not started are dropped, those under way not waited for
-            copying.shutdown(wait=False, cancel_futures=True)
+            done = sync(fs.loop, copy_all)
+        except Exception as exc:
+            raise TransferError(f"cannot copy a fragment into the output: {failure_reason(exc)}", path=output) from None
         stop_if_requested()
         fs.invalidate_cache(path)
         if not overwrite and fs.exists(path):
