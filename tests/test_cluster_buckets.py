@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from typing import Iterator
 
 import orjson
 import pytest
+import zstandard
 from bucket_servers import S3_SETTINGS, counting_proxy, object_server, s3_environment
 from dask_faults import kill_a_busy_worker_during
 
@@ -168,9 +170,13 @@ def test_a_16_rank_merge_with_the_spool_in_a_bucket_equals_one_process(sixteen, 
     pattern = f"s3://{TRACES}/small/rank*_trace.json.gz"  # listed in the bucket
     streamtrace.merge(pattern, f"s3://{RUNS}/out/merged.json", dask=address, spool_dir=SPOOL)
     streamtrace.merge(urls, f"s3://{RUNS}/out/merged.json.gz", dask=address, spool_dir=SPOOL)
+    streamtrace.merge(urls, f"s3://{RUNS}/out/merged.json.zst", dask=address, spool_dir=SPOOL)
     assert digest(fetched(s3, "out/merged.json")) == digest(alone)
-    assert digest(gzip.decompress(fetched(s3, "out/merged.json.gz"))) == digest(alone)  # one gzip member per part
-    assert keys(s3) == ["out/merged.json", "out/merged.json.gz"]
+    assert digest(gzip.decompress(fetched(s3, "out/merged.json.gz"))) == digest(alone)  # one gzip member per rank
+    frames = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(fetched(s3, "out/merged.json.zst")),
+                                                        read_across_frames=True)
+    assert digest(frames.read()) == digest(alone)  # one frame per rank
+    assert keys(s3) == ["out/merged.json", "out/merged.json.gz", "out/merged.json.zst"]
     assert s3.list_multipart_uploads(Bucket=RUNS).get("Uploads", []) == []
     assert files_in(worker_tmp) == []  # each task's scratch went with it
     clear(s3)

@@ -294,8 +294,12 @@ def remove_tree(path: str) -> None:
 def _check_workers(client: Any, address: str, store: RunStore | None) -> None:
     """Refuse a cluster whose workers run another streamtrace (or none), or
     cannot reach the run's prefix, before any task fails there."""
-    here = metadata.version("streamtrace")
-    for worker, version in client.run(metadata.version, "streamtrace", on_error="return").items():
+    try:
+        here = metadata.version("streamtrace")
+    except metadata.PackageNotFoundError:  # this process runs a source tree, not an installation: nothing to compare
+        here = None
+    versions = {} if here is None else client.run(metadata.version, "streamtrace", on_error="return")
+    for worker, version in versions.items():
         if isinstance(version, BaseException):
             raise TraceError(f"--dask {address}: the worker at {worker} has no streamtrace installed (this process "
                              f"runs {here}); install it on every worker")
