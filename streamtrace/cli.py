@@ -254,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("-o", "--output", help="output path or '-' (default: merged_compacted.json.gz, or "
                                             "pp_traces_merged_compacted.json.gz with PP annotations, beside the inputs)")
     cmd.add_argument("--ranks", metavar="LIST", help="only these global ranks, e.g. 0-7,12")
+    cmd.add_argument("--per-stage", action="store_true",
+                     help="-o is a directory: one file per PP stage (pp_stage<N>.json.gz), written in parallel; "
+                          "SEND->RECV arrows between stages are counted")
     cmd.add_argument("--no-compact", action="store_true", help="keep the GPU streams as they are")
     _original_stream(cmd)
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
@@ -692,7 +695,8 @@ def _merge_view(summary: dict) -> Rows:
     rows = [
         ("merged", f"{summary['ranks']} ranks ({_listed([str(entry['global_rank']) for entry in ranks], 8)}; "
                    f"rank from {' / '.join(rules)})"),
-        ("output", summary["output"]),
+        ("output", summary["output"] if "stages" not in summary else
+         f"{len(summary['stages'])} files, one per PP stage ({_listed(summary['output'], 4)})"),
         ("time", f"aligned on {summary['time_alignment']}, offsets up to {max(offsets):,} us"),
         ("order", summary["pp_order"]),
         _events(summary),
@@ -709,7 +713,10 @@ def _merge_view(summary: dict) -> Rows:
     unmatched = [f"{key} {value}" for key, value in summary.items() if key.endswith("_unmatched") and value]
     if unmatched:
         rows.append(("unmatched", ", ".join(unmatched) + " (usually the capture window cut a pipeline step)"))
-    if summary.get("pp_send_recv_peer_stage_absent"):
+    if "stages" in summary:
+        rows.append(("across stages", f"{summary['pp_cross_stage_arrows']:,} SEND->RECV arrows join two stages' files "
+                                      "(counted, not drawn)"))
+    elif summary.get("pp_send_recv_peer_stage_absent"):
         missing = summary["pp_ranks_not_merged"]
         rows.append(("no peer", f"{summary['pp_send_recv_peer_stage_absent']:,} SEND/RECV blocks have their peer stage "
                                 + (f"on ranks not merged (global ranks {_listed([str(rank) for rank in missing], 8)})"
@@ -863,6 +870,7 @@ def _run_merge(args: argparse.Namespace) -> None:
         args.inputs, args.output, compact=not args.no_compact, original_stream=not args.no_original_stream,
         pp_flows=not args.no_pp_flows, ranks=args.ranks, overwrite=args.overwrite, rules=args.rules,
         compress=args.compress, level=args.level, redact=_redaction(args), **_reading(args), dask=args.dask,
+        per_stage=args.per_stage,
     )
     report("merge", summary, args, to_stderr=args.output == "-")
 

@@ -84,6 +84,18 @@ def test_merge_on_the_cluster_equals_one_process(sixteen, address, tmp_path):
     assert list(spooled.iterdir()) == []
 
 
+def test_per_stage_files_are_written_by_the_cluster_as_one_process_writes_them(sixteen, address, tmp_path):
+    """Each stage's file is one task; the files are those of the run in this process."""
+    alone = streamtrace.merge(sixteen, tmp_path / "alone", per_stage=True, jobs=1)
+    spooled = spool(tmp_path)
+    summary = streamtrace.merge(sixteen, tmp_path / "cluster", per_stage=True, dask=address, spool_dir=str(spooled))
+    names = [f"pp_stage{stage}.json.gz" for stage in range(4)]
+    assert sorted(os.listdir(tmp_path / "cluster")) == names
+    assert [digest(tmp_path / "cluster" / name) for name in names] == [digest(tmp_path / "alone" / name) for name in names]
+    assert summary["pp_cross_stage_arrows"] == alone["pp_cross_stage_arrows"] > 0
+    assert list(spooled.iterdir()) == []
+
+
 def test_merge_takes_the_cluster_from_the_environment(sixteen, address, tmp_path, monkeypatch):
     streamtrace.merge(rank_files(sixteen)[:4], tmp_path / "alone.json.gz", jobs=1)
     monkeypatch.setenv("STREAMTRACE_DASK", address)
