@@ -713,10 +713,10 @@ def _merge_view(summary: dict) -> Rows:
     unmatched = [f"{key} {value}" for key, value in summary.items() if key.endswith("_unmatched") and value]
     if unmatched:
         rows.append(("unmatched", ", ".join(unmatched) + " (usually the capture window cut a pipeline step)"))
-    if "stages" in summary:
+    if "pp_cross_stage_arrows" in summary:
         rows.append(("across stages", f"{summary['pp_cross_stage_arrows']:,} SEND->RECV arrows join two stages' files "
                                       "(counted, not drawn)"))
-    elif summary.get("pp_send_recv_peer_stage_absent"):
+    elif summary.get("pp_send_recv_peer_stage_absent") and "stages" not in summary:
         missing = summary["pp_ranks_not_merged"]
         rows.append(("no peer", f"{summary['pp_send_recv_peer_stage_absent']:,} SEND/RECV blocks have their peer stage "
                                 + (f"on ranks not merged (global ranks {_listed([str(rank) for rank in missing], 8)})"

@@ -171,7 +171,7 @@ def test_an_upload_cut_every_time_is_one_line_and_leaves_nothing(proxy, s3, smal
     url = f"s3://{BUCKET}/cut/upload_always.json"
     proxy.fault = lambda method, path, headers: CUT_REQUEST if upload_parts(method, path) else None
     status, _, lines = run_main(["convert", str(TRACE), url], capsys)
-    one_line(status, lines, url, "cannot upload: ")
+    one_line(status, lines, url, "cannot upload: the connection was closed")
     assert proxy.faults["cut request"] > 1
     nothing_left(s3, "cut/upload_always")
 
@@ -194,6 +194,7 @@ def test_slowdown_is_answered_with_retries(proxy, s3, small_parts, tmp_path):  #
     assert open_uploads(s3) == []
 
 
+@pytest.mark.slow
 def test_slowdown_that_persists_is_one_line_and_leaves_nothing(proxy, s3, few_attempts, capsys):  # noqa: F811
     url = f"s3://{BUCKET}/slow/always.json"
     proxy.fault = lambda method, path, headers: s3_error(503, "SlowDown") if upload_parts(method, path) else None

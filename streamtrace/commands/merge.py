@@ -732,7 +732,7 @@ def _per_stage(indexed: list[RankIndex], directory: str, destinations: Destinati
         **summed,
         "output": list(finals.values()),
         "time_offsets_us": {rank: offset for entry in per_stage for rank, offset in entry["time_offsets_us"].items()},
-        "pp_cross_stage_arrows": sum(1 for arrow in whole.arrows if arrow[5] != arrow[6]),
+        **({"pp_cross_stage_arrows": sum(1 for arrow in whole.arrows if arrow[5] != arrow[6])} if pp_flows else {}),
         "stages": per_stage,
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
