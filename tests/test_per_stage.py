@@ -14,6 +14,7 @@ from streamtrace.synth import SynthConfig, write_traces
 
 SMALL = dict(microbatches=2, steps=1, graph_kernels=8, graph_streams=4, eager_kernels=4, python_noise=1)
 STAGES, REPLICAS = 4, 4
+WRITE_STAGE = merge_module._write_stage
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +117,21 @@ def test_stage_files_appear_all_or_none(tmp_path, monkeypatch):
     with pytest.raises(TraceError, match="pp_stage1.json.gz.*appeared while this run was writing it"):
         merge(tmp_path / "run", out, per_stage=True, jobs=1)
     assert sorted(os.listdir(out)) == ["pp_stage1.json.gz"] and (out / "pp_stage1.json.gz").read_bytes() == b"theirs"
+
+
+def failing_stage_one(job):
+    """A stage task (module level: the pool's tasks go by name) that fails for stage 1."""
+    if job.path.endswith("pp_stage1.json.gz"):
+        raise TraceError("stage 1 failed", path=job.path)
+    return WRITE_STAGE(job)
+
+
+def test_a_stage_failing_leaves_nothing(tmp_path, monkeypatch):
+    """One stage's task fails in a worker: no stage file, not the directory the run made, no spool left."""
+    write_traces(SynthConfig(ranks=4, pp_stages=2, **SMALL), tmp_path / "run", compress="none", merged=False)
+    monkeypatch.setattr(merge_module, "_write_stage", failing_stage_one)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with pytest.raises(TraceError, match="stage 1 failed"):
+        merge(tmp_path / "run", tmp_path / "new" / "stages", per_stage=True, jobs=2, spool_dir=str(spool))
+    assert not (tmp_path / "new").exists() and os.listdir(spool) == []
