@@ -115,6 +115,28 @@ def test_a_store_without_conditional_writes_gets_the_output_all_the_same(proxy, 
     assert body == (tmp_path / "local.json").read_bytes() and open_uploads(s3) == []
 
 
+def test_a_client_too_old_to_ask_the_condition_completes_without_it(proxy, s3, tmp_path):  # noqa: F811
+    """botocore before 1.35.20 refuses the IfNoneMatch parameter itself (ParamValidationError)."""
+    from botocore.exceptions import ParamValidationError
+
+    url = f"s3://{BUCKET}/old_client/out.json"
+    fs = remote._filesystem(url)[0]  # the instance the run gets (fsspec hands out one per options)
+    fs.connect()
+    refused = []
+
+    def unknown_parameter(params, **kwargs):
+        if "IfNoneMatch" in params:
+            refused.append(params["Key"])
+            raise ParamValidationError(report="Unknown parameter in input: \"IfNoneMatch\"")
+
+    fs.s3.meta.events.register("before-parameter-build.s3.CompleteMultipartUpload", unknown_parameter)
+    streamtrace.convert(SMALL, tmp_path / "local.json")
+    streamtrace.convert(SMALL, url)
+    assert refused == ["old_client/out.json"]
+    body = s3.get_object(Bucket=BUCKET, Key="old_client/out.json")["Body"].read()
+    assert body == (tmp_path / "local.json").read_bytes() and open_uploads(s3) == []
+
+
 # --- connections cut ----------------------------------------------------------------------------------
 
 

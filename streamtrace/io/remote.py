@@ -147,16 +147,21 @@ class RemoteUpload:
     ``exclusive``: the object is created only if no object has the name when
     the upload completes (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``),
     so of two runs completing at once exactly one succeeds; :meth:`commit`
-    raises :class:`FileExistsError` for the other.  A store that answers the
-    condition with 501 Not Implemented gets the upload completed without it
-    (the caller checks the name just before).
+    raises :class:`FileExistsError` for the other.  Where the condition
+    cannot be asked (an s3fs or botocore too old to send it) or is not
+    taken (a store answering 501 Not Implemented), the upload is completed
+    without it: the caller checks the name just before.
     """
 
     def __init__(self, url: str, *, exclusive: bool = False) -> None:
         self.url = url
         fs, path = _filesystem(url)
-        self._file = self._call("start the upload", fs.open, path, "xb" if exclusive else "wb", autocommit=False,
-                                block_size=UPLOAD_PART)
+        try:
+            self._file = fs.open(path, "xb" if exclusive else "wb", autocommit=False, block_size=UPLOAD_PART)
+        except ValueError:  # a filesystem without exclusive writes
+            self._file = self._call("start the upload", fs.open, path, "wb", autocommit=False, block_size=UPLOAD_PART)
+        except Exception as exc:
+            raise TransferError(f"cannot start the upload: {failure_reason(exc)}", path=self.url) from None
 
     def _call(self, doing: str, function, *args, **kwargs):
         try:
@@ -178,7 +183,7 @@ class RemoteUpload:
         except Exception as exc:
             if _name_taken(exc):
                 raise FileExistsError(self.url) from None
-            if "x" not in self._file.mode or _status_of(exc)[0] != 501:
+            if "x" not in self._file.mode or not _condition_refused(exc):
                 raise TransferError(f"cannot complete the upload: {failure_reason(exc)}", path=self.url) from None
             self._file.mode = "wb"  # the store does not take the condition: the caller's check stands alone
             self._call("complete the upload", self._file.commit)
@@ -198,6 +203,18 @@ class RemoteUpload:
             except Exception:  # failed again: the bucket's lifecycle rules reclaim the parts
                 pass
         self._file.closed = True  # nothing to upload when the object is collected
+
+
+def _condition_refused(exc: BaseException) -> bool:
+    """Did the completion fail for its condition alone: the store does not
+    implement it (HTTP 501), or the client does not know the parameter
+    (botocore's ParamValidationError, before 1.35.20)?"""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == "ParamValidationError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return _status_of(exc)[0] == 501
 
 
 def _name_taken(exc: BaseException) -> bool:
