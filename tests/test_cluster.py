@@ -171,6 +171,50 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     client.wait_for_workers(2, timeout=60)  # the nanny starts a new one for the tests after this
 
 
+@pytest.mark.slow
+def test_a_worker_killed_while_writing_a_stage_is_replaced_and_the_files_are_the_same(cluster, tmp_path):
+    """The workers are killed (SIGKILL) once a stage's file is well under way
+    (a ``.part`` file in the output's hidden folder past 60% of a stage's
+    size, so past its first rank): Dask runs the stages again."""
+    local, client = cluster
+    ranks = tmp_path / "ranks"
+    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
+                             graph_streams=4), ranks, compress="none", merged=False)
+    streamtrace.merge(ranks, tmp_path / "alone", per_stage=True, jobs=1)
+    smallest = min(path.stat().st_size for path in (tmp_path / "alone").iterdir())
+    outcome: dict = {}
+    spooled = spool(tmp_path)
+
+    def run() -> None:
+        try:
+            outcome["summary"] = streamtrace.merge(ranks, tmp_path / "cluster", per_stage=True,
+                                                   dask=local.scheduler_address, spool_dir=str(spooled))
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    merging = threading.Thread(target=run)
+    merging.start()
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and merging.is_alive() and time.monotonic() < deadline:
+        writing = [part for part in (tmp_path / "cluster").glob(".streamtrace-batch-*/.*.part")
+                   if part.stat().st_size > 0.6 * smallest]
+        busy = [worker for worker, keys in client.processing().items() if keys]
+        if writing and busy:
+            victims = client.run(os.getpid, workers=busy)  # (which one writes which stage is not known)
+            for victim in victims.values():
+                os.kill(victim, signal.SIGKILL)
+        time.sleep(0.01)
+    merging.join(120)
+    assert victim is not None, "no stage was seen being written"
+    assert "error" not in outcome, outcome.get("error")
+    names = ["pp_stage0.json.gz", "pp_stage1.json.gz"]
+    assert sorted(os.listdir(tmp_path / "cluster")) == names
+    assert [digest(tmp_path / "cluster" / name) for name in names] == [digest(tmp_path / "alone" / name) for name in names]
+    assert list(spooled.iterdir()) == []
+    client.wait_for_workers(2, timeout=60)
+
+
 def test_the_coordinator_stays_small_while_merging_64_ranks(address, tmp_path):
     write_traces(SynthConfig(ranks=64, pp_stages=4, **SMALL), tmp_path / "ranks", compress="gz", merged=False)
     coordinator = ("import sys, orjson, streamtrace; sys.stdout.buffer.write(orjson.dumps(streamtrace.merge("

@@ -774,24 +774,30 @@ class _StageWrite:
 
 
 def _write_stage(job: _StageWrite) -> tuple[int, dict]:
-    """One stage's file (a task); returns its events written and its redaction summary."""
-    target = OutputTarget(job.path, compress=job.compress, level=job.level, redactor=Redactor.from_options(job.redact))
+    """One stage's file (a task); returns its events written and its redaction summary.
+
+    The task can run again (Dask reruns a task whose worker died): it keeps
+    the ranks' states and spools, and replaces a file an earlier attempt left."""
+    target = OutputTarget(job.path, overwrite=True, compress=job.compress, level=job.level,
+                          redactor=Redactor.from_options(job.redact))
     with target.open() as out:
         writer = TraceWriter(out, job.header, target.redactor)
         for call in job.ranks:
-            _emit_rank(*call, writer)
+            _emit_rank(*call, writer, keep=True)
         _close_output(writer, job.arrows, job.trailer)
     return writer.events_written, redaction_summary(target.redactor)
 
 
 def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer: TraceWriter,
-               meter: Progress | None = None) -> int:
-    """Pass 2 of one rank into ``writer``; returns the events written."""
+               meter: Progress | None = None, *, keep: bool = False) -> int:
+    """Pass 2 of one rank into ``writer``; returns the events written.  The
+    rank's state and spool are deleted, unless ``keep`` (they go with the run's directory)."""
     with open(state_path, "rb") as state:
         parked: _Parked = pickle.load(state)
     before = writer.events_written
-    emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter)
-    os.unlink(state_path)
+    emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter, keep=keep)
+    if not keep:
+        os.unlink(state_path)
     del parked
     gc.collect()  # the plan's patcher closures make cycles holding this rank's arrays
     return writer.events_written - before
