@@ -75,7 +75,7 @@ from .mergedindex import MergedIndex, resolve
 
 TRACE_SUFFIX = re.compile(r"\.json(\.gz|\.zst)?$", re.IGNORECASE)
 OWN_OUTPUT = re.compile(r"_(compacted|relinked)\.json")  # what compact and relink write beside their input
-STAGE_FILE = re.compile(r"pp_stage(\d+)\.json(\.gz|\.zst)?")  # merge --per-stage's files
+STAGE_FILE = re.compile(r"pp_stage\d+\.json(\.gz|\.zst)?")  # merge --per-stage's files
 STAGE_SUFFIX = {None: ".json.gz", "gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
@@ -742,7 +742,7 @@ def _per_stage(indexed: list[RankIndex], directory: str, destinations: Destinati
 def _stages(facts: list[RankFacts]) -> dict[int, list[int]]:
     """Input positions by PP stage (each rank's index in its PP process
     group), stages in order; refused when the ranks have no stages."""
-    pp_ranks, pipelines, order_source = pp_order(facts)
+    pp_ranks, pipelines, _ = pp_order(facts)
     if pipelines[0] is None:
         without = [fact.rank for fact in facts if fact.pp_group is None or fact.rank not in fact.pp_group]
         raise TraceError(f"--per-stage needs every rank's PP stage (its PP process group in distributedInfo); "
