@@ -137,6 +137,25 @@ def test_a_client_too_old_to_ask_the_condition_completes_without_it(proxy, s3, t
     assert body == (tmp_path / "local.json").read_bytes() and open_uploads(s3) == []
 
 
+def test_a_filesystem_without_exclusive_writes_uploads_all_the_same(s3, tmp_path, monkeypatch):  # noqa: F811
+    """Older fsspec and s3fs refuse the mode "xb" when the file is opened."""
+    opened = []
+    open_file = s3fs.S3FileSystem._open
+
+    def without_x(fs, path, mode="rb", **kwargs):
+        opened.append(mode)
+        if "x" in mode:
+            raise NotImplementedError("File mode not supported")
+        return open_file(fs, path, mode, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_open", without_x)
+    streamtrace.convert(SMALL, tmp_path / "local.json")
+    streamtrace.convert(SMALL, f"s3://{BUCKET}/no_x/out.json")
+    assert opened == ["xb", "wb"]
+    body = s3.get_object(Bucket=BUCKET, Key="no_x/out.json")["Body"].read()
+    assert body == (tmp_path / "local.json").read_bytes() and open_uploads(s3) == []
+
+
 # --- connections cut ----------------------------------------------------------------------------------
 
 

@@ -158,7 +158,7 @@ class RemoteUpload:
         fs, path = _filesystem(url)
         try:
             self._file = fs.open(path, "xb" if exclusive else "wb", autocommit=False, block_size=UPLOAD_PART)
-        except ValueError:  # a filesystem without exclusive writes
+        except (ValueError, NotImplementedError):  # an fsspec or s3fs without exclusive writes
             self._file = self._call("start the upload", fs.open, path, "wb", autocommit=False, block_size=UPLOAD_PART)
         except Exception as exc:
             raise TransferError(f"cannot start the upload: {failure_reason(exc)}", path=self.url) from None
