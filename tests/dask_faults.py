@@ -5,31 +5,33 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 
-def kill_a_busy_worker_during(run: Callable[[], Any], client: Any, *, timeout: float = 300) -> tuple[int | None, dict]:
-    """``run()`` in a thread while the first worker seen holding a task is
-    killed (SIGKILL, at once: waiting to be "well into" a task lets short
-    tasks slip by).  Returns the killed process's id (None: no task was seen
-    running) and ``{"result": ...}`` or ``{"error": exception}``."""
+def kill_workers_during(client, merging: Callable[[], dict], targets: Callable[[list[str]], list[str]]
+                        ) -> tuple[dict, list[int]]:
+    """Run ``merging`` in a thread and SIGKILL, once, the workers that
+    ``targets`` picks among those holding a task (asked again and again
+    until it picks some); returns its outcome and the pids killed."""
     outcome: dict = {}
 
-    def capture() -> None:
+    def run() -> None:
         try:
-            outcome["result"] = run()
-        except BaseException as exc:  # handed to the test's thread
+            outcome["summary"] = merging()
+        except BaseException as exc:  # handed to the test thread
             outcome["error"] = exc
 
-    running = threading.Thread(target=capture)
-    running.start()
-    victim = None
+    thread = threading.Thread(target=run)
+    thread.start()
+    killed: list[int] = []
     deadline = time.monotonic() + 60
-    while victim is None and running.is_alive() and time.monotonic() < deadline:
-        busy = [worker for worker, held in client.processing().items() if held]
-        if busy:
-            victim = client.run(os.getpid, workers=busy[:1])[busy[0]]
-            os.kill(victim, signal.SIGKILL)
+    while not killed and thread.is_alive() and time.monotonic() < deadline:
+        busy = [worker for worker, keys in client.processing().items() if keys]
+        chosen = targets(busy) if busy else []
+        if chosen:
+            killed = list(client.run(os.getpid, workers=chosen).values())
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
-    running.join(timeout)
-    return victim, outcome
+    thread.join(120)
+    return outcome, killed

@@ -24,7 +24,7 @@ import orjson
 import pytest
 import zstandard
 from bucket_servers import S3_SETTINGS, counting_proxy, object_server, s3_environment
-from dask_faults import kill_a_busy_worker_during
+from dask_faults import kill_workers_during
 
 import streamtrace
 from streamtrace.commands.batch import batch
@@ -239,9 +239,10 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     address, client, _ = cluster
     ranks, urls = generated(s3, tmp_path, "killed", ranks=4, pp_stages=2, target_bytes=6_000_000, compress="none")
     streamtrace.merge(ranks, tmp_path / "alone.json.gz", jobs=1)
-    victim, outcome = kill_a_busy_worker_during(
-        lambda: streamtrace.merge(urls, f"s3://{RUNS}/killed.json.gz", dask=address, spool_dir=SPOOL), client)
-    assert victim is not None, "no task was seen running"
+    outcome, killed = kill_workers_during(
+        client, lambda: streamtrace.merge(urls, f"s3://{RUNS}/killed.json.gz", dask=address, spool_dir=SPOOL),
+        lambda busy: busy[:1])
+    assert killed, "no task was seen running"
     assert "error" not in outcome, outcome.get("error")
     merged = gzip.decompress(fetched(s3, "killed.json.gz"))
     assert digest(merged) == digest(gzip.decompress((tmp_path / "alone.json.gz").read_bytes()))

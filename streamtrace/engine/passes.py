@@ -269,10 +269,11 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
 
 @gc_paused()
 def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *,
-                progress: Progress | None = None, workers: EmitWorkers | None = None) -> None:
+                progress: Progress | None = None, workers: EmitWorkers | None = None, keep: bool = False) -> None:
     """The event part of pass 2: spooled lines through ``plan`` (here, or in
     ``workers``), then its appended events, into an open ``writer``
-    (``merge`` writes several spools into one writer).  Deletes the spool."""
+    (``merge`` writes several spools into one writer).  Deletes the spool
+    unless ``keep`` (a task that may run again reads it again)."""
     if spool is None:
         raise ValueError("emit_pass needs an index pass run with keep_events=True")
     total = None if plan.actions is None else len(plan.actions)
@@ -296,7 +297,8 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
         for batch in batches(plan.appended(), SPOOL_BATCH):
             writer.events(batch)
     finally:
-        spool.close()
+        if not keep:
+            spool.close()
         if progress is not None:
             progress.done()
 

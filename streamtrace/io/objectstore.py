@@ -34,7 +34,7 @@ from typing import BinaryIO, Iterator
 
 from ..errors import TraceError, TransferError
 from ..resources import stop_if_requested
-from .remote import _filesystem, failure_reason, scheme_of
+from .remote import _condition_refused, _filesystem, _name_taken, failure_reason, scheme_of
 
 LIVE_MARKER = ".live"
 RUN_PREFIX = "streamtrace-run-"
@@ -252,9 +252,19 @@ def assemble_s3(output: str, parts: list[tuple[str, int]], *, overwrite: bool) -
             raise TransferError(f"cannot copy a fragment into the output: {failure_reason(exc)}", path=output) from None
         stop_if_requested()
         fs.invalidate_cache(path)
+        appeared = TraceError("appeared while this run was writing it; pass --overwrite to replace it", path=output)
         if not overwrite and fs.exists(path):
-            raise TraceError("appeared while this run was writing it; pass --overwrite to replace it", path=output)
-        call("complete the upload", "complete_multipart_upload", UploadId=upload, MultipartUpload={"Parts": done})
+            raise appeared
+        finish = {"UploadId": upload, "MultipartUpload": {"Parts": done}}
+        try:  # without overwrite, only if the name is still free when it completes (as RemoteUpload does)
+            fs.call_s3("complete_multipart_upload", Bucket=bucket, Key=key, **finish,
+                       **({} if overwrite else {"IfNoneMatch": "*"}))
+        except Exception as exc:
+            if _name_taken(exc):
+                raise appeared from None
+            if overwrite or not _condition_refused(exc):
+                raise TransferError(f"cannot complete the upload: {failure_reason(exc)}", path=output) from None
+            call("complete the upload", "complete_multipart_upload", **finish)  # the store ignores conditions
     except BaseException:
         try:
             fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload)
