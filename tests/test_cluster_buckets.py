@@ -216,6 +216,14 @@ def test_a_damaged_rank_stops_the_run_in_one_line_and_the_prefix_goes(sixteen, c
     assert files_in(worker_tmp) == []
 
 
+def test_per_stage_files_need_a_shared_directory(sixteen, cluster, s3, tmp_path):
+    """--per-stage's tasks write the stages' files into the output directory themselves."""
+    _, urls = sixteen
+    with pytest.raises(TraceError, match="--per-stage's tasks write the stages' files"):
+        streamtrace.merge(urls, str(tmp_path / "stages") + "/", per_stage=True, dask=cluster[0], spool_dir=SPOOL)
+    assert keys(s3) == [] and not (tmp_path / "stages").exists()
+
+
 def test_ranks_without_events_before_the_first_with_events(sixteen, cluster, s3, tmp_path):
     """The pieces of ranks that write nothing open the output with no event:
     the first piece with events must not begin with a separator."""
