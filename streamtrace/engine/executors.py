@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ..errors import TraceError
 from ..io.objectstore import RunStore, reachable
 from ..io.progress import Progress
-from ..io.scratch import spool_writes
+from ..io.scratch import check_local_spool_dir, spool_writes
 from ..resources import forking, frozen_heap
 from .jobs import die_with_parent
 from .parallel import can_fork
@@ -101,9 +101,8 @@ class TaskRunner:
 
     def __enter__(self) -> "TaskRunner":
         bucket = self.spool_dir is not None and "://" in self.spool_dir
-        if bucket and not self.distributed:
-            raise TraceError(f"--spool-dir {self.spool_dir}: a bucket holds the spool of --dask runs only (merge, "
-                             "analyze); here give a local directory")
+        if not self.distributed:
+            check_local_spool_dir(self.spool_dir)
         if self.distributed:
             if self.spool_dir is None:
                 raise TraceError("--dask needs --spool-dir: a directory that every worker and this process share, "

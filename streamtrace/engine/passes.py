@@ -26,6 +26,7 @@ from ..io.reader import (
     raise_if_container_field,
     warn_if_slow_backend,
 )
+from ..io.scratch import check_local_spool_dir
 from ..io.sink import OutputTarget
 from ..io.source import InputSource
 from ..io.spool import EventSpool
@@ -141,6 +142,7 @@ def index_pass(
     :func:`emit_pass`, which deletes it).
     """
     started = time.perf_counter()
+    check_local_spool_dir(spool_dir)
     spool = EventSpool(spool_dir) if keep_events else None
 
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
