@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -215,6 +216,41 @@ def test_redacting_merge_comes_out_the_same_for_every_n(planted, tmp_path, small
         results.append((digest(out), without_timing(summary, "output")))
     assert results[0][1]["redaction"]["secrets_redacted"]
     assert results[1] == results[0] and results[2] == results[0]
+
+
+@pytest.mark.parametrize("kind", ["single", "merged"])
+def test_inspect_of_generated_traces_says_the_same_for_every_n(kind, generated, small_pieces):
+    summaries = [without_timing(streamtrace.inspect(generated[kind], jobs=jobs)) for jobs in (1, 2, 3)]
+    assert summaries[0]["graph_launches"]["count"] and summaries[0]["gpu_busy"]
+    assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
+
+
+def colliding_launches(path: Path) -> Path:
+    """Two ranks' GPU events whose ids also name a kernel launch of the other
+    rank, launched before or after them, by a graph launch or not, spread over
+    many 8 KiB chunks: which GPU events belong to a graph launch depends on
+    what came before each one."""
+    filler = [{"ph": "X", "cat": "cpu_op", "name": "aten::pad" + "x" * 60, "pid": 9, "tid": 1, "ts": n, "dur": 1}
+              for n in range(60)]
+    events: list[dict] = []
+    for round_ in range(40):
+        launchers = ((1, "cudaGraphLaunch"), (2, "cudaLaunchKernel"))
+        for pid, name in launchers if round_ % 4 else launchers[::-1]:
+            kernel = {"ph": "X", "cat": "kernel", "name": f"k{round_ % 3}", "pid": pid + 10, "tid": 7,
+                      "ts": 1000 * round_ + pid, "dur": 3.25, "args": {"correlation": round_}}
+            launch = {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": pid, "tid": 1,
+                      "ts": 1000 * round_, "dur": 1, "args": {"correlation": round_}}
+            gap = filler[:round_ % 7 * 9]
+            events += [kernel, *gap, launch] if (round_ + pid) % 3 else [launch, *gap, kernel]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_graph_launches_are_judged_the_same_for_every_n(tmp_path, small_pieces):
+    trace = colliding_launches(tmp_path / "collide.json")
+    summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]
+    assert summaries[0]["graph_launches"]["count"] == 40
+    assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
 
 
 def test_inspect_finds_the_same_secrets_for_every_n(planted, small_pieces):

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import os
 import random
 import re
 import stat
+from array import array
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REAL_TRACES, TRACES, events_of, load_json
 from hypothesis import given, settings
@@ -21,6 +24,7 @@ from hypothesis import strategies as st
 import streamtrace
 from streamtrace import cli
 from streamtrace.algo.busy import BusyTime
+from streamtrace.algo.corrset import CorrelationSet
 from streamtrace.io import parseproc, progress
 
 KERNEL_CATS = {"kernel", "Kernel"}
@@ -191,6 +195,39 @@ def test_busy_time_counts_slices_later_than_the_window():
     for start, end in ((10.0, 20.0), (30.0, 40.0), (50.0, 60.0), (0.0, 5.0)):
         busy.add(start, end)
     assert busy.total() == 35.0 and busy.late == 1  # disjoint, so still exact; but flagged
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 40)), max_size=300), st.integers(1, 8),
+       st.lists(st.integers(1, 50), min_size=1))
+def test_busy_time_is_the_same_whether_slices_come_one_by_one_or_in_runs(raw, window, runs):
+    """A split pass hands a GPU's slices over in runs (one per part): the figures must not depend on it."""
+    one, joined = BusyTime(window=window), BusyTime(window=window)
+    for start, length in raw:
+        one.add(float(start), float(start + length))
+    done = 0
+    for size in itertools.cycle(runs):
+        if done >= len(raw):
+            break
+        piece = raw[done:done + size]
+        joined.extend(array("d", [float(start) for start, _ in piece]), array("d", [float(s + n) for s, n in piece]))
+        done += size
+    assert (one.total(), one.late, one.slices, one.first, one.last) == \
+        (joined.total(), joined.late, joined.slices, joined.first, joined.last)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-5, 3000) | st.just(1 << 40)), st.lists(st.integers(-5, 3000) | st.just(1 << 40)),
+       st.lists(st.integers(-10, 4000)))
+def test_correlation_sets_join_from_exports(first, second, probes):
+    joined, part = CorrelationSet(), CorrelationSet()
+    for value in first:
+        joined.add(value)
+    for value in second:
+        part.add(value)
+    joined.update_exported(part.export())
+    assert joined.contains_each(np.array(probes + first + second, dtype=np.int64)).tolist() == \
+        [value in set(first) | set(second) for value in probes + first + second]
 
 
 def cut_before_gpu_events(tmp_path: Path) -> Path:

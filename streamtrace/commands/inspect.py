@@ -5,6 +5,7 @@ events, so memory stays flat however large the trace is.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from array import array
@@ -12,11 +13,13 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Callable, Iterable
 
+import numpy as np
+
 from ..algo.busy import BusyTime
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args, rank_from_process_name
-from ..algo.secrets import SecretFinder
+from ..algo.secrets import Findings, SecretFinder
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.destinations import Destinations
@@ -37,6 +40,7 @@ KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
 KERNEL_NAMES = 100_000
 OTHER_KERNELS = "(other kernel names)"
 TOP_KERNELS = 10
+TIME_SCALE = float(1 << 72)
 
 
 class InspectVisitor:
@@ -45,7 +49,15 @@ class InspectVisitor:
     ``visit`` runs once per event, so it is a closure over local variables
     with one dict update on the common path; rarer work (GPU events,
     launches, annotations, metadata, a pid's first events) is dispatched.
+
+    Pass-1 workers may index ranges of events (:meth:`take_part`,
+    :meth:`absorb`): counts add up, sets join, GPU slices reach the busy-time
+    sweep in event order, and a GPU event's graph launch is judged against
+    what the events before its range launched.
     """
+
+    splits_by_ranges = True
+    partial = False  # True in a pass-1 worker: keep what only the joined index can decide
 
     def __init__(self, secrets: SecretFinder | None = None) -> None:
         self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
@@ -53,6 +65,17 @@ class InspectVisitor:
             self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
             self.screen_batch = self.secrets.finder.suspicious  # ... and may run this first test elsewhere
         self.counts: dict[tuple, int] = {}
+        self.span = [float("inf"), float("-inf")]
+        self._clear()
+        handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
+        handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
+        handlers.update({cat: self._annotation for cat in ANNOTATION_CATEGORIES})
+        handlers[None] = self._metadata
+        self.visit = self._make_visit(handlers)
+
+    def _clear(self) -> None:
+        """Everything but the counts and the span, which the hot loop holds, as before the first event."""
+        self.key_ranks: dict[tuple, int] = {}  # the args.rank of each (ph, cat, pid)'s first event, if any
         self.pid_names: dict[object, str] = {}
         self.pid_rank_args: dict[object, int] = {}
         self.streams: dict[object, set] = defaultdict(set)
@@ -62,20 +85,14 @@ class InspectVisitor:
         self.graph_launches: dict[tuple, int] = {}
         self.graph_correlations: set = set()
         self.graph_gpu: dict[tuple, int] = defaultdict(int)
-        self.pending_pids: list = []
-        self.pending_index = array("i")
-        self.pending_corr = array("q")
-        self.pending_odd: list[tuple] = []
+        self.undecided = _Undecided()  # GPU events whose launch is not known to be a graph launch (yet)
         self.pp_counts: dict[tuple, int] = defaultdict(int)
-        self.span = [float("inf"), float("-inf")]
         self.bad_ts = 0
         self.busy: dict[object, BusyTime] = {}
-        self.kernels: dict[object, list] = {}  # name -> [count, total dur], at most KERNEL_NAMES names
-        handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
-        handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
-        handlers.update({cat: self._annotation for cat in ANNOTATION_CATEGORIES})
-        handlers[None] = self._metadata
-        self.visit = self._make_visit(handlers)
+        self.kernels: dict[object, list] = {}  # name -> [count, total dur in units of 2**-72 us, odd total]
+        self._graph_ids = (0, np.zeros(0, dtype=np.int64))  # graph correlations as an array, and how many
+        if self.secrets is not None:
+            self.secrets.findings = Findings()
 
     def _make_visit(self, handlers: dict) -> Callable[[dict], None]:
         counts = self.counts
@@ -107,11 +124,10 @@ class InspectVisitor:
 
     def _count_kind(self, key: tuple, event: dict) -> int:
         """First event of a (ph, cat, pid): look for ``args.rank`` (on all events or none)."""
-        pid = key[2]
-        if pid not in self.pid_rank_args:
-            rank = rank_from_args(event.get("args"))
-            if rank is not None:
-                self.pid_rank_args[pid] = rank
+        rank = rank_from_args(event.get("args"))
+        if rank is not None:
+            self.key_ranks[key] = rank
+            self.pid_rank_args.setdefault(key[2], rank)
         return 1
 
     def _odd_event(self, event: dict) -> None:
@@ -146,8 +162,10 @@ class InspectVisitor:
             return
         if correlation in self.graph_correlations:
             self.graph_gpu[(pid, correlation)] += 1
-        elif correlation not in self.any_launch:
-            self._defer(pid, correlation)
+        else:
+            launched = correlation in self.any_launch
+            if self.partial or not launched:  # (launched, and not by a graph launch: not a graph's event)
+                self.undecided.add(pid, correlation, launched)
 
     def _time_slice(self, pid: object, event: dict, ts: float, dur: float) -> None:
         """Busy time of the pid; count and total time of a kernel's name."""
@@ -157,27 +175,18 @@ class InspectVisitor:
         busy.add(ts, ts + dur)
         if event.get("cat") in KERNEL_CATEGORIES:
             name = event.get("name")
-            name = name if name.__class__ is str else str(name)
-            stats = self.kernels.get(name)
-            if stats is None:
-                if len(self.kernels) >= KERNEL_NAMES:  # hostile input: one name per kernel
-                    name = OTHER_KERNELS
-                stats = self.kernels.setdefault(name, [0, 0.0])
-            stats[0] += 1
-            stats[1] += dur
+            self._add_kernels(name if name.__class__ is str else str(name), 1, *_exact_total(dur))
 
-    def _defer(self, pid: object, correlation: object) -> None:
-        """A GPU event seen before any launch with its id: settle at the end."""
-        if type(correlation) is int and -(1 << 63) <= correlation < (1 << 63):
-            try:
-                position = self.pending_pids.index(pid)
-            except ValueError:
-                position = len(self.pending_pids)
-                self.pending_pids.append(pid)
-            self.pending_index.append(position)
-            self.pending_corr.append(correlation)
-        else:
-            self.pending_odd.append((pid, correlation))
+    def _add_kernels(self, name: str, count: int, total: int, odd: float) -> None:
+        """Count and total time of a kernel name (totals add exactly, in any order)."""
+        stats = self.kernels.get(name)
+        if stats is None:
+            if len(self.kernels) >= KERNEL_NAMES:  # hostile input: one name per kernel
+                name = OTHER_KERNELS
+            stats = self.kernels.setdefault(name, [0, 0, 0.0])
+        stats[0] += count
+        stats[1] += total
+        stats[2] += odd
 
     def _runtime(self, event: dict) -> None:
         args = event.get("args")
@@ -208,15 +217,134 @@ class InspectVisitor:
             if isinstance(args, dict) and isinstance(args.get("name"), str):
                 self.pid_names[event.get("pid")] = args["name"]
 
+    def take_part(self) -> dict:
+        """What was indexed since the last part (see :mod:`streamtrace.engine.indexworkers`)."""
+        part = {"counts": dict(self.counts), "key_ranks": self.key_ranks, "pid_names": self.pid_names,
+                "streams": dict(self.streams), "launches": {pid: ids.export() for pid, ids in self.launches.items()},
+                "launch_count": self.launch_count, "graph_launches": self.graph_launches,
+                "graph_correlations": self.graph_correlations, "graph_gpu": dict(self.graph_gpu),
+                "undecided": self.undecided, "pp_counts": dict(self.pp_counts), "span": tuple(self.span),
+                "bad_ts": self.bad_ts, "busy": {pid: busy.take_slices() for pid, busy in self.busy.items()},
+                "kernels": self.kernels,
+                "findings": self.secrets.findings if self.secrets is not None else None}
+        self.counts.clear()  # (in place: the hot loop holds them)
+        self.span[:] = [float("inf"), float("-inf")]
+        self._clear()
+        self.partial = True
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Add a worker's part; parts come in event order."""
+        counts, key_ranks = self.counts, part["key_ranks"]
+        for key, count in part["counts"].items():
+            have = counts.get(key)
+            if have is None:
+                counts[key] = count
+                if key in key_ranks:
+                    self.key_ranks[key] = key_ranks[key]
+                    self.pid_rank_args.setdefault(key[2], key_ranks[key])
+            else:
+                counts[key] = have + count
+        self._judge(part["undecided"])  # against the launches before the part, so first
+        self.pid_names.update(part["pid_names"])
+        for pid, tids in part["streams"].items():
+            self.streams[pid] |= tids
+        for pid, exported in part["launches"].items():
+            self.launches[pid].update_exported(exported)
+            self.any_launch.update_exported(exported)
+        self.launch_count += part["launch_count"]
+        for key, count in part["graph_launches"].items():
+            self.graph_launches[key] = self.graph_launches.get(key, 0) + count
+        self.graph_correlations |= part["graph_correlations"]
+        for key, count in part["graph_gpu"].items():
+            self.graph_gpu[key] += count
+        for key, count in part["pp_counts"].items():
+            self.pp_counts[key] += count
+        first, last = part["span"]
+        if first < self.span[0]:
+            self.span[0] = first
+        if last > self.span[1]:
+            self.span[1] = last
+        self.bad_ts += part["bad_ts"]
+        for pid, (starts, ends) in part["busy"].items():
+            busy = self.busy.get(pid)
+            if busy is None:
+                busy = self.busy[pid] = BusyTime()
+            busy.extend(starts, ends)
+        for name, (count, total, odd) in part["kernels"].items():
+            self._add_kernels(name, count, total, odd)
+        if self.secrets is not None:
+            self.secrets.findings.absorb(part["findings"], first_event)
+
+    def _judge(self, undecided: "_Undecided") -> None:
+        """A part's GPU events without a graph launch before them in the part:
+        counted when one came before the part, dropped when a launch that is
+        not a graph launch did, else left for :meth:`settle`."""
+        if self._graph_ids[0] != len(self.graph_correlations):
+            graph = np.array(sorted(value for value in self.graph_correlations if type(value) is int
+                                    and -(1 << 63) <= value < (1 << 63)), dtype=np.int64)
+            self._graph_ids = (len(self.graph_correlations), graph)
+        correlations = np.frombuffer(undecided.correlations, dtype=np.int64)
+        in_graph = np.isin(correlations, self._graph_ids[1])
+        positions = np.frombuffer(undecided.positions, dtype=np.int32)
+        if in_graph.any():
+            keys, times = np.unique(np.stack((positions[in_graph], correlations[in_graph]), axis=1), axis=0,
+                                    return_counts=True)
+            for (position, correlation), count in zip(keys.tolist(), times.tolist()):
+                self.graph_gpu[(undecided.pids[position], correlation)] += count
+        waiting = ~in_graph & (np.frombuffer(undecided.launched, dtype=np.uint8) == 0)
+        waiting &= ~self.any_launch.contains_each(correlations)
+        for at in np.flatnonzero(waiting).tolist():
+            self.undecided.add(undecided.pids[positions[at]], int(correlations[at]), False)
+        for pid, correlation, launched in undecided.odd:
+            if correlation in self.graph_correlations:
+                self.graph_gpu[(pid, correlation)] += 1
+            elif not launched and correlation not in self.any_launch:
+                self.undecided.add(pid, correlation, False)
+
     def settle(self) -> None:
-        """Count the deferred GPU events whose graph launch came later."""
+        """Count the undecided GPU events whose graph launch came later."""
         graph = self.graph_correlations
-        for position, correlation in zip(self.pending_index, self.pending_corr):
+        pids = self.undecided.pids
+        for position, correlation in zip(self.undecided.positions, self.undecided.correlations):
             if correlation in graph:
-                self.graph_gpu[(self.pending_pids[position], correlation)] += 1
-        for pid, correlation in self.pending_odd:
+                self.graph_gpu[(pids[position], correlation)] += 1
+        for pid, correlation, _ in self.undecided.odd:
             if correlation in graph:
                 self.graph_gpu[(pid, correlation)] += 1
+
+
+class _Undecided:
+    """GPU events (pid, correlation id) whose fate waits on launches not
+    seen yet, and whether a launch that is not a graph launch came first."""
+
+    def __init__(self) -> None:
+        self.pids: list = []
+        self.positions = array("i")  # in pids
+        self.correlations = array("q")
+        self.launched = bytearray()
+        self.odd: list[tuple] = []  # ids that are not 64-bit integers: (pid, id, launched)
+        self._last = (None, -1)
+
+    def add(self, pid: object, correlation: object, launched: bool) -> None:
+        if type(correlation) is not int or not -(1 << 63) <= correlation < (1 << 63):
+            self.odd.append((pid, correlation, launched))
+            return
+        if self._last[0] != pid or self._last[1] < 0:
+            try:
+                self._last = (pid, self.pids.index(pid))
+            except ValueError:
+                self._last = (pid, len(self.pids))
+                self.pids.append(pid)
+        self.positions.append(self._last[1])
+        self.correlations.append(correlation)
+        self.launched.append(launched)
+
+
+def _exact_total(dur: float) -> tuple[int, float]:
+    """A duration as a whole number of 2**-72 us (exact from 2**-20 us up, so
+    totals add the same in any order), or as an odd float when not finite."""
+    return (int(dur * TIME_SCALE), 0.0) if dur < math.inf else (0, dur)
 
 
 def _pid_ranks(visitor: InspectVisitor, pids: Iterable, file_rank: object) -> dict[object, tuple[int | None, str]]:
@@ -317,7 +445,8 @@ def _gpu_busy(visitor: InspectVisitor) -> dict[str, dict]:
 
 
 def _top_kernels(visitor: InspectVisitor) -> list[dict]:
-    ranked = sorted(visitor.kernels.items(), key=lambda item: (-item[1][1], item[0]))[:TOP_KERNELS]
+    totals = {name: (count, total / TIME_SCALE + odd) for name, (count, total, odd) in visitor.kernels.items()}
+    ranked = sorted(totals.items(), key=lambda item: (-item[1][1], item[0]))[:TOP_KERNELS]
     return [{"name": name, "count": count, "total_us": round(total, 3), "mean_us": round(total / count, 3)}
             for name, (count, total) in ranked]
 

@@ -248,9 +248,13 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable
     leave_signals_to_parent()
     try:
         visitor = make_visitor()
+        if hasattr(visitor, "partial"):
+            visitor.partial = True  # it sees a part: what depends on the events before waits for absorb
         visit = visitor.visit
+        scan = getattr(visitor, "scan_batch", None)  # counts in the part, its events numbered from 0
         encode = make_encoder() if make_encoder is not None else None
         # a visitor may index a chunk's text itself (decoding only what it reads) when no sink needs the events
+        # (a visitor with both visit_chunk and scan_batch scans in visit_chunk)
         visit_chunk: Callable[[bytes], int | None] | None = None if encode is not None else getattr(visitor, "visit_chunk", None)
         chunk_of = _chunk_reader(input_file)
         while True:
@@ -268,6 +272,8 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable
                     count = None if events is None else len(events)
                     for event in events or ():
                         visit(event)
+                    if scan is not None and events is not None:
+                        scan(text, events, 0)
                     frame = encode(events) if encode is not None and events is not None else b""
             except (TraceError, TypeError):
                 count = None  # the ordinary reading reports it with its position
@@ -306,6 +312,7 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
     visitor = make_visitor()
     if not splits_by_ranges(visitor):
         return None
+    scan = getattr(visitor, "scan_batch", None)
     indexed_here = 0  # events of the array's end, parsed and indexed in this process
     stream = source.open()
     input_file = source.file_bytes if stream.compression == "none" else None
@@ -318,6 +325,8 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
             for batch in reader.batches(hand_off=pool, chunk_bytes=CHUNK_BYTES):
                 for event in batch:
                     visitor.visit(event)
+                if scan is not None:
+                    scan(None, batch, pool.events + indexed_here)
                 if spool is not None:
                     spool.add_events(batch, pool.events + indexed_here)
                 indexed_here += len(batch)
