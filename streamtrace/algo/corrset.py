@@ -51,6 +51,20 @@ class CorrelationSet:
         self._others |= other._others
 
 
+    def add_each(self, values: np.ndarray) -> None:
+        """:meth:`add` for each of an int64 array."""
+        inside = (values >= 0) & (values < BITMAP_LIMIT)
+        chosen = values[inside]
+        if len(chosen):
+            top = int(chosen.max()) >> 3
+            if top >= len(self._bits):
+                self._bits.extend(bytes(max(top + 1 - len(self._bits), len(self._bits))))
+            view = np.frombuffer(self._bits, dtype=np.uint8)
+            np.bitwise_or.at(view, chosen >> 3, np.left_shift(1, chosen & 7).astype(np.uint8))
+            del view  # (a bytearray with a live view cannot grow)
+        if len(chosen) != len(values):
+            self._others.update(values[~inside].tolist())
+
     def export(self) -> tuple[int, bytes, set]:
         """The set as (first byte, the bitmap's bytes from there to its last
         set bit, the odd ids): small for the ids of a part of a trace."""

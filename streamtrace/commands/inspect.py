@@ -9,10 +9,12 @@ import math
 import os
 import time
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
-from typing import Callable, Iterable
+from operator import add
+from typing import Any, Callable, Iterable, Optional, Union
 
+import msgspec
 import numpy as np
 
 from ..algo.busy import BusyTime
@@ -25,7 +27,8 @@ from ..engine.passes import index_pass
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
-from ..io.reader import ReadStats
+from ..io.projection import decode_chunk
+from ..io.reader import ReadStats, chunk_events
 from ..io.redact import RedactOptions, Redactor, load_secret_rules
 from ..io.source import InputSource, SourceSpec
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
@@ -217,6 +220,172 @@ class InspectVisitor:
             if isinstance(args, dict) and isinstance(args.get("name"), str):
                 self.pid_names[event.get("pid")] = args["name"]
 
+    def visit_chunk(self, text: bytes) -> int | None:
+        """Index a chunk's events (``{...},{...}``) as :meth:`visit` would,
+        from a projection (:class:`ChunkEvent`) and a pass over each field
+        with C-level loops and numpy; a chunk the projection cannot read
+        plainly (metadata, missing or odd fields, a possible secret) goes
+        the dict way.  Returns the events' number, None to refuse the chunk."""
+        if self.secrets is None or not self.screen_batch(text):
+            events = decode_chunk(_CHUNK_DECODER, text)
+            if events is not None and self._visit_projected(events):
+                return len(events)
+        dicts = chunk_events(text)
+        if dicts is None:
+            return None
+        for event in dicts:
+            self.visit(event)
+        if self.secrets is not None:
+            self.scan_batch(text, dicts, 0)
+        return len(dicts)
+
+    def _visit_projected(self, events: list["ChunkEvent"]) -> bool:
+        """Index projected events; False (having changed nothing) when one of
+        them is not plain: the caller then visits the chunk's dicts."""
+        phs, cats, ts = [event.ph for event in events], [event.cat for event in events], [event.ts for event in events]
+        try:
+            if phs.count("X") == len(phs):
+                ends: Iterable = map(add, ts, [event.dur for event in events])
+            else:
+                ends = [t + event.dur if ph == "X" else t for ph, t, event in zip(phs, ts, events)]
+            first, last = (min(ts), max(ends)) if ts else (math.inf, -math.inf)
+        except TypeError:  # an "X" event without a duration
+            return False
+        kinds = {cat: _HANDLED.get(cat, 0) for cat in set(cats)}
+        codes = np.fromiter(map(kinds.__getitem__, cats), dtype=np.int8, count=len(cats)) \
+            if any(kinds.values()) else np.zeros(0, dtype=np.int8)
+        gpu, runtime, notes = (np.flatnonzero(codes == kind).tolist() for kind in (_GPU, _RUNTIME, _NOTE))
+        launched = self._launched(events, gpu, runtime)
+        if launched is None:
+            return False
+        self._count_chunk(events, list(zip(phs, cats, [event.pid for event in events])))
+        if first < self.span[0]:
+            self.span[0] = first
+        if last > self.span[1]:
+            self.span[1] = last
+        if gpu:
+            self._gpu_chunk(events, gpu, launched)
+        if runtime:
+            self._runtime_chunk(events, runtime, launched)
+        for at in notes:
+            name = events[at].name
+            if name.__class__ is str and name.startswith(PP_PREFIXES):
+                side = "gpu" if cats[at] == "gpu_user_annotation" else "cpu"
+                for action in parse_pp_name(name):
+                    self.pp_counts[(side, action.op)] += 1
+        return True
+
+    def _count_chunk(self, events: list["ChunkEvent"], keys: list[tuple]) -> None:
+        """Events per (ph, cat, pid); ``args.rank`` of a new key's first event."""
+        counts = self.counts
+        found = Counter(keys)
+        firsts = None
+        for key, count in found.items():
+            have = counts.get(key)
+            if have is not None:
+                counts[key] = have + count
+                continue
+            counts[key] = count
+            if firsts is None:
+                firsts = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+            args = events[firsts[key]].args
+            rank = None if args is None else args.rank
+            if type(rank) is int and rank >= 0:
+                self.key_ranks[key] = rank
+                self.pid_rank_args.setdefault(key[2], rank)
+
+    def _launched(self, events: list["ChunkEvent"], gpu: list[int], runtime: list[int]) -> dict | None:
+        """For the GPU events with a correlation id: their positions, pids and
+        ids, and whether a graph launch (``graph``), or any launch
+        (``launched``), of their id came before them; the same for the
+        launches.  None when an id is not a 64-bit integer."""
+        def ids(positions: list[int]) -> tuple[list[int], list, np.ndarray] | None:
+            chosen = [at for at in positions if events[at].args is not None and events[at].args.correlation is not None]
+            values = [events[at].args.correlation for at in chosen]
+            if values and (min(values) < -(1 << 63) or max(values) >= 1 << 63):
+                return None
+            return chosen, [events[at].pid for at in chosen], np.array(values, dtype=np.int64)
+
+        kernels, launches = ids(gpu), ids(runtime)
+        if kernels is None or launches is None:
+            return None
+        at, _, correlation = kernels
+        at = np.array(at, dtype=np.int64)
+        graph = _among(correlation, self._graph_array())
+        launched = self.any_launch.contains_each(correlation)
+        graph_positions = [position for position in launches[0]
+                           if events[position].name.__class__ is str and "GraphLaunch" in events[position].name]
+        for positions, known in ((launches[0], launched), (graph_positions, graph)):
+            if positions and len(at):
+                values = np.array([events[position].args.correlation for position in positions], dtype=np.int64)
+                keys, first = np.unique(values, return_index=True)  # each id's first launch in the chunk
+                place = np.minimum(np.searchsorted(keys, correlation), len(keys) - 1)
+                known |= (keys[place] == correlation) & (np.array(positions, dtype=np.int64)[first][place] < at)
+        return {"gpu": kernels, "graph": graph, "launched": launched, "launches": launches,
+                "graph_positions": graph_positions}
+
+    def _graph_array(self) -> np.ndarray:
+        """The graph launches' ids that are 64-bit integers, as an array (remade when more came)."""
+        if self._graph_ids[0] != len(self.graph_correlations):
+            graph = np.array(sorted(value for value in self.graph_correlations if type(value) is int
+                                    and -(1 << 63) <= value < (1 << 63)), dtype=np.int64)
+            self._graph_ids = (len(self.graph_correlations), graph)
+        return self._graph_ids[1]
+
+    def _gpu_chunk(self, events: list["ChunkEvent"], gpu: list[int], launched: dict) -> None:
+        """Streams, busy time, kernel names and graph launches of a chunk's GPU events."""
+        streams = self.streams
+        for pid, tid in dict.fromkeys((events[at].pid, events[at].tid) for at in gpu):
+            streams[pid].add(tid)
+        slices = [at for at in gpu if events[at].ph == "X" and events[at].dur >= 0]
+        starts = [float(events[at].ts) for at in slices]
+        ends = [start + float(events[at].dur) for start, at in zip(starts, slices)]
+        pids = [events[at].pid for at in slices]
+        for pid in dict.fromkeys(pids):
+            mine = range(len(slices)) if len(set(pids)) == 1 else [n for n, other in enumerate(pids) if other == pid]
+            busy = self.busy.get(pid)
+            if busy is None:
+                busy = self.busy[pid] = BusyTime()
+            busy.extend(array("d", [starts[n] for n in mine]), array("d", [ends[n] for n in mine]))
+        kernels = [at for at in slices if events[at].cat in KERNEL_CATEGORIES]
+        totals: dict[str, list] = {}
+        scaled = (np.array([float(events[at].dur) for at in kernels], dtype=np.float64) * TIME_SCALE).tolist()
+        for at, fixed in zip(kernels, map(int, scaled)):
+            name = events[at].name
+            name = name if name.__class__ is str else str(name)
+            stats = totals.get(name)
+            if stats is None:
+                totals[name] = [1, fixed]
+            else:
+                stats[0] += 1
+                stats[1] += fixed
+        for name, (count, total) in totals.items():
+            self._add_kernels(name, count, total, 0.0)
+        _, pids, correlation = launched["gpu"]
+        if not len(correlation):
+            return
+        codes = np.array(_codes(pids), dtype=np.int32)
+        kinds = list(dict.fromkeys(pids))
+        graph = launched["graph"]
+        if graph.any():
+            self._count_graph_gpu(kinds, codes[graph], correlation[graph])
+        kept = ~graph if self.partial else ~graph & ~launched["launched"]
+        self.undecided.add_each(kinds, codes[kept], correlation[kept], launched["launched"][kept])
+
+    def _runtime_chunk(self, events: list["ChunkEvent"], runtime: list[int], launched: dict) -> None:
+        """Launch counts and ids of a chunk's launches, its graph launches."""
+        _, pids, correlation = launched["launches"]
+        self.launch_count += len(pids)
+        kinds = list(dict.fromkeys(pids))
+        codes = np.array(_codes(pids), dtype=np.int32)
+        for code, pid in enumerate(kinds):
+            self.launches[pid].add_each(correlation if len(kinds) == 1 else correlation[codes == code])
+        self.any_launch.add_each(correlation)
+        for at in launched["graph_positions"]:
+            key = (events[at].pid, events[at].args.correlation)
+            self.graph_launches[key] = self.graph_launches.get(key, 0) + 1
+            self.graph_correlations.add(key[1])
+
     def take_part(self) -> dict:
         """What was indexed since the last part (see :mod:`streamtrace.engine.indexworkers`)."""
         part = {"counts": dict(self.counts), "key_ranks": self.key_ranks, "pid_names": self.pid_names,
@@ -280,18 +449,11 @@ class InspectVisitor:
         """A part's GPU events without a graph launch before them in the part:
         counted when one came before the part, dropped when a launch that is
         not a graph launch did, else left for :meth:`settle`."""
-        if self._graph_ids[0] != len(self.graph_correlations):
-            graph = np.array(sorted(value for value in self.graph_correlations if type(value) is int
-                                    and -(1 << 63) <= value < (1 << 63)), dtype=np.int64)
-            self._graph_ids = (len(self.graph_correlations), graph)
         correlations = np.frombuffer(undecided.correlations, dtype=np.int64)
-        in_graph = np.isin(correlations, self._graph_ids[1])
+        in_graph = _among(correlations, self._graph_array())
         positions = np.frombuffer(undecided.positions, dtype=np.int32)
         if in_graph.any():
-            keys, times = np.unique(np.stack((positions[in_graph], correlations[in_graph]), axis=1), axis=0,
-                                    return_counts=True)
-            for (position, correlation), count in zip(keys.tolist(), times.tolist()):
-                self.graph_gpu[(undecided.pids[position], correlation)] += count
+            self._count_graph_gpu(undecided.pids, positions[in_graph], correlations[in_graph])
         waiting = ~in_graph & (np.frombuffer(undecided.launched, dtype=np.uint8) == 0)
         waiting &= ~self.any_launch.contains_each(correlations)
         for at in np.flatnonzero(waiting).tolist():
@@ -301,6 +463,14 @@ class InspectVisitor:
                 self.graph_gpu[(pid, correlation)] += 1
             elif not launched and correlation not in self.any_launch:
                 self.undecided.add(pid, correlation, False)
+
+    def _count_graph_gpu(self, pids: list, codes: np.ndarray, correlations: np.ndarray) -> None:
+        """Count GPU events of graph launches: ``pids[codes[n]]``, ``correlations[n]``."""
+        for code in np.unique(codes).tolist():
+            values, times = np.unique(correlations[codes == code], return_counts=True)
+            pid = pids[code]
+            for value, count in zip(values.tolist(), times.tolist()):
+                self.graph_gpu[(pid, value)] += count
 
     def settle(self) -> None:
         """Count the undecided GPU events whose graph launch came later."""
@@ -326,6 +496,19 @@ class _Undecided:
         self.odd: list[tuple] = []  # ids that are not 64-bit integers: (pid, id, launched)
         self._last = (None, -1)
 
+    def add_each(self, pids: list, codes: np.ndarray, correlations: np.ndarray, launched: np.ndarray) -> None:
+        """:meth:`add` for each event: ``pids[codes[n]]``, ``correlations[n]`` (int64), ``launched[n]``."""
+        if not len(codes):
+            return
+        positions = []
+        for pid in pids:
+            if pid not in self.pids:
+                self.pids.append(pid)
+            positions.append(self.pids.index(pid))
+        self.positions.frombytes(np.array(positions, dtype=np.int32)[codes].tobytes())
+        self.correlations.frombytes(correlations.tobytes())
+        self.launched += launched.astype(np.uint8).tobytes()
+
     def add(self, pid: object, correlation: object, launched: bool) -> None:
         if type(correlation) is not int or not -(1 << 63) <= correlation < (1 << 63):
             self.odd.append((pid, correlation, launched))
@@ -339,6 +522,47 @@ class _Undecided:
         self.positions.append(self._last[1])
         self.correlations.append(correlation)
         self.launched.append(launched)
+
+
+def _among(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """``value in ordered`` for each of ``values`` (``ordered``: sorted, few)."""
+    if not len(ordered):
+        return np.zeros(len(values), dtype=bool)
+    return ordered[np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)] == values
+
+
+def _codes(values: list) -> list[int]:
+    """Each value's number, in the order values first come."""
+    numbers: dict = {}
+    return [numbers.setdefault(value, len(numbers)) for value in values]
+
+
+class ChunkArgs(msgspec.Struct, gc=False):
+    """The members of ``args`` inspect reads."""
+
+    correlation: Optional[int] = None
+    rank: Any = None
+
+
+class ChunkEvent(msgspec.Struct, gc=False):
+    """The members of an event inspect reads, in the types the plain events
+    have: an event without one of the first four, or with a member of
+    another type, makes the decoder refuse the chunk (it goes the dict way)."""
+
+    ph: str
+    cat: str
+    pid: Union[int, str]
+    ts: Union[int, float]
+    dur: Union[int, float, None] = None
+    name: Optional[str] = None
+    tid: Union[int, str, None] = None
+    args: Optional[ChunkArgs] = None
+
+
+_CHUNK_DECODER = msgspec.json.Decoder(list[ChunkEvent])
+_GPU, _RUNTIME, _NOTE = 1, 2, 3
+_HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},
+            **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}}
 
 
 def _exact_total(dur: float) -> tuple[int, float]:
