@@ -19,7 +19,7 @@ from .commands.attribute import attribute
 from .commands.batch import batch
 from .commands.compact import compact
 from .commands.convert import convert
-from .commands.inspect import inspect
+from .commands.inspect import TOP_KERNELS, inspect
 from .commands.merge import merge, parse_rank_list
 from .commands.redact import redact
 from .commands.relink import relink
@@ -136,14 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = commands.add_parser(
         "inspect", help="summarise what is in a trace (one pass)",
-        description=_paragraphs("One streaming pass over TRACE: top-level keys, event counts by (ph, cat), "
-                        "the devices, pids with events (role, rank), GPU streams, GPU busy time per GPU (the "
-                        "union of its slices), the top 10 kernels by total time, runtime and graph launches, "
-                        "correlation-id collisions across pids/ranks, PP annotation counts, time span, size, "
-                        "time, peak RSS. Prints a short report; --json prints everything."),
-        epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
+        description=_paragraphs("One streaming pass over each TRACE: top-level keys, event counts by (ph, cat), "
+                        "the devices, pids with events (role, rank), per rank its GPU busy time (the union of "
+                        "its slices) and its profiler steps (count, first, last and median duration), GPU "
+                        "streams, the top kernels by total time, runtime and graph launches, correlation-id "
+                        "collisions across pids/ranks, PP annotation counts, the time span (and when it ran, "
+                        "in UTC, where the trace says), size, time, peak RSS. Prints a short report per trace; "
+                        "--json prints everything (a list for several traces)."),
+        epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .by_rank",
     )
-    cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("trace", nargs="+", help="trace file(s), '-' for stdin, or a URL")
+    cmd.add_argument("--top", type=int, metavar="N",
+                     help="list the N kernels with the most GPU time (default: 10 in --json, 3 in the report; "
+                          "full names in --json)")
     cmd.add_argument("--overwrite", action="store_true", help="replace the --summary FILE if it exists")
     _secrets_options(cmd, "inspect")
     _common(cmd)
@@ -529,6 +534,7 @@ def _run_synth(args: argparse.Namespace) -> None:
 Rows = list[tuple[str, str]]
 VIEWS: dict[str, Callable[[dict], Rows]] = {}
 NAME_WIDTH = 70
+RANK_ROWS = 8  # ranks shown by inspect's report
 
 
 def view(command: str) -> Callable[[Callable[[dict], Rows]], Callable[[dict], Rows]]:
@@ -613,20 +619,22 @@ def _inspect_view(summary: dict) -> Rows:
     rows = [
         ("input", f"{summary['input']} ({summary['compression']}, {summary['bytes_raw']:,} bytes, "
                   f"{summary['events']:,} events)"),
-        ("time span", _ms(span["duration"]) if span["duration"] is not None else "no timed events"),
+        ("time span", (_ms(span["duration"]) + (f", {span['start_utc']} to {span['end_utc']}" if "start_utc" in span else ""))
+         if span["duration"] is not None else "no timed events"),
         ("devices", ", ".join(f"{count} x {name}" for name, count in devices["names"].items()) or "none listed"),
         ("ranks", ", ".join(map(str, summary["ranks"])) or "unknown"),
         ("processes", _listed([f"{_pid(p['pid'])} {p['role']} {p['events']:,} events"
                                + (f" ({_count(p['gpu_streams'], 'stream')})" if p.get("gpu_streams") else "")
                                for p in summary["pids"]])),
     ]
-    if summary["gpu_busy"]:
-        rows.append(("GPU busy", _listed([f"pid {pid} {_ms(busy['busy_us'])} of {_ms(busy['span_us'])}"
-                                          + (f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else "")
-                                          for pid, busy in summary["gpu_busy"].items()], 3)))
+    shown = [entry for entry in summary["by_rank"] if "gpu_busy" in entry or "steps" in entry]
+    for number, entry in enumerate(shown[:RANK_ROWS]):
+        rows.append(("per rank" if number == 0 else "", _rank_shape(entry)))
+    if len(shown) > RANK_ROWS:
+        rows.append(("", f"and {len(shown) - RANK_ROWS} more ranks (--json lists all)"))
     rows.append(("launches", f"{summary['runtime_launches']:,} runtime calls, {graphs['count']:,} graph launches"
                  + (f" ({graphs['gpu_events_per_launch_mean']} GPU events each)" if graphs["count"] else "")))
-    for number, kernel in enumerate(summary["top_kernels"][:3]):
+    for number, kernel in enumerate(summary["top_kernels"]):
         rows.append(("top kernels" if number == 0 else "",
                      f"{_ms(kernel['total_us'])} {kernel['count']:,}x {_short(kernel['name'])}"))
     if summary["pp_annotations"]:
@@ -640,6 +648,21 @@ def _inspect_view(summary: dict) -> Rows:
         rows.append(("repairs", "; ".join(repairs)))
     rows.append(_took(summary))
     return rows
+
+
+def _rank_shape(entry: dict) -> str:
+    """``rank 3: GPU busy 1.2 ms of 4.0 ms (30.0%), 12 steps 5-16 (first 9.1 ms, last 4.0 ms, median 4.1 ms)``."""
+    parts = []
+    busy = entry.get("gpu_busy")
+    if busy:
+        parts.append(f"GPU busy {_ms(busy['busy_us'])} of {_ms(busy['span_us'])}"
+                     + (f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else ""))
+    steps = entry.get("steps")
+    if steps:
+        parts.append(f"{_count(steps['count'], 'step')} {steps['first']}-{steps['last']} (first {_ms(steps['first_us'])}, "
+                     f"last {_ms(steps['last_us'])}, median {_ms(steps['median_us'])})")
+    who = "rank unknown" if entry["rank"] is None else f"rank {entry['rank']}"
+    return f"{who}: " + ", ".join(parts)
 
 
 def _count(number: int, noun: str) -> str:
@@ -814,8 +837,24 @@ def _reading(args: argparse.Namespace) -> dict:
 
 
 def _run_inspect(args: argparse.Namespace) -> None:
-    summary = inspect(args.trace, secrets=_redaction(args), overwrite=args.overwrite, **_reading(args))
-    report("inspect", summary, args)
+    """Each trace in turn; with several, --json prints one list and --summary is refused (one file, one summary)."""
+    if len(args.trace) > 1 and args.summary:
+        raise TraceError("--summary takes one trace; with several, --json prints them all")
+    summaries = []
+    for number, trace in enumerate(args.trace):
+        summary = inspect(trace, secrets=_redaction(args), overwrite=args.overwrite,
+                          top=TOP_KERNELS if args.top is None else args.top, **_reading(args))
+        if len(args.trace) == 1 or not args.json:
+            if number:
+                print()
+            shown = summary if args.json or args.top is not None else {**summary, "top_kernels": summary["top_kernels"][:3]}
+            report("inspect", shown, args)
+        summaries.append(summary)
+    if len(args.trace) > 1 and args.json:
+        sys.stdout.write(summary_json(summaries).decode())
+        for summary in summaries:
+            if summary.get("secrets_found"):
+                print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
 
 
 def _run_convert(args: argparse.Namespace) -> None:

@@ -7,12 +7,15 @@ import gzip
 import io
 import itertools
 import json
+import math
 import os
 import random
 import re
 import stat
+import statistics
 from array import array
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +29,7 @@ from streamtrace import cli
 from streamtrace.algo.busy import BusyTime
 from streamtrace.algo.corrset import CorrelationSet
 from streamtrace.io import parseproc, progress
+from streamtrace.synth import SynthConfig, write_traces
 
 KERNEL_CATS = {"kernel", "Kernel"}
 GPU_CATS = KERNEL_CATS | {"gpu_memcpy", "gpu_memset"}
@@ -296,3 +300,72 @@ def test_synth_command_writes_a_run_and_documents_every_option(tmp_path, capsys)
     assert len(options) >= 18 and all(action.help for action in options)
     assert cli.main(["synth", str(tmp_path / "bad"), "--ranks", "3", "--pp-stages", "2"]) == 1
     assert "ranks must be a positive multiple of pp_stages" in capsys.readouterr().err
+
+
+# --- the run's shape ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("shape")
+    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, steps=3, graph_kernels=8, graph_streams=4),
+                 directory, compress="none")
+    return directory
+
+
+@pytest.mark.parametrize("trace", ["merged_trace.json", "rank1_trace.json"])
+def test_inspect_gives_each_ranks_gpu_busy_time_and_steps(trace, four_ranks):
+    """Per rank, the union of its GPU slices and its ProfilerStep spans, against plain sums over the loaded events."""
+    events = events_of(load_json(four_ranks / trace))
+    summary = streamtrace.inspect(four_ranks / trace)
+    rank_of = {entry["pid"]: entry["rank"] for entry in summary["pids"]}
+    slices, steps = defaultdict(list), defaultdict(dict)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        rank = rank_of.get(e["pid"])
+        if e.get("cat") in GPU_CATS:
+            slices[rank].append((e["ts"], e["ts"] + e["dur"]))
+        match = re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name")))
+        if match and e.get("cat") in ("user_annotation", "cpu_op"):
+            start, end = steps[rank].get(int(match.group(1)), (math.inf, -math.inf))
+            steps[rank][int(match.group(1))] = (min(start, e["ts"]), max(end, e["ts"] + e["dur"]))
+    shape = {entry["rank"]: entry for entry in summary["by_rank"]}
+    assert set(shape) == set(rank_of.values()) and len(slices) == (4 if trace.startswith("merged") else 1)
+    for rank, intervals in slices.items():
+        busy = shape[rank]["gpu_busy"]
+        assert busy["busy_us"] == pytest.approx(plain_union(intervals), abs=1e-3)
+        assert busy["span_us"] == pytest.approx(max(end for _, end in intervals) - min(s for s, _ in intervals), abs=1e-3)
+    for rank, spans in steps.items():
+        durations = [end - start for _, (start, end) in sorted(spans.items(), key=lambda item: item[1][0])]
+        assert shape[rank]["steps"] == {"count": 3, "first": 0, "last": 2, "first_us": pytest.approx(durations[0], abs=1e-3),
+                                        "last_us": pytest.approx(durations[-1], abs=1e-3),
+                                        "median_us": pytest.approx(statistics.median(durations), abs=1e-3)}
+
+
+def test_time_span_says_when_the_run_was(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1_500_000.25, "dur": 2_000_000}]
+    base = int(datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone.utc).timestamp()) * 10**9
+    for document, expected in (({"traceEvents": events, "baseTimeNanoseconds": base}, "2025-03-04T05:06:08.500000+00:00"),
+                               ({"traceEvents": [{**events[0], "ts": 1.7e15}]}, "2023-11-14T22:13:20.000000+00:00"),
+                               ({"traceEvents": events}, None)):
+        (tmp_path / "t.json").write_text(json.dumps(document))
+        span = streamtrace.inspect(tmp_path / "t.json")["time_span_us"]
+        assert span.get("start_utc") == expected and span["duration"] == 2_000_000
+    assert span["clock"] == "relative (no baseTimeNanoseconds)"
+
+
+def test_top_n_kernels_with_full_names_and_several_inputs_each_inspected(four_ranks, capsys):
+    traces = [str(four_ranks / "rank0_trace.json"), str(four_ranks / "rank1_trace.json")]
+    lines, _ = run_cli(capsys, "inspect", *traces, "--top", "4", "--json")
+    summaries = json.loads("\n".join(lines))
+    assert [summary["input"] for summary in summaries] == traces
+    for summary in summaries:
+        assert len(summary["top_kernels"]) == 4 and [entry["rank"] for entry in summary["by_rank"]] == [summary["ranks"][0]]
+    assert max(len(kernel["name"]) for kernel in summaries[0]["top_kernels"]) > cli.NAME_WIDTH  # never cut in --json
+    lines, _ = run_cli(capsys, "inspect", *traces)
+    assert [line.split()[1] for line in lines if line.startswith("input")] == traces
+    assert sum(1 for line in lines if line.startswith("per rank")) == 2
+    assert sum(1 for line in lines if "x " in line and ("top kernels" in line or line.startswith(" "))) == 6  # 3 each
+    assert cli.main(["inspect", *traces, "--summary", str(four_ranks / "s.json")]) == 1
+    assert "--summary takes one trace" in capsys.readouterr().err and not (four_ranks / "s.json").exists()

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from array import array
 from collections import Counter, defaultdict
+from datetime import datetime, timezone
 from decimal import Decimal
 from operator import add
 from typing import Any, Callable, Iterable, Optional, Union
@@ -19,11 +21,14 @@ import numpy as np
 
 from ..algo.busy import BusyTime
 from ..algo.corrset import CorrelationSet, count_shared
+from ..algo.mergeplan import EPOCH_US
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args, rank_from_process_name
 from ..algo.secrets import Findings, SecretFinder
+from ..algo.steps import STEP_NAME
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
+from ..errors import TraceError
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
@@ -43,6 +48,7 @@ KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
 KERNEL_NAMES = 100_000
 OTHER_KERNELS = "(other kernel names)"
 TOP_KERNELS = 10
+STEP_PREFIX = "ProfilerStep#"
 TIME_SCALE = float(1 << 72)
 
 
@@ -73,6 +79,7 @@ class InspectVisitor:
         handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
         handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
         handlers.update({cat: self._annotation for cat in ANNOTATION_CATEGORIES})
+        handlers["cpu_op"] = self._cpu_op
         handlers[None] = self._metadata
         self.visit = self._make_visit(handlers)
 
@@ -93,6 +100,7 @@ class InspectVisitor:
         self.bad_ts = 0
         self.busy: dict[object, BusyTime] = {}
         self.kernels: dict[object, list] = {}  # name -> [count, total dur in units of 2**-72 us, odd total]
+        self.steps: dict[object, tuple[array, array, array]] = {}  # pid -> ProfilerStep numbers, starts, ends
         self._graph_ids = (0, np.zeros(0, dtype=np.int64))  # graph correlations as an array, and how many
         if self.secrets is not None:
             self.secrets.findings = Findings()
@@ -213,6 +221,27 @@ class InspectVisitor:
             side = "gpu" if event.get("cat") == "gpu_user_annotation" else "cpu"
             for action in parse_pp_name(name):
                 self.pp_counts[(side, action.op)] += 1
+        elif name.__class__ is str and name.startswith(STEP_PREFIX) and event.get("cat") == "user_annotation":
+            self._step(event.get("pid"), name, event.get("ph"), event.get("ts"), event.get("dur"))
+
+    def _cpu_op(self, event: dict) -> None:
+        name = event.get("name")
+        if name.__class__ is str and name.startswith(STEP_PREFIX):
+            self._step(event.get("pid"), name, event.get("ph"), event.get("ts"), event.get("dur"))
+
+    def _step(self, pid: object, name: str, ph: object, ts: object, dur: object) -> None:
+        """A ``ProfilerStep#N`` span of a pid (as ``slice`` reads steps)."""
+        match = STEP_NAME.match(name)
+        if match is None or ph != "X" or ts.__class__ not in NUMBER_TYPES or dur.__class__ not in NUMBER_TYPES \
+                or not dur >= 0 or len(match.group(1)) > 18:
+            return
+        steps = self.steps.get(pid)
+        if steps is None:
+            steps = self.steps[pid] = (array("q"), array("d"), array("d"))
+        start = float(ts)
+        steps[0].append(int(match.group(1)))
+        steps[1].append(start)
+        steps[2].append(start + float(dur))
 
     def _metadata(self, event: dict) -> None:
         if event.get("ph") == "M" and event.get("name") == "process_name":
@@ -254,7 +283,7 @@ class InspectVisitor:
         kinds = {cat: _HANDLED.get(cat, 0) for cat in set(cats)}
         codes = np.fromiter(map(kinds.__getitem__, cats), dtype=np.int8, count=len(cats)) \
             if any(kinds.values()) else np.zeros(0, dtype=np.int8)
-        gpu, runtime, notes = (np.flatnonzero(codes == kind).tolist() for kind in (_GPU, _RUNTIME, _NOTE))
+        gpu, runtime, notes, ops = (np.flatnonzero(codes == kind).tolist() for kind in (_GPU, _RUNTIME, _NOTE, _OP))
         launched = self._launched(events, gpu, runtime)
         if launched is None:
             return False
@@ -273,6 +302,12 @@ class InspectVisitor:
                 side = "gpu" if cats[at] == "gpu_user_annotation" else "cpu"
                 for action in parse_pp_name(name):
                     self.pp_counts[(side, action.op)] += 1
+            elif name.__class__ is str and name.startswith(STEP_PREFIX) and cats[at] == "user_annotation":
+                ops.append(at)
+        for at in sorted(ops) if notes else ops:
+            event = events[at]
+            if event.name.__class__ is str and event.name.startswith(STEP_PREFIX):
+                self._step(event.pid, event.name, event.ph, event.ts, event.dur)
         return True
 
     def _count_chunk(self, events: list["ChunkEvent"], keys: list[tuple]) -> None:
@@ -394,7 +429,7 @@ class InspectVisitor:
                 "graph_correlations": self.graph_correlations, "graph_gpu": dict(self.graph_gpu),
                 "undecided": self.undecided, "pp_counts": dict(self.pp_counts), "span": tuple(self.span),
                 "bad_ts": self.bad_ts, "busy": {pid: busy.take_slices() for pid, busy in self.busy.items()},
-                "kernels": self.kernels,
+                "kernels": self.kernels, "steps": self.steps,
                 "findings": self.secrets.findings if self.secrets is not None else None}
         self.counts.clear()  # (in place: the hot loop holds them)
         self.span[:] = [float("inf"), float("-inf")]
@@ -442,6 +477,10 @@ class InspectVisitor:
             busy.extend(starts, ends)
         for name, (count, total, odd) in part["kernels"].items():
             self._add_kernels(name, count, total, odd)
+        for pid, columns in part["steps"].items():
+            steps = self.steps.setdefault(pid, (array("q"), array("d"), array("d")))
+            for mine, theirs in zip(steps, columns):
+                mine.extend(theirs)
         if self.secrets is not None:
             self.secrets.findings.absorb(part["findings"], first_event)
 
@@ -560,9 +599,9 @@ class ChunkEvent(msgspec.Struct, gc=False):
 
 
 _CHUNK_DECODER = msgspec.json.Decoder(list[ChunkEvent])
-_GPU, _RUNTIME, _NOTE = 1, 2, 3
+_GPU, _RUNTIME, _NOTE, _OP = 1, 2, 3, 4
 _HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},
-            **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}}
+            **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}, "cpu_op": _OP}
 
 
 def _exact_total(dur: float) -> tuple[int, float]:
@@ -657,20 +696,74 @@ def _devices(members: list) -> dict:
     return {"count": sum(names.values()), "names": dict(names)}
 
 
-def _gpu_busy(visitor: InspectVisitor) -> dict[str, dict]:
-    """Per GPU pid: the union of its slices, against the time from its first slice to its last end."""
+def _gpu_busy(visitor: InspectVisitor) -> dict[object, tuple[float, float, float, BusyTime]]:
+    """Per GPU pid (in pid order): the union of its slices, its first start and its last end."""
     busy = {}
     for pid, times in sorted(visitor.busy.items(), key=lambda item: _pid_order(item[0])):
-        total, span = times.total(), times.last - times.first
-        busy[str(pid)] = {"busy_us": round(total, 3), "span_us": round(span, 3),
-                          "busy_percent": round(100 * total / span, 1) if span > 0 else None,
-                          "slices": times.slices, "slices_out_of_order": times.late}
+        busy[pid] = (times.total(), times.first, times.last, times)
     return busy
 
 
-def _top_kernels(visitor: InspectVisitor) -> list[dict]:
+def _busy_entry(total: float, first: float, last: float) -> dict:
+    span = last - first
+    return {"busy_us": round(total, 3), "span_us": round(span, 3),
+            "busy_percent": round(100 * total / span, 1) if span > 0 else None}
+
+
+def _by_rank(visitor: InspectVisitor, ranks: dict, busy: dict) -> list[dict]:
+    """The run's shape per rank (None: pids of no known rank): its pids, its GPUs' busy time (the sum over
+    its GPU pids) against the span from their first slice to their last end, and its profiler steps (a
+    step's span on a rank runs from the earliest start to the latest end of its ``ProfilerStep#N`` events)."""
+    members: dict[object, list] = defaultdict(list)
+    for pid, (rank, _) in ranks.items():
+        members[rank].append(pid)
+    shape = []
+    for rank in sorted(members, key=lambda rank: (rank is None, rank or 0)):
+        pids = sorted(members[rank], key=_pid_order)
+        entry: dict = {"rank": rank, "pids": pids}
+        figures = [busy[pid] for pid in pids if pid in busy]
+        if figures:
+            entry["gpu_busy"] = _busy_entry(sum(total for total, *_ in figures), min(first for _, first, _, _ in figures),
+                                            max(last for _, _, last, _ in figures))
+        spans: dict[int, list[float]] = {}
+        for pid in pids:
+            for number, start, end in zip(*visitor.steps.get(pid, ((), (), ()))):
+                known = spans.get(number)
+                spans[number] = [start, end] if known is None else [min(known[0], start), max(known[1], end)]
+        if spans:
+            ordered = sorted(spans.items(), key=lambda item: item[1][0])
+            durations = [end - start for _, (start, end) in ordered]
+            entry["steps"] = {"count": len(ordered), "first": ordered[0][0], "last": ordered[-1][0],
+                              "first_us": round(durations[0], 3), "last_us": round(durations[-1], 3),
+                              "median_us": round(statistics.median(durations), 3)}
+        shape.append(entry)
+    return shape
+
+
+def _time_span(first: float | None, last: float | None, base_ns: object) -> dict:
+    """The span in the trace's own microseconds, and in UTC where the trace says when it ran: ts counts from
+    ``baseTimeNanoseconds`` when there is one, or is itself epoch time when that large (as ``merge`` reads it)."""
+    span: dict = {"first_ts": first, "last_end": last,
+                  "duration": None if first is None or last is None else round(last - first, 3)}
+    if first is None or last is None:
+        return span
+    if type(base_ns) is int:
+        origin_us, clock = base_ns / 1000, "baseTimeNanoseconds + ts"
+    elif first >= EPOCH_US:
+        origin_us, clock = 0.0, "ts since the epoch"
+    else:
+        return {**span, "clock": "relative (no baseTimeNanoseconds)"}
+    try:
+        start, end = (datetime.fromtimestamp((origin_us + value) / 1e6, timezone.utc) for value in (first, last))
+    except (OverflowError, ValueError, OSError):
+        return {**span, "clock": "beyond the calendar"}
+    return {**span, "clock": clock, "start_utc": start.isoformat(timespec="microseconds"),
+            "end_utc": end.isoformat(timespec="microseconds")}
+
+
+def _top_kernels(visitor: InspectVisitor, top: int) -> list[dict]:
     totals = {name: (count, total / TIME_SCALE + odd) for name, (count, total, odd) in visitor.kernels.items()}
-    ranked = sorted(totals.items(), key=lambda item: (-item[1][1], item[0]))[:TOP_KERNELS]
+    ranked = sorted(totals.items(), key=lambda item: (-item[1][1], item[0]))[:top]
     return [{"name": name, "count": count, "total_us": round(total, 3), "mean_us": round(total / count, 3)}
             for name, (count, total) in ranked]
 
@@ -699,8 +792,8 @@ def _number(value: object) -> float | None:
     return None
 
 
-def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
-    """The inspect summary as a JSON-ready dict."""
+def summarize(visitor: InspectVisitor, stats: ReadStats, top: int = TOP_KERNELS) -> dict:
+    """The inspect summary as a JSON-ready dict (``top``: kernels listed)."""
     visitor.settle()
     members = stats.header + stats.trailer
     distributed = member_value(members, "distributedInfo")
@@ -718,23 +811,26 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
         pids.append(entry)
     first, last = _number(visitor.span[0]), _number(visitor.span[1])
     collisions = _collisions(visitor, ranks)
+    busy = _gpu_busy(visitor)
+    base_ns = member_value(members, "baseTimeNanoseconds")
     return {
         "top_level_keys": [key for key, _ in stats.header] + ["traceEvents"] + [key for key, _ in stats.trailer],
         "events_by_ph_cat": _by_kind(visitor),
         "pids": pids,
         "ranks": sorted({rank for rank, _ in ranks.values() if rank is not None}),
+        "by_rank": _by_rank(visitor, ranks, busy),
         "gpu_streams": {str(pid): sorted(streams, key=str) for pid, streams in visitor.streams.items()},
         "runtime_launches": visitor.launch_count,
         "graph_launches": _graph_summary(visitor, ranks),
         "correlation_collisions": collisions,
         "pp_annotations": {f"{side}/{op}": n for (side, op), n in sorted(visitor.pp_counts.items())},
-        "time_span_us": {"first_ts": first, "last_end": last,
-                         "duration": None if first is None or last is None else round(last - first, 3)},
+        "time_span_us": _time_span(first, last, base_ns),
         "events_without_numeric_ts": visitor.bad_ts,
-        "base_time_ns": member_value(members, "baseTimeNanoseconds"),
+        "base_time_ns": base_ns,
         "devices": _devices(members),
-        "gpu_busy": _gpu_busy(visitor),
-        "top_kernels": _top_kernels(visitor),
+        "gpu_busy": {str(pid): {**_busy_entry(total, first, last), "slices": times.slices,
+                                "slices_out_of_order": times.late} for pid, (total, first, last, times) in busy.items()},
+        "top_kernels": _top_kernels(visitor, top),
         "hints": _hints(collisions),
         "warnings": _warnings(visitor, stats),
         **_secrets_found(visitor, members),
@@ -760,12 +856,16 @@ def inspect(
     secrets: RedactOptions | bool = True,
     summary_file: str | os.PathLike | None = None,
     overwrite: bool = False,
+    top: int = TOP_KERNELS,
 ) -> dict:
     """Summarise a trace in one streaming pass (the ``inspect`` command); with
-    ``jobs`` > 1 a child process parses while this one counts.  ``secrets``
+    ``jobs`` > 1 workers index ranges of the events.  ``secrets``
     (the default rules, or a :class:`RedactOptions` naming others; False:
     none) adds ``secrets_found`` and a warning when there are any.
-    ``summary_file``: also write the summary there (``overwrite``: replacing it)."""
+    ``summary_file``: also write the summary there (``overwrite``: replacing it);
+    ``top``: how many kernels ``top_kernels`` lists (by total time)."""
+    if type(top) is not int or top < 0:
+        raise TraceError(f"--top takes a number of kernels (0 or more), not {top!r}")
     started = time.perf_counter()
     processes = resolve_jobs(jobs)
     options = RedactOptions() if secrets is True else secrets
@@ -776,7 +876,7 @@ def inspect(
         result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, salvage=salvage,
                             progress=meter, jobs=processes)
     summary = {**source.describe(), **result.stats.as_dict()}
-    summary.update(summarize(result.visitor, result.stats))
+    summary.update(summarize(result.visitor, result.stats, top))
     found = summary.get("secrets_found")
     if found:
         summary["warnings"].append(f"{source.name} holds {sum(entry['count'] for entry in found.values())} "
