@@ -75,6 +75,7 @@ class InspectVisitor:
             self.screen_batch = self.secrets.finder.suspicious  # ... and may run this first test elsewhere
         self.counts: dict[tuple, int] = {}
         self.span = [float("inf"), float("-inf")]
+        self._sent_keys: set[tuple] = set()  # keys counted in parts already taken
         self._clear()
         handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
         handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
@@ -312,7 +313,7 @@ class InspectVisitor:
 
     def _count_chunk(self, events: list["ChunkEvent"], keys: list[tuple]) -> None:
         """Events per (ph, cat, pid); ``args.rank`` of a new key's first event."""
-        counts = self.counts
+        counts, sent = self.counts, self._sent_keys
         found = Counter(keys)
         firsts = None
         for key, count in found.items():
@@ -321,6 +322,8 @@ class InspectVisitor:
                 counts[key] = have + count
                 continue
             counts[key] = count
+            if key in sent:  # the joined index knows it from an earlier part: its first event is not here
+                continue
             if firsts is None:
                 firsts = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
             args = events[firsts[key]].args
@@ -369,25 +372,25 @@ class InspectVisitor:
 
     def _gpu_chunk(self, events: list["ChunkEvent"], gpu: list[int], launched: dict) -> None:
         """Streams, busy time, kernel names and graph launches of a chunk's GPU events."""
+        chosen = [events[at] for at in gpu]
         streams = self.streams
-        for pid, tid in dict.fromkeys((events[at].pid, events[at].tid) for at in gpu):
+        for pid, tid in dict.fromkeys(zip([event.pid for event in chosen], [event.tid for event in chosen])):
             streams[pid].add(tid)
-        slices = [at for at in gpu if events[at].ph == "X" and events[at].dur >= 0]
-        starts = [float(events[at].ts) for at in slices]
-        ends = [start + float(events[at].dur) for start, at in zip(starts, slices)]
-        pids = [events[at].pid for at in slices]
+        slices = [event for event in chosen if event.ph == "X" and event.dur >= 0]
+        starts = [float(event.ts) for event in slices]
+        ends = [start + float(event.dur) for start, event in zip(starts, slices)]
+        pids = [event.pid for event in slices]
         for pid in dict.fromkeys(pids):
             mine = range(len(slices)) if len(set(pids)) == 1 else [n for n, other in enumerate(pids) if other == pid]
             busy = self.busy.get(pid)
             if busy is None:
                 busy = self.busy[pid] = BusyTime()
             busy.extend(array("d", [starts[n] for n in mine]), array("d", [ends[n] for n in mine]))
-        kernels = [at for at in slices if events[at].cat in KERNEL_CATEGORIES]
+        kernels = [event for event in slices if event.cat in KERNEL_CATEGORIES]
+        names = [event.name if event.name.__class__ is str else str(event.name) for event in kernels]
+        scaled = (np.array([float(event.dur) for event in kernels], dtype=np.float64) * TIME_SCALE).tolist()
         totals: dict[str, list] = {}
-        scaled = (np.array([float(events[at].dur) for at in kernels], dtype=np.float64) * TIME_SCALE).tolist()
-        for at, fixed in zip(kernels, map(int, scaled)):
-            name = events[at].name
-            name = name if name.__class__ is str else str(name)
+        for name, fixed in zip(names, map(int, scaled)):
             stats = totals.get(name)
             if stats is None:
                 totals[name] = [1, fixed]
@@ -431,6 +434,7 @@ class InspectVisitor:
                 "bad_ts": self.bad_ts, "busy": {pid: busy.take_slices() for pid, busy in self.busy.items()},
                 "kernels": self.kernels, "steps": self.steps,
                 "findings": self.secrets.findings if self.secrets is not None else None}
+        self._sent_keys.update(self.counts)
         self.counts.clear()  # (in place: the hot loop holds them)
         self.span[:] = [float("inf"), float("-inf")]
         self._clear()
