@@ -32,8 +32,8 @@ from ..errors import TraceError
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
-from ..io.projection import decode_chunk
-from ..io.reader import ReadStats, chunk_events
+from ..io.projection import ProjectedChunk, Projection
+from ..io.reader import ReadStats
 from ..io.redact import RedactOptions, Redactor, load_secret_rules
 from ..io.source import InputSource, SourceSpec
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
@@ -52,6 +52,29 @@ STEP_PREFIX = "ProfilerStep#"
 TIME_SCALE = float(1 << 72)
 
 
+class ChunkArgs(msgspec.Struct, gc=False):
+    """The members of ``args`` inspect reads."""
+
+    correlation: Optional[int] = None
+    rank: Any = None
+
+
+class ChunkEvent(msgspec.Struct, gc=False):
+    """The members of an event inspect reads, in the types the plain events
+    have: an event without one of the first four, or with a member of
+    another type, makes the decoder refuse the chunk (it goes the dict way)."""
+
+    ph: str
+    cat: str
+    pid: Union[int, str]
+    ts: Union[int, float]
+    dur: Union[int, float, None] = None
+    name: Optional[str] = None
+    tid: Union[int, str, None] = None
+    args: Optional[ChunkArgs] = None
+
+
+
 class InspectVisitor:
     """Pass-1 visitor for ``inspect``.
 
@@ -66,7 +89,8 @@ class InspectVisitor:
     """
 
     splits_by_ranges = True
-    partial = False  # True in a pass-1 worker: keep what only the joined index can decide
+    partial = False  # True where it indexes parts: keep what only the joined index can decide
+    projection = Projection(ChunkEvent)  # what visit_projected reads
 
     def __init__(self, secrets: SecretFinder | None = None) -> None:
         self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
@@ -250,24 +274,14 @@ class InspectVisitor:
             if isinstance(args, dict) and isinstance(args.get("name"), str):
                 self.pid_names[event.get("pid")] = args["name"]
 
-    def visit_chunk(self, text: bytes) -> int | None:
-        """Index a chunk's events (``{...},{...}``) as :meth:`visit` would,
-        from a projection (:class:`ChunkEvent`) and a pass over each field
-        with C-level loops and numpy; a chunk the projection cannot read
-        plainly (metadata, missing or odd fields, a possible secret) goes
-        the dict way.  Returns the events' number, None to refuse the chunk."""
-        if self.secrets is None or not self.screen_batch(text):
-            events = decode_chunk(_CHUNK_DECODER, text)
-            if events is not None and self._visit_projected(events):
-                return len(events)
-        dicts = chunk_events(text)
-        if dicts is None:
-            return None
-        for event in dicts:
-            self.visit(event)
-        if self.secrets is not None:
-            self.scan_batch(text, dicts, 0)
-        return len(dicts)
+    def visit_projected(self, chunk: ProjectedChunk) -> bool:
+        """Index a chunk's events as :meth:`visit` would, from a projection
+        (:class:`ChunkEvent`) and a pass over each field with C-level loops
+        and numpy; False (having changed nothing) for a chunk to visit as
+        dicts: odd members, or text the secret rules flag."""
+        if self.secrets is not None and self.screen_batch(chunk.text):
+            return False
+        return self._visit_projected(chunk.events)
 
     def _visit_projected(self, events: list["ChunkEvent"]) -> bool:
         """Index projected events; False (having changed nothing) when one of
@@ -580,29 +594,6 @@ def _codes(values: list) -> list[int]:
     return [numbers.setdefault(value, len(numbers)) for value in values]
 
 
-class ChunkArgs(msgspec.Struct, gc=False):
-    """The members of ``args`` inspect reads."""
-
-    correlation: Optional[int] = None
-    rank: Any = None
-
-
-class ChunkEvent(msgspec.Struct, gc=False):
-    """The members of an event inspect reads, in the types the plain events
-    have: an event without one of the first four, or with a member of
-    another type, makes the decoder refuse the chunk (it goes the dict way)."""
-
-    ph: str
-    cat: str
-    pid: Union[int, str]
-    ts: Union[int, float]
-    dur: Union[int, float, None] = None
-    name: Optional[str] = None
-    tid: Union[int, str, None] = None
-    args: Optional[ChunkArgs] = None
-
-
-_CHUNK_DECODER = msgspec.json.Decoder(list[ChunkEvent])
 _GPU, _RUNTIME, _NOTE, _OP = 1, 2, 3, 4
 _HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},
             **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}, "cpu_op": _OP}

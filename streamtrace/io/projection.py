@@ -1,75 +1,149 @@
-"""Chunks of events decoded into a few typed fields (msgspec), for index
-visitors that read only those fields.
+"""Chunks of events decoded into the few typed fields a visitor reads
+(msgspec), and their lines for the event spool in the input's own text.
 
 Decoding a projection skips building a dict per event and every field not
-named, which is most of the cost of a parse.  A chunk is decoded only when
-the plain fast reading would read it the same way: elements that are not
-objects, a field of a shape the projection does not model (``args`` that is
-not an object), an integer orjson would round, or malformed text make the
-decoder refuse the chunk (None), and the caller reads it the ordinary way.
+named, which is most of the cost of a parse.  A visitor declares the fields
+it reads (:class:`Projection`); the decoder is built from that declaration.
+A chunk is decoded only when the plain fast reading would read it the same
+way: elements that are not objects, a field of a shape the projection does
+not model (``args`` that is not an object), an integer orjson would round,
+nesting deeper than the decoder goes, or malformed text make the decoder
+refuse the chunk (None), and the caller reads it the ordinary way.
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import msgspec
+import orjson
 
 from .reader import has_int_beyond_fast_reading
 
+ABSENT = msgspec.UNSET
+"""A declared field's default that tells an absent member from ``null``."""
 
-class EventArgs(msgspec.Struct):
-    """The members of ``args`` the analyses read."""
-
-    stream: Any = None
-    correlation: Any = None
-    rank: Any = None
-    name: Any = None
+_ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
+_OUT_OF_RANGE = re.compile(rb"[0-9][eE]\+?0*[0-9]{3}|[0-9]{300}")
+"""Number texts a float may overflow in (orjson refuses them; msgspec skips them unread): conservative."""
 
 
-class ProjectedEvent(msgspec.Struct):
-    """The members of an event the analyses read."""
+class Projection:
+    """A typed decoder for the members of an event a visitor reads.
 
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: Optional[EventArgs] = None
+    ``fields`` maps each member to its default when absent (None, a value,
+    or :data:`ABSENT`), or to a mapping of the same kind: an object member
+    (such as ``args``) and the members of it that are read; absent or
+    ``null``, it is None, and any other value refuses the chunk.
+    Names must be Python identifiers.
+    """
+
+    def __init__(self, fields: Mapping[str, object] | type) -> None:
+        """``fields``, or a msgspec Struct type of an event to decode into (its
+        members typed: a member of another type refuses the chunk)."""
+        self.fields = fields
+        self._decoder = msgspec.json.Decoder(list[fields if isinstance(fields, type) else _struct("Event", fields)])
+
+    def decode(self, text: bytes) -> list | None:
+        """The events of a chunk of elements (``{...},{...}``), projected;
+        None when the ordinary reading must read the chunk (see the module's text)."""
+        if not read_alike(text):
+            return None
+        try:
+            return self._decoder.decode(b"[" + text + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
 
 
-_DECODER = msgspec.json.Decoder(list[ProjectedEvent])
-# digits as 9, exponent marks as e, signs as +: the number shapes the fast reading refuses stand out
-_NUMBER_SHAPES = bytes(57 if 48 <= byte <= 57 else 101 if byte in b"eE" else 43 if byte in b"+-" else 32
-                       for byte in range(256))
-_HUGE_EXPONENT = re.compile(rb"9e\+?999")  # beyond a double: orjson refuses it, a projection skips it
-_LONG_DIGITS, _HUGE_DIGITS = b"9" * 19, b"9" * 309  # an integer beyond 64 bits; a float beyond a double
-
-
-def projected_events(text: bytes) -> list[ProjectedEvent] | None:
-    """The events of a chunk of elements (``{...},{...}``), projected; None
-    when the ordinary reading must read the chunk (see the module's text)."""
-    return decode_chunk(_DECODER, text)
-
-
-def decode_chunk(decoder: msgspec.json.Decoder, text: bytes) -> list | None:
-    """A chunk of elements decoded by ``decoder`` (of a list of Structs), or
-    None when the fast reading would not read every byte of it as the
-    decoder does: an integer it would round, a float beyond a double or
-    text that is not UTF-8, in a field the projection skips as much as in
-    one it decodes; malformed or too deeply nested text."""
+def read_alike(text: bytes) -> bool:
+    """Would the fast reading read every byte of ``text`` as a projection
+    does, members it skips included?  Not with an integer orjson would
+    round, a float beyond a double (orjson refuses it; msgspec skips it
+    unread), or text that is not UTF-8 (the same)."""
     shapes = text.translate(_NUMBER_SHAPES)
     if _LONG_DIGITS in shapes and (has_int_beyond_fast_reading(text, shapes) or _HUGE_DIGITS in shapes):
-        return None
+        return False
     if _HUGE_EXPONENT.search(shapes):
-        return None
+        return False
     if not text.isascii():
         try:
             text.decode()
         except UnicodeDecodeError:
+            return False
+    return True
+
+
+# digits as 9, exponent marks as e, signs as +: the number shapes the fast reading refuses stand out
+_NUMBER_SHAPES = bytes(57 if 48 <= byte <= 57 else 101 if byte in b"eE" else 43 if byte in b"+-" else 32
+                       for byte in range(256))
+_HUGE_EXPONENT = re.compile(rb"9e\+?999")  # beyond a double (zeros are nines here too)
+_LONG_DIGITS, _HUGE_DIGITS = b"9" * 19, b"9" * 300  # an integer beyond 64 bits; a float beyond a double
+
+
+def _struct(name: str, fields: Mapping[str, object]) -> type:
+    members: list[tuple] = []
+    for key, default in fields.items():
+        if not key.isidentifier():
+            raise ValueError(f"projected member {key!r} is not an identifier")
+        if isinstance(default, Mapping):
+            members.append((key, Optional[_struct(f"{name}_{key}", default)], None))
+        else:
+            members.append((key, Any, default))
+    return msgspec.defstruct(name, members)
+
+
+class ProjectedChunk:
+    """A chunk's events as projections (``events``), with the means to read
+    the few a visitor needs whole (:meth:`event`)."""
+
+    def __init__(self, text: bytes, events: list, lines: list[bytes] | None = None) -> None:
+        self.text = text
+        self.events = events
+        self._elements = lines
+
+    def event(self, position: int) -> dict:
+        """Event ``position`` decoded whole, as the fast reading decodes it."""
+        if self._elements is None:
+            self._elements = _ELEMENTS.decode(b"[" + self.text + b"]")
+        return orjson.loads(self._elements[position])
+
+
+def spool_lines(text: bytes, count: int) -> bytes | None:
+    """The ``count`` events of a chunk of elements as spool lines (one event
+    a line, newlines between them) in the input's own text, with only the
+    whitespace between tokens left out; None when that text must not reach
+    the spool as it is, and the events are encoded instead.
+
+    Pass 2 changes spooled lines as text, relying on what orjson writes: a
+    key is spelled out, a string holds no raw control character.  So a chunk
+    with any backslash (an escape could spell a key, or hide text from
+    redaction), invalid UTF-8 (which the projection does not read), or a
+    number a float may overflow in (which the fast reading refuses) is
+    encoded.  Numbers keep their text.
+    """
+    if b"\\" in text or _OUT_OF_RANGE.search(text) is not None:
+        return None
+    if not text.isascii():
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
             return None
     try:
-        return decoder.decode(b"[" + text + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        compact = msgspec.json.format(b"[" + text + b"]", indent=-1)
+    except msgspec.DecodeError:
         return None
+    # every element is an object: between two of them ``},{``; exactly count - 1 of those: no other
+    if compact.count(b"},{") == count - 1:
+        return compact[1:-1].replace(b"},{", b"}\n{")
+    lines = b"\n".join(_ELEMENTS.decode(compact))
+    return lines if lines.count(b"\n") == count - 1 else None
+
+
+_ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,
+                    "args": {"stream": None, "correlation": None, "rank": None, "name": None}}
+_ANALYSIS = Projection(_ANALYSIS_FIELDS)
+
+
+def projected_events(text: bytes) -> list | None:
+    """The events of a chunk with the members the analyses read (see :class:`Projection`)."""
+    return _ANALYSIS.decode(text)
