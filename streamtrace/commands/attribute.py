@@ -161,6 +161,7 @@ class AttributeIndex(MergedIndex):
             self.handlers[category] = self._op_handler(kind)
 
     _PART_LAUNCHES = ("launch_thread", "launch_name", "launch_end", "launch_ts_int")
+    projection = None  # its own work is per event: chunks are read as dicts, whatever the merged index reads
 
     def take_part(self) -> dict:
         """The merged index's part, plus the launch details, GPU rows and CPU ops

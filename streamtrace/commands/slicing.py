@@ -116,6 +116,7 @@ class SliceIndex(MergedIndex):
     """The merged index, plus step spans and flow keys in memory and per-event columns on disk."""
 
     partial = False  # True in a pass-1 worker: the columns go to the joined index in parts, never to a spill
+    projection = None  # its own work is per event: chunks are read as dicts, whatever the merged index reads
 
     def __init__(self, selection: Selection, spill_dir: str | None) -> None:
         self.selection = selection
