@@ -25,11 +25,13 @@ from test_redact import write_planted_run
 
 import streamtrace
 from streamtrace.commands import compact as compact_module
+from streamtrace.commands.inspect import InspectVisitor
 from streamtrace.engine import indexworkers
 from streamtrace.engine import jobs as jobs_module
 from streamtrace.engine.jobs import resolve_jobs
 from streamtrace.errors import TraceError
 from streamtrace.io import parseproc, spool
+from streamtrace.io.projection import Projection
 from streamtrace.io.sink import EvenWrites, OutputTarget
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -250,6 +252,29 @@ def test_graph_launches_are_judged_the_same_for_every_n(tmp_path, small_pieces):
     trace = colliding_launches(tmp_path / "collide.json")
     summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]
     assert summaries[0]["graph_launches"]["count"] == 40
+    assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
+
+
+@pytest.mark.parametrize("member", [b'"x": 1e400', b'"x": 2E+308', b'"x": "caf\xe9"', b'"x": 123456789012345678901234'])
+def test_a_projection_reads_no_chunk_the_fast_reading_would_not(member):
+    """A projection skips members it does not read; the fast reading (orjson) parses them, and refuses a
+    float beyond a double and text that is not UTF-8 (and rounds an integer beyond 64 bits): such a chunk
+    must go the ordinary way, as the -j 1 reading would."""
+    plain = b'{"ph": "X", "cat": "kernel", "pid": 1, "ts": 5, "dur": 2, "args": {"y": 1}}'
+    odd = plain.replace(b'"y": 1', member)
+    projection = Projection({"ph": None, "ts": None})
+    assert [event.ts for event in projection.decode(plain + b"," + plain)] == [5, 5]
+    assert projection.decode(plain + b"," + odd) is None
+    assert InspectVisitor.projection.decode(plain + b"," + odd) is None
+
+
+def test_inspect_of_numbers_the_fast_reading_refuses_says_the_same_for_every_n(tmp_path, small_pieces):
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{n % 3}", "pid": 1, "tid": 7, "ts": 10 * n, "dur": 3,
+               "args": {"correlation": n, "note": "N"}} for n in range(400)]
+    text = json.dumps({"traceEvents": events}).replace('"note": "N"', '"note": 1e400', 1)
+    (tmp_path / "huge.json").write_text(text)
+    summaries = [without_timing(streamtrace.inspect(tmp_path / "huge.json", jobs=jobs)) for jobs in (1, 2, 3)]
+    assert summaries[0]["exact_numbers"]
     assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
 
 
