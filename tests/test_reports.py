@@ -28,7 +28,9 @@ import streamtrace
 from streamtrace import cli
 from streamtrace.algo.busy import BusyTime
 from streamtrace.algo.corrset import CorrelationSet
-from streamtrace.io import parseproc, progress
+from streamtrace.cli import report
+from streamtrace.engine import parseproc
+from streamtrace.io import progress
 from streamtrace.synth import SynthConfig, write_traces
 
 KERNEL_CATS = {"kernel", "Kernel"}
@@ -109,8 +111,8 @@ def test_json_and_summary_file_give_the_library_dict(naive_merge, tmp_path, caps
 
 
 def test_warnings_show_once_with_their_count_and_new_commands_plug_in(monkeypatch):
-    monkeypatch.setitem(cli.VIEWS, "slice", lambda summary: [("sliced", f"{summary['events']} events")])
-    text = cli.human_report("slice", {"events": 3, "warnings": ["odd ts", "odd ts", "odd ts", "no base"],
+    monkeypatch.setitem(report.VIEWS, "slice", lambda summary: [("sliced", f"{summary['events']} events")])
+    text = report.human_report("slice", {"events": 3, "warnings": ["odd ts", "odd ts", "odd ts", "no base"],
                                       "hints": ["run streamtrace relink"]})
     assert text.splitlines() == ["sliced   3 events", "warning  odd ts (3 times)", "warning  no base",
                                  "hint     run streamtrace relink"]
@@ -362,7 +364,7 @@ def test_top_n_kernels_with_full_names_and_several_inputs_each_inspected(four_ra
     assert [summary["input"] for summary in summaries] == traces
     for summary in summaries:
         assert len(summary["top_kernels"]) == 4 and [entry["rank"] for entry in summary["by_rank"]] == [summary["ranks"][0]]
-    assert max(len(kernel["name"]) for kernel in summaries[0]["top_kernels"]) > cli.NAME_WIDTH  # never cut in --json
+    assert max(len(kernel["name"]) for kernel in summaries[0]["top_kernels"]) > report.NAME_WIDTH  # never cut in --json
     lines, _ = run_cli(capsys, "inspect", *traces)
     assert [line.split()[1] for line in lines if line.startswith("input")] == traces
     assert sum(1 for line in lines if line.startswith("per rank")) == 2

@@ -54,7 +54,8 @@ from ..algo.ranks import pp_group_ranks, rank_from_file_name
 from ..algo.steps import parse_int_list
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
+from ..engine.passes import SPOOL_BATCH, IndexResult, batches, emit_events, index_pass
+from ..engine.plan import EmitPlan, patched_lines
 from ..errors import TraceError
 from ..io.archive import outer_path
 from ..io.configfiles import load_rules
