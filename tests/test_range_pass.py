@@ -166,11 +166,22 @@ def test_real_traces_through_ranges(tmp_path, ranges_only, trace):
     assert len(ranges_only) == 6
 
 
+class EventCounter:
+    """A visitor whose work does not split by ranges (it says nothing of parts)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    def visit(self, event: dict) -> None:
+        self.events += 1
+
+
 def test_a_visitor_that_does_not_split_is_read_the_ordinary_way(tmp_path, ranges_only):
     trace = tmp_path / "pretty.json"
     trace.write_bytes(pretty_trace(500))
-    streamtrace.attribute(str(trace), str(tmp_path / "kernels.csv"), jobs=2)
-    assert ranges_only == [False]
+    with InputSource(str(trace)) as source:
+        result = passes.index_pass(source, EventCounter, keep_events=False, jobs=2)
+    assert ranges_only == [False] and result.visitor.events == len(events_of(load_json(trace)))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
