@@ -231,3 +231,16 @@ def test_files_written_together_appear_all_or_none(tmp_path):
 def test_a_small_file_named_gz_is_compressed(tmp_path):
     check_destinations([], []).write(tmp_path / "t.csv.gz", b"a,b\n")
     assert gzip.GzipFile(fileobj=io.BytesIO((tmp_path / "t.csv.gz").read_bytes())).read() == b"a,b\n"
+
+
+@pytest.mark.parametrize("command", [["compact", "-o", "{out}"], ["relink", "-o", "{out}"], ["analyze", "-o", "{out}"],
+                                     ["attribute", "-o", "{out}"], ["inspect"]])
+@pytest.mark.parametrize("spool_dir, said", [("s3://bucket/prefix", "a bucket holds the spool of --dask runs only"),
+                                             ("{tmp}/missing", "no such directory")])
+def test_a_spool_dir_a_local_run_cannot_use_is_refused_in_one_line(tmp_path: Path, command: list[str], spool_dir: str,
+                                                                   said: str) -> None:
+    out = tmp_path / ("out" if command[0] == "analyze" else "out.json.gz" if command[0] != "attribute" else "k.csv")
+    spool = spool_dir.format(tmp=tmp_path)
+    result = run(command[0], SMALL, *(part.format(out=out) for part in command[1:]), "--spool-dir", spool)
+    refused(result, f"--spool-dir {spool}", said)
+    assert sorted(os.listdir(tmp_path)) == []

@@ -46,6 +46,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("-o", "--output", help="output path or '-' (default: merged_compacted.json.gz, or "
                                             "pp_traces_merged_compacted.json.gz with PP annotations, beside the inputs)")
     cmd.add_argument("--ranks", metavar="LIST", help="only these global ranks, e.g. 0-7,12")
+    cmd.add_argument("--per-stage", action="store_true",
+                     help="-o is a directory: one file per PP stage (pp_stage<N>.json.gz), written in parallel; "
+                          "SEND->RECV arrows between stages are counted")
     cmd.add_argument("--no-compact", action="store_true", help="keep the GPU streams as they are")
     original_stream_option(cmd)
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add pipeline-parallel arrows")
@@ -62,6 +65,7 @@ def run(args: argparse.Namespace) -> None:
         args.inputs, args.output, compact=not args.no_compact, original_stream=not args.no_original_stream,
         pp_flows=not args.no_pp_flows, ranks=args.ranks, overwrite=args.overwrite, rules=args.rules,
         compress=args.compress, level=args.level, redact=redaction(args), **reading(args), dask=args.dask,
+        per_stage=args.per_stage,
     )
     report("merge", summary, args, to_stderr=args.output == "-")
 
@@ -74,7 +78,8 @@ def rows(summary: dict) -> Rows:
     rows = [
         ("merged", f"{summary['ranks']} ranks ({listed([str(entry['global_rank']) for entry in ranks], 8)}; "
                    f"rank from {' / '.join(rules)})"),
-        ("output", summary["output"]),
+        ("output", summary["output"] if "stages" not in summary else
+         f"{len(summary['stages'])} files, one per PP stage ({listed(summary['output'], 4)})"),
         ("time", f"aligned on {summary['time_alignment']}, offsets up to {max(offsets):,} us"),
         ("order", summary["pp_order"]),
         events_row(summary),
@@ -91,7 +96,10 @@ def rows(summary: dict) -> Rows:
     unmatched = [f"{key} {value}" for key, value in summary.items() if key.endswith("_unmatched") and value]
     if unmatched:
         rows.append(("unmatched", ", ".join(unmatched) + " (usually the capture window cut a pipeline step)"))
-    if summary.get("pp_send_recv_peer_stage_absent"):
+    if "pp_cross_stage_arrows" in summary:
+        rows.append(("across stages", f"{summary['pp_cross_stage_arrows']:,} SEND->RECV arrows join two stages' files "
+                                      "(counted, not drawn)"))
+    elif summary.get("pp_send_recv_peer_stage_absent") and "stages" not in summary:
         missing = summary["pp_ranks_not_merged"]
         rows.append(("no peer", f"{summary['pp_send_recv_peer_stage_absent']:,} SEND/RECV blocks have their peer stage "
                                 + (f"on ranks not merged (global ranks {listed([str(rank) for rank in missing], 8)})"

@@ -389,8 +389,8 @@ def attribute(
         target = destinations.target(dst, compress=compress)
         meter = Progress(source.size, enabled=progress)
         try:
-            result = index_pass(source, make_visitor, keep_events=False, salvage=salvage, progress=meter,
-                                jobs=processes)
+            result = index_pass(source, make_visitor, keep_events=False, spool_dir=spool_dir, salvage=salvage,
+                                progress=meter, jobs=processes)
             index: AttributeIndex = result.visitor  # type: ignore[assignment]
             index.finish()
             resolved = resolve(index, result.stats.header + result.stats.trailer, mapping)

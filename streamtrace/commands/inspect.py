@@ -868,7 +868,7 @@ def inspect(
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         meter = Progress(source.size, enabled=progress)
-        result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, salvage=salvage,
+        result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
     summary = {**source.describe(), **result.stats.as_dict()}
     summary.update(summarize(result.visitor, result.stats, top))

@@ -10,8 +10,10 @@ other, in PP order, into one output.
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import glob
+import io
 import os
 import pickle
 import re
@@ -19,10 +21,10 @@ import tempfile
 import time
 from array import array
 from bisect import bisect_left
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import orjson
 import zstandard
@@ -61,20 +63,25 @@ from ..io.archive import outer_path
 from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember, member_value
+from ..io.objectstore import RunStore, assemble_s3, join_objects, part_groups, remote_glob, same_s3_store, scratch
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import SinkSpec, remove_quietly
+from ..io.remote import RemoteReader, is_url
+from ..io.sink import OutputTarget, SinkSpec, compressed, remove_quietly
 from ..io.source import InputSource, archive_members
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
 from ..kineto import NUMBER_TYPES
 from ..resources import peak_rss_mb
+from .batch import staged
 from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
 from .mergedindex import MergedIndex, resolve
 
 TRACE_SUFFIX = re.compile(r"\.json(\.gz|\.zst)?$", re.IGNORECASE)
 OWN_OUTPUT = re.compile(r"_(compacted|relinked)\.json")  # what compact and relink write beside their input
+STAGE_FILE = re.compile(r"pp_stage\d+\.json(\.gz|\.zst)?")  # merge --per-stage's files
+STAGE_SUFFIX = {None: ".json.gz", "gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
@@ -89,7 +96,7 @@ def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
         if os.path.isdir(spec):
             files.extend(rank_files_in(spec))
         elif glob.has_magic(spec):
-            found = sorted(glob.glob(spec))
+            found = remote_glob(spec) if is_url(spec) else sorted(glob.glob(spec))
             if not found:
                 raise TraceError("the pattern matches no file", path=spec)
             files.extend(found)
@@ -284,6 +291,17 @@ def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
     finally:
         del result
         gc.collect()  # the index's hot-loop closure makes a cycle: free this rank's arrays before the next
+
+
+def _index_rank_in_store(path: str, options: _PhaseOneOptions, store: RunStore) -> RankIndex:
+    """Phase 1 on a worker that shares only a bucket with the others: the
+    rank's parked state and spool are made on the worker's disk, then kept
+    as objects of the run (phase 2 may run on another worker)."""
+    with scratch() as local:
+        entry = index_rank(path, dataclasses.replace(options, spool_dir=local))
+        entry.state_path = store.put(entry.state_path)
+        entry.spool_path = store.put(entry.spool_path)
+    return entry
 
 
 def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> RankIndex:
@@ -541,12 +559,16 @@ def merge(
     dask: str | None = None,
     redact: RedactOptions | bool | None = None,
     summary_file: str | os.PathLike | None = None,
+    per_stage: bool = False,
 ) -> dict:
     """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary.
 
     ``dask``: the address of a Dask scheduler to run the per-rank tasks on
     (default ``$STREAMTRACE_DASK``, else ``jobs`` processes here); it needs a
-    ``spool_dir`` that every worker shares.
+    ``spool_dir`` that every worker shares: a directory, or a bucket URL
+    (``s3://bucket/prefix``) where the tasks keep their files as objects.
+    ``per_stage``: ``dst`` is a directory that receives one merge per PP
+    stage (see :func:`_per_stage`).
     """
     started = time.perf_counter()
     files = discover_inputs([srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs))
@@ -556,34 +578,88 @@ def merge(
     if len(files) < 2:
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
-    if dst is not None:  # refuse a bad output now, not after reading every input
+    if per_stage:
+        if not isinstance(dst, (str, os.PathLike)):
+            raise TraceError("--per-stage writes one file per PP stage: give their directory with -o DIR/")
+        destinations.directory(dst, writes="--per-stage's files", existing=STAGE_FILE.pattern)
+    elif dst is not None:  # refuse a bad output now, not after reading every input
         destinations.check(dst, compress=compress)
-    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress, objects=True) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
+        if per_stage and runner.store is not None:
+            raise TraceError("--per-stage's tasks write the stages' files into the output directory: give --spool-dir "
+                             "a directory every worker shares, not a bucket URL")
         options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, runner.work_dir, salvage, reread_remote)
-        # every rank's files are in the run's directory, removed with it whatever happens
-        indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed"))
+        # every rank's files are in the run's directory (or prefix), removed with it whatever happens
+        if runner.store is None:
+            indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed"))
+        else:
+            indexed = list(runner.ordered(_index_rank_in_store, [(path, options, runner.store) for path in files],
+                                          label="ranks indexed"))
         if wanted is not None:
             for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
                 _discard(dropped)
             indexed = [entry for entry in indexed if entry.facts.rank in wanted]
             if len(indexed) < 2:
                 raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
+        if per_stage:
+            return destinations.finish(_per_stage(indexed, os.fspath(dst), destinations, compress=compress,  # type: ignore[arg-type]
+                                                  level=level, pp_flows=pp_flows, runner=runner, redact=redact,
+                                                  started=started))
         return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
                                               pp_flows=pp_flows, runner=runner, progress=progress,
                                               started=started, redactor=Redactor.from_options(redact)))
 
 
 def _discard(entry: RankIndex) -> None:
-    """Delete a rank's parked state and its spool now (a rank left out frees its disk before the others' pass 2)."""
+    """Delete a rank's parked state and its spool now (a rank left out frees its disk before the others' pass 2;
+    objects stay until the run's prefix goes)."""
+    if is_url(entry.state_path):
+        return
     remove_quietly(entry.state_path)
     remove_quietly(entry.spool_path)
 
 
-def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Destinations, *, compress: str | None,
-               level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
-               started: float, redactor: Redactor | None = None) -> dict:
+@dataclass
+class _OutputPlan:
+    """Everything the coordinator decides for one merged output, from the ranks' small facts."""
+
+    indexed: list[RankIndex]
+    order: list[int]  # positions in ``indexed``, in PP order
+    pp_ranks: list[int]
+    order_source: str
+    rewrites: dict[int, EventRewrite]
+    extras: dict[int, list[dict]]
+    offsets: list[int]
+    alignment: str
+    warnings: list[str]
+    multiplier: int
+    arrows: list[Arrow]
+    arrow_counts: dict
+    header: list[RawMember]
+    trailer: list[RawMember]
+    has_pp: bool
+
+    def rank_calls(self, chunk_dir: str | None = None) -> list[tuple]:
+        """Per rank, in output order, what its pass 2 needs (state, rewrite, added events[, fragment folder])."""
+        tail = () if chunk_dir is None else (chunk_dir,)
+        return [(self.indexed[n].state_path, self.rewrites[n], self.extras[n], *tail) for n in self.order]
+
+    def object_calls(self, store: RunStore, pieces: list[_Piece | None] | None = None) -> list[tuple]:
+        """Per rank, in output order, what its pass 2 on a worker that shares
+        only the bucket needs (the objects of its state and spool; ``pieces``:
+        how each writes its fragment, default the zstd one spliced here)."""
+        pieces = pieces or [None] * len(self.order)
+        return [(self.indexed[n].state_path, self.indexed[n].spool_path, self.rewrites[n], self.extras[n], store, piece)
+                for n, piece in zip(self.order, pieces)]
+
+    def arrow_lines(self) -> Iterator[bytes]:
+        return (dumps_event(event) for event in arrow_events(self.arrows))
+
+
+def _plan_output(indexed: list[RankIndex], pp_flows: bool) -> _OutputPlan:
+    """Order, clocks, pids, ids and arrows of the merge of ``indexed`` (what ``merge --ranks`` of them decides)."""
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
     pp_ranks, pipelines, order_source = pp_order(facts)
@@ -598,102 +674,292 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
         for n in order
     }
     arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, pipelines, multiplier) if pp_flows else ([], {})
-    dst = _merged_output_name([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
-    target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
     first = indexed[order[0]]
     merged_info = {"backend": first.backend, "ranks": [facts[n].rank for n in order], "pp_rank_count": len(order)}
     replacements = {"baseTimeNanoseconds": common_base, "distributedInfo": merged_info,
                     "traceName": "streamtrace merge of " + ", ".join(str(facts[n].rank) for n in order)}
-    meter = Progress(None, enabled=progress)
-    written = 0
-    pass2_started = time.perf_counter()
     extras = {n: process_metadata(facts[n], pid_maps[n], pp_ranks[n] if has_pp else None) for n in order}
-    with target.open() as out:
-        writer = TraceWriter(out, _replace_members(first.header, replacements), target.redactor)
-        if runner.inline:
-            for n in order:
-                _emit_rank(indexed[n].state_path, rewrites[n], extras[n], writer, meter)
-        else:
-            _emit_ranks_in_workers([(indexed[n].state_path, rewrites[n], extras[n], runner.work_dir) for n in order],
-                                   writer, runner)
-        for batch in batches((dumps_event(event) for event in arrow_events(arrows)), SPOOL_BATCH):
-            writer.events(batch)
-        writer.close(_replace_members(first.trailer, replacements, add_missing=first.header))
+    return _OutputPlan(indexed, order, pp_ranks, order_source, rewrites, extras, offsets, alignment, warnings,
+                       multiplier, arrows, arrow_counts, _replace_members(first.header, replacements),
+                       _replace_members(first.trailer, replacements, add_missing=first.header), has_pp)
+
+
+def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Destinations, *, compress: str | None,
+               level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
+               started: float, redactor: Redactor | None = None) -> dict:
+    plan = _plan_output(indexed, pp_flows)
+    dst = _merged_output_name([entry.facts.path for entry in indexed], plan.has_pp) if dst is None else dst
+    target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
+    pass2_started = time.perf_counter()
+    assembly = None
+    if _assembles_in_store(runner, target):
+        written, assembly = _assemble_in_store(plan, target, runner)
+    else:
+        with target.open() as out:
+            writer = TraceWriter(out, plan.header, target.redactor)
+            if runner.inline:
+                meter = Progress(None, enabled=progress)
+                for call in plan.rank_calls():
+                    _emit_rank(*call, writer, meter)
+            elif runner.store is None:
+                _emit_ranks_in_workers(plan.rank_calls(runner.work_dir), writer, runner)
+            else:
+                _emit_ranks_in_workers(plan.object_calls(runner.store), writer, runner)
+            _close_output(writer, plan.arrow_lines(), plan.trailer)
         written = writer.events_written
-    summary = {
-        "input": [entry.facts.path for entry in indexed],
-        "output": target.name,
+    return {**_output_summary(plan, target.name, written, pass2_started), "assembled_in_store": assembly,
+            **redaction_summary(redactor), "wall_seconds": round(time.perf_counter() - started, 3),
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def _close_output(writer: TraceWriter, arrows: Iterable[bytes], trailer: list[RawMember]) -> None:
+    """The arrows after every rank's events, then the trailer."""
+    for lines in batches(arrows, SPOOL_BATCH):
+        writer.events(lines)
+    writer.close(trailer)
+
+
+def _output_summary(plan: _OutputPlan, output: str, written: int, pass2_started: float) -> dict:
+    indexed, order, pp_ranks = plan.indexed, plan.order, plan.pp_ranks
+    facts = [entry.facts for entry in indexed]
+    return {
+        "input": [fact.path for fact in facts],
+        "output": output,
         "ranks": len(indexed),
         "events_read": sum(entry.events for entry in indexed),
         "events_written": written,
-        "time_alignment": alignment,
-        "time_offsets_us": {str(facts[n].rank): offsets[n] / 1000 for n in range(len(indexed))},
-        "pp_order": order_source,
+        "time_alignment": plan.alignment,
+        "time_offsets_us": {str(facts[n].rank): plan.offsets[n] / 1000 for n in range(len(indexed))},
+        "pp_order": plan.order_source,
         "pp_ranks": [{"pp_rank": pp_ranks[n], "global_rank": facts[n].rank, "file": facts[n].path,
                       "rank_from": indexed[n].rank_source} for n in order],
-        "id_multiplier": multiplier,
-        **arrow_counts,
+        "id_multiplier": plan.multiplier,
+        **plan.arrow_counts,
         "pp_ranks_not_merged": sorted({rank for fact in facts for rank in fact.pp_group or ()}
                                       - {fact.rank for fact in facts}),
         "per_rank_compaction": {str(facts[n].rank): indexed[n].compaction_summary for n in order},
-        "warnings": warnings,
+        "warnings": plan.warnings,
         "read": {str(facts[n].rank): indexed[n].read for n in order},
         "pass1_seconds": {str(facts[n].rank): indexed[n].pass1_seconds for n in order},
         "plan_seconds": {str(facts[n].rank): indexed[n].plan_seconds for n in order},
         "pass2_seconds": round(time.perf_counter() - pass2_started, 3),
-        **redaction_summary(redactor),
+    }
+
+
+def _per_stage(indexed: list[RankIndex], directory: str, destinations: Destinations, *, compress: str | None,
+               level: int | None, pp_flows: bool, runner: TaskRunner, redact: RedactOptions | bool | None,
+               started: float) -> dict:
+    """One merged file per PP stage, written at once by as many tasks.
+
+    Each stage's file is what ``merge --ranks`` of that stage's ranks writes
+    (its own clock base, pids, ids and arrows); the SEND->RECV arrows that
+    join two stages have no file to live in and are counted instead (from
+    the plan of the whole merge).  The files are written into a hidden
+    folder in ``directory`` and appear together, or none does.
+    """
+    stages = _stages([entry.facts for entry in indexed])
+    whole = _plan_output(indexed, pp_flows)
+    finals = {stage: os.path.join(directory, f"pp_stage{stage}{STAGE_SUFFIX[compress]}") for stage in stages}
+    for stage, final in finals.items():
+        destinations.claim(final, compress=compress, role=f"file of PP stage {stage}")
+    plans = {stage: _plan_output([indexed[n] for n in members], pp_flows) for stage, members in stages.items()}
+    pass2_started = time.perf_counter()
+    with staged(list(finals.values()), destinations.overwrite) as paths:
+        jobs = [_StageWrite(path, compress, level, redact, plan.rank_calls(), plan.header, plan.trailer,
+                            list(plan.arrow_lines())) for path, plan in zip(paths, plans.values())]
+        written = list(runner.ordered(_write_stage, [(job,) for job in jobs], label="stages written"))
+    per_stage = [{"pp_stage": stage, **_output_summary(plans[stage], finals[stage], events, pass2_started), **redaction}
+                 for stage, (events, redaction) in zip(plans, written)]
+    summed = {key: sum(entry[key] for entry in per_stage) for key in whole.arrow_counts}
+    return {
+        **_output_summary(whole, "", sum(entry["events_written"] for entry in per_stage), pass2_started),
+        **summed,
+        "output": list(finals.values()),
+        "time_offsets_us": {rank: offset for entry in per_stage for rank, offset in entry["time_offsets_us"].items()},
+        **({"pp_cross_stage_arrows": sum(1 for arrow in whole.arrows if arrow[5] != arrow[6])} if pp_flows else {}),
+        "stages": per_stage,
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
-    return summary
+
+
+def _stages(facts: list[RankFacts]) -> dict[int, list[int]]:
+    """Input positions by PP stage (each rank's index in its PP process
+    group), stages in order; refused when the ranks have no stages."""
+    pp_ranks, pipelines, _ = pp_order(facts)
+    if pipelines[0] is None:
+        without = [fact.rank for fact in facts if fact.pp_group is None or fact.rank not in fact.pp_group]
+        raise TraceError(f"--per-stage needs every rank's PP stage (its PP process group in distributedInfo); "
+                         f"{len(without)} of the {len(facts)} ranks have none (global ranks "
+                         f"{', '.join(map(str, sorted(without)[:8]))}{', ...' if len(without) > 8 else ''}): "
+                         "merge them without --per-stage")
+    if max(len(pipeline) for pipeline in pipelines) < 2:
+        raise TraceError(f"--per-stage: the {len(facts)} ranks have no pipeline stages (PP process groups of one "
+                         "rank); merge them without --per-stage")
+    stages: dict[int, list[int]] = {}
+    for n in sorted(range(len(facts)), key=pp_ranks.__getitem__):
+        stages.setdefault(pp_ranks[n], []).append(n)
+    return stages
+
+
+@dataclass(frozen=True)
+class _StageWrite:
+    """What a task needs to write one stage's file alone: the ranks' pass 2
+    calls, the merged header and trailer, the arrows as event lines."""
+
+    path: str
+    compress: str | None
+    level: int | None
+    redact: RedactOptions | bool | None
+    ranks: list[tuple]
+    header: list[RawMember]
+    trailer: list[RawMember]
+    arrows: list[bytes]
+
+
+def _write_stage(job: _StageWrite) -> tuple[int, dict]:
+    """One stage's file (a task); returns its events written and its redaction summary.
+
+    The task can run again (Dask reruns a task whose worker died): it keeps
+    the ranks' states and spools, and replaces a file an earlier attempt left."""
+    target = OutputTarget(job.path, overwrite=True, compress=job.compress, level=job.level,
+                          redactor=Redactor.from_options(job.redact))
+    with target.open() as out:
+        writer = TraceWriter(out, job.header, target.redactor)
+        for call in job.ranks:
+            _emit_rank(*call, writer, keep=True)
+        _close_output(writer, job.arrows, job.trailer)
+    return writer.events_written, redaction_summary(target.redactor)
 
 
 def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer: TraceWriter,
-               meter: Progress | None = None) -> int:
-    """Pass 2 of one rank into ``writer``; returns the events written."""
+               meter: Progress | None = None, *, keep: bool = False, spool_path: str | None = None) -> int:
+    """Pass 2 of one rank into ``writer``; returns the events written.  The
+    rank's state and spool are deleted, unless ``keep`` (they go with the run's directory).
+    ``spool_path``: where the rank's spool is now, when it moved since phase 1."""
     with open(state_path, "rb") as state:
         parked: _Parked = pickle.load(state)
+    if spool_path is not None:
+        parked.spool.path = spool_path
     before = writer.events_written
-    emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter)
-    os.unlink(state_path)
+    emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter, keep=keep)
+    if not keep:
+        os.unlink(state_path)
     del parked
     gc.collect()  # the plan's patcher closures make cycles holding this rank's arrays
     return writer.events_written - before
 
 
-def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict],
-                        chunk_dir: str | None) -> tuple[str, int]:
-    """Pass 2 of one rank in a worker: its events as a zstd fragment file."""
+@dataclass(frozen=True)
+class _Piece:
+    """A rank's fragment written as a piece of the output as it is (the
+    output's compression; the first one opens the trace, the last one closes
+    it), so that the pieces joined in order are the output."""
+
+    compression: str
+    level: int | None
+    opening: bytes
+    closing: bytes
+    continues: bool  # events came before: begin with the separator
+
+
+def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict], chunk_dir: str | None,
+                        spool_path: str | None = None, piece: _Piece | None = None) -> tuple[str, int]:
+    """Pass 2 of one rank in a worker: its events as a zstd fragment file (or as ``piece``)."""
     handle, chunk_path = tempfile.mkstemp(prefix="streamtrace-chunk-", suffix=".zst", dir=chunk_dir)
     try:
-        with os.fdopen(handle, "wb") as raw:
-            with zstandard.ZstdCompressor(level=CHUNK_LEVEL).stream_writer(raw, closefd=False) as out:
-                writer = TraceWriter(out, None)
-                count = _emit_rank(state_path, rewrite, extra, writer)
-                writer.flush()
+        with os.fdopen(handle, "wb") as raw, _fragment_stream(raw, piece) as out:
+            writer = TraceWriter(out, None, continues=piece is not None and piece.continues)
+            count = _emit_rank(state_path, rewrite, extra, writer, spool_path=spool_path)
+            writer.flush()
+            if piece is not None:
+                out.write(piece.closing)
     except BaseException:
         remove_quietly(chunk_path)
         raise
     return chunk_path, count
 
 
+@contextmanager
+def _fragment_stream(raw: BinaryIO, piece: _Piece | None) -> Iterator[BinaryIO]:
+    if piece is None:
+        with zstandard.ZstdCompressor(level=CHUNK_LEVEL).stream_writer(raw, closefd=False) as out:
+            yield out
+        return
+    with compressed(raw, piece.compression, piece.level, background=False) as out:
+        out.write(piece.opening)
+        yield out
+
+
+def _emit_rank_to_object(state_url: str, spool_url: str, rewrite: EventRewrite, extra: list[dict], store: RunStore,
+                         piece: _Piece | None) -> tuple[str, int, int]:
+    """Pass 2 of one rank on a worker that shares only a bucket: the rank's
+    state and spool fetched from the run's objects, its fragment kept as one;
+    returns the fragment's URL, events and bytes."""
+    with scratch() as local:
+        state_path, spool_path = store.get(state_url, local), store.get(spool_url, local)
+        chunk_path, count = _emit_rank_to_chunk(state_path, rewrite, extra, local, spool_path, piece)
+        return store.put(chunk_path), count, os.path.getsize(chunk_path)
+
+
 def _emit_ranks_in_workers(calls: list[tuple], writer: TraceWriter, runner: TaskRunner) -> None:
     """Pass 2 of every rank as tasks, spliced into ``writer`` in order as each
-    rank's fragment is ready; fragments never outlive the call."""
-    fragments = runner.ordered(_emit_rank_to_chunk, calls, label="ranks written")
+    rank's fragment is ready; fragments never outlive the call (objects: the run)."""
+    emit = _emit_rank_to_chunk if runner.store is None else _emit_rank_to_object
+    fragments = runner.ordered(emit, calls, label="ranks written")
     with closing(fragments):  # a failed splice stops the tasks at once
-        for chunk_path, count in fragments:
+        for chunk_path, count, *_ in fragments:
             try:
                 writer.splice(_chunk_pieces(chunk_path), count)
             finally:
-                remove_quietly(chunk_path)
+                if runner.store is None:
+                    remove_quietly(chunk_path)
 
 
 def _chunk_pieces(path: str) -> Iterator[bytes]:
-    with open(path, "rb") as raw:
+    with closing(RemoteReader(path)) if is_url(path) else open(path, "rb") as raw:
         reader = zstandard.ZstdDecompressor().stream_reader(raw)
         while piece := reader.read(CHUNK_PIECE):
             yield piece
+
+
+def _assembles_in_store(runner: TaskRunner, target: OutputTarget) -> bool:
+    """Can the output be made from the fragments inside the bucket (S3 to S3,
+    nothing to redact on the way), without their bytes coming here?"""
+    return (runner.store is not None and target.url is not None and target.redactor is None
+            and same_s3_store(runner.store.url, target.url))
+
+
+def _assemble_in_store(plan: _OutputPlan, target: OutputTarget, runner: TaskRunner) -> tuple[int, dict]:
+    """Pass 2 as pieces of the output, one per rank (the first with the
+    header, the last with the arrows and the trailer), made into the output
+    object inside the store; returns the events written and how the output
+    was made.  Pieces too small to be parts of a multipart upload are first
+    joined by a task."""
+    opening, ending = io.BytesIO(), io.BytesIO()
+    TraceWriter(opening, plan.header)
+    closer = TraceWriter(ending, None, continues=True)
+    _close_output(closer, plan.arrow_lines(), plan.trailer)
+    last = len(plan.order) - 1
+    tasks = plan.object_calls(runner.store, [
+        _Piece(target.compression, target.level, opening.getvalue() if k == 0 else b"",
+               ending.getvalue() if k == last else b"", k > 0) for k in range(last + 1)])
+    pieces = list(runner.ordered(_emit_rank_to_object, tasks, label="ranks written"))
+    first = next((k for k, (_, count, _) in enumerate(pieces) if count), 0)
+    if first > 0:  # the ranks before it wrote no event: its piece must not begin with a separator
+        state_url, spool_url, rewrite, extra, store, piece = tasks[first]
+        again = (state_url, spool_url, rewrite, extra, store, dataclasses.replace(piece, continues=False))
+        pieces[first] = next(iter(runner.ordered(_emit_rank_to_object, [again], label="ranks written again")))
+    groups = part_groups([size for _, _, size in pieces])
+    joins = [[pieces[n][0] for n in group] for group in groups if len(group) > 1]
+    joined = iter(list(runner.ordered(join_objects, [(urls, runner.store) for urls in joins], label="parts joined")))
+    parts = [(pieces[group[0]][0] if len(group) == 1 else next(joined), sum(pieces[n][2] for n in group))
+             for group in groups]
+    copying = time.perf_counter()
+    assemble_s3(target.url, parts, overwrite=target.overwrite)
+    made = {"pieces": len(pieces), "parts": len(parts), "pieces_joined_first": sum(map(len, joins)),
+            "copy_seconds": round(time.perf_counter() - copying, 3)}
+    return sum(count for _, count, _ in pieces) + closer.events_written, made
 
 
 def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipelines: list[object],

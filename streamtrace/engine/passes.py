@@ -26,6 +26,7 @@ from ..io.reader import (
     raise_if_container_field,
     warn_if_slow_backend,
 )
+from ..io.scratch import check_local_spool_dir
 from ..io.sink import OutputTarget
 from ..io.source import InputSource
 from ..io.spool import EventSpool
@@ -141,6 +142,7 @@ def index_pass(
     :func:`emit_pass`, which deletes it).
     """
     started = time.perf_counter()
+    check_local_spool_dir(spool_dir)
     spool = EventSpool(spool_dir) if keep_events else None
 
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
@@ -269,10 +271,11 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
 
 @gc_paused()
 def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *,
-                progress: Progress | None = None, workers: EmitWorkers | None = None) -> None:
+                progress: Progress | None = None, workers: EmitWorkers | None = None, keep: bool = False) -> None:
     """The event part of pass 2: spooled lines through ``plan`` (here, or in
     ``workers``), then its appended events, into an open ``writer``
-    (``merge`` writes several spools into one writer).  Deletes the spool."""
+    (``merge`` writes several spools into one writer).  Deletes the spool
+    unless ``keep`` (a task that may run again reads it again)."""
     if spool is None:
         raise ValueError("emit_pass needs an index pass run with keep_events=True")
     total = None if plan.actions is None else len(plan.actions)
@@ -296,7 +299,8 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
         for batch in batches(plan.appended(), SPOOL_BATCH):
             writer.events(batch)
     finally:
-        spool.close()
+        if not keep:
+            spool.close()
         if progress is not None:
             progress.done()
 

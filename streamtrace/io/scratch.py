@@ -2,10 +2,24 @@
 from __future__ import annotations
 
 import errno
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..errors import TransferError
+from ..errors import TraceError, TransferError
+
+
+def check_local_spool_dir(spool_dir: str | None) -> None:
+    """Refuse a ``--spool-dir`` a run on this machine cannot keep files in,
+    before anything is read (a temporary file's own error names a file that
+    was never made)."""
+    if spool_dir is None:
+        return
+    if "://" in spool_dir:
+        raise TraceError(f"--spool-dir {spool_dir}: a bucket holds the spool of --dask runs only (merge, analyze); "
+                         "here give a local directory")
+    if not os.path.isdir(spool_dir):
+        raise TraceError(f"--spool-dir {spool_dir}: no such directory")
 
 
 @contextmanager
