@@ -252,7 +252,7 @@ class CompactIndex:
         slices = np.flatnonzero((codes == SLICE) & (phases == _TIMED)).tolist()
         if slices:
             slice_events = list(map(events.__getitem__, slices))
-            starts, ends = _slice_times(slice_events)
+            starts, ends = _spans(slice_events)
             if None in map(_PID, slice_events):
                 return False
             groups = self._groups(list(map(_CAT, slice_events)), list(map(_NAME, slice_events)))
@@ -270,8 +270,8 @@ class CompactIndex:
             streamed.append((meta, keys(meta)))
         notes = np.flatnonzero(codes == ANNOTATION)
         timed_notes = notes[phases[notes] == _TIMED].tolist()
-        note_spans = [self._span(events[position].ts, events[position].dur, "GPU annotation") for position in timed_notes]
         if timed_notes:
+            note_starts, note_ends = _spans(list(map(events.__getitem__, timed_notes)))
             streamed.append((timed_notes, keys(timed_notes)))
             labelled.append((timed_notes, [name if name.__class__ is str else None
                                            for name in map(_NAME, map(events.__getitem__, timed_notes))]))
@@ -296,8 +296,8 @@ class CompactIndex:
             actions[meta] = METADATA
         if timed_notes:
             self.note_stream.extend(map(stream_of.__getitem__, keys(timed_notes)))
-            self.note_start.extend([start for start, _ in note_spans])
-            self.note_end.extend([end for _, end in note_spans])
+            self.note_start.frombytes(note_starts.tobytes())
+            self.note_end.frombytes(note_ends.tobytes())
             self.note_identity.extend(map(_identity_hash, chunk.whole(timed_notes)))
             self.note_name.extend(map(label_of.get, labelled[-1][1], itertools.repeat(-1)))
             actions[timed_notes] = ANNOTATION
@@ -458,15 +458,15 @@ _KIND_CODES = {**dict.fromkeys(SLICE_CATEGORIES, SLICE), "gpu_user_annotation": 
 _PLAIN_TIMES = {float, int}
 
 
-def _slice_times(slices: list) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of each projected GPU slice, as :meth:`CompactIndex.visit` finds them;
-    TraceError (read event by event instead) for times that are not plain numbers or a negative dur."""
-    starts, durations = list(map(attrgetter("ts"), slices)), list(map(attrgetter("dur"), slices))
+def _spans(events: list) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each projected GPU slice or annotation, as :meth:`CompactIndex.visit` finds them;
+    TraceError (read event by event instead, which says where) for times that are not plain numbers or a negative dur."""
+    starts, durations = list(map(_TS, events)), list(map(attrgetter("dur"), events))
     if not set(map(type, starts)) <= _PLAIN_TIMES or not set(map(type, durations)) <= _PLAIN_TIMES:
-        raise TraceError("GPU slice needs numeric ts and dur")
+        raise TraceError("GPU event needs numeric ts and dur")
     start, duration = np.array(starts, dtype=np.float64), np.array(durations, dtype=np.float64)
     if (duration < 0).any():
-        raise TraceError("GPU slice has a negative dur")
+        raise TraceError("GPU event has a negative dur")
     return start, start + duration
 
 
