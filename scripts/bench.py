@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time a streamtrace command against two yardsticks, in alternating rounds.
+"""Time a streamtrace command against yardsticks, in alternating rounds.
 
 Yardsticks (each a child process over the same input):
 
@@ -7,7 +7,10 @@ Yardsticks (each a child process over the same input):
   cheapest way to stream every event;
 - ``orjson``: ``orjson.loads`` of the whole decompressed document, what
   in-memory tools do (time and peak RSS), with the garbage collector off:
-  the fastest that approach can be.
+  the fastest that approach can be;
+- ``scan``: msgspec scanning the whole document in C, keeping each event
+  as its raw bytes (no Python object per field): the physical limit of
+  any reading that looks at every byte once (not run unless asked).
 
 Each round runs every yardstick and then the command, so the ratios of one
 round were measured under the same machine conditions; the figures to quote
@@ -81,7 +84,21 @@ for path in sys.argv[1:]:
     del document
 print(total)
 """
-YARDSTICKS = {"ijson": IJSON_CODE, "orjson": ORJSON_CODE}
+SCAN_CODE = """
+import sys, msgspec
+sys.path.insert(0, {root!r})
+from streamtrace.io.source import InputSource
+class Document(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] = []
+decoder = msgspec.json.Decoder(Document)
+total = 0
+for path in sys.argv[1:]:
+    with InputSource(path) as source:
+        stream = source.open()
+        total += len(decoder.decode(b"".join(iter(lambda: stream.read(1 << 24), b""))).traceEvents)
+print(total)
+"""
+YARDSTICKS = {"ijson": IJSON_CODE, "orjson": ORJSON_CODE, "scan": SCAN_CODE}
 PHASES = ("pass1_seconds", "plan_seconds", "wall_seconds")
 
 
@@ -243,7 +260,7 @@ def main() -> int:
     parser.add_argument("inputs", nargs="+", help="trace file(s) the command reads")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of yardsticks + commands (default 5)")
     parser.add_argument("--yardsticks", default="ijson,orjson",
-                        help="comma-separated, from: ijson, orjson (default both; '' for none)")
+                        help="comma-separated, from: ijson, orjson, scan (default ijson,orjson; '' for none)")
     parser.add_argument("--label", default="", help="name for this measurement in the report")
     options, commands = command_lines(sys.argv[1:])
     args = parser.parse_args(options)

@@ -1,6 +1,7 @@
 """Local stand-ins for remote storage, on loopback only, started and stopped by
 the tests: an HTTP server with Range support (what fsspec's HTTP filesystem
-reads) that can also fail on purpose, and moto's S3 API server.
+reads) that can also fail on purpose, moto's S3 API server, and a proxy in
+front of it that cuts connections or answers errors on purpose.
 
 The HTTP server counts what it sends per object, so a test can tell how many
 times an input was downloaded.
@@ -91,7 +92,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def object_server() -> Iterator[ObjectServer]:
-    server = ObjectServer()
+    with _serving(ObjectServer()) as server:
+        yield server
+
+
+@contextmanager
+def _serving(server: ThreadingHTTPServer) -> Iterator:
+    """``server`` answering from a thread of its own until the block ends."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -114,3 +121,112 @@ def s3_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+class Fault:
+    """What :class:`FaultProxy` does to one request instead of forwarding it plainly."""
+
+    def __init__(self, kind: str, status: int = 0, code: str = "") -> None:
+        self.kind, self.status, self.code = kind, status, code
+
+
+CUT_RESPONSE = Fault("cut response")  # forward; send the headers and half the body, then close the socket
+CUT_REQUEST = Fault("cut request")  # read half the request's body, then close the socket without an answer
+
+
+def s3_error(status: int, code: str) -> Fault:
+    """An S3 error answer (``<Error><Code>...``) in place of the store's."""
+    return Fault("error", status, code)
+
+
+class FaultProxy(ThreadingHTTPServer):
+    """An HTTP proxy on loopback in front of an S3 endpoint (moto's): every
+    request is forwarded as it came unless :attr:`fault`, called with
+    (method, path with query, headers), returns a :class:`Fault` for it."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+        self.upstream = upstream.split("://", 1)[1]
+        self.fault = lambda method, path, headers: None
+        self.faults: collections.Counter = collections.Counter()  # faults served, by kind
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    server: FaultProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    do_HEAD = do_PUT = do_POST = do_DELETE = do_GET
+
+    def _request_body(self, limit: int | None = None) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = bytearray()
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+            return bytes(body)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length if limit is None else min(limit, length))
+
+    def _forward(self) -> None:
+        import http.client
+
+        fault = self.server.fault(self.command, self.path, self.headers)
+        if fault is not None:
+            self.server.faults[fault.kind] += 1
+        if fault is not None and fault.kind == "cut request":
+            self._request_body(int(self.headers.get("Content-Length") or 0) // 2)
+            self.close_connection = True
+            return
+        body = self._request_body()
+        if fault is not None and fault.kind == "error":
+            text = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{fault.code}</Code>"
+                    f"<Message>{fault.code}</Message></Error>").encode()
+            self.send_response(fault.status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
+        upstream = http.client.HTTPConnection(self.server.upstream, timeout=60)
+        try:
+            headers = {name: value for name, value in self.headers.items()
+                       if name.lower() not in ("transfer-encoding", "expect")}
+            headers["Content-Length"] = str(len(body))
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            payload = answer.read()
+        finally:
+            upstream.close()
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", answer.getheader("Content-Length", "0") if self.command == "HEAD"
+                         else str(len(payload)))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if fault is not None and fault.kind == "cut response":
+            payload = payload[: len(payload) // 2]
+            self.close_connection = True
+        self.wfile.write(payload)
+        self.wfile.flush()
+
+
+@contextmanager
+def fault_proxy(upstream: str) -> Iterator[FaultProxy]:
+    with _serving(FaultProxy(upstream)) as proxy:
+        yield proxy

@@ -30,8 +30,7 @@ import sys
 from typing import Any, Callable
 
 from streamtrace import cli
-from streamtrace.engine import indexworkers
-from streamtrace.io import parseproc
+from streamtrace.engine import indexworkers, parseproc
 from streamtrace.io.spool import EventSpool
 from streamtrace.io.writer import TraceWriter
 

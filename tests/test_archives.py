@@ -129,8 +129,7 @@ def test_pass_one_workers_and_pass_two_read_an_archived_trace(tmp_path, form, mo
     and chunk size lowered so a small trace takes that path, as a multi-GB
     one would), and compact's pass 2 re-reads; the output is the same bytes
     as from the plain trace with -j 1."""
-    from streamtrace.engine import indexworkers, passes
-    from streamtrace.io import parseproc
+    from streamtrace.engine import indexworkers, parseproc, passes
     used = []
     monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
     monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 8 << 10)

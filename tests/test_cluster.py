@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import orjson
 import pytest
@@ -84,6 +85,18 @@ def test_merge_on_the_cluster_equals_one_process(sixteen, address, tmp_path):
     assert list(spooled.iterdir()) == []
 
 
+def test_per_stage_files_are_written_by_the_cluster_as_one_process_writes_them(sixteen, address, tmp_path):
+    """Each stage's file is one task; the files are those of the run in this process."""
+    alone = streamtrace.merge(sixteen, tmp_path / "alone", per_stage=True, jobs=1)
+    spooled = spool(tmp_path)
+    summary = streamtrace.merge(sixteen, tmp_path / "cluster", per_stage=True, dask=address, spool_dir=str(spooled))
+    names = [f"pp_stage{stage}.json.gz" for stage in range(4)]
+    assert sorted(os.listdir(tmp_path / "cluster")) == names
+    assert [digest(tmp_path / "cluster" / name) for name in names] == [digest(tmp_path / "alone" / name) for name in names]
+    assert summary["pp_cross_stage_arrows"] == alone["pp_cross_stage_arrows"] > 0
+    assert list(spooled.iterdir()) == []
+
+
 def test_merge_takes_the_cluster_from_the_environment(sixteen, address, tmp_path, monkeypatch):
     streamtrace.merge(rank_files(sixteen)[:4], tmp_path / "alone.json.gz", jobs=1)
     monkeypatch.setenv("STREAMTRACE_DASK", address)
@@ -121,6 +134,43 @@ def test_a_damaged_rank_stops_the_run_with_one_line_naming_it(sixteen, address, 
     assert not (tmp_path / "compacted").exists() and list(spooled.iterdir()) == []  # the folder it made goes too
 
 
+def size_now(path: Path) -> int:
+    """The size of a file a task may rename or delete meanwhile (0 when gone)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def kill_workers_during(client, merging: Callable[[], dict], targets: Callable[[list[str]], list[str]]
+                        ) -> tuple[dict, list[int]]:
+    """Run ``merging`` in a thread and SIGKILL, once, the workers that
+    ``targets`` picks among those holding a task (asked again and again
+    until it picks some); returns its outcome and the pids killed."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["summary"] = merging()
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    killed: list[int] = []
+    deadline = time.monotonic() + 60
+    while not killed and thread.is_alive() and time.monotonic() < deadline:
+        busy = [worker for worker, keys in client.processing().items() if keys]
+        chosen = targets(busy) if busy else []
+        if chosen:
+            killed = list(client.run(os.getpid, workers=chosen).values())
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    thread.join(120)
+    return outcome, killed
+
+
 def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster, tmp_path):
     """One worker is killed (SIGKILL) as soon as it is seen holding a task:
     Dask runs that task again elsewhere."""
@@ -129,34 +179,48 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
                              graph_streams=4), ranks, compress="none", merged=False)
     streamtrace.merge(ranks, tmp_path / "alone.json.gz", jobs=1)
-    outcome: dict = {}
     spooled = spool(tmp_path)
-
-    def run() -> None:
-        try:
-            outcome["summary"] = streamtrace.merge(ranks, tmp_path / "cluster.json.gz", dask=local.scheduler_address,
-                                                   spool_dir=str(spooled))
-        except BaseException as exc:  # handed to the test thread
-            outcome["error"] = exc
-
-    merging = threading.Thread(target=run)
-    merging.start()
-    victim = None
-    deadline = time.monotonic() + 60
-    while victim is None and merging.is_alive() and time.monotonic() < deadline:
-        busy = [worker for worker, keys in client.processing().items() if keys]
-        if busy:  # killed at once: waiting to be "well into" a task lets short tasks slip by
-            victim = client.run(os.getpid, workers=busy[:1])[busy[0]]
-            os.kill(victim, signal.SIGKILL)
-        time.sleep(0.01)
-    merging.join(120)
-    assert victim is not None, "no task was seen running"
+    outcome, killed = kill_workers_during(
+        client, lambda: streamtrace.merge(ranks, tmp_path / "cluster.json.gz", dask=local.scheduler_address,
+                                          spool_dir=str(spooled)),
+        lambda busy: busy[:1])  # killed at once: waiting to be "well into" a task lets short tasks slip by
+    assert killed, "no task was seen running"
     assert "error" not in outcome, outcome.get("error")
     assert digest(tmp_path / "cluster.json.gz") == digest(tmp_path / "alone.json.gz")
     assert list(spooled.iterdir()) == []
     with pytest.raises(ProcessLookupError):
-        os.kill(victim, 0)
+        os.kill(killed[0], 0)
     client.wait_for_workers(2, timeout=60)  # the nanny starts a new one for the tests after this
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_writing_a_stage_is_replaced_and_the_files_are_the_same(cluster, tmp_path):
+    """The workers are killed (SIGKILL) once a stage's file is well under way
+    (a ``.part`` file in the output's hidden folder past 60% of a stage's
+    size, so past its first rank): Dask runs the stages again."""
+    local, client = cluster
+    ranks = tmp_path / "ranks"
+    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, target_bytes=6_000_000, graph_kernels=8,
+                             graph_streams=4), ranks, compress="none", merged=False)
+    streamtrace.merge(ranks, tmp_path / "alone", per_stage=True, jobs=1)
+    smallest = min(path.stat().st_size for path in (tmp_path / "alone").iterdir())
+
+    def under_way(busy: list[str]) -> list[str]:  # (which worker writes which stage is not known: all go)
+        parts = (tmp_path / "cluster").glob(".streamtrace-batch-*/.*.part")
+        return busy if any(size_now(part) > 0.6 * smallest for part in parts) else []
+
+    spooled = spool(tmp_path)
+    outcome, killed = kill_workers_during(
+        client, lambda: streamtrace.merge(ranks, tmp_path / "cluster", per_stage=True, dask=local.scheduler_address,
+                                          spool_dir=str(spooled)),
+        under_way)
+    assert killed, "no stage was seen being written"
+    assert "error" not in outcome, outcome.get("error")
+    names = ["pp_stage0.json.gz", "pp_stage1.json.gz"]
+    assert sorted(os.listdir(tmp_path / "cluster")) == names
+    assert [digest(tmp_path / "cluster" / name) for name in names] == [digest(tmp_path / "alone" / name) for name in names]
+    assert list(spooled.iterdir()) == []
+    client.wait_for_workers(2, timeout=60)
 
 
 def test_the_coordinator_stays_small_while_merging_64_ranks(address, tmp_path):

@@ -27,8 +27,8 @@ from badinputs.matrix import CLI, COMMANDS, Command, available, cli_env, command
 from conftest import TRACES, events_of, load_json
 
 from streamtrace import cli
-from streamtrace.engine import indexworkers
-from streamtrace.io import parseproc
+from streamtrace.cli import signals
+from streamtrace.engine import indexworkers, parseproc
 from streamtrace.synth import SynthConfig, write_traces
 
 OUTPUT_COMMANDS = [command for command in COMMANDS if command.output_name]
@@ -269,7 +269,7 @@ def test_a_worker_signalled_before_it_sets_its_own_handlers_ends_quietly(signum,
     import multiprocessing
 
     with cli_signal_handlers():
-        cli.install_signal_handlers()
+        signals.install_signal_handlers()
         worker = multiprocessing.get_context("fork").Process(target=lambda: os.kill(os.getpid(), signum))
         worker.start()
         worker.join(30)
@@ -280,6 +280,7 @@ def test_a_worker_signalled_before_it_sets_its_own_handlers_ends_quietly(signum,
 STOPPED_IN_A_FINALIZER = """
 import os, signal, sys
 from streamtrace import cli
+from streamtrace.cli import inspect
 from streamtrace.errors import TraceError
 from streamtrace.io.destinations import Destinations
 
@@ -295,7 +296,7 @@ def run(args):
         Destinations([]).write("out.json", b"{{}}")
     raise TraceError("a pass-2 worker stopped unexpectedly (exit status -15)")  # the worker the signal ended
 
-cli._run_inspect = run
+inspect.run = run
 sys.exit(cli.main(["inspect", "trace.json"]))
 """
 

@@ -25,11 +25,11 @@ from test_redact import write_planted_run
 
 import streamtrace
 from streamtrace.commands import compact as compact_module
-from streamtrace.engine import indexworkers
+from streamtrace.engine import indexworkers, parseproc
 from streamtrace.engine import jobs as jobs_module
 from streamtrace.engine.jobs import resolve_jobs
 from streamtrace.errors import TraceError
-from streamtrace.io import parseproc, spool
+from streamtrace.io import spool
 from streamtrace.io.sink import EvenWrites, OutputTarget
 from streamtrace.synth import SynthConfig, write_traces
 

@@ -8,10 +8,16 @@ it, never one above:
     io        bytes in and out
     engine    the two passes
     commands  one module per command
-    face      cli, __init__, __main__ (the only importers of commands)
+    face      cli/*, __init__, __main__ (the only importers of commands;
+              the library's face, __init__, does not import the command line)
 
 ``synth`` (the trace generator) stands apart and imports no other module of
 the package, so the demo and the tests can use it alone.
+
+Two more rules: no import cycle between modules (a function-level or
+type-checking import counts: it is the same dependency, only later), and
+``io`` does no process management (child processes, signals and pipes
+between processes are execution strategies: they live in ``engine``).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "streamtrace"
 ORDER = ["base", "algo", "io", "engine", "commands", "face"]
 BASE = {"errors", "kineto", "resources"}
 FACE = {"cli", "__init__", "__main__"}
+PROCESS_MANAGEMENT = {"multiprocessing", "subprocess", "signal", "fcntl", "concurrent"}
 
 
 def layer_of(module: str) -> str:
@@ -78,7 +85,9 @@ def violations(package_root: Path) -> list[str]:
             if target in ("", "__version__"):
                 continue  # the package's own face (``from . import __version__``)
             target_layer = layer_of(target)
-            if "synth" in (source, target_layer):
+            if module == "__init__" and target.split(".")[0] == "cli":
+                ok = False  # the library API does not depend on the command line
+            elif "synth" in (source, target_layer):
                 ok = source == target_layer or source == "face"
             else:
                 ok = ORDER.index(target_layer) <= ORDER.index(source)
@@ -87,8 +96,85 @@ def violations(package_root: Path) -> list[str]:
     return problems
 
 
+def module_name(path: Path, package_root: Path) -> str:
+    """``io.reader`` for io/reader.py, ``cli`` for cli/__init__.py."""
+    parts = path.relative_to(package_root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def import_graph(package_root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (``__version__`` from the package's face left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package_root.rglob("*.py")):
+        targets = {target for _, target in imported_modules(path, package_root) if target not in ("", "__version__")}
+        graph[module_name(path, package_root)] = targets
+    return graph
+
+
+def cycles(package_root: Path) -> list[list[str]]:
+    """Each import cycle between modules, as the modules around it (Tarjan's strongly connected components)."""
+    graph = import_graph(package_root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1 or module in graph.get(module, ()):
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def process_management_in_io(package_root: Path) -> list[str]:
+    """``io`` modules that import a process-management module of the standard library."""
+    problems = []
+    for path in sorted((package_root / "io").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            problems += [f"{path.relative_to(package_root.parent)}:{node.lineno}: {name}"
+                         for name in names if name.split(".")[0] in PROCESS_MANAGEMENT]
+    return problems
+
+
 def test_package_keeps_its_layers() -> None:
     assert violations(PACKAGE) == []
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(PACKAGE) == []
+
+
+def test_io_manages_no_processes() -> None:
+    assert process_management_in_io(PACKAGE) == []
+
+
+def test_the_command_line_is_on_the_top_layer_only() -> None:
+    """Every module of cli/ is face, and only ``__main__`` and cli itself import it (the library's face does not)."""
+    graph = import_graph(PACKAGE)
+    command_line = {module for module in graph if module.split(".")[0] == "cli"}
+    assert len(command_line) > 10 and {layer_of(module) for module in command_line} == {"face"}
+    importers = {module for module, targets in graph.items() if any(target.split(".")[0] == "cli" for target in targets)}
+    assert importers - command_line == {"__main__"}
 
 
 def test_every_module_sits_in_a_layer() -> None:
@@ -110,6 +196,8 @@ def _write(root: Path, relative: str, text: str) -> None:
     ("engine/passes.py", "from ..commands import compact\n", "engine engine.passes -> commands commands.compact"),
     ("errors.py", "import streamtrace.algo.lanes\n", "base errors -> algo algo.lanes"),
     ("synth.py", "from .io import sink\n", "synth synth -> io io.sink"),
+    ("commands/inspect.py", "from ..cli.report import human_report\n", "commands commands.inspect -> face cli.report"),
+    ("__init__.py", "from .cli import main\n", "face __init__ -> face cli"),
 ])
 def test_a_deliberate_violation_is_caught(tmp_path: Path, module: str, line: str, broken: str) -> None:
     """A copy of the package with one import that goes up a layer fails the rule."""
@@ -120,3 +208,35 @@ def test_a_deliberate_violation_is_caught(tmp_path: Path, module: str, line: str
     _write(root, module, (root / module).read_text(encoding="utf-8") + line)
     found = violations(root)
     assert len(found) == 1 and found[0].endswith(broken), found
+
+
+def copy_of_package(root: Path) -> None:
+    for path in PACKAGE.rglob("*.py"):
+        _write(root, str(path.relative_to(PACKAGE)), path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("module, line, cycle", [
+    ("io/source.py", "from .reader import TraceReader\n", ["io.reader", "io.source"]),  # two modules
+    ("algo/ids.py", "from .lanes import pack_lanes\n", None),  # lanes does not import ids: no cycle
+    ("engine/plan.py", "if False:\n    from .passes import index_pass\n", ["engine.passes", "engine.plan"]),
+    ("engine/parseproc.py", "def later():\n    from .passes import index_pass\n", ["engine.parseproc", "engine.passes"]),
+])
+def test_a_planted_cycle_is_caught(tmp_path: Path, module: str, line: str, cycle: list[str] | None) -> None:
+    """A copy of the package with one import that closes a loop (even one
+    deferred into a function or a type-checking block) fails the rule."""
+    root = tmp_path / "streamtrace"
+    copy_of_package(root)
+    assert cycles(root) == []
+    _write(root, module, (root / module).read_text(encoding="utf-8") + line)
+    found = cycles(root)
+    if cycle is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and set(cycle) <= set(found[0]), found
+
+
+def test_a_parse_child_in_io_is_caught(tmp_path: Path) -> None:
+    root = tmp_path / "streamtrace"
+    copy_of_package(root)
+    _write(root, "io/reader.py", (root / "io/reader.py").read_text(encoding="utf-8") + "import multiprocessing\n")
+    assert [problem.split(": ")[-1] for problem in process_management_in_io(root)] == ["multiprocessing"]

@@ -15,8 +15,7 @@ from conftest import REAL_TRACES, ROOT, TRACES, events_of, load_json
 
 import streamtrace
 from streamtrace import TraceError, attribute, convert, inspect
-from streamtrace.engine import indexworkers
-from streamtrace.io import parseproc
+from streamtrace.engine import indexworkers, parseproc
 from streamtrace.synth import SynthConfig, write_traces
 
 pq = pytest.importorskip("pyarrow.parquet")

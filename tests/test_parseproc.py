@@ -8,9 +8,9 @@ import pytest
 from conftest import REAL_TRACES, TRACES, load_json
 
 from streamtrace import compact
+from streamtrace.engine import parseproc
 from streamtrace.engine.passes import index_pass
 from streamtrace.errors import TraceError
-from streamtrace.io import parseproc
 from streamtrace.io.source import InputSource
 
 IN_PROCESS, IN_CHILD = 1, 2  # jobs

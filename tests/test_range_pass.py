@@ -18,9 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamtrace
-from streamtrace.engine import indexworkers, passes
+from streamtrace.engine import indexworkers, parseproc, passes
 from streamtrace.errors import TraceError
-from streamtrace.io import parseproc
 from streamtrace.io.reader import ChunkRefused, ReadMode, TraceReader, chunk_events
 from streamtrace.io.source import InputSource
 from streamtrace.io.spool import EventSpool

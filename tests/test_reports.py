@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 import streamtrace
 from streamtrace import cli
 from streamtrace.algo.busy import BusyTime
-from streamtrace.io import parseproc, progress
+from streamtrace.cli import report
+from streamtrace.engine import parseproc
+from streamtrace.io import progress
 
 KERNEL_CATS = {"kernel", "Kernel"}
 GPU_CATS = KERNEL_CATS | {"gpu_memcpy", "gpu_memset"}
@@ -101,8 +103,8 @@ def test_json_and_summary_file_give_the_library_dict(naive_merge, tmp_path, caps
 
 
 def test_warnings_show_once_with_their_count_and_new_commands_plug_in(monkeypatch):
-    monkeypatch.setitem(cli.VIEWS, "slice", lambda summary: [("sliced", f"{summary['events']} events")])
-    text = cli.human_report("slice", {"events": 3, "warnings": ["odd ts", "odd ts", "odd ts", "no base"],
+    monkeypatch.setitem(report.VIEWS, "slice", lambda summary: [("sliced", f"{summary['events']} events")])
+    text = report.human_report("slice", {"events": 3, "warnings": ["odd ts", "odd ts", "odd ts", "no base"],
                                       "hints": ["run streamtrace relink"]})
     assert text.splitlines() == ["sliced   3 events", "warning  odd ts (3 times)", "warning  no base",
                                  "hint     run streamtrace relink"]

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 import streamtrace
-from streamtrace.engine.passes import EmitPlan, emit_pass, index_pass
+from streamtrace.engine.passes import emit_pass, index_pass
+from streamtrace.engine.plan import EmitPlan
 from streamtrace.errors import TraceError
 from streamtrace.io import reader as reader_module
 from streamtrace.io.sink import OutputTarget

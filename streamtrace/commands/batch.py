@@ -17,7 +17,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 from ..engine.executors import TaskRunner, remove_tree, shared_path
 from ..engine.jobs import resolve_jobs
@@ -81,23 +82,33 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
     finals = beside if directory is None else [os.path.join(directory, os.path.basename(path)) for path in beside]
     for src, final in zip(files, finals):  # every one before any work
         destinations.claim(final, compress=options.get("compress"), role=f"output of {src}")  # type: ignore[arg-type]
-    groups: dict[str, list[int]] = {}
-    for n, final in enumerate(finals):
-        groups.setdefault(os.path.dirname(os.path.abspath(final)), []).append(n)
+    with staged(finals, destinations.overwrite) as staged_paths:
+        calls = [(command, src, out, runner.work_dir, options) for src, out in zip(files, staged_paths)]
+        runs = list(runner.ordered(_run_one, calls, label="inputs done"))
+    for final, run in zip(finals, runs):
+        run["output"] = final
+    return finals, runs
+
+
+@contextmanager
+def staged(finals: list[str], overwrite: bool) -> Iterator[list[str]]:
+    """Where tasks write the files ``finals``: a hidden folder inside each
+    one's folder (created if missing), so a rename moves each into place.
+    When the block ends normally they are published all or none; whatever
+    happens, the hidden folders go, and the folders the run created unless
+    it succeeded."""
+    groups = {os.path.dirname(os.path.abspath(final)) for final in finals}
     staging: dict[str, str] = {}
     created: list[str] = []
     try:
-        for folder in groups:
+        for folder in sorted(groups):
             created += _missing_folders(folder)
             os.makedirs(folder, exist_ok=True)
             staging[folder] = tempfile.mkdtemp(prefix=".streamtrace-batch-", dir=folder)
-        staged = [os.path.join(staging[os.path.dirname(os.path.abspath(final))], os.path.basename(final))
-                  for final in finals]
-        calls = [(command, src, out, runner.work_dir, options) for src, out in zip(files, staged)]
-        runs = list(runner.ordered(_run_one, calls, label="inputs done"))
-        publish_all(zip(staged, finals), destinations.overwrite)
-        for final, run in zip(finals, runs):
-            run["output"] = final
+        paths = [os.path.join(staging[os.path.dirname(os.path.abspath(final))], os.path.basename(final))
+                 for final in finals]
+        yield paths
+        publish_all(zip(paths, finals), overwrite)
         created.clear()  # the run succeeded: its folders stay
     finally:
         for folder in staging.values():
@@ -107,7 +118,6 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
                 os.rmdir(folder)
             except OSError:
                 pass
-    return finals, runs
 
 
 def _missing_folders(folder: str) -> list[str]:

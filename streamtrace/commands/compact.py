@@ -44,7 +44,8 @@ from ..algo.pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, 
 from ..algo.ranks import pp_group_ranks
 from ..algo.rules import Rules
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import EmitPlan, IndexResult, consume, emit_pass, index_pass, patched_lines
+from ..engine.passes import IndexResult, emit_pass, index_pass
+from ..engine.plan import EmitPlan, consume, patched_lines
 from ..errors import TraceError
 from ..io.configfiles import load_rules
 from ..io.destinations import Destinations

@@ -10,10 +10,10 @@ import struct
 import time
 from typing import Iterable, Sequence
 
+from ..engine import parseproc
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import read_with_retries, retrying
 from ..errors import RobustModeNeeded, TraceError
-from ..io import parseproc
 from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field

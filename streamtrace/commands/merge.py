@@ -54,7 +54,8 @@ from ..algo.ranks import pp_group_ranks, rank_from_file_name
 from ..algo.steps import parse_int_list
 from ..engine.executors import TaskRunner, shared_path
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import SPOOL_BATCH, EmitPlan, IndexResult, batches, emit_events, index_pass, patched_lines
+from ..engine.passes import SPOOL_BATCH, IndexResult, batches, emit_events, index_pass
+from ..engine.plan import EmitPlan, patched_lines
 from ..errors import TraceError
 from ..io.archive import outer_path
 from ..io.configfiles import load_rules
@@ -63,17 +64,20 @@ from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import SinkSpec, remove_quietly
+from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, archive_members
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
 from ..kineto import NUMBER_TYPES
 from ..resources import peak_rss_mb
+from .batch import staged
 from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
 from .mergedindex import MergedIndex, resolve
 
 TRACE_SUFFIX = re.compile(r"\.json(\.gz|\.zst)?$", re.IGNORECASE)
 OWN_OUTPUT = re.compile(r"_(compacted|relinked)\.json")  # what compact and relink write beside their input
+STAGE_FILE = re.compile(r"pp_stage\d+\.json(\.gz|\.zst)?")  # merge --per-stage's files
+STAGE_SUFFIX = {None: ".json.gz", "gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
 CHUNK_LEVEL = 1
 CHUNK_PIECE = 1 << 20
 _FLOW_PHASE = re.compile(rb'"ph":"[stf]"')
@@ -540,12 +544,14 @@ def merge(
     dask: str | None = None,
     redact: RedactOptions | bool | None = None,
     summary_file: str | os.PathLike | None = None,
+    per_stage: bool = False,
 ) -> dict:
     """Merge per-rank traces into one aligned timeline (the ``merge`` command); returns the summary.
 
     ``dask``: the address of a Dask scheduler to run the per-rank tasks on
     (default ``$STREAMTRACE_DASK``, else ``jobs`` processes here); it needs a
-    ``spool_dir`` that every worker shares.
+    ``spool_dir`` that every worker shares.  ``per_stage``: ``dst`` is a
+    directory that receives one merge per PP stage (see :func:`_per_stage`).
     """
     started = time.perf_counter()
     files = discover_inputs([srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs))
@@ -555,7 +561,11 @@ def merge(
     if len(files) < 2:
         raise TraceError(f"merge needs at least two rank traces, got {len(files)}")
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
-    if dst is not None:  # refuse a bad output now, not after reading every input
+    if per_stage:
+        if not isinstance(dst, (str, os.PathLike)):
+            raise TraceError("--per-stage writes one file per PP stage: give their directory with -o DIR/")
+        destinations.directory(dst, writes="--per-stage's files", existing=STAGE_FILE.pattern)
+    elif dst is not None:  # refuse a bad output now, not after reading every input
         destinations.check(dst, compress=compress)
     with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
@@ -569,6 +579,10 @@ def merge(
             indexed = [entry for entry in indexed if entry.facts.rank in wanted]
             if len(indexed) < 2:
                 raise TraceError(f"--ranks leaves {len(indexed)} trace(s); merge needs at least two")
+        if per_stage:
+            return destinations.finish(_per_stage(indexed, os.fspath(dst), destinations, compress=compress,  # type: ignore[arg-type]
+                                                  level=level, pp_flows=pp_flows, runner=runner, redact=redact,
+                                                  started=started))
         return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
                                               pp_flows=pp_flows, runner=runner, progress=progress,
                                               started=started, redactor=Redactor.from_options(redact)))
@@ -580,9 +594,37 @@ def _discard(entry: RankIndex) -> None:
     remove_quietly(entry.spool_path)
 
 
-def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Destinations, *, compress: str | None,
-               level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
-               started: float, redactor: Redactor | None = None) -> dict:
+@dataclass
+class _OutputPlan:
+    """Everything the coordinator decides for one merged output, from the ranks' small facts."""
+
+    indexed: list[RankIndex]
+    order: list[int]  # positions in ``indexed``, in PP order
+    pp_ranks: list[int]
+    order_source: str
+    rewrites: dict[int, EventRewrite]
+    extras: dict[int, list[dict]]
+    offsets: list[int]
+    alignment: str
+    warnings: list[str]
+    multiplier: int
+    arrows: list[Arrow]
+    arrow_counts: dict
+    header: list[RawMember]
+    trailer: list[RawMember]
+    has_pp: bool
+
+    def rank_calls(self, chunk_dir: str | None = None) -> list[tuple]:
+        """Per rank, in output order, what its pass 2 needs (state, rewrite, added events[, fragment folder])."""
+        tail = () if chunk_dir is None else (chunk_dir,)
+        return [(self.indexed[n].state_path, self.rewrites[n], self.extras[n], *tail) for n in self.order]
+
+    def arrow_lines(self) -> Iterator[bytes]:
+        return (dumps_event(event) for event in arrow_events(self.arrows))
+
+
+def _plan_output(indexed: list[RankIndex], pp_flows: bool) -> _OutputPlan:
+    """Order, clocks, pids, ids and arrows of the merge of ``indexed`` (what ``merge --ranks`` of them decides)."""
     facts = [entry.facts for entry in indexed]
     check_unique_ranks(facts)
     pp_ranks, pipelines, order_source = pp_order(facts)
@@ -597,64 +639,166 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
         for n in order
     }
     arrows, arrow_counts = _arrows(indexed, rewrites, pp_ranks, pipelines, multiplier) if pp_flows else ([], {})
-    dst = _merged_output_name([entry.facts.path for entry in indexed], has_pp) if dst is None else dst
-    target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
     first = indexed[order[0]]
     merged_info = {"backend": first.backend, "ranks": [facts[n].rank for n in order], "pp_rank_count": len(order)}
     replacements = {"baseTimeNanoseconds": common_base, "distributedInfo": merged_info,
                     "traceName": "streamtrace merge of " + ", ".join(str(facts[n].rank) for n in order)}
-    meter = Progress(None, enabled=progress)
-    written = 0
-    pass2_started = time.perf_counter()
     extras = {n: process_metadata(facts[n], pid_maps[n], pp_ranks[n] if has_pp else None) for n in order}
+    return _OutputPlan(indexed, order, pp_ranks, order_source, rewrites, extras, offsets, alignment, warnings,
+                       multiplier, arrows, arrow_counts, _replace_members(first.header, replacements),
+                       _replace_members(first.trailer, replacements, add_missing=first.header), has_pp)
+
+
+def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Destinations, *, compress: str | None,
+               level: int | None, pp_flows: bool, runner: TaskRunner, progress: bool | None,
+               started: float, redactor: Redactor | None = None) -> dict:
+    plan = _plan_output(indexed, pp_flows)
+    dst = _merged_output_name([entry.facts.path for entry in indexed], plan.has_pp) if dst is None else dst
+    target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
+    pass2_started = time.perf_counter()
     with target.open() as out:
-        writer = TraceWriter(out, _replace_members(first.header, replacements), target.redactor)
+        writer = TraceWriter(out, plan.header, target.redactor)
         if runner.inline:
-            for n in order:
-                _emit_rank(indexed[n].state_path, rewrites[n], extras[n], writer, meter)
+            meter = Progress(None, enabled=progress)
+            for call in plan.rank_calls():
+                _emit_rank(*call, writer, meter)
         else:
-            _emit_ranks_in_workers([(indexed[n].state_path, rewrites[n], extras[n], runner.work_dir) for n in order],
-                                   writer, runner)
-        for batch in batches((dumps_event(event) for event in arrow_events(arrows)), SPOOL_BATCH):
-            writer.events(batch)
-        writer.close(_replace_members(first.trailer, replacements, add_missing=first.header))
-        written = writer.events_written
-    summary = {
-        "input": [entry.facts.path for entry in indexed],
-        "output": target.name,
+            _emit_ranks_in_workers(plan.rank_calls(runner.work_dir), writer, runner)
+        _close_output(writer, plan.arrow_lines(), plan.trailer)
+    return {**_output_summary(plan, target.name, writer.events_written, pass2_started), **redaction_summary(redactor),
+            "wall_seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": peak_rss_mb()}
+
+
+def _close_output(writer: TraceWriter, arrows: Iterable[bytes], trailer: list[RawMember]) -> None:
+    """The arrows after every rank's events, then the trailer."""
+    for lines in batches(arrows, SPOOL_BATCH):
+        writer.events(lines)
+    writer.close(trailer)
+
+
+def _output_summary(plan: _OutputPlan, output: str, written: int, pass2_started: float) -> dict:
+    indexed, order, pp_ranks = plan.indexed, plan.order, plan.pp_ranks
+    facts = [entry.facts for entry in indexed]
+    return {
+        "input": [fact.path for fact in facts],
+        "output": output,
         "ranks": len(indexed),
         "events_read": sum(entry.events for entry in indexed),
         "events_written": written,
-        "time_alignment": alignment,
-        "time_offsets_us": {str(facts[n].rank): offsets[n] / 1000 for n in range(len(indexed))},
-        "pp_order": order_source,
+        "time_alignment": plan.alignment,
+        "time_offsets_us": {str(facts[n].rank): plan.offsets[n] / 1000 for n in range(len(indexed))},
+        "pp_order": plan.order_source,
         "pp_ranks": [{"pp_rank": pp_ranks[n], "global_rank": facts[n].rank, "file": facts[n].path,
                       "rank_from": indexed[n].rank_source} for n in order],
-        "id_multiplier": multiplier,
-        **arrow_counts,
+        "id_multiplier": plan.multiplier,
+        **plan.arrow_counts,
         "pp_ranks_not_merged": sorted({rank for fact in facts for rank in fact.pp_group or ()}
                                       - {fact.rank for fact in facts}),
         "per_rank_compaction": {str(facts[n].rank): indexed[n].compaction_summary for n in order},
-        "warnings": warnings,
+        "warnings": plan.warnings,
         "read": {str(facts[n].rank): indexed[n].read for n in order},
         "pass1_seconds": {str(facts[n].rank): indexed[n].pass1_seconds for n in order},
         "plan_seconds": {str(facts[n].rank): indexed[n].plan_seconds for n in order},
         "pass2_seconds": round(time.perf_counter() - pass2_started, 3),
-        **redaction_summary(redactor),
+    }
+
+
+def _per_stage(indexed: list[RankIndex], directory: str, destinations: Destinations, *, compress: str | None,
+               level: int | None, pp_flows: bool, runner: TaskRunner, redact: RedactOptions | bool | None,
+               started: float) -> dict:
+    """One merged file per PP stage, written at once by as many tasks.
+
+    Each stage's file is what ``merge --ranks`` of that stage's ranks writes
+    (its own clock base, pids, ids and arrows); the SEND->RECV arrows that
+    join two stages have no file to live in and are counted instead (from
+    the plan of the whole merge).  The files are written into a hidden
+    folder in ``directory`` and appear together, or none does.
+    """
+    stages = _stages([entry.facts for entry in indexed])
+    whole = _plan_output(indexed, pp_flows)
+    finals = {stage: os.path.join(directory, f"pp_stage{stage}{STAGE_SUFFIX[compress]}") for stage in stages}
+    for stage, final in finals.items():
+        destinations.claim(final, compress=compress, role=f"file of PP stage {stage}")
+    plans = {stage: _plan_output([indexed[n] for n in members], pp_flows) for stage, members in stages.items()}
+    pass2_started = time.perf_counter()
+    with staged(list(finals.values()), destinations.overwrite) as paths:
+        jobs = [_StageWrite(path, compress, level, redact, plan.rank_calls(), plan.header, plan.trailer,
+                            list(plan.arrow_lines())) for path, plan in zip(paths, plans.values())]
+        written = list(runner.ordered(_write_stage, [(job,) for job in jobs], label="stages written"))
+    per_stage = [{"pp_stage": stage, **_output_summary(plans[stage], finals[stage], events, pass2_started), **redaction}
+                 for stage, (events, redaction) in zip(plans, written)]
+    summed = {key: sum(entry[key] for entry in per_stage) for key in whole.arrow_counts}
+    return {
+        **_output_summary(whole, "", sum(entry["events_written"] for entry in per_stage), pass2_started),
+        **summed,
+        "output": list(finals.values()),
+        "time_offsets_us": {rank: offset for entry in per_stage for rank, offset in entry["time_offsets_us"].items()},
+        **({"pp_cross_stage_arrows": sum(1 for arrow in whole.arrows if arrow[5] != arrow[6])} if pp_flows else {}),
+        "stages": per_stage,
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
-    return summary
+
+
+def _stages(facts: list[RankFacts]) -> dict[int, list[int]]:
+    """Input positions by PP stage (each rank's index in its PP process
+    group), stages in order; refused when the ranks have no stages."""
+    pp_ranks, pipelines, _ = pp_order(facts)
+    if pipelines[0] is None:
+        without = [fact.rank for fact in facts if fact.pp_group is None or fact.rank not in fact.pp_group]
+        raise TraceError(f"--per-stage needs every rank's PP stage (its PP process group in distributedInfo); "
+                         f"{len(without)} of the {len(facts)} ranks have none (global ranks "
+                         f"{', '.join(map(str, sorted(without)[:8]))}{', ...' if len(without) > 8 else ''}): "
+                         "merge them without --per-stage")
+    if max(len(pipeline) for pipeline in pipelines) < 2:
+        raise TraceError(f"--per-stage: the {len(facts)} ranks have no pipeline stages (PP process groups of one "
+                         "rank); merge them without --per-stage")
+    stages: dict[int, list[int]] = {}
+    for n in sorted(range(len(facts)), key=pp_ranks.__getitem__):
+        stages.setdefault(pp_ranks[n], []).append(n)
+    return stages
+
+
+@dataclass(frozen=True)
+class _StageWrite:
+    """What a task needs to write one stage's file alone: the ranks' pass 2
+    calls, the merged header and trailer, the arrows as event lines."""
+
+    path: str
+    compress: str | None
+    level: int | None
+    redact: RedactOptions | bool | None
+    ranks: list[tuple]
+    header: list[RawMember]
+    trailer: list[RawMember]
+    arrows: list[bytes]
+
+
+def _write_stage(job: _StageWrite) -> tuple[int, dict]:
+    """One stage's file (a task); returns its events written and its redaction summary.
+
+    The task can run again (Dask reruns a task whose worker died): it keeps
+    the ranks' states and spools, and replaces a file an earlier attempt left."""
+    target = OutputTarget(job.path, overwrite=True, compress=job.compress, level=job.level,
+                          redactor=Redactor.from_options(job.redact))
+    with target.open() as out:
+        writer = TraceWriter(out, job.header, target.redactor)
+        for call in job.ranks:
+            _emit_rank(*call, writer, keep=True)
+        _close_output(writer, job.arrows, job.trailer)
+    return writer.events_written, redaction_summary(target.redactor)
 
 
 def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer: TraceWriter,
-               meter: Progress | None = None) -> int:
-    """Pass 2 of one rank into ``writer``; returns the events written."""
+               meter: Progress | None = None, *, keep: bool = False) -> int:
+    """Pass 2 of one rank into ``writer``; returns the events written.  The
+    rank's state and spool are deleted, unless ``keep`` (they go with the run's directory)."""
     with open(state_path, "rb") as state:
         parked: _Parked = pickle.load(state)
     before = writer.events_written
-    emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter)
-    os.unlink(state_path)
+    emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter, keep=keep)
+    if not keep:
+        os.unlink(state_path)
     del parked
     gc.collect()  # the plan's patcher closures make cycles holding this rank's arrays
     return writer.events_written - before

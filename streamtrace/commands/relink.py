@@ -22,7 +22,8 @@ import numpy as np
 from ..algo.ids import check_id_space, existing_multiplier, id_multiplier, rank_unique_id
 from ..algo.links import NO_LAUNCH
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import EmitPlan, emit_pass, index_pass
+from ..engine.passes import emit_pass, index_pass
+from ..engine.plan import EmitPlan
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations

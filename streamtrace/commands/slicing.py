@@ -39,7 +39,8 @@ from ..algo.steps import (
     parse_window,
 )
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import EmitPlan, IndexResult, emit_pass, index_pass
+from ..engine.passes import IndexResult, emit_pass, index_pass
+from ..engine.plan import EmitPlan
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations

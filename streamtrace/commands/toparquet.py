@@ -26,12 +26,13 @@ from typing import Callable, Iterable, Sequence
 import orjson
 
 from ..algo.ranks import rank_from_file_name
+from ..engine import parseproc
 from ..engine.indexworkers import index_by_ranges
 from ..engine.jobs import resolve_jobs
 from ..engine.parallel import can_fork
-from ..engine.passes import FAST, EmitPlan, IndexResult, read_with_retries
+from ..engine.passes import FAST, IndexResult, read_with_retries
+from ..engine.plan import EmitPlan
 from ..errors import RobustModeNeeded, TraceError
-from ..io import parseproc
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, copy_rows, pack_batch, require_pyarrow, unpack_batch

@@ -37,12 +37,12 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import TraceError
-from ..io.parseproc import leave_signals_to_parent
 from ..io.progress import Progress
-from ..io.spool import spool_writes
+from ..io.scratch import spool_writes
 from ..resources import forking, frozen_heap
 from .jobs import die_with_parent
 from .parallel import can_fork
+from .parseproc import leave_signals_to_parent
 
 DASK_ENVIRONMENT = "STREAMTRACE_DASK"
 CONNECT_TIMEOUT = "30s"

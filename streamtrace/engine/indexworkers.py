@@ -34,12 +34,12 @@ import threading
 from typing import Callable, Protocol
 
 from ..errors import RobustModeNeeded, TraceError
-from ..io.parseproc import leave_signals_to_parent, send_failure, widen_pipe
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
 from ..resources import forking, gc_paused
+from .parseproc import leave_signals_to_parent, send_failure, widen_pipe
 
 CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, and a worker holds one chunk's events
 IN_FLIGHT = 2  # chunks per worker handed out and not yet taken back: bounds memory

@@ -18,16 +18,14 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import struct
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from ..errors import TraceError
-from ..io.parseproc import leave_signals_to_parent, send_failure, widen_pipe
 from ..io.spool import EventSpool, Segments
 from ..io.writer import JoinedLines
 from ..resources import forking, gc_paused
-
-if TYPE_CHECKING:
-    from .passes import EmitPlan
+from .parseproc import leave_signals_to_parent, send_failure, widen_pipe
+from .plan import EmitPlan
 
 _BLOCK, _END, _FAILED = b"B", b"E", b"F"
 _COUNTS = struct.Struct("<QQ")  # events read from the spool, events written

@@ -8,19 +8,14 @@ event spool between the passes, and cleanup.
 """
 from __future__ import annotations
 
-import collections
-import itertools
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import Callable, Iterable, Protocol, TypeVar
 
 from orjson import loads
 
 from ..errors import RobustModeNeeded, TraceError, TransferError
-from ..io import parseproc
-from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.reader import (
     ReadMode,
@@ -34,10 +29,12 @@ from ..io.reader import (
 from ..io.sink import OutputTarget
 from ..io.source import InputSource
 from ..io.spool import EventSpool
-from ..io.writer import JoinedLines, TraceWriter
+from ..io.writer import TraceWriter
 from ..resources import gc_paused
+from . import parseproc
 from .indexworkers import index_by_ranges
 from .parallel import EmitWorkers, can_fork
+from .plan import EmitPlan
 
 T = TypeVar("T")
 FAST = ReadMode()  # the first reading's mode: floats and 64-bit integers, no string repair
@@ -56,64 +53,6 @@ text than event by event (secret detection).  A visitor that has it may
 also have ``screen_batch(text) -> bool``, the scan's cheap first test: when
 a parse child reads, the child runs it and the scan is called only for the
 batches it flags, so the main process, which runs the visitor, does less."""
-
-
-class EmitPlan:
-    """Pass 2 decisions; the defaults copy the trace unchanged.
-
-    A plan either overrides :meth:`patch` (called for every event), or sets
-    ``actions`` (one byte per event, 0 = copy unchanged) and ``patchers``
-    (``patchers[action](line)`` is called only for the non-zero events, in
-    event order, so each patcher can count its own events: such a plan names
-    those counters in ``counters``, so that a worker given only some blocks
-    can :meth:`skip` the others).  Integer attributes a plan counts in pass 2
-    are named in ``tally_names``: workers' counts are added up.
-    """
-
-    actions: bytearray | None = None
-    patchers: Sequence[Callable[[bytes], bytes | None]] = ()
-    counters: Mapping[int, Iterator[int]] = MappingProxyType({})
-    tally_names: tuple[str, ...] = ()
-
-    def header(self, members: list[RawMember]) -> list[RawMember]:
-        return members
-
-    def patch(self, index: int, line: bytes) -> bytes | None:
-        """The line to write for event ``index``, or None to drop it."""
-        return line
-
-    def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
-        """The output lines for a block of spooled lines starting at event
-        ``first_index``; a plan may override this to work on whole blocks."""
-        return patched_lines(self, block, first_index)
-
-    def skip(self, start: int, end: int) -> None:
-        """Events ``start`` to ``end`` are emitted elsewhere (another worker):
-        move every per-kind counter past them."""
-        if start == end or self.actions is None:
-            return
-        for action, counter in self.counters.items():
-            consume(counter, self.actions.count(action, start, end))
-
-    def tallies(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.tally_names}
-
-    def add_tallies(self, tallies: dict[str, int]) -> None:
-        """Add a worker's pass-2 counts to this plan's."""
-        for name, value in tallies.items():
-            setattr(self, name, getattr(self, name) + value)
-
-    def appended(self) -> Iterable[bytes]:
-        """Event lines to add before the array closes."""
-        return ()
-
-    def trailer(self, members: list[RawMember]) -> list[RawMember]:
-        return members
-
-
-def consume(counter: Iterator[int], count: int) -> None:
-    """Advance ``counter`` by ``count`` steps at C speed."""
-    collections.deque(itertools.islice(counter, count), maxlen=0)
 
 
 def _combine(current: ReadMode, wanted: ReadMode) -> ReadMode:
@@ -196,7 +135,7 @@ def index_pass(
     (with one job, this process) parse and index ranges of the events when
     the visitor's work splits that way (:mod:`.indexworkers`); otherwise, or when the input
     needs the ordinary reading, parsing (and spooling) of a large local file
-    runs in a child process (:mod:`streamtrace.io.parseproc`) while this
+    runs in a child process (:mod:`streamtrace.engine.parseproc`) while this
     process indexes.
     On failure the spool is deleted; on success the caller owns it (see
     :func:`emit_pass`, which deletes it).
@@ -304,37 +243,6 @@ def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
     yield batch
 
 
-def patched_lines(plan: EmitPlan, block: list[bytes], first_index: int,
-                  dropped: list[int] | None = None) -> list[bytes]:
-    """A block of spooled lines through ``plan.patch`` or its patchers; the
-    events dropped are added to ``dropped`` (when given) by event index."""
-    actions = plan.actions
-    if actions is None:
-        out = []
-        for n, line in enumerate(block):
-            line = plan.patch(first_index + n, line)
-            if line is not None:
-                out.append(line)
-            elif dropped is not None:
-                dropped.append(first_index + n)
-        return out
-    block_actions = actions[first_index:first_index + len(block)]
-    if block_actions.count(0) == len(block):
-        return block
-    patchers = plan.patchers
-    out = []
-    keep = out.append
-    for n, (line, action) in enumerate(zip(block, block_actions)):
-        if action:
-            line = patchers[action](line)
-            if line is None:
-                if dropped is not None:
-                    dropped.append(first_index + n)
-                continue
-        keep(line)
-    return out
-
-
 def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, progress: Progress | None = None,
               jobs: int = 1) -> int:
     """Pass 2: stream the spooled events through ``plan`` into ``target``,
@@ -361,10 +269,11 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
 
 @gc_paused()
 def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *,
-                progress: Progress | None = None, workers: EmitWorkers | None = None) -> None:
+                progress: Progress | None = None, workers: EmitWorkers | None = None, keep: bool = False) -> None:
     """The event part of pass 2: spooled lines through ``plan`` (here, or in
     ``workers``), then its appended events, into an open ``writer``
-    (``merge`` writes several spools into one writer).  Deletes the spool."""
+    (``merge`` writes several spools into one writer).  Deletes the spool
+    unless ``keep`` (a task that may run again reads it again)."""
     if spool is None:
         raise ValueError("emit_pass needs an index pass run with keep_events=True")
     total = None if plan.actions is None else len(plan.actions)
@@ -388,7 +297,8 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
         for batch in batches(plan.appended(), SPOOL_BATCH):
             writer.events(batch)
     finally:
-        spool.close()
+        if not keep:
+            spool.close()
         if progress is not None:
             progress.done()
 

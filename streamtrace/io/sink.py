@@ -212,13 +212,16 @@ class OutputTarget:
         ``hold`` (local files): called with the finished temporary file instead
         of publishing it, for a caller that publishes several at once."""
         if self.url is not None:
-            upload = RemoteUpload(self.url)
+            upload = RemoteUpload(self.url, exclusive=not self.overwrite)  # no race: the store refuses a taken name
             try:
                 with _compressed(upload, self.compression, self.level, self.background) as out:  # type: ignore[arg-type]
                     yield out
                 if not self.overwrite and remote_exists(self.url):
                     raise _appeared_meanwhile(self.url)
                 upload.commit()
+            except FileExistsError:
+                upload.discard()
+                raise _appeared_meanwhile(self.url) from None
             except BaseException:
                 upload.discard()
                 raise

@@ -21,7 +21,7 @@ import zstandard
 from ..errors import TraceError
 from . import archive
 from .remote import RemoteReader, is_url
-from .spool import spool_writes
+from .scratch import spool_writes
 
 try:
     from isal import igzip as _fast_gzip

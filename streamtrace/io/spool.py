@@ -6,7 +6,6 @@ zstd-compressed in a temporary directory and always deleted.
 """
 from __future__ import annotations
 
-import errno
 import os
 import queue
 import tempfile
@@ -18,7 +17,8 @@ from typing import Callable, Iterator
 import numpy as np
 import zstandard
 
-from ..errors import TransferError
+from .reader import dumped_batch
+from .scratch import spool_writes
 
 SPOOL_LEVEL = 1
 READ_BLOCK = 1 << 20
@@ -29,19 +29,6 @@ Segments = list[tuple[int, int, int, int]]
 """Runs of a spool file's lines that decompress on their own: (start byte,
 end byte, first line, lines) each."""
 _DTYPES = {code: np.dtype(np.int8 if code == "b" else np.uint8 if code == "B" else code) for code in "bBhHiIqd"}
-
-
-@contextmanager
-def spool_writes(path: str) -> Iterator[None]:
-    """Writing a spool file: a full or failing disk is one line naming the
-    file, and says where more room can come from."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise TransferError("disk full while writing a temporary file; give --spool-dir a directory on a "
-                             "filesystem with room", path=path) from None
-        raise TransferError(f"cannot write a temporary file: {exc.strerror or exc}", path=path) from None
 
 
 class EventSpool:
@@ -94,8 +81,6 @@ class EventSpool:
     @staticmethod
     def frame_encoder() -> Callable[[list], bytes]:
         """Events as spool lines in one zstd frame, for :meth:`add_frame` (made by a pass-1 worker)."""
-        from .reader import dumped_batch  # (the reader imports this module)
-
         compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
         return lambda events: compressor.compress(b"".join((dumped_batch(events, 0)[1], b"\n")))
 
@@ -108,8 +93,6 @@ class EventSpool:
 
     def add_events(self, events: list, first_index: int) -> None:
         """Keep parsed events (``first_index``: the first one's, for errors)."""
-        from .reader import dumped_batch
-
         self.add_text(dumped_batch(events, first_index)[1], len(events))
 
     def add_frame(self, frame: bytes | memoryview, lines: int) -> None:

@@ -25,11 +25,11 @@ import struct
 from typing import Callable
 
 from ..errors import TraceError
+from ..io.progress import Progress
+from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch
+from ..io.source import InputSource
+from ..io.spool import EventSpool
 from ..resources import HELD_SIGNALS, forking, gc_paused
-from .progress import Progress
-from .reader import ReadMode, ReadStats, TraceReader, dumped_batch
-from .source import InputSource
-from .spool import EventSpool
 
 BATCH_EVENTS = 1024  # events per message: the parent holds one message's events at a time
 PIPE_BYTES = 1 << 20

@@ -1,0 +1,82 @@
+"""Command line: a thin layer that parses flags and prints library summaries.
+
+One module per command holds its options (``add_parser``), its runner
+(``run``, which calls the library) and its human report (``@view``);
+:mod:`.options` and :mod:`.report` hold what several commands share. This
+module builds the parser from :data:`COMMANDS` and dispatches.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Callable, Sequence
+
+from .. import __version__
+from ..errors import TraceError
+from ..resources import STOPS_REQUESTED
+from . import analyze, attribute, compact, convert, demo, inspect, merge, redact, relink, slicing, split, synth
+from .signals import Terminated, install_signal_handlers, interrupted
+
+COMMANDS = (inspect, convert, redact, compact, merge, relink, split, slicing, attribute, analyze, synth, demo)
+"""The command modules, in the order ``streamtrace --help`` lists them."""
+
+EPILOG = """\
+Inputs are paths, '-' for stdin, or URLs (https://, s3://, gs://; extras
+'http', 's3', 'gcs' or 'cloud' for all three), downloaded once. Outputs may be
+paths, '-', s3:// or gs:// URLs. gzip and zstd inputs are recognised by their
+magic bytes. Outputs are written to a temporary file (or upload) made final at
+the end, so a failed run never leaves a partial file or object. Errors print
+one line and exit with status 1.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamtrace",
+        description="Bounded-memory tools for huge PyTorch profiler (Kineto) traces.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"streamtrace {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    install_signal_handlers()
+    run: Callable[[argparse.Namespace], None] = args.run
+    try:
+        run(args)
+    except KeyboardInterrupt as exc:
+        return interrupted(STOPS_REQUESTED[0] if STOPS_REQUESTED else
+                            signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+    except TraceError as exc:
+        if STOPS_REQUESTED:  # the run failed because it was being stopped (a worker the signal ended)
+            return interrupted(STOPS_REQUESTED[0])
+        if args.debug:
+            raise
+        print(f"streamtrace: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except OSError as exc:
+        if STOPS_REQUESTED:
+            return interrupted(STOPS_REQUESTED[0])
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"streamtrace: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _silence_stdout() -> None:
+    """The reader closed the pipe: keep Python from failing again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -1,0 +1,29 @@
+"""Several inputs of compact, relink or attribute: one task each (``streamtrace.batch``)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..commands.batch import batch
+from .options import reading
+from .report import Rows, counted, events_row, listed, report, took, view
+
+
+def is_batch(args: argparse.Namespace, output_dir: str | None) -> bool:
+    """Several inputs, or an output that names a directory (DIR/ or an existing one): a batch run."""
+    return len(args.trace) > 1 or output_dir is not None and (output_dir.endswith(os.sep) or os.path.isdir(output_dir))
+
+
+def run_batch(args: argparse.Namespace, **options: object) -> None:
+    summary = batch(args.command, args.trace, args.output, dask=args.dask, overwrite=args.overwrite,
+                    **reading(args), **options)
+    report("batch", summary, args, to_stderr=args.command == "attribute" and args.output == "-")
+
+
+@view("batch")
+def rows(summary: dict) -> Rows:
+    outputs = summary["output"] if isinstance(summary["output"], list) else [summary["output"]]
+    rows = [(summary["command"], f"{counted(summary['inputs'], 'input')}, one task each"), ("output", listed(outputs, 3))]
+    if "events_read" in summary:
+        rows.append(events_row(summary))
+    return [*rows, took(summary)]

@@ -1,0 +1,107 @@
+"""The human report: each command registers a view of its summary; warnings and hints are added here."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from typing import Callable
+
+from ..io.destinations import summary_json
+
+Rows = list[tuple[str, str]]
+VIEWS: dict[str, Callable[[dict], Rows]] = {}
+NAME_WIDTH = 70
+
+
+def view(command: str) -> Callable[[Callable[[dict], Rows]], Callable[[dict], Rows]]:
+    """Register the human report of a command: a function from its summary
+    to (label, text) rows, a few of them (a label "" continues the row
+    above).  Warnings (``summary["warnings"]``, each once with a count) and
+    ``summary["hints"]`` are added by :func:`report`.  A new command plugs
+    in with ``@view("name")`` and ``report("name", summary, args)``."""
+    def register(render: Callable[[dict], Rows]) -> Callable[[dict], Rows]:
+        VIEWS[command] = render
+        return render
+    return register
+
+
+def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: bool = False) -> None:
+    """The summary as asked (the library wrote ``--summary FILE``): on the
+    terminal the JSON with ``--json``, else the short human report
+    (``to_stderr`` when the command's output went to stdout)."""
+    stream = sys.stderr if to_stderr else sys.stdout
+    stream.write(summary_json(summary).decode() if args.json else human_report(command, summary))
+    stream.flush()
+    if summary.get("secrets_found"):  # on stderr whatever the output: it must not go unseen
+        print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
+
+
+def human_report(command: str, summary: dict) -> str:
+    """Aligned lines: the command's rows, then each warning once (with how often), then hints."""
+    rows = list(VIEWS[command](summary)) + _redaction_rows(summary)
+    notices = [summary["notice"]] if summary.get("notice") else []
+    for text, count in Counter(notices + list(summary.get("warnings") or ())).items():
+        rows.append(("warning", text + (f" ({count} times)" if count > 1 else "")))
+    rows.extend(("hint", text) for text in summary.get("hints") or ())
+    width = max(len(label) for label, _ in rows)
+    return "".join(f"{label:<{width}}  {text}\n" for label, text in rows)
+
+
+def _redaction_rows(summary: dict) -> Rows:
+    """What a writing command replaced on the way out (``--redact``, ``redact``)."""
+    redaction = summary.get("redaction")
+    if redaction is None:
+        return []
+    found = redaction["secrets_redacted"]
+    kinds = ", ".join(f"{kind} {entry['count']:,}" for kind, entry in found.items())
+    rows = [("redacted", f"{sum(entry['count'] for entry in found.values()):,} secrets" + (f" ({kinds})" if kinds else ""))]
+    if redaction.get("pseudonymized"):
+        rows.append(("pseudonyms", ", ".join(f"{kind} {count:,}" for kind, count in redaction["pseudonymized"].items())))
+    return rows
+
+
+def took(summary: dict) -> tuple[str, str]:
+    return "took", f"{summary['wall_seconds']} s, peak RSS {summary['peak_rss_mb']} MB"
+
+
+def events_row(summary: dict) -> tuple[str, str]:
+    return "events", f"{summary['events_read']:,} read, {summary['events_written']:,} written"
+
+
+def short(name: object) -> str:
+    text = str(name)
+    return text if len(text) <= NAME_WIDTH else text[:NAME_WIDTH - 3] + "..."
+
+
+def ms(us: float | None) -> str:
+    return "?" if us is None else f"{us / 1000:,.3f} ms"
+
+
+def listed(items: list[str], most: int = 4) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def lanes(compaction: dict) -> str:
+    groups = ", ".join(f"{name} {count}" for name, count in compaction["lanes_by_group"].items())
+    return (f"{compaction['measured_slices']:,} GPU slices from {compaction['original_streams']} streams into "
+            f"{compaction['compacted_lanes']} lanes ({groups})")
+
+
+def counted(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+
+
+def pid_text(pid: object) -> str:
+    return f"pid {pid!r}" if isinstance(pid, str) else f"pid {pid}"
+
+
+def linking_rows(summary: dict) -> Rows:
+    """What relink and attribute found: ranks, links, shared ids."""
+    ambiguous = [f"pid {entry['pid']} (ranks {entry['ranks']})" for entry in summary["ambiguous_pids"]]
+    rows = [("ranks", listed([str(rank) for rank in summary["ranks"]], 8) or "unknown"),
+            ("links", f"{summary['links']:,} GPU events linked to their launch, {summary['orphans']:,} orphans "
+                      f"(launched before the capture window), "
+                      f"{summary['correlation_collisions']['ids_shared_across_ranks']:,} ids shared across ranks")]
+    if ambiguous:
+        rows.append(("ambiguous", listed(ambiguous)))
+    return rows
