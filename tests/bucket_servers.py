@@ -1,7 +1,8 @@
 """Local stand-ins for remote storage, on loopback only, started and stopped by
 the tests: an HTTP server with Range support (what fsspec's HTTP filesystem
-reads) that can also fail on purpose, moto's S3 API server, and a proxy in
-front of it that cuts connections or answers errors on purpose.
+reads) that can also fail on purpose, moto's S3 API server, a proxy in
+front of it that cuts connections or answers errors on purpose, and a TCP
+relay that counts the bytes one client exchanges with a server.
 
 The HTTP server counts what it sends per object, so a test can tell how many
 times an input was downloaded.
@@ -9,7 +10,10 @@ times an input was downloaded.
 from __future__ import annotations
 
 import collections
+import os
 import re
+import socket
+import socketserver
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,7 +101,7 @@ def object_server() -> Iterator[ObjectServer]:
 
 
 @contextmanager
-def _serving(server: ThreadingHTTPServer) -> Iterator:
+def _serving(server: socketserver.BaseServer) -> Iterator:
     """``server`` answering from a thread of its own until the block ends."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -121,6 +125,85 @@ def s3_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+S3_SETTINGS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+               "AWS_CONFIG_FILE": os.devnull}
+"""What makes boto3 and s3fs talk to the test server only (with AWS_ENDPOINT_URL)."""
+
+
+@contextmanager
+def s3_environment() -> Iterator[str]:
+    """moto's S3 server, with this process's environment pointing at it
+    (AWS_ENDPOINT_URL and :data:`S3_SETTINGS`, as they were afterwards);
+    yields its endpoint URL."""
+    saved = {name: os.environ.get(name) for name in [*S3_SETTINGS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(S3_SETTINGS)
+    try:
+        with s3_server() as endpoint:
+            os.environ["AWS_ENDPOINT_URL"] = endpoint
+            yield endpoint
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class CountingProxy(socketserver.ThreadingTCPServer):
+    """A TCP relay on loopback to ``upstream`` (host, port) that counts every
+    byte it carries, both ways: what one client of a server sends and
+    receives on the network, whatever library speaks through it."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        super().__init__(("127.0.0.1", 0), _Relay)
+        self.upstream = upstream
+        self.carried = 0
+        self._lock = threading.Lock()
+
+    def count(self, size: int) -> None:
+        with self._lock:
+            self.carried += size
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Relay(socketserver.BaseRequestHandler):
+    server: CountingProxy
+
+    def handle(self) -> None:
+        with socket.create_connection(self.server.upstream) as upstream:
+            back = threading.Thread(target=self._pump, args=(upstream, self.request), daemon=True)
+            back.start()
+            self._pump(self.request, upstream)
+            back.join()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                self.server.count(len(data))
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                sink.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+
+@contextmanager
+def counting_proxy(endpoint: str) -> Iterator[CountingProxy]:
+    """A :class:`CountingProxy` to the server at ``endpoint`` (``http://host:port``)."""
+    host, port = endpoint.rsplit("/", 1)[-1].rsplit(":", 1)
+    with _serving(CountingProxy((host, int(port)))) as proxy:
+        yield proxy
 
 
 class Fault:

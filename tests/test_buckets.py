@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from badinputs.matrix import CLI, cli_env, find_key
-from bucket_servers import object_server, s3_server
+from bucket_servers import object_server, s3_environment
 from conftest import TRACES, events_of, load_json
 
 import streamtrace
@@ -58,21 +58,8 @@ def http():
 @pytest.fixture(scope="module")
 def s3_endpoint():
     """moto's S3 server; this process and the CLI subprocesses reach it through AWS_ENDPOINT_URL."""
-    settings = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-                "AWS_CONFIG_FILE": os.devnull}
-    saved = {name: os.environ.get(name) for name in [*settings, "AWS_ENDPOINT_URL"]}
-    os.environ.update(settings)
-    try:
-        with s3_server() as endpoint:
-            os.environ["AWS_ENDPOINT_URL"] = endpoint
-            yield endpoint
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with s3_environment() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,8 @@ def cluster_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dask", metavar="ADDRESS",
                         help="run one task per input on the Dask cluster whose scheduler is ADDRESS "
                              "(e.g. tcp://head:8786; default $STREAMTRACE_DASK; needs the 'dask' extra and a "
-                             "--spool-dir that every worker shares); -j then does not apply. A single input runs here")
+                             "--spool-dir that every worker shares: a directory, or for merge and analyze a bucket URL "
+                             "such as s3://bucket/tmp); -j then does not apply. A single input runs here")
 
 
 def secrets_options(parser: argparse.ArgumentParser, role: str = "writer") -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import glob
 import io
 import math
 import os
@@ -25,7 +26,7 @@ from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import repeat
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -43,7 +44,9 @@ from ..errors import TraceError
 from ..io import report as page
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
+from ..io.objectstore import RunStore, open_object, scratch
 from ..io.projection import projected_events
+from ..io.remote import is_url
 from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
@@ -546,8 +549,13 @@ class FileResult:
 
 def _discard(result: FileResult) -> None:
     for rank in result.ranks:
-        if rank.launch_part:
+        if rank.launch_part and not is_url(rank.launch_part):  # (an object goes with the run's prefix)
             remove_quietly(rank.launch_part)
+
+
+def _open_part(part: str) -> BinaryIO:
+    """A rank's launch rows: a file of the run's directory, or an object of its prefix."""
+    return open_object(part) if is_url(part) else open(part, "rb")
 
 
 @dataclass(frozen=True)
@@ -601,6 +609,18 @@ def analyze_file(path: str, options: _Options) -> FileResult:
         out[0].pp_stage = pp_stage_from_info(member_value(members, "distributedInfo"), out[0].rank)
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
                       _device_names(members))
+
+
+def _analyze_file_in_store(path: str, options: _Options, store: RunStore) -> FileResult:
+    """One input on a worker that shares only a bucket: the tables come back
+    as the result, each rank's launch rows (a table too long to travel with
+    it) as an object of the run."""
+    with scratch() as local:
+        result = analyze_file(path, dataclasses.replace(options, spool_dir=local))
+        for rank in result.ranks:
+            if rank.launch_part:
+                rank.launch_part = store.put(rank.launch_part)
+    return result
 
 
 def _device_names(members: list) -> tuple:
@@ -1192,7 +1212,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     targets = _claim_outputs(destinations, out_dir, html)
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
-    with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+    with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress, objects=True) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
         options = _Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1)
@@ -1256,7 +1276,7 @@ def _inputs(specs: list) -> list[str]:
         raise TraceError("analyze reads files, directories or URLs, not stdin ('-')")
     files = []
     for spec in map(os.fspath, specs):
-        if "://" in spec:
+        if "://" in spec and not glob.has_magic(spec):
             files.append(spec)
         elif os.path.isdir(spec) and len(traces := [name for name in os.listdir(spec) if TRACE_SUFFIX.search(name)]) == 1:
             files.append(os.path.join(spec, traces[0]))  # one trace, ranked or not (HTA reads it as rank 0)
@@ -1268,17 +1288,23 @@ def _inputs(specs: list) -> list[str]:
 def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[FileResult]:
     """Every input's ranks; files whose own step names disagree with all
     inputs' (HTA cuts by the names of every rank) run again."""
-    per_file = list(runner.ordered(analyze_file, [(path, options) for path in files], label="inputs done"))
+    per_file = _run_tasks(runner, files, options, "inputs done")
     wanted = len(set().union(*(result.step_names for result in per_file))) > 1
     again = [n for n, result in enumerate(per_file) if result.filtered != wanted]
     if again:
         forced = dataclasses.replace(options, filter_steps=wanted)
         for n in again:
             _discard(per_file[n])
-        redone = runner.ordered(analyze_file, [(files[n], forced) for n in again], label="inputs redone")
+        redone = _run_tasks(runner, [files[n] for n in again], forced, "inputs redone")
         for n, result in zip(again, redone):
             per_file[n] = result
     return per_file
+
+
+def _run_tasks(runner: TaskRunner, files: list[str], options: _Options, label: str) -> list[FileResult]:
+    if runner.store is None:
+        return list(runner.ordered(analyze_file, [(path, options) for path in files], label=label))
+    return list(runner.ordered(_analyze_file_in_store, [(path, options, runner.store) for path in files], label=label))
 
 
 def _refuse_repeated_ranks(results: list[RankResult]) -> None:
@@ -1441,7 +1467,7 @@ def _write_tables(destinations: Destinations, tables: dict, parts: list[str], ta
             if name == "kernel_launch_stats":
                 out.flush()
                 for part in parts:
-                    with open(part, "rb") as rows:
+                    with _open_part(part) as rows:
                         shutil.copyfileobj(rows, raw)
             else:
                 csv.writer(out).writerows([_csv_value(row[column]) for column in COLUMNS[name]] for row in tables[name])
@@ -1453,7 +1479,7 @@ def _read_parts(parts: list[str]) -> list[dict]:
     rows = []
     columns = COLUMNS["kernel_launch_stats"]
     for part in parts:
-        with open(part, newline="") as text:
+        with _open_part(part) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as text:
             for values in csv.reader(text):
                 rows.append(dict(zip(columns, (int(values[0]), int(values[1]), *(_parsed(v) for v in values[2:])))))
     return rows

@@ -10,8 +10,10 @@ other, in PP order, into one output.
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import glob
+import io
 import os
 import pickle
 import re
@@ -19,10 +21,10 @@ import tempfile
 import time
 from array import array
 from bisect import bisect_left
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import orjson
 import zstandard
@@ -61,10 +63,12 @@ from ..io.archive import outer_path
 from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember, member_value
+from ..io.objectstore import RunStore, assemble_s3, join_objects, part_groups, remote_glob, same_s3_store, scratch
 from ..io.progress import Progress
 from ..io.reader import ReadStats, dumps_event, event_loader, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, SinkSpec, remove_quietly
+from ..io.remote import RemoteReader, is_url
+from ..io.sink import OutputTarget, SinkSpec, compressed, remove_quietly
 from ..io.source import InputSource, archive_members
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
@@ -92,7 +96,7 @@ def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
         if os.path.isdir(spec):
             files.extend(rank_files_in(spec))
         elif glob.has_magic(spec):
-            found = sorted(glob.glob(spec))
+            found = remote_glob(spec) if is_url(spec) else sorted(glob.glob(spec))
             if not found:
                 raise TraceError("the pattern matches no file", path=spec)
             files.extend(found)
@@ -287,6 +291,17 @@ def index_rank(path: str, options: _PhaseOneOptions) -> RankIndex:
     finally:
         del result
         gc.collect()  # the index's hot-loop closure makes a cycle: free this rank's arrays before the next
+
+
+def _index_rank_in_store(path: str, options: _PhaseOneOptions, store: RunStore) -> RankIndex:
+    """Phase 1 on a worker that shares only a bucket with the others: the
+    rank's parked state and spool are made on the worker's disk, then kept
+    as objects of the run (phase 2 may run on another worker)."""
+    with scratch() as local:
+        entry = index_rank(path, dataclasses.replace(options, spool_dir=local))
+        entry.state_path = store.put(entry.state_path)
+        entry.spool_path = store.put(entry.spool_path)
+    return entry
 
 
 def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> RankIndex:
@@ -550,8 +565,10 @@ def merge(
 
     ``dask``: the address of a Dask scheduler to run the per-rank tasks on
     (default ``$STREAMTRACE_DASK``, else ``jobs`` processes here); it needs a
-    ``spool_dir`` that every worker shares.  ``per_stage``: ``dst`` is a
-    directory that receives one merge per PP stage (see :func:`_per_stage`).
+    ``spool_dir`` that every worker shares: a directory, or a bucket URL
+    (``s3://bucket/prefix``) where the tasks keep their files as objects.
+    ``per_stage``: ``dst`` is a directory that receives one merge per PP
+    stage (see :func:`_per_stage`).
     """
     started = time.perf_counter()
     files = discover_inputs([srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs))
@@ -567,12 +584,19 @@ def merge(
         destinations.directory(dst, writes="--per-stage's files", existing=STAGE_FILE.pattern)
     elif dst is not None:  # refuse a bad output now, not after reading every input
         destinations.check(dst, compress=compress)
-    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
+    with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress, objects=True) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
+        if per_stage and runner.store is not None:
+            raise TraceError("--per-stage's tasks write the stages' files into the output directory: give --spool-dir "
+                             "a directory every worker shares, not a bucket URL")
         options = _PhaseOneOptions(compact, original_stream, pp_flows, rules, runner.work_dir, salvage, reread_remote)
-        # every rank's files are in the run's directory, removed with it whatever happens
-        indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed"))
+        # every rank's files are in the run's directory (or prefix), removed with it whatever happens
+        if runner.store is None:
+            indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed"))
+        else:
+            indexed = list(runner.ordered(_index_rank_in_store, [(path, options, runner.store) for path in files],
+                                          label="ranks indexed"))
         if wanted is not None:
             for dropped in [entry for entry in indexed if entry.facts.rank not in wanted]:
                 _discard(dropped)
@@ -589,7 +613,10 @@ def merge(
 
 
 def _discard(entry: RankIndex) -> None:
-    """Delete a rank's parked state and its spool now (a rank left out frees its disk before the others' pass 2)."""
+    """Delete a rank's parked state and its spool now (a rank left out frees its disk before the others' pass 2;
+    objects stay until the run's prefix goes)."""
+    if is_url(entry.state_path):
+        return
     remove_quietly(entry.state_path)
     remove_quietly(entry.spool_path)
 
@@ -618,6 +645,14 @@ class _OutputPlan:
         """Per rank, in output order, what its pass 2 needs (state, rewrite, added events[, fragment folder])."""
         tail = () if chunk_dir is None else (chunk_dir,)
         return [(self.indexed[n].state_path, self.rewrites[n], self.extras[n], *tail) for n in self.order]
+
+    def object_calls(self, store: RunStore, pieces: list[_Piece | None] | None = None) -> list[tuple]:
+        """Per rank, in output order, what its pass 2 on a worker that shares
+        only the bucket needs (the objects of its state and spool; ``pieces``:
+        how each writes its fragment, default the zstd one spliced here)."""
+        pieces = pieces or [None] * len(self.order)
+        return [(self.indexed[n].state_path, self.indexed[n].spool_path, self.rewrites[n], self.extras[n], store, piece)
+                for n, piece in zip(self.order, pieces)]
 
     def arrow_lines(self) -> Iterator[bytes]:
         return (dumps_event(event) for event in arrow_events(self.arrows))
@@ -656,17 +691,25 @@ def _phase_two(indexed: list[RankIndex], dst: SinkSpec | None, destinations: Des
     dst = _merged_output_name([entry.facts.path for entry in indexed], plan.has_pp) if dst is None else dst
     target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
     pass2_started = time.perf_counter()
-    with target.open() as out:
-        writer = TraceWriter(out, plan.header, target.redactor)
-        if runner.inline:
-            meter = Progress(None, enabled=progress)
-            for call in plan.rank_calls():
-                _emit_rank(*call, writer, meter)
-        else:
-            _emit_ranks_in_workers(plan.rank_calls(runner.work_dir), writer, runner)
-        _close_output(writer, plan.arrow_lines(), plan.trailer)
-    return {**_output_summary(plan, target.name, writer.events_written, pass2_started), **redaction_summary(redactor),
-            "wall_seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": peak_rss_mb()}
+    assembly = None
+    if _assembles_in_store(runner, target):
+        written, assembly = _assemble_in_store(plan, target, runner)
+    else:
+        with target.open() as out:
+            writer = TraceWriter(out, plan.header, target.redactor)
+            if runner.inline:
+                meter = Progress(None, enabled=progress)
+                for call in plan.rank_calls():
+                    _emit_rank(*call, writer, meter)
+            elif runner.store is None:
+                _emit_ranks_in_workers(plan.rank_calls(runner.work_dir), writer, runner)
+            else:
+                _emit_ranks_in_workers(plan.object_calls(runner.store), writer, runner)
+            _close_output(writer, plan.arrow_lines(), plan.trailer)
+        written = writer.events_written
+    return {**_output_summary(plan, target.name, written, pass2_started), "assembled_in_store": assembly,
+            **redaction_summary(redactor), "wall_seconds": round(time.perf_counter() - started, 3),
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def _close_output(writer: TraceWriter, arrows: Iterable[bytes], trailer: list[RawMember]) -> None:
@@ -790,11 +833,14 @@ def _write_stage(job: _StageWrite) -> tuple[int, dict]:
 
 
 def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer: TraceWriter,
-               meter: Progress | None = None, *, keep: bool = False) -> int:
+               meter: Progress | None = None, *, keep: bool = False, spool_path: str | None = None) -> int:
     """Pass 2 of one rank into ``writer``; returns the events written.  The
-    rank's state and spool are deleted, unless ``keep`` (they go with the run's directory)."""
+    rank's state and spool are deleted, unless ``keep`` (they go with the run's directory).
+    ``spool_path``: where the rank's spool is now, when it moved since phase 1."""
     with open(state_path, "rb") as state:
         parked: _Parked = pickle.load(state)
+    if spool_path is not None:
+        parked.spool.path = spool_path
     before = writer.events_written
     emit_events(parked.spool, MergePlan(parked, rewrite, extra), writer, progress=meter, keep=keep)
     if not keep:
@@ -804,39 +850,116 @@ def _emit_rank(state_path: str, rewrite: EventRewrite, extra: list[dict], writer
     return writer.events_written - before
 
 
-def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict],
-                        chunk_dir: str | None) -> tuple[str, int]:
-    """Pass 2 of one rank in a worker: its events as a zstd fragment file."""
+@dataclass(frozen=True)
+class _Piece:
+    """A rank's fragment written as a piece of the output as it is (the
+    output's compression; the first one opens the trace, the last one closes
+    it), so that the pieces joined in order are the output."""
+
+    compression: str
+    level: int | None
+    opening: bytes
+    closing: bytes
+    continues: bool  # events came before: begin with the separator
+
+
+def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict], chunk_dir: str | None,
+                        spool_path: str | None = None, piece: _Piece | None = None) -> tuple[str, int]:
+    """Pass 2 of one rank in a worker: its events as a zstd fragment file (or as ``piece``)."""
     handle, chunk_path = tempfile.mkstemp(prefix="streamtrace-chunk-", suffix=".zst", dir=chunk_dir)
     try:
-        with os.fdopen(handle, "wb") as raw:
-            with zstandard.ZstdCompressor(level=CHUNK_LEVEL).stream_writer(raw, closefd=False) as out:
-                writer = TraceWriter(out, None)
-                count = _emit_rank(state_path, rewrite, extra, writer)
-                writer.flush()
+        with os.fdopen(handle, "wb") as raw, _fragment_stream(raw, piece) as out:
+            writer = TraceWriter(out, None, continues=piece is not None and piece.continues)
+            count = _emit_rank(state_path, rewrite, extra, writer, spool_path=spool_path)
+            writer.flush()
+            if piece is not None:
+                out.write(piece.closing)
     except BaseException:
         remove_quietly(chunk_path)
         raise
     return chunk_path, count
 
 
+@contextmanager
+def _fragment_stream(raw: BinaryIO, piece: _Piece | None) -> Iterator[BinaryIO]:
+    if piece is None:
+        with zstandard.ZstdCompressor(level=CHUNK_LEVEL).stream_writer(raw, closefd=False) as out:
+            yield out
+        return
+    with compressed(raw, piece.compression, piece.level, background=False) as out:
+        out.write(piece.opening)
+        yield out
+
+
+def _emit_rank_to_object(state_url: str, spool_url: str, rewrite: EventRewrite, extra: list[dict], store: RunStore,
+                         piece: _Piece | None) -> tuple[str, int, int]:
+    """Pass 2 of one rank on a worker that shares only a bucket: the rank's
+    state and spool fetched from the run's objects, its fragment kept as one;
+    returns the fragment's URL, events and bytes."""
+    with scratch() as local:
+        state_path, spool_path = store.get(state_url, local), store.get(spool_url, local)
+        chunk_path, count = _emit_rank_to_chunk(state_path, rewrite, extra, local, spool_path, piece)
+        return store.put(chunk_path), count, os.path.getsize(chunk_path)
+
+
 def _emit_ranks_in_workers(calls: list[tuple], writer: TraceWriter, runner: TaskRunner) -> None:
     """Pass 2 of every rank as tasks, spliced into ``writer`` in order as each
-    rank's fragment is ready; fragments never outlive the call."""
-    fragments = runner.ordered(_emit_rank_to_chunk, calls, label="ranks written")
+    rank's fragment is ready; fragments never outlive the call (objects: the run)."""
+    emit = _emit_rank_to_chunk if runner.store is None else _emit_rank_to_object
+    fragments = runner.ordered(emit, calls, label="ranks written")
     with closing(fragments):  # a failed splice stops the tasks at once
-        for chunk_path, count in fragments:
+        for chunk_path, count, *_ in fragments:
             try:
                 writer.splice(_chunk_pieces(chunk_path), count)
             finally:
-                remove_quietly(chunk_path)
+                if runner.store is None:
+                    remove_quietly(chunk_path)
 
 
 def _chunk_pieces(path: str) -> Iterator[bytes]:
-    with open(path, "rb") as raw:
+    with closing(RemoteReader(path)) if is_url(path) else open(path, "rb") as raw:
         reader = zstandard.ZstdDecompressor().stream_reader(raw)
         while piece := reader.read(CHUNK_PIECE):
             yield piece
+
+
+def _assembles_in_store(runner: TaskRunner, target: OutputTarget) -> bool:
+    """Can the output be made from the fragments inside the bucket (S3 to S3,
+    nothing to redact on the way), without their bytes coming here?"""
+    return (runner.store is not None and target.url is not None and target.redactor is None
+            and same_s3_store(runner.store.url, target.url))
+
+
+def _assemble_in_store(plan: _OutputPlan, target: OutputTarget, runner: TaskRunner) -> tuple[int, dict]:
+    """Pass 2 as pieces of the output, one per rank (the first with the
+    header, the last with the arrows and the trailer), made into the output
+    object inside the store; returns the events written and how the output
+    was made.  Pieces too small to be parts of a multipart upload are first
+    joined by a task."""
+    opening, ending = io.BytesIO(), io.BytesIO()
+    TraceWriter(opening, plan.header)
+    closer = TraceWriter(ending, None, continues=True)
+    _close_output(closer, plan.arrow_lines(), plan.trailer)
+    last = len(plan.order) - 1
+    tasks = plan.object_calls(runner.store, [
+        _Piece(target.compression, target.level, opening.getvalue() if k == 0 else b"",
+               ending.getvalue() if k == last else b"", k > 0) for k in range(last + 1)])
+    pieces = list(runner.ordered(_emit_rank_to_object, tasks, label="ranks written"))
+    first = next((k for k, (_, count, _) in enumerate(pieces) if count), 0)
+    if first > 0:  # the ranks before it wrote no event: its piece must not begin with a separator
+        state_url, spool_url, rewrite, extra, store, piece = tasks[first]
+        again = (state_url, spool_url, rewrite, extra, store, dataclasses.replace(piece, continues=False))
+        pieces[first] = next(iter(runner.ordered(_emit_rank_to_object, [again], label="ranks written again")))
+    groups = part_groups([size for _, _, size in pieces])
+    joins = [[pieces[n][0] for n in group] for group in groups if len(group) > 1]
+    joined = iter(list(runner.ordered(join_objects, [(urls, runner.store) for urls in joins], label="parts joined")))
+    parts = [(pieces[group[0]][0] if len(group) == 1 else next(joined), sum(pieces[n][2] for n in group))
+             for group in groups]
+    copying = time.perf_counter()
+    assemble_s3(target.url, parts, overwrite=target.overwrite)
+    made = {"pieces": len(pieces), "parts": len(parts), "pieces_joined_first": sum(map(len, joins)),
+            "copy_seconds": round(time.perf_counter() - copying, 3)}
+    return sum(count for _, count, _ in pieces) + closer.events_written, made
 
 
 def _arrows(indexed: list[RankIndex], rewrites: dict, pp_ranks: list[int], pipelines: list[object],

@@ -8,7 +8,11 @@ here (``-j N``) or ``dask.distributed``'s executor on a cluster
 small options and return small facts and file names: trace data never goes
 through the executor, so a cluster's scheduler carries kilobytes per rank.
 On a cluster the tasks' files go to a fresh directory under ``--spool-dir``,
-which every worker and this process must see (a shared filesystem).
+which every worker and this process must see (a shared filesystem), or, for
+a command that can keep them as objects (merge), to a fresh prefix under a
+bucket URL (:class:`~streamtrace.io.objectstore.RunStore`).  Before any task,
+the workers are asked which streamtrace they run and whether they reach
+that prefix, so a mismatched cluster is one line, not a task's traceback.
 
 The range workers of one file (pass 1 by ranges, pass 2 by blocks) are not
 tasks of this seam: they share the parent's memory by fork and stream
@@ -34,9 +38,11 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from importlib import metadata
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import TraceError
+from ..io.objectstore import RunStore, reachable
 from ..io.progress import Progress
 from ..io.scratch import spool_writes
 from ..resources import forking, frozen_heap
@@ -68,16 +74,20 @@ class TaskRunner:
     the Dask cluster at ``dask``.  Use as a context manager: it holds the
     run's directory under ``spool_dir`` (:attr:`work_dir`, where tasks keep
     their files; removed at the end with whatever is in it) and, on a
-    cluster, the client.
+    cluster, the client.  With ``objects`` (the command's tasks can keep
+    their files as objects), a bucket URL as ``spool_dir`` on a cluster gives
+    the run a prefix there instead (:attr:`store`; no :attr:`work_dir`).
     """
 
     def __init__(self, jobs: int, *, dask: str | None = None, spool_dir: str | None = None,
-                 progress: bool | None = False) -> None:
+                 progress: bool | None = False, objects: bool = False) -> None:
         self.jobs = jobs
         self.address = dask_address(dask)
         self.spool_dir = spool_dir
         self.progress = progress
+        self.objects = objects
         self.work_dir: str | None = None
+        self.store: RunStore | None = None
         self._client: Any = None
 
     @property
@@ -90,15 +100,26 @@ class TaskRunner:
         return not self.distributed and self.jobs == 1
 
     def __enter__(self) -> "TaskRunner":
+        bucket = self.spool_dir is not None and "://" in self.spool_dir
+        if bucket and not self.distributed:
+            raise TraceError(f"--spool-dir {self.spool_dir}: a bucket holds the spool of --dask runs only (merge, "
+                             "analyze); here give a local directory")
         if self.distributed:
             if self.spool_dir is None:
-                raise TraceError("--dask needs --spool-dir: a directory that every worker and this process share")
-            if "://" in self.spool_dir:
-                raise TraceError(f"--spool-dir {self.spool_dir}: spools are files; give a shared filesystem path")
+                raise TraceError("--dask needs --spool-dir: a directory that every worker and this process share, "
+                                 "or (merge) a bucket URL")
+            if bucket and not self.objects:
+                raise TraceError(f"--spool-dir {self.spool_dir}: this command's tasks keep files; give a shared "
+                                 "filesystem path (merge takes a bucket URL)")
             self._client = _connect(self.address)
         try:
-            with spool_writes(self.spool_dir or tempfile.gettempdir()):
-                self.work_dir = tempfile.mkdtemp(prefix="streamtrace-run-", dir=self.spool_dir)
+            if bucket:
+                self.store = RunStore.start(self.spool_dir)
+            else:
+                with spool_writes(self.spool_dir or tempfile.gettempdir()):
+                    self.work_dir = tempfile.mkdtemp(prefix="streamtrace-run-", dir=self.spool_dir)
+            if self._client is not None:
+                _check_workers(self._client, self.address, self.store)
         except BaseException:
             self.__exit__()
             raise
@@ -111,6 +132,9 @@ class TaskRunner:
         if self.work_dir is not None:
             remove_tree(self.work_dir)
             self.work_dir = None
+        if self.store is not None:
+            self.store.remove()
+            self.store = None
 
     def ordered(self, function: Callable[..., Any], calls: Sequence[tuple], *, label: str) -> Iterator[Any]:
         """``function(*call)`` for every call, yielded in the order of ``calls``.
@@ -265,6 +289,29 @@ def remove_tree(path: str) -> None:
         if not os.path.exists(path):
             return
         time.sleep(0.1)
+
+
+def _check_workers(client: Any, address: str, store: RunStore | None) -> None:
+    """Refuse a cluster whose workers run another streamtrace (or none), or
+    cannot reach the run's prefix, before any task fails there."""
+    try:
+        here = metadata.version("streamtrace")
+    except metadata.PackageNotFoundError:  # this process runs a source tree, not an installation: nothing to compare
+        here = None
+    versions = {} if here is None else client.run(metadata.version, "streamtrace", on_error="return")
+    for worker, version in versions.items():
+        if isinstance(version, BaseException):
+            raise TraceError(f"--dask {address}: the worker at {worker} has no streamtrace installed (this process "
+                             f"runs {here}); install it on every worker")
+        if version != here:
+            raise TraceError(f"--dask {address}: the worker at {worker} runs streamtrace {version}, this process "
+                             f"{here}; install one version everywhere")
+    if store is None:
+        return
+    for worker, reason in client.run(reachable, store.url, on_error="return").items():
+        if reason is not None:
+            raise TraceError(f"--spool-dir {store.url.rsplit('/', 1)[0]}: the worker at {worker} cannot use it: "
+                             f"{reason}")
 
 
 def _connect(address: str) -> Any:

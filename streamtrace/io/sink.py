@@ -214,7 +214,7 @@ class OutputTarget:
         if self.url is not None:
             upload = RemoteUpload(self.url, exclusive=not self.overwrite)  # no race: the store refuses a taken name
             try:
-                with _compressed(upload, self.compression, self.level, self.background) as out:  # type: ignore[arg-type]
+                with compressed(upload, self.compression, self.level, self.background) as out:  # type: ignore[arg-type]
                     yield out
                 if not self.overwrite and remote_exists(self.url):
                     raise _appeared_meanwhile(self.url)
@@ -228,7 +228,7 @@ class OutputTarget:
             return
         if self.path is None:
             raw = sys.stdout.buffer if self.to_stdout else self.spec
-            with _compressed(raw, self.compression, self.level, self.background) as out:
+            with compressed(raw, self.compression, self.level, self.background) as out:
                 yield out
             raw.flush()
             return
@@ -241,7 +241,7 @@ class OutputTarget:
         try:
             os.fchmod(handle, _permissions_of_a_new_file())  # mkstemp makes 0600: colleagues could not read it
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
-                with _compressed(raw, self.compression, self.level, self.background) as out:
+                with compressed(raw, self.compression, self.level, self.background) as out:
                     yield out
             if hold is not None:
                 hold(temp)
@@ -289,7 +289,7 @@ def remove_quietly(path: str) -> None:
 
 
 @contextmanager
-def _compressed(raw: BinaryIO, compression: str, level: int | None, background: bool = True) -> Iterator[BinaryIO]:
+def compressed(raw: BinaryIO, compression: str, level: int | None, background: bool = True) -> Iterator[BinaryIO]:
     """Wrap ``raw`` in a compressor; closing flushes it but leaves ``raw`` open."""
     if compression == "none":
         yield raw

@@ -41,12 +41,15 @@ class TraceWriter:
     as in a trace (finish it with :meth:`flush`); another writer can
     :meth:`splice` it in, so worker processes can prepare parts of one output
     (a fragment is never redacted: the writer that splices it in redacts).
+    A fragment that ``continues`` one with events before it begins with the
+    separator, so fragments can be joined as they are.
     """
 
-    def __init__(self, out: BinaryIO, header: Iterable[RawMember] | None, redactor: Redactor | None = None) -> None:
+    def __init__(self, out: BinaryIO, header: Iterable[RawMember] | None, redactor: Redactor | None = None, *,
+                 continues: bool = False) -> None:
         self._out = out
         self._batch: list[bytes] = []
-        self._started = False
+        self._started = continues
         self.events_written = 0
         self._redactor = redactor if header is not None else None
         if header is None:
