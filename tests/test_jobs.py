@@ -178,6 +178,55 @@ def test_generated_traces_come_out_the_same_for_every_n(name, kind, generated, t
     assert results[1] == results[0] and results[2] == results[0]
 
 
+def _events_one_a_line(events: list, dumps) -> bytes:
+    return b",\n".join(dumps(event).encode() for event in events)
+
+
+TEXT_FORMS = {  # the same trace written in other ways a JSON writer may: (document) -> bytes
+    "compact": lambda document: json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode(),
+    "spaces after colons": lambda document: json.dumps({**document, "traceEvents": []}).encode().replace(
+        b'"traceEvents": []', b'"traceEvents": [\n' + _events_one_a_line(document["traceEvents"], json.dumps) + b"\n]"),
+    "escaped unicode and slashes": lambda document: json.dumps(document, separators=(",", ":")).replace(
+        "/", "\\/").encode(),
+    "pretty-printed": lambda document: json.dumps(document, indent=2, ensure_ascii=False).encode(),
+    "CRLF": lambda document: json.dumps(document, indent=1).replace("\n", "\r\n").encode(),
+    "one line with spaces": lambda document: json.dumps(document, ensure_ascii=False).encode(),
+}
+
+
+@pytest.fixture(scope="module")
+def unusual_texts(generated, tmp_path_factory) -> dict[str, Path]:
+    """The generated single-rank trace, its names given non-ASCII letters
+    and slashes, written in each of :data:`TEXT_FORMS`."""
+    document = json.loads(generated["single"].read_bytes())
+    for event in document["traceEvents"]:
+        if isinstance(event.get("name"), str) and event.get("cat") in ("kernel", "gpu_user_annotation", "cpu_op"):
+            event["name"] = event["name"] + " é/ü"
+    directory = tmp_path_factory.mktemp("texts")
+    paths = {}
+    for form, write in TEXT_FORMS.items():
+        paths[form] = directory / (form.replace(" ", "_") + ".json")
+        paths[form].write_bytes(write(document))
+    return paths
+
+
+@pytest.mark.parametrize("name", ["compact", "relink", "split"])
+@pytest.mark.parametrize("form", TEXT_FORMS)
+def test_unusual_text_comes_out_the_same_for_every_n_and_as_json(name, form, unusual_texts, tmp_path, small_pieces):
+    """Events whose own text reaches the spool (spaces, escapes, line
+    breaks): the output is the same bytes at every N, valid JSON, and holds
+    the same events as the compact writing of the same trace gives."""
+    command, output, options = COMMANDS[name]
+    results = run_all(command, unusual_texts[form], tmp_path, output, **options)
+    assert results[1] == results[0] and results[2] == results[0]
+    reference = tmp_path / "reference"
+    command(unusual_texts["compact"], reference, jobs=2, **options)
+    got = tmp_path / f"1-{output}"
+    pairs = [(got, reference)] if got.is_file() else [(got / path.name, path) for path in sorted(reference.iterdir())]
+    for produced, expected in pairs:
+        assert json.loads(produced.read_bytes()) == json.loads(expected.read_bytes())
+
+
 @pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
 def test_inspect_says_the_same_for_every_n(trace, small_pieces):
     summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]

@@ -35,7 +35,7 @@ from typing import Callable, Protocol
 
 from ..errors import RobustModeNeeded, TraceError
 from ..io.progress import Progress
-from ..io.projection import ProjectedChunk, spool_lines
+from ..io.projection import ProjectedChunk
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
 from ..resources import forking, gc_paused
@@ -80,7 +80,7 @@ class EventSink(Protocol):
         """A function, made in a worker, encoding a chunk's events for :meth:`add_frame`."""
 
     # optional: text_frame_encoder() -> Callable[[bytes], bytes], the same for
-    # spool lines in the input's own text (projection.spool_lines), and
+    # spool lines in the input's own text (Projection.decode_with_lines), and
     # add_text(lines, count) keeping such lines made in this process
 
     def add_frame(self, frame: bytes | memoryview, events: int) -> None: ...
@@ -247,7 +247,7 @@ class ChunkIndexer:
 
     A visitor with a ``projection`` gets the chunk decoded into it
     (``visit_projected``) when that reads the chunk, and the sink then keeps
-    the events' own text (:func:`~streamtrace.io.projection.spool_lines`)
+    the events' own text (:meth:`~streamtrace.io.projection.Projection.decode_with_lines`)
     when the sink takes text; otherwise the chunk is parsed into dicts,
     visited event by event and the events handed to the sink.
     """
@@ -286,15 +286,17 @@ class ChunkIndexer:
         return len(events), events if self._keeps_events else None
 
     def _projected(self, text: bytes) -> tuple[int, bytes | None] | None:
-        events = self._projection.decode(text)
-        if events is None:
-            return None
         lines = None
         if self._keeps_events:
-            lines = spool_lines(text, len(events))
-            if lines is None:
+            decoded = self._projection.decode_with_lines(text)
+            if decoded is None:
                 return None
-        if not self.visitor.visit_projected(ProjectedChunk(text, events)):
+            events, lines = decoded
+        else:
+            events = self._projection.decode(text)
+            if events is None:
+                return None
+        if not self.visitor.visit_projected(ProjectedChunk(text, events, lines)):
             return None
         return len(events), lines
 

@@ -16,6 +16,7 @@ import re
 from typing import Any, Mapping, Optional
 
 import msgspec
+import numpy as np
 import orjson
 
 from .reader import has_int_beyond_fast_reading
@@ -24,8 +25,6 @@ ABSENT = msgspec.UNSET
 """A declared field's default that tells an absent member from ``null``."""
 
 _ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
-_OUT_OF_RANGE = re.compile(rb"[0-9][eE]\+?0*[0-9]{3}|[0-9]{300}")
-"""Number texts a float may overflow in (orjson refuses them; msgspec skips them unread): conservative."""
 
 
 class Projection:
@@ -42,7 +41,9 @@ class Projection:
         """``fields``, or a msgspec Struct type of an event to decode into (its
         members typed: a member of another type refuses the chunk)."""
         self.fields = fields
-        self._decoder = msgspec.json.Decoder(list[fields if isinstance(fields, type) else _struct("Event", fields)])
+        event = fields if isinstance(fields, type) else _struct("Event", fields)
+        self._decoder = msgspec.json.Decoder(list[event])
+        self._element_decoder = msgspec.json.Decoder(event)
 
     def decode(self, text: bytes) -> list | None:
         """The events of a chunk of elements (``{...},{...}``), projected;
@@ -53,6 +54,33 @@ class Projection:
             return self._decoder.decode(b"[" + text + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
+
+    def decode_with_lines(self, text: bytes) -> tuple[list, bytes] | None:
+        """The events of a chunk, projected, and the same events as spool
+        lines (one event a line, newlines between them) in the input's own
+        text; None when either must be refused: the chunk is then read and
+        its events encoded the ordinary way.  The chunk's elements are found
+        first, then each decoded: one reading gives both.
+
+        Pass 2 changes spooled lines as text where each change is exact (a
+        key found as often as the event holds it, before a number), and
+        decodes the line otherwise: spacing and key order may be the
+        input's.  But an event spread over lines cannot be a line, and a key
+        is found only as it is spelled: so an event with a line break
+        inside, a chunk with any backslash (an escape could spell a key, or
+        hide text from redaction), invalid UTF-8 (which the projection does
+        not read), or a number a float may overflow in (which the fast
+        reading refuses) is refused.
+        """
+        if b"\\" in text or not read_alike(text):
+            return None
+        try:
+            elements = _ELEMENTS.decode(b"[" + text + b"]")
+            events = list(map(self._element_decoder.decode, elements))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
+        lines = _joined_lines(elements)
+        return None if lines is None else (events, lines)
 
 
 def read_alike(text: bytes) -> bool:
@@ -94,49 +122,37 @@ def _struct(name: str, fields: Mapping[str, object]) -> type:
 
 class ProjectedChunk:
     """A chunk's events as projections (``events``), with the means to read
-    the few a visitor needs whole (:meth:`event`)."""
+    the few a visitor needs whole (:meth:`whole`)."""
 
-    def __init__(self, text: bytes, events: list, lines: list[bytes] | None = None) -> None:
+    def __init__(self, text: bytes, events: list, lines: bytes | None = None) -> None:
+        """``lines``: the chunk's spool lines, when made (:meth:`Projection.decode_with_lines`)."""
         self.text = text
         self.events = events
-        self._elements = lines
+        self._lines = lines
 
-    def event(self, position: int) -> dict:
-        """Event ``position`` decoded whole, as the fast reading decodes it."""
-        if self._elements is None:
-            self._elements = _ELEMENTS.decode(b"[" + self.text + b"]")
-        return orjson.loads(self._elements[position])
+    def whole(self, at: list[int]) -> list[dict]:
+        """The events at positions ``at`` decoded whole, as the fast reading
+        decodes them (one decoder call for them all)."""
+        if not at:
+            return []
+        if self._lines is not None:
+            starts = self._line_starts()
+            chosen = [self._lines[starts[position]:starts[position + 1] - 1] for position in at]
+        else:
+            elements = _ELEMENTS.decode(b"[" + self.text + b"]")
+            chosen = [elements[position] for position in at]
+        return orjson.loads(b"[" + b",".join(chosen) + b"]")
+
+    def _line_starts(self) -> np.ndarray:
+        """Where each line starts in ``lines``, and (last) one past its end."""
+        breaks = np.flatnonzero(np.frombuffer(self._lines, np.uint8) == 10)
+        return np.concatenate(([0], breaks + 1, [len(self._lines) + 1])).tolist()
 
 
-def spool_lines(text: bytes, count: int) -> bytes | None:
-    """The ``count`` events of a chunk of elements as spool lines (one event
-    a line, newlines between them) in the input's own text, with only the
-    whitespace between tokens left out; None when that text must not reach
-    the spool as it is, and the events are encoded instead.
-
-    Pass 2 changes spooled lines as text, relying on what orjson writes: a
-    key is spelled out, a string holds no raw control character.  So a chunk
-    with any backslash (an escape could spell a key, or hide text from
-    redaction), invalid UTF-8 (which the projection does not read), or a
-    number a float may overflow in (which the fast reading refuses) is
-    encoded.  Numbers keep their text.
-    """
-    if b"\\" in text or _OUT_OF_RANGE.search(text) is not None:
-        return None
-    if not text.isascii():
-        try:
-            text.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    try:
-        compact = msgspec.json.format(b"[" + text + b"]", indent=-1)
-    except msgspec.DecodeError:
-        return None
-    # every element is an object: between two of them ``},{``; exactly count - 1 of those: no other
-    if compact.count(b"},{") == count - 1:
-        return compact[1:-1].replace(b"},{", b"}\n{")
-    lines = b"\n".join(_ELEMENTS.decode(compact))
-    return lines if lines.count(b"\n") == count - 1 else None
+def _joined_lines(elements: list) -> bytes | None:
+    """The elements one a line, or None when one has a line break inside (or a carriage return)."""
+    lines = b"\n".join(elements)
+    return lines if lines.count(b"\n") == len(elements) - 1 and b"\r" not in lines else None
 
 
 _ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,

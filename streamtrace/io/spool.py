@@ -86,7 +86,8 @@ class EventSpool:
 
     @staticmethod
     def text_frame_encoder() -> Callable[[bytes], bytes]:
-        """Spool lines already made (:func:`~streamtrace.io.projection.spool_lines`) in one zstd frame, for :meth:`add_frame`."""
+        """Spool lines already made (:meth:`~streamtrace.io.projection.Projection.decode_with_lines`)
+        in one zstd frame, for :meth:`add_frame`."""
         compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
         return lambda lines: compressor.compress(lines + b"\n")
 
