@@ -6,7 +6,7 @@ The moment comes in whichever process does that work (the main process, a
 pool worker, a range worker, the parse child or a pass-2 worker):
 
 - ``pass1``: the third piece of pass 1 (spool text or frame, or a chunk a
-  range worker parses) in that process;
+  range worker parses or decodes into a projection) in that process;
 - ``between``: a spool's writing side closes (pass 1 is over);
 - ``pass2``: a block read back from a spool has been written, or a pass-2
   worker reads its second segment;
@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from streamtrace import cli
 from streamtrace.engine import indexworkers, parseproc
+from streamtrace.io.projection import Projection
 from streamtrace.io.spool import EventSpool
 from streamtrace.io.writer import TraceWriter
 
@@ -59,6 +60,8 @@ def main(moment: str, whom: str, signal_name: str, marker: str, argv: list[str])
         wrap(EventSpool, "add_text", calls)
         wrap(EventSpool, "add_frame", calls)
         wrap(indexworkers, "chunk_events", calls)
+        wrap(Projection, "decode", calls)
+        wrap(Projection, "decode_with_lines", calls)
     elif moment == "between":
         wrap(EventSpool, "finish", lambda spool, *args: spool._file is not None and not spool._file.closed and arrive())
     elif moment == "pass2":

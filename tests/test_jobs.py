@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -24,11 +25,13 @@ from test_redact import write_planted_run
 
 import streamtrace
 from streamtrace.commands import compact as compact_module
+from streamtrace.commands.inspect import InspectVisitor
 from streamtrace.engine import indexworkers, parseproc
 from streamtrace.engine import jobs as jobs_module
 from streamtrace.engine.jobs import resolve_jobs
 from streamtrace.errors import TraceError
 from streamtrace.io import spool
+from streamtrace.io.projection import Projection
 from streamtrace.io.sink import EvenWrites, OutputTarget
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -177,6 +180,55 @@ def test_generated_traces_come_out_the_same_for_every_n(name, kind, generated, t
     assert results[1] == results[0] and results[2] == results[0]
 
 
+def _events_one_a_line(events: list, dumps) -> bytes:
+    return b",\n".join(dumps(event).encode() for event in events)
+
+
+TEXT_FORMS = {  # the same trace written in other ways a JSON writer may: (document) -> bytes
+    "compact": lambda document: json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode(),
+    "spaces after colons": lambda document: json.dumps({**document, "traceEvents": []}).encode().replace(
+        b'"traceEvents": []', b'"traceEvents": [\n' + _events_one_a_line(document["traceEvents"], json.dumps) + b"\n]"),
+    "escaped unicode and slashes": lambda document: json.dumps(document, separators=(",", ":")).replace(
+        "/", "\\/").encode(),
+    "pretty-printed": lambda document: json.dumps(document, indent=2, ensure_ascii=False).encode(),
+    "CRLF": lambda document: json.dumps(document, indent=1).replace("\n", "\r\n").encode(),
+    "one line with spaces": lambda document: json.dumps(document, ensure_ascii=False).encode(),
+}
+
+
+@pytest.fixture(scope="module")
+def unusual_texts(generated, tmp_path_factory) -> dict[str, Path]:
+    """The generated single-rank trace, its names given non-ASCII letters
+    and slashes, written in each of :data:`TEXT_FORMS`."""
+    document = json.loads(generated["single"].read_bytes())
+    for event in document["traceEvents"]:
+        if isinstance(event.get("name"), str) and event.get("cat") in ("kernel", "gpu_user_annotation", "cpu_op"):
+            event["name"] = event["name"] + " é/ü"
+    directory = tmp_path_factory.mktemp("texts")
+    paths = {}
+    for form, write in TEXT_FORMS.items():
+        paths[form] = directory / (form.replace(" ", "_") + ".json")
+        paths[form].write_bytes(write(document))
+    return paths
+
+
+@pytest.mark.parametrize("name", ["compact", "relink", "split"])
+@pytest.mark.parametrize("form", TEXT_FORMS)
+def test_unusual_text_comes_out_the_same_for_every_n_and_as_json(name, form, unusual_texts, tmp_path, small_pieces):
+    """Events whose own text reaches the spool (spaces, escapes, line
+    breaks): the output is the same bytes at every N, valid JSON, and holds
+    the same events as the compact writing of the same trace gives."""
+    command, output, options = COMMANDS[name]
+    results = run_all(command, unusual_texts[form], tmp_path, output, **options)
+    assert results[1] == results[0] and results[2] == results[0]
+    reference = tmp_path / "reference"
+    command(unusual_texts["compact"], reference, jobs=2, **options)
+    got = tmp_path / f"1-{output}"
+    pairs = [(got, reference)] if got.is_file() else [(got / path.name, path) for path in sorted(reference.iterdir())]
+    for produced, expected in pairs:
+        assert json.loads(produced.read_bytes()) == json.loads(expected.read_bytes())
+
+
 @pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
 def test_inspect_says_the_same_for_every_n(trace, small_pieces):
     summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]
@@ -217,6 +269,64 @@ def test_redacting_merge_comes_out_the_same_for_every_n(planted, tmp_path, small
         results.append((digest(out), without_timing(summary, "output")))
     assert results[0][1]["redaction"]["secrets_redacted"]
     assert results[1] == results[0] and results[2] == results[0]
+
+
+@pytest.mark.parametrize("kind", ["single", "merged"])
+def test_inspect_of_generated_traces_says_the_same_for_every_n(kind, generated, small_pieces):
+    summaries = [without_timing(streamtrace.inspect(generated[kind], jobs=jobs)) for jobs in (1, 2, 3)]
+    assert summaries[0]["graph_launches"]["count"] and summaries[0]["gpu_busy"]
+    assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
+
+
+def colliding_launches(path: Path) -> Path:
+    """Two ranks' GPU events whose ids also name a kernel launch of the other
+    rank, launched before or after them, by a graph launch or not, spread over
+    many 8 KiB chunks: which GPU events belong to a graph launch depends on
+    what came before each one."""
+    filler = [{"ph": "X", "cat": "cpu_op", "name": "aten::pad" + "x" * 60, "pid": 9, "tid": 1, "ts": n, "dur": 1}
+              for n in range(60)]
+    events: list[dict] = []
+    for round_ in range(40):
+        launchers = ((1, "cudaGraphLaunch"), (2, "cudaLaunchKernel"))
+        for pid, name in launchers if round_ % 4 else launchers[::-1]:
+            kernel = {"ph": "X", "cat": "kernel", "name": f"k{round_ % 3}", "pid": pid + 10, "tid": 7,
+                      "ts": 1000 * round_ + pid, "dur": 3.25, "args": {"correlation": round_}}
+            launch = {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": pid, "tid": 1,
+                      "ts": 1000 * round_, "dur": 1, "args": {"correlation": round_}}
+            gap = filler[:round_ % 7 * 9]
+            events += [kernel, *gap, launch] if (round_ + pid) % 3 else [launch, *gap, kernel]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_graph_launches_are_judged_the_same_for_every_n(tmp_path, small_pieces):
+    trace = colliding_launches(tmp_path / "collide.json")
+    summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]
+    assert summaries[0]["graph_launches"]["count"] == 40
+    assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
+
+
+@pytest.mark.parametrize("member", [b'"x": 1e400', b'"x": 2E+308', b'"x": "caf\xe9"', b'"x": 123456789012345678901234'])
+def test_a_projection_reads_no_chunk_the_fast_reading_would_not(member):
+    """A projection skips members it does not read; the fast reading (orjson) parses them, and refuses a
+    float beyond a double and text that is not UTF-8 (and rounds an integer beyond 64 bits): such a chunk
+    must go the ordinary way, as the -j 1 reading would."""
+    plain = b'{"ph": "X", "cat": "kernel", "pid": 1, "ts": 5, "dur": 2, "args": {"y": 1}}'
+    odd = plain.replace(b'"y": 1', member)
+    projection = Projection({"ph": None, "ts": None})
+    assert [event.ts for event in projection.decode(plain + b"," + plain)] == [5, 5]
+    assert projection.decode(plain + b"," + odd) is None
+    assert InspectVisitor.projection.decode(plain + b"," + odd) is None
+
+
+def test_inspect_of_numbers_the_fast_reading_refuses_says_the_same_for_every_n(tmp_path, small_pieces):
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{n % 3}", "pid": 1, "tid": 7, "ts": 10 * n, "dur": 3,
+               "args": {"correlation": n, "note": "N"}} for n in range(400)]
+    text = json.dumps({"traceEvents": events}).replace('"note": "N"', '"note": 1e400', 1)
+    (tmp_path / "huge.json").write_text(text)
+    summaries = [without_timing(streamtrace.inspect(tmp_path / "huge.json", jobs=jobs)) for jobs in (1, 2, 3)]
+    assert summaries[0]["exact_numbers"]
+    assert summaries[1] == summaries[0] and summaries[2] == summaries[0]
 
 
 def test_inspect_finds_the_same_secrets_for_every_n(planted, small_pieces):

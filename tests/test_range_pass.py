@@ -144,7 +144,7 @@ def test_ranges_are_used_and_match_one_process(tmp_path, ranges_only, monkeypatc
 
     monkeypatch.setattr(EventSpool, "segments", recorded)
     assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
-    assert ranges_only == [True, True, True]  # -j 1 never tries
+    assert ranges_only == [True] * 6  # -j 1 too: this process indexes the same chunks
     assert len(segment_counts) == 2 and all(count and count > 10 for count in segment_counts)  # compact's and
     # relink's pass-2 workers each read only their share of pass 1's frames (split writes in this process)
 
@@ -156,21 +156,32 @@ def test_an_integer_beyond_64_bits_mid_file_gives_way_to_the_exact_reading(tmp_p
     trace.write_text(json.dumps(document))
     single = outputs(tmp_path, trace, 1)
     assert outputs(tmp_path, trace, 3) == single
-    assert ranges_only == [False, False, False]  # the exact mode is the ordinary reading's
+    assert ranges_only == [False] * 6  # the exact mode is the ordinary reading's
     assert str(1 << 70) in single["compact.json"].decode()
 
 
 @pytest.mark.parametrize("trace", REAL_TRACES[:4], ids=lambda path: path.name)
 def test_real_traces_through_ranges(tmp_path, ranges_only, trace):
     assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
-    assert len(ranges_only) == 3
+    assert len(ranges_only) == 6
+
+
+class EventCounter:
+    """A visitor whose work does not split by ranges (it says nothing of parts)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    def visit(self, event: dict) -> None:
+        self.events += 1
 
 
 def test_a_visitor_that_does_not_split_is_read_the_ordinary_way(tmp_path, ranges_only):
     trace = tmp_path / "pretty.json"
     trace.write_bytes(pretty_trace(500))
-    streamtrace.attribute(str(trace), str(tmp_path / "kernels.csv"), jobs=2)
-    assert ranges_only == [False]
+    with InputSource(str(trace)) as source:
+        result = passes.index_pass(source, EventCounter, keep_events=False, jobs=2)
+    assert ranges_only == [False] and result.visitor.events == len(events_of(load_json(trace)))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -196,4 +207,4 @@ def test_a_repaired_byte_early_on_keeps_workers_off_the_file(tmp_path, ranges_on
     trace = tmp_path / "repaired.json"
     trace.write_bytes(data)
     assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
-    assert ranges_only == [True, True, True]
+    assert ranges_only == [True] * 6

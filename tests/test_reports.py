@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
+import math
 import os
 import random
 import re
 import stat
+import statistics
 import subprocess
 import sys
+from array import array
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REAL_TRACES, TRACES, events_of, load_json
 from hypothesis import given, settings
@@ -23,9 +29,11 @@ from hypothesis import strategies as st
 import streamtrace
 from streamtrace import cli
 from streamtrace.algo.busy import BusyTime
+from streamtrace.algo.corrset import CorrelationSet
 from streamtrace.cli import report
 from streamtrace.engine import parseproc
 from streamtrace.io import progress
+from streamtrace.synth import SynthConfig, write_traces
 
 KERNEL_CATS = {"kernel", "Kernel"}
 GPU_CATS = KERNEL_CATS | {"gpu_memcpy", "gpu_memset"}
@@ -197,6 +205,39 @@ def test_busy_time_counts_slices_later_than_the_window():
     assert busy.total() == 35.0 and busy.late == 1  # disjoint, so still exact; but flagged
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 40)), max_size=300), st.integers(1, 8),
+       st.lists(st.integers(1, 50), min_size=1))
+def test_busy_time_is_the_same_whether_slices_come_one_by_one_or_in_runs(raw, window, runs):
+    """A split pass hands a GPU's slices over in runs (one per part): the figures must not depend on it."""
+    one, joined = BusyTime(window=window), BusyTime(window=window)
+    for start, length in raw:
+        one.add(float(start), float(start + length))
+    done = 0
+    for size in itertools.cycle(runs):
+        if done >= len(raw):
+            break
+        piece = raw[done:done + size]
+        joined.extend(array("d", [float(start) for start, _ in piece]), array("d", [float(s + n) for s, n in piece]))
+        done += size
+    assert (one.total(), one.late, one.slices, one.first, one.last) == \
+        (joined.total(), joined.late, joined.slices, joined.first, joined.last)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-5, 3000) | st.just(1 << 40)), st.lists(st.integers(-5, 3000) | st.just(1 << 40)),
+       st.lists(st.integers(-10, 4000)))
+def test_correlation_sets_join_from_exports(first, second, probes):
+    joined, part = CorrelationSet(), CorrelationSet()
+    for value in first:
+        joined.add(value)
+    for value in second:
+        part.add(value)
+    joined.update_exported(part.export())
+    assert joined.contains_each(np.array(probes + first + second, dtype=np.int64)).tolist() == \
+        [value in set(first) | set(second) for value in probes + first + second]
+
+
 def cut_before_gpu_events(tmp_path: Path) -> Path:
     """b200_eager cut off where its GPU events begin (the profiler writes them last)."""
     text = gzip.decompress((TRACES / "b200_eager.json.gz").read_bytes())
@@ -301,7 +342,7 @@ def test_edge_cases_read_right(tmp_path, capsys):
     text = "\n".join(lines)
     assert_reads_right(text)
     assert "(uncompressed, " in text and "1 x (no name)" in text and "pid (empty) GPU 1 event (1 stream)" in text
-    assert "pid (empty) no GPU time" in text and "1 runtime call, 0 graph launches" in text
+    assert "rank 0: no GPU time (its slices last 0 us)" in text and "1 runtime call, 0 graph launches" in text
     lines, _ = run_cli(capsys, "compact", str(trace), "-o", str(tmp_path / "out.json"))
     assert "1 GPU slice from 1 stream into 1 lane" in "\n".join(lines)
 
@@ -465,3 +506,72 @@ def test_the_command_line_writes_a_progress_line_periodically_to_a_pipe(jobs, tm
     percents = [int(match.group(4)) for match in parsed if match.group(1) == "pass 1"]
     assert percents == sorted(percents) and 0 < percents[-1] <= 100
     assert any(0 < int(match.group(4)) < 100 for match in parsed if match.group(1) == "pass 1"), run.stderr  # within the ranks
+
+
+# --- the run's shape ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("shape")
+    write_traces(SynthConfig(ranks=4, pp_stages=2, microbatches=2, steps=3, graph_kernels=8, graph_streams=4),
+                 directory, compress="none")
+    return directory
+
+
+@pytest.mark.parametrize("trace", ["merged_trace.json", "rank1_trace.json"])
+def test_inspect_gives_each_ranks_gpu_busy_time_and_steps(trace, four_ranks):
+    """Per rank, the union of its GPU slices and its ProfilerStep spans, against plain sums over the loaded events."""
+    events = events_of(load_json(four_ranks / trace))
+    summary = streamtrace.inspect(four_ranks / trace)
+    rank_of = {entry["pid"]: entry["rank"] for entry in summary["pids"]}
+    slices, steps = defaultdict(list), defaultdict(dict)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        rank = rank_of.get(e["pid"])
+        if e.get("cat") in GPU_CATS:
+            slices[rank].append((e["ts"], e["ts"] + e["dur"]))
+        match = re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name")))
+        if match and e.get("cat") in ("user_annotation", "cpu_op"):
+            start, end = steps[rank].get(int(match.group(1)), (math.inf, -math.inf))
+            steps[rank][int(match.group(1))] = (min(start, e["ts"]), max(end, e["ts"] + e["dur"]))
+    shape = {entry["rank"]: entry for entry in summary["by_rank"]}
+    assert set(shape) == set(rank_of.values()) and len(slices) == (4 if trace.startswith("merged") else 1)
+    for rank, intervals in slices.items():
+        busy = shape[rank]["gpu_busy"]
+        assert busy["busy_us"] == pytest.approx(plain_union(intervals), abs=1e-3)
+        assert busy["span_us"] == pytest.approx(max(end for _, end in intervals) - min(s for s, _ in intervals), abs=1e-3)
+    for rank, spans in steps.items():
+        durations = [end - start for _, (start, end) in sorted(spans.items(), key=lambda item: item[1][0])]
+        assert shape[rank]["steps"] == {"count": 3, "first": 0, "last": 2, "first_us": pytest.approx(durations[0], abs=1e-3),
+                                        "last_us": pytest.approx(durations[-1], abs=1e-3),
+                                        "median_us": pytest.approx(statistics.median(durations), abs=1e-3)}
+
+
+def test_time_span_says_when_the_run_was(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1_500_000.25, "dur": 2_000_000}]
+    base = int(datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone.utc).timestamp()) * 10**9
+    for document, expected in (({"traceEvents": events, "baseTimeNanoseconds": base}, "2025-03-04T05:06:08.500000+00:00"),
+                               ({"traceEvents": [{**events[0], "ts": 1.7e15}]}, "2023-11-14T22:13:20.000000+00:00"),
+                               ({"traceEvents": events}, None)):
+        (tmp_path / "t.json").write_text(json.dumps(document))
+        span = streamtrace.inspect(tmp_path / "t.json")["time_span_us"]
+        assert span.get("start_utc") == expected and span["duration"] == 2_000_000
+    assert span["clock"] == "relative (no baseTimeNanoseconds)"
+
+
+def test_top_n_kernels_with_full_names_and_several_inputs_each_inspected(four_ranks, capsys):
+    traces = [str(four_ranks / "rank0_trace.json"), str(four_ranks / "rank1_trace.json")]
+    lines, _ = run_cli(capsys, "inspect", *traces, "--top", "4", "--json")
+    summaries = json.loads("\n".join(lines))
+    assert [summary["input"] for summary in summaries] == traces
+    for summary in summaries:
+        assert len(summary["top_kernels"]) == 4 and [entry["rank"] for entry in summary["by_rank"]] == [summary["ranks"][0]]
+    assert max(len(kernel["name"]) for kernel in summaries[0]["top_kernels"]) > report.NAME_WIDTH  # never cut in --json
+    lines, _ = run_cli(capsys, "inspect", *traces)
+    assert [line.split()[1] for line in lines if line.startswith("input")] == traces
+    assert sum(1 for line in lines if line.startswith("per rank")) == 2
+    assert sum(1 for line in lines if "x " in line and ("top kernels" in line or line.startswith(" "))) == 6  # 3 each
+    assert cli.main(["inspect", *traces, "--summary", str(four_ranks / "s.json")]) == 1
+    assert "--summary takes one trace" in capsys.readouterr().err and not (four_ranks / "s.json").exists()

@@ -216,16 +216,28 @@ class Findings:
     """Secrets found: counted by kind, the first paths of each kind kept."""
 
     counts: dict[str, int] = field(default_factory=dict)
-    paths: dict[str, list[str]] = field(default_factory=dict)
+    paths: dict[str, list[tuple]] = field(default_factory=dict)  # as path parts, formatted in by_kind
 
     def add(self, kind: str, path: list[object]) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         kept = self.paths.setdefault(kind, [])
         if len(kept) < MAX_PATHS:
-            kept.append(format_path(path))
+            kept.append(tuple(path))
+
+    def absorb(self, other: "Findings", first_event: int) -> None:
+        """Add what was found in a part of the events whose first is event
+        ``first_event`` (the part numbers its events from 0)."""
+        for kind, count in other.counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + count
+            kept = self.paths.setdefault(kind, [])
+            for path in other.paths[kind][:MAX_PATHS - len(kept)]:
+                if path[:1] == ("traceEvents",) and len(path) > 1:
+                    path = (path[0], path[1] + first_event, *path[2:])
+                kept.append(path)
 
     def by_kind(self) -> dict[str, dict]:
-        return {kind: {"count": self.counts[kind], "paths": self.paths[kind]} for kind in sorted(self.counts)}
+        return {kind: {"count": self.counts[kind], "paths": [format_path(path) for path in self.paths[kind]]}
+                for kind in sorted(self.counts)}
 
 
 class Pseudonyms:

@@ -2,23 +2,32 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from ..errors import TraceError
 from .options import common_options, paragraphs, reading, redaction, secrets_options
 from .report import Rows, counted, listed, ms, pid_text, plain, report, short, took, view
+
+RANK_ROWS = 8  # ranks shown in the report
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """``inspect``'s options."""
     cmd = commands.add_parser(
         "inspect", help="summarise what is in a trace (one pass)",
-        description=paragraphs("One streaming pass over TRACE: top-level keys, event counts by (ph, cat), "
-                        "the devices, pids with events (role, rank), GPU streams, GPU busy time per GPU (the "
-                        "union of its slices), the top 10 kernels by total time, runtime and graph launches, "
-                        "correlation-id collisions across pids/ranks, PP annotation counts, time span, size, "
-                        "time, peak RSS. Prints a short report; --json prints everything."),
-        epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .graph_launches",
+        description=paragraphs("One streaming pass over each TRACE: top-level keys, event counts by (ph, cat), "
+                        "the devices, pids with events (role, rank), per rank its GPU busy time (the union of "
+                        "its slices) and its profiler steps (count, first, last and median duration), GPU "
+                        "streams, the top kernels by total time, runtime and graph launches, correlation-id "
+                        "collisions across pids/ranks, PP annotation counts, the time span (and when it ran, "
+                        "in UTC, where the trace says), size, time, peak RSS. Prints a short report per trace; "
+                        "--json prints everything (a list for several traces)."),
+        epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .by_rank",
     )
-    cmd.add_argument("trace", help="trace file, '-' for stdin, or a URL")
+    cmd.add_argument("trace", nargs="+", help="trace file(s), '-' for stdin, or a URL")
+    cmd.add_argument("--top", type=int, metavar="N",
+                     help="list the N kernels with the most GPU time (default: 10 in --json, 3 in the report; "
+                          "full names in --json)")
     cmd.add_argument("--overwrite", action="store_true", help="replace the --summary FILE if it exists")
     secrets_options(cmd, "inspect")
     common_options(cmd)
@@ -26,10 +35,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..commands.inspect import inspect
+    """Each trace in turn; with several, --json prints one list and --summary is refused (one file, one summary)."""
+    from ..commands.inspect import TOP_KERNELS, inspect
+    from ..io.destinations import summary_json
 
-    summary = inspect(args.trace, secrets=redaction(args), overwrite=args.overwrite, **reading(args))
-    report("inspect", summary, args)
+    if len(args.trace) > 1 and args.summary:
+        raise TraceError("--summary takes one trace; with several, --json prints them all")
+    summaries = []
+    for number, trace in enumerate(args.trace):
+        summary = inspect(trace, secrets=redaction(args), overwrite=args.overwrite,
+                          top=TOP_KERNELS if args.top is None else args.top, **reading(args))
+        if len(args.trace) == 1 or not args.json:
+            if number:
+                print()
+            shown = summary if args.json or args.top is not None else {**summary, "top_kernels": summary["top_kernels"][:3]}
+            report("inspect", shown, args)
+        summaries.append(summary)
+    if len(args.trace) > 1 and args.json:
+        sys.stdout.write(summary_json(summaries).decode())
+        for summary in summaries:
+            if summary.get("secrets_found"):
+                print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
 
 
 @view("inspect")
@@ -40,18 +66,22 @@ def rows(summary: dict) -> Rows:
     rows = [
         ("input", f"{summary['input']} ({compression(summary['compression'])}, {summary['bytes_raw']:,} bytes, "
                   f"{counted(summary['events'], 'event')})"),
-        ("time span", ms(span["duration"]) if span["duration"] is not None else "no timed events"),
+        ("time span", (ms(span["duration"]) + (f", {span['start_utc']} to {span['end_utc']}" if "start_utc" in span else ""))
+         if span["duration"] is not None else "no timed events"),
         ("devices", ", ".join(f"{count} x {name or '(no name)'}" for name, count in devices["names"].items()) or "none listed"),
         ("ranks", ", ".join(map(str, summary["ranks"])) or "unknown"),
         ("processes", listed([f"{pid_text(p['pid'])} {p['role']} {counted(p['events'], 'event')}"
                                + (f" ({counted(p['gpu_streams'], 'stream')})" if p.get("gpu_streams") else "")
                                for p in summary["pids"]])),
     ]
-    if summary["gpu_busy"]:
-        rows.append(("GPU busy", listed([f"{busy_pid(pid)} {busy_text(busy)}" for pid, busy in summary["gpu_busy"].items()], 3)))
+    shown = [entry for entry in summary["by_rank"] if "gpu_busy" in entry or "steps" in entry]
+    for number, entry in enumerate(shown[:RANK_ROWS]):
+        rows.append(("per rank" if number == 0 else "", _rank_shape(entry)))
+    if len(shown) > RANK_ROWS:
+        rows.append(("", f"and {len(shown) - RANK_ROWS} more ranks (--json lists all)"))
     rows.append(("launches", f"{counted(summary['runtime_launches'], 'runtime call')}, {counted(graphs['count'], 'graph launch')}"
                  + (f" ({plain(graphs['gpu_events_per_launch_mean'])} GPU events each)" if graphs["count"] else "")))
-    for number, kernel in enumerate(summary["top_kernels"][:3]):
+    for number, kernel in enumerate(summary["top_kernels"]):
         rows.append(("top kernels" if number == 0 else "",
                      f"{ms(kernel['total_us'])} {kernel['count']:,}x {short(kernel['name'])}"))
     if summary["pp_annotations"]:
@@ -67,19 +97,28 @@ def rows(summary: dict) -> Rows:
     return rows
 
 
+def _rank_shape(entry: dict) -> str:
+    """``rank 3: GPU busy 1.2 ms of 4.0 ms (30.0%), 12 steps 5-16 (first 9.1 ms, last 4.0 ms, median 4.1 ms)``."""
+    parts = []
+    busy = entry.get("gpu_busy")
+    if busy:
+        parts.append(busy_text(busy))
+    steps = entry.get("steps")
+    if steps:
+        parts.append(f"{counted(steps['count'], 'step')} {steps['first']}-{steps['last']} (first {ms(steps['first_us'])}, "
+                     f"last {ms(steps['last_us'])}, median {ms(steps['median_us'])})")
+    who = "rank unknown" if entry["rank"] is None else f"rank {entry['rank']}"
+    return f"{who}: " + ", ".join(parts)
+
+
 def compression(name: str) -> str:
     """``gzip``, ``zstd``; ``uncompressed`` rather than ``none``."""
     return "uncompressed" if name == "none" else name
 
 
 def busy_text(busy: dict) -> str:
-    """``1.200 ms of 4.000 ms (30.0%)``; a GPU whose slices all last 0 us has no busy fraction to give."""
+    """``GPU busy 1.200 ms of 4.000 ms (30.0%)``; GPUs whose slices all last 0 us have no busy fraction to give."""
     if not busy["span_us"]:
         return "no GPU time (its slices last 0 us)"
-    return f"{ms(busy['busy_us'])} of {ms(busy['span_us'])}" + (
+    return f"GPU busy {ms(busy['busy_us'])} of {ms(busy['span_us'])}" + (
         f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else "")
-
-
-def busy_pid(key: str) -> str:
-    """A GPU pid as the summary keys it (JSON keys are text: ``"4"`` is pid 4, ``""`` the empty one)."""
-    return pid_text(key) if key == "" else f"pid {key}"

@@ -19,12 +19,14 @@ import time
 from array import array
 from collections import defaultdict
 from decimal import Decimal
-from typing import Iterator
+from typing import IO, Iterator
 
+import numpy as np
 import orjson
 
 from ..algo.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
 from ..algo.links import NO_LAUNCH
+from ..algo.parts import extend_converted, translated
 from ..algo.ranks import rank_from_args
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
@@ -66,24 +68,50 @@ def cell(value: object) -> str:
 
 
 class OpSpill:
-    """CPU op intervals on disk, in file order: the index never holds them."""
+    """CPU op intervals on disk, in file order: the index never holds them.
+    The file is made at the first flush; ``hold`` (a pass-1 worker) keeps
+    the records for :meth:`take` instead."""
 
     def __init__(self, directory: str | None) -> None:
-        handle, self.path = tempfile.mkstemp(prefix="streamtrace-ops-", suffix=".bin", dir=directory)
-        self._file = os.fdopen(handle, "w+b")
+        self._directory = directory
+        self._file: IO[bytes] | None = None
+        self.path: str | None = None
         self._buffer = bytearray()
         self.count = 0
+        self.hold = False
 
     def add(self, thread: int, start: float, end: float, name: int, kind: int) -> None:
         self._buffer += OP_RECORD.pack(thread, start, end, name, kind)
         self.count += 1
-        if len(self._buffer) >= SPILL_FLUSH:
-            self._file.write(self._buffer)
-            self._buffer.clear()
+        if len(self._buffer) >= SPILL_FLUSH and not self.hold:
+            self._flush()
 
-    def records(self) -> Iterator[tuple[int, float, float, int, int]]:
+    def add_records(self, records: bytes) -> None:
+        """Add records packed as :meth:`add` packs them."""
+        self._buffer += records
+        self.count += len(records) // OP_RECORD.size
+        if len(self._buffer) >= SPILL_FLUSH:
+            self._flush()
+
+    def take(self) -> bytes:
+        """The records held, which this then forgets."""
+        taken = bytes(self._buffer)
+        self._buffer.clear()
+        self.count = 0
+        return taken
+
+    def _flush(self) -> None:
+        if self._file is None:
+            handle, self.path = tempfile.mkstemp(prefix="streamtrace-ops-", suffix=".bin", dir=self._directory)
+            self._file = os.fdopen(handle, "w+b")
         self._file.write(self._buffer)
         self._buffer.clear()
+
+    def records(self) -> Iterator[tuple[int, float, float, int, int]]:
+        if self._file is None:
+            yield from OP_RECORD.iter_unpack(bytes(self._buffer))
+            return
+        self._flush()
         self._file.seek(0)
         size = OP_RECORD.size * (SPILL_FLUSH // OP_RECORD.size)
         while True:
@@ -94,20 +122,23 @@ class OpSpill:
 
     def close(self) -> None:
         """Delete the spill, also when flushing it fails (disk full)."""
+        if self._file is None:
+            return
         try:
             self._file.close()
         finally:
             try:
-                os.unlink(self.path)
+                os.unlink(self.path)  # type: ignore[arg-type]
             except FileNotFoundError:
                 pass
+
+
+OP_FIELDS = np.dtype([("thread", "<i4"), ("start", "<f8"), ("end", "<f8"), ("name", "<i4"), ("kind", "u1")])
 
 
 class AttributeIndex(MergedIndex):
     """Pass-1 visitor for ``attribute``: the merged index plus launch details,
     the GPU events' own columns (spooled) and the CPU ops (spilled)."""
-
-    splits_by_ranges = False  # its rows and ops go to files of the process that visits them
 
     def __init__(self, spool_dir: str | None) -> None:
         self.thread_slots: dict[tuple, int] = {}
@@ -119,21 +150,89 @@ class AttributeIndex(MergedIndex):
         self.launch_end = array("d")
         self.launch_ts_int = bytearray()  # the input wrote this launch's ts as an integer
         self.launch_ts_text: dict[int, str] = {}  # only for ts values a float cannot spell back (exact mode)
-        self.gpu_rows = EventSpool(spool_dir)
+        self.spool_dir = spool_dir
+        self._gpu_rows: EventSpool | None = None  # made at the first batch of rows
         self._rows: list[bytes] = []
         self.ops = OpSpill(spool_dir)
+        self._listed = (0, 0)  # threads and names already in a part
+        self._part_maps: dict[int, tuple[array, array]] = {}  # per pass-1 worker: its thread and name ids -> ours
         super().__init__()
         for category, kind in OP_KINDS.items():
             self.handlers[category] = self._op_handler(kind)
 
+    _PART_LAUNCHES = ("launch_thread", "launch_name", "launch_end", "launch_ts_int")
+    projection = None  # its own work is per event: chunks are read as dicts, whatever the merged index reads
+
+    def take_part(self) -> dict:
+        """The merged index's part, plus the launch details, GPU rows and CPU ops
+        since the last part (see :mod:`streamtrace.engine.indexworkers`); threads
+        and names keep their numbers, the new ones are listed."""
+        part = super().take_part()
+        for name in self._PART_LAUNCHES:
+            part[name] = getattr(self, name)[:]
+            del getattr(self, name)[:]
+        part["launch_ts_text"], self.launch_ts_text = self.launch_ts_text, {}
+        part["rows"], self._rows = self._rows, []
+        part["ops"] = self.ops.take()
+        part["threads"] = self.thread_keys[self._listed[0]:]
+        part["names"] = self.names[self._listed[1]:]
+        self._listed = (len(self.thread_keys), len(self.names))
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part, its thread and name ids translated."""
+        super().absorb(part, source, first_event)
+        threads, names = self._part_maps.setdefault(source, (array("i"), array("i")))
+        for key in part["threads"]:
+            threads.append(self._thread_slot(key))
+        for text in part["names"]:
+            names.append(self._name(text))
+        base = len(self.launch_end)
+        self.launch_ts_text.update((base + at, text) for at, text in part["launch_ts_text"].items())
+        extend_converted(self.launch_thread, translated(part["launch_thread"], threads))
+        extend_converted(self.launch_name, translated(part["launch_name"], names))
+        self.launch_end.extend(part["launch_end"])
+        self.launch_ts_int += part["launch_ts_int"]
+        self._rows += part["rows"]
+        if len(self._rows) >= GPU_BATCH:
+            self._spool_rows()
+        if part["ops"]:
+            ops = np.frombuffer(part["ops"], dtype=OP_FIELDS).copy()
+            ops["thread"] = np.frombuffer(threads, dtype=np.int32)[ops["thread"]]
+            ops["name"] = np.frombuffer(names, dtype=np.int32)[ops["name"]]
+            self.ops.add_records(ops.tobytes())
+
+    @property
+    def partial(self) -> bool:
+        """True in a pass-1 worker: rows and ops go to the joined index in parts, never to files."""
+        return self.ops.hold
+
+    @partial.setter
+    def partial(self, value: bool) -> None:
+        self.ops.hold = value
+
+    @property
+    def gpu_rows(self) -> EventSpool:
+        if self._gpu_rows is None:
+            self._gpu_rows = EventSpool(self.spool_dir)
+        return self._gpu_rows
+
+    def _spool_rows(self) -> None:
+        if not self.partial:
+            self.gpu_rows.add_lines(self._rows)
+            self._rows.clear()
+
     def close(self) -> None:
         try:
-            self.gpu_rows.close()
+            if self._gpu_rows is not None:
+                self._gpu_rows.close()
         finally:
             self.ops.close()
 
     def _thread(self, event: dict, args: object) -> int:
-        key = (event.get("pid"), event.get("tid"), rank_from_args(args))
+        return self._thread_slot((event.get("pid"), event.get("tid"), rank_from_args(args)))
+
+    def _thread_slot(self, key: tuple) -> int:
         found = self.thread_slots.get(key)
         if found is None:
             found = self.thread_slots[key] = len(self.thread_keys)
@@ -181,8 +280,7 @@ class AttributeIndex(MergedIndex):
             self._rows.append(orjson.dumps([cell(event.get(key)) for key in ("pid", "tid", "ts", "dur", "cat", "name")]
                                            + [cell(correlation)]))
             if len(self._rows) >= GPU_BATCH:
-                self.gpu_rows.add_lines(self._rows)
-                self._rows.clear()
+                self._spool_rows()
         return action
 
     def finish(self) -> None:

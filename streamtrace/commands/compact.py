@@ -17,6 +17,7 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Iterator
 
 import numpy as np
@@ -50,6 +51,7 @@ from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember, member_value
 from ..io.progress import Progress
+from ..io.projection import ABSENT, ProjectedChunk, Projection
 from ..io.reader import ReadStats, dumps_event, event_loader
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import SinkSpec, default_output
@@ -214,6 +216,123 @@ class CompactIndex:
 
         return visit
 
+    projection = Projection({"ph": None, "cat": None, "name": None, "pid": None, "tid": None, "ts": None, "dur": 0,
+                             "args": {"name": None, "stream": None, "original_stream": ABSENT}})
+    """The members :meth:`visit` reads: pass-1 workers decode only these (:meth:`visit_projected`)."""
+
+    def visit_projected(self, chunk: ProjectedChunk) -> bool:
+        """Index a chunk's events as :meth:`visit` would, a column at a time:
+        the kinds of events from their categories and phases in C calls,
+        GPU slices and flows as arrays; per-event Python only for GPU
+        annotations and thread metadata, and for streams and labels seen
+        for the first time (numbered in event order, as :meth:`visit`
+        numbers them).  Anything unusual (a slice without pid, times that
+        are not numbers, a value that cannot be a key) raises or returns
+        False: the chunk is then read event by event, which reports it
+        (this index is not used again)."""
+        events = chunk.events
+        first = len(self.actions)
+        codes = np.frombuffer(bytes(map(_KIND_CODES.get, map(_CAT, events), itertools.repeat(KEEP))), np.uint8)
+        phases = np.frombuffer(bytes(map(_PHASE_CODES.get, map(_PH, events), itertools.repeat(0))), np.uint8)
+        tids = list(map(_TID, events))
+        if set(map(type, tids)) == _INTS:
+            self.int_tids.update(tids)
+        else:
+            for position, tid in enumerate(tids):
+                if tid.__class__ is int:
+                    self.int_tids.add(tid)
+                else:
+                    self.odd_tid_at.append(first + position)
+        actions = np.zeros(len(events), np.uint8)
+        streamed: list[tuple[list[int], list]] = []  # per kind: the positions of events with a stream, and their keys
+        labelled: list[tuple[list[int], list]] = []  # the same for labels (None: none)
+
+        def keys(at: list[int]) -> list[tuple]:
+            return list(zip(map(_PID, map(events.__getitem__, at)), map(tids.__getitem__, at)))
+
+        slices = np.flatnonzero((codes == SLICE) & (phases == _TIMED)).tolist()
+        if slices:
+            slice_events = list(map(events.__getitem__, slices))
+            starts, ends = _spans(slice_events)
+            if None in map(_PID, slice_events):
+                return False
+            groups = self._groups(list(map(_CAT, slice_events)), list(map(_NAME, slice_events)))
+            stream_args, texts = _slice_args(list(map(_ARGS, slice_events)))
+            streamed.append((slices, keys(slices)))
+            labelled.append((slices, texts))
+        flows = np.flatnonzero(codes == FLOW).tolist()
+        if flows and not set(map(type, map(_TS, map(events.__getitem__, flows)))) <= _PLAIN_TIMES:
+            flows = [position for position in flows if events[position].ts.__class__ in NUMBER_TYPES]
+        if flows:
+            streamed.append((flows, keys(flows)))
+        meta = [position for position in np.flatnonzero((codes == KEEP) & (phases == _METADATA)).tolist()
+                if events[position].name in THREAD_METADATA]
+        if meta:
+            streamed.append((meta, keys(meta)))
+        notes = np.flatnonzero(codes == ANNOTATION)
+        timed_notes = notes[phases[notes] == _TIMED].tolist()
+        if timed_notes:
+            note_starts, note_ends = _spans(list(map(events.__getitem__, timed_notes)))
+            streamed.append((timed_notes, keys(timed_notes)))
+            labelled.append((timed_notes, [name if name.__class__ is str else None
+                                           for name in map(_NAME, map(events.__getitem__, timed_notes))]))
+        runtime = np.flatnonzero(codes == RUNTIME).tolist()
+        graph_launches = sum(map(GRAPH_LAUNCH_NAMES.__contains__, map(_NAME, map(events.__getitem__, runtime))))
+        stream_of = self._intern(streamed, self.stream_ids, self._new_stream)
+        label_of = self._intern(labelled, self.label_ids, self._new_label)
+        if slices:
+            self.slice_stream.extend(map(stream_of.__getitem__, streamed[0][1]))
+            self.slice_start.frombytes(starts.tobytes())
+            self.slice_end.frombytes(ends.tobytes())
+            self.slice_group.frombytes(groups)
+            self.slice_stream_arg += stream_args
+            self.slice_label.extend(map(label_of.get, texts, itertools.repeat(-1)))
+            actions[slices] = SLICE
+        if flows:
+            self.flow_stream.extend(map(stream_of.__getitem__, keys(flows)))
+            self.flow_ts.extend(map(float, map(_TS, map(events.__getitem__, flows))))
+            actions[flows] = FLOW
+        if meta:
+            self.meta_stream.extend(map(stream_of.__getitem__, keys(meta)))
+            actions[meta] = METADATA
+        if timed_notes:
+            self.note_stream.extend(map(stream_of.__getitem__, keys(timed_notes)))
+            self.note_start.frombytes(note_starts.tobytes())
+            self.note_end.frombytes(note_ends.tobytes())
+            self.note_identity.extend(map(_identity_hash, chunk.whole(timed_notes)))
+            self.note_name.extend(map(label_of.get, labelled[-1][1], itertools.repeat(-1)))
+            actions[timed_notes] = ANNOTATION
+        self.gpu_annotations += len(notes)
+        self.graph_launches += graph_launches
+        self.actions += actions.tobytes()
+        return True
+
+    def _groups(self, categories: list, names: list) -> bytes:
+        """The rule group of each slice (category, name), classifying each pair once."""
+        found: dict[tuple, int] = {}
+        for pair in set(zip(categories, names)):
+            by_name = self.group_cache.get(pair[0])
+            group = by_name.get(pair[1]) if by_name is not None else None
+            found[pair] = self._classify(*pair) if group is None else group
+        return bytes(map(found.__getitem__, zip(categories, names)))
+
+    @staticmethod
+    def _intern(kinds: list[tuple[list[int], list]], ids: dict, new: Callable[[object], int]) -> dict:
+        """The id of every key the kinds' events hold (None: the event holds
+        none), numbering the new ones in the order of the events first holding them."""
+        distinct = set().union(*(held for _, held in kinds))
+        distinct.discard(None)
+        unseen = distinct.difference(ids)
+        if unseen:
+            first: dict = {}
+            for at, held in kinds:
+                for position, key in zip(at, held):
+                    if key in unseen and position < first.get(key, position + 1):
+                        first[key] = position
+            for key in sorted(unseen, key=first.__getitem__):
+                new(key)
+        return {key: ids[key] for key in distinct}
+
     def take_part(self) -> dict:
         """What this index holds of the events visited since the last part,
         with the streams and labels first met since then; the index then
@@ -329,6 +448,58 @@ class CompactIndex:
         self.note_identity.append(_identity_hash(event))
         self.note_name.append(label)
         return ANNOTATION
+
+
+_CAT, _PH, _TID, _PID, _NAME, _ARGS, _TS = (attrgetter(name) for name in ("cat", "ph", "tid", "pid", "name", "args", "ts"))
+_INTS = {int}
+_TIMED, _METADATA = 1, 2
+_PHASE_CODES = {"X": _TIMED, "M": _METADATA}
+_KIND_CODES = {**dict.fromkeys(SLICE_CATEGORIES, SLICE), "gpu_user_annotation": ANNOTATION, "ac2g": FLOW,
+               "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
+_PLAIN_TIMES = {float, int}
+
+
+def _spans(events: list) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each projected GPU slice or annotation, as :meth:`CompactIndex.visit` finds them;
+    TraceError (read event by event instead, which says where) for times that are not plain numbers or a negative dur."""
+    starts, durations = list(map(_TS, events)), list(map(attrgetter("dur"), events))
+    if not set(map(type, starts)) <= _PLAIN_TIMES or not set(map(type, durations)) <= _PLAIN_TIMES:
+        raise TraceError("GPU event needs numeric ts and dur")
+    start, duration = np.array(starts, dtype=np.float64), np.array(durations, dtype=np.float64)
+    if (duration < 0).any():
+        raise TraceError("GPU event has a negative dur")
+    return start, start + duration
+
+
+def _slice_args(argses: list) -> tuple[bytes, list]:
+    """Per projected GPU slice from its ``args``: what its ``args.stream`` is
+    (NO_STREAM_ARG, STREAM_ARG, ORIGINAL_KEPT) and its label (``args.name``
+    when a non-empty string, else None), as :meth:`CompactIndex.visit` reads them."""
+    if None in argses:
+        return (bytes(NO_STREAM_ARG if args is None else _stream_arg(args) for args in argses),
+                [None if args is None else _label_text(args.name) for args in argses])
+    kinds = bytes(map(_STREAM_ARG_KINDS.get, map(type, map(attrgetter("stream"), argses)), itertools.repeat(NO_STREAM_ARG)))
+    if list(map(attrgetter("original_stream"), argses)).count(ABSENT) != len(argses):
+        kinds = bytes(map(_stream_arg, argses))
+    texts = list(map(_NAME, argses))
+    if not set(map(type, texts)) <= _STRINGS or "" in texts:
+        texts = list(map(_label_text, texts))
+    return kinds, texts
+
+
+_STREAM_ARG_KINDS = {int: STREAM_ARG}
+_STRINGS = {str}
+
+
+def _stream_arg(args: object) -> int:
+    if args.stream.__class__ is not int:
+        return NO_STREAM_ARG
+    return STREAM_ARG if args.original_stream is ABSENT else ORIGINAL_KEPT
+
+
+def _label_text(label: object) -> str | None:
+    """A slice's label text (``args.name``), or None when it has none."""
+    return label if label.__class__ is str and label else None
 
 
 KINETO_ANNOTATION_KEYS = frozenset({"ph", "cat", "name", "pid", "tid", "ts", "dur", "args"})
@@ -880,8 +1051,15 @@ class CompactPlan(EmitPlan):
             self._check_slice(lines[position], ordinal)
 
     def _check_slice(self, line: bytes, ordinal: int) -> None:
+        """The line's start time is the one pass 1 read: found in the text,
+        or, where the text does not show it plainly (a space after a colon,
+        a key given twice: the input's own text), in the decoded line."""
+        expected = self._index.slice_start[ordinal]
         start = _TS_FIELD.search(line)
-        if start is None or float(start.group(1)) != self._index.slice_start[ordinal]:
+        if start is not None and float(start.group(1)) == expected:
+            return
+        ts = self._loads(line).get("ts")
+        if ts.__class__ not in NUMBER_TYPES or float(ts) != expected:
             raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
 
     def _slice_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:

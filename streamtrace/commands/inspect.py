@@ -5,23 +5,34 @@ events, so memory stays flat however large the trace is.
 """
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import time
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Callable, Iterable
+from operator import add
+from typing import Any, Callable, Iterable, Optional, Union
+
+import msgspec
+import numpy as np
 
 from ..algo.busy import BusyTime
 from ..algo.corrset import CorrelationSet, count_shared
+from ..algo.mergeplan import EPOCH_US
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args, rank_from_process_name
-from ..algo.secrets import SecretFinder
+from ..algo.secrets import Findings, SecretFinder
+from ..algo.steps import STEP_NAME
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
+from ..errors import TraceError
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
+from ..io.projection import ProjectedChunk, Projection
 from ..io.reader import ReadStats
 from ..io.redact import RedactOptions, Redactor, load_secret_rules
 from ..io.source import InputSource, SourceSpec
@@ -37,6 +48,31 @@ KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
 KERNEL_NAMES = 100_000
 OTHER_KERNELS = "(other kernel names)"
 TOP_KERNELS = 10
+STEP_PREFIX = "ProfilerStep#"
+TIME_SCALE = float(1 << 72)
+
+
+class ChunkArgs(msgspec.Struct, gc=False):
+    """The members of ``args`` inspect reads."""
+
+    correlation: Optional[int] = None
+    rank: Any = None
+
+
+class ChunkEvent(msgspec.Struct, gc=False):
+    """The members of an event inspect reads, in the types the plain events
+    have: an event without one of the first four, or with a member of
+    another type, makes the decoder refuse the chunk (it goes the dict way)."""
+
+    ph: str
+    cat: str
+    pid: Union[int, str]
+    ts: Union[int, float]
+    dur: Union[int, float, None] = None
+    name: Optional[str] = None
+    tid: Union[int, str, None] = None
+    args: Optional[ChunkArgs] = None
+
 
 
 class InspectVisitor:
@@ -45,7 +81,16 @@ class InspectVisitor:
     ``visit`` runs once per event, so it is a closure over local variables
     with one dict update on the common path; rarer work (GPU events,
     launches, annotations, metadata, a pid's first events) is dispatched.
+
+    Pass-1 workers may index ranges of events (:meth:`take_part`,
+    :meth:`absorb`): counts add up, sets join, GPU slices reach the busy-time
+    sweep in event order, and a GPU event's graph launch is judged against
+    what the events before its range launched.
     """
+
+    splits_by_ranges = True
+    partial = False  # True where it indexes parts: keep what only the joined index can decide
+    projection = Projection(ChunkEvent)  # what visit_projected reads
 
     def __init__(self, secrets: SecretFinder | None = None) -> None:
         self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
@@ -53,6 +98,19 @@ class InspectVisitor:
             self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
             self.screen_batch = self.secrets.finder.suspicious  # ... and may run this first test elsewhere
         self.counts: dict[tuple, int] = {}
+        self.span = [float("inf"), float("-inf")]
+        self._sent_keys: set[tuple] = set()  # keys counted in parts already taken
+        self._clear()
+        handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
+        handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
+        handlers.update({cat: self._annotation for cat in ANNOTATION_CATEGORIES})
+        handlers["cpu_op"] = self._cpu_op
+        handlers[None] = self._metadata
+        self.visit = self._make_visit(handlers)
+
+    def _clear(self) -> None:
+        """Everything but the counts and the span, which the hot loop holds, as before the first event."""
+        self.key_ranks: dict[tuple, int] = {}  # the args.rank of each (ph, cat, pid)'s first event, if any
         self.pid_names: dict[object, str] = {}
         self.pid_rank_args: dict[object, int] = {}
         self.streams: dict[object, set] = defaultdict(set)
@@ -62,20 +120,15 @@ class InspectVisitor:
         self.graph_launches: dict[tuple, int] = {}
         self.graph_correlations: set = set()
         self.graph_gpu: dict[tuple, int] = defaultdict(int)
-        self.pending_pids: list = []
-        self.pending_index = array("i")
-        self.pending_corr = array("q")
-        self.pending_odd: list[tuple] = []
+        self.undecided = _Undecided()  # GPU events whose launch is not known to be a graph launch (yet)
         self.pp_counts: dict[tuple, int] = defaultdict(int)
-        self.span = [float("inf"), float("-inf")]
         self.bad_ts = 0
         self.busy: dict[object, BusyTime] = {}
-        self.kernels: dict[object, list] = {}  # name -> [count, total dur], at most KERNEL_NAMES names
-        handlers = {cat: self._gpu for cat in GPU_CATEGORIES}
-        handlers.update({cat: self._runtime for cat in RUNTIME_CATEGORIES})
-        handlers.update({cat: self._annotation for cat in ANNOTATION_CATEGORIES})
-        handlers[None] = self._metadata
-        self.visit = self._make_visit(handlers)
+        self.kernels: dict[object, list] = {}  # name -> [count, total dur in units of 2**-72 us, odd total]
+        self.steps: dict[object, tuple[array, array, array]] = {}  # pid -> ProfilerStep numbers, starts, ends
+        self._graph_ids = (0, np.zeros(0, dtype=np.int64))  # graph correlations as an array, and how many
+        if self.secrets is not None:
+            self.secrets.findings = Findings()
 
     def _make_visit(self, handlers: dict) -> Callable[[dict], None]:
         counts = self.counts
@@ -107,11 +160,10 @@ class InspectVisitor:
 
     def _count_kind(self, key: tuple, event: dict) -> int:
         """First event of a (ph, cat, pid): look for ``args.rank`` (on all events or none)."""
-        pid = key[2]
-        if pid not in self.pid_rank_args:
-            rank = rank_from_args(event.get("args"))
-            if rank is not None:
-                self.pid_rank_args[pid] = rank
+        rank = rank_from_args(event.get("args"))
+        if rank is not None:
+            self.key_ranks[key] = rank
+            self.pid_rank_args.setdefault(key[2], rank)
         return 1
 
     def _odd_event(self, event: dict) -> None:
@@ -146,8 +198,10 @@ class InspectVisitor:
             return
         if correlation in self.graph_correlations:
             self.graph_gpu[(pid, correlation)] += 1
-        elif correlation not in self.any_launch:
-            self._defer(pid, correlation)
+        else:
+            launched = correlation in self.any_launch
+            if self.partial or not launched:  # (launched, and not by a graph launch: not a graph's event)
+                self.undecided.add(pid, correlation, launched)
 
     def _time_slice(self, pid: object, event: dict, ts: float, dur: float) -> None:
         """Busy time of the pid; count and total time of a kernel's name."""
@@ -157,27 +211,18 @@ class InspectVisitor:
         busy.add(ts, ts + dur)
         if event.get("cat") in KERNEL_CATEGORIES:
             name = event.get("name")
-            name = name if name.__class__ is str else str(name)
-            stats = self.kernels.get(name)
-            if stats is None:
-                if len(self.kernels) >= KERNEL_NAMES:  # hostile input: one name per kernel
-                    name = OTHER_KERNELS
-                stats = self.kernels.setdefault(name, [0, 0.0])
-            stats[0] += 1
-            stats[1] += dur
+            self._add_kernels(name if name.__class__ is str else str(name), 1, *_exact_total(dur))
 
-    def _defer(self, pid: object, correlation: object) -> None:
-        """A GPU event seen before any launch with its id: settle at the end."""
-        if type(correlation) is int and -(1 << 63) <= correlation < (1 << 63):
-            try:
-                position = self.pending_pids.index(pid)
-            except ValueError:
-                position = len(self.pending_pids)
-                self.pending_pids.append(pid)
-            self.pending_index.append(position)
-            self.pending_corr.append(correlation)
-        else:
-            self.pending_odd.append((pid, correlation))
+    def _add_kernels(self, name: str, count: int, total: int, odd: float) -> None:
+        """Count and total time of a kernel name (totals add exactly, in any order)."""
+        stats = self.kernels.get(name)
+        if stats is None:
+            if len(self.kernels) >= KERNEL_NAMES:  # hostile input: one name per kernel
+                name = OTHER_KERNELS
+            stats = self.kernels.setdefault(name, [0, 0, 0.0])
+        stats[0] += count
+        stats[1] += total
+        stats[2] += odd
 
     def _runtime(self, event: dict) -> None:
         args = event.get("args")
@@ -201,6 +246,27 @@ class InspectVisitor:
             side = "gpu" if event.get("cat") == "gpu_user_annotation" else "cpu"
             for action in parse_pp_name(name):
                 self.pp_counts[(side, action.op)] += 1
+        elif name.__class__ is str and name.startswith(STEP_PREFIX) and event.get("cat") == "user_annotation":
+            self._step(event.get("pid"), name, event.get("ph"), event.get("ts"), event.get("dur"))
+
+    def _cpu_op(self, event: dict) -> None:
+        name = event.get("name")
+        if name.__class__ is str and name.startswith(STEP_PREFIX):
+            self._step(event.get("pid"), name, event.get("ph"), event.get("ts"), event.get("dur"))
+
+    def _step(self, pid: object, name: str, ph: object, ts: object, dur: object) -> None:
+        """A ``ProfilerStep#N`` span of a pid (as ``slice`` reads steps)."""
+        match = STEP_NAME.match(name)
+        if match is None or ph != "X" or ts.__class__ not in NUMBER_TYPES or dur.__class__ not in NUMBER_TYPES \
+                or not dur >= 0 or len(match.group(1)) > 18:
+            return
+        steps = self.steps.get(pid)
+        if steps is None:
+            steps = self.steps[pid] = (array("q"), array("d"), array("d"))
+        start = float(ts)
+        steps[0].append(int(match.group(1)))
+        steps[1].append(start)
+        steps[2].append(start + float(dur))
 
     def _metadata(self, event: dict) -> None:
         if event.get("ph") == "M" and event.get("name") == "process_name":
@@ -208,15 +274,335 @@ class InspectVisitor:
             if isinstance(args, dict) and isinstance(args.get("name"), str):
                 self.pid_names[event.get("pid")] = args["name"]
 
+    def visit_projected(self, chunk: ProjectedChunk) -> bool:
+        """Index a chunk's events as :meth:`visit` would, from a projection
+        (:class:`ChunkEvent`) and a pass over each field with C-level loops
+        and numpy; False (having changed nothing) for a chunk to visit as
+        dicts: odd members, or text the secret rules flag."""
+        if self.secrets is not None and self.screen_batch(chunk.text):
+            return False
+        return self._visit_projected(chunk.events)
+
+    def _visit_projected(self, events: list["ChunkEvent"]) -> bool:
+        """Index projected events; False (having changed nothing) when one of
+        them is not plain: the caller then visits the chunk's dicts."""
+        phs, cats, ts = [event.ph for event in events], [event.cat for event in events], [event.ts for event in events]
+        try:
+            if phs.count("X") == len(phs):
+                ends: Iterable = map(add, ts, [event.dur for event in events])
+            else:
+                ends = [t + event.dur if ph == "X" else t for ph, t, event in zip(phs, ts, events)]
+            first, last = (min(ts), max(ends)) if ts else (math.inf, -math.inf)
+        except TypeError:  # an "X" event without a duration
+            return False
+        kinds = {cat: _HANDLED.get(cat, 0) for cat in set(cats)}
+        codes = np.fromiter(map(kinds.__getitem__, cats), dtype=np.int8, count=len(cats)) \
+            if any(kinds.values()) else np.zeros(0, dtype=np.int8)
+        gpu, runtime, notes, ops = (np.flatnonzero(codes == kind).tolist() for kind in (_GPU, _RUNTIME, _NOTE, _OP))
+        launched = self._launched(events, gpu, runtime)
+        if launched is None:
+            return False
+        self._count_chunk(events, list(zip(phs, cats, [event.pid for event in events])))
+        if first < self.span[0]:
+            self.span[0] = first
+        if last > self.span[1]:
+            self.span[1] = last
+        if gpu:
+            self._gpu_chunk(events, gpu, launched)
+        if runtime:
+            self._runtime_chunk(events, runtime, launched)
+        for at in notes:
+            name = events[at].name
+            if name.__class__ is str and name.startswith(PP_PREFIXES):
+                side = "gpu" if cats[at] == "gpu_user_annotation" else "cpu"
+                for action in parse_pp_name(name):
+                    self.pp_counts[(side, action.op)] += 1
+            elif name.__class__ is str and name.startswith(STEP_PREFIX) and cats[at] == "user_annotation":
+                ops.append(at)
+        for at in sorted(ops) if notes else ops:
+            event = events[at]
+            if event.name.__class__ is str and event.name.startswith(STEP_PREFIX):
+                self._step(event.pid, event.name, event.ph, event.ts, event.dur)
+        return True
+
+    def _count_chunk(self, events: list["ChunkEvent"], keys: list[tuple]) -> None:
+        """Events per (ph, cat, pid); ``args.rank`` of a new key's first event."""
+        counts, sent = self.counts, self._sent_keys
+        found = Counter(keys)
+        firsts = None
+        for key, count in found.items():
+            have = counts.get(key)
+            if have is not None:
+                counts[key] = have + count
+                continue
+            counts[key] = count
+            if key in sent:  # the joined index knows it from an earlier part: its first event is not here
+                continue
+            if firsts is None:
+                firsts = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+            args = events[firsts[key]].args
+            rank = None if args is None else args.rank
+            if type(rank) is int and rank >= 0:
+                self.key_ranks[key] = rank
+                self.pid_rank_args.setdefault(key[2], rank)
+
+    def _launched(self, events: list["ChunkEvent"], gpu: list[int], runtime: list[int]) -> dict | None:
+        """For the GPU events with a correlation id: their positions, pids and
+        ids, and whether a graph launch (``graph``), or any launch
+        (``launched``), of their id came before them; the same for the
+        launches.  None when an id is not a 64-bit integer."""
+        def ids(positions: list[int]) -> tuple[list[int], list, np.ndarray] | None:
+            chosen = [at for at in positions if events[at].args is not None and events[at].args.correlation is not None]
+            values = [events[at].args.correlation for at in chosen]
+            if values and (min(values) < -(1 << 63) or max(values) >= 1 << 63):
+                return None
+            return chosen, [events[at].pid for at in chosen], np.array(values, dtype=np.int64)
+
+        kernels, launches = ids(gpu), ids(runtime)
+        if kernels is None or launches is None:
+            return None
+        at, _, correlation = kernels
+        at = np.array(at, dtype=np.int64)
+        graph = _among(correlation, self._graph_array())
+        launched = self.any_launch.contains_each(correlation)
+        graph_positions = [position for position in launches[0]
+                           if events[position].name.__class__ is str and "GraphLaunch" in events[position].name]
+        for positions, known in ((launches[0], launched), (graph_positions, graph)):
+            if positions and len(at):
+                values = np.array([events[position].args.correlation for position in positions], dtype=np.int64)
+                keys, first = np.unique(values, return_index=True)  # each id's first launch in the chunk
+                place = np.minimum(np.searchsorted(keys, correlation), len(keys) - 1)
+                known |= (keys[place] == correlation) & (np.array(positions, dtype=np.int64)[first][place] < at)
+        return {"gpu": kernels, "graph": graph, "launched": launched, "launches": launches,
+                "graph_positions": graph_positions}
+
+    def _graph_array(self) -> np.ndarray:
+        """The graph launches' ids that are 64-bit integers, as an array (remade when more came)."""
+        if self._graph_ids[0] != len(self.graph_correlations):
+            graph = np.array(sorted(value for value in self.graph_correlations if type(value) is int
+                                    and -(1 << 63) <= value < (1 << 63)), dtype=np.int64)
+            self._graph_ids = (len(self.graph_correlations), graph)
+        return self._graph_ids[1]
+
+    def _gpu_chunk(self, events: list["ChunkEvent"], gpu: list[int], launched: dict) -> None:
+        """Streams, busy time, kernel names and graph launches of a chunk's GPU events."""
+        chosen = [events[at] for at in gpu]
+        streams = self.streams
+        for pid, tid in dict.fromkeys(zip([event.pid for event in chosen], [event.tid for event in chosen])):
+            streams[pid].add(tid)
+        slices = [event for event in chosen if event.ph == "X" and event.dur >= 0]
+        starts = [float(event.ts) for event in slices]
+        ends = [start + float(event.dur) for start, event in zip(starts, slices)]
+        pids = [event.pid for event in slices]
+        for pid in dict.fromkeys(pids):
+            mine = range(len(slices)) if len(set(pids)) == 1 else [n for n, other in enumerate(pids) if other == pid]
+            busy = self.busy.get(pid)
+            if busy is None:
+                busy = self.busy[pid] = BusyTime()
+            busy.extend(array("d", [starts[n] for n in mine]), array("d", [ends[n] for n in mine]))
+        kernels = [event for event in slices if event.cat in KERNEL_CATEGORIES]
+        names = [event.name if event.name.__class__ is str else str(event.name) for event in kernels]
+        scaled = (np.array([float(event.dur) for event in kernels], dtype=np.float64) * TIME_SCALE).tolist()
+        totals: dict[str, list] = {}
+        for name, fixed in zip(names, map(int, scaled)):
+            stats = totals.get(name)
+            if stats is None:
+                totals[name] = [1, fixed]
+            else:
+                stats[0] += 1
+                stats[1] += fixed
+        for name, (count, total) in totals.items():
+            self._add_kernels(name, count, total, 0.0)
+        _, pids, correlation = launched["gpu"]
+        if not len(correlation):
+            return
+        codes = np.array(_codes(pids), dtype=np.int32)
+        kinds = list(dict.fromkeys(pids))
+        graph = launched["graph"]
+        if graph.any():
+            self._count_graph_gpu(kinds, codes[graph], correlation[graph])
+        kept = ~graph if self.partial else ~graph & ~launched["launched"]
+        self.undecided.add_each(kinds, codes[kept], correlation[kept], launched["launched"][kept])
+
+    def _runtime_chunk(self, events: list["ChunkEvent"], runtime: list[int], launched: dict) -> None:
+        """Launch counts and ids of a chunk's launches, its graph launches."""
+        _, pids, correlation = launched["launches"]
+        self.launch_count += len(pids)
+        kinds = list(dict.fromkeys(pids))
+        codes = np.array(_codes(pids), dtype=np.int32)
+        for code, pid in enumerate(kinds):
+            self.launches[pid].add_each(correlation if len(kinds) == 1 else correlation[codes == code])
+        self.any_launch.add_each(correlation)
+        for at in launched["graph_positions"]:
+            key = (events[at].pid, events[at].args.correlation)
+            self.graph_launches[key] = self.graph_launches.get(key, 0) + 1
+            self.graph_correlations.add(key[1])
+
+    def take_part(self) -> dict:
+        """What was indexed since the last part (see :mod:`streamtrace.engine.indexworkers`)."""
+        part = {"counts": dict(self.counts), "key_ranks": self.key_ranks, "pid_names": self.pid_names,
+                "streams": dict(self.streams), "launches": {pid: ids.export() for pid, ids in self.launches.items()},
+                "launch_count": self.launch_count, "graph_launches": self.graph_launches,
+                "graph_correlations": self.graph_correlations, "graph_gpu": dict(self.graph_gpu),
+                "undecided": self.undecided, "pp_counts": dict(self.pp_counts), "span": tuple(self.span),
+                "bad_ts": self.bad_ts, "busy": {pid: busy.take_slices() for pid, busy in self.busy.items()},
+                "kernels": self.kernels, "steps": self.steps,
+                "findings": self.secrets.findings if self.secrets is not None else None}
+        self._sent_keys.update(self.counts)
+        self.counts.clear()  # (in place: the hot loop holds them)
+        self.span[:] = [float("inf"), float("-inf")]
+        self._clear()
+        self.partial = True
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Add a worker's part; parts come in event order."""
+        counts, key_ranks = self.counts, part["key_ranks"]
+        for key, count in part["counts"].items():
+            have = counts.get(key)
+            if have is None:
+                counts[key] = count
+                if key in key_ranks:
+                    self.key_ranks[key] = key_ranks[key]
+                    self.pid_rank_args.setdefault(key[2], key_ranks[key])
+            else:
+                counts[key] = have + count
+        self._judge(part["undecided"])  # against the launches before the part, so first
+        self.pid_names.update(part["pid_names"])
+        for pid, tids in part["streams"].items():
+            self.streams[pid] |= tids
+        for pid, exported in part["launches"].items():
+            self.launches[pid].update_exported(exported)
+            self.any_launch.update_exported(exported)
+        self.launch_count += part["launch_count"]
+        for key, count in part["graph_launches"].items():
+            self.graph_launches[key] = self.graph_launches.get(key, 0) + count
+        self.graph_correlations |= part["graph_correlations"]
+        for key, count in part["graph_gpu"].items():
+            self.graph_gpu[key] += count
+        for key, count in part["pp_counts"].items():
+            self.pp_counts[key] += count
+        first, last = part["span"]
+        if first < self.span[0]:
+            self.span[0] = first
+        if last > self.span[1]:
+            self.span[1] = last
+        self.bad_ts += part["bad_ts"]
+        for pid, (starts, ends) in part["busy"].items():
+            busy = self.busy.get(pid)
+            if busy is None:
+                busy = self.busy[pid] = BusyTime()
+            busy.extend(starts, ends)
+        for name, (count, total, odd) in part["kernels"].items():
+            self._add_kernels(name, count, total, odd)
+        for pid, columns in part["steps"].items():
+            steps = self.steps.setdefault(pid, (array("q"), array("d"), array("d")))
+            for mine, theirs in zip(steps, columns):
+                mine.extend(theirs)
+        if self.secrets is not None:
+            self.secrets.findings.absorb(part["findings"], first_event)
+
+    def _judge(self, undecided: "_Undecided") -> None:
+        """A part's GPU events without a graph launch before them in the part:
+        counted when one came before the part, dropped when a launch that is
+        not a graph launch did, else left for :meth:`settle`."""
+        correlations = np.frombuffer(undecided.correlations, dtype=np.int64)
+        in_graph = _among(correlations, self._graph_array())
+        positions = np.frombuffer(undecided.positions, dtype=np.int32)
+        if in_graph.any():
+            self._count_graph_gpu(undecided.pids, positions[in_graph], correlations[in_graph])
+        waiting = ~in_graph & (np.frombuffer(undecided.launched, dtype=np.uint8) == 0)
+        waiting &= ~self.any_launch.contains_each(correlations)
+        for at in np.flatnonzero(waiting).tolist():
+            self.undecided.add(undecided.pids[positions[at]], int(correlations[at]), False)
+        for pid, correlation, launched in undecided.odd:
+            if correlation in self.graph_correlations:
+                self.graph_gpu[(pid, correlation)] += 1
+            elif not launched and correlation not in self.any_launch:
+                self.undecided.add(pid, correlation, False)
+
+    def _count_graph_gpu(self, pids: list, codes: np.ndarray, correlations: np.ndarray) -> None:
+        """Count GPU events of graph launches: ``pids[codes[n]]``, ``correlations[n]``."""
+        for code in np.unique(codes).tolist():
+            values, times = np.unique(correlations[codes == code], return_counts=True)
+            pid = pids[code]
+            for value, count in zip(values.tolist(), times.tolist()):
+                self.graph_gpu[(pid, value)] += count
+
     def settle(self) -> None:
-        """Count the deferred GPU events whose graph launch came later."""
+        """Count the undecided GPU events whose graph launch came later."""
         graph = self.graph_correlations
-        for position, correlation in zip(self.pending_index, self.pending_corr):
+        pids = self.undecided.pids
+        for position, correlation in zip(self.undecided.positions, self.undecided.correlations):
             if correlation in graph:
-                self.graph_gpu[(self.pending_pids[position], correlation)] += 1
-        for pid, correlation in self.pending_odd:
+                self.graph_gpu[(pids[position], correlation)] += 1
+        for pid, correlation, _ in self.undecided.odd:
             if correlation in graph:
                 self.graph_gpu[(pid, correlation)] += 1
+
+
+class _Undecided:
+    """GPU events (pid, correlation id) whose fate waits on launches not
+    seen yet, and whether a launch that is not a graph launch came first."""
+
+    def __init__(self) -> None:
+        self.pids: list = []
+        self.positions = array("i")  # in pids
+        self.correlations = array("q")
+        self.launched = bytearray()
+        self.odd: list[tuple] = []  # ids that are not 64-bit integers: (pid, id, launched)
+        self._last = (None, -1)
+
+    def add_each(self, pids: list, codes: np.ndarray, correlations: np.ndarray, launched: np.ndarray) -> None:
+        """:meth:`add` for each event: ``pids[codes[n]]``, ``correlations[n]`` (int64), ``launched[n]``."""
+        if not len(codes):
+            return
+        positions = []
+        for pid in pids:
+            if pid not in self.pids:
+                self.pids.append(pid)
+            positions.append(self.pids.index(pid))
+        self.positions.frombytes(np.array(positions, dtype=np.int32)[codes].tobytes())
+        self.correlations.frombytes(correlations.tobytes())
+        self.launched += launched.astype(np.uint8).tobytes()
+
+    def add(self, pid: object, correlation: object, launched: bool) -> None:
+        if type(correlation) is not int or not -(1 << 63) <= correlation < (1 << 63):
+            self.odd.append((pid, correlation, launched))
+            return
+        if self._last[0] != pid or self._last[1] < 0:
+            try:
+                self._last = (pid, self.pids.index(pid))
+            except ValueError:
+                self._last = (pid, len(self.pids))
+                self.pids.append(pid)
+        self.positions.append(self._last[1])
+        self.correlations.append(correlation)
+        self.launched.append(launched)
+
+
+def _among(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """``value in ordered`` for each of ``values`` (``ordered``: sorted, few)."""
+    if not len(ordered):
+        return np.zeros(len(values), dtype=bool)
+    return ordered[np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)] == values
+
+
+def _codes(values: list) -> list[int]:
+    """Each value's number, in the order values first come."""
+    numbers: dict = {}
+    return [numbers.setdefault(value, len(numbers)) for value in values]
+
+
+_GPU, _RUNTIME, _NOTE, _OP = 1, 2, 3, 4
+_HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},
+            **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}, "cpu_op": _OP}
+
+
+def _exact_total(dur: float) -> tuple[int, float]:
+    """A duration as a whole number of 2**-72 us (exact from 2**-20 us up, so
+    totals add the same in any order), or as an odd float when not finite."""
+    return (int(dur * TIME_SCALE), 0.0) if dur < math.inf else (0, dur)
 
 
 def _pid_ranks(visitor: InspectVisitor, pids: Iterable, file_rank: object) -> dict[object, tuple[int | None, str]]:
@@ -305,19 +691,74 @@ def _devices(members: list) -> dict:
     return {"count": sum(names.values()), "names": dict(names)}
 
 
-def _gpu_busy(visitor: InspectVisitor) -> dict[str, dict]:
-    """Per GPU pid: the union of its slices, against the time from its first slice to its last end."""
+def _gpu_busy(visitor: InspectVisitor) -> dict[object, tuple[float, float, float, BusyTime]]:
+    """Per GPU pid (in pid order): the union of its slices, its first start and its last end."""
     busy = {}
     for pid, times in sorted(visitor.busy.items(), key=lambda item: _pid_order(item[0])):
-        total, span = times.total(), times.last - times.first
-        busy[str(pid)] = {"busy_us": round(total, 3), "span_us": round(span, 3),
-                          "busy_percent": round(100 * total / span, 1) if span > 0 else None,
-                          "slices": times.slices, "slices_out_of_order": times.late}
+        busy[pid] = (times.total(), times.first, times.last, times)
     return busy
 
 
-def _top_kernels(visitor: InspectVisitor) -> list[dict]:
-    ranked = sorted(visitor.kernels.items(), key=lambda item: (-item[1][1], item[0]))[:TOP_KERNELS]
+def _busy_entry(total: float, first: float, last: float) -> dict:
+    span = last - first
+    return {"busy_us": round(total, 3), "span_us": round(span, 3),
+            "busy_percent": round(100 * total / span, 1) if span > 0 else None}
+
+
+def _by_rank(visitor: InspectVisitor, ranks: dict, busy: dict) -> list[dict]:
+    """The run's shape per rank (None: pids of no known rank): its pids, its GPUs' busy time (the sum over
+    its GPU pids) against the span from their first slice to their last end, and its profiler steps (a
+    step's span on a rank runs from the earliest start to the latest end of its ``ProfilerStep#N`` events)."""
+    members: dict[object, list] = defaultdict(list)
+    for pid, (rank, _) in ranks.items():
+        members[rank].append(pid)
+    shape = []
+    for rank in sorted(members, key=lambda rank: (rank is None, rank or 0)):
+        pids = sorted(members[rank], key=_pid_order)
+        entry: dict = {"rank": rank, "pids": pids}
+        figures = [busy[pid] for pid in pids if pid in busy]
+        if figures:
+            entry["gpu_busy"] = _busy_entry(sum(total for total, *_ in figures), min(first for _, first, _, _ in figures),
+                                            max(last for _, _, last, _ in figures))
+        spans: dict[int, list[float]] = {}
+        for pid in pids:
+            for number, start, end in zip(*visitor.steps.get(pid, ((), (), ()))):
+                known = spans.get(number)
+                spans[number] = [start, end] if known is None else [min(known[0], start), max(known[1], end)]
+        if spans:
+            ordered = sorted(spans.items(), key=lambda item: item[1][0])
+            durations = [end - start for _, (start, end) in ordered]
+            entry["steps"] = {"count": len(ordered), "first": ordered[0][0], "last": ordered[-1][0],
+                              "first_us": round(durations[0], 3), "last_us": round(durations[-1], 3),
+                              "median_us": round(statistics.median(durations), 3)}
+        shape.append(entry)
+    return shape
+
+
+def _time_span(first: float | None, last: float | None, base_ns: object) -> dict:
+    """The span in the trace's own microseconds, and in UTC where the trace says when it ran: ts counts from
+    ``baseTimeNanoseconds`` when there is one, or is itself epoch time when that large (as ``merge`` reads it)."""
+    span: dict = {"first_ts": first, "last_end": last,
+                  "duration": None if first is None or last is None else round(last - first, 3)}
+    if first is None or last is None:
+        return span
+    if type(base_ns) is int:
+        origin_us, clock = base_ns / 1000, "baseTimeNanoseconds + ts"
+    elif first >= EPOCH_US:
+        origin_us, clock = 0.0, "ts since the epoch"
+    else:
+        return {**span, "clock": "relative (no baseTimeNanoseconds)"}
+    try:
+        start, end = (datetime.fromtimestamp((origin_us + value) / 1e6, timezone.utc) for value in (first, last))
+    except (OverflowError, ValueError, OSError):
+        return {**span, "clock": "beyond the calendar"}
+    return {**span, "clock": clock, "start_utc": start.isoformat(timespec="microseconds"),
+            "end_utc": end.isoformat(timespec="microseconds")}
+
+
+def _top_kernels(visitor: InspectVisitor, top: int) -> list[dict]:
+    totals = {name: (count, total / TIME_SCALE + odd) for name, (count, total, odd) in visitor.kernels.items()}
+    ranked = sorted(totals.items(), key=lambda item: (-item[1][1], item[0]))[:top]
     return [{"name": name, "count": count, "total_us": round(total, 3), "mean_us": round(total / count, 3)}
             for name, (count, total) in ranked]
 
@@ -346,8 +787,8 @@ def _number(value: object) -> float | None:
     return None
 
 
-def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
-    """The inspect summary as a JSON-ready dict."""
+def summarize(visitor: InspectVisitor, stats: ReadStats, top: int = TOP_KERNELS) -> dict:
+    """The inspect summary as a JSON-ready dict (``top``: kernels listed)."""
     visitor.settle()
     members = stats.header + stats.trailer
     distributed = member_value(members, "distributedInfo")
@@ -365,23 +806,26 @@ def summarize(visitor: InspectVisitor, stats: ReadStats) -> dict:
         pids.append(entry)
     first, last = _number(visitor.span[0]), _number(visitor.span[1])
     collisions = _collisions(visitor, ranks)
+    busy = _gpu_busy(visitor)
+    base_ns = member_value(members, "baseTimeNanoseconds")
     return {
         "top_level_keys": [key for key, _ in stats.header] + ["traceEvents"] + [key for key, _ in stats.trailer],
         "events_by_ph_cat": _by_kind(visitor),
         "pids": pids,
         "ranks": sorted({rank for rank, _ in ranks.values() if rank is not None}),
+        "by_rank": _by_rank(visitor, ranks, busy),
         "gpu_streams": {str(pid): sorted(streams, key=str) for pid, streams in visitor.streams.items()},
         "runtime_launches": visitor.launch_count,
         "graph_launches": _graph_summary(visitor, ranks),
         "correlation_collisions": collisions,
         "pp_annotations": {f"{side}/{op}": n for (side, op), n in sorted(visitor.pp_counts.items())},
-        "time_span_us": {"first_ts": first, "last_end": last,
-                         "duration": None if first is None or last is None else round(last - first, 3)},
+        "time_span_us": _time_span(first, last, base_ns),
         "events_without_numeric_ts": visitor.bad_ts,
-        "base_time_ns": member_value(members, "baseTimeNanoseconds"),
+        "base_time_ns": base_ns,
         "devices": _devices(members),
-        "gpu_busy": _gpu_busy(visitor),
-        "top_kernels": _top_kernels(visitor),
+        "gpu_busy": {str(pid): {**_busy_entry(total, first, last), "slices": times.slices,
+                                "slices_out_of_order": times.late} for pid, (total, first, last, times) in busy.items()},
+        "top_kernels": _top_kernels(visitor, top),
         "hints": _hints(collisions),
         "warnings": _warnings(visitor, stats),
         **_secrets_found(visitor, members),
@@ -407,12 +851,16 @@ def inspect(
     secrets: RedactOptions | bool = True,
     summary_file: str | os.PathLike | None = None,
     overwrite: bool = False,
+    top: int = TOP_KERNELS,
 ) -> dict:
     """Summarise a trace in one streaming pass (the ``inspect`` command); with
-    ``jobs`` > 1 a child process parses while this one counts.  ``secrets``
+    ``jobs`` > 1 workers index ranges of the events.  ``secrets``
     (the default rules, or a :class:`RedactOptions` naming others; False:
     none) adds ``secrets_found`` and a warning when there are any.
-    ``summary_file``: also write the summary there (``overwrite``: replacing it)."""
+    ``summary_file``: also write the summary there (``overwrite``: replacing it);
+    ``top``: how many kernels ``top_kernels`` lists (by total time)."""
+    if type(top) is not int or top < 0:
+        raise TraceError(f"--top takes a number of kernels (0 or more), not {top!r}")
     started = time.perf_counter()
     processes = resolve_jobs(jobs)
     options = RedactOptions() if secrets is True else secrets
@@ -423,7 +871,7 @@ def inspect(
         result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
     summary = {**source.describe(), **result.stats.as_dict()}
-    summary.update(summarize(result.visitor, result.stats))
+    summary.update(summarize(result.visitor, result.stats, top))
     found = summary.get("secrets_found")
     if found:
         summary["warnings"].append(f"{source.name} holds {sum(entry['count'] for entry in found.values())} "

@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from ..algo.links import NO_LAUNCH, IdTable, build_tables
+from ..algo.parts import extend_converted, translated
 from ..algo.steps import (
     NO_STEP,
     STEP_CATEGORIES,
@@ -115,7 +116,8 @@ def _selection(steps: str | set[int] | None, window: str | None, ranks: str | se
 class SliceIndex(MergedIndex):
     """The merged index, plus step spans and flow keys in memory and per-event columns on disk."""
 
-    splits_by_ranges = False  # its spill, spans and flow keys are not in the merged index's parts
+    partial = False  # True in a pass-1 worker: the columns go to the joined index in parts, never to a spill
+    projection = None  # its own work is per event: chunks are read as dicts, whatever the merged index reads
 
     def __init__(self, selection: Selection, spill_dir: str | None) -> None:
         self.selection = selection
@@ -128,7 +130,54 @@ class SliceIndex(MergedIndex):
         self.flow_start = bytearray()
         self.flow_cats: dict[object, int] = {}
         self.flow_other_ids: dict[object, int] = {}
+        self._flows_listed = (0, 0)  # flow categories and odd flow ids already in a part
+        self._flow_maps: dict[int, tuple[array, array]] = {}  # per pass-1 worker: its flow codes -> ours
         super().__init__()
+
+    def take_part(self) -> dict:
+        """The merged index's part, plus the columns, step spans and flow keys
+        since the last part (see :mod:`streamtrace.engine.indexworkers`)."""
+        part = super().take_part()
+        part["columns"] = tuple(column[:] for column in self.spill.columns)
+        part["flows"] = (self.flow_cat[:], self.flow_id[:], self.flow_start[:])
+        for column in (*self.spill.columns, self.flow_cat, self.flow_id, self.flow_start):
+            del column[:]  # (in place: the hot loop holds their appends)
+        part["step_spans"], self.step_spans = self.step_spans, []
+        part["flow_cats"] = list(self.flow_cats)[self._flows_listed[0]:]
+        part["flow_other_ids"] = list(self.flow_other_ids)[self._flows_listed[1]:]
+        self._flows_listed = (len(self.flow_cats), len(self.flow_other_ids))
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part: pid slots and flow codes translated, the
+        columns spilled at the same events as one process would."""
+        super().absorb(part, source, first_event)
+        slot_map = np.frombuffer(self._part_slots[source], dtype=np.int32).astype(np.int64)
+        cat_map, other_map = self._flow_maps.setdefault(source, (array("i"), array("q")))
+        for cat in part["flow_cats"]:
+            code = self.flow_cats.get(cat)
+            cat_map.append(self._new_flow_cat(cat) if code is None else code)
+        for key in part["flow_other_ids"]:
+            other_map.append(self._other_flow_id(key))
+        cats, ids, starts = part["flows"]
+        extend_converted(self.flow_cat, translated(cats, cat_map))
+        ids = np.frombuffer(ids, dtype=np.int64)
+        if len(other_map):
+            ids = np.where(ids >= 0, ids, np.frombuffer(other_map, dtype=np.int64)[np.clip(-1 - ids, 0, None)])
+        extend_converted(self.flow_id, ids)
+        self.flow_start += starts
+        self.step_spans += [(int(slot_map[slot]), *rest) for slot, *rest in part["step_spans"]]
+        ts, end, packed = (np.frombuffer(column, dtype=column.typecode) for column in part["columns"])
+        slots = packed & (SLOT_LIMIT - 1)
+        packed = packed - slots + slot_map[slots] if len(slot_map) else packed
+        done, columns = 0, self.spill.columns
+        while done < len(ts):
+            take = min(len(ts) - done, self.spill.CHUNK - len(columns[0]))
+            for column, values in zip(columns, (ts, end, packed)):
+                column.frombytes(values[done:done + take].tobytes())
+            done += take
+            if len(columns[0]) >= self.spill.CHUNK:
+                self._flush()
 
     def _make_visit(self) -> Callable[[dict], None]:
         index_visit = super()._make_visit()
@@ -196,7 +245,9 @@ class SliceIndex(MergedIndex):
 
     def _flush(self) -> None:
         """Spill the chunk, keeping the earliest start (``+`` times count from it) and the latest end of a
-        non-metadata event."""
+        non-metadata event (a worker keeps its columns for its part)."""
+        if self.partial:
+            return
         ts = np.frombuffer(self.spill.columns[0], dtype=np.float64)
         end = np.frombuffer(self.spill.columns[1], dtype=np.float64)
         packed = np.frombuffer(self.spill.columns[2], dtype=np.int64)

@@ -35,6 +35,7 @@ from typing import Callable, Protocol
 
 from ..errors import RobustModeNeeded, TraceError
 from ..io.progress import Progress
+from ..io.projection import ProjectedChunk
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
 from ..resources import forking, gc_paused
@@ -65,9 +66,11 @@ class PartVisitor(Protocol):
         ``first_event``; parts come in event order, and each source's parts
         in the order it took them."""
 
-    # optional, used when no spool is written: visit_chunk(text) indexes the
-    # events of a chunk's text (``{...},{...}``) as visit() would and returns
-    # their number, or None to refuse the chunk (it is then read the ordinary way)
+    # optional: ``projection`` (a Projection of the members it reads) and
+    # visit_projected(chunk: ProjectedChunk) -> bool, which indexes the chunk's
+    # events as visit() would and says so, or returns False having changed
+    # nothing (the chunk is then read the ordinary way): see ChunkIndexer.
+    # Older form, used when no spool is written: visit_chunk(text) -> count or None.
 
 
 class EventSink(Protocol):
@@ -75,6 +78,10 @@ class EventSink(Protocol):
 
     def frame_encoder(self) -> Callable[[list], bytes]:
         """A function, made in a worker, encoding a chunk's events for :meth:`add_frame`."""
+
+    # optional: text_frame_encoder() -> Callable[[bytes], bytes], the same for
+    # spool lines in the input's own text (Projection.decode_with_lines), and
+    # add_text(lines, count) keeping such lines made in this process
 
     def add_frame(self, frame: bytes | memoryview, events: int) -> None: ...
 
@@ -118,7 +125,7 @@ class IndexWorkers:
                 self._results.append(results_in)
                 process = context.Process(
                     target=_worker_main, daemon=True,
-                    args=(make_visitor, spool and spool.frame_encoder, input_file, tasks_out, results_out,
+                    args=(make_visitor, spool, input_file, tasks_out, results_out,
                           self._tasks + self._results))
                 with forking():  # (a signal held meanwhile is raised as it ends: the worker is known by then)
                     process.start()
@@ -234,8 +241,68 @@ class _Sender:
         self._thread.join(timeout=5)
 
 
+class ChunkIndexer:
+    """How a chunk of elements is indexed, the same in a worker and in this
+    process (so the events' sink gets the same lines whichever does it).
+
+    A visitor with a ``projection`` gets the chunk decoded into it
+    (``visit_projected``) when that reads the chunk, and the sink then keeps
+    the events' own text (:meth:`~streamtrace.io.projection.Projection.decode_with_lines`)
+    when the sink takes text; otherwise the chunk is parsed into dicts,
+    visited event by event and the events handed to the sink.
+    """
+
+    def __init__(self, visitor: PartVisitor, sink: EventSink | None, sink_takes_text: bool) -> None:
+        if hasattr(visitor, "partial"):
+            visitor.partial = True  # it sees parts: what depends on the events before them waits for absorb
+        self.visitor = visitor
+        self._scan = getattr(visitor, "scan_batch", None)  # (counts in the part, its events numbered from 0)
+        self._keeps_events = sink is not None
+        projection = getattr(visitor, "projection", None)
+        self._projection = projection if sink is None or sink_takes_text else None
+        self._visit_chunk = getattr(visitor, "visit_chunk", None) if sink is None else None
+
+    def __call__(self, text: bytes) -> tuple[int, bytes | list | None] | None:
+        """(events, what the sink keeps: spool lines, the parsed events, or
+        None without a sink), or None: the chunk is refused."""
+        try:
+            if self._projection is not None:
+                indexed = self._projected(text)
+                if indexed is not None:
+                    return indexed
+            elif self._visit_chunk is not None:
+                count = self._visit_chunk(text)
+                return None if count is None else (count, None)
+            events = chunk_events(text)
+            if events is None:
+                return None
+            visit = self.visitor.visit
+            for event in events:
+                visit(event)
+            if self._scan is not None:
+                self._scan(text, events, 0)
+        except (TraceError, TypeError):
+            return None  # the ordinary reading reports it with its position
+        return len(events), events if self._keeps_events else None
+
+    def _projected(self, text: bytes) -> tuple[int, bytes | None] | None:
+        lines = None
+        if self._keeps_events:
+            decoded = self._projection.decode_with_lines(text)
+            if decoded is None:
+                return None
+            events, lines = decoded
+        else:
+            events = self._projection.decode(text)
+            if events is None:
+                return None
+        if not self.visitor.visit_projected(ProjectedChunk(text, events, lines)):
+            return None
+        return len(events), lines
+
+
 @gc_paused()
-def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable[[], Callable[[list], bytes]] | None,
+def _worker_main(make_visitor: Callable[[], PartVisitor], sink: EventSink | None,
                  input_file: str | None, tasks, results, inherited: list) -> None:
     """Index each chunk sent until the sending side closes; send back, per
     chunk, the part and the chunk's frame for the events' sink, or a refusal.
@@ -248,10 +315,10 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable
     leave_signals_to_parent()
     try:
         visitor = make_visitor()
-        visit = visitor.visit
-        encode = make_encoder() if make_encoder is not None else None
-        # a visitor may index a chunk's text itself (decoding only what it reads) when no sink needs the events
-        visit_chunk: Callable[[bytes], int | None] | None = None if encode is not None else getattr(visitor, "visit_chunk", None)
+        text_encoder = getattr(sink, "text_frame_encoder", None)
+        index = ChunkIndexer(visitor, sink, text_encoder is not None)
+        encode = sink.frame_encoder() if sink is not None else None
+        encode_text = text_encoder() if text_encoder is not None else None
         chunk_of = _chunk_reader(input_file)
         while True:
             try:
@@ -259,27 +326,56 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], make_encoder: Callable
             except EOFError:
                 return
             text = chunk_of(task)
-            try:
-                if visit_chunk is not None:
-                    count = None if text is None else visit_chunk(text)
-                    frame = b""
-                else:
-                    events = None if text is None else chunk_events(text)
-                    count = None if events is None else len(events)
-                    for event in events or ():
-                        visit(event)
-                    frame = encode(events) if encode is not None and events is not None else b""
-            except (TraceError, TypeError):
-                count = None  # the ordinary reading reports it with its position
-            if count is None:
+            indexed = None if text is None else index(text)
+            if indexed is None:
                 results.send_bytes(_REFUSED)
                 return
+            count, kept = indexed
+            frame = b"" if kept is None else encode_text(kept) if isinstance(kept, bytes) else encode(kept)
             part = pickle.dumps(visitor.take_part(), pickle.HIGHEST_PROTOCOL)
             results.send_bytes(b"".join((_PART, _SIZES.pack(count, len(part)), part, frame)))
     except BaseException as exc:
         send_failure(results, _FAILED, exc)
     finally:
         results.close()
+
+
+class InlineIndexer:
+    """The hand-off of :class:`IndexWorkers` done in this process, chunk by
+    chunk as they come (one busy process): the same chunks, indexed by a
+    visitor of their own whose parts ``visitor`` absorbs, and kept the same
+    way, so the output is the same as with workers, and a refused chunk
+    leaves nothing in ``visitor``."""
+
+    def __init__(self, make_visitor: Callable[[], PartVisitor], visitor: PartVisitor, spool: EventSink | None) -> None:
+        self.visitor = visitor
+        self.spool = spool
+        self.events = 0
+        self._taken = 0
+        self._index = ChunkIndexer(make_visitor(), spool, spool is not None and hasattr(spool, "add_text"))
+
+    def submit(self, text: bytes, offset: int | None) -> int:
+        indexed = self._index(text)
+        if indexed is None:
+            raise ChunkRefused(self._taken)
+        count, kept = indexed
+        self.visitor.absorb(self._index.visitor.take_part(), 0, self.events)
+        if isinstance(kept, bytes):
+            self.spool.add_text(kept, count)
+        elif kept is not None:
+            self.spool.add_events(kept, self.events)
+        self.events += count
+        self._taken += 1
+        return self._taken
+
+    def settle(self) -> int:
+        return self._taken
+
+    def __enter__(self) -> "InlineIndexer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def _chunk_reader(input_file: str | None) -> Callable[[bytes], bytes | None]:
@@ -306,10 +402,12 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
     visitor = make_visitor()
     if not splits_by_ranges(visitor):
         return None
+    scan = getattr(visitor, "scan_batch", None)
     indexed_here = 0  # events of the array's end, parsed and indexed in this process
     stream = source.open()
     input_file = source.file_bytes if stream.compression == "none" else None
-    with IndexWorkers(make_visitor, workers, visitor, spool, input_file) as pool:
+    with (IndexWorkers(make_visitor, workers, visitor, spool, input_file) if workers > 1
+          else InlineIndexer(make_visitor, visitor, spool)) as pool:
         tick = None
         if progress is not None:
             tick = lambda reader: progress.update("pass 1", reader.raw_bytes_read, pool.events + indexed_here)  # noqa: E731
@@ -318,6 +416,8 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
             for batch in reader.batches(hand_off=pool, chunk_bytes=CHUNK_BYTES):
                 for event in batch:
                     visitor.visit(event)
+                if scan is not None:
+                    scan(None, batch, pool.events + indexed_here)
                 if spool is not None:
                     spool.add_events(batch, pool.events + indexed_here)
                 indexed_here += len(batch)

@@ -132,9 +132,9 @@ def index_pass(
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
 
-    With ``jobs`` > 1 and a large input (or one of unknown size), worker
-    processes parse and index ranges of the events when the visitor's work
-    splits that way (:mod:`.indexworkers`); otherwise, or when the input
+    With a large input (or one of unknown size), ``jobs`` worker processes
+    (with one job, this process) parse and index ranges of the events when
+    the visitor's work splits that way (:mod:`.indexworkers`); otherwise, or when the input
     needs the ordinary reading, parsing (and spooling) of a large local file
     runs in a child process (:mod:`streamtrace.engine.parseproc`) while this
     process indexes.
@@ -214,10 +214,10 @@ def index_pass(
     try:
         ranges, mode = None, FAST
         size = source.size  # (None: a pipe or URL, of unknown size, may be large)
-        if jobs > 1 and not salvage and can_fork() and (size is None or size >= parseproc.MIN_BYTES):
+        if not salvage and (size is None or size >= parseproc.MIN_BYTES):
             warn_if_slow_backend()  # (pipes and URLs too: this process reads, and a reread takes the source's copy)
-            try:
-                ranges = index_by_ranges(source, make_visitor, spool, jobs, progress)
+            try:  # (one process: the same chunks, indexed here, so the output does not depend on jobs)
+                ranges = index_by_ranges(source, make_visitor, spool, jobs if can_fork() else 1, progress)
             except RobustModeNeeded as need:  # the ordinary reading starts in the mode the input needs
                 mode = need.args[0]
         if ranges is not None:

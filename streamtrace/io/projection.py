@@ -1,52 +1,165 @@
-"""Chunks of events decoded into a few typed fields (msgspec), for index
-visitors that read only those fields.
+"""Chunks of events decoded into the few typed fields a visitor reads
+(msgspec), and their lines for the event spool in the input's own text.
 
 Decoding a projection skips building a dict per event and every field not
-named, which is most of the cost of a parse.  A chunk is decoded only when
-the plain fast reading would read it the same way: elements that are not
-objects, a field of a shape the projection does not model (``args`` that is
-not an object), an integer orjson would round, or malformed text make the
-decoder refuse the chunk (None), and the caller reads it the ordinary way.
+named, which is most of the cost of a parse.  A visitor declares the fields
+it reads (:class:`Projection`); the decoder is built from that declaration.
+A chunk is decoded only when the plain fast reading would read it the same
+way: elements that are not objects, a field of a shape the projection does
+not model (``args`` that is not an object), an integer orjson would round,
+nesting deeper than the decoder goes, or malformed text make the decoder
+refuse the chunk (None), and the caller reads it the ordinary way.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import re
+from typing import Any, Mapping, Optional
 
 import msgspec
+import numpy as np
+import orjson
 
 from .reader import has_int_beyond_fast_reading
 
+ABSENT = msgspec.UNSET
+"""A declared field's default that tells an absent member from ``null``."""
 
-class EventArgs(msgspec.Struct):
-    """The members of ``args`` the analyses read."""
-
-    stream: Any = None
-    correlation: Any = None
-    rank: Any = None
-    name: Any = None
+_ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
-class ProjectedEvent(msgspec.Struct):
-    """The members of an event the analyses read."""
+class Projection:
+    """A typed decoder for the members of an event a visitor reads.
 
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: Optional[EventArgs] = None
+    ``fields`` maps each member to its default when absent (None, a value,
+    or :data:`ABSENT`), or to a mapping of the same kind: an object member
+    (such as ``args``) and the members of it that are read; absent or
+    ``null``, it is None, and any other value refuses the chunk.
+    Names must be Python identifiers.
+    """
+
+    def __init__(self, fields: Mapping[str, object] | type) -> None:
+        """``fields``, or a msgspec Struct type of an event to decode into (its
+        members typed: a member of another type refuses the chunk)."""
+        self.fields = fields
+        event = fields if isinstance(fields, type) else _struct("Event", fields)
+        self._decoder = msgspec.json.Decoder(list[event])
+        self._element_decoder = msgspec.json.Decoder(event)
+
+    def decode(self, text: bytes) -> list | None:
+        """The events of a chunk of elements (``{...},{...}``), projected;
+        None when the ordinary reading must read the chunk (see the module's text)."""
+        if not read_alike(text):
+            return None
+        try:
+            return self._decoder.decode(b"[" + text + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
+
+    def decode_with_lines(self, text: bytes) -> tuple[list, bytes] | None:
+        """The events of a chunk, projected, and the same events as spool
+        lines (one event a line, newlines between them) in the input's own
+        text; None when either must be refused: the chunk is then read and
+        its events encoded the ordinary way.  The chunk's elements are found
+        first, then each decoded: one reading gives both.
+
+        Pass 2 changes spooled lines as text where each change is exact (a
+        key found as often as the event holds it, before a number), and
+        decodes the line otherwise: spacing and key order may be the
+        input's.  But an event spread over lines cannot be a line, and a key
+        is found only as it is spelled: so an event with a line break
+        inside, a chunk with any backslash (an escape could spell a key, or
+        hide text from redaction), invalid UTF-8 (which the projection does
+        not read), or a number a float may overflow in (which the fast
+        reading refuses) is refused.
+        """
+        if b"\\" in text or not read_alike(text):
+            return None
+        try:
+            elements = _ELEMENTS.decode(b"[" + text + b"]")
+            events = list(map(self._element_decoder.decode, elements))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
+        lines = _joined_lines(elements)
+        return None if lines is None else (events, lines)
 
 
-_DECODER = msgspec.json.Decoder(list[ProjectedEvent])
+def read_alike(text: bytes) -> bool:
+    """Would the fast reading read every byte of ``text`` as a projection
+    does, members it skips included?  Not with an integer orjson would
+    round, a float beyond a double (orjson refuses it; msgspec skips it
+    unread), or text that is not UTF-8 (the same)."""
+    shapes = text.translate(_NUMBER_SHAPES)
+    if _LONG_DIGITS in shapes and (has_int_beyond_fast_reading(text, shapes) or _HUGE_DIGITS in shapes):
+        return False
+    if _HUGE_EXPONENT.search(shapes):
+        return False
+    if not text.isascii():
+        try:
+            text.decode()
+        except UnicodeDecodeError:
+            return False
+    return True
 
 
-def projected_events(text: bytes) -> list[ProjectedEvent] | None:
-    """The events of a chunk of elements (``{...},{...}``), projected; None
-    when the ordinary reading must read the chunk (see the module's text)."""
-    if has_int_beyond_fast_reading(text):
-        return None
-    try:
-        return _DECODER.decode(b"[" + text + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+# digits as 9, exponent marks as e, signs as +: the number shapes the fast reading refuses stand out
+_NUMBER_SHAPES = bytes(57 if 48 <= byte <= 57 else 101 if byte in b"eE" else 43 if byte in b"+-" else 32
+                       for byte in range(256))
+_HUGE_EXPONENT = re.compile(rb"9e\+?999")  # beyond a double (zeros are nines here too)
+_LONG_DIGITS, _HUGE_DIGITS = b"9" * 19, b"9" * 300  # an integer beyond 64 bits; a float beyond a double
+
+
+def _struct(name: str, fields: Mapping[str, object]) -> type:
+    members: list[tuple] = []
+    for key, default in fields.items():
+        if not key.isidentifier():
+            raise ValueError(f"projected member {key!r} is not an identifier")
+        if isinstance(default, Mapping):
+            members.append((key, Optional[_struct(f"{name}_{key}", default)], None))
+        else:
+            members.append((key, Any, default))
+    return msgspec.defstruct(name, members)
+
+
+class ProjectedChunk:
+    """A chunk's events as projections (``events``), with the means to read
+    the few a visitor needs whole (:meth:`whole`)."""
+
+    def __init__(self, text: bytes, events: list, lines: bytes | None = None) -> None:
+        """``lines``: the chunk's spool lines, when made (:meth:`Projection.decode_with_lines`)."""
+        self.text = text
+        self.events = events
+        self._lines = lines
+
+    def whole(self, at: list[int]) -> list[dict]:
+        """The events at positions ``at`` decoded whole, as the fast reading
+        decodes them (one decoder call for them all)."""
+        if not at:
+            return []
+        if self._lines is not None:
+            starts = self._line_starts()
+            chosen = [self._lines[starts[position]:starts[position + 1] - 1] for position in at]
+        else:
+            elements = _ELEMENTS.decode(b"[" + self.text + b"]")
+            chosen = [elements[position] for position in at]
+        return orjson.loads(b"[" + b",".join(chosen) + b"]")
+
+    def _line_starts(self) -> np.ndarray:
+        """Where each line starts in ``lines``, and (last) one past its end."""
+        breaks = np.flatnonzero(np.frombuffer(self._lines, np.uint8) == 10)
+        return np.concatenate(([0], breaks + 1, [len(self._lines) + 1])).tolist()
+
+
+def _joined_lines(elements: list) -> bytes | None:
+    """The elements one a line, or None when one has a line break inside (or a carriage return)."""
+    lines = b"\n".join(elements)
+    return lines if lines.count(b"\n") == len(elements) - 1 and b"\r" not in lines else None
+
+
+_ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,
+                    "args": {"stream": None, "correlation": None, "rank": None, "name": None}}
+_ANALYSIS = Projection(_ANALYSIS_FIELDS)
+
+
+def projected_events(text: bytes) -> list | None:
+    """The events of a chunk with the members the analyses read (see :class:`Projection`)."""
+    return _ANALYSIS.decode(text)

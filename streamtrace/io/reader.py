@@ -744,15 +744,17 @@ _DIGIT_RUN = re.compile(rb"9+")
 _ORJSON_INTS = range(-(1 << 63), 1 << 64)
 
 
-def has_int_beyond_fast_reading(text: bytes) -> bool:
+def has_int_beyond_fast_reading(text: bytes, digits: bytes | None = None) -> bool:
     """Does ``text`` hold an integer orjson would round (outside [-2^63, 2^64))?
 
-    Digits become ``9`` in a translated copy, so C-level ``find`` locates
-    the runs of 19 or more; only those are looked at.  A run that is part
-    of a float (after ``.``, before ``.``/``e``) is not an integer.  A run
-    inside a string counts (rarely costly: that text is parsed exactly).
+    Digits become ``9`` in a translated copy (``digits``, when the caller
+    has made one: any copy with digits as ``9`` and nothing else as ``9``),
+    so C-level ``find`` locates the runs of 19 or more; only those are
+    looked at.  A run that is part of a float (after ``.``, before
+    ``.``/``e``) is not an integer.  A run inside a string counts (rarely
+    costly: that text is parsed exactly).
     """
-    digits = text.translate(_DIGITS_AS_NINES)
+    digits = text.translate(_DIGITS_AS_NINES) if digits is None else digits
     at = digits.find(_NINETEEN_DIGITS)
     while at >= 0:
         end = _DIGIT_RUN.match(digits, at).end()

@@ -84,6 +84,13 @@ class EventSpool:
         compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
         return lambda events: compressor.compress(b"".join((dumped_batch(events, 0)[1], b"\n")))
 
+    @staticmethod
+    def text_frame_encoder() -> Callable[[bytes], bytes]:
+        """Spool lines already made (:meth:`~streamtrace.io.projection.Projection.decode_with_lines`)
+        in one zstd frame, for :meth:`add_frame`."""
+        compressor = zstandard.ZstdCompressor(level=SPOOL_LEVEL)
+        return lambda lines: compressor.compress(lines + b"\n")
+
     def add_events(self, events: list, first_index: int) -> None:
         """Keep parsed events (``first_index``: the first one's, for errors)."""
         self.add_text(dumped_batch(events, first_index)[1], len(events))

@@ -1,0 +1,132 @@
+"""Pass 1 on projections: a chunk decoded into the members a visitor reads
+indexes as the event-by-event visit does, and its spool lines are the
+events' own text only where pass 2 can work on it."""
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from streamtrace.commands.compact import CompactIndex
+from streamtrace.errors import TraceError
+from streamtrace.io.configfiles import load_rules
+from streamtrace.io.projection import ProjectedChunk, Projection
+
+RULES = load_rules(None)
+
+
+def odd_events() -> list[dict]:
+    """Every kind CompactIndex tells apart, with the odd values it must read as visit() does:
+    streams and labels first met by different kinds in turn, ints for times, a missing dur,
+    null, empty or non-string args.name, args.original_stream, odd tids, non-numeric flow ts."""
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 9, "args": {"name": "stream 9"}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "PP:0F0", "pid": 0, "tid": 9, "ts": 5, "dur": 2,
+         "args": {"External id": 1}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1.5, "dur": 3.0,
+         "args": {"stream": 7, "name": "PP:0F0", "correlation": 3}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 3, "pid": 1, "tid": 1, "ts": 1.0},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 3, "pid": 0, "tid": 8, "ts": "late"},
+        {"ph": "X", "cat": "Kernel", "name": "nccl", "pid": 0, "tid": 8, "ts": 4, "args": None},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": "odd", "ts": 6.25, "dur": 0,
+         "args": {"stream": 8, "original_stream": 3, "name": ""}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 7.0, "dur": 1.0,
+         "args": {"stream": "7", "name": 5}},
+        {"ph": "i", "cat": "kernel", "name": "marker", "pid": 0, "tid": 7, "ts": 8.0},
+        {"ph": "i", "cat": "gpu_user_annotation", "name": "instant", "pid": 0, "tid": 7, "ts": 8.0},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "", "pid": 0, "tid": 11, "ts": 9.0, "dur": 1.0,
+         "args": {"External id": 2, "extra": [1, 2]}, "id": 4},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 0.5, "dur": 1},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 1, "tid": 1, "ts": 0.7, "dur": 1},
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": 12, "args": {"sort_index": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": True, "ts": 0.1, "dur": 0.2},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 13, "ts": 10.0, "dur": 1.0,
+         "args": {"stream": 13, "name": "PP:0B0"}},
+    ]
+    return events
+
+
+def parts_both_ways(chunks: list[list[dict]]) -> tuple[dict, dict]:
+    """take_part() of an index fed event by event, and of one fed the same chunks projected."""
+    one_by_one, projected = CompactIndex(RULES), CompactIndex(RULES)
+    for chunk in chunks:
+        for event in chunk:
+            one_by_one.visit(event)
+        text = orjson.dumps(chunk)[1:-1]
+        decoded = projected.projection.decode_with_lines(text)
+        assert decoded is not None
+        assert projected.visit_projected(ProjectedChunk(text, *decoded))
+    return one_by_one.take_part(), projected.take_part()
+
+
+def test_a_projected_chunk_indexes_as_event_by_event():
+    events = odd_events()
+    expected, got = parts_both_ways([events[:7], events[7:]])
+    assert got == expected
+    assert expected["stream_keys"][:3] == [(0, 9), (0, 7), (1, 1)]  # first met by metadata, annotation, slice, flow
+    assert expected["label_names"] == ["PP:0F0", "", "PP:0B0"]
+
+
+def test_streams_and_labels_are_numbered_in_event_order_across_kinds():
+    events = odd_events()
+    expected, got = parts_both_ways([list(reversed(events))])
+    assert got == expected
+
+
+@pytest.mark.parametrize("damage", [
+    {"pid": None},  # a GPU slice without its device
+    {"ts": "soon"},
+    {"dur": -1.0},
+    {"dur": None},
+    {"name": ["a", "list"]},
+])
+def test_what_visit_would_refuse_is_refused(damage):
+    """The chunk goes to the event-by-event reading, which names the event."""
+    event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0, **damage}
+    text = orjson.dumps([event])[1:-1]
+    index = CompactIndex(RULES)
+    decoded = index.projection.decode_with_lines(text)
+    with pytest.raises((TraceError, TypeError)):
+        if decoded is None or not index.visit_projected(ProjectedChunk(text, *decoded)):
+            raise TraceError("refused")
+    with pytest.raises((TraceError, TypeError)):
+        CompactIndex(RULES).visit(event)
+
+
+def test_args_that_are_not_an_object_refuse_the_projection():
+    assert CompactIndex.projection.decode(b'{"ph":"X","args":[1]}') is None
+    assert CompactIndex.projection.decode(b'{"ph":"X","args":null}')[0].args is None
+
+
+@pytest.mark.parametrize("text, lines", [
+    (b'{"a": 1, "b": [1, 2]},\r\n{"c":"x y"}', b'{"a": 1, "b": [1, 2]}\n{"c":"x y"}'),
+    (b'{"a":1.50,"b":1e-400},{"c":"\xc3\xa9"}', b'{"a":1.50,"b":1e-400}\n{"c":"\xc3\xa9"}'),
+    (b'{"a":1}', b'{"a":1}'),
+])
+def test_spool_lines_keep_the_events_own_text(text, lines):
+    events, got = Projection({"a": None}).decode_with_lines(text)
+    assert got == lines
+    assert [json.loads(line) for line in got.split(b"\n")] == json.loads(b"[" + text + b"]")
+
+
+@pytest.mark.parametrize("text", [
+    b'{"a":\n1}',  # an event over two lines (pretty-printed)
+    b'{"a":"x\\/y"}',  # any escape
+    b'{"a":"\xff"}',  # invalid UTF-8, in a member the projection skips
+    b'{"b":1e400}',  # a float that overflows: the fast reading refuses it
+    b'{"b":1E+0309}',
+    b'{"b":1' + b"0" * 320 + b'.5}',
+    b'{"b":123456789012345678901234567890}',  # an integer orjson would round
+])
+def test_text_pass_2_cannot_take_is_refused(text):
+    assert Projection({"a": None}).decode_with_lines(text) is None
+
+
+def test_whole_events_are_the_fast_readings():
+    events = odd_events()
+    text = orjson.dumps(events)[1:-1]
+    projected, lines = CompactIndex.projection.decode_with_lines(text)
+    for chunk in (ProjectedChunk(text, projected, lines), ProjectedChunk(text, projected)):
+        assert chunk.whole([0, 10, len(events) - 1]) == [events[0], events[10], events[-1]]
