@@ -214,10 +214,13 @@ def index_pass(
     try:
         ranges, mode = None, FAST
         size = source.size  # (None: a pipe or URL, of unknown size, may be large)
-        if not salvage and (size is None or size >= parseproc.MIN_BYTES):
-            warn_if_slow_backend()  # (pipes and URLs too: this process reads, and a reread takes the source's copy)
-            try:  # (one process: the same chunks, indexed here, so the output does not depend on jobs)
-                ranges = index_by_ranges(source, make_visitor, spool, jobs if can_fork() else 1, progress)
+        if not salvage:
+            large = size is None or size >= parseproc.MIN_BYTES
+            if large:
+                warn_if_slow_backend()  # (pipes and URLs too: this process reads, and a reread takes the source's copy)
+            workers = jobs if large and can_fork() else 1  # (a small input is not worth a fork)
+            try:  # (one process: the same chunks, indexed here, so the output depends neither on jobs nor on size)
+                ranges = index_by_ranges(source, make_visitor, spool, workers, progress)
             except RobustModeNeeded as need:  # the ordinary reading starts in the mode the input needs
                 mode = need.args[0]
         if ranges is not None:
