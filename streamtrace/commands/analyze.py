@@ -159,6 +159,7 @@ class AnalyzeIndex:
         self.visit = self._make_visit()
 
     splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
+    partial = False  # True where it indexes parts (in a worker, or beside the joined index): its rows go in parts, unspilled
     _PART_ARRAYS = ("ts", "dur", "stream", "corr", "row_ranks", "plain_ts", "plain_dur")  # copied as they are
     _PART_IDS = (("name", 0), ("cat", 1), ("slot", 2), ("plain_slot", 2))  # translated: names, categories, pid slots
 
@@ -296,8 +297,8 @@ class AnalyzeIndex:
             self.spill_work()
 
     def spill(self) -> None:
-        """Move the plain rows held to the temporary file (in this process only)."""
-        if os.getpid() != self._owner or not self.plain_ts:
+        """Move the plain rows held to the temporary file (in the joined index only)."""
+        if self.partial or os.getpid() != self._owner or not self.plain_ts:
             return
         if self._spilled is None:
             self._spilled = tempfile.TemporaryFile(prefix="streamtrace-rows-", dir=self.spool_dir)
@@ -307,8 +308,8 @@ class AnalyzeIndex:
             del rows[:]
 
     def spill_work(self) -> None:
-        """Move the work rows held (and their ranks) to their temporary file (in this process only)."""
-        if os.getpid() != self._owner or not self.ts:
+        """Move the work rows held (and their ranks) to their temporary file (in the joined index only)."""
+        if self.partial or os.getpid() != self._owner or not self.ts:
             return
         if self._work is None:
             self._work = tempfile.TemporaryFile(prefix="streamtrace-work-", dir=self.spool_dir)
