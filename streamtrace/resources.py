@@ -94,15 +94,22 @@ def forking() -> Iterator[None]:
     Children start with both held and release them once they have set their
     own handlers.
     """
-    with frozen_heap():
-        if not hasattr(signal, "pthread_sigmask"):  # (Windows)
-            yield
-            return
-        signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+    with frozen_heap(), signals_held():
+        yield
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block ends: for steps a stop must
+    not cut in two (making a file and learning its name)."""
+    if not hasattr(signal, "pthread_sigmask"):  # (Windows)
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Union
 import zstandard
 
 from ..errors import TraceError
-from ..resources import stop_if_requested
+from ..resources import signals_held, stop_if_requested
 from .archive import outer_path
 from .formats import COMPRESSIONS
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
@@ -234,10 +234,16 @@ class OutputTarget:
             return
         directory = os.path.dirname(os.path.abspath(self.path))
         base = os.path.basename(self.path)
+        temp: str | None = None
         try:
-            handle, temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".part", dir=directory)
+            with signals_held():  # a stop between making the file and learning its name would leave it behind
+                handle, temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".part", dir=directory)
         except OSError as exc:
             raise TraceError(f"cannot create a file here: {exc.strerror}", path=self.path) from None
+        except BaseException:  # a stop held meanwhile, raised as the signals are released
+            if temp is not None:
+                remove_quietly(temp)
+            raise
         try:
             os.fchmod(handle, _permissions_of_a_new_file())  # mkstemp makes 0600: colleagues could not read it
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
