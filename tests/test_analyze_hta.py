@@ -27,6 +27,8 @@ from hta_oracle import COLUMNS, PARTIAL_COLUMNS, TABLES, assert_tables_equal, ht
 import streamtrace
 from streamtrace.synth import SynthConfig, write_traces
 
+pytestmark = pytest.mark.slow  # HTA, the oracle, loads every trace into pandas: CI runs it, the quick loop does not
+
 HAS_ANALYZE = hasattr(streamtrace, "analyze")
 NO_ANALYZE = "streamtrace.analyze does not exist on this branch yet (the command lands separately)"
 DLRM = TRACES / "dlrm_8ranks"

@@ -19,6 +19,8 @@ from test_buckets import BUCKET, SMALL, TRACE, keys, open_uploads, run_main, s3,
 import streamtrace
 from streamtrace.io import remote
 
+pytestmark = pytest.mark.slow  # object-storage faults with retries: CI runs it, the quick loop does not
+
 s3fs = pytest.importorskip("s3fs", reason="the s3 extra")
 
 PART = re.compile(r"[?&]partNumber=(\d+)")

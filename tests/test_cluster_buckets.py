@@ -33,6 +33,8 @@ from streamtrace.io import objectstore
 from streamtrace.io.objectstore import MIN_PART, assemble_s3, copy_ranges, part_groups
 from streamtrace.synth import SynthConfig, write_traces
 
+pytestmark = pytest.mark.slow  # a Dask cluster on a bucket: CI runs it, the quick loop does not
+
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("moto", reason="the dev extra (moto's S3 server)")
 s3fs = pytest.importorskip("s3fs")

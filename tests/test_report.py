@@ -22,6 +22,8 @@ from conftest import ROOT, TRACES
 import streamtrace
 from streamtrace.synth import SynthConfig, write_traces
 
+pytestmark = pytest.mark.slow  # a browser: CI runs it, the quick loop does not
+
 report_screenshots = pytest.importorskip("report_screenshots")
 pytest.importorskip("plotly")
 pytest.importorskip("playwright")
