@@ -27,7 +27,23 @@ def events_of(document: dict | list) -> list:
     return document["traceEvents"] if isinstance(document, dict) else document
 
 
-@pytest.fixture(params=REAL_TRACES, ids=lambda p: p.name)
+QUICK_TRACE_BYTES = 256 << 10  # the shared traces above this are the two largest, most of a matrix's time
+
+
+def large_ones_slow(paths: list[Path]) -> list:
+    """Matrix cases over real traces: the large traces only outside the quick loop (CI runs every case)."""
+    return [pytest.param(path, marks=pytest.mark.slow) if path.stat().st_size > QUICK_TRACE_BYTES else path
+            for path in paths]
+
+
+def all_but_first_slow(cases: list) -> list:
+    """A matrix whose cases all test one mechanism: the quick loop runs the first, CI runs every case."""
+    def as_param(case, marks=()):
+        return pytest.param(*case, marks=marks) if isinstance(case, tuple) else pytest.param(case, marks=marks)
+    return [as_param(case, () if index == 0 else pytest.mark.slow) for index, case in enumerate(cases)]
+
+
+@pytest.fixture(params=large_ones_slow(REAL_TRACES), ids=lambda p: p.name)
 def real_trace(request) -> Path:
     return request.param
 

@@ -237,7 +237,6 @@ def test_slowdown_is_answered_with_retries(proxy, s3, small_parts, tmp_path):  #
     assert open_uploads(s3) == []
 
 
-@pytest.mark.slow
 def test_slowdown_that_persists_is_one_line_and_leaves_nothing(proxy, s3, few_attempts, capsys):  # noqa: F811
     url = f"s3://{BUCKET}/slow/always.json"
     proxy.fault = lambda method, path, headers: s3_error(503, "SlowDown") if upload_parts(method, path) else None

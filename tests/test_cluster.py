@@ -164,7 +164,6 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     client.wait_for_workers(2, timeout=60)  # the nanny starts a new one for the tests after this
 
 
-@pytest.mark.slow
 def test_a_worker_killed_while_writing_a_stage_is_replaced_and_the_files_are_the_same(cluster, tmp_path):
     """The workers are killed (SIGKILL) once a stage's file is well under way
     (a ``.part`` file in the output's hidden folder past 60% of a stage's

@@ -261,7 +261,6 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_output_is_the_same(cluster
     clear(s3)
 
 
-@pytest.mark.slow
 def test_an_s3_to_s3_merge_passes_few_bytes_through_the_coordinator(cluster, s3, endpoint, tmp_path):
     """16 ranks whose pieces are over 5 MiB each: every part is a server-side
     copy.  The coordinator runs in its own process and reaches S3 through a

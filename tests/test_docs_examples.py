@@ -266,7 +266,8 @@ def check_printed(kind: str, what: str, printed: str, command: str) -> None:
         pytest.fail(f"unknown promise '# {kind} {what}' in: {command} (use JSON, CSV or text)")
 
 
-@pytest.mark.parametrize("block", RUN_BLOCKS, ids=lambda block: block.name)
+@pytest.mark.parametrize("block", [block if block.name.startswith("README") else pytest.param(block, marks=pytest.mark.slow)
+                                   for block in RUN_BLOCKS], ids=lambda block: block.name)
 def test_example_runs(block: Block, inputs: Path, bin_dir: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     shutil.copytree(inputs, work)

@@ -24,7 +24,7 @@ from typing import Iterator
 
 import pytest
 from badinputs.matrix import CLI, COMMANDS, Command, available, cli_env, command_line, files_under
-from conftest import TRACES, events_of, load_json
+from conftest import TRACES, all_but_first_slow, events_of, load_json
 
 from streamtrace import cli
 from streamtrace.cli import signals
@@ -439,7 +439,7 @@ KILLED_WORKER_CASES = [("several", command, moment) for command, moment in POOL_
 
 
 @NEEDS_PROC
-@pytest.mark.parametrize("inputs,command,moment", KILLED_WORKER_CASES, ids=["-".join(case) for case in KILLED_WORKER_CASES])
+@pytest.mark.parametrize("inputs,command,moment", all_but_first_slow(KILLED_WORKER_CASES), ids=["-".join(case) for case in KILLED_WORKER_CASES])
 def test_a_killed_worker_stops_the_run_and_leaves_nothing(inputs, command, moment, rank_traces, tmp_path):
     """A pool worker or a pass-2 worker killed outright (SIGKILL, as the OOM
     killer does) cannot clean up: the run stops with one line, and what the

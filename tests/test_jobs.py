@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from conftest import REAL_TRACES, ROOT
+from conftest import REAL_TRACES, ROOT, large_ones_slow
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_redact import write_planted_run
@@ -212,7 +212,7 @@ def unusual_texts(generated, tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("name", ["compact", "relink", "split"])
+@pytest.mark.parametrize("name", ["compact", pytest.param("relink", marks=pytest.mark.slow), pytest.param("split", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("form", TEXT_FORMS)
 def test_unusual_text_comes_out_the_same_for_every_n_and_as_json(name, form, unusual_texts, tmp_path, small_pieces):
     """Events whose own text reaches the spool (spaces, escapes, line
@@ -229,7 +229,7 @@ def test_unusual_text_comes_out_the_same_for_every_n_and_as_json(name, form, unu
         assert json.loads(produced.read_bytes()) == json.loads(expected.read_bytes())
 
 
-@pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace", large_ones_slow(REAL_TRACES), ids=lambda p: p.name)
 def test_inspect_says_the_same_for_every_n(trace, small_pieces):
     summaries = [without_timing(streamtrace.inspect(trace, jobs=jobs)) for jobs in (1, 2, 3)]
     assert summaries[1] == summaries[0] and summaries[2] == summaries[0]

@@ -25,6 +25,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import all_but_first_slow
 
 PACKAGE = Path(__file__).resolve().parent.parent / "streamtrace"
 ORDER = ["base", "algo", "io", "engine", "commands", "face"]
@@ -189,7 +190,7 @@ def _write(root: Path, relative: str, text: str) -> None:
     path.write_text(text)
 
 
-@pytest.mark.parametrize("module, line, broken", [
+@pytest.mark.parametrize("module, line, broken", all_but_first_slow([
     ("algo/lanes.py", "from ..io.reader import TraceReader\n", "algo algo.lanes -> io io.reader"),
     ("algo/lanes.py", "from streamtrace.engine import passes\n", "algo algo.lanes -> engine engine.passes"),
     ("io/reader.py", "from ..commands.compact import compact\n", "io io.reader -> commands commands.compact"),
@@ -198,12 +199,11 @@ def _write(root: Path, relative: str, text: str) -> None:
     ("synth.py", "from .io import sink\n", "synth synth -> io io.sink"),
     ("commands/inspect.py", "from ..cli.report import human_report\n", "commands commands.inspect -> face cli.report"),
     ("__init__.py", "from .cli import main\n", "face __init__ -> face cli"),
-])
+]))
 def test_a_deliberate_violation_is_caught(tmp_path: Path, module: str, line: str, broken: str) -> None:
     """A copy of the package with one import that goes up a layer fails the rule."""
     root = tmp_path / "streamtrace"
-    for path in PACKAGE.rglob("*.py"):
-        _write(root, str(path.relative_to(PACKAGE)), path.read_text(encoding="utf-8"))
+    copy_of_package(root)
     assert violations(root) == []
     _write(root, module, (root / module).read_text(encoding="utf-8") + line)
     found = violations(root)

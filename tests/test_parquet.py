@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, ROOT, TRACES, events_of, load_json
+from conftest import REAL_TRACES, ROOT, TRACES, events_of, large_ones_slow, load_json
 
 import streamtrace
 from streamtrace import TraceError, attribute, convert, inspect
@@ -59,7 +59,7 @@ def merged_by_name(tmp_path_factory) -> Path:
     return directory / truth["merged"]["file"]
 
 
-@pytest.mark.parametrize("trace", REAL_TRACES + DLRM, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace", large_ones_slow(REAL_TRACES + DLRM), ids=lambda p: p.name)
 def test_every_event_rebuilds_from_its_row(trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "events.parquet"
     summary = convert(trace, out, jobs=1)
@@ -140,7 +140,7 @@ def _check_against_commands(trace: Path, tmp_path: Path) -> None:
             assert low == pid["rank"], pid
 
 
-@pytest.mark.parametrize("trace", REAL_TRACES + DLRM, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace", large_ones_slow(REAL_TRACES + DLRM), ids=lambda p: p.name)
 def test_sql_answers_equal_inspect_and_attribute(trace: Path, tmp_path: Path) -> None:
     _check_against_commands(trace, tmp_path)
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, events_of, load_json
+from conftest import REAL_TRACES, events_of, large_ones_slow, load_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,7 +160,7 @@ def test_an_integer_beyond_64_bits_mid_file_gives_way_to_the_exact_reading(tmp_p
     assert str(1 << 70) in single["compact.json"].decode()
 
 
-@pytest.mark.parametrize("trace", REAL_TRACES[:4], ids=lambda path: path.name)
+@pytest.mark.parametrize("trace", large_ones_slow(REAL_TRACES[:4]), ids=lambda path: path.name)
 def test_real_traces_through_ranges(tmp_path, ranges_only, trace):
     assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
     assert len(ranges_only) == 6

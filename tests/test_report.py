@@ -234,7 +234,6 @@ def test_without_plotly_html_names_the_extra(tmp_path, pp_run):
 MANY = 1024
 
 
-@pytest.mark.slow
 def test_1024_ranks_page_is_small_and_opens_quickly(chromium, tmp_path):
     traces = tmp_path / "many"
     config = SynthConfig(ranks=MANY, pp_stages=1, microbatches=1, steps=3, graph_kernels=0, eager_kernels=2,
