@@ -123,11 +123,24 @@ def tree_memory_mb(pid: int) -> tuple[float, float]:
     return rss / 1024, pss / 1024
 
 
+def own_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of one process alone, not its children (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def run_child(argv: list[str]) -> dict:
     """Wall seconds, the largest single process's peak RSS (MiB), stdout, and
-    the whole process tree's peak RSS and PSS (sampled every 0.2 s)."""
+    the whole process tree's peak RSS and PSS (sampled every 0.2 s); the main
+    process's own CPU time is sampled too, so it may be short by what that
+    process spent in its last 0.2 s."""
     started = time.perf_counter()
     tree_peak = [0.0, 0.0]
+    main_cpu = [0.0]
     with tempfile.TemporaryFile() as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE)
         done = threading.Event()
@@ -135,6 +148,7 @@ def run_child(argv: list[str]) -> dict:
         def sample() -> None:
             while not done.wait(0.2):
                 tree_peak[:] = map(max, tree_peak, tree_memory_mb(process.pid))
+                main_cpu[0] = max(main_cpu[0], own_cpu_seconds(process.pid) or 0.0)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -151,7 +165,7 @@ def run_child(argv: list[str]) -> dict:
         return {"seconds": elapsed, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": out.read().decode(errors="replace"),
                 "tree_rss_mb": tree_peak[0], "tree_pss_mb": tree_peak[1],
                 # the child's own CPU time plus that of every descendant it reaped (its workers)
-                "cpu_seconds": usage.ru_utime + usage.ru_stime}
+                "cpu_seconds": usage.ru_utime + usage.ru_stime, "main_cpu_seconds": main_cpu[0]}
 
 
 CALIBRATION_CODE = "sum(i * i % 7 for i in range(3_000_000))"
@@ -234,6 +248,8 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         "command": shlex.join(command),
         "command_seconds": spread([run["seconds"] for run in runs]),
         "command_cpu_seconds": spread([run["cpu_seconds"] for run in runs]),
+        # the share of the CPU time spent in the main process (reading, cutting chunks, joining, writing)
+        "command_main_process_cpu_share": spread([run["main_cpu_seconds"] / max(run["cpu_seconds"], 1e-9) for run in runs]),
         "command_peak_rss_mb": round(max(run["peak_rss_mb"] for run in runs), 1),
         "command_tree_peak_rss_mb": round(max(run["tree_rss_mb"] for run in runs), 1),
         "command_tree_peak_pss_mb": round(max(run["tree_pss_mb"] for run in runs), 1),
