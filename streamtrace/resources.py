@@ -100,8 +100,8 @@ def forking() -> Iterator[None]:
 
 @contextmanager
 def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block ends: for steps a stop must
-    not cut in two (making a file and learning its name)."""
+    """SIGINT and SIGTERM wait, in this thread, until the block ends: for a
+    step a stop must not cut in two, such as a fork."""
     if not hasattr(signal, "pthread_sigmask"):  # (Windows)
         yield
         return

@@ -11,15 +11,15 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import secrets
 import sys
-import tempfile
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Union
 
 import zstandard
 
 from ..errors import TraceError
-from ..resources import signals_held, stop_if_requested
+from ..resources import stop_if_requested
 from .archive import outer_path
 from .formats import COMPRESSIONS
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
@@ -234,18 +234,21 @@ class OutputTarget:
             return
         directory = os.path.dirname(os.path.abspath(self.path))
         base = os.path.basename(self.path)
-        temp: str | None = None
+        temp = ""
         try:
-            with signals_held():  # a stop between making the file and learning its name would leave it behind
-                handle, temp = tempfile.mkstemp(prefix=f".{base}.", suffix=".part", dir=directory)
+            while True:  # the name is known before the file exists: a stop at any moment knows what to remove
+                temp = os.path.join(directory, f".{base}.{secrets.token_hex(4)}.part")
+                try:  # mode 0666 less the umask, as a plain open() gives: colleagues can read the output
+                    handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+                    break
+                except FileExistsError:
+                    continue
         except OSError as exc:
             raise TraceError(f"cannot create a file here: {exc.strerror}", path=self.path) from None
-        except BaseException:  # a stop held meanwhile, raised as the signals are released
-            if temp is not None:
-                remove_quietly(temp)
+        except BaseException:  # a stop (Ctrl-C) while the file was being made, from whichever thread got the signal
+            remove_quietly(temp)
             raise
         try:
-            os.fchmod(handle, _permissions_of_a_new_file())  # mkstemp makes 0600: colleagues could not read it
             with os.fdopen(handle, "wb", buffering=WRITE_BUFFER) as raw:
                 with compressed(raw, self.compression, self.level, self.background) as out:
                     yield out
@@ -277,13 +280,6 @@ def default_output(src: object, tag: str) -> str:
         if path.endswith(suffix):
             return path[: -len(suffix)] + tag + suffix
     return path + tag + ".json.gz"
-
-
-def _permissions_of_a_new_file() -> int:
-    """The mode a plain ``open()`` gives a new file: 0666 less the umask."""
-    umask = os.umask(0)  # the only way to read it; set straight back
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def remove_quietly(path: str) -> None:
