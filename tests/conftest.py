@@ -38,9 +38,8 @@ def large_ones_slow(paths: list[Path]) -> list:
 
 def all_but_first_slow(cases: list) -> list:
     """A matrix whose cases all test one mechanism: the quick loop runs the first, CI runs every case."""
-    def as_param(case, marks=()):
-        return pytest.param(*case, marks=marks) if isinstance(case, tuple) else pytest.param(case, marks=marks)
-    return [as_param(case, () if index == 0 else pytest.mark.slow) for index, case in enumerate(cases)]
+    return [pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=() if index == 0 else pytest.mark.slow)
+            for index, case in enumerate(cases)]
 
 
 @pytest.fixture(params=large_ones_slow(REAL_TRACES), ids=lambda p: p.name)

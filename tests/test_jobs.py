@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from conftest import REAL_TRACES, ROOT, large_ones_slow
+from conftest import REAL_TRACES, ROOT, all_but_first_slow, large_ones_slow
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_redact import write_planted_run
@@ -212,7 +212,7 @@ def unusual_texts(generated, tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("name", ["compact", pytest.param("relink", marks=pytest.mark.slow), pytest.param("split", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", all_but_first_slow(["compact", "relink", "split"]))
 @pytest.mark.parametrize("form", TEXT_FORMS)
 def test_unusual_text_comes_out_the_same_for_every_n_and_as_json(name, form, unusual_texts, tmp_path, small_pieces):
     """Events whose own text reaches the spool (spaces, escapes, line

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import REAL_TRACES, ROOT, TRACES, large_ones_slow, load_json
+from conftest import REAL_TRACES, ROOT, TRACES, all_but_first_slow, large_ones_slow, load_json
 
 import streamtrace
 from streamtrace.algo.steps import parse_int_list
@@ -191,6 +191,8 @@ def dangling(events: list[dict], source: list[dict]) -> int:
     return sum(1 for key, sides in flow_sides(events).items() if sides != {"start", "end"} and key in whole)
 
 
+SLICED_KINDS = all_but_first_slow(["single", "merged"])  # one rank, and ranks merged in one file
+
 SELECTIONS = [
     {"steps": "3,5-6"},
     {"steps": "0"},
@@ -222,7 +224,7 @@ def library_options(options: dict) -> dict:
     return out
 
 
-@pytest.mark.parametrize("kind", ["single", pytest.param("merged", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", SLICED_KINDS)
 @pytest.mark.parametrize("options", SELECTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_selection_matches_the_oracle(kind, options, traces, tmp_path):
     if kind == "single" and "ranks" in options and "steps" not in options:
@@ -272,7 +274,7 @@ def test_lagging_gpu_work_stays_with_the_step_that_launched_it(kind, traces, tmp
 
 
 @pytest.mark.parametrize("open_files", [None, 3])
-@pytest.mark.parametrize("kind", ["single", pytest.param("merged", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", SLICED_KINDS)
 def test_each_step_files_add_up(kind, open_files, traces, tmp_path, monkeypatch):
     if open_files is not None:  # several readings of the spool, a group of files each
         monkeypatch.setattr(slicing, "max_open_writers", lambda requested: open_files)
@@ -295,7 +297,7 @@ def test_each_step_files_add_up(kind, open_files, traces, tmp_path, monkeypatch)
     assert metadata_total == 8 * stepped_metadata  # every pid has events in every step: its metadata in every file
 
 
-@pytest.mark.parametrize("kind", ["single", pytest.param("merged", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", SLICED_KINDS)
 def test_max_mb_takes_the_longest_run_that_fits(kind, traces, tmp_path):
     document = load_json(traces[kind])
 
