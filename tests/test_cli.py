@@ -115,7 +115,7 @@ def test_shell_completion_offers_commands_options_and_choices(tmp_path):
 
 HEAVY = "import sys; sys.argv = ['streamtrace', {flag!r}]\ntry:\n    import streamtrace.cli; streamtrace.cli.main()\n" \
         "except SystemExit:\n    pass\nprint(sorted(name for name in sys.modules if name.split('.')[0] in " \
-        "('numpy', 'fsspec', 'dask', 'distributed', 'msgspec', 'pyarrow') or name.startswith('streamtrace.commands')))"
+        "('numpy', 'fsspec', 'dask', 'distributed', 'msgspec', 'pyarrow') or name.startswith('streamtrace.commands') or name == 'streamtrace.synth'))"
 
 
 def test_help_and_version_import_no_command_and_no_numpy():

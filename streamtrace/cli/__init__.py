@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import TraceError
 from ..resources import STOPS_REQUESTED
 from . import analyze, attribute, compact, convert, demo, inspect, merge, redact, relink, slicing, split, synth
+from .options import CommandParser
 from .signals import Terminated, install_signal_handlers, interrupted
 
 COMMANDS = (inspect, convert, redact, compact, merge, relink, split, slicing, attribute, analyze, synth, demo)
@@ -33,12 +34,16 @@ one line and exit with status 1.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return _parsers()[0]
+    """The whole parser, every command's deferred options included (for introspection)."""
+    parser, commands = _parsers()
+    for command in commands.values():
+        command.complete()
+    return parser
 
 
-def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+def _parsers() -> tuple[CommandParser, dict[str, CommandParser]]:
     """The parser, and each command's own (which reports a mistake with that command's usage)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="streamtrace",
         description="Bounded-memory tools for huge PyTorch profiler (Kineto) traces.",
         epilog=EPILOG,
@@ -53,11 +58,11 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line's options; shell completion answers here when the shell asks (argcomplete)."""
-    parser, commands = _parsers()
     if "_ARGCOMPLETE" in os.environ:  # the shell's TAB: answer and exit (imported only then: start-up stays quick)
         import argcomplete
 
-        argcomplete.autocomplete(parser)
+        argcomplete.autocomplete(build_parser())
+    parser, commands = _parsers()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

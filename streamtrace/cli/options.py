@@ -4,12 +4,38 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..io.formats import COMPRESSIONS
 
 if TYPE_CHECKING:
     from ..io.redact import RedactOptions
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A parser that adds a command's costly options only when that command is parsed.
+
+    ``streamtrace --version`` and ``--help`` build every command's parser; options whose
+    defaults need a heavy import (synth's come from its generator) are deferred so that
+    start-up does not pay for them.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: list[Callable[[argparse.ArgumentParser], None]] = []
+
+    def defer(self, add_options: Callable[[argparse.ArgumentParser], None]) -> None:
+        self._deferred.append(add_options)
+
+    def complete(self) -> None:
+        """Add the deferred options now (the parser is about to be read or introspected)."""
+        while self._deferred:
+            self._deferred.pop(0)(self)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self.complete()
+        return super().parse_known_args(args, namespace)
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:

@@ -32,9 +32,6 @@ SUFFIX_OF = {"none": "none", "gzip": "gz", "zstd": "zst"}
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """``synth``: the generator (streamtrace.synth) with every knob as an option."""
-    from ..synth import KERNEL_ANNOTATIONS, MERGED_STYLES, SCHEDULES, SynthConfig
-
-    defaults = SynthConfig()
     cmd = commands.add_parser(
         "synth", help="write realistic synthetic per-rank traces (and a merged one) with their ground truth",
         description=paragraphs(
@@ -51,6 +48,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("outdir", help="output directory (created if missing)")
+    cmd.defer(add_knobs)  # their defaults come from the generator, imported only when synth is parsed
+    cmd.set_defaults(run=run, debug=False, summary=None)
+
+
+def add_knobs(cmd: argparse.ArgumentParser) -> None:
+    """One option per generator setting, with the generator's own default and choices."""
+    from ..synth import KERNEL_ANNOTATIONS, MERGED_STYLES, SCHEDULES, SynthConfig
+
+    defaults = SynthConfig()
     choices = {"schedule": SCHEDULES, "kernel_annotations": KERNEL_ANNOTATIONS}
     groups: dict[str, argparse._ArgumentGroup] = {}
     for group, name, text in SYNTH_OPTIONS:
@@ -73,7 +79,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                        help="how the merged file states ranks: args.rank on events, or process names "
                             "(default %(default)s)")
     files.add_argument("--json", action="store_true", help="print the ground truth summary as JSON")
-    cmd.set_defaults(run=run, debug=False, summary=None)
 
 
 def run(args: argparse.Namespace) -> None:
