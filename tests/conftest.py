@@ -27,7 +27,7 @@ def events_of(document: dict | list) -> list:
     return document["traceEvents"] if isinstance(document, dict) else document
 
 
-QUICK_TRACE_BYTES = 256 << 10  # the shared traces above this are the two largest, most of a matrix's time
+QUICK_TRACE_BYTES = 100 << 10  # the shared traces above this are the four largest, most of a matrix's time
 
 
 def large_ones_slow(paths: list[Path]) -> list:

@@ -77,6 +77,7 @@ def lowest_free_lanes(order, starts, ends) -> tuple[list[int], int]:
     return lanes, len(last_ends)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(raw=spans, keys=st.lists(st.integers(0, 3), min_size=60, max_size=60), chunk=chunk_sizes)
 def test_start_order_and_partition_equal_plain_sorts(raw, keys, chunk):
@@ -179,6 +180,7 @@ def starting_oracle(run: list[int], starts, ts: float) -> int:
     return run[at - 1] if at > 0 and starts[run[at - 1]] == ts else NO_MATCH
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(raw=spans, streams=st.lists(st.integers(0, 2), min_size=60, max_size=60),
        queries=st.lists(st.tuples(st.integers(0, 3), times), max_size=30), chunk=chunk_sizes)
@@ -220,6 +222,7 @@ def coalesce_oracle(items: list[int], keys: list[tuple], starts, ends) -> list[t
     return sorted(clusters)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(raw=spans, tracks=st.lists(st.sampled_from([1000, 1001]), min_size=60, max_size=60),
        identities=st.lists(st.sampled_from([-(2**63), 7, 2**62]), min_size=60, max_size=60),
@@ -260,6 +263,7 @@ def label_runs_oracle(order, lanes, labels, starts, ends) -> list[tuple]:
     return runs + [(lane, *current) for lane, current in open_runs.items()]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(raw=spans, lanes=st.lists(st.sampled_from([1000, 1001, 1005]), min_size=60, max_size=60),
        labels=st.lists(st.integers(-1, 2), min_size=60, max_size=60), chunk=chunk_sizes)

@@ -45,6 +45,7 @@ def finish(process: subprocess.Popen) -> tuple[int, str]:
     return process.returncode, err.decode()
 
 
+@pytest.mark.slow
 def test_two_runs_writing_one_output_leave_one_complete_trace(two_traces, tmp_path):
     """With --overwrite both succeed and the later rename wins; whenever the
     path exists (checked all along) it holds one whole trace, one of the two."""
@@ -84,6 +85,7 @@ def test_two_runs_without_overwrite_exactly_one_writes(two_traces, tmp_path):
     assert json.loads(out.read_bytes())["traceEvents"]
 
 
+@pytest.mark.slow
 def test_runs_sharing_one_spool_dir(two_traces, tmp_path):
     """Four runs at once with one --spool-dir (event spools, a piped input's
     copy, pass-2 workers), one of them failing: each good output equals the

@@ -260,6 +260,7 @@ def test_redaction_comes_out_the_same_for_every_n(name, planted, tmp_path, small
     assert results[1] == results[0] and results[2] == results[0]
 
 
+@pytest.mark.slow
 def test_redacting_merge_comes_out_the_same_for_every_n(planted, tmp_path, small_pieces):
     ranks = [planted["rank0_trace.json"], planted["rank1_trace.json"]]
     results = []
@@ -334,6 +335,7 @@ def test_inspect_finds_the_same_secrets_for_every_n(planted, small_pieces):
     assert found[0] and found[1] == found[0] and found[2] == found[0]
 
 
+@pytest.mark.slow
 def test_merge_comes_out_the_same_for_every_n(generated, tmp_path, small_pieces):
     ranks = sorted(generated["single"].parent.glob("rank*_trace.json"))
     results = []
@@ -405,7 +407,7 @@ def test_compressed_output_does_not_depend_on_how_writes_fall(pieces, compressio
     assert reader(outputs[0]) == whole
 
 
-@pytest.mark.parametrize("command", ["compact", "relink"])
+@pytest.mark.parametrize("command", all_but_first_slow(["compact", "relink"]))
 def test_a_small_file_and_the_same_text_through_a_pipe_give_the_same_bytes(tmp_path: Path, command: str) -> None:
     """A pipe (of unknown size) is read by ranges; a small file must be read
     the same way, or events kept in their own text by one reading would be

@@ -22,6 +22,7 @@ between processes are execution strategies: they live in ``engine``).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -48,31 +49,46 @@ def layer_of(module: str) -> str:
     raise AssertionError(f"module {module!r} belongs to no layer: add it to a package or to BASE in {__file__}")
 
 
+ImportStatement = tuple[int, int, "str | None", tuple[str, ...]]
+"""(line, level, module, names) of an ``import`` (level -1) or ``from ... import`` statement."""
+
+
+@functools.lru_cache(maxsize=None)
+def import_statements(text: str) -> tuple[ImportStatement, ...]:
+    """Every import statement of a module's text, deferred ones included (parsed once per text: the
+    planted-violation tests read copies of the package that differ in one module)."""
+    found: list[ImportStatement] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, node.level, node.module, tuple(alias.name for alias in node.names)))
+        elif isinstance(node, ast.Import):
+            found.append((node.lineno, -1, None, tuple(alias.name for alias in node.names)))
+    return tuple(found)
+
+
 def imported_modules(path: Path, package_root: Path) -> list[tuple[int, str]]:
     """(line, module relative to the package) for every package import in ``path``."""
     own = path.relative_to(package_root).with_suffix("").parts
     package = own[:-1]  # what ``from . import`` names, for a module and a package's __init__ alike
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(package[: len(package) - (node.level - 1)] if node.level > 1 else package)
-                target = base + (node.module.split(".") if node.module else [])
-            elif node.module and node.module.split(".")[0] == package_root.name:
-                target = node.module.split(".")[1:]
+    for line, level, module, names in import_statements(path.read_text(encoding="utf-8")):
+        if level < 0:
+            found.extend((line, ".".join(name.split(".")[1:])) for name in names
+                         if name.split(".")[0] == package_root.name)
+            continue
+        if level:
+            base = list(package[: len(package) - (level - 1)] if level > 1 else package)
+            target = base + (module.split(".") if module else [])
+        elif module and module.split(".")[0] == package_root.name:
+            target = module.split(".")[1:]
+        else:
+            continue
+        for name in names:  # ``from .io import sink`` imports a module, ``from .io.sink import X`` a name
+            as_module = package_root.joinpath(*target, name)
+            if as_module.with_suffix(".py").exists() or as_module.is_dir():
+                found.append((line, ".".join(target + [name])))
             else:
-                continue
-            for alias in node.names:  # ``from .io import sink`` imports a module, ``from .io.sink import X`` a name
-                as_module = package_root.joinpath(*target, alias.name)
-                if as_module.with_suffix(".py").exists() or as_module.is_dir():
-                    found.append((node.lineno, ".".join(target + [alias.name])))
-                else:
-                    found.append((node.lineno, ".".join(target)))
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == package_root.name:
-                    found.append((node.lineno, ".".join(parts[1:])))
+                found.append((line, ".".join(target)))
     return found
 
 

@@ -373,6 +373,7 @@ def test_send_recv_whose_peer_stage_was_not_merged_say_so(chosen, missing, tmp_p
     assert whole["pp_send_recv_peer_stage_absent"] == 0 and whole["pp_ranks_not_merged"] == []
 
 
+@pytest.mark.slow
 def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     """Pass 2 splices numeric fields (pid, tid, shifted ts, ids) in the text,
     block by block; compaction's per-line patches and then decoding every
@@ -399,6 +400,7 @@ def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     assert spliced == decoded
 
 
+@pytest.mark.slow
 def test_parallel_indexing_gives_the_same_file(tmp_path):
     cfg = SynthConfig(ranks=4, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8)
     write_traces(cfg, tmp_path, compress="gz", merged=False)

@@ -173,6 +173,7 @@ def without_merge_fields(event: dict, rank: dict) -> dict:
     return event
 
 
+@pytest.mark.slow
 def test_concatenated_real_ranks_attribute_like_each_rank_alone(tmp_path):
     documents = [load_json(TRACES / f"sampled_rank-{rank}.json.gz") for rank in (0, 1)]
     merged = dict(documents[0])
@@ -260,6 +261,7 @@ def test_attribute_group_by_op_sums_gpu_time(tmp_path):
     assert sum(int(g["gpu_events"]) for g in groups) == len(rows)
 
 
+@pytest.mark.slow
 def test_cli_commands_print_summaries_and_one_line_errors(tmp_path):
     cli = [sys.executable, "-m", "streamtrace"]
     trace = TRACES / "sampled_rank-1.json.gz"

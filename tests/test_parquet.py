@@ -250,6 +250,7 @@ def test_slice_to_parquet_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     assert not (tmp_path / "x.parquet").exists()
 
 
+@pytest.mark.slow
 def test_several_rank_files_into_one_file(tmp_path: Path) -> None:
     """A directory of rank files (as merge takes it): each file's rows in turn, each with its file's rank."""
     out = tmp_path / "dlrm.parquet"

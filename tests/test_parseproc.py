@@ -5,7 +5,7 @@ import gzip
 import os
 
 import pytest
-from conftest import REAL_TRACES, TRACES, load_json
+from conftest import REAL_TRACES, TRACES, large_ones_slow, load_json
 
 from streamtrace import compact
 from streamtrace.engine import parseproc
@@ -40,9 +40,8 @@ def pass_one(path, jobs: int, spool_dir) -> tuple[list, list[bytes], dict]:
     return result.visitor.seen, lines, result.stats.as_dict()
 
 
-@pytest.mark.parametrize("name", [p.name for p in REAL_TRACES])
-def test_child_parse_matches_in_process(name, tmp_path):
-    path = TRACES / name
+@pytest.mark.parametrize("path", large_ones_slow(REAL_TRACES), ids=lambda p: p.name)
+def test_child_parse_matches_in_process(path, tmp_path):
     in_child = pass_one(path, IN_CHILD, tmp_path)
     assert in_child == pass_one(path, IN_PROCESS, tmp_path)
     assert len(in_child[1]) == in_child[2]["events"] > 0

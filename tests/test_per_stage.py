@@ -103,6 +103,7 @@ def test_destinations_are_checked_before_reading(run, tmp_path, monkeypatch):
     assert (tmp_path / "full" / "pp_stage2.json.gz").read_bytes() == b"kept"
 
 
+@pytest.mark.slow
 def test_stage_files_appear_all_or_none(tmp_path, monkeypatch):
     """A stage's name taken while the run writes: the run fails, none of its files appears, the other's stays."""
     write_traces(SynthConfig(ranks=4, pp_stages=2, **SMALL), tmp_path / "run", compress="none", merged=False)

@@ -149,6 +149,7 @@ def test_ranges_are_used_and_match_one_process(tmp_path, ranges_only, monkeypatc
     # relink's pass-2 workers each read only their share of pass 1's frames (split writes in this process)
 
 
+@pytest.mark.slow
 def test_an_integer_beyond_64_bits_mid_file_gives_way_to_the_exact_reading(tmp_path, ranges_only):
     document = json.loads(pretty_trace(3000))
     document["traceEvents"][1500]["args"]["big"] = 1 << 70
@@ -184,6 +185,7 @@ def test_a_visitor_that_does_not_split_is_read_the_ordinary_way(tmp_path, ranges
     assert ranges_only == [False] and result.visitor.events == len(events_of(load_json(trace)))
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chunk=st.integers(256, 16384), workers=st.integers(2, 4))
 def test_joined_index_equals_one_process_for_any_chunking(tmp_path_factory, monkeypatch, chunk, workers):

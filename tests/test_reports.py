@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, TRACES, events_of, load_json
+from conftest import REAL_TRACES, TRACES, all_but_first_slow, events_of, large_ones_slow, load_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +68,7 @@ def assert_short_report(lines: list[str]) -> None:
     assert not any(line.lstrip().startswith(("{", "}", '"')) for line in lines)  # no JSON
 
 
-@pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace", large_ones_slow(REAL_TRACES), ids=lambda p: p.name)
 def test_single_trace_commands_report_in_at_most_15_lines(trace, tmp_path, capsys):
     for argv in (["inspect", str(trace)], ["compact", str(trace), "-o", str(tmp_path / "c.json")],
                  ["convert", str(trace), str(tmp_path / "v.json.gz"), "--drop-cat", "python_function"]):
@@ -96,6 +96,7 @@ def test_eight_rank_merges_report_in_at_most_15_lines(tmp_path, capsys):
     assert any(line.startswith("PP arrows") for line in lines)
 
 
+@pytest.mark.slow
 def test_json_and_summary_file_give_the_library_dict(naive_merge, tmp_path, capsys):
     trace = TRACES / "b200_eager.json.gz"
     library = streamtrace.inspect(trace)
@@ -141,7 +142,7 @@ def plain_union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-@pytest.mark.parametrize("trace", REAL_TRACES + sorted(DLRM.iterdir())[:1], ids=lambda p: p.name)
+@pytest.mark.parametrize("trace", large_ones_slow(REAL_TRACES + sorted(DLRM.iterdir())[:1]), ids=lambda p: p.name)
 def test_inspect_devices_busy_time_and_top_kernels_match_plain_sums(trace):
     document = load_json(trace)
     events = events_of(document)
@@ -347,7 +348,7 @@ def test_edge_cases_read_right(tmp_path, capsys):
     assert "1 GPU slice from 1 stream into 1 lane" in "\n".join(lines)
 
 
-@pytest.mark.parametrize("trace", REAL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("trace", large_ones_slow(REAL_TRACES), ids=lambda p: p.name)
 def test_real_traces_read_right(trace, tmp_path, capsys):
     for argv in (["inspect", str(trace)], ["compact", str(trace), "-o", str(tmp_path / "c.json.gz")]):
         lines, _ = run_cli(capsys, *argv)
@@ -488,7 +489,7 @@ LINE = re.compile(r"^streamtrace: (pass [12]): (?:([\d.]+) of ([\d.]+) MB \((\d+
                   r"|(\d+)% of ([\d,]+) events, [\d,.]+[kM]? events/s)(?:, [\w ]+ left)?; ranks (indexed|written): \d/2$")
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("jobs", all_but_first_slow(["1", "2"]))
 def test_the_command_line_writes_a_progress_line_periodically_to_a_pipe(jobs, tmp_path):
     """stderr to a pipe: lines (no bar), bytes then events with percent and rate, each rank's inside, up to 2/2."""
     from streamtrace.synth import SynthConfig, write_traces

@@ -245,7 +245,7 @@ def test_selection_matches_the_oracle(kind, options, traces, tmp_path):
     assert dangling(expected, document["traceEvents"]) == 0
 
 
-@pytest.mark.parametrize("kind", ["single", "merged"])
+@pytest.mark.parametrize("kind", all_but_first_slow(["single", "merged"]))
 def test_lagging_gpu_work_stays_with_the_step_that_launched_it(kind, traces, tmp_path):
     document = load_json(traces[kind])
     events = document["traceEvents"]
@@ -460,7 +460,7 @@ def input_flow_counts(events: list[dict]) -> tuple[int, int]:
     return whole, unpaired
 
 
-@pytest.mark.parametrize("trace", [TRACES / "nccl_rank0.json.gz", TRACES / "b200_eager.json.gz", DLRM0],
+@pytest.mark.parametrize("trace", large_ones_slow([TRACES / "nccl_rank0.json.gz", TRACES / "b200_eager.json.gz", DLRM0]),
                          ids=lambda p: p.name)
 def test_no_selection_and_a_max_mb_the_trace_fits_keep_it_whole(trace, tmp_path):
     document = load_json(trace)
