@@ -940,6 +940,17 @@ def _close(pair) -> None:
     raw.close()
 
 
+TRUTH_FILE = "truth.json"
+
+
+def file_names(cfg: SynthConfig, compress: str = "gz", merged: bool = True) -> tuple[list[str], list[str], str | None]:
+    """What :func:`write_traces` writes beside :data:`TRUTH_FILE`: the rank
+    files, their links CSVs, and the merged file (None without one)."""
+    suffix = ".json" + COMPRESSIONS[compress]
+    return ([f"rank{r}_trace{suffix}" for r in range(cfg.ranks)], [f"truth_links_rank{r}.csv" for r in range(cfg.ranks)],
+            f"merged_trace{suffix}" if merged else None)
+
+
 def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool = True,
                  merged_style: str = "rank-arg") -> dict:
     """Write every rank file, the optional merged file and truth.json; return the truth dict.
@@ -955,13 +966,13 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
         raise ValueError(f"merged_style must be one of {MERGED_STYLES}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    suffix = ".json" + COMPRESSIONS[compress]
+    rank_names, links_names, merged_name = file_names(cfg, compress, merged)
     files, link_files, writers = [], [], []
     try:
         for r in range(cfg.ranks):
-            pair = _open_compressed(outdir / f"rank{r}_trace{suffix}", compress)
+            pair = _open_compressed(outdir / rank_names[r], compress)
             files.append(pair)
-            lf = open(outdir / f"truth_links_rank{r}.csv", "w", newline="")
+            lf = open(outdir / links_names[r], "w", newline="")
             link_files.append(lf)
             writers.append(_RankFile(cfg, r, pair[1] or pair[0], lf, f"rank{r}_trace.json"))
         n = 0
@@ -984,8 +995,8 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
             lf.close()
     offset = 0
     for r, t in enumerate(truths):
-        t.file = f"rank{r}_trace{suffix}"
-        t.links_file = f"truth_links_rank{r}.csv"
+        t.file = rank_names[r]
+        t.links_file = links_names[r]
         t.merged_offset = offset
         offset += t.events
     truth: dict = {
@@ -1003,9 +1014,8 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
         "ranks": [t.to_dict() for t in truths],
         "merged": None,
     }
-    if merged:
-        name = f"merged_trace{suffix}"
-        pair = _open_compressed(outdir / name, compress)
+    if merged_name:
+        pair = _open_compressed(outdir / merged_name, compress)
         try:
             written = write_merged(cfg, pair[1] or pair[0], steps=n, merged_style=merged_style)
         finally:
@@ -1014,7 +1024,7 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
             if got != t.events:
                 raise AssertionError(f"rank {r}: merged stream has {got} events, rank file {t.events}")
         truth["merged"] = {
-            "file": name,
+            "file": merged_name,
             "style": merged_style,
             "events": written["events"],
             "bytes": written["bytes"],
@@ -1026,7 +1036,7 @@ def write_traces(cfg: SynthConfig, outdir, *, compress: str = "gz", merged: bool
             "correlations": "unchanged: every rank starts at %d, so they collide" % CORRELATION_START,
             "merged_offset": [t.merged_offset for t in truths],
         }
-    (outdir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    (outdir / TRUTH_FILE).write_text(json.dumps(truth, indent=1) + "\n")
     return truth
 
 

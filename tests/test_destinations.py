@@ -244,3 +244,46 @@ def test_a_spool_dir_a_local_run_cannot_use_is_refused_in_one_line(tmp_path: Pat
     result = run(command[0], SMALL, *(part.format(out=out) for part in command[1:]), "--spool-dir", spool)
     refused(result, f"--spool-dir {spool}", said)
     assert sorted(os.listdir(tmp_path)) == []
+
+
+# --- synth: a directory of files, all or none --------------------------------------------------------------------
+
+def test_synth_refuses_to_replace_a_run_unasked_and_replaces_it_when_asked(tmp_path):
+    """A directory that holds a file synth would write (a user's own rank0_trace.json.gz) is
+    refused before anything is written; --overwrite replaces only synth's files."""
+    own = gzip.compress(b'{"traceEvents": []}')
+    (tmp_path / "rank0_trace.json.gz").write_bytes(own)
+    (tmp_path / "notes.txt").write_text("mine")
+    refused(run("synth", tmp_path, "--steps", "1"), "rank0_trace.json.gz", "exists; pass --overwrite")
+    assert listing(tmp_path) == {"notes.txt": b"mine", "rank0_trace.json.gz": own}
+    assert run("synth", tmp_path, "--steps", "1", "--overwrite").returncode == 0
+    written = listing(tmp_path)
+    assert sorted(written) == ["merged_trace.json.gz", "notes.txt", "rank0_trace.json.gz", "rank1_trace.json.gz",
+                               "truth.json", "truth_links_rank0.csv", "truth_links_rank1.csv"]
+    assert written["notes.txt"] == b"mine" and events_of(load_json(tmp_path / "rank0_trace.json.gz"))
+    refused(run("synth", tmp_path / "notes.txt"), "notes.txt", "not a directory")
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError(28, "No space left on device")], ids=["ctrl-c", "disk-full"])
+def test_synth_stopped_midway_leaves_nothing(tmp_path, monkeypatch, stop):
+    """The generator fails after writing its files but before synth moves them into place:
+    the directory it made is gone, and a directory that existed keeps only what it held."""
+    import streamtrace.synth
+    from streamtrace import cli
+
+    real = streamtrace.synth.write_traces
+
+    def fail_after_writing(*args, **kwargs):
+        real(*args, **kwargs)
+        raise stop
+
+    monkeypatch.setattr(streamtrace.synth, "write_traces", fail_after_writing)
+    assert cli.main(["synth", str(tmp_path / "new" / "run"), "--steps", "1"]) != 0
+    assert listing(tmp_path) == {}
+    (tmp_path / "kept.txt").write_text("mine")
+    assert cli.main(["synth", str(tmp_path), "--steps", "1"]) != 0
+    assert listing(tmp_path) == {"kept.txt": b"mine"}
+
+
+def test_merge_of_a_missing_directory_says_it_is_missing(tmp_path):
+    refused(run("merge", tmp_path / "nosuchdir/", "-o", tmp_path / "out.json"), "nosuchdir", "no such file")

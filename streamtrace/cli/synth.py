@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import TraceError
 from .options import paragraphs
 from .report import Rows, counted, listed, report, view
+
+if TYPE_CHECKING:
+    from ..synth import SynthConfig
 
 SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named after its field
     ("run shape", "ranks", "world size"),
@@ -78,11 +85,15 @@ def add_knobs(cmd: argparse.ArgumentParser) -> None:
     files.add_argument("--merged-style", choices=MERGED_STYLES, default="rank-arg",
                        help="how the merged file states ranks: args.rank on events, or process names "
                             "(default %(default)s)")
+    files.add_argument("--overwrite", action="store_true",
+                       help="replace files of an earlier run in OUTDIR (refused otherwise, before anything is written)")
     files.add_argument("--json", action="store_true", help="print the ground truth summary as JSON")
+    files.add_argument("-q", "--quiet", action="store_true", help="accepted as every command accepts it (synth shows "
+                                                                    "no progress)")
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..synth import SynthConfig, summary, write_traces
+    from ..synth import SynthConfig, summary
 
     config = SynthConfig(**{name: getattr(args, name) for _, name, _ in SYNTH_OPTIONS},
                          target_bytes=None if args.target_mb is None else int(args.target_mb * 1e6),
@@ -91,9 +102,38 @@ def run(args: argparse.Namespace) -> None:
         config.validate()
     except ValueError as exc:
         raise TraceError(f"synth: {exc}") from None
-    truth = write_traces(config, args.outdir, compress=SUFFIX_OF[args.compress], merged=not args.no_merged,
-                         merged_style=args.merged_style)
+    truth = write_whole_run(config, Path(args.outdir), compress=SUFFIX_OF[args.compress], merged=not args.no_merged,
+                            merged_style=args.merged_style, overwrite=args.overwrite)
     report("synth", summary(truth), args)
+
+
+def write_whole_run(config: SynthConfig, outdir: Path, *, compress: str, merged: bool, merged_style: str,
+                    overwrite: bool) -> dict:
+    """The generator's files in ``outdir``, all or none, by the rules every
+    command's files follow: checked before anything is written, made in a
+    hidden staging directory inside ``outdir`` and published together."""
+    from ..io.destinations import Destinations
+    from ..io.sink import publish_all
+    from ..synth import TRUTH_FILE, file_names, write_traces
+
+    ranks, links, merged_name = file_names(config, compress, merged)
+    names = [*ranks, *links, *([merged_name] if merged_name else []), TRUTH_FILE]
+    destinations = Destinations(overwrite=overwrite)
+    destinations.directory(outdir, writes="synth's files")
+    destinations.claim_all(outdir / name for name in names)
+    made = next((directory for directory in reversed([outdir, *outdir.parents]) if not directory.exists()), None)
+    outdir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".streamtrace-synth-", dir=outdir))
+    try:
+        truth = write_traces(config, staging, compress=compress, merged=merged, merged_style=merged_style)
+        publish_all([(str(staging / name), str(outdir / name)) for name in names], overwrite)
+    except BaseException:
+        if made is not None:  # the topmost directory this run made
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return truth
 
 
 @view("synth")

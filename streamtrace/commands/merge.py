@@ -100,6 +100,8 @@ def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
             if not found:
                 raise TraceError("the pattern matches no file", path=spec)
             files.extend(found)
+        elif not is_url(spec) and spec != "-" and not os.path.exists(outer_path(spec)):
+            raise TraceError("no such file or directory", path=spec)
         else:
             files.extend(archive_members(spec) or [spec])  # an archive: its members, like a directory's files
     seen: dict[str, str] = {}
