@@ -272,6 +272,26 @@ def test_the_cli_redacts_and_prints_its_rules(planted, tmp_path):
     assert parse_secrets_rules(rules.stdout).shapes
 
 
+@pytest.mark.parametrize("command, inputs", [("compact", ("rank0_trace.json", "rank1_trace.json")),
+                                             ("relink", ("merged_trace.json",))])
+def test_a_batch_run_redacts_every_output_and_reports_it(command, inputs, planted, tmp_path, capsys):
+    """Several inputs (or -o DIR/) run as a batch: every output is redacted as a single run's
+    would be, and the report counts what all of them replaced."""
+    from streamtrace import cli
+
+    assert cli.main([command, *(str(planted[name]) for name in inputs), "-o", f"{tmp_path / 'out'}/", "--redact",
+                     "--json", "-q"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    outputs = sorted((tmp_path / "out").iterdir())
+    assert len(outputs) == len(inputs)
+    for path in outputs:
+        assert_no_secret(path)
+    singles = [run["redaction"]["secrets_redacted"] for run in summary["runs"]]
+    assert summary["redaction"]["secrets_redacted"] and all(singles)
+    for kind, found in summary["redaction"]["secrets_redacted"].items():
+        assert found["count"] == sum(single[kind]["count"] for single in singles if kind in single)
+
+
 def test_user_patterns_and_rules_files(planted, tmp_path):
     trace = tmp_path / "employee.json"
     trace.write_text(json.dumps({"traceEvents": [

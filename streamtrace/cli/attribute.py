@@ -45,11 +45,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     from ..commands.attribute import attribute
 
+    options = dict(group_by=args.group_by, rank_map=args.rank_map)  # one set for a single run and a batch alike
     if is_batch(args, None):
-        return run_batch(args, group_by=args.group_by, rank_map=args.rank_map)
-    summary = attribute(
-        args.trace[0], args.output, group_by=args.group_by, rank_map=args.rank_map, overwrite=args.overwrite, **reading(args),
-    )
+        return run_batch(args, **options)
+    summary = attribute(args.trace[0], args.output, overwrite=args.overwrite, **options, **reading(args))
     report("attribute", summary, args, to_stderr=args.output == "-")
 
 

@@ -64,14 +64,12 @@ def run(args: argparse.Namespace) -> None:
         return
     if not args.trace:
         raise TraceError("give a TRACE to compact (or --print-rules)")
+    options = dict(rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
+                   original_stream=not args.no_original_stream, compress=args.compress, level=args.level,
+                   redact=redaction(args))  # one set for a single run and a batch alike
     if is_batch(args, args.output):
-        return run_batch(args, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
-                          original_stream=not args.no_original_stream, compress=args.compress, level=args.level)
-    summary = compact(
-        args.trace[0], args.output, rules=args.rules, pp_flows=not args.no_pp_flows, strict=args.strict,
-        original_stream=not args.no_original_stream, overwrite=args.overwrite, compress=args.compress,
-        level=args.level, redact=redaction(args), **reading(args),
-    )
+        return run_batch(args, **options)
+    summary = compact(args.trace[0], args.output, overwrite=args.overwrite, **options, **reading(args))
     report("compact", summary, args, to_stderr=args.output == "-")
 
 

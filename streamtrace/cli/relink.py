@@ -54,12 +54,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     from ..commands.relink import relink
 
+    options = dict(rank_map=args.rank_map, compress=args.compress, level=args.level,
+                   redact=redaction(args))  # one set for a single run and a batch alike
     if is_batch(args, args.output):
-        return run_batch(args, rank_map=args.rank_map, compress=args.compress, level=args.level)
-    summary = relink(
-        args.trace[0], args.output, rank_map=args.rank_map, overwrite=args.overwrite, compress=args.compress,
-        level=args.level, redact=redaction(args), **reading(args),
-    )
+        return run_batch(args, **options)
+    summary = relink(args.trace[0], args.output, overwrite=args.overwrite, **options, **reading(args))
     report("relink", summary, args, to_stderr=args.output == "-")
 
 

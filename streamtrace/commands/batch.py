@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -67,10 +68,29 @@ def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = Non
         "inputs": len(files),
         "output": outputs,
         **{key: sum(run.get(key, 0) for run in runs) for key in SUMMED if any(key in run for run in runs)},
+        **summed_redaction(runs),
         "runs": runs,
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     })
+
+
+def summed_redaction(runs: list[dict]) -> dict:
+    """The runs' ``redaction`` entries added up, for the batch's report (each
+    input is redacted on its own, so pseudonyms are numbered per file)."""
+    entries = [run["redaction"] for run in runs if "redaction" in run]
+    if not entries:
+        return {}
+    found: dict[str, dict] = {}
+    for entry in entries:
+        for kind, seen in entry["secrets_redacted"].items():
+            mine = found.setdefault(kind, {"count": 0, "paths": []})
+            mine["count"] += seen["count"]
+            mine["paths"].extend(path for path in seen["paths"] if path not in mine["paths"])
+    summed: dict = {"secrets_redacted": dict(sorted(found.items()))}
+    if any("pseudonymized" in entry for entry in entries):
+        summed["pseudonymized"] = dict(sum((Counter(entry.get("pseudonymized", {})) for entry in entries), Counter()))
+    return {"redaction": summed}
 
 
 def _each_to_directory(command: str, files: list[str], directory: str | None, runner: TaskRunner,
