@@ -22,16 +22,17 @@ if TYPE_CHECKING:
     from .commands.relink import relink
     from .commands.slicing import slice_trace
     from .commands.split import split
+    from .commands.synth import synthesize
     from .errors import TraceError
     from .io.redact import RedactOptions
 
 _HOMES = {"analyze": "commands.analyze", "attribute": "commands.attribute", "batch": "commands.batch",
           "compact": "commands.compact", "convert": "commands.convert", "inspect": "commands.inspect",
           "merge": "commands.merge", "redact": "commands.redact", "relink": "commands.relink",
-          "slice_trace": "commands.slicing", "split": "commands.split", "TraceError": "errors",
+          "slice_trace": "commands.slicing", "split": "commands.split", "synthesize": "commands.synth", "TraceError": "errors",
           "RedactOptions": "io.redact"}
 __all__ = ["RedactOptions", "TraceError", "analyze", "attribute", "batch", "compact", "convert", "inspect", "merge", "redact",
-           "relink", "slice_trace", "split"]
+           "relink", "slice_trace", "split", "synthesize"]
 __version__ = "0.1.0"
 
 

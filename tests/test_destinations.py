@@ -268,16 +268,14 @@ def test_synth_refuses_to_replace_a_run_unasked_and_replaces_it_when_asked(tmp_p
 def test_synth_stopped_midway_leaves_nothing(tmp_path, monkeypatch, stop):
     """The generator fails after writing its files but before synth moves them into place:
     the directory it made is gone, and a directory that existed keeps only what it held."""
-    import streamtrace.synth
     from streamtrace import cli
-
-    real = streamtrace.synth.write_traces
+    from streamtrace.commands import synth
 
     def fail_after_writing(*args, **kwargs):
-        real(*args, **kwargs)
+        write_traces(*args, **kwargs)
         raise stop
 
-    monkeypatch.setattr(streamtrace.synth, "write_traces", fail_after_writing)
+    monkeypatch.setattr(synth, "write_traces", fail_after_writing)
     assert cli.main(["synth", str(tmp_path / "new" / "run"), "--steps", "1"]) != 0
     assert listing(tmp_path) == {}
     (tmp_path / "kept.txt").write_text("mine")
@@ -287,3 +285,20 @@ def test_synth_stopped_midway_leaves_nothing(tmp_path, monkeypatch, stop):
 
 def test_merge_of_a_missing_directory_says_it_is_missing(tmp_path):
     refused(run("merge", tmp_path / "nosuchdir/", "-o", tmp_path / "out.json"), "nosuchdir", "no such file")
+
+
+def test_demo_writes_into_a_new_or_empty_directory_only(tmp_path):
+    """The demo's files (generated ranks, the compacted and merged traces) never replace a user's files unasked."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "rank0_trace.json.gz").write_bytes(b"precious")
+    refused(run("demo", mine), "mine", "holds files already", "--overwrite")
+    assert listing(mine) == {"rank0_trace.json.gz": b"precious"}
+    fresh = tmp_path / "fresh"
+    assert run("demo", fresh).returncode == 0
+    first = listing(fresh)
+    assert {"rank0_trace.json.gz", "rank0_trace_compacted.json.gz", "truth.json"} <= set(first)
+    refused(run("demo", fresh), "holds files already")
+    assert listing(fresh) == first
+    assert run("demo", fresh, "--overwrite").returncode == 0
+    assert sorted(listing(fresh)) == sorted(first)

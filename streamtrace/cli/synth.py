@@ -2,17 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import TraceError
+from ..io.formats import COMPRESSIONS
 from .options import paragraphs
 from .report import Rows, counted, listed, report, view
-
-if TYPE_CHECKING:
-    from ..synth import SynthConfig
 
 SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named after its field
     ("run shape", "ranks", "world size"),
@@ -33,10 +27,6 @@ SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named afte
     ("content", "slow_factor", "how much slower --slow-rank runs"),
 )
 
-SUFFIX_OF = {"none": "none", "gzip": "gz", "zstd": "zst"}
-"""--compress as every command spells it -> the generator's name for it."""
-
-
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """``synth``: the generator (streamtrace.synth) with every knob as an option."""
     cmd = commands.add_parser(
@@ -56,7 +46,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("outdir", help="output directory (created if missing)")
     cmd.defer(add_knobs)  # their defaults come from the generator, imported only when synth is parsed
-    cmd.set_defaults(run=run, debug=False, summary=None)
+    cmd.set_defaults(run=run)
 
 
 def add_knobs(cmd: argparse.ArgumentParser) -> None:
@@ -79,7 +69,7 @@ def add_knobs(cmd: argparse.ArgumentParser) -> None:
                                                                  "many MB (1e6 bytes) uncompressed")
     groups["content"].add_argument("--no-big-ints", action="store_true", help="omit NCCL 'Comms Id' values >= 2**63")
     files = cmd.add_argument_group("files")
-    files.add_argument("--compress", choices=tuple(SUFFIX_OF), default="gzip",
+    files.add_argument("--compress", choices=COMPRESSIONS, default="gzip",
                        help="rank file compression (default %(default)s)")
     files.add_argument("--no-merged", action="store_true", help="do not write merged_trace.json[.gz|.zst]")
     files.add_argument("--merged-style", choices=MERGED_STYLES, default="rank-arg",
@@ -90,50 +80,21 @@ def add_knobs(cmd: argparse.ArgumentParser) -> None:
     files.add_argument("--json", action="store_true", help="print the ground truth summary as JSON")
     files.add_argument("-q", "--quiet", action="store_true", help="accepted as every command accepts it (synth shows "
                                                                     "no progress)")
+    files.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..commands.synth import synthesize
     from ..synth import SynthConfig, summary
 
+    if args.target_mb is not None and not 0 < args.target_mb < 1e9:
+        raise TraceError(f"synth: --target-mb must be a positive number of MB below 1e9, not {args.target_mb}")
     config = SynthConfig(**{name: getattr(args, name) for _, name, _ in SYNTH_OPTIONS},
                          target_bytes=None if args.target_mb is None else int(args.target_mb * 1e6),
                          big_ints=not args.no_big_ints)
-    try:
-        config.validate()
-    except ValueError as exc:
-        raise TraceError(f"synth: {exc}") from None
-    truth = write_whole_run(config, Path(args.outdir), compress=SUFFIX_OF[args.compress], merged=not args.no_merged,
-                            merged_style=args.merged_style, overwrite=args.overwrite)
+    truth = synthesize(args.outdir, config, compress=args.compress, merged=not args.no_merged,
+                       merged_style=args.merged_style, overwrite=args.overwrite)
     report("synth", summary(truth), args)
-
-
-def write_whole_run(config: SynthConfig, outdir: Path, *, compress: str, merged: bool, merged_style: str,
-                    overwrite: bool) -> dict:
-    """The generator's files in ``outdir``, all or none, by the rules every
-    command's files follow: checked before anything is written, made in a
-    hidden staging directory inside ``outdir`` and published together."""
-    from ..io.destinations import Destinations
-    from ..io.sink import publish_all
-    from ..synth import TRUTH_FILE, file_names, write_traces
-
-    ranks, links, merged_name = file_names(config, compress, merged)
-    names = [*ranks, *links, *([merged_name] if merged_name else []), TRUTH_FILE]
-    destinations = Destinations(overwrite=overwrite)
-    destinations.directory(outdir, writes="synth's files")
-    destinations.claim_all(outdir / name for name in names)
-    made = next((directory for directory in reversed([outdir, *outdir.parents]) if not directory.exists()), None)
-    outdir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".streamtrace-synth-", dir=outdir))
-    try:
-        truth = write_traces(config, staging, compress=compress, merged=merged, merged_style=merged_style)
-        publish_all([(str(staging / name), str(outdir / name)) for name in names], overwrite)
-    except BaseException:
-        if made is not None:  # the topmost directory this run made
-            shutil.rmtree(made, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return truth
 
 
 @view("synth")
