@@ -137,6 +137,10 @@ BEFORE_READING = {  # argv (TRUNCATED: the cut input; OUT: a fresh directory), w
     "merge's summary onto an input": (["merge", "TRUNCATED", "OUT/rank1_trace.json.gz", "-o", "OUT/m.json.gz",
                                        "--summary", "OUT/rank1_trace.json.gz", "--overwrite"],
                                       ["OUT/rank1_trace.json.gz", "onto the input"]),
+    "a gzip level gzip has not": (["convert", "TRUNCATED", "OUT/c.json.gz", "--level", "42"],
+                                  ["--level 42", "gzip takes levels 0 to 9"]),
+    "a zstd level for split's files": (["split", "TRUNCATED", "-o", "OUT/new_ranks", "--compress", "zstd", "--level", "23"],
+                                       ["--level 23", "zstd takes levels 1 to 22"]),
 }
 
 

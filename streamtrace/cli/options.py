@@ -81,8 +81,12 @@ def output_options(parser: argparse.ArgumentParser, output: str) -> None:
     """--compress, --level and --overwrite of the commands that write one trace."""
     parser.add_argument("--compress", choices=COMPRESSIONS,
                         help=f"output compression (default: from the suffix of {output})")
-    parser.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    level_option(parser)
     parser.add_argument("--overwrite", action="store_true", help=f"replace {output} if it exists")
+
+
+def level_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--level", type=int, help="compression level: gzip 0-9 (default 1), zstd 1-22 (default 3)")
 
 
 def original_stream_option(parser: argparse.ArgumentParser) -> None:

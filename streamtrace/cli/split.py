@@ -4,7 +4,17 @@ from __future__ import annotations
 import argparse
 
 from ..io.formats import SUFFIXES
-from .options import RANK_MAP_HELP, RANK_RULES, common_options, paragraphs, rank_map_option, reading, redaction, secrets_options
+from .options import (
+    RANK_MAP_HELP,
+    RANK_RULES,
+    common_options,
+    level_option,
+    paragraphs,
+    rank_map_option,
+    reading,
+    redaction,
+    secrets_options,
+)
 from .report import Rows, counted, listed, report, took, view
 
 
@@ -32,7 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     rank_map_option(cmd)
     cmd.add_argument("--compress", choices=tuple(SUFFIXES), default="gzip",
                      help="per-rank file compression: gzip (.json.gz, default), zstd (.json.zst), none (.json)")
-    cmd.add_argument("--level", type=int, help="compression level (default: gzip 1, zstd 3)")
+    level_option(cmd)
     cmd.add_argument("--max-open-files", type=int, metavar="N",
                      help="writers open at once (default: 128 or the open-file limit minus 32)")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing rank<N>_trace files in DIR")

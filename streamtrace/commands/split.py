@@ -35,7 +35,7 @@ from ..io.formats import SUFFIXES
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.redact import RedactOptions, Redactor, redaction_summary
-from ..io.sink import OutputTarget, publish_all
+from ..io.sink import OutputTarget, check_level, publish_all
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import TraceWriter
 from ..resources import peak_rss_mb
@@ -127,7 +127,7 @@ def max_open_writers(requested: int | None) -> int:
     """Writers open at once: the request, else a default within the open-file limit."""
     if requested is not None:
         if requested < 1:
-            raise TraceError("max_open must be at least 1")
+            raise TraceError("--max-open-files (max_open) must be at least 1")
         return requested
     try:
         import resource
@@ -201,6 +201,7 @@ def split(
     """
     if compress not in SUFFIXES:
         raise TraceError(f"unknown compression {compress!r}; choose from {', '.join(SUFFIXES)}")
+    check_level(compress, level)
     started = time.perf_counter()
     mapping = load_rank_map(rank_map) if isinstance(rank_map, str) else rank_map
     group_size = max_open_writers(max_open)

@@ -34,6 +34,8 @@ except ImportError:  # the `fast` extra is optional
     _fast_gzip = _isal_gzip = None
 
 DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
+LEVELS = {"gzip": range(0, 10), "zstd": range(1, 23)}
+"""The compression levels each writer takes (an uncompressed output ignores the level)."""
 WRITE_BUFFER = 1 << 20
 
 SinkSpec = Union[str, "os.PathLike[str]", BinaryIO]
@@ -181,6 +183,7 @@ class OutputTarget:
             self.name, self.path = getattr(spec, "name", None) or "<stream>", None
         self.check(inputs)  # first: writing onto an input is the gravest mistake, and said so
         self.compression = compression_for(self.path or self.url or "", compress)
+        check_level(self.compression, level)
         self.level = level
 
     @property
@@ -288,6 +291,13 @@ def remove_quietly(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def check_level(compression: str, level: int | None) -> None:
+    """Refuse a level the compressor would reject (at the end of a long pass, with a traceback)."""
+    levels = LEVELS.get(compression)
+    if level is not None and levels is not None and level not in levels:
+        raise TraceError(f"--level {level}: {compression} takes levels {levels.start} to {levels.stop - 1}")
 
 
 @contextmanager
