@@ -25,13 +25,13 @@ COMMANDS = (inspect, convert, redact, compact, merge, relink, split, slicing, at
 
 EPILOG = """\
 Inputs are paths, '-' for stdin, or URLs (https://, s3://, gs://; extras
-'http', 's3', 'gcs' or 'cloud' for all three), downloaded once (--reread-
-remote reads them again instead). Outputs may be paths, '-', s3:// or gs://
-URLs. gzip and zstd inputs are recognised by their magic bytes. Outputs are
-written to a temporary file (or upload) made final at the end, so a failed
-run never leaves a partial file or object. Errors print one line and exit
-with status 1; a mistake in the options prints the command's usage and exits
-with status 2.
+'http', 's3', 'gcs' or 'cloud' for all three), downloaded once
+(--reread-remote reads them again instead). Outputs may be paths, '-', s3://
+or gs:// URLs. gzip and zstd inputs are recognised by their magic bytes.
+Outputs are written to a temporary file (or upload) made final at the end,
+so a failed run never leaves a partial file or object. Errors print one line
+and exit with status 1; a mistake in the options prints the command's usage
+and exits with status 2.
 """
 
 
