@@ -8,8 +8,10 @@ from another form of the same run (per-rank files and their merged file;
 from __future__ import annotations
 
 import csv
+import html
 import json
 import math
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +297,13 @@ def test_ranges_projection_and_spilled_rows_give_the_same_tables(tmp_path, monke
     spilled = streamtrace.analyze(path, jobs=2)
     assert comparable(one["tables"]) == comparable(two["tables"]) == comparable(spilled["tables"])
     assert one["read"]["events"] == two["read"]["events"]
+
+
+def test_the_page_names_the_command_that_made_it(tmp_path, capsys):
+    """The command as given to main() (a program calling it, not the process's own argv)."""
+    from streamtrace import cli
+
+    page = tmp_path / "report.html"
+    argv = ["analyze", str(DLRM), "-o", str(tmp_path / "tables"), "--html", str(page), "-j", "1", "-q"]
+    assert cli.main(argv) == 0
+    assert html.escape(shlex.join(["streamtrace", *argv])) in page.read_text(encoding="utf-8")

@@ -413,8 +413,10 @@ def test_help_texts_say_what_the_commands_do(capsys):
 
 def test_redact_of_plain_json_writes_plain_json_beside_it(tmp_path, capsys):
     trace = hand_built(tmp_path)
-    run_cli(capsys, "redact", str(trace))
+    lines, _ = run_cli(capsys, "redact", str(trace))
     assert json.loads((tmp_path / "edge_redacted.json").read_bytes())["traceEvents"]
+    assert lines[0].startswith("copied") and lines[0].endswith("edge_redacted.json (uncompressed)"), lines
+    assert "dropped" not in lines[1]  # redact drops nothing: convert's --drop-cat is not one of its options
 
 
 def test_each_step_refuses_a_file_name_for_its_directory(tmp_path, capsys):

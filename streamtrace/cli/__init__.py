@@ -68,6 +68,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: a report may name the command that made it
     return args
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
 from .options import cluster_option, common_options, paragraphs, reading
 from .report import Rows, listed, report, took, view
@@ -49,7 +48,7 @@ def run(args: argparse.Namespace) -> None:
 
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
-                      dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *sys.argv[1:]]),
+                      dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
                       **reading(args))
     report("analyze", summary, args)
 

@@ -45,10 +45,15 @@ def run(args: argparse.Namespace) -> None:
 
 @view("convert")
 def rows(summary: dict) -> Rows:
+    return copy_rows("converted", summary, with_dropped=True)
+
+
+def copy_rows(label: str, summary: dict, *, with_dropped: bool) -> Rows:
+    """What a copying command (convert, redact) did: where from and to, and how many events."""
     dropped = ", ".join(f"{cat} {count:,}" for cat, count in summary["dropped_by_category"].items() if count)
-    return [
-        ("converted", f"{summary['input']} -> {summary['output']} ({summary['output_compression']})"),
-        ("events", f"{summary['events']:,} read, {summary['events_written']:,} written, "
-                   f"{summary['events_dropped']:,} dropped" + (f" ({dropped})" if dropped else "")),
-        took(summary),
-    ]
+    events = f"{summary['events']:,} read, {summary['events_written']:,} written"
+    if with_dropped:
+        events += f", {summary['events_dropped']:,} dropped" + (f" ({dropped})" if dropped else "")
+    compression = summary["output_compression"].replace("none", "uncompressed")
+    return [(label, f"{summary['input']} -> {summary['output']} ({compression})"),
+            ("events", events), took(summary)]

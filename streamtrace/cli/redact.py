@@ -57,5 +57,5 @@ def run(args: argparse.Namespace) -> None:
 
 @view("redact")
 def rows(summary: dict) -> Rows:
-    """convert's rows; the redaction rows come with every writing command's."""
-    return convert.rows(summary)
+    """Where from and to (redact drops nothing); the redaction rows come with every writing command's."""
+    return convert.copy_rows("copied", summary, with_dropped=False)
