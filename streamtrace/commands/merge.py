@@ -11,6 +11,7 @@ other, in PP order, into one output.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import glob
 import io
@@ -876,13 +877,14 @@ class _Piece:
 
 def _emit_rank_to_chunk(state_path: str, rewrite: EventRewrite, extra: list[dict], chunk_dir: str | None,
                         spool_path: str | None = None, piece: _Piece | None = None,
-                        progress: Meter | None = None) -> tuple[str, int]:
-    """Pass 2 of one rank in a worker: its events as a zstd fragment file (or as ``piece``)."""
+                        progress: Meter | None = None, *, keep: bool = False) -> tuple[str, int]:
+    """Pass 2 of one rank in a worker: its events as a zstd fragment file (or as ``piece``).
+    ``keep``: leave the rank's state and spool to the run's directory (a cluster may run the task again)."""
     handle, chunk_path = tempfile.mkstemp(prefix="streamtrace-chunk-", suffix=".zst", dir=chunk_dir)
     try:
         with os.fdopen(handle, "wb") as raw, _fragment_stream(raw, piece) as out:
             writer = TraceWriter(out, None, continues=piece is not None and piece.continues)
-            count = _emit_rank(state_path, rewrite, extra, writer, progress, spool_path=spool_path)
+            count = _emit_rank(state_path, rewrite, extra, writer, progress, keep=keep, spool_path=spool_path)
             writer.flush()
             if piece is not None:
                 out.write(piece.closing)
@@ -917,7 +919,9 @@ def _emit_rank_to_object(state_url: str, spool_url: str, rewrite: EventRewrite, 
 def _emit_ranks_in_workers(calls: list[tuple], writer: TraceWriter, runner: TaskRunner, work: Work | None = None) -> None:
     """Pass 2 of every rank as tasks, spliced into ``writer`` in order as each
     rank's fragment is ready; fragments never outlive the call (objects: the run)."""
-    emit = _emit_rank_to_chunk if runner.store is None else _emit_rank_to_object
+    emit: Callable[..., tuple] = _emit_rank_to_object
+    if runner.store is None:  # on a cluster sharing a directory a task may run again: its inputs stay till the end
+        emit = functools.partial(_emit_rank_to_chunk, keep=runner.distributed)
     fragments = runner.ordered(emit, calls, label="ranks written", work=work if runner.store is None else None)
     with closing(fragments):  # a failed splice stops the tasks at once
         for chunk_path, count, *_ in fragments:

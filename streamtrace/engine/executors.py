@@ -127,15 +127,21 @@ class TaskRunner:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self.work_dir is not None:
-            remove_tree(self.work_dir)
-            self.work_dir = None
-        if self.store is not None:
-            self.store.remove()
-            self.store = None
+        """Close the cluster's client (its tasks end), then remove the run's
+        files and objects: each step runs even when one before it fails."""
+        client, self._client = self._client, None
+        work_dir, self.work_dir = self.work_dir, None
+        store, self.store = self.store, None
+        try:
+            if client is not None:
+                client.close()
+        finally:
+            try:
+                if work_dir is not None:
+                    remove_tree(work_dir)
+            finally:
+                if store is not None:
+                    store.remove()
 
     def ordered(self, function: Callable[..., Any], calls: Sequence[tuple], *, label: str,
                 work: Work | None = None) -> Iterator[Any]:
@@ -227,12 +233,8 @@ class DaskExecutor(Executor):
         self.shutdown(wait=False)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        if not wait or cancel_futures:
-            self._client.cancel([task for task in self._tasks if not task.done()])
-        else:
-            from distributed import wait as wait_for_tasks
-
-            wait_for_tasks(self._tasks)
+        """Cancel every task not ended: the runner never waits for a cluster's tasks (see ``TaskRunner._executor``)."""
+        self._client.cancel([task for task in self._tasks if not task.done()])
         self._tasks.clear()
 
 
@@ -255,9 +257,11 @@ def _settle(future: Future, task: Any) -> None:
         elif task.status == "error":
             outcome = task.exception()
             settle = future.set_exception
-        else:  # cancelled on the cluster's side (the client closing)
-            future.cancel()
-            return
+        else:  # cancelled on the cluster's side (the client closing, a lost scheduler, someone's cancel): a
+            # failure, not a cancelled plain future (wait() never counts one cancelled that way as done)
+            outcome = TraceError("a task was cancelled on the cluster (its client closed, the scheduler was lost, "
+                                 "or it was cancelled there)")
+            settle = future.set_exception
     except BaseException as exc:  # the result could not be fetched
         outcome, settle = exc, future.set_exception
     try:
@@ -362,6 +366,9 @@ def _in_order(futures: list[Future], meter: Progress, label: str,
 def _raise_failure(failure: BaseException) -> None:
     if isinstance(failure, BrokenProcessPool):  # a worker killed (by a user, the OOM killer): no task's own error
         raise TraceError("a worker process stopped unexpectedly") from None
+    if failure.__class__.__module__.split(".")[0] == "distributed":  # the cluster's, not the task's (KilledWorker:
+        # a task whose workers kept dying, e.g. out of memory)
+        raise TraceError(f"the cluster gave up on a task: {failure.__class__.__name__}: {failure}") from None
     raise failure
 
 

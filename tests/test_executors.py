@@ -1,0 +1,71 @@
+"""How the task runner ends: a cluster's cancelled or abandoned task is a
+one-line failure (never a hang or a traceback), and the run's files are
+removed whatever fails on the way out.  Fake cluster objects stand in for
+Dask here; tests/test_cluster.py runs the real one."""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, wait
+
+import pytest
+
+from streamtrace.engine import executors
+from streamtrace.engine.executors import TaskRunner, _in_order, _raise_failure, _settle
+from streamtrace.errors import TraceError
+from streamtrace.io.progress import Progress
+
+
+class EndedTask:
+    """What Dask's future tells a done-callback: its status, result and exception."""
+
+    def __init__(self, status: str, result: object = None, exception: BaseException | None = None) -> None:
+        self.status, self._result, self._exception = status, result, exception
+
+    def result(self) -> object:
+        return self._result
+
+    def exception(self) -> BaseException | None:
+        return self._exception
+
+
+def test_a_task_cancelled_on_the_cluster_fails_the_run_in_one_line():
+    finished, cancelled = Future(), Future()
+    _settle(finished, EndedTask("finished", result=7))
+    _settle(cancelled, EndedTask("cancelled"))
+    done, _ = wait([cancelled], timeout=5)
+    assert done == {cancelled} and isinstance(cancelled.exception(), TraceError)
+    outcome: list = []
+
+    def consume() -> None:
+        try:
+            outcome.extend(_in_order([finished, cancelled], Progress(None, enabled=False), "ranks written"))
+        except TraceError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "waiting on a task the cluster cancelled never ended"
+    assert outcome[0] == 7 and "cancelled on the cluster" in str(outcome[1])
+
+
+def test_the_cluster_giving_up_on_a_task_is_a_one_line_error():
+    killed = type("KilledWorker", (Exception,), {"__module__": "distributed.scheduler"})
+    with pytest.raises(TraceError, match="KilledWorker: task 'merge-3' marked as failed"):
+        _raise_failure(killed("task 'merge-3' marked as failed"))
+    with pytest.raises(ValueError):  # a task's own error stays what it is
+        _raise_failure(ValueError("the task's own"))
+
+
+def test_the_run_directory_goes_even_when_closing_the_client_fails(tmp_path, monkeypatch):
+    class FailingClient:
+        def close(self) -> None:
+            raise OSError("connection reset while closing")
+
+    removed: list[str] = []
+    monkeypatch.setattr(executors, "remove_tree", removed.append)
+    runner = TaskRunner(2)
+    runner._client, runner.work_dir = FailingClient(), str(tmp_path / "streamtrace-run-x")
+    with pytest.raises(OSError, match="connection reset"):
+        runner.__exit__(None, None, None)
+    assert removed == [str(tmp_path / "streamtrace-run-x")] and runner.work_dir is None and runner._client is None
