@@ -1,6 +1,7 @@
 """Resource figures reported in summaries."""
 from __future__ import annotations
 
+import _thread  # (threading's lock, without importing threading at start-up)
 import ctypes
 import functools
 import gc
@@ -72,12 +73,26 @@ def frozen_heap() -> Iterator[None]:
     lock that another thread of the parent held at the fork would hang it),
     and the pages it shares with the parent stay shared instead of being
     copied by the collector's bookkeeping.
+
+    Blocks may overlap (the tasks of a Dask worker's threads): the first to
+    enter freezes and the last to leave unfreezes, so that no block freezes
+    another's live objects, whose garbage its collections would then keep.
     """
-    gc.freeze()
+    with _FREEZING:
+        _FROZEN_BLOCKS[0] += 1
+        if _FROZEN_BLOCKS[0] == 1:
+            gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _FREEZING:
+            _FROZEN_BLOCKS[0] -= 1
+            if _FROZEN_BLOCKS[0] == 0:
+                gc.unfreeze()
+
+
+_FREEZING = _thread.allocate_lock()
+_FROZEN_BLOCKS = [0]  # frozen_heap blocks running now
 
 
 HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})

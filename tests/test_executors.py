@@ -69,3 +69,21 @@ def test_the_run_directory_goes_even_when_closing_the_client_fails(tmp_path, mon
     with pytest.raises(OSError, match="connection reset"):
         runner.__exit__(None, None, None)
     assert removed == [str(tmp_path / "streamtrace-run-x")] and runner.work_dir is None and runner._client is None
+
+
+def test_overlapping_frozen_blocks_freeze_once():
+    """A Dask worker runs tasks in threads at once: the second task's block must not freeze the
+    first one's objects (its collections could then free none of its garbage) nor unfreeze early."""
+    import gc
+
+    from streamtrace.resources import frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    with frozen_heap():
+        frozen = gc.get_freeze_count()
+        first_tasks_objects = [[n] for n in range(1000)]  # live in the first block: must stay unfrozen
+        with frozen_heap():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+        del first_tasks_objects
+    assert gc.get_freeze_count() == 0
