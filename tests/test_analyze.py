@@ -307,3 +307,8 @@ def test_the_page_names_the_command_that_made_it(tmp_path, capsys):
     argv = ["analyze", str(DLRM), "-o", str(tmp_path / "tables"), "--html", str(page), "-j", "1", "-q"]
     assert cli.main(argv) == 0
     assert html.escape(shlex.join(["streamtrace", *argv])) in page.read_text(encoding="utf-8")
+
+
+def test_no_straggler_candidates_is_refused_before_reading(tmp_path):
+    with pytest.raises(streamtrace.TraceError, match="--candidates .* at least 1, not 0"):
+        streamtrace.analyze(tmp_path / "no such input", num_candidates=0)

@@ -578,3 +578,9 @@ def test_top_n_kernels_with_full_names_and_several_inputs_each_inspected(four_ra
     assert sum(1 for line in lines if "x " in line and ("top kernels" in line or line.startswith(" "))) == 6  # 3 each
     assert cli.main(["inspect", *traces, "--summary", str(four_ranks / "s.json")]) == 1
     assert "--summary takes one trace" in capsys.readouterr().err and not (four_ranks / "s.json").exists()
+
+
+def test_took_is_the_last_row_after_redaction_and_warnings(tmp_path, capsys):
+    lines, _ = run_cli(capsys, "compact", str(TRACES / "kineto_small.json"), "-o", str(tmp_path / "c.json"), "--redact")
+    labels = [line.split()[0] for line in lines if not line.startswith(" ")]
+    assert labels[-1] == "took" and labels.index("redacted") < labels.index("took") and labels.count("took") == 1, lines

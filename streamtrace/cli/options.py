@@ -109,12 +109,14 @@ def secrets_options(parser: argparse.ArgumentParser, role: str = "writer") -> No
     if role == "writer":
         group.add_argument("--redact", action="store_true",
                            help="replace credentials in the output by \"<redacted:KIND>\" (as 'redact' does)")
-    group.add_argument("--secrets-rules", metavar="FILE", help="TOML secret rules (see redact --print-secrets-rules)")
+    implies = "; implies --redact" if role == "writer" else ""
+    group.add_argument("--secrets-rules", metavar="FILE",
+                       help=f"TOML secret rules (see redact --print-secrets-rules){implies}")
     group.add_argument("--pattern", action="append", default=[], metavar="NAME=REGEX",
-                       help="also treat matches of REGEX as secrets of kind NAME (repeatable)")
+                       help=f"also treat matches of REGEX as secrets of kind NAME (repeatable){implies}")
     if role != "inspect":
         group.add_argument("--pseudonymize", metavar="KINDS", default="",
-                           help="also replace these by stable pseudonyms: comma-separated hosts,users,paths")
+                           help=f"also replace these by stable pseudonyms: comma-separated hosts,users,paths{implies}")
 
 
 def redaction(args: argparse.Namespace) -> RedactOptions | None:

@@ -34,8 +34,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description=paragraphs(
             "Write OUTDIR/rank<N>_trace.json[.gz|.zst] for a pipeline-parallel training run of RANKS ranks "
             "(CUDA-graph replays over many streams, eager kernels, NCCL with PP SEND/RECV, PP annotations, "
-            "python_function frames), a naive merged_trace.json (colliding correlation ids, as tools that "
-            "concatenate ranks write it) and truth.json: what every command should find. Deterministic for a "
+            "python_function frames), a naive merged_trace.json[.gz|.zst] (colliding correlation ids, as tools "
+            "that concatenate ranks write it), truth.json (what every command should find) and each rank's "
+            "launch-to-kernel links as truth_links_rank<N>.csv. Deterministic for a "
             "--seed: for bug reports and benchmarks without real data.",
             "Ranks are split into --pp-stages stages (ranks must be a multiple); every rank file grows with "
             "--steps, or until --target-mb."),
@@ -73,8 +74,8 @@ def add_knobs(cmd: argparse.ArgumentParser) -> None:
                        help="rank file compression (default %(default)s)")
     files.add_argument("--no-merged", action="store_true", help="do not write merged_trace.json[.gz|.zst]")
     files.add_argument("--merged-style", choices=MERGED_STYLES, default="rank-arg",
-                       help="how the merged file states ranks: args.rank on events, or process names "
-                            "(default %(default)s)")
+                       help="how the merged file states ranks: args.rank on events, process names ('RANK 3 - "
+                            "GPU'), or not at all (the inference's test) (default %(default)s)")
     files.add_argument("--overwrite", action="store_true",
                        help="replace files of an earlier run in OUTDIR (refused otherwise, before anything is written)")
     files.add_argument("--json", action="store_true", help="print the ground truth summary as JSON")

@@ -1208,6 +1208,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     its header naming ``command`` as what made it.
     """
     started = time.perf_counter()
+    if num_candidates < 1:
+        raise TraceError(f"--candidates (num_candidates) must be at least 1, not {num_candidates}")
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
     files = _inputs(specs)
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
