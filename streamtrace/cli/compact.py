@@ -10,6 +10,7 @@ from .options import (
     cluster_option,
     common_options,
     original_stream_option,
+    output_option,
     output_options,
     paragraphs,
     reading,
@@ -38,9 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("trace", nargs="*", metavar="TRACE",
                      help="trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
-    cmd.add_argument("-o", "--output", help="output path or '-' "
-                     "(default: <name>_compacted.json[.gz|.zst] beside the input, as compressed as it); "
-                     "with several inputs a directory DIR/")
+    output_option(cmd, "_compacted")
     cmd.add_argument("--rules", metavar="FILE", help="TOML file with lane groups, labels and match rules")
     cmd.add_argument("--print-rules", action="store_true", help="print the default rules file and exit")
     cmd.add_argument("--no-pp-flows", action="store_true", help="do not add rank-local PP dependency arrows")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .options import common_options, output_options, paragraphs, reading, redaction, secrets_options
+from .options import common_options, drop_cat_option, output_options, paragraphs, reading, redaction, secrets_options
 from .report import Rows, report, took, view
 
 
@@ -24,8 +24,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("input", nargs="+", help="input trace, '-' for stdin, or a URL; for a .parquet output also "
                      "several files, globs or directories, as merge takes them")
     cmd.add_argument("output", help="output path, or '-' for stdout (summary then goes to stderr)")
-    cmd.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
-                     help="drop events of this category (repeatable), e.g. python_function")
+    drop_cat_option(cmd)
     output_options(cmd, "OUT")
     secrets_options(cmd)
     common_options(cmd)

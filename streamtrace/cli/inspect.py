@@ -6,7 +6,7 @@ import sys
 
 from ..errors import TraceError
 from .options import common_options, paragraphs, reading, redaction, secrets_options
-from .report import Rows, counted, listed, ms, pid_text, plain, report, short, took, view
+from .report import Rows, counted, listed, ms, pid_text, plain, report, short, took, view, warn_of_secrets
 
 RANK_ROWS = 8  # ranks shown in the report
 
@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> None:
     if len(args.trace) > 1 and args.json:
         sys.stdout.write(summary_json(summaries).decode())
         for summary in summaries:
-            if summary.get("secrets_found"):
-                print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
+            warn_of_secrets(summary)
 
 
 @view("inspect")

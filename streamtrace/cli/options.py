@@ -85,6 +85,18 @@ def output_options(parser: argparse.ArgumentParser, output: str) -> None:
     parser.add_argument("--overwrite", action="store_true", help=f"replace {output} if it exists")
 
 
+def output_option(parser: argparse.ArgumentParser, tag: str, *, batch: bool = True) -> None:
+    """-o of the commands that write one trace beside their input by default (``<name>{tag}``)."""
+    parser.add_argument("-o", "--output", help=f"output path or '-' (default: <name>{tag}.json[.gz|.zst] beside the "
+                                               "input, as compressed as it)" +
+                                               ("; with several inputs a directory DIR/" if batch else ""))
+
+
+def drop_cat_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
+                        help="drop events of this category (repeatable), e.g. python_function")
+
+
 def level_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=int, help="compression level: gzip 0-9 (default 1), zstd 1-22 (default 3)")
 

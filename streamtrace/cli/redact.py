@@ -6,7 +6,7 @@ import sys
 
 from ..errors import TraceError
 from . import convert
-from .options import common_options, output_options, paragraphs, reading, redaction, secrets_options
+from .options import common_options, output_option, output_options, paragraphs, reading, redaction, secrets_options
 from .report import Rows, report, view
 
 
@@ -29,8 +29,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
-    cmd.add_argument("-o", "--output", help="output path or '-' "
-                     "(default: <name>_redacted.json[.gz|.zst] beside the input, as compressed as it)")
+    output_option(cmd, "_redacted", batch=False)
     cmd.add_argument("--print-secrets-rules", action="store_true", help="print the default secret rules and exit")
     secrets_options(cmd, "redact")
     output_options(cmd, "the output")

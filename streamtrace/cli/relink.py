@@ -9,6 +9,7 @@ from .options import (
     RANK_RULES,
     cluster_option,
     common_options,
+    output_option,
     output_options,
     paragraphs,
     rank_map_option,
@@ -40,9 +41,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("trace", nargs="+", metavar="TRACE",
                      help="merged trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
-    cmd.add_argument("-o", "--output", help="output path or '-' "
-                     "(default: <name>_relinked.json[.gz|.zst] beside the input, as compressed as it); "
-                     "with several inputs a directory DIR/")
+    output_option(cmd, "_relinked")
     rank_map_option(cmd)
     output_options(cmd, "the output")
     cluster_option(cmd)

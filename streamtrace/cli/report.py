@@ -32,8 +32,14 @@ def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: 
     stream = sys.stderr if to_stderr else sys.stdout
     stream.write(summary_json(summary).decode() if args.json else human_report(command, summary))
     stream.flush()
-    if summary.get("secrets_found") and (args.json or not (stream.isatty() or to_stderr)):
+    if args.json or not (stream.isatty() or to_stderr):
         # it must not go unseen: on stderr too unless the human report, with it, is on the terminal already
+        warn_of_secrets(summary)
+
+
+def warn_of_secrets(summary: dict) -> None:
+    """inspect's warning that the trace holds secrets (its last), on stderr, when it found any."""
+    if summary.get("secrets_found"):
         print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
 
 

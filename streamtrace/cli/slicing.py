@@ -3,7 +3,17 @@ from __future__ import annotations
 
 import argparse
 
-from .options import RANK_RULES, common_options, output_options, paragraphs, rank_map_option, reading, redaction, secrets_options
+from .options import (
+    RANK_RULES,
+    common_options,
+    drop_cat_option,
+    output_options,
+    paragraphs,
+    rank_map_option,
+    reading,
+    redaction,
+    secrets_options,
+)
 from .report import Rows, listed, report, took, view
 
 
@@ -42,8 +52,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      "1500:2500, 2.5ms:3ms, +2s:+2.5s")
     cmd.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0-3,7")
     cmd.add_argument("--pids", metavar="LIST", help="only these pids (comma-separated, as written in the trace)")
-    cmd.add_argument("--drop-cat", action="append", default=[], metavar="CAT",
-                     help="drop events of this category (repeatable), e.g. python_function")
+    drop_cat_option(cmd)
     cmd.add_argument("--drop-name", metavar="REGEX", help="drop events whose name matches this regular expression")
     cmd.add_argument("--max-mb", type=float, metavar="N", help="the longest run of consecutive steps whose output "
                      "fits in N MB (10^6 bytes) uncompressed")
