@@ -87,3 +87,10 @@ def test_overlapping_frozen_blocks_freeze_once():
         assert gc.get_freeze_count() == frozen
         del first_tasks_objects
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("address", ["foo://bar:1", "head-node", "tcp://127.0.0.1:notaport"])
+def test_an_address_dask_cannot_parse_is_refused_in_one_line(address):
+    pytest.importorskip("distributed")
+    with pytest.raises(TraceError, match="not a scheduler address such as tcp://host:8786"):
+        executors._connect(address)

@@ -418,3 +418,6 @@ def _connect(address: str) -> Any:
         return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise TraceError(f"--dask {address}: cannot reach the scheduler ({exc})") from None
+    except (ValueError, AssertionError) as exc:  # Dask's words for an address it cannot parse
+        raise TraceError(f"--dask {address}: not a scheduler address such as tcp://host:8786 "
+                         f"({exc or 'bad port'})") from None
