@@ -94,3 +94,17 @@ def test_an_address_dask_cannot_parse_is_refused_in_one_line(address):
     pytest.importorskip("distributed")
     with pytest.raises(TraceError, match="not a scheduler address such as tcp://host:8786"):
         executors._connect(address)
+
+
+def test_spool_objects_that_cannot_be_deleted_are_named_in_a_warning(monkeypatch, capsys):
+    """The run's own outcome stands; what stays in the bucket is said, not swallowed."""
+    from streamtrace.io import objectstore
+
+    class ExpiredCredentials:
+        def rm_file(self, path: str) -> None:
+            raise PermissionError("ExpiredToken: the security token included in the request is expired")
+
+    monkeypatch.setattr(objectstore, "_filesystem", lambda url: (ExpiredCredentials(), url.split("://", 1)[1]))
+    objectstore.RunStore("s3://bucket/tmp/streamtrace-run-abc").remove()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "s3://bucket/tmp/streamtrace-run-abc/" in err and "access denied" in err

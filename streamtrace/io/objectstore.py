@@ -26,6 +26,7 @@ import asyncio
 import os
 import posixpath
 import shutil
+import sys
 import tempfile
 import uuid
 from contextlib import contextmanager
@@ -103,24 +104,30 @@ class RunStore:
         return local
 
     def remove(self) -> None:
-        """Delete the marker, then everything under the prefix (a failing
-        delete is left to the bucket's lifecycle rules: the run's own error,
-        if any, is the one to tell)."""
+        """Delete the marker, then everything under the prefix.  A failing
+        delete does not replace the run's own outcome (its error, if any, is
+        the one to tell): it is said in a warning naming what stays."""
         fs, marker = _filesystem(self.object_url(LIVE_MARKER))
         prefix = marker.rsplit("/", 1)[0]
         try:
             fs.rm_file(marker)
         except FileNotFoundError:
             pass
-        except Exception:  # the objects stay; nothing better to do on the way out
+        except Exception as exc:
+            _left_behind(self.object_url(""), exc)
             return
         try:
             fs.invalidate_cache(prefix)
             found = fs.find(prefix)
             if found:
                 fs.rm(found)
-        except Exception:
-            pass
+        except Exception as exc:
+            _left_behind(self.object_url(""), exc)
+
+
+def _left_behind(where: str, exc: Exception) -> None:
+    print(f"streamtrace: warning: could not delete the run's spool objects under {where} ({failure_reason(exc)}); "
+          "delete them, or let a lifecycle rule of the bucket do it", file=sys.stderr)
 
 
 @contextmanager
@@ -268,8 +275,10 @@ def assemble_s3(output: str, parts: list[tuple[str, int]], *, overwrite: bool) -
     except BaseException:
         try:
             fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload)
-        except Exception:  # the bucket's lifecycle rules reclaim the parts
-            pass
+        except Exception as exc:  # the run's error is the one to tell; the parts are said to stay
+            print(f"streamtrace: warning: could not abort the multipart upload {upload} of {output} "
+                  f"({failure_reason(exc)}): its parts stay until a lifecycle rule of the bucket removes them",
+                  file=sys.stderr)
         raise
     fs.invalidate_cache(path)
 
