@@ -108,3 +108,37 @@ def test_spool_objects_that_cannot_be_deleted_are_named_in_a_warning(monkeypatch
     objectstore.RunStore("s3://bucket/tmp/streamtrace-run-abc").remove()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "s3://bucket/tmp/streamtrace-run-abc/" in err and "access denied" in err
+
+
+def test_a_spool_object_whose_run_cannot_be_checked_after_upload_is_deleted(tmp_path, monkeypatch):
+    """A worker that may write but not read the marker (403 on HEAD) uploads, then cannot tell
+    whether the run stopped meanwhile: the object it made is deleted, and the error says which step failed."""
+    from streamtrace.io import objectstore
+
+    class WriteOnly:
+        def __init__(self) -> None:
+            self.objects: set[str] = set()
+            self.checks = 0
+
+        def invalidate_cache(self, path: str) -> None:
+            pass
+
+        def exists(self, path: str) -> bool:
+            self.checks += 1
+            if self.checks > 1:
+                raise PermissionError("403 Forbidden")
+            return True
+
+        def put_file(self, local: str, path: str) -> None:
+            self.objects.add(path)
+
+        def rm_file(self, path: str) -> None:
+            self.objects.discard(path)
+
+    store = WriteOnly()
+    monkeypatch.setattr(objectstore, "_filesystem", lambda url: (store, url.split("://", 1)[1]))
+    local = tmp_path / "rank3.state"
+    local.write_bytes(b"state")
+    with pytest.raises(TraceError, match="cannot check that the run is still on after uploading"):
+        objectstore.RunStore("s3://bucket/tmp/streamtrace-run-abc").put(str(local))
+    assert store.objects == set()

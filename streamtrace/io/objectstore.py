@@ -80,17 +80,24 @@ class RunStore:
         task's error."""
         url = self.object_url(f"{uuid.uuid4().hex[:12]}-{os.path.basename(local)}")
         fs, path = _filesystem(url)
+        uploaded = False
         try:
             if not self.is_live():
                 raise TraceError("the run has stopped", path=self.url)
             fs.put_file(local, path)
+            uploaded = True
             if not self.is_live():
-                fs.rm_file(path)
                 raise TraceError("the run has stopped", path=self.url)
-        except TraceError:
-            raise
-        except Exception as exc:
-            raise TransferError(f"cannot upload a spool object: {failure_reason(exc)}", path=url) from None
+        except BaseException as exc:
+            if uploaded:  # whatever failed after the upload, its object must not outlive the task
+                try:
+                    fs.rm_file(path)
+                except Exception:  # (under the run's prefix: removed with it, when the run is still on)
+                    pass
+            if isinstance(exc, TraceError) or not isinstance(exc, Exception):
+                raise
+            step = "check that the run is still on after uploading" if uploaded else "upload"
+            raise TransferError(f"cannot {step} a spool object: {failure_reason(exc)}", path=url) from None
         return url
 
     def get(self, url: str, directory: str) -> str:
