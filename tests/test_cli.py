@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from badinputs.matrix import CLI, cli_env
 from conftest import TRACES, events_of, load_json
 
@@ -52,6 +53,7 @@ def test_missing_file_and_directory_input(tmp_path):
         assert result.returncode == 1 and b"Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_stdin_to_zstd_then_stdout_round_trip(tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()

@@ -65,6 +65,7 @@ def truncated(tmp_path, synthetic) -> Path:
 
 # --- 1. never onto an input, never twice, never over a file unasked -----------------------------------------
 
+@pytest.mark.slow
 def test_the_summary_is_never_written_onto_the_input(tmp_path):
     victim = tmp_path / "victim.json"
     victim.write_bytes(SMALL.read_bytes())
@@ -291,6 +292,7 @@ def test_merge_of_a_missing_directory_says_it_is_missing(tmp_path):
     refused(run("merge", tmp_path / "nosuchdir/", "-o", tmp_path / "out.json"), "nosuchdir", "no such file")
 
 
+@pytest.mark.slow
 def test_demo_writes_into_a_new_or_empty_directory_only(tmp_path):
     """The demo's files (generated ranks, the compacted and merged traces) never replace a user's files unasked."""
     mine = tmp_path / "mine"

@@ -186,6 +186,7 @@ def test_absolute_timestamps_need_no_offset_and_join_based_ranks_on_their_clock(
     assert alignment == "baseTimeNanoseconds and absolute timestamps"
 
 
+@pytest.mark.slow
 def test_real_dlrm_directory_merges_by_content_on_absolute_time(tmp_path):
     directory = TRACES / "dlrm_8ranks"
     out = tmp_path / "merged.json.gz"
