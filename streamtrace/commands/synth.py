@@ -6,15 +6,13 @@ nothing unasked."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from ..errors import TraceError
 from ..io.destinations import Destinations
 from ..io.formats import COMPRESSIONS
-from ..io.sink import publish_all
 from ..synth import MERGED_STYLES, TRUTH_FILE, SynthConfig, file_names, write_traces
+from .batch import staged
 
 GENERATOR_COMPRESSION = {"none": "none", "gzip": "gz", "zstd": "zst"}
 """``compress`` as every command spells it -> the generator's name for it."""
@@ -45,16 +43,6 @@ def synthesize(outdir: str | os.PathLike, config: SynthConfig | None = None, *, 
     destinations = Destinations(overwrite=overwrite)
     destinations.directory(directory, writes="synth's files")
     destinations.claim_all(directory / name for name in names)
-    made = next((path for path in reversed([directory, *directory.parents]) if not path.exists()), None)
-    directory.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".streamtrace-synth-", dir=directory))
-    try:
-        truth = write_traces(config, staging, compress=generator_compress, merged=merged, merged_style=merged_style)
-        publish_all([(str(staging / name), str(directory / name)) for name in names], overwrite)
-    except BaseException:
-        if made is not None:  # the topmost directory this run made
-            shutil.rmtree(made, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return truth
+    with staged([str(directory / name) for name in names], overwrite) as paths:
+        return write_traces(config, os.path.dirname(paths[0]), compress=generator_compress, merged=merged,
+                            merged_style=merged_style)
