@@ -6,7 +6,7 @@ import sys
 import textwrap
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..io.formats import COMPRESSIONS
+from ..io.formats import COMPRESSIONS, DEFAULT_LEVEL, LEVELS
 
 if TYPE_CHECKING:
     from ..io.redact import RedactOptions
@@ -98,7 +98,9 @@ def drop_cat_option(parser: argparse.ArgumentParser) -> None:
 
 
 def level_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--level", type=int, help="compression level: gzip 0-9 (default 1), zstd 1-22 (default 3)")
+    ranges = ", ".join(f"{name} {levels.start}-{levels.stop - 1} (default {DEFAULT_LEVEL[name]})"
+                       for name, levels in LEVELS.items())
+    parser.add_argument("--level", type=int, help=f"compression level: {ranges}")
 
 
 def original_stream_option(parser: argparse.ArgumentParser) -> None:

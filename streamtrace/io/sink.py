@@ -21,7 +21,7 @@ import zstandard
 from ..errors import TraceError
 from ..resources import stop_if_requested
 from .archive import outer_path
-from .formats import COMPRESSIONS
+from .formats import COMPRESSIONS, DEFAULT_LEVEL, LEVELS
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
 
 if TYPE_CHECKING:
@@ -33,9 +33,6 @@ try:
 except ImportError:  # the `fast` extra is optional
     _fast_gzip = _isal_gzip = None
 
-DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
-LEVELS = {"gzip": range(0, 10), "zstd": range(1, 23)}
-"""The compression levels each writer takes (an uncompressed output ignores the level)."""
 WRITE_BUFFER = 1 << 20
 
 SinkSpec = Union[str, "os.PathLike[str]", BinaryIO]
