@@ -5,7 +5,7 @@ import argparse
 import shlex
 
 from .options import cluster_option, common_options, paragraphs, reading
-from .report import Rows, listed, report, took, view
+from .report import Rows, listed, report, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -60,4 +60,4 @@ def rows(summary: dict) -> Rows:
     rows = report_rows(summary)
     if summary["output"]:
         rows.append(("output", listed(summary["output"], 3)))
-    return [*rows, took(summary)]
+    return rows

@@ -5,7 +5,7 @@ import argparse
 
 from .batch import is_batch, run_batch
 from .options import RANK_MAP_HELP, RANK_RULES, cluster_option, common_options, paragraphs, rank_map_option, reading
-from .report import Rows, linking_rows, report, took, view
+from .report import Rows, linking_rows, report, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -56,4 +56,4 @@ def run(args: argparse.Namespace) -> None:
 def rows(summary: dict) -> Rows:
     what = "(rank, cpu op) rows" if summary["group_by"] == "op" else "GPU events"
     return [("attributed", f"{summary['rows']:,} {what}"), ("output", str(summary["output"])),
-            *linking_rows(summary), took(summary)]
+            *linking_rows(summary)]

@@ -5,7 +5,7 @@ import argparse
 import os
 
 from .options import reading
-from .report import Rows, counted, events_row, listed, report, took, view
+from .report import Rows, counted, events_row, listed, report, view
 
 
 def is_batch(args: argparse.Namespace, output_dir: str | None) -> bool:
@@ -27,4 +27,4 @@ def rows(summary: dict) -> Rows:
     rows = [(summary["command"], f"{counted(summary['inputs'], 'input')}, one task each"), ("output", listed(outputs, 3))]
     if "events_read" in summary:
         rows.append(events_row(summary))
-    return [*rows, took(summary)]
+    return rows

@@ -17,7 +17,7 @@ from .options import (
     redaction,
     secrets_options,
 )
-from .report import Rows, events_row, lanes, pp_arrows, report, took, view
+from .report import Rows, events_row, lanes, pp_arrows, report, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -84,5 +84,4 @@ def rows(summary: dict) -> Rows:
     if summary.get("gpu_flow_endpoints_unmatched"):
         rows.append(("warning", f"{summary['gpu_flow_endpoints_unmatched']:,} ac2g endpoints matched no slice start "
                                 "(trimmed or windowed capture); moved to the nearest slice's lane"))
-    rows.append(took(summary))
     return rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .options import common_options, drop_cat_option, output_options, paragraphs, reading, redaction, secrets_options
-from .report import Rows, report, took, view
+from .report import Rows, report, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -55,4 +55,4 @@ def copy_rows(label: str, summary: dict, *, with_dropped: bool) -> Rows:
         events += f", {summary['events_dropped']:,} dropped" + (f" ({dropped})" if dropped else "")
     compression = summary["output_compression"].replace("none", "uncompressed")
     return [(label, f"{summary['input']} -> {summary['output']} ({compression})"),
-            ("events", events), took(summary)]
+            ("events", events)]

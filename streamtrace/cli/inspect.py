@@ -6,7 +6,7 @@ import sys
 
 from ..errors import TraceError
 from .options import common_options, paragraphs, reading, redaction, secrets_options
-from .report import Rows, counted, listed, ms, pid_text, plain, report, short, took, view, warn_of_secrets
+from .report import Rows, counted, listed, ms, pid_text, plain, report, short, view, warn_of_secrets
 
 RANK_ROWS = 8  # ranks shown in the report
 
@@ -92,7 +92,6 @@ def rows(summary: dict) -> Rows:
         repairs.append("input was truncated: complete events kept (--salvage)")
     if repairs:
         rows.append(("repairs", "; ".join(repairs)))
-    rows.append(took(summary))
     return rows
 
 

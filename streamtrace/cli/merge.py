@@ -13,7 +13,7 @@ from .options import (
     redaction,
     secrets_options,
 )
-from .report import Rows, counted, events_row, listed, ms, pp_arrows, report, slices_into_lanes, took, view
+from .report import Rows, counted, events_row, listed, ms, pp_arrows, report, slices_into_lanes, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -104,5 +104,4 @@ def rows(summary: dict) -> Rows:
         rows.append(("no peer", f"{summary['pp_send_recv_peer_stage_absent']:,} SEND/RECV blocks have their peer stage "
                                 + (f"on ranks not merged (global ranks {listed([str(rank) for rank in missing], 8)})"
                                    if missing else "nowhere in the merged files")))
-    rows.append(took(summary))
     return rows

@@ -17,7 +17,7 @@ from .options import (
     redaction,
     secrets_options,
 )
-from .report import Rows, events_row, linking_rows, report, took, view
+from .report import Rows, events_row, linking_rows, report, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -67,4 +67,4 @@ def rows(summary: dict) -> Rows:
            f"{summary['ids_rewritten']:,} correlation ids made rank-unique")
     return [("relinked", f"{ids}, {summary['ac2g_flows_written']:,} ac2g flow events written from the "
                          f"(rank, correlation) links in place of the input's {summary['ac2g_flows_replaced']:,}"),
-            ("output", summary["output"]), *linking_rows(summary), events_row(summary), took(summary)]
+            ("output", summary["output"]), *linking_rows(summary), events_row(summary)]

@@ -44,15 +44,15 @@ def warn_of_secrets(summary: dict) -> None:
 
 
 def human_report(command: str, summary: dict) -> str:
-    """Aligned lines: the command's rows, then each warning once (with how often), then hints."""
-    rows = list(VIEWS[command](summary))
-    timing = [row for row in rows if row[0] == "took"]  # last: what was done first, then how long it took
-    rows = [row for row in rows if row[0] != "took"] + _redaction_rows(summary)
+    """Aligned lines: the command's rows, what was redacted, each warning once (with how often), hints,
+    and what the run took."""
+    rows = list(VIEWS[command](summary)) + _redaction_rows(summary)
     notices = [summary["notice"]] if summary.get("notice") else []
     for text, count in Counter(notices + list(summary.get("warnings") or ())).items():
         rows.append(("warning", text + (f" ({count} times)" if count > 1 else "")))
     rows.extend(("hint", text) for text in summary.get("hints") or ())
-    rows.extend(timing)
+    if "wall_seconds" in summary:  # last: what was done, then how long it took
+        rows.append(took(summary))
     width = max(len(label) for label, _ in rows)
     return "".join(f"{label:<{width}}  {text}\n" for label, text in rows)
 

@@ -14,7 +14,7 @@ from .options import (
     redaction,
     secrets_options,
 )
-from .report import Rows, listed, report, took, view
+from .report import Rows, listed, report, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -91,6 +91,5 @@ def rows(summary: dict) -> Rows:
              ("flows", f"{summary['flow_events_kept']:,} flow events kept"
                        + (f" ({unpaired:,} of them without their other end in the input already)" if unpaired else "")
                        + f", {summary['flow_events_dropped_without_partner']:,} dropped: the selection cut their "
-                         "other end"),
-             took(summary)]
+                         "other end")]
     return rows

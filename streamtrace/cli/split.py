@@ -15,7 +15,7 @@ from .options import (
     redaction,
     secrets_options,
 )
-from .report import Rows, counted, listed, report, took, view
+from .report import Rows, counted, listed, report, view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -66,4 +66,4 @@ def rows(summary: dict) -> Rows:
     files = [f"{name} {count:,} events" for name, count in summary["files"].items()]
     return [("split", f"{counted(len(files), 'rank')} into {summary['output_dir']}"), ("files", listed(files)),
             ("events", f"{summary['events_read']:,} read, {summary['events_copied_to_every_file']:,} copied to every "
-                       "file"), took(summary)]
+                       "file")]
