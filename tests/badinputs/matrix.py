@@ -44,8 +44,14 @@ POSITION = re.compile(r"(event \d+|byte \d+)")
 
 def cli_env() -> dict[str, str]:
     """The environment that runs this checkout's streamtrace, wherever it was cloned."""
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else "")}
+    while True:  # the matrix's threads copy it while pytest's main thread sets and deletes PYTEST_CURRENT_TEST
+        try:
+            environment = dict(os.environ)
+            break
+        except KeyError:  # a key listed, then deleted before it was read: copy again
+            continue
+    path = environment.get("PYTHONPATH")
+    return {**environment, "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else "")}
 
 
 @dataclass(frozen=True)
