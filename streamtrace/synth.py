@@ -44,6 +44,7 @@ SCHEDULES = ("1f1b", "zb", "gpipe")
 MERGED_STYLES = ("rank-arg", "process-name", "none")
 COMPRESSIONS = {"gz": ".gz", "zst": ".zst", "none": ""}
 KERNEL_ANNOTATIONS = ("module", "pp", "none")
+LAYOUTS = ("lines", "kineto")
 
 # Streams (GPU tids).  Graph replays use GRAPH_STREAM_BASE .. + graph_streams - 1.
 STREAM_COMPUTE = 7
@@ -93,6 +94,7 @@ class SynthConfig:
     kernel_annotations: str = "module"  # graph kernels' args.name: "module" runs, "pp" (action name), "none"
     slow_rank: int = -1  # this rank's timeline runs slow_factor times slower (-1: none): a straggler
     slow_factor: float = 1.0
+    layout: str = "lines"  # event text: compact JSON an event a line, or Kineto's own (indented lines, spaces)
 
     def validate(self) -> None:
         """Reject configs the generator cannot honour, with a plain message."""
@@ -104,6 +106,8 @@ class SynthConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}")
         if self.kernel_annotations not in KERNEL_ANNOTATIONS:
             raise ValueError(f"kernel_annotations must be one of {KERNEL_ANNOTATIONS}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}")
         if self.microbatches < 1 or self.steps < 1:
             raise ValueError("microbatches and steps must be >= 1")
         if self.graph_streams < 1 or min(self.graph_kernels, self.eager_kernels, self.python_noise) < 0:
@@ -347,8 +351,9 @@ class _Sink:
 
     BATCH = 256  # orjson output objects carry ~4 KB of allocation each: keep few alive
 
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: BinaryIO, layout: str = "lines") -> None:
         self._out = out
+        self._encode = _kineto_text if layout == "kineto" else _dumps
         self._buf: list[bytes] = []
         self._sep = b"\n"
         self.bytes = 0
@@ -362,7 +367,7 @@ class _Sink:
     def event(self, ev: dict) -> int:
         """Queue one event; return its index in the array."""
         buf = self._buf
-        buf.append(_dumps(ev))
+        buf.append(self._encode(ev))
         n = self.count
         self.count = n + 1
         if len(buf) >= self.BATCH:
@@ -376,6 +381,29 @@ class _Sink:
             self._buf.clear()
             self._out.write(chunk)
             self.bytes += len(chunk)
+
+
+_KINETO_FIRST_LINE = ("ph", "cat", "name", "pid", "tid")
+_KINETO_TIMES = ("ts", "dur")
+
+
+def _kineto_text(event: dict) -> bytes:
+    """An event laid out as Kineto's JSON writer lays it out: indented lines
+    (kind and place, times, the rest, then ``args`` a line of its own), a
+    space after every colon and comma: what real traces look like to a reader."""
+    groups = ([(key, value) for key, value in event.items() if key in _KINETO_FIRST_LINE],
+              [(key, value) for key, value in event.items() if key in _KINETO_TIMES],
+              [(key, value) for key, value in event.items()
+               if key not in _KINETO_FIRST_LINE and key not in _KINETO_TIMES and key != "args"])
+    lines = [_members(group) for group in groups if group]
+    if "args" in event:
+        args = event["args"]
+        lines.append(f'"args": {{\n      {_members(args.items())}\n    }}' if args else '"args": {}')
+    return ("  {\n    " + ",\n    ".join(lines) + "\n  }").encode()
+
+
+def _members(pairs) -> str:
+    return ", ".join(f"{_dumps(key).decode()}: {_dumps(value).decode()}" for key, value in pairs)
 
 
 class _Links:
@@ -883,7 +911,7 @@ class _RankFile:
 
     def __init__(self, cfg: SynthConfig, rank: int, out: BinaryIO, links: TextIO | None, name: str) -> None:
         self.cfg, self.rank, self.name = cfg, rank, name
-        self.sink = _Sink(out)
+        self.sink = _Sink(out, cfg.layout)
         self.sink.raw(_header(cfg, rank))
         self.gen = _RankGen(cfg, rank, self.sink, links=_Links(links))
 
@@ -1051,7 +1079,7 @@ def write_merged(cfg: SynthConfig, out: BinaryIO, *, steps: int | None = None,
     cfg.validate()
     if merged_style not in MERGED_STYLES:
         raise ValueError(f"merged_style must be one of {MERGED_STYLES}")
-    sink = _Sink(out)
+    sink = _Sink(out, cfg.layout)
     sink.raw(_header(cfg, 0))
     origin = rank_base_ns(cfg, 0) - cfg.base_time_ns
     rank_events = []

@@ -331,13 +331,46 @@ def test_kineto_small_dangling_endpoints_are_counted(tmp_path):
     assert summary["gpu_flow_endpoints_unmatched"] == 2
 
 
+GENERATED = dict(ranks=2, pp_stages=2, microbatches=3, steps=2, graph_streams=32, graph_kernels=48, eager_kernels=4,
+                 python_noise=1, schedule="zb")
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     directory = tmp_path_factory.mktemp("gen")
-    config = SynthConfig(ranks=2, pp_stages=2, microbatches=3, steps=2, graph_streams=32, graph_kernels=48,
-                         eager_kernels=4, python_noise=1, schedule="zb")
-    truth = write_traces(config, directory, compress="gz", merged=False)
+    truth = write_traces(SynthConfig(**GENERATED), directory, compress="gz", merged=False)
     return directory, truth
+
+
+@pytest.fixture(scope="module")
+def generated_kineto(tmp_path_factory):
+    """The same trace in Kineto's own layout (an event over indented lines, spaces after colons)."""
+    directory = tmp_path_factory.mktemp("gen_kineto")
+    truth = write_traces(SynthConfig(**GENERATED, layout="kineto"), directory, compress="gz", merged=False)
+    return directory, truth
+
+
+def test_kinetos_layout_is_compacted_from_its_own_text_to_the_same_events(generated, generated_kineto, tmp_path,
+                                                                          monkeypatch):
+    """Events spread over indented lines are spooled as their own text (no
+    chunk falls back to parsing into dicts), and come out as the same events
+    as the one-line layout gives, line breaks and indentation gone."""
+    monkeypatch.setattr("streamtrace.engine.indexworkers.CHUNK_BYTES", 16 << 10)  # many chunks
+    fallbacks = []
+    monkeypatch.setattr("streamtrace.engine.indexworkers.chunk_events", lambda text: fallbacks.append(text))
+    outputs = {}
+    for name, (directory, truth) in (("lines", generated), ("kineto", generated_kineto)):
+        src = directory / truth["ranks"][0]["file"]
+        summary = streamtrace.compact(src, tmp_path / f"{name}.json", jobs=1)
+        outputs[name] = (summary, (tmp_path / f"{name}.json").read_bytes())
+    assert not fallbacks
+    raw = gzip.decompress((generated_kineto[0] / generated_kineto[1]["ranks"][0]["file"]).read_bytes())
+    assert b'\n    "ts": ' in raw  # the input is laid out as Kineto lays it out
+    kineto = outputs["kineto"][1]
+    assert b"\n    " not in kineto and b'"tid":' in kineto and b'"ph": "X"' in kineto  # moved lines keep their spacing
+    assert events_of(json.loads(kineto)) == events_of(json.loads(outputs["lines"][1]))
+    differ = {key for key in outputs["lines"][0] if outputs["lines"][0][key] != outputs["kineto"][0][key]}
+    assert differ <= {"input", "read", "output", "wall_seconds", "pass1_seconds", "plan_seconds", "peak_rss_mb"}
 
 
 def test_generated_pp_trace_matches_oracle_and_schedule(generated, tmp_path):
@@ -419,11 +452,15 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
 
 
 @pytest.mark.parametrize("original_stream", [True, False])
-def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, monkeypatch, original_stream):
+@pytest.mark.parametrize("layout", ["lines", "kineto"])
+def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, generated_kineto, tmp_path, monkeypatch,
+                                                           original_stream, layout):
     """Compaction moves most blocks as one text; the same trace through the
-    per-line patchers alone gives the same events."""
+    per-line patchers alone gives the same bytes (blocks are cut differently
+    at each -j, so a line must come out the same whichever way it went),
+    spaces after colons included."""
     from streamtrace.commands.compact import CompactPlan
-    directory, truth = generated
+    directory, truth = generated if layout == "lines" else generated_kineto
     src = directory / truth["ranks"][0]["file"]
     monkeypatch.setattr("streamtrace.io.spool.READ_BLOCK", 8192)  # many blocks
     real_moved, outcomes = CompactPlan.moved_block, []
@@ -438,4 +475,4 @@ def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, tmp_path, 
     assert whole == {**by_line, "wall_seconds": whole["wall_seconds"], "pass1_seconds": whole["pass1_seconds"],
                      "plan_seconds": whole["plan_seconds"], "peak_rss_mb": whole["peak_rss_mb"],
                      "output": whole["output"]}
-    assert events_of(load_json(tmp_path / "whole.json")) == events_of(load_json(tmp_path / "by_line.json"))
+    assert (tmp_path / "whole.json").read_bytes() == (tmp_path / "by_line.json").read_bytes()

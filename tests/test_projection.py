@@ -104,6 +104,10 @@ def test_args_that_are_not_an_object_refuse_the_projection():
     (b'{"a": 1, "b": [1, 2]},\r\n{"c":"x y"}', b'{"a": 1, "b": [1, 2]}\n{"c":"x y"}'),
     (b'{"a":1.50,"b":1e-400},{"c":"\xc3\xa9"}', b'{"a":1.50,"b":1e-400}\n{"c":"\xc3\xa9"}'),
     (b'{"a":1}', b'{"a":1}'),
+    # Kineto's layout: an event over several lines is one line, without the breaks and the indentation after them
+    (b'{\n    "a": 1, "b": "x  y",\n    "args": {\n      "c": [1,\n 2]\n    }\n  },\n  {"d":\t2}',
+     b'{"a": 1, "b": "x  y","args": {"c": [1,2]}}\n{"d":\t2}'),
+    (b'{\r\n "a":\r\n\t1\r\n},\r\n{"b":2}', b'{ "a": 1 }\n{"b":2}'),  # CRLF: a return is a space
 ])
 def test_spool_lines_keep_the_events_own_text(text, lines):
     events, got = Projection({"a": None}).decode_with_lines(text)
@@ -112,7 +116,6 @@ def test_spool_lines_keep_the_events_own_text(text, lines):
 
 
 @pytest.mark.parametrize("text", [
-    b'{"a":\n1}',  # an event over two lines (pretty-printed)
     b'{"a":"x\\/y"}',  # any escape
     b'{"a":"\xff"}',  # invalid UTF-8, in a member the projection skips
     b'{"b":1e400}',  # a float that overflows: the fast reading refuses it

@@ -31,6 +31,15 @@ def test_every_key_and_its_number_swapped_when_the_count_is_right():
     assert swap_all(PID, text, plus_ten, 2) == b'{"pid":11,"tid":2}\n{"ph":"X","pid":7}'
 
 
+def test_spaced_keys_as_kineto_writes_them_keep_the_spaces_of_a_number_put_back():
+    spaced = field_pattern(b'"pid":', spaced=True)
+    text = b'{"pid": 1, "tid": 2}\n{"ph": "X", "args": {"pid":\t-3 }}'
+    assert swap_all(spaced, text, plus_ten, 2) == b'{"pid":11, "tid": 2}\n{"ph": "X", "args": {"pid":7 }}'
+    assert swap_all(spaced, text, lambda numbers: (b'"pid":' + number for number in numbers), 2) == text
+    assert swap_all(spaced, b'{"pid": 1 .5}', plus_ten, 1) is None  # spaces do not join a number's parts
+    assert swap_all(PID, text, plus_ten, 2) is None  # not spaced: a space after the colon refuses
+
+
 @pytest.mark.parametrize("text, expected", [
     (b'{"pid":1}\n{"pid":2}', 1),  # more keys than expected
     (b'{"pid":1}', 2),  # fewer

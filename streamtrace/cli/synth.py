@@ -25,6 +25,8 @@ SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named afte
     ("content", "base_skew_ns", "added to the base time per rank, to test alignment"),
     ("content", "slow_rank", "a straggler: this rank runs --slow-factor times slower (-1: none)"),
     ("content", "slow_factor", "how much slower --slow-rank runs"),
+    ("files", "layout", "event text: compact JSON an event a line, or Kineto's own layout (an event over "
+                        "indented lines, spaces after colons)"),
 )
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -52,10 +54,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def add_knobs(cmd: argparse.ArgumentParser) -> None:
     """One option per generator setting, with the generator's own default and choices."""
-    from ..synth import KERNEL_ANNOTATIONS, MERGED_STYLES, SCHEDULES, SynthConfig
+    from ..synth import KERNEL_ANNOTATIONS, LAYOUTS, MERGED_STYLES, SCHEDULES, SynthConfig
 
     defaults = SynthConfig()
-    choices = {"schedule": SCHEDULES, "kernel_annotations": KERNEL_ANNOTATIONS}
+    choices = {"schedule": SCHEDULES, "kernel_annotations": KERNEL_ANNOTATIONS, "layout": LAYOUTS}
     groups: dict[str, argparse._ArgumentGroup] = {}
     for group, name, text in SYNTH_OPTIONS:
         where = groups.setdefault(group, cmd.add_argument_group(group))
@@ -69,7 +71,7 @@ def add_knobs(cmd: argparse.ArgumentParser) -> None:
             where.add_argument("--target-mb", type=float, help="add steps until every rank file is at least this "
                                                                  "many MB (1e6 bytes) uncompressed")
     groups["content"].add_argument("--no-big-ints", action="store_true", help="omit NCCL 'Comms Id' values >= 2**63")
-    files = cmd.add_argument_group("files")
+    files = groups["files"]
     files.add_argument("--compress", choices=COMPRESSIONS, default="gzip",
                        help="rank file compression (default %(default)s)")
     files.add_argument("--no-merged", action="store_true", help="do not write merged_trace.json[.gz|.zst]")

@@ -18,7 +18,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import orjson
@@ -57,7 +57,7 @@ from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import parked
-from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines
+from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines, swap_one
 from ..io.writer import JoinedLines
 from ..kineto import NUMBER_TYPES
 from ..resources import buffers_from_os, gc_paused, peak_rss_mb, trim_heap
@@ -901,9 +901,8 @@ class CompactPlan(EmitPlan):
         self._loads = event_loader(exact)
         self.counters = self._counters = {kind: itertools.count() for kind in (SLICE, ANNOTATION, FLOW, METADATA)}
         self._slices = self._counters[SLICE]
-        self._old_tids = old_tids = [key[1] for key in index.stream_keys]
-        self.patchers = [None, self._slice_patcher(index, old_tids), self._annotation_patcher(),
-                         self._flow_patcher(index, old_tids), self._metadata_patcher()]
+        self.patchers = [None, self._slice_patcher(index), self._annotation_patcher(),
+                         self._flow_patcher(), self._metadata_patcher()]
         self._cursor = [0, {SLICE: 0, ANNOTATION: 0, FLOW: 0, METADATA: 0}]  # next event, ordinals there
         tids = set(compaction.lane_tid_of_slice) | set(compaction.note_tid) | set(compaction.flow_tid)
         self._new_tids = {tid for tid in tids if tid >= 0}
@@ -981,14 +980,19 @@ class CompactPlan(EmitPlan):
         compaction leaves it out); False when a line does not allow it."""
         for kind in (STREAM_ARG, ORIGINAL_KEPT):
             chosen = [found == kind for found in kinds]
-            new = itertools.compress(lanes, chosen)
-            if kind == STREAM_ARG and self.compaction.original_stream:
-                convert = lambda numbers, new=new: map(_STREAM_AND_ORIGINAL.__mod__, zip(new, numbers))  # noqa: E731
-            else:
-                convert = lambda numbers, new=new: map(b'"stream":%d'.__mod__, new)  # noqa: E731
+            convert = self._stream_swap(kind, itertools.compress(lanes, chosen))
             if not swap_in_lines(lines, list(itertools.compress(slice_at, chosen)), _STREAM_KEY, convert):
                 return False
         return True
+
+    def _stream_swap(self, kind: int, lanes: Iterable[int]) -> Convert:
+        """New ``args.stream`` texts for slices whose stream is of ``kind``
+        (STREAM_ARG or ORIGINAL_KEPT), moved to ``lanes`` in order: the old
+        number, as the line spells it, kept as ``args.original_stream``
+        unless one is there or the compaction leaves it out."""
+        if kind == STREAM_ARG and self.compaction.original_stream:
+            return lambda numbers: map(_STREAM_AND_ORIGINAL.__mod__, zip(lanes, numbers))
+        return lambda numbers: map(b'"stream":%d'.__mod__, lanes)
 
     def _bases(self, first: int, end: int) -> tuple[dict[int, int], dict[int, int]]:
         """Each kind's ordinal at event ``first`` and its count in the block;
@@ -1010,26 +1014,25 @@ class CompactPlan(EmitPlan):
             self._bases(start, end)  # the block cursor moves past the events, as for a block written here
             super().skip(start, end)
 
-    def _retarget(self, line: bytes, old_tid: object, tid: int, *, stream: bool = False,
+    def _retarget(self, line: bytes, tid: int, *, stream_kind: int = NO_STREAM_ARG,
                   times: tuple | None = None) -> bytes:
-        """Move an event line to ``tid``: a textual splice of the compact line
-        when it is unambiguous, else decode, change and re-encode."""
-        if times is None and type(old_tid) is int:
-            spliced = _splice(line, b'"tid":%d,' % old_tid, b'"tid":%d,' % tid)
-            if spliced is not None and stream:
-                if self.compaction.original_stream and b'"original_stream":' not in spliced:
-                    spliced = _splice(spliced, b'"stream":%d,' % old_tid, _STREAM_AND_ORIGINAL % (tid, b"%d" % old_tid)
-                                      + b",")
-                else:
-                    spliced = _splice(spliced, b'"stream":%d,' % old_tid, b'"stream":%d,' % tid)
-            if spliced is not None:
-                return spliced
+        """Move an event line to ``tid`` (a slice's ``args.stream`` too, by its
+        kind from pass 1) with the same text changes a moved block makes, so
+        that a line comes out the same whichever way its block went; decode,
+        change and re-encode where the text does not allow them (a key not
+        there once before an integer) or the times change too."""
+        if times is None:
+            moved = swap_one(line, _TID_KEY, lambda numbers: (b'"tid":%d' % tid,))
+            if moved is not None and stream_kind != NO_STREAM_ARG:
+                moved = swap_one(moved, _STREAM_KEY, self._stream_swap(stream_kind, (tid,)))
+            if moved is not None:
+                return moved
         event = self._loads(line)
         event["tid"] = tid
-        args = event.get("args")
-        if stream and isinstance(args, dict) and "stream" in args:
-            if self.compaction.original_stream and type(args["stream"]) is int:
-                args.setdefault("original_stream", args["stream"])
+        if stream_kind != NO_STREAM_ARG:
+            args = event["args"]
+            if stream_kind == STREAM_ARG and self.compaction.original_stream:
+                args["original_stream"] = args["stream"]
             args["stream"] = tid
         if times is not None:
             event["ts"], event["dur"] = times
@@ -1062,14 +1065,14 @@ class CompactPlan(EmitPlan):
         if ts.__class__ not in NUMBER_TYPES or float(ts) != expected:
             raise TraceError(f"validation failed: GPU slice {ordinal} differs between the passes")
 
-    def _slice_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:
-        streams, lane_tids = index.slice_stream, self.compaction.lane_tid_of_slice
+    def _slice_patcher(self, index: CompactIndex) -> Callable[[bytes], bytes]:
+        kinds, lane_tids = index.slice_stream_arg, self.compaction.lane_tid_of_slice
         retarget, counter, check = self._retarget, self._slices, self._check_slice
 
         def patch(line: bytes) -> bytes:
             ordinal = next(counter)
             check(line, ordinal)
-            return retarget(line, old_tids[streams[ordinal]], lane_tids[ordinal], stream=True)
+            return retarget(line, lane_tids[ordinal], stream_kind=kinds[ordinal])
 
         return patch
 
@@ -1080,20 +1083,19 @@ class CompactPlan(EmitPlan):
             return line
         if plan.note_drop[ordinal]:
             return None
-        old_tid = self._old_tids[self._index.note_stream[ordinal]]
-        return self._retarget(line, old_tid, tid, times=plan.note_union.get(ordinal))
+        return self._retarget(line, tid, times=plan.note_union.get(ordinal))
 
     def _annotation_patcher(self) -> Callable[[bytes], bytes | None]:
         counter, patch = self._counters[ANNOTATION], self._annotation_line
         return lambda line: patch(line, next(counter))
 
-    def _flow_patcher(self, index: CompactIndex, old_tids: list) -> Callable[[bytes], bytes]:
-        tids, streams, counter, retarget = self.compaction.flow_tid, index.flow_stream, self._counters[FLOW], self._retarget
+    def _flow_patcher(self) -> Callable[[bytes], bytes]:
+        tids, counter, retarget = self.compaction.flow_tid, self._counters[FLOW], self._retarget
 
         def patch(line: bytes) -> bytes:
             ordinal = next(counter)
             tid = tids[ordinal]
-            return line if tid < 0 else retarget(line, old_tids[streams[ordinal]], tid)
+            return line if tid < 0 else retarget(line, tid)
 
         return patch
 
@@ -1136,26 +1138,12 @@ class MovedBlock:
         return list(itertools.compress(self.lines, self.keep)), array("i", itertools.compress(self.new_tids, self.keep))
 
 
-_TID_KEY = field_pattern(b'"tid":')
-_STREAM_KEY = field_pattern(b'"stream":')
-_STREAM_AND_ORIGINAL = b'"stream":%d,"original_stream":%s'  # the lane, then the old number's text
+_TID_KEY = field_pattern(b'"tid":', spaced=True)
+_STREAM_KEY = field_pattern(b'"stream":', spaced=True)
+_STREAM_AND_ORIGINAL = b'"stream":%d,"original_stream":%s'  # the lane, then the old number's text (spaces before it kept)
 
 
-_TS_FIELD = re.compile(rb'"ts":(-?[0-9][0-9.eE+-]*)[,}]')
-
-
-def _splice(line: bytes, old: bytes, new: bytes) -> bytes | None:
-    """Replace the one integer field ``old`` (``"tid":7,``) by ``new``; None if ambiguous.
-
-    Safe on compact JSON: a quote inside a string is always escaped, so
-    ``"tid":`` can only be a key; the field must occur exactly once and end
-    with ``,`` (so ``"tid":7,`` does not match ``"tid":71,``).  Anything else
-    takes the decode path.
-    """
-    parts = line.split(old)
-    if len(parts) != 2:
-        return None
-    return parts[0] + new + parts[1]
+_TS_FIELD = re.compile(rb'"ts":[ \t]*(-?[0-9][0-9.eE+-]*)[ \t]*[,}]')
 
 
 def no_slices_notice(stats: ReadStats) -> str:

@@ -65,12 +65,12 @@ class Projection:
         Pass 2 changes spooled lines as text where each change is exact (a
         key found as often as the event holds it, before a number), and
         decodes the line otherwise: spacing and key order may be the
-        input's.  But an event spread over lines cannot be a line, and a key
-        is found only as it is spelled: so an event with a line break
-        inside, a chunk with any backslash (an escape could spell a key, or
-        hide text from redaction), invalid UTF-8 (which the projection does
-        not read), or a number a float may overflow in (which the fast
-        reading refuses) is refused.
+        input's.  An event spread over lines (as Kineto writes them) becomes
+        one line, without its line breaks and indentation.  But a key is
+        found only as it is spelled: so a chunk with any backslash (an
+        escape could spell a key, or hide text from redaction), invalid
+        UTF-8 (which the projection does not read), or a number a float may
+        overflow in (which the fast reading refuses) is refused.
         """
         if b"\\" in text or not read_alike(text):
             return None
@@ -79,8 +79,7 @@ class Projection:
             events = list(map(self._element_decoder.decode, elements))
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
-        lines = _joined_lines(elements)
-        return None if lines is None else (events, lines)
+        return events, _joined_lines(elements)
 
 
 def read_alike(text: bytes) -> bool:
@@ -149,10 +148,23 @@ class ProjectedChunk:
         return np.concatenate(([0], breaks + 1, [len(self._lines) + 1])).tolist()
 
 
-def _joined_lines(elements: list) -> bytes | None:
-    """The elements one a line, or None when one has a line break inside (or a carriage return)."""
+def _joined_lines(elements: list) -> bytes:
+    """The elements one a line.  Line breaks inside an element go, with the
+    indentation after them (a carriage return becomes a space): in valid
+    JSON, which the elements are, they can only be whitespace between
+    tokens, as NUL cannot be at all, so NUL marks where elements end while
+    the breaks inside them are removed."""
     lines = b"\n".join(elements)
-    return lines if lines.count(b"\n") == len(elements) - 1 and b"\r" not in lines else None
+    if lines.count(b"\n") == len(elements) - 1 and b"\r" not in lines:
+        return lines
+    marked = b"\0".join(elements)
+    if b"\r" in marked:
+        marked = marked.translate(_RETURN_TO_SPACE)
+    return _BREAK_AND_INDENT.sub(b"", marked).replace(b"\0", b"\n")
+
+
+_RETURN_TO_SPACE = bytes(32 if byte == 13 else byte for byte in range(256))
+_BREAK_AND_INDENT = re.compile(rb"\n[ \t]*")
 
 
 _ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,

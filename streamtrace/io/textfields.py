@@ -15,8 +15,8 @@ from functools import lru_cache
 from itertools import compress
 from typing import Callable, Iterable
 
-INTEGER = re.compile(rb"-?[0-9]+(?=[,}])")
-NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?=[,}])")
+INTEGER = re.compile(rb"-?[0-9]+(?=[ \t]*[,}])")
+NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?=[ \t]*[,}])")
 
 Convert = Callable[[list[bytes]], Iterable[bytes]]
 """New texts, key included, for a list of number texts found after the key."""
@@ -24,10 +24,13 @@ Field = tuple[re.Pattern, Convert, int]
 """A key pattern (from :func:`field_pattern`), the new texts, how often the key must occur."""
 
 
-def field_pattern(key: bytes, number: re.Pattern = INTEGER) -> re.Pattern:
+def field_pattern(key: bytes, number: re.Pattern = INTEGER, *, spaced: bool = False) -> re.Pattern:
     """Matches every ``key`` (e.g. ``b'"tid":'``) and, when a number of the
-    form ``number`` follows it, that number (group 1; None otherwise)."""
-    return re.compile(re.escape(key) + b"(" + number.pattern + b")?")
+    form ``number`` follows it, that number (group 1; None otherwise).
+    ``spaced``: spaces may stand between the colon and the number too (as
+    Kineto writes them), and group 1 then holds them before the number, so
+    that a number put back as it was found is the same text."""
+    return re.compile(re.escape(key) + b"(" + (b"[ \t]*" if spaced else b"") + number.pattern + b")?")
 
 
 def swap_all(pattern: re.Pattern, text: bytes, convert: Convert, expected: int) -> bytes | None:
