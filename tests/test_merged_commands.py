@@ -327,3 +327,26 @@ def test_relink_decodes_lines_it_cannot_splice(tmp_path):
                    ("X", second), ("s", second), ("X", second), ("f", second), ("X", second), ("f", second)]
     assert out[2]["args"] == {"correlation": first, "rank": 0, "meta": {"correlation": 5}, "correlation_raw": 5}
     assert (out[3]["pid"], out[3]["tid"], out[3]["ts"], out[3]["bp"]) == (0, 7, 120.5, "e")
+
+
+def test_relink_reads_kinetos_layout_from_its_own_text_to_the_same_events(tmp_path, monkeypatch):
+    """Relink's pass 1 decodes only what its index reads, events spread over
+    indented lines (spaces after colons) included, and pass 2 changes their
+    own text: the same events come out as from the one-line layout."""
+    monkeypatch.setattr("streamtrace.engine.indexworkers.CHUNK_BYTES", 16 << 10)  # many chunks
+    fallbacks = []
+    monkeypatch.setattr("streamtrace.engine.indexworkers.chunk_events", lambda text: fallbacks.append(text))
+    outputs = {}
+    for layout in ("lines", "kineto"):
+        directory = tmp_path / layout
+        truth = write_traces(SynthConfig(ranks=2, **SMALL, layout=layout), directory, compress="none")
+        out = tmp_path / f"{layout}.json"
+        summary = streamtrace.relink(directory / truth["merged"]["file"], out, jobs=1)
+        outputs[layout] = (summary, out.read_bytes())
+    assert not fallbacks
+    kineto = outputs["kineto"][1]
+    assert b"\n    " not in kineto
+    relinked = [line for line in kineto.split(b"\n") if b'"correlation_raw":' in line]
+    assert relinked and all(b'"cat": ' in line for line in relinked)  # changed in their own text, not re-encoded
+    assert events_of(json.loads(kineto)) == events_of(json.loads(outputs["lines"][1]))
+    assert outputs["kineto"][0]["ids_rewritten"] == outputs["lines"][0]["ids_rewritten"] > 0

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from streamtrace.commands.compact import CompactIndex
+from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedIndex, RankIndex
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
 from streamtrace.io.projection import ProjectedChunk, Projection
@@ -133,3 +134,66 @@ def test_whole_events_are_the_fast_readings():
     projected, lines = CompactIndex.projection.decode_with_lines(text)
     for chunk in (ProjectedChunk(text, projected, lines), ProjectedChunk(text, projected)):
         assert chunk.whole([0, 10, len(events) - 1]) == [events[0], events[10], events[-1]]
+
+
+def merged_events() -> list[dict]:
+    """Every kind relink's index tells apart, with the odd values it must read as visit() does:
+    pids first met by metadata, by a GPU event and by a launch; ids that are not usable (absent,
+    a bool, a float, past the id space); ranks that are not plain (a bool, a float, negative);
+    GPU events that are not slices; runtime calls without a time; ranks in process names."""
+    return [
+        {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "rank 3 - GPU"}},
+        {"ph": "M", "name": "process_name", "pid": "host", "args": {"name": "python", "rank": 2}},
+        {"ph": "M", "name": "thread_name", "pid": 9, "tid": 1, "args": {"name": "rank 5"}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1.5, "dur": 3.0,
+         "args": {"stream": 7, "correlation": 3, "rank": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 1, "ts": 1.0, "dur": 1,
+         "args": {"correlation": 3}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 11, "tid": 1, "ts": 2, "dur": 1,
+         "args": {"correlation": 4, "rank": True}},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 11, "tid": 1, "ts": "late",
+         "args": {"correlation": 5}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 12, "tid": 1, "ts": 3.0,
+         "args": {"correlation": True}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSync", "pid": 12, "tid": 1, "ts": 3.5, "args": None},
+        {"ph": "X", "cat": "Kernel", "name": "nccl", "pid": 0, "tid": 8, "ts": 4, "args": {"correlation": 1 << 62}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "pid": 13, "tid": 8, "ts": 4.5, "dur": 0,
+         "args": {"correlation": 4.0, "rank": -1}},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset", "pid": 13, "tid": 8, "ts": "soon", "args": {"rank": 2.0}},
+        {"ph": "i", "cat": "kernel", "name": "marker", "pid": 14, "tid": 7, "ts": 8.0, "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 15, "tid": 7, "ts": 9.0},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 3, "pid": 11, "tid": 1, "ts": 1.0},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 3, "pid": 0, "tid": 7, "ts": 1.5, "bp": "e"},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 11, "tid": 1, "ts": 0.1, "dur": 0.2,
+         "args": {"correlation": 8}},
+        {"ph": "M", "cat": "kernel", "name": "process_name", "pid": 16, "args": {"name": "rank 9"}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 7, "tid": 7, "ts": 10.0, "dur": 1.0,
+         "args": {"correlation": 6}},
+    ]
+
+
+@pytest.mark.parametrize("order", ["as written", "reversed"])
+def test_a_projected_chunk_indexes_for_relink_as_event_by_event(order):
+    """LinksIndex reading projections records what MergedIndex's visit records
+    (pid slots in the order first met, each pid's evidence, arrays, samples)."""
+    events = merged_events() if order == "as written" else list(reversed(merged_events()))
+    one_by_one, projected = MergedIndex(), LinksIndex()
+    for chunk in (events[:6], events[6:]):
+        for event in chunk:
+            one_by_one.visit(event)
+        text = orjson.dumps(chunk)[1:-1]
+        assert projected.visit_projected(ProjectedChunk(text, *projected.projection.decode_with_lines(text)))
+    assert [facts.pid for facts in projected.pids] == [facts.pid for facts in one_by_one.pids]
+    expected, got = one_by_one.take_part(), projected.take_part()
+    assert got == expected
+    assert sum(expected["actions"].count(kind) for kind in (LAUNCH, GPU)) == 8
+    assert expected["pids"][0].pid == 7 and expected["pids"][0].name_ranks == {3}
+
+
+def test_relinks_other_indexes_keep_the_event_by_event_reading():
+    """Indexes that extend visit() must not be read from projections, which would pass their visit by."""
+    from streamtrace.commands.attribute import AttributeIndex
+    from streamtrace.commands.slicing import SliceIndex
+    from streamtrace.commands.split import SplitIndex
+    for index in (MergedIndex, RankIndex, SplitIndex, AttributeIndex, SliceIndex):
+        assert getattr(index, "projection", None) is None

@@ -21,11 +21,12 @@ def rank_from_process_name(name: object) -> int | None:
 
 def rank_from_args(args: object) -> int | None:
     """``args.rank`` when it is a plain non-negative integer."""
-    if isinstance(args, dict):
-        rank = args.get("rank")
-        if type(rank) is int and rank >= 0:
-            return rank
-    return None
+    return plain_rank(args.get("rank")) if isinstance(args, dict) else None
+
+
+def plain_rank(rank: object) -> int | None:
+    """``rank`` when it is a plain non-negative integer (not a bool, not a float)."""
+    return rank if type(rank) is int and rank >= 0 else None
 
 
 def rank_from_file_name(path: str) -> int | None:

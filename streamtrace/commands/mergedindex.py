@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from typing import Callable
+
+import numpy as np
 
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
 from ..algo.parts import extend_converted, translated
 from ..algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, RankResolution, pair_by_time, resolve_ranks
-from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..algo.ranks import plain_rank, rank_from_args, rank_from_process_name
 from ..errors import TraceError
 from ..io.jsonscan import RawMember, member_value
+from ..io.projection import ProjectedChunk, Projection
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
 
 KEEP, LAUNCH, GPU, AC2G = range(4)
@@ -31,11 +36,12 @@ NO_RANK = -1
 
 def _id_of(args: object) -> int:
     """The event's correlation id, or NO_ID when absent or not a plain integer."""
-    if args.__class__ is dict:
-        correlation = args.get("correlation")
-        if correlation.__class__ is int and 0 <= correlation < ID_LIMIT:
-            return correlation
-    return NO_ID
+    return _usable_id(args.get("correlation")) if args.__class__ is dict else NO_ID
+
+
+def _usable_id(correlation: object) -> int:
+    """``correlation`` when a plain integer in the id space, else NO_ID."""
+    return correlation if correlation.__class__ is int and 0 <= correlation < ID_LIMIT else NO_ID
 
 
 class MergedIndex:
@@ -132,13 +138,12 @@ class MergedIndex:
             self.pids.append(PidEvidence(pid))
         return found
 
-    def _work(self, event: dict) -> tuple[int, int]:
-        """Pid slot and ``args.rank`` (or NO_RANK) of a launch or GPU event."""
-        slot = self.slot(event.get("pid"))
+    def _work(self, pid: object, rank: int | None, at: int) -> tuple[int, int]:
+        """Pid slot and rank (``args.rank``, or NO_RANK) of the launch or GPU event at index ``at``."""
+        slot = self.slot(pid)
         facts = self.pids[slot]
         if facts.first_work is None:
-            facts.first_work = len(self.actions)
-        rank = rank_from_args(event.get("args"))
+            facts.first_work = at
         if rank is None:
             facts.unranked = True
             return slot, NO_RANK
@@ -146,26 +151,32 @@ class MergedIndex:
         return slot, rank
 
     def _launch(self, event: dict) -> int:
-        correlation = _id_of(event.get("args"))
-        ts = event.get("ts")
+        args = event.get("args")
+        return self.launch(event.get("pid"), event.get("ts"), event.get("name"), _id_of(args), rank_from_args(args),
+                           len(self.actions))
+
+    def launch(self, pid: object, ts: object, name: object, correlation: int, rank: int | None, at: int) -> int:
+        """Record a runtime call (a launch when it has an id and a time); its action."""
         if correlation == NO_ID or ts.__class__ not in NUMBER_TYPES:
             return KEEP
-        slot, rank = self._work(event)
+        slot, rank = self._work(pid, rank, at)
         self.launch_pid.append(slot)
         self.launch_id.append(correlation)
         self.launch_ts.append(float(ts))
         self.launch_rank.append(rank)
-        name = event.get("name")
         self.launch_graph.append(name.__class__ is str and "GraphLaunch" in name)
         return LAUNCH
 
     def _gpu(self, event: dict) -> int:
         if event.get("ph") != "X":
             return KEEP
-        slot, rank = self._work(event)
-        correlation = _id_of(event.get("args"))
+        args = event.get("args")
+        return self.gpu(event.get("pid"), event.get("ts"), _id_of(args), rank_from_args(args), len(self.actions))
+
+    def gpu(self, pid: object, ts: object, correlation: int, rank: int | None, at: int) -> int:
+        """Record a GPU slice (``ph`` X), and sample its id and time for rank inference; its action."""
+        slot, rank = self._work(pid, rank, at)
         self._add_gpu(slot, correlation, rank)
-        ts = event.get("ts")
         if correlation != NO_ID and ts.__class__ in NUMBER_TYPES:
             samples = self.samples.setdefault(slot, [])
             if len(samples) < SAMPLES_PER_GPU_PID:
@@ -210,6 +221,53 @@ class RankIndex(MergedIndex):
 
     def _add_gpu(self, slot: int, correlation: int, rank: int) -> None:
         """Not kept: ranks need only the samples."""
+
+
+class LinksIndex(MergedIndex):
+    """:class:`MergedIndex` (relink's pass 1) reading chunks decoded into the
+    few members it reads, whose spool lines are then the events' own text.
+    A class of its own: the other commands' indexes extend ``visit``, which
+    :meth:`visit_projected` would pass by."""
+
+    projection = Projection({"ph": None, "cat": None, "name": None, "pid": None, "ts": None,
+                             "args": {"correlation": None, "rank": None}})
+    """The members :meth:`visit` reads, but metadata's (those events are decoded whole)."""
+
+    def visit_projected(self, chunk: ProjectedChunk) -> bool:
+        """Index a chunk's events as :meth:`visit` would: kinds from the
+        categories and flows counted in C calls; per-event Python, in event
+        order (pid slots are numbered as met), only for launches, GPU
+        events and ``process_name`` metadata, the last decoded whole."""
+        events = chunk.events
+        first = len(self.actions)
+        kinds = bytearray(map(_KINDS.get, map(_CAT, events), repeat(KEEP)))
+        codes = np.frombuffer(kinds, np.uint8)
+        named = np.flatnonzero(codes == KEEP).tolist()
+        named = [position for position, phase, name in zip(named, map(_PH, map(events.__getitem__, named)),
+                                                            map(_NAME, map(events.__getitem__, named)))
+                 if phase == "M" and name == "process_name"]
+        whole = dict(zip(named, chunk.whole(named)))
+        for position in sorted(np.flatnonzero((codes == LAUNCH) | (codes == GPU)).tolist() + named):
+            kind = kinds[position]
+            if kind == KEEP:
+                note_process_name(whole[position], self.pids, self.slot)
+                continue
+            event = events[position]
+            args = event.args
+            correlation, rank = (NO_ID, None) if args is None else (_usable_id(args.correlation), plain_rank(args.rank))
+            if kind == LAUNCH:
+                kinds[position] = self.launch(event.pid, event.ts, event.name, correlation, rank, first + position)
+            elif event.ph == "X":
+                self.gpu(event.pid, event.ts, correlation, rank, first + position)
+            else:
+                kinds[position] = KEEP
+        self.ac2g_flows += kinds.count(AC2G)
+        self.actions += kinds
+        return True
+
+
+_CAT, _PH, _NAME = attrgetter("cat"), attrgetter("ph"), attrgetter("name")
+_KINDS = {**dict.fromkeys(GPU_CATEGORIES, GPU), **dict.fromkeys(RUNTIME_CATEGORIES, LAUNCH), "ac2g": AC2G}
 
 
 def note_process_name(event: dict, pids: list[PidEvidence], slot_of: Callable[[object], int]) -> None:
@@ -380,5 +438,5 @@ def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None 
                     clashes)
 
 
-__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "MergedIndex", "NO_ID", "RankIndex", "Resolved", "UNKNOWN", "note_process_name",
-           "rank_table", "resolve", "resolve_pid_ranks"]
+__all__ = ["AC2G", "GPU", "KEEP", "LAUNCH", "LinksIndex", "MergedIndex", "NO_ID", "RankIndex", "Resolved", "UNKNOWN",
+           "note_process_name", "rank_table", "resolve", "resolve_pid_ranks"]

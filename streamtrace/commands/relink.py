@@ -32,32 +32,32 @@ from ..io.reader import dumps_event, event_loader
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
+from ..io.textfields import field_pattern, swap_one
 from ..resources import peak_rss_mb
-from .mergedindex import AC2G, GPU, LAUNCH, NO_ID, MergedIndex, Resolved, resolve
+from .mergedindex import AC2G, GPU, LAUNCH, NO_ID, LinksIndex, MergedIndex, Resolved, resolve
 
 ID_KEY = b'"correlation":'
-_POSITION = tuple((key, re.compile(rb'"%s":(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")[,}]' % key))
+_CORRELATION = field_pattern(ID_KEY, spaced=True)
+_POSITION = tuple((key, re.compile(rb'"%s":[ \t]*(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")[ \t]*[,}]' % key))
                   for key in (b"pid", b"tid", b"ts"))
 
 
 def with_new_id(line: bytes, raw: int, new: int) -> bytes | None:
-    """The compact event line with ``args.correlation`` rewritten and ``correlation_raw`` added,
-    by splicing text; None when the line is not unambiguous (then decode it instead).
+    """The event line with ``args.correlation`` rewritten and ``correlation_raw`` added,
+    by changing its text; None when the line does not hold the key once,
+    before the raw id (then decode it instead).
 
-    ``"correlation":`` can only be a key in compact JSON (a quote inside a
-    string is escaped), so one occurrence followed by the raw id is the one.
+    ``"correlation":`` can only be a key (a quote inside a string is
+    escaped); spaces may stand after the colon, as Kineto writes them.
     """
-    if line.count(ID_KEY) != 1:
-        return None
-    for end in (b",", b"}"):
-        parts = line.split(b'"correlation":%d%s' % (raw, end))
-        if len(parts) == 2:
-            return parts[0] + b'"correlation":%d,"correlation_raw":%d%s' % (new, raw, end) + parts[1]
-    return None
+    found = []
+    swapped = swap_one(line, _CORRELATION, lambda numbers: found.extend(numbers) or
+                       (b'"correlation":%d,"correlation_raw":%d' % (new, raw),))
+    return swapped if swapped is not None and int(found[0]) == raw else None
 
 
 def position_text(line: bytes) -> bytes | None:
-    """``"pid":..,"tid":..,"ts":..`` copied from a compact event line; None if any is not there exactly once."""
+    """``"pid":..,"tid":..,"ts":..`` copied from an event line; None if any is not there exactly once."""
     parts = []
     for key, pattern in _POSITION:
         found = pattern.findall(line)
@@ -199,7 +199,7 @@ def relink(
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         target = destinations.target(dst, compress=compress, level=level, redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
-        result = index_pass(source, MergedIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
+        result = index_pass(source, LinksIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
         try:
             resolved = resolve(result.visitor, result.stats.header + result.stats.trailer, mapping)
