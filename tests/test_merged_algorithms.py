@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import streamtrace.commands.split as split_module
 from streamtrace.algo.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
 from streamtrace.algo.links import NO_LAUNCH, IdTable, ambiguous_collisions, build_tables, link
 from streamtrace.algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, pair_by_time, resolve_ranks
@@ -195,6 +196,24 @@ def test_enclosure_matches_brute_force_in_any_order(launch_specs, op_specs):
 def test_unranked_events_follow_the_preceding_ranked_one():
     owners = array("i", [2, 0, 2, -2 - 1, 2, 1, 2])  # slot 2 has no rank; slots 0/1 are ranks 5/6
     assert list(event_ranks(owners, [5, 6, UNKNOWN])) == [-1, 5, 5, 1, 1, 6, 6]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pid_ranks=st.lists(st.sampled_from([0, 1, 7, UNKNOWN, AMBIGUOUS]), max_size=4),
+       picks=st.lists(st.tuples(st.booleans(), st.integers(0, 9)), max_size=40), block=st.integers(1, 8))
+def test_event_ranks_in_blocks_equal_a_plain_loop(pid_ranks, picks, block):
+    """Ranks found a block at a time (the last known carried across blocks) equal the event-by-event rule."""
+    owners = array("i", [-2 - value if own or not pid_ranks else value % len(pid_ranks) for own, value in picks])
+    expected, last = [], -1
+    for owner in owners:
+        rank = -2 - owner if owner < 0 else pid_ranks[owner]
+        last = rank if rank >= 0 else last
+        expected.append(last)
+    saved, split_module.EVENT_BLOCK = split_module.EVENT_BLOCK, block
+    try:
+        assert list(event_ranks(owners, pid_ranks)) == expected
+    finally:
+        split_module.EVENT_BLOCK = saved
 
 
 def test_distributed_info_rank_is_set_in_the_hta_readable_form():

@@ -350,3 +350,22 @@ def test_relink_reads_kinetos_layout_from_its_own_text_to_the_same_events(tmp_pa
     assert relinked and all(b'"cat": ' in line for line in relinked)  # changed in their own text, not re-encoded
     assert events_of(json.loads(kineto)) == events_of(json.loads(outputs["lines"][1]))
     assert outputs["kineto"][0]["ids_rewritten"] == outputs["lines"][0]["ids_rewritten"] > 0
+
+
+@pytest.mark.parametrize("where", ["args", "process name"])
+def test_a_rank_no_job_can_have_is_no_rank(tmp_path, where):
+    """A rank past 32-bit arrays (2**40) is read as no rank at all, in every
+    reading (it stopped relink and split with an OverflowError)."""
+    huge = 1 << 40
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 0.5, "dur": 1.0,
+               "args": {"correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0,
+               "args": {"correlation": 1, **({"rank": huge} if where == "args" else {})}}]
+    if where == "process name":
+        events.insert(0, {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": f"rank {huge}"}})
+    trace = tmp_path / "huge.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(TraceError, match="no event has a rank"):
+        streamtrace.split(trace, tmp_path / "ranks")
+    summary = streamtrace.relink(trace, tmp_path / "out.json")
+    assert summary["ids_rewritten"] == 0 and summary["ac2g_flows_written"] == 2

@@ -10,6 +10,7 @@ import pytest
 
 from streamtrace.commands.compact import CompactIndex
 from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedIndex, RankIndex
+from streamtrace.commands.split import SplitIndex
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
 from streamtrace.io.projection import ProjectedChunk, Projection
@@ -173,11 +174,14 @@ def merged_events() -> list[dict]:
 
 
 @pytest.mark.parametrize("order", ["as written", "reversed"])
-def test_a_projected_chunk_indexes_for_relink_as_event_by_event(order):
+@pytest.mark.parametrize("indexes", [(MergedIndex, LinksIndex), (SplitIndex, SplitIndex)], ids=["relink", "split"])
+def test_a_projected_chunk_indexes_for_relink_and_split_as_event_by_event(order, indexes):
     """LinksIndex reading projections records what MergedIndex's visit records
-    (pid slots in the order first met, each pid's evidence, arrays, samples)."""
+    (pid slots in the order first met, each pid's evidence, arrays, samples),
+    and split's index each event's owner as its visit does."""
     events = merged_events() if order == "as written" else list(reversed(merged_events()))
-    one_by_one, projected = MergedIndex(), LinksIndex()
+    events.append({"ph": "X", "cat": "cpu_op", "name": "no pid", "ts": 11.0, "args": {"rank": 1 << 40}})
+    one_by_one, projected = indexes[0](), indexes[1]()
     for chunk in (events[:6], events[6:]):
         for event in chunk:
             one_by_one.visit(event)
@@ -190,10 +194,9 @@ def test_a_projected_chunk_indexes_for_relink_as_event_by_event(order):
     assert expected["pids"][0].pid == 7 and expected["pids"][0].name_ranks == {3}
 
 
-def test_relinks_other_indexes_keep_the_event_by_event_reading():
+def test_the_other_merged_indexes_keep_the_event_by_event_reading():
     """Indexes that extend visit() must not be read from projections, which would pass their visit by."""
     from streamtrace.commands.attribute import AttributeIndex
     from streamtrace.commands.slicing import SliceIndex
-    from streamtrace.commands.split import SplitIndex
-    for index in (MergedIndex, RankIndex, SplitIndex, AttributeIndex, SliceIndex):
+    for index in (MergedIndex, RankIndex, AttributeIndex, SliceIndex):
         assert getattr(index, "projection", None) is None

@@ -16,7 +16,7 @@ def rank_from_process_name(name: object) -> int | None:
     if not isinstance(name, str):
         return None
     match = _GLOBAL_RANK_IN_NAME.search(name) or _RANK_IN_NAME.search(name)
-    return int(match.group(1)) if match else None
+    return plain_rank(int(match.group(1))) if match else None
 
 
 def rank_from_args(args: object) -> int | None:
@@ -25,8 +25,12 @@ def rank_from_args(args: object) -> int | None:
 
 
 def plain_rank(rank: object) -> int | None:
-    """``rank`` when it is a plain non-negative integer (not a bool, not a float)."""
-    return rank if type(rank) is int and rank >= 0 else None
+    """``rank`` when it is a plain non-negative integer (not a bool, not a
+    float) below :data:`RANK_LIMIT`; a larger one is no rank a job can have."""
+    return rank if type(rank) is int and 0 <= rank < RANK_LIMIT else None
+
+
+RANK_LIMIT = 1 << 30  # ranks are kept in 32-bit arrays, split's as -2 - rank
 
 
 def rank_from_file_name(path: str) -> int | None:
