@@ -242,10 +242,9 @@ class LinksIndex(MergedIndex):
         first = len(self.actions)
         kinds = bytearray(map(_KINDS.get, map(_CAT, events), repeat(KEEP)))
         codes = np.frombuffer(kinds, np.uint8)
-        named = np.flatnonzero(codes == KEEP).tolist()
-        named = [position for position, phase, name in zip(named, map(_PH, map(events.__getitem__, named)),
-                                                            map(_NAME, map(events.__getitem__, named)))
-                 if phase == "M" and name == "process_name"]
+        metadata = np.frombuffer(bytes(map(_METADATA_PHASE.get, map(_PH, events), repeat(0))), np.uint8)
+        named = [position for position in np.flatnonzero((codes == KEEP) & (metadata == 1)).tolist()
+                 if events[position].name == "process_name"]
         whole = dict(zip(named, chunk.whole(named)))
         for position in sorted(np.flatnonzero((codes == LAUNCH) | (codes == GPU)).tolist() + named):
             kind = kinds[position]
@@ -266,7 +265,8 @@ class LinksIndex(MergedIndex):
         return True
 
 
-_CAT, _PH, _NAME = attrgetter("cat"), attrgetter("ph"), attrgetter("name")
+_CAT, _PH = attrgetter("cat"), attrgetter("ph")
+_METADATA_PHASE = {"M": 1}
 _KINDS = {**dict.fromkeys(GPU_CATEGORIES, GPU), **dict.fromkeys(RUNTIME_CATEGORIES, LAUNCH), "ac2g": AC2G}
 
 
