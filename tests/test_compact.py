@@ -9,6 +9,7 @@ import pickle
 import sys
 from collections import defaultdict
 
+import orjson
 import pytest
 from conftest import TRACES, events_of, load_json
 
@@ -122,6 +123,36 @@ def test_per_kernel_annotations_become_spans_on_the_lane_track(tmp_path):
     assert span_tracks == {"Compute annotations"}
     assert [e["args"].get("name") for e in out if e.get("cat") == "kernel"] == labels
     assert (summary["kernel_annotations_converted"], summary["kernel_annotation_blocks"]) == (4, 3)
+
+
+@pytest.mark.parametrize("chunk", [lanes_module.CHUNK, 2], ids=["one chunk", "chunks of two"])
+def test_new_lines_are_the_new_events_as_the_writer_writes_them(monkeypatch, chunk):
+    """Compact writes the per-kernel spans as text made a chunk at a time;
+    each line is the bytes orjson writes for the event (times of every
+    form orjson spells differently from Python, a string pid, labels that
+    need escapes)."""
+    from streamtrace.io.reader import dumps_event
+    monkeypatch.setattr(compact_module, "CHUNK", chunk)
+    index = compact_module.CompactIndex(load_rules(None))
+    times = [(0.0, 1.0), (1.0, 2.5e-05), (1e16, 3.0), (1e16 + 4, 0.1), (1767189312000000.1, 1e-07), (5.0, 0.0)]
+    for n, (ts, dur) in enumerate(times):
+        for pid in (0, "GPU 1"):
+            index.visit(kernel(f"k{n}", ts, dur, 7, pid=pid, label='PP:"0F0"\n' if n % 2 else "é ü"))
+    compaction = compact_module.plan_compaction(index, [])
+    expected = [dumps_event(event) for event in compaction.new_events()]
+    assert len(compaction.kernel_runs) >= len(times) and list(compaction.new_lines()) == expected
+    assert all(orjson.loads(line) == event for line, event in zip(expected, compaction.new_events()))
+
+
+def test_identity_hashes_at_once_equal_the_hash_of_each():
+    """Annotations in Kineto's key set are hashed without a call each; any
+    other key set, or args orjson cannot write as they are, take the call."""
+    kineto = [note("nccl:all_gather", n, 1, 7, **{"External id": n % 2, "b": [1, {"z": 1, "a": None}]}) for n in range(4)]
+    other = {**kineto[0], "id": 3}
+    big = note("nccl:all_gather", 0, 1, 7, big=1 << 70)
+    for events in (kineto, kineto + [other], kineto + [big], [big], []):
+        assert compact_module._identity_hashes(events) == list(map(compact_module._identity_hash, events))
+    assert len(set(compact_module._identity_hashes(kineto))) == 2
 
 
 def flow(ph, fid, pid, tid, ts):
@@ -449,6 +480,36 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
     if jobs == 1:  # workers' calls are seen in their own processes
         assert ("_check_slices" in callers) is whole
     assert not (tmp_path / "out.json").exists()
+
+
+def test_stream_keys_of_other_events_stay_whatever_the_spacing(tmp_path, monkeypatch):
+    """A block's slices have their args.stream swapped by one split of the
+    whole block only when no other event holds a "stream" key: here a
+    runtime event does, and a slice spells its key with a space before the
+    colon (a key pattern blind to that space would count the runtime's key
+    as the slice's)."""
+    from streamtrace.commands.compact import CompactPlan
+    lines = ['{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 0, "tid": 1, "ts": 0.5, '
+             '"dur": 1, "args": {"stream":3}}',
+             '{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1.5, "dur": 1, "args": {"stream" : 7}}',
+             '{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 8, "ts": 3.0, "dur": 1, "args": {"stream": 8}}']
+    lines += [f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 0, "tid": 1, "ts": {n}, "dur": 1}}'
+              for n in range(4, 40)]  # the array's end, which the reading parses itself
+    src = tmp_path / "t.json"
+    src.write_text('{"traceEvents": [\n' + ",\n".join(lines) + "\n]}")
+    monkeypatch.setattr("streamtrace.engine.indexworkers.CHUNK_BYTES", 1024)  # the first lines decoded as projections
+    fallbacks = []
+    monkeypatch.setattr("streamtrace.engine.indexworkers.chunk_events", lambda text: fallbacks.append(text))
+    streamtrace.compact(src, tmp_path / "whole.json")
+    assert not fallbacks and b'"cat": "kernel"' in (tmp_path / "whole.json").read_bytes()  # the input's own text
+    out = load_json(tmp_path / "whole.json")["traceEvents"]
+    assert [event["args"] for event in out if event.get("cat") == "cuda_runtime"] == [{"stream": 3}]
+    kernels = [event for event in out if event.get("cat") == "kernel"]
+    assert [(e["args"]["stream"], e["args"]["original_stream"]) for e in kernels] == [(e["tid"], n) for e, n in
+                                                                                      zip(kernels, (7, 8))]
+    monkeypatch.setattr(CompactPlan, "moved_block", lambda plan, block, first: None)
+    streamtrace.compact(src, tmp_path / "by_line.json")
+    assert (tmp_path / "whole.json").read_bytes() == (tmp_path / "by_line.json").read_bytes()
 
 
 @pytest.mark.parametrize("original_stream", [True, False])

@@ -59,7 +59,7 @@ def parts_both_ways(chunks: list[list[dict]]) -> tuple[dict, dict]:
         text = orjson.dumps(chunk)[1:-1]
         decoded = projected.projection.decode_with_lines(text)
         assert decoded is not None
-        assert projected.visit_projected(ProjectedChunk(text, *decoded))
+        assert projected.visit_projected(ProjectedChunk(text, decoded[0], decoded[2]))
     return one_by_one.take_part(), projected.take_part()
 
 
@@ -91,7 +91,7 @@ def test_what_visit_would_refuse_is_refused(damage):
     index = CompactIndex(RULES)
     decoded = index.projection.decode_with_lines(text)
     with pytest.raises((TraceError, TypeError)):
-        if decoded is None or not index.visit_projected(ProjectedChunk(text, *decoded)):
+        if decoded is None or not index.visit_projected(ProjectedChunk(text, decoded[0], decoded[2])):
             raise TraceError("refused")
     with pytest.raises((TraceError, TypeError)):
         CompactIndex(RULES).visit(event)
@@ -112,8 +112,8 @@ def test_args_that_are_not_an_object_refuse_the_projection():
     (b'{\r\n "a":\r\n\t1\r\n},\r\n{"b":2}', b'{ "a": 1 }\n{"b":2}'),  # CRLF: a return is a space
 ])
 def test_spool_lines_keep_the_events_own_text(text, lines):
-    events, got = Projection({"a": None}).decode_with_lines(text)
-    assert got == lines
+    events, got, elements = Projection({"a": None}).decode_with_lines(text)
+    assert got == lines and [json.loads(bytes(element)) for element in elements] == json.loads(b"[" + text + b"]")
     assert [json.loads(line) for line in got.split(b"\n")] == json.loads(b"[" + text + b"]")
 
 
@@ -132,8 +132,8 @@ def test_text_pass_2_cannot_take_is_refused(text):
 def test_whole_events_are_the_fast_readings():
     events = odd_events()
     text = orjson.dumps(events)[1:-1]
-    projected, lines = CompactIndex.projection.decode_with_lines(text)
-    for chunk in (ProjectedChunk(text, projected, lines), ProjectedChunk(text, projected)):
+    projected, _, elements = CompactIndex.projection.decode_with_lines(text)
+    for chunk in (ProjectedChunk(text, projected, elements), ProjectedChunk(text, projected)):
         assert chunk.whole([0, 10, len(events) - 1]) == [events[0], events[10], events[-1]]
 
 
@@ -186,7 +186,8 @@ def test_a_projected_chunk_indexes_for_relink_and_split_as_event_by_event(order,
         for event in chunk:
             one_by_one.visit(event)
         text = orjson.dumps(chunk)[1:-1]
-        assert projected.visit_projected(ProjectedChunk(text, *projected.projection.decode_with_lines(text)))
+        decoded = projected.projection.decode_with_lines(text)
+        assert projected.visit_projected(ProjectedChunk(text, decoded[0], decoded[2]))
     assert [facts.pid for facts in projected.pids] == [facts.pid for facts in one_by_one.pids]
     expected, got = one_by_one.take_part(), projected.take_part()
     assert got == expected

@@ -40,6 +40,15 @@ def test_spaced_keys_as_kineto_writes_them_keep_the_spaces_of_a_number_put_back(
     assert swap_all(PID, text, plus_ten, 2) is None  # not spaced: a space after the colon refuses
 
 
+def test_spaced_keys_are_found_with_spaces_before_the_colon_too():
+    """Every member of the name is found in one-line JSON, however it is
+    spaced: a count of keys then tells which lines hold them."""
+    spaced = field_pattern(b'"pid":', spaced=True)
+    text = b'{"pid" : 1, "tid": 2}\n{"args": {"pid"\t:\t-3}, "name": "pid", "pids": 4}'
+    assert swap_all(spaced, text, plus_ten, 2) == b'{"pid":11, "tid": 2}\n{"args": {"pid":7}, "name": "pid", "pids": 4}'
+    assert swap_all(spaced, b'{"pid" : 1, "args": {"pid":2}}', plus_ten, 1) is None  # two members of the name
+
+
 @pytest.mark.parametrize("text, expected", [
     (b'{"pid":1}\n{"pid":2}', 1),  # more keys than expected
     (b'{"pid":1}', 2),  # fewer

@@ -17,7 +17,7 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, eq
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -263,17 +263,20 @@ class CompactIndex:
         flows = np.flatnonzero(codes == FLOW).tolist()
         if flows and not set(map(type, map(_TS, map(events.__getitem__, flows)))) <= _PLAIN_TIMES:
             flows = [position for position in flows if events[position].ts.__class__ in NUMBER_TYPES]
+        flow_keys = keys(flows)
         if flows:
-            streamed.append((flows, keys(flows)))
+            streamed.append((flows, flow_keys))
         meta = [position for position in np.flatnonzero((codes == KEEP) & (phases == _METADATA)).tolist()
                 if events[position].name in THREAD_METADATA]
+        meta_keys = keys(meta)
         if meta:
-            streamed.append((meta, keys(meta)))
+            streamed.append((meta, meta_keys))
         notes = np.flatnonzero(codes == ANNOTATION)
         timed_notes = notes[phases[notes] == _TIMED].tolist()
         if timed_notes:
             note_starts, note_ends = _spans(list(map(events.__getitem__, timed_notes)))
-            streamed.append((timed_notes, keys(timed_notes)))
+            note_keys = keys(timed_notes)
+            streamed.append((timed_notes, note_keys))
             labelled.append((timed_notes, [name if name.__class__ is str else None
                                            for name in map(_NAME, map(events.__getitem__, timed_notes))]))
         runtime = np.flatnonzero(codes == RUNTIME).tolist()
@@ -289,17 +292,17 @@ class CompactIndex:
             self.slice_label.extend(map(label_of.get, texts, itertools.repeat(-1)))
             actions[slices] = SLICE
         if flows:
-            self.flow_stream.extend(map(stream_of.__getitem__, keys(flows)))
+            self.flow_stream.extend(map(stream_of.__getitem__, flow_keys))
             self.flow_ts.extend(map(float, map(_TS, map(events.__getitem__, flows))))
             actions[flows] = FLOW
         if meta:
-            self.meta_stream.extend(map(stream_of.__getitem__, keys(meta)))
+            self.meta_stream.extend(map(stream_of.__getitem__, meta_keys))
             actions[meta] = METADATA
         if timed_notes:
-            self.note_stream.extend(map(stream_of.__getitem__, keys(timed_notes)))
+            self.note_stream.extend(map(stream_of.__getitem__, note_keys))
             self.note_start.frombytes(note_starts.tobytes())
             self.note_end.frombytes(note_ends.tobytes())
-            self.note_identity.extend(map(_identity_hash, chunk.whole(timed_notes)))
+            self.note_identity.extend(_identity_hashes(chunk.whole(timed_notes)))
             self.note_name.extend(map(label_of.get, labelled[-1][1], itertools.repeat(-1)))
             actions[timed_notes] = ANNOTATION
         self.gpu_annotations += len(notes)
@@ -516,6 +519,19 @@ def _identity_hash(event: dict) -> int:
     return hash(dumps_event(identity, orjson.OPT_SORT_KEYS))
 
 
+def _identity_hashes(events: list[dict]) -> list[int]:
+    """:func:`_identity_hash` of each event; annotations in Kineto's key set
+    whose args orjson writes as they are (as the fast reading decodes them)
+    without a call per event."""
+    if all(map(eq, map(dict.keys, events), itertools.repeat(KINETO_ANNOTATION_KEYS))):
+        try:
+            return [hash((event["ph"], event["cat"], event["name"], event["pid"],
+                          orjson.dumps(event["args"], option=orjson.OPT_SORT_KEYS))) for event in events]
+        except TypeError:
+            pass
+    return list(map(_identity_hash, events))
+
+
 @dataclass
 class Compaction:
     """Everything pass 2 needs, the new events to append, and the summary.
@@ -543,12 +559,38 @@ class Compaction:
 
     def new_events(self) -> Iterator[dict]:
         """Per-kernel annotation spans, lane and track metadata, PP arrows."""
-        lane_info, note_track = self.lane_info, self.note_track
         for lane, label, start, end in self.kernel_runs.rows():
-            yield {"name": self.label_names[label], "cat": "gpu_user_annotation", "ph": "X",
-                   "pid": lane_info[lane][0], "tid": note_track[lane], "ts": start, "dur": end - start, "args": {}}
-        yield from _lane_metadata(lane_info, note_track, self.used_tracks)
+            yield self._run_event(lane, label, start, end - start)
+        yield from self._other_new_events()
+
+    def new_lines(self) -> Iterator[bytes]:
+        """:meth:`new_events` as the text :func:`dumps_event` writes for them,
+        the per-kernel spans (hundreds of thousands) a chunk at a time: each
+        label and lane's text written once, the times by one orjson call per
+        chunk, no dict per span."""
+        runs, heads = self.kernel_runs, {}
+        for lo in range(0, len(runs), CHUNK):
+            pairs = list(zip(runs.lane[lo:lo + CHUNK].tolist(), runs.label[lo:lo + CHUNK].tolist()))
+            for pair in set(pairs).difference(heads):
+                head = dumps_event(self._run_event(*pair, 0.0, 0.0))
+                heads[pair] = head[:head.rindex(_RUN_TAIL)] + b',"ts":'
+            starts = runs.start[lo:lo + CHUNK]
+            start_texts, duration_texts = (orjson.dumps(times.tolist())[1:-1].split(b",")
+                                           for times in (starts, runs.end[lo:lo + CHUNK] - starts))
+            yield from map(_RUN_LINE.__mod__, zip(map(heads.__getitem__, pairs), start_texts, duration_texts))
+        yield from map(dumps_event, self._other_new_events())
+
+    def _run_event(self, lane: int, label: int, start: float, duration: float) -> dict:
+        return {"name": self.label_names[label], "cat": "gpu_user_annotation", "ph": "X",
+                "pid": self.lane_info[lane][0], "tid": self.note_track[lane], "ts": start, "dur": duration, "args": {}}
+
+    def _other_new_events(self) -> Iterator[dict]:
+        yield from _lane_metadata(self.lane_info, self.note_track, self.used_tracks)
         yield from arrow_events(self.arrows)
+
+
+_RUN_TAIL = b',"ts":0.0,"dur":0.0,"args":{}}'
+_RUN_LINE = b'%b%b,"dur":%b,"args":{}}'  # a span's text after its head (up to "ts":): start, duration
 
 
 def _allocate_tids(used: set[int], count: int) -> int:
@@ -912,11 +954,33 @@ class CompactPlan(EmitPlan):
         moved = self.moved_block(block, first_index)
         if moved is not None:
             lines, tids = moved.kept()
-            joined = swap_all(_TID_KEY, b"\n".join(lines), self.tid_swap(tids, b'"tid":'), len(lines))
+            joined = self.streams_swapped(moved, lines)
+            if joined is not None:
+                joined = swap_all(_TID_KEY, joined, self.tid_swap(tids, b'"tid":'), len(lines))
             if joined is not None:
                 moved.commit()
                 return JoinedLines(joined, len(lines))
         return patched_lines(self, block, first_index)
+
+    def streams_swapped(self, moved: "MovedBlock", kept: list[bytes]) -> bytes | None:
+        """The kept lines joined, ``args.stream`` of their slices swapped: by
+        one split of the whole text when it holds as many ``"stream"`` keys
+        as slices with one (each such slice holds one at least, spelled so
+        the key pattern finds it, so then each exactly one and no other line
+        any); else by one split of the slices' lines (another event holds
+        such a key).  None when a slice does not allow the change."""
+        kinds, lanes = moved.stream_kinds, moved.lanes
+        streamed = [kind != NO_STREAM_ARG for kind in kinds]
+        formats = [_STREAM_AND_ORIGINAL if kind == STREAM_ARG and self.compaction.original_stream else _STREAM_ONLY
+                   for kind in itertools.compress(kinds, streamed)]
+        chosen = list(itertools.compress(lanes, streamed))
+        if not chosen:
+            return b"\n".join(kept)
+        swapped = swap_all(_STREAM_KEY, b"\n".join(kept),
+                           lambda numbers: map(bytes.__mod__, formats, zip(chosen, numbers)), len(chosen))
+        if swapped is not None or not self._swap_stream_args(moved.lines, moved.slice_at, lanes, kinds):
+            return swapped
+        return b"\n".join(moved.kept()[0])
 
     def tid_swap(self, tids: array, prefix: bytes) -> Convert:
         """New texts (``prefix`` + tid) for the tids of a moved block's kept
@@ -927,12 +991,11 @@ class CompactPlan(EmitPlan):
         return lambda numbers: map(texts.get, tids, map(prefix.__add__, numbers))
 
     def moved_block(self, block: list[bytes], first: int) -> "MovedBlock | None":
-        """The block with compaction's moves decided (each line's new tid,
-        the lines to drop) and done where they concern a few lines
-        (``args.stream`` of slices, retimed annotations), or None when the block must go
-        through the per-line patchers (an event without an integer tid, an
-        ``args.stream`` that is not exactly once in its line).  Nothing
-        changes until :meth:`MovedBlock.commit`."""
+        """The block with compaction's moves decided (each line's new tid and
+        ``args.stream``, the lines to drop) and done where they concern a
+        few lines (retimed annotations), or None when the block must go
+        through the per-line patchers (an event without an integer tid).
+        Nothing changes until :meth:`MovedBlock.commit`."""
         end = first + len(block)
         bases, counts = self._bases(first, end)
         odd = self._index.odd_tid_at
@@ -949,8 +1012,6 @@ class CompactPlan(EmitPlan):
         tids = np.full(len(block), -1, dtype=np.intc)
         tids[slice_at] = np.frombuffer(lanes, dtype=np.intc)
         new_tids = array("i", tids.tobytes())
-        if not self._swap_stream_args(lines, slice_at, lanes, self._index.slice_stream_arg[s0:s0 + len(slice_at)]):
-            return None
         for position, tid in zip(positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
             new_tids[position] = tid
         drop = []
@@ -972,7 +1033,8 @@ class CompactPlan(EmitPlan):
             keep = bytearray(b"\x01") * len(block)
             for position in drop:
                 keep[position] = 0
-        return MovedBlock(lines, new_tids, keep, lambda: self._skip(counts))
+        return MovedBlock(lines, new_tids, keep, lambda: self._skip(counts), slice_at, lanes,
+                          self._index.slice_stream_arg[s0:s0 + len(slice_at)])
 
     def _swap_stream_args(self, lines: list[bytes], slice_at: list[int], lanes: array, kinds: bytearray) -> bool:
         """``args.stream`` of the block's slices set to their lanes, the old
@@ -1116,20 +1178,24 @@ class CompactPlan(EmitPlan):
 
     def appended(self) -> Iterator[bytes]:
         self.check_slices_written()
-        return (dumps_event(event) for event in self.compaction.new_events())
+        return self.compaction.new_lines()
 
 
 @dataclass
 class MovedBlock:
     """A block of lines on its way through compaction: every line (changed
     where changes are per line), each line's new tid (-1: it stays; None:
-    no compaction), which lines to keep (None: all), and ``commit`` to call
-    once the block is written."""
+    no compaction), which lines to keep (None: all), ``commit`` to call
+    once the block is written, and where its slices are, their lanes and
+    what their ``args.stream`` is (NO_STREAM_ARG, STREAM_ARG, ORIGINAL_KEPT)."""
 
     lines: list[bytes]
     new_tids: array | None
     keep: bytearray | None
     commit: Callable[[], None]
+    slice_at: list[int] = field(default_factory=list)
+    lanes: array = field(default_factory=lambda: array("i"))
+    stream_kinds: bytearray = field(default_factory=bytearray)
 
     def kept(self) -> tuple[list[bytes], array | None]:
         """The kept lines and their new tids."""
@@ -1140,7 +1206,8 @@ class MovedBlock:
 
 _TID_KEY = field_pattern(b'"tid":', spaced=True)
 _STREAM_KEY = field_pattern(b'"stream":', spaced=True)
-_STREAM_AND_ORIGINAL = b'"stream":%d,"original_stream":%s'  # the lane, then the old number's text (spaces before it kept)
+_STREAM_AND_ORIGINAL = b'"stream":%d,"original_stream":%b'  # the lane, then the old number's text (spaces before it kept)
+_STREAM_ONLY = b'"stream":%d%.0b'  # the lane (the old number's text, the second value, left out)
 
 
 _TS_FIELD = re.compile(rb'"ts":[ \t]*(-?[0-9][0-9.eE+-]*)[ \t]*[,}]')

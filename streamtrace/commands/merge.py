@@ -456,7 +456,9 @@ class MergePlan(EmitPlan):
         kept, tids = moved.kept()
         if not kept:
             return None
-        joined = self._swap_dense(b"\n".join(kept), len(kept), tids)
+        joined = b"\n".join(kept) if self._compact is None else self._compact.streams_swapped(moved, kept)
+        if joined is not None:
+            joined = self._swap_dense(joined, len(kept), tids)
         return None if joined is None else JoinedLines(joined, len(kept))
 
     def _swap_dense(self, joined: bytes, count: int, tids: array | None) -> bytes | None:

@@ -286,17 +286,17 @@ class ChunkIndexer:
         return len(events), events if self._keeps_events else None
 
     def _projected(self, text: bytes) -> tuple[int, bytes | None] | None:
-        lines = None
+        lines = elements = None
         if self._keeps_events:
             decoded = self._projection.decode_with_lines(text)
             if decoded is None:
                 return None
-            events, lines = decoded
+            events, lines, elements = decoded
         else:
             events = self._projection.decode(text)
             if events is None:
                 return None
-        if not self.visitor.visit_projected(ProjectedChunk(text, events, lines)):
+        if not self.visitor.visit_projected(ProjectedChunk(text, events, elements)):
             return None
         return len(events), lines
 

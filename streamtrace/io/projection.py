@@ -16,7 +16,6 @@ import re
 from typing import Any, Mapping, Optional
 
 import msgspec
-import numpy as np
 import orjson
 
 from .reader import has_int_beyond_fast_reading
@@ -43,7 +42,6 @@ class Projection:
         self.fields = fields
         event = fields if isinstance(fields, type) else _struct("Event", fields)
         self._decoder = msgspec.json.Decoder(list[event])
-        self._element_decoder = msgspec.json.Decoder(event)
 
     def decode(self, text: bytes) -> list | None:
         """The events of a chunk of elements (``{...},{...}``), projected;
@@ -55,12 +53,12 @@ class Projection:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
 
-    def decode_with_lines(self, text: bytes) -> tuple[list, bytes] | None:
-        """The events of a chunk, projected, and the same events as spool
-        lines (one event a line, newlines between them) in the input's own
-        text; None when either must be refused: the chunk is then read and
-        its events encoded the ordinary way.  The chunk's elements are found
-        first, then each decoded: one reading gives both.
+    def decode_with_lines(self, text: bytes) -> tuple[list, bytes, list] | None:
+        """The events of a chunk, projected, the same events as spool lines
+        (one event a line, newlines between them) in the input's own text,
+        and each event's text as found (msgspec Raw); None when either must
+        be refused: the chunk is then read and its events encoded the
+        ordinary way.
 
         Pass 2 changes spooled lines as text where each change is exact (a
         key found as often as the event holds it, before a number), and
@@ -74,12 +72,13 @@ class Projection:
         """
         if b"\\" in text or not read_alike(text):
             return None
+        listed = b"[" + text + b"]"
         try:
-            elements = _ELEMENTS.decode(b"[" + text + b"]")
-            events = list(map(self._element_decoder.decode, elements))
+            elements = _ELEMENTS.decode(listed)
+            events = self._decoder.decode(listed)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
-        return events, _joined_lines(elements)
+        return events, _joined_lines(elements), elements
 
 
 def read_alike(text: bytes) -> bool:
@@ -123,29 +122,20 @@ class ProjectedChunk:
     """A chunk's events as projections (``events``), with the means to read
     the few a visitor needs whole (:meth:`whole`)."""
 
-    def __init__(self, text: bytes, events: list, lines: bytes | None = None) -> None:
-        """``lines``: the chunk's spool lines, when made (:meth:`Projection.decode_with_lines`)."""
+    def __init__(self, text: bytes, events: list, elements: list | None = None) -> None:
+        """``elements``: each event's text, when found (:meth:`Projection.decode_with_lines`)."""
         self.text = text
         self.events = events
-        self._lines = lines
+        self._elements = elements
 
     def whole(self, at: list[int]) -> list[dict]:
         """The events at positions ``at`` decoded whole, as the fast reading
         decodes them (one decoder call for them all)."""
         if not at:
             return []
-        if self._lines is not None:
-            starts = self._line_starts()
-            chosen = [self._lines[starts[position]:starts[position + 1] - 1] for position in at]
-        else:
-            elements = _ELEMENTS.decode(b"[" + self.text + b"]")
-            chosen = [elements[position] for position in at]
-        return orjson.loads(b"[" + b",".join(chosen) + b"]")
-
-    def _line_starts(self) -> np.ndarray:
-        """Where each line starts in ``lines``, and (last) one past its end."""
-        breaks = np.flatnonzero(np.frombuffer(self._lines, np.uint8) == 10)
-        return np.concatenate(([0], breaks + 1, [len(self._lines) + 1])).tolist()
+        if self._elements is None:
+            self._elements = _ELEMENTS.decode(b"[" + self.text + b"]")
+        return orjson.loads(b"[" + b",".join(map(self._elements.__getitem__, at)) + b"]")
 
 
 def _joined_lines(elements: list) -> bytes:

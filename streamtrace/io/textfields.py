@@ -27,10 +27,15 @@ Field = tuple[re.Pattern, Convert, int]
 def field_pattern(key: bytes, number: re.Pattern = INTEGER, *, spaced: bool = False) -> re.Pattern:
     """Matches every ``key`` (e.g. ``b'"tid":'``) and, when a number of the
     form ``number`` follows it, that number (group 1; None otherwise).
-    ``spaced``: spaces may stand between the colon and the number too (as
-    Kineto writes them), and group 1 then holds them before the number, so
-    that a number put back as it was found is the same text."""
-    return re.compile(re.escape(key) + b"(" + (b"[ \t]*" if spaced else b"") + number.pattern + b")?")
+    ``spaced``: spaces and tabs may stand before the colon and between it
+    and the number too (as Kineto writes them): in one-line JSON without
+    escapes every member of that name is then found.  Group 1 holds the
+    spaces before the number, so that a number put back as it was found
+    is the same text."""
+    if not spaced:
+        return re.compile(re.escape(key) + b"(" + number.pattern + b")?")
+    name = key.removesuffix(b":")
+    return re.compile(re.escape(name) + b"[ \t]*:([ \t]*" + number.pattern + b")?")
 
 
 def swap_all(pattern: re.Pattern, text: bytes, convert: Convert, expected: int) -> bytes | None:
