@@ -485,8 +485,9 @@ def _slice_args(argses: list) -> tuple[bytes, list]:
     if list(map(attrgetter("original_stream"), argses)).count(ABSENT) != len(argses):
         kinds = bytes(map(_stream_arg, argses))
     texts = list(map(_NAME, argses))
-    if not set(map(type, texts)) <= _STRINGS or "" in texts:
-        texts = list(map(_label_text, texts))
+    if not set(map(type, texts)) <= _STRINGS or "" in texts:  # each distinct value that is no label to None, in C
+        no_label = {text: None for text in set(texts) if _label_text(text) is None}
+        texts = list(map(no_label.get, texts, texts))
     return kinds, texts
 
 
@@ -949,6 +950,8 @@ class CompactPlan(EmitPlan):
         tids = set(compaction.lane_tid_of_slice) | set(compaction.note_tid) | set(compaction.flow_tid)
         self._new_tids = {tid for tid in tids if tid >= 0}
         self._tid_texts: dict[bytes, dict[int, bytes]] = {}
+        self._stream_formats = {STREAM_ARG: _STREAM_AND_ORIGINAL if compaction.original_stream else _STREAM_ONLY,
+                                ORIGINAL_KEPT: _STREAM_ONLY}  # a slice's new args.stream text, by the kind of its old one
 
     def lines(self, block: list[bytes], first_index: int) -> list[bytes] | JoinedLines:
         moved = self.moved_block(block, first_index)
@@ -970,12 +973,10 @@ class CompactPlan(EmitPlan):
         any); else by one split of the slices' lines (another event holds
         such a key).  None when a slice does not allow the change."""
         kinds, lanes = moved.stream_kinds, moved.lanes
-        streamed = [kind != NO_STREAM_ARG for kind in kinds]
-        formats = [_STREAM_AND_ORIGINAL if kind == STREAM_ARG and self.compaction.original_stream else _STREAM_ONLY
-                   for kind in itertools.compress(kinds, streamed)]
-        chosen = list(itertools.compress(lanes, streamed))
+        chosen = list(itertools.compress(lanes, kinds.translate(_HAS_STREAM_ARG)))
         if not chosen:
             return b"\n".join(kept)
+        formats = list(map(self._stream_formats.__getitem__, kinds.translate(None, bytes((NO_STREAM_ARG,)))))
         swapped = swap_all(_STREAM_KEY, b"\n".join(kept),
                            lambda numbers: map(bytes.__mod__, formats, zip(chosen, numbers)), len(chosen))
         if swapped is not None or not self._swap_stream_args(moved.lines, moved.slice_at, lanes, kinds):
@@ -1011,28 +1012,23 @@ class CompactPlan(EmitPlan):
         self._check_slices(lines, slice_at, s0)
         tids = np.full(len(block), -1, dtype=np.intc)
         tids[slice_at] = np.frombuffer(lanes, dtype=np.intc)
+        tids[positions(actions, FLOW)] = _ordinals(plan.flow_tid, np.intc, bases[FLOW], counts[FLOW])
+        note_at = np.array(positions(actions, ANNOTATION), dtype=np.intp)
+        note_tids = _ordinals(plan.note_tid, np.intc, bases[ANNOTATION], len(note_at))
+        placed = note_tids >= 0
+        dropped = placed & (_ordinals(plan.note_drop, np.uint8, bases[ANNOTATION], len(note_at)) != 0)
+        placed &= ~dropped
+        tids[note_at[placed]] = note_tids[placed]
+        if plan.note_union:
+            for ordinal, position in zip((bases[ANNOTATION] + np.flatnonzero(placed)).tolist(), note_at[placed].tolist()):
+                if ordinal in plan.note_union:
+                    lines[position] = self._annotation_line(block[position], ordinal)
+        drop = np.zeros(len(block), dtype=bool)
+        drop[note_at[dropped]] = True
+        meta_at = np.array(positions(actions, METADATA), dtype=np.intp)
+        drop[meta_at[_ordinals(plan.meta_drop, np.uint8, bases[METADATA], len(meta_at)) != 0]] = True
+        keep = bytearray((~drop).view(np.uint8).tobytes()) if drop.any() else None
         new_tids = array("i", tids.tobytes())
-        for position, tid in zip(positions(actions, FLOW), plan.flow_tid[bases[FLOW]:bases[FLOW] + counts[FLOW]]):
-            new_tids[position] = tid
-        drop = []
-        for ordinal, position in enumerate(positions(actions, ANNOTATION), bases[ANNOTATION]):
-            tid = plan.note_tid[ordinal]
-            if tid < 0:
-                continue
-            if plan.note_drop[ordinal]:
-                drop.append(position)
-                continue
-            new_tids[position] = tid
-            if ordinal in plan.note_union:
-                lines[position] = self._annotation_line(block[position], ordinal)
-        for ordinal, position in enumerate(positions(actions, METADATA), bases[METADATA]):
-            if plan.meta_drop[ordinal]:
-                drop.append(position)
-        keep = None
-        if drop:
-            keep = bytearray(b"\x01") * len(block)
-            for position in drop:
-                keep[position] = 0
         return MovedBlock(lines, new_tids, keep, lambda: self._skip(counts), slice_at, lanes,
                           self._index.slice_stream_arg[s0:s0 + len(slice_at)])
 
@@ -1208,6 +1204,12 @@ _TID_KEY = field_pattern(b'"tid":', spaced=True)
 _STREAM_KEY = field_pattern(b'"stream":', spaced=True)
 _STREAM_AND_ORIGINAL = b'"stream":%d,"original_stream":%b'  # the lane, then the old number's text (spaces before it kept)
 _STREAM_ONLY = b'"stream":%d%.0b'  # the lane (the old number's text, the second value, left out)
+_HAS_STREAM_ARG = bytes(0 if kind == NO_STREAM_ARG else 1 for kind in range(256))  # slice_stream_arg kinds -> selectors
+
+
+def _ordinals(values: array | bytearray, dtype: type, first: int, count: int) -> np.ndarray:
+    """``values[first:first + count]`` as numpy, without a copy."""
+    return np.frombuffer(values, dtype=dtype, count=count, offset=first * np.dtype(dtype).itemsize)
 
 
 _TS_FIELD = re.compile(rb'"ts":[ \t]*(-?[0-9][0-9.eE+-]*)[ \t]*[,}]')
