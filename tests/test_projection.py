@@ -4,6 +4,7 @@ events' own text only where pass 2 can work on it."""
 from __future__ import annotations
 
 import json
+import re
 
 import orjson
 import pytest
@@ -115,6 +116,17 @@ def test_spool_lines_keep_the_events_own_text(text, lines):
     events, got, elements = Projection({"a": None}).decode_with_lines(text)
     assert got == lines and [json.loads(bytes(element)) for element in elements] == json.loads(b"[" + text + b"]")
     assert [json.loads(line) for line in got.split(b"\n")] == json.loads(b"[" + text + b"]")
+
+
+@pytest.mark.parametrize("indent", [1, 2, 4, 9, "\t", " \t ", "\t\t  "])
+def test_indented_events_become_lines_without_breaks_or_indentation(indent):
+    """However an event is indented, its spool line is the event with every
+    line break and the spaces and tabs after them gone (text inside strings kept)."""
+    events = [{"ph": "X", "name": "a  b c", "args": {"x": [1, {"y": "  "}], "z": {}}}, {"d": [[]], "e": "  "}]
+    text = b",\n".join(json.dumps(event, indent=indent).encode() for event in events)
+    _, lines, _ = Projection({"ph": None}).decode_with_lines(text)
+    expected = [re.sub(rb"\n[ \t]*", b"", json.dumps(event, indent=indent).encode()) for event in events]
+    assert lines.split(b"\n") == expected and [json.loads(line) for line in expected] == events
 
 
 @pytest.mark.parametrize("text", [

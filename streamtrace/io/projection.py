@@ -152,11 +152,10 @@ def _joined_lines(elements: list) -> bytes:
     marked = b"\0".join(elements)
     if b"\r" in marked:
         marked = marked.translate(_RETURN_TO_SPACE)
-    return _BREAK_AND_INDENT.sub(b"", marked).replace(b"\0", b"\n")
+    return b"".join(map(bytes.lstrip, marked.split(b"\n"))).replace(b"\0", b"\n")
 
 
 _RETURN_TO_SPACE = bytes(32 if byte == 13 else byte for byte in range(256))
-_BREAK_AND_INDENT = re.compile(rb"\n[ \t]*")
 
 
 _ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,
