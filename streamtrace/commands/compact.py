@@ -18,7 +18,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter, eq
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import orjson
@@ -972,16 +972,27 @@ class CompactPlan(EmitPlan):
         the key pattern finds it, so then each exactly one and no other line
         any); else by one split of the slices' lines (another event holds
         such a key).  None when a slice does not allow the change."""
-        kinds, lanes = moved.stream_kinds, moved.lanes
-        chosen = list(itertools.compress(lanes, kinds.translate(_HAS_STREAM_ARG)))
+        joined = b"\n".join(kept)
+        streamed = moved.stream_kinds.translate(_HAS_STREAM_ARG)
+        chosen = list(itertools.compress(moved.lanes, streamed))
         if not chosen:
-            return b"\n".join(kept)
-        formats = list(map(self._stream_formats.__getitem__, kinds.translate(None, bytes((NO_STREAM_ARG,)))))
-        swapped = swap_all(_STREAM_KEY, b"\n".join(kept),
-                           lambda numbers: map(bytes.__mod__, formats, zip(chosen, numbers)), len(chosen))
-        if swapped is not None or not self._swap_stream_args(moved.lines, moved.slice_at, lanes, kinds):
+            return joined
+        convert = self._stream_texts(moved.stream_kinds.translate(None, _NO_STREAM_ARG), chosen)
+        swapped = swap_all(_STREAM_KEY, joined, convert, len(chosen))
+        if swapped is not None:
             return swapped
+        if not swap_in_lines(moved.lines, list(itertools.compress(moved.slice_at, streamed)), _STREAM_KEY, convert):
+            return None
         return b"\n".join(moved.kept()[0])
+
+    def _stream_texts(self, kinds: bytes, lanes: list[int] | tuple[int, ...]) -> Convert:
+        """New ``args.stream`` texts for slices that have one, in order, by
+        the kind of their old one (STREAM_ARG or ORIGINAL_KEPT) and their
+        lanes: the old number, as the line spells it, kept as
+        ``args.original_stream`` unless one is there or the compaction
+        leaves it out."""
+        formats = list(map(self._stream_formats.__getitem__, kinds))
+        return lambda numbers: map(bytes.__mod__, formats, zip(lanes, numbers))
 
     def tid_swap(self, tids: array, prefix: bytes) -> Convert:
         """New texts (``prefix`` + tid) for the tids of a moved block's kept
@@ -1018,9 +1029,10 @@ class CompactPlan(EmitPlan):
         placed = note_tids >= 0
         dropped = placed & (_ordinals(plan.note_drop, np.uint8, bases[ANNOTATION], len(note_at)) != 0)
         placed &= ~dropped
-        tids[note_at[placed]] = note_tids[placed]
+        placed_at = note_at[placed]
+        tids[placed_at] = note_tids[placed]
         if plan.note_union:
-            for ordinal, position in zip((bases[ANNOTATION] + np.flatnonzero(placed)).tolist(), note_at[placed].tolist()):
+            for ordinal, position in zip((bases[ANNOTATION] + np.flatnonzero(placed)).tolist(), placed_at.tolist()):
                 if ordinal in plan.note_union:
                     lines[position] = self._annotation_line(block[position], ordinal)
         drop = np.zeros(len(block), dtype=bool)
@@ -1031,26 +1043,6 @@ class CompactPlan(EmitPlan):
         new_tids = array("i", tids.tobytes())
         return MovedBlock(lines, new_tids, keep, lambda: self._skip(counts), slice_at, lanes,
                           self._index.slice_stream_arg[s0:s0 + len(slice_at)])
-
-    def _swap_stream_args(self, lines: list[bytes], slice_at: list[int], lanes: array, kinds: bytearray) -> bool:
-        """``args.stream`` of the block's slices set to their lanes, the old
-        number kept as ``args.original_stream`` (unless one is there, or the
-        compaction leaves it out); False when a line does not allow it."""
-        for kind in (STREAM_ARG, ORIGINAL_KEPT):
-            chosen = [found == kind for found in kinds]
-            convert = self._stream_swap(kind, itertools.compress(lanes, chosen))
-            if not swap_in_lines(lines, list(itertools.compress(slice_at, chosen)), _STREAM_KEY, convert):
-                return False
-        return True
-
-    def _stream_swap(self, kind: int, lanes: Iterable[int]) -> Convert:
-        """New ``args.stream`` texts for slices whose stream is of ``kind``
-        (STREAM_ARG or ORIGINAL_KEPT), moved to ``lanes`` in order: the old
-        number, as the line spells it, kept as ``args.original_stream``
-        unless one is there or the compaction leaves it out."""
-        if kind == STREAM_ARG and self.compaction.original_stream:
-            return lambda numbers: map(_STREAM_AND_ORIGINAL.__mod__, zip(lanes, numbers))
-        return lambda numbers: map(b'"stream":%d'.__mod__, lanes)
 
     def _bases(self, first: int, end: int) -> tuple[dict[int, int], dict[int, int]]:
         """Each kind's ordinal at event ``first`` and its count in the block;
@@ -1082,7 +1074,7 @@ class CompactPlan(EmitPlan):
         if times is None:
             moved = swap_one(line, _TID_KEY, lambda numbers: (b'"tid":%d' % tid,))
             if moved is not None and stream_kind != NO_STREAM_ARG:
-                moved = swap_one(moved, _STREAM_KEY, self._stream_swap(stream_kind, (tid,)))
+                moved = swap_one(moved, _STREAM_KEY, self._stream_texts(bytes((stream_kind,)), (tid,)))
             if moved is not None:
                 return moved
         event = self._loads(line)
@@ -1205,6 +1197,7 @@ _STREAM_KEY = field_pattern(b'"stream":', spaced=True)
 _STREAM_AND_ORIGINAL = b'"stream":%d,"original_stream":%b'  # the lane, then the old number's text (spaces before it kept)
 _STREAM_ONLY = b'"stream":%d%.0b'  # the lane (the old number's text, the second value, left out)
 _HAS_STREAM_ARG = bytes(0 if kind == NO_STREAM_ARG else 1 for kind in range(256))  # slice_stream_arg kinds -> selectors
+_NO_STREAM_ARG = bytes((NO_STREAM_ARG,))  # the kind to delete for the kinds of the slices with an args.stream
 
 
 def _ordinals(values: array | bytearray, dtype: type, first: int, count: int) -> np.ndarray:
