@@ -14,6 +14,7 @@ from streamtrace.algo import lanes as lanes_module
 from streamtrace.algo.lanes import (
     NO_MATCH,
     NONE,
+    Clusters,
     coalesce,
     first_overlap,
     label_runs,
@@ -374,3 +375,22 @@ def test_strictly_forward_arrow_finishes_after_its_start():
                   strictly_forward=True)
     start, finish = maker.events()
     assert finish["ts"] > start["ts"] == 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.integers(0, 500), st.tuples(st.floats(-1e6, 1e6), st.floats(0, 1e3)), max_size=40),
+       st.lists(st.integers(-5, 505), max_size=60))
+def test_retimed_annotations_answer_as_the_dict_of_unions_would(unions, asked):
+    """Retimed holds coalescing's unions as arrays in ordinal order; looked
+    up one at a time or as a mask, it answers as {kept: (start, duration)}."""
+    from streamtrace.commands.compact import Retimed
+
+    kept = np.array(list(unions), dtype=np.int32)
+    starts = np.array([start for start, _ in unions.values()])
+    clusters = Clusters(kept, starts, starts + np.array([length for _, length in unions.values()]), kept[:0])
+    retimed = Retimed.of(clusters)
+    expected = {n: (start, end - start) for n, start, end in zip(kept.tolist(), clusters.start.tolist(),
+                                                                  clusters.end.tolist())}
+    assert [retimed.get(n) for n in asked] == [expected.get(n) for n in asked]
+    assert retimed.among(np.array(asked, dtype=np.int64)).tolist() == [n in expected for n in asked]
+    assert len(retimed) == len(unions)

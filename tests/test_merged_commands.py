@@ -369,3 +369,72 @@ def test_a_rank_no_job_can_have_is_no_rank(tmp_path, where):
         streamtrace.split(trace, tmp_path / "ranks")
     summary = streamtrace.relink(trace, tmp_path / "out.json")
     assert summary["ids_rewritten"] == 0 and summary["ac2g_flows_written"] == 2
+
+
+def _odd_lines_trace(path: Path) -> None:
+    """Two ranks' launches and kernels, every few events spelled as pass 2's
+    block rewrite must refuse or read exactly: keys spaced before the colon,
+    tid before pid, string tids, quotes and keys inside names, pid and ts
+    again in args, an escaped key, a correlation nested in args too, times
+    written with a zero more than a decoded event would be."""
+    oddities = [
+        lambda e: e,
+        lambda e: {**e, "name": 'say "pid":1, "ts":2'},
+        lambda e: {key: e[key] for key in ("ph", "cat", "name", "tid", "pid", "ts", "dur", "args")},
+        lambda e: {**e, "args": {**e["args"], "pid": 99, "ts": 1.5}},
+        lambda e: {**e, "args": {**e["args"], "meta": {"correlation": 1}}},
+        lambda e: {**e, "tid": "stream 7"},
+    ]
+    lines = []
+    for n in range(240):
+        rank, correlation = n % 2, 100 + n // 2
+        launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10 + rank, "tid": 1,
+                  "ts": 1000.0 + n, "dur": 0.5, "args": {"correlation": correlation, "rank": rank}}
+        kernel = {"ph": "X", "cat": "kernel", "name": f"k{n % 5}", "pid": rank, "tid": 7, "ts": 1000.25 + n,
+                  "dur": 0.5, "args": {"correlation": correlation, "rank": rank}}
+        for event in (launch, kernel):
+            text = json.dumps(oddities[(n // 12) % len(oddities)](event), separators=(",", ":")).encode()
+            if n % 17 == 0:
+                text = text.replace(b'"pid":', b'"pid" :', 1)
+            if n % 29 == 0:
+                text = text.replace(b'"correlation":', b'"correlation": ', 1)
+            if n % 31 == 0:
+                text = text.replace(b'"ts":', b'"t\\u0073":', 1)
+            if n % 2 == 0:
+                text = text.replace(b'.25,', b'.250,', 1)  # a ts decoding would spell otherwise
+            lines.append(text)
+        lines.append(b'{"ph":"s","id":%d,"pid":%d,"tid":1,"ts":%s,"cat":"ac2g","name":"ac2g"}'
+                     % (correlation, 10 + rank, json.dumps(1000.0 + n).encode()))
+    path.write_bytes(b'{"traceEvents":[\n' + b",\n".join(lines) + b"\n]}")
+
+
+@pytest.mark.parametrize("block_bytes", [2048, 1 << 20])
+def test_relink_rewrites_blocks_as_it_rewrites_lines(tmp_path, monkeypatch, block_bytes):
+    """Pass 2 rewrites a block's ids and flows over all its lines at once:
+    the same bytes as line by line, on generated ranks in both layouts and
+    on lines spelled every way the block rewrite must refuse or read."""
+    from streamtrace.commands.relink import RelinkPlan
+
+    monkeypatch.setattr("streamtrace.io.spool.READ_BLOCK", block_bytes)
+    inputs = [tmp_path / "odd.json"]
+    _odd_lines_trace(inputs[0])
+    for layout in ("lines", "kineto"):
+        truth = write_traces(SynthConfig(ranks=2, **SMALL, layout=layout), tmp_path / layout, compress="none")
+        inputs.append(tmp_path / layout / truth["merged"]["file"])
+    blocks = []
+    rewrite = RelinkPlan._rewritten_block
+
+    def counted(plan: RelinkPlan, block: list[bytes], first: int) -> list[bytes] | None:
+        rewritten = rewrite(plan, block, first)
+        blocks.append(rewritten is not None)
+        return rewritten
+
+    monkeypatch.setattr(RelinkPlan, "_rewritten_block", counted)
+    for trace in inputs:
+        for jobs in (1, 2):
+            streamtrace.relink(trace, tmp_path / "blocks.json", jobs=jobs, overwrite=True)
+            with monkeypatch.context() as lines_only:
+                lines_only.setattr(RelinkPlan, "_rewritten_block", lambda plan, block, first: None)
+                streamtrace.relink(trace, tmp_path / "lines.json", jobs=jobs, overwrite=True)
+            assert (tmp_path / "blocks.json").read_bytes() == (tmp_path / "lines.json").read_bytes(), (trace, jobs)
+    assert True in blocks and (block_bytes > 4096 or False in blocks)

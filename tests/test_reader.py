@@ -60,6 +60,33 @@ def test_keys_before_and_after_trace_events_kept_in_order(tmp_path, chunk_size):
     assert list(out) == ["schemaVersion", "deviceProperties", "traceEvents", "distributedInfo", "traceName", "list"]
 
 
+def test_trailer_scanned_in_the_last_pieces_first_comes_out_as_in_the_whole_tail(chunk_size, monkeypatch):
+    """The trailer is scanned in the last pieces read first and in the whole
+    tail when they are too few: the same members whatever the first window,
+    also where a piece starts inside a run of backslashes before a quote."""
+    trailer = {"traceName": "x" + "\\" * 33 + '"' + "\\" * 8, "distributedInfo": {"rank": 1, "ranks": [0, [1]]},
+               "z": "]}", "w": "\\" * 21}
+    data = b'{"traceEvents": [{"ph": "i", "ts": 1}, {"ph": "i", "ts": 2}], ' + json.dumps(trailer)[1:].encode()
+    for first_try in [*range(1, 200, 3), 1 << 20]:
+        monkeypatch.setattr(reader_module, "TRAILER_FIRST_TRY", first_try)
+        events, stats = read(data)
+        assert len(events) == 2
+        assert {key: json.loads(value) for key, value in stats.trailer} == trailer, first_try
+
+
+@pytest.mark.parametrize("pad", range(4))
+def test_trailer_longer_than_the_first_window_is_read_whole(pad):
+    """A trailer of several MiB (every member within the walk limit) spans
+    many pieces, and pieces start inside runs of backslashes before quotes:
+    scanned first in the last MiB, then in the whole tail, it comes out whole."""
+    trailer = {f"k{n}": "\\" * 30000 + '"' + "\\" * n for n in range(50)}
+    data = (b'{"traceEvents": [{"ph": "i", "ts": 1}], "pad": "' + b"x" * pad + b'", '
+            + json.dumps(trailer)[1:].encode())
+    events, stats = read(data)
+    assert len(events) == 1
+    assert {key: json.loads(value) for key, value in stats.trailer if key != "pad"} == trailer
+
+
 def test_trailing_array_member_whose_last_element_looks_like_an_event(tmp_path, chunk_size):
     data = b'{"traceEvents": [{"ph": "i", "ts": 1}, {"ph": "i", "ts": 2}], "extra": [{"ph": "i", "ts": 1}]}'
     events, stats = read(data)

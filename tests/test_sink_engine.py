@@ -169,6 +169,23 @@ def test_parked_arrays_leave_memory_and_come_back_equal(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_parked_numpy_columns_come_back_equal_and_cut_to_their_views(tmp_path):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from streamtrace.io.spool import parked
+
+    base = np.arange(10, dtype=np.int32)
+    owner = SimpleNamespace(lane=base[:4], start=np.array([0.5, 1e300, -2.25]), none=np.empty(0, np.int16))
+    with parked(owner, ("lane", "start", "none"), str(tmp_path)):
+        assert (owner.lane, owner.start, owner.none) == (None, None, None)
+    assert owner.lane.tolist() == [0, 1, 2, 3] and owner.lane.dtype == np.int32 and owner.lane.base is None
+    assert owner.start.tolist() == [0.5, 1e300, -2.25] and owner.start.dtype == np.float64
+    assert len(owner.none) == 0 and owner.none.dtype == np.int16
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_spool_segments_cover_every_line_once_in_order(tmp_path):
     """Frames from pass-1 workers and lines streamed here, mixed: the
     segments, each read alone, give back exactly the lines in order."""

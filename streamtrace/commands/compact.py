@@ -16,6 +16,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from operator import attrgetter, eq
 from typing import Callable, Iterator
@@ -78,6 +79,8 @@ PART_ARRAYS = ("actions",) + STREAM_IDS + LABEL_IDS + (
     "slice_start", "slice_end", "slice_group", "slice_stream_arg", "note_start", "note_end", "note_identity",
     "flow_ts", "odd_tid_at")  # what pass 1 records per event (CompactIndex.take_part)
 PASS_2_ONLY = ("actions", "slice_stream_arg")  # arrays the plan does not read: they wait on disk meanwhile
+NOTE_TIMES = ("note_start", "note_end", "note_identity", "note_name")  # not read while lanes are packed: parked then
+RUN_COLUMNS = ("lane", "label", "start", "end")  # the per-kernel spans: parked while annotations coalesce and in pass 2
 PLAN_ONLY = ("slice_end", "slice_group", "slice_label", "note_start", "note_end", "note_identity", "note_name",
              "flow_ts")  # arrays pass 2 does not read: the plan releases them (CompactIndex.release)
 
@@ -534,6 +537,40 @@ def _identity_hashes(events: list[dict]) -> list[int]:
 
 
 @dataclass
+class Retimed:
+    """The annotations coalescing stretched (each cluster's kept member),
+    ascending, with their new start and duration: arrays, as a dict of
+    Python numbers would take ten times the memory all through pass 2."""
+
+    ordinals: np.ndarray
+    start: np.ndarray
+    duration: np.ndarray
+
+    @classmethod
+    def of(cls, clusters: Clusters) -> Retimed:
+        by_ordinal = np.argsort(clusters.kept, kind="stable")
+        start = clusters.start[by_ordinal]
+        return cls(clusters.kept[by_ordinal], start, clusters.end[by_ordinal] - start)
+
+    def __len__(self) -> int:
+        return len(self.ordinals)
+
+    def among(self, ordinals: np.ndarray) -> np.ndarray:
+        """Which of ``ordinals`` are retimed (a mask)."""
+        at = np.searchsorted(self.ordinals, ordinals)
+        found = at < len(self.ordinals)
+        found[found] = self.ordinals[at[found]] == ordinals[found]
+        return found
+
+    def get(self, ordinal: int) -> tuple[float, float] | None:
+        """The new (start, duration) of annotation ``ordinal``; None: its own."""
+        at = int(np.searchsorted(self.ordinals, ordinal))
+        if at < len(self.ordinals) and self.ordinals[at] == ordinal:
+            return float(self.start[at]), float(self.duration[at])
+        return None
+
+
+@dataclass
 class Compaction:
     """Everything pass 2 needs, the new events to append, and the summary.
 
@@ -544,7 +581,7 @@ class Compaction:
     lane_tid_of_slice: array
     note_tid: array
     note_drop: bytearray
-    note_union: dict
+    note_union: Retimed
     flow_tid: array
     meta_drop: bytearray
     summary: dict
@@ -627,19 +664,23 @@ PLAN_MMAP_THRESHOLD = 4 << 20  # while indexing and planning, buffers from this 
 @gc_paused()
 @buffers_from_os(PLAN_MMAP_THRESHOLD)  # the plan's numpy scratch must not stay resident
 def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: bool = True,
-                    local_arrows: bool = True, strict: bool = False, original_stream: bool = True) -> Compaction:
+                    local_arrows: bool = True, strict: bool = False, original_stream: bool = True,
+                    scratch: str | None = None) -> Compaction:
     """Between the passes: lanes, tids, annotation and flow moves, new events.
 
     With ``pp_flows`` the PP spans are collected, and with ``local_arrows``
     too the rank-local arrows are made (``merge`` makes all arrows itself).
     With ``original_stream`` each moved slice keeps its stream as
-    ``args.original_stream``.
+    ``args.original_stream``.  ``scratch``: the directory for arrays parked
+    while a stage that does not read them runs.
 
     The work runs in numpy over views of the index's arrays (see
     :mod:`streamtrace.algo.lanes`), ordered so that each array only the plan
     reads is released at its last use (:meth:`CompactIndex.release`, so a
-    plan is made once per index): the plan's peak is the index and a few
-    int32 arrays a slice, and pass 2 runs beside the plan's results.
+    plan is made once per index), and the annotations' columns wait on disk
+    while lanes are packed, the label runs while annotations coalesce: the
+    plan's peak is the index and a few int32 arrays a slice, and pass 2
+    runs beside the plan's results.
     """
     rules = index.rules
     count = len(index.slice_start)
@@ -654,26 +695,28 @@ def plan_compaction(index: CompactIndex, members: list[RawMember], *, pp_flows: 
     pid_order = sorted({stream_pid[stream] for stream in runs.held()}, key=_pid_key)
     del runs  # the per-stream index is done with: free it before the next allocations
 
-    starts, ends, labels = np.asarray(index.slice_start), np.asarray(index.slice_end), np.asarray(index.slice_label)
-    order = start_order(starts, ends)
-    lane_tid, lane_info = _assign_lanes(index, order, stream_pid, pid_order)
-    slice_groups = _by_group_name(rules, index.slice_group)
-    index.release("slice_group")
-    lanes = np.asarray(lane_tid)
-    overlap = first_overlap(order, starts, ends, lanes)
-    if overlap is not None:
-        raise TraceError(f"validation failed: lane {lane_tid[overlap]} would hold overlapping slices")
-    kernel_runs = label_runs(order, lanes, labels, starts, ends)
-    converted = int(np.count_nonzero(labels >= 0))
-    del order, starts, ends, labels
-    index.release("slice_end", "slice_label")
+    with parked(index, NOTE_TIMES, scratch):
+        starts, ends, labels = (np.asarray(column) for column in (index.slice_start, index.slice_end, index.slice_label))
+        order = start_order(starts, ends)
+        lane_tid, lane_info = _assign_lanes(index, order, stream_pid, pid_order)
+        slice_groups = _by_group_name(rules, index.slice_group)
+        index.release("slice_group")
+        lanes = np.asarray(lane_tid)
+        overlap = first_overlap(order, starts, ends, lanes)
+        if overlap is not None:
+            raise TraceError(f"validation failed: lane {lane_tid[overlap]} would hold overlapping slices")
+        kernel_runs = label_runs(order, lanes, labels, starts, ends)
+        converted = int(np.count_nonzero(labels >= 0))
+        del order, starts, ends, labels
+        index.release("slice_end", "slice_label")
 
     note_base = _allocate_tids(index.int_tids | set(lane_info), len(lane_info))
     note_track = {tid: note_base + n for n, tid in enumerate(sorted(lane_info, key=lambda t: (_pid_key(lane_info[t][0]), t)))}
     flows_mapped = _map_targets(np.asarray(flow_tid), lanes.__getitem__) - flows_unmatched
-    mapped, note_drop, clusters = _move_annotations(index, note_tid, lanes, note_track)
-    index.release("note_identity")
-    note_union = dict(zip(clusters.kept.tolist(), zip(clusters.start.tolist(), (clusters.end - clusters.start).tolist())))
+    with parked(kernel_runs, RUN_COLUMNS, scratch):
+        mapped, note_drop, clusters = _move_annotations(index, note_tid, lanes, note_track)
+        index.release("note_identity")
+    note_union = Retimed.of(clusters)
     coalesced = len(clusters.removed)
     del clusters
     used_tracks = _used_tracks(index, mapped, note_tid, note_drop, stream_pid)
@@ -844,7 +887,7 @@ def _pp_tracks(rules: Rules, lane_info: dict, note_track: dict) -> tuple[set, se
     return compute, unshard
 
 
-def _pp_spans(index: CompactIndex, mapped: np.ndarray, note_tid: array, note_drop: bytearray, note_union: dict,
+def _pp_spans(index: CompactIndex, mapped: np.ndarray, note_tid: array, note_drop: bytearray, note_union: Retimed,
               kernel_runs: Runs, lane_info: dict, note_track: dict, tracks: tuple[set, set]) -> list[Span]:
     """PP-named annotation spans as they sit after compaction, only where
     blocks are read (so graph replays projected on many lanes cost nothing).
@@ -870,10 +913,12 @@ def _pp_spans(index: CompactIndex, mapped: np.ndarray, note_tid: array, note_dro
     wanted = send_recv[labels] | (compute[labels] & on(compute_tracks, streams, tids)) \
         | (unshard[labels] & on(unshard_tracks, streams, tids))
     spans = []
-    for n in named[wanted].tolist():
+    chosen = named[wanted]
+    unions = {n: note_union.get(n) for n in chosen[note_union.among(chosen)].tolist()}
+    for n in chosen.tolist():
         start, end = index.note_start[n], index.note_end[n]
-        if n in note_union:
-            start, end = note_union[n][0], note_union[n][0] + note_union[n][1]
+        if n in unions:
+            start, end = unions[n][0], unions[n][0] + unions[n][1]
         spans.append(Span(stream_pid[index.note_stream[n]], note_tid[n], index.label_names[index.note_name[n]], start, end))
 
     def lanes_on(tracks: set) -> np.ndarray:
@@ -947,9 +992,9 @@ class CompactPlan(EmitPlan):
         self.patchers = [None, self._slice_patcher(index), self._annotation_patcher(),
                          self._flow_patcher(), self._metadata_patcher()]
         self._cursor = [0, {SLICE: 0, ANNOTATION: 0, FLOW: 0, METADATA: 0}]  # next event, ordinals there
-        tids = set(compaction.lane_tid_of_slice) | set(compaction.note_tid) | set(compaction.flow_tid)
-        self._new_tids = {tid for tid in tids if tid >= 0}
+        self._new_tids = set(compaction.lane_info) | set(compaction.note_track.values())  # every tid a line moves to
         self._tid_texts: dict[bytes, dict[int, bytes]] = {}
+        self._parked_runs = ExitStack()
         self._stream_formats = {STREAM_ARG: _STREAM_AND_ORIGINAL if compaction.original_stream else _STREAM_ONLY,
                                 ORIGINAL_KEPT: _STREAM_ONLY}  # a slice's new args.stream text, by the kind of its old one
 
@@ -1031,10 +1076,11 @@ class CompactPlan(EmitPlan):
         placed &= ~dropped
         placed_at = note_at[placed]
         tids[placed_at] = note_tids[placed]
-        if plan.note_union:
-            for ordinal, position in zip((bases[ANNOTATION] + np.flatnonzero(placed)).tolist(), placed_at.tolist()):
-                if ordinal in plan.note_union:
-                    lines[position] = self._annotation_line(block[position], ordinal)
+        if len(plan.note_union):
+            placed_ordinals = bases[ANNOTATION] + np.flatnonzero(placed)
+            retimed = plan.note_union.among(placed_ordinals)
+            for ordinal, position in zip(placed_ordinals[retimed].tolist(), placed_at[retimed].tolist()):
+                lines[position] = self._annotation_line(block[position], ordinal)
         drop = np.zeros(len(block), dtype=bool)
         drop[note_at[dropped]] = True
         meta_at = np.array(positions(actions, METADATA), dtype=np.intp)
@@ -1164,8 +1210,14 @@ class CompactPlan(EmitPlan):
         if written != read:
             raise TraceError(f"validation failed: {written} GPU slices written, {read} read")
 
+    def park_runs(self, directory: str | None) -> None:
+        """Keep the per-kernel spans on disk until :meth:`appended` writes
+        them: the blocks of pass 2 read none of them."""
+        self._parked_runs.enter_context(parked(self.compaction.kernel_runs, RUN_COLUMNS, directory))
+
     def appended(self) -> Iterator[bytes]:
         self.check_slices_written()
+        self._parked_runs.close()
         return self.compaction.new_lines()
 
 
@@ -1262,8 +1314,9 @@ def compact(
                 index.release()  # (pass 1's closures, which hold the arrays to park)
                 with parked(index, PASS_2_ONLY, spool_dir):
                     compaction = plan_compaction(index, members, pp_flows=pp_flows, strict=strict,
-                                                 original_stream=original_stream)
+                                                 original_stream=original_stream, scratch=spool_dir)
                 plan = CompactPlan(index, compaction, result.stats.exact_numbers)
+                plan.park_runs(spool_dir)
                 summary = compaction.summary
         except BaseException:
             result.spool.close()

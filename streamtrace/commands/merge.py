@@ -316,7 +316,7 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> Ran
     if options.compact and index.slice_start:
         try:
             compaction = plan_compaction(index, members, pp_flows=options.pp_flows, local_arrows=False,
-                                         original_stream=options.original_stream)
+                                         original_stream=options.original_stream, scratch=options.spool_dir)
         except TraceError as exc:
             raise exc.located(path)
     spans, tracks = _pp_spans(index, compaction) if options.pp_flows else ([], (set(), set()))

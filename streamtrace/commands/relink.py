@@ -23,7 +23,7 @@ from ..algo.ids import check_id_space, existing_multiplier, id_multiplier, rank_
 from ..algo.links import NO_LAUNCH
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import emit_pass, index_pass
-from ..engine.plan import EmitPlan
+from ..engine.plan import EmitPlan, consume, patched_lines
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
@@ -32,14 +32,12 @@ from ..io.reader import dumps_event, event_loader
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
-from ..io.textfields import field_pattern, swap_one
+from ..io.textfields import field_pattern, positions, swap_one
 from ..resources import peak_rss_mb
 from .mergedindex import AC2G, GPU, LAUNCH, NO_ID, LinksIndex, MergedIndex, Resolved, resolve
 
 ID_KEY = b'"correlation":'
 _CORRELATION = field_pattern(ID_KEY, spaced=True)
-_POSITION = tuple((key, re.compile(rb'"%s":[ \t]*(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")[ \t]*[,}]' % key))
-                  for key in (b"pid", b"tid", b"ts"))
 
 
 def with_new_id(line: bytes, raw: int, new: int) -> bytes | None:
@@ -54,6 +52,12 @@ def with_new_id(line: bytes, raw: int, new: int) -> bytes | None:
     swapped = swap_one(line, _CORRELATION, lambda numbers: found.extend(numbers) or
                        (b'"correlation":%d,"correlation_raw":%d' % (new, raw),))
     return swapped if swapped is not None and int(found[0]) == raw else None
+
+
+_ID_NAME = b'"correlation"'
+_VALUE = rb'[ \t]*(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")[ \t]*'  # a pid, tid or ts: a number or a string
+_POSITION = tuple((key, re.compile(rb'"%s":%s[,}]' % (key, _VALUE))) for key in (b"pid", b"tid", b"ts"))
+_DENSE_POSITION = re.compile(rb'"pid":%s,[ \t]*"tid":%s,[ \t]*"ts":%s[,}]' % ((_VALUE,) * 3))  # Kineto's order
 
 
 def position_text(line: bytes) -> bytes | None:
@@ -97,6 +101,78 @@ class RelinkPlan(EmitPlan):
         patchers: dict[int, Callable[[bytes], bytes | None]] = {
             LAUNCH: self._launch_patcher(), GPU: self._gpu_patcher(), AC2G: lambda line: None}
         self.patchers = [patchers.get(action) for action in range(max(patchers) + 1)]
+        self._launch_id, self._gpu_id = (np.frombuffer(ids, dtype=np.int64) for ids in (index.launch_id, index.gpu_id))
+        self._launch_bucket, self._gpu_bucket, self._launch_of_gpu = (
+            np.frombuffer(column, dtype=np.int32) for column in (resolved.launch_bucket, resolved.gpu_bucket,
+                                                                 resolved.links.launch_of_gpu))
+        self._has_gpu_work = np.frombuffer(self.has_gpu_work, dtype=np.uint8)
+        self._cursor = (0, 0, 0)  # an event, the launch and GPU ordinals there
+
+    def lines(self, block: list[bytes], first_index: int) -> list[bytes]:
+        """The block rewritten a kind of change at a time over all its lines
+        (:meth:`_rewritten_block`), else line by line through the patchers."""
+        rewritten = self._rewritten_block(block, first_index)
+        return patched_lines(self, block, first_index) if rewritten is None else rewritten
+
+    def _rewritten_block(self, block: list[bytes], first: int) -> list[bytes] | None:
+        """The lines with new ids and flows as the patchers would write them,
+        with no Python step per line; None when a line holds a key other
+        than once or where this cannot look (then the patchers decide).
+
+        Every event's new id and flow kind comes from numpy over the
+        block's ordinals, the text changes from ``map`` over C calls."""
+        end = first + len(block)
+        kinds = self.actions[first:end]
+        launch_at, gpu_at = positions(kinds, LAUNCH), positions(kinds, GPU)
+        launch_base, gpu_base = self._bases(first)
+        self._cursor = (end, launch_base + len(launch_at), gpu_base + len(gpu_at))
+        launches = np.arange(launch_base, launch_base + len(launch_at))
+        gpus = np.arange(gpu_base, gpu_base + len(gpu_at))
+        gpu_raw = self._gpu_id[gpus]
+        with_id = gpu_raw != NO_ID
+        gpus, gpu_raw, gpu_lines = gpus[with_id], gpu_raw[with_id], np.array(gpu_at, dtype=np.intp)[with_id]
+        gpu_launch = self._launch_of_gpu[gpus]
+        linked = gpu_launch != NO_LAUNCH
+        linked_launch = gpu_launch[linked]
+        gpu_new = np.where(linked, 0, self._new_ids(self._gpu_bucket[gpus], gpu_raw))
+        gpu_new[linked] = self._new_ids(self._launch_bucket[linked_launch], self._launch_id[linked_launch])
+        launch_raw = self._launch_id[launches]
+        launch_new = self._new_ids(self._launch_bucket[launches], launch_raw)
+        at = np.concatenate((np.array(launch_at, dtype=np.intp), gpu_lines))
+        raw, new = np.concatenate((launch_raw, gpu_raw)), np.concatenate((launch_new, gpu_new))
+        flow = np.concatenate((self._has_gpu_work[launches] != 0, linked))
+        phases = np.concatenate((np.full(len(launch_at), ord("s"), np.uint8), np.full(len(gpu_lines), ord("f"), np.uint8)))
+        by_line = np.argsort(at, kind="stable")
+        at, raw, new, flow, phases = at[by_line], raw[by_line], new[by_line], flow[by_line], phases[by_line]
+        lines = list(block)
+        changed = new != raw
+        if not _swap_ids(lines, at[changed].tolist(), raw[changed].tolist(), new[changed].tolist()):
+            return None
+        flowing = at[flow].tolist()
+        places = _positions(list(map(block.__getitem__, flowing)))
+        if places is None:
+            return None
+        flows = map(bytes.__mod__, map(_FLOW_LINE.__getitem__, phases[flow].tolist()), zip(new[flow].tolist(), places))
+        consume(map(lines.__setitem__, flowing, map(bytes.__add__, map(lines.__getitem__, flowing), flows)), len(flowing))
+        self.ids_rewritten += int(np.count_nonzero(changed))
+        self.flows_written += len(flowing)
+        consume(self.counters[LAUNCH], len(launch_at))
+        consume(self.counters[GPU], len(gpu_at))
+        if AC2G in kinds:
+            return list(itertools.compress(lines, kinds.translate(_NOT_AC2G)))
+        return lines
+
+    def _bases(self, first: int) -> tuple[int, int]:
+        """The launch and GPU ordinals at event ``first``, counted on from
+        the last block (blocks come in order; other workers' are skipped)."""
+        event, launches, gpus = self._cursor if self._cursor[0] <= first else (0, 0, 0)
+        return launches + self.actions.count(LAUNCH, event, first), gpus + self.actions.count(GPU, event, first)
+
+    def _new_ids(self, ranks: np.ndarray, raw: np.ndarray) -> np.ndarray:
+        """:meth:`_new_id` of many events at once."""
+        if self.ids_already_rank_unique:
+            return raw.copy()
+        return np.where(ranks < 0, raw, (ranks.astype(np.int64) + 1) * self.multiplier + raw)
 
     def _existing_multiplier(self) -> int | None:
         """The multiplier of a file whose ids are rank-unique already (as merge and relink write them)."""
@@ -167,6 +243,48 @@ class RelinkPlan(EmitPlan):
             return self._rewrite(line, "GPU event", ordinal, raw, new, "f")
 
         return patch
+
+
+_FLOW_LINE = {phase: b',\n{"ph":"%s","id":%%d,%%s,"cat":"ac2g","name":"ac2g"%s}' % (bytes((phase,)), finish)
+              for phase, finish in ((ord("s"), b""), (ord("f"), b',"bp":"e"'))}
+_NOT_AC2G = bytes(0 if kind == AC2G else 1 for kind in range(256))
+
+
+def _swap_ids(lines: list[bytes], at: list[int], raw: list[int], new: list[int]) -> bool:
+    """``args.correlation`` of each of ``lines[at]`` made ``new`` with the
+    ``raw`` one kept beside it, as :func:`with_new_id` does; False (lines
+    unchanged) unless each holds the key once, before its raw id.
+
+    Per line only C calls: find the key, match the id right there, replace
+    that text; the key counted in all the lines at once (as many as lines,
+    each holding one where it matched: once in each)."""
+    if not at:
+        return True
+    chosen = list(map(lines.__getitem__, at))
+    found = list(map(_CORRELATION.match, chosen, map(bytes.find, chosen, itertools.repeat(_ID_NAME))))
+    if None in found or b"\n".join(chosen).count(_ID_NAME) != len(chosen):  # one a line, as each has one
+        return False
+    numbers = list(map(re.Match.group, found, itertools.repeat(1)))
+    if None in numbers or list(map(int, numbers)) != raw:
+        return False
+    texts = map(b'"correlation":%d,"correlation_raw":%d'.__mod__, zip(new, raw))
+    consume(map(lines.__setitem__, at, map(bytes.replace, chosen, map(re.Match.group, found), texts,
+                                           itertools.repeat(1))), len(at))
+    return True
+
+
+def _positions(lines: list[bytes]) -> list[bytes] | None:
+    """:func:`position_text` of each line, by one match where its pid, tid
+    and ts stand together in Kineto's order (each key once in the line, as
+    counted in all the lines at once); None when a line has them otherwise."""
+    starts = list(map(bytes.find, lines, itertools.repeat(b'"pid":')))
+    found = list(map(_DENSE_POSITION.match, lines, starts))
+    if None in found:
+        return None
+    joined = b"\n".join(lines)
+    if any(joined.count(key) != len(lines) for key in (b'"pid":', b'"tid":', b'"ts":')):  # one a line, as each has one
+        return None
+    return list(map(b'"pid":%s,"tid":%s,"ts":%s'.__mod__, map(re.Match.groups, found)))
 
 
 def relink(

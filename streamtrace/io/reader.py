@@ -36,6 +36,7 @@ CUT_ATTEMPTS = 4  # boundaries tried per chunk before leaving the rest to ijson
 IJSON_BATCH = 512  # events ijson hands out at a time
 HEADER_LIMIT = 64 << 20
 TAIL_WINDOW = 8 << 20
+TRAILER_FIRST_TRY = 1 << 20  # the trailer is scanned in this much of the tail first: the whole window is rarely needed
 
 _warned_backend = False
 
@@ -145,8 +146,19 @@ class _Feed:
             self._tail_size -= len(self._tail.popleft())
             self.tail_trimmed = True
 
-    def tail(self) -> bytes:
-        return b"".join(self._tail)
+    def tail(self, at_least: int = TAIL_WINDOW) -> tuple[bytes, bool]:
+        """The last pieces read, ``at_least`` bytes of them where there are as
+        many, joined; and whether that is all the retained tail.  A part
+        never starts with a backslash: a backward scan could not tell then
+        whether the quote after it is escaped."""
+        pieces: list[bytes] = []
+        size = 0
+        for piece in reversed(self._tail):
+            if size >= at_least and not pieces[-1].startswith(b"\\"):
+                break
+            pieces.append(piece)
+            size += len(piece)
+        return b"".join(reversed(pieces)), len(pieces) == len(self._tail)
 
     def prime(self) -> tuple[str, list[jsonscan.RawMember], int]:
         """Read ahead until the header is scanned; the bytes are kept for
@@ -498,15 +510,24 @@ class TraceReader:
         stats.control_chars_repaired = self._feed.repaired_control
 
     def _read_trailer(self) -> None:
+        """The members after the events array, scanned back from the end: in
+        the last MiB read first, in the whole retained tail when that is too
+        short (joining all of it at once would hold the tail twice at the
+        index's largest)."""
         feed = self._feed
-        try:
-            self.stats.trailer = jsonscan.scan_trailer(feed.tail(), not feed.tail_trimmed, self._is_last_event)
-        except jsonscan.WindowTooSmall:
-            raise TraceError(f"top-level keys after traceEvents exceed {TAIL_WINDOW >> 20} MiB",
-                             byte_offset=feed.offset) from None
-        except jsonscan.ScanError as exc:
-            start = feed.offset - len(feed.tail())
-            raise TraceError(f"after traceEvents: {exc}", byte_offset=start + exc.offset) from None
+        tail, complete = feed.tail(TRAILER_FIRST_TRY)
+        while True:
+            try:
+                self.stats.trailer = jsonscan.scan_trailer(tail, complete and not feed.tail_trimmed,
+                                                           self._is_last_event)
+                return
+            except jsonscan.WindowTooSmall:
+                if complete:
+                    raise TraceError(f"top-level keys after traceEvents exceed {TAIL_WINDOW >> 20} MiB",
+                                     byte_offset=feed.offset) from None
+                tail, complete = feed.tail()
+            except jsonscan.ScanError as exc:
+                raise TraceError(f"after traceEvents: {exc}", byte_offset=feed.offset - len(tail) + exc.offset) from None
 
     def _parse_failure(self, exc: ijson.IncompleteJSONError, count: int) -> None:
         message = _first_line(exc)
@@ -537,7 +558,7 @@ class TraceReader:
 
     def _only_bracket_missing(self) -> bool:
         """True when a bare array ends after a complete event, as Chrome allows."""
-        tail = self._feed.tail()
+        tail, _ = self._feed.tail()
         span = jsonscan.last_object_end(tail)
         return span is not None and self._is_last_event(tail[span[0] : span[1]])
 

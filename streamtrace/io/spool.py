@@ -255,26 +255,39 @@ class EventSpool:
 
 @contextmanager
 def parked(owner: object, names: tuple[str, ...], directory: str | None = None) -> Iterator[None]:
-    """Keep the arrays (``array`` or ``bytearray``) ``owner.<name>`` in a
-    temporary file while the block runs, and put them back after it: arrays
-    only a later stage reads then take no memory at an earlier stage's peak.
-    Nothing else may hold them meanwhile (or they are not freed)."""
+    """Keep the arrays (``array``, ``bytearray`` or 1-d numpy) ``owner.<name>``
+    in a temporary file while the block runs, and put them back after it:
+    arrays only a later stage reads then take no memory at an earlier
+    stage's peak.  Nothing else may hold them meanwhile (or they are not
+    freed)."""
     with tempfile.TemporaryFile(prefix="streamtrace-parked-", dir=directory) as file:
         kept = []
         with spool_writes(directory or tempfile.gettempdir()):
             for name in names:
                 value = getattr(owner, name)
-                kept.append((name, getattr(value, "typecode", None), len(value) * getattr(value, "itemsize", 1)))
+                kept.append((name, _blank_of(value)))
                 file.write(value)
                 setattr(owner, name, None)
             file.flush()
         del value
         yield
         file.seek(0)
-        for name, typecode, size in kept:
-            restored = bytearray(size) if typecode is None else array(typecode, bytes(size))
+        for name, blank in kept:
+            restored = blank()
             file.readinto(memoryview(restored).cast("B"))
             setattr(owner, name, restored)
+
+
+def _blank_of(value: array | bytearray | np.ndarray) -> Callable[[], array | bytearray | np.ndarray]:
+    """Makes an empty array of ``value``'s kind and size, to read it back into."""
+    if isinstance(value, np.ndarray):
+        dtype, length = value.dtype, len(value)
+        return lambda: np.empty(length, dtype)
+    if isinstance(value, array):
+        typecode, length = value.typecode, len(value)
+        return lambda: array(typecode, [0]) * length  # (from bytes, the array would be held twice)
+    size = len(value)
+    return lambda: bytearray(size)
 
 
 class ColumnSpill:
