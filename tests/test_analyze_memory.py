@@ -101,14 +101,18 @@ def _peak_mb(trace: Path, tmp: Path) -> float:
 
 @pytest.mark.slow
 def test_peak_memory_does_not_grow_with_the_rank(tmp_path):
-    """Before the rows went to disk, 10x the GPU rows cost about 170 bytes each more (~35 MB here)."""
+    """Before the rows went to disk, 10x the GPU rows cost about 170 bytes each more (~35 MB here).
+    With them on disk the large rank peaks 13-16 MiB above the small one
+    (measured: 66 against 79.5 MiB here, 70 against 86 MiB in a loaded
+    run; the small rank no longer carries an 8 MiB copy of the tail window
+    that once hid part of the difference), so the bound sits between."""
     sizes = {"small": 20_000_000, "large": 200_000_000}
     traces = {}
     for label, size in sizes.items():
         write_traces(SynthConfig(target_bytes=size, **DOCS_SETTING), tmp_path / label, compress="none", merged=False)
         traces[label] = next((tmp_path / label).glob("rank0*"))
     small, large = (_peak_mb(traces[label], tmp_path) for label in sizes)
-    assert large - small < 15, (small, large)
+    assert large - small < 24, (small, large)
 
 
 def test_crowded_time_buckets_are_cut_again(tmp_path, monkeypatch):
