@@ -9,6 +9,7 @@ import re
 import orjson
 import pytest
 
+from streamtrace.commands.attribute import AttributeIndex
 from streamtrace.commands.compact import CompactIndex
 from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedIndex, RankIndex
 from streamtrace.commands.split import SplitIndex
@@ -185,31 +186,109 @@ def merged_events() -> list[dict]:
     ]
 
 
+def attribute_events() -> list[dict]:
+    """What attribute's index reads besides the merged index's: CPU ops and
+    annotations (timed, untimed, not slices), GPU events whose own cells need
+    quoting or escaping, odd launch times and lengths."""
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 11, "tid": 1, "ts": 0.5, "dur": 2, "args": {"rank": 1}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 11, "tid": 1, "ts": 0, "dur": 9.5},
+        {"ph": "X", "cat": "cpu_op", "name": 7, "pid": 11, "tid": "main", "ts": 1, "dur": "long"},
+        {"ph": "i", "cat": "cpu_op", "name": "instant", "pid": 11, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": ["odd"], "pid": 12, "tid": 1, "ts": 1.25, "dur": 0},
+        {"ph": "X", "cat": "kernel", "name": 'say "hi", then\nbye', "pid": "gpu, 0", "tid": 7, "ts": 1 << 60,
+         "dur": 2.5e-7, "args": {"correlation": 3}},
+        {"ph": "X", "cat": "kernel", "name": "\u0000nul first", "pid": "\u0000gpu", "tid": None, "ts": 2.0, "dur": True,
+         "args": {"correlation": [1]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 1, "ts": 5, "dur": "x",
+         "args": {"correlation": 21}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 2, "ts": 6.5,
+         "args": {"correlation": 22, "rank": 1}},
+    ]
+
+
 @pytest.mark.parametrize("order", ["as written", "reversed"])
-@pytest.mark.parametrize("indexes", [(MergedIndex, LinksIndex), (SplitIndex, SplitIndex)], ids=["relink", "split"])
+@pytest.mark.parametrize("indexes", [(MergedIndex, LinksIndex), (SplitIndex, SplitIndex),
+                                     (lambda: AttributeIndex(None), lambda: AttributeIndex(None))],
+                         ids=["relink", "split", "attribute"])
 def test_a_projected_chunk_indexes_for_relink_and_split_as_event_by_event(order, indexes):
     """LinksIndex reading projections records what MergedIndex's visit records
     (pid slots in the order first met, each pid's evidence, arrays, samples),
-    and split's index each event's owner as its visit does."""
-    events = merged_events() if order == "as written" else list(reversed(merged_events()))
+    split's index each event's owner as its visit does, and attribute's
+    index the same launch details, CPU ops (threads and names numbered
+    alike) and GPU rows."""
+    events = [*merged_events(), *attribute_events()] if order == "as written" else \
+        [*reversed(merged_events()), *reversed(attribute_events())]
     events.append({"ph": "X", "cat": "cpu_op", "name": "no pid", "ts": 11.0, "args": {"rank": 1 << 40}})
     one_by_one, projected = indexes[0](), indexes[1]()
     for chunk in (events[:6], events[6:]):
         for event in chunk:
             one_by_one.visit(event)
         text = orjson.dumps(chunk)[1:-1]
-        decoded = projected.projection.decode_with_lines(text)
-        assert projected.visit_projected(ProjectedChunk(text, decoded[0], decoded[2]))
+        assert projected.visit_projected(ProjectedChunk(text, projected.projection.decode(text)))
     assert [facts.pid for facts in projected.pids] == [facts.pid for facts in one_by_one.pids]
     expected, got = one_by_one.take_part(), projected.take_part()
     assert got == expected
-    assert sum(expected["actions"].count(kind) for kind in (LAUNCH, GPU)) == 8
+    assert sum(expected["actions"].count(kind) for kind in (LAUNCH, GPU)) == 12
     assert expected["pids"][0].pid == 7 and expected["pids"][0].name_ranks == {3}
+    if "rows" in expected:
+        assert len(expected["rows"]) == 8 and len(expected["ops"]) == 4 * 25 and len(expected["launch_end"]) == 4
 
 
 def test_the_other_merged_indexes_keep_the_event_by_event_reading():
     """Indexes that extend visit() must not be read from projections, which would pass their visit by."""
-    from streamtrace.commands.attribute import AttributeIndex
-    from streamtrace.commands.slicing import SliceIndex
-    for index in (MergedIndex, RankIndex, AttributeIndex, SliceIndex):
+    for index in (MergedIndex, RankIndex):
         assert getattr(index, "projection", None) is None
+
+
+def slice_events() -> list[dict]:
+    """What slice's index reads of every event: flows (odd ids and categories), steps (odd
+    spans and ranks), times and lengths of every kind, names and pids a selection drops."""
+    return [
+        {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 1 << 63, "pid": 11, "tid": 1, "ts": 1.0},
+        {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": "x7", "pid": 11, "tid": 1, "ts": 2, "bp": "e"},
+        {"ph": "t", "cat": None, "name": "flow", "id": -3, "pid": 12, "tid": 1, "ts": "soon"},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 2.5, "pid": 12, "tid": 1, "ts": 3},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": [4], "pid": 12, "tid": 1, "ts": 3},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 11, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"rank": 2}},
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#5", "pid": 11, "tid": 1, "ts": 15.5, "dur": -1},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#x", "pid": 11, "tid": 1, "ts": 21, "dur": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#6", "pid": 11.5, "tid": 1, "ts": 22, "dur": 1.5,
+         "args": {"rank": 1 << 40}},
+        {"ph": "X", "cat": "python_function", "name": "drop me", "pid": None, "tid": 1, "ts": 4, "dur": True},
+        {"ph": "X", "cat": "python_function", "name": 5, "pid": "host", "tid": 1, "ts": 4, "dur": "long",
+         "args": {"rank": 3}},
+        {"ph": "X", "cat": "cpu_op", "name": "drop me too", "pid": 11, "tid": 1, "ts": 4.25, "dur": 1 << 60,
+         "args": {"rank": True}},
+        {"ph": "M", "name": "thread_name", "pid": 14, "tid": 1, "args": {"name": "main", "rank": 0}},
+    ]
+
+
+@pytest.mark.parametrize("order", ["as written", "reversed"])
+@pytest.mark.parametrize("selection", ["none", "every criterion"])
+def test_a_projected_chunk_indexes_for_slice_as_event_by_event(order, selection):
+    """Slice's index reading projections records every event's columns
+    (times, pid slots, flags, ranks), the flows' keys and the step spans
+    as its visit does, whatever the selection flags."""
+    from streamtrace.commands.slicing import Selection, SliceIndex
+    events = [*merged_events(), *slice_events()] if order == "as written" else \
+        [*reversed(slice_events()), *reversed(merged_events())]
+    chosen = Selection() if selection == "none" else \
+        Selection(drop_categories=frozenset({"python_function", None}), drop_name=re.compile("drop"),
+                  pids=frozenset({"11", "None", "host"}))
+    one_by_one, projected = SliceIndex(chosen, None), SliceIndex(chosen, None)
+    one_by_one.partial = projected.partial = True
+    for chunk in (events[:9], events[9:]):
+        for event in chunk:
+            one_by_one.visit(event)
+        text = orjson.dumps(chunk)[1:-1]
+        assert projected.visit_projected(ProjectedChunk(text, projected.projection.decode(text)))
+    expected, got = one_by_one.take_part(), projected.take_part()
+    assert [column.tobytes() for column in got.pop("columns")] == \
+        [column.tobytes() for column in expected["columns"]]  # (bytes: NaN times are not equal to themselves)
+    assert got == {name: value for name, value in expected.items() if name != "columns"}
+    assert len(expected["step_spans"]) == 2 and len(expected["flows"][0]) == 7
+    assert len(expected["columns"][0]) == len(events)
+    flags = {(packed >> 24) & 0xFF for packed in expected["columns"][2]}
+    assert len(flags) >= (6 if selection == "every criterion" else 3)

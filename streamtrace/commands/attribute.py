@@ -10,7 +10,7 @@ the GPU spool back and writes one row per GPU event.
 """
 from __future__ import annotations
 
-import io
+import csv
 import os
 import re
 import struct
@@ -19,27 +19,31 @@ import time
 from array import array
 from collections import defaultdict
 from decimal import Decimal
-from typing import IO, Iterator
+from itertools import repeat
+from operator import attrgetter
+from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 import orjson
 
+from ..algo.columns import PLAIN_NUMBERS, as_floats
 from ..algo.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
 from ..algo.links import NO_LAUNCH
 from ..algo.parts import extend_converted, translated
-from ..algo.ranks import rank_from_args
+from ..algo.ranks import plain_rank, rank_from_args
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
 from ..io.progress import Progress
+from ..io.projection import ProjectedChunk, Projection
 from ..io.reader import decimal_as_json
 from ..io.sink import SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import EventSpool
 from ..kineto import NUMBER_TYPES
 from ..resources import peak_rss_mb
-from .mergedindex import GPU, KEEP, LAUNCH, MergedIndex, Resolved, resolve
+from .mergedindex import GPU, KEEP, LAUNCH, LinksIndex, Resolved, resolve
 
 COLUMNS = ("rank", "pid", "tid", "ts", "dur", "cat", "name", "correlation", "launch_name", "launch_pid",
            "launch_tid", "launch_ts", "cpu_op", "root_op")
@@ -67,6 +71,62 @@ def cell(value: object) -> str:
     return text
 
 
+class CellTexts:
+    """Columns of values as their CSV cells (:func:`cell`, UTF-8), a column
+    at a time: numbers in one orjson call (its text is the cell's), strings
+    through a bounded cache (names repeat), other values one by one."""
+
+    CACHE_LIMIT = 1 << 16
+
+    def __init__(self) -> None:
+        self._strings: dict[str, bytes] = {}
+
+    def column(self, values: Sequence) -> list[bytes]:
+        if not values:
+            return []
+        kinds = set(map(type, values))
+        if kinds <= PLAIN_NUMBERS:
+            try:
+                return orjson.dumps(values)[1:-1].split(b",")
+            except orjson.JSONEncodeError:  # an integer beyond 64 bits
+                pass
+        elif kinds == _STRINGS:
+            known = self._strings
+            cells = list(map(known.get, values))
+            if None in cells:
+                if len(known) > self.CACHE_LIMIT:
+                    known.clear()
+                for at, found in enumerate(cells):
+                    if found is None:
+                        cells[at] = known[values[at]] = cell(values[at]).encode()
+            return cells
+        return [cell(value).encode() for value in values]
+
+
+_STRINGS = frozenset({str})
+ESCAPED = b"\0"  # starts a spooled row that is a JSON string: its cells hold a line break
+_ESCAPED_LINE = re.compile(ESCAPED).match
+
+
+def row_lines(cells: CellTexts, columns: Sequence[Sequence]) -> list[bytes]:
+    """GPU events' own columns (pid .. correlation) as spool lines: each
+    event's cells joined by commas, or, when that text would not stay one
+    line (a quoted cell with a line break), NUL and the text as a JSON string."""
+    lines = list(map(b",".join, zip(*map(cells.column, columns))))
+    joined = b"\n".join(lines)
+    if joined.count(b"\n") + 1 == len(lines) and ESCAPED not in joined:
+        return lines
+    return [ESCAPED + orjson.dumps(line.decode()) if b"\n" in line or line.startswith(ESCAPED) else line
+            for line in lines]
+
+
+def own_cells(lines: list[bytes]) -> list[bytes]:
+    """Spooled rows (:func:`row_lines`) back as each event's cells joined by commas."""
+    if not any(map(_ESCAPED_LINE, lines)):
+        return lines
+    return [orjson.loads(line[1:]).encode() if line.startswith(ESCAPED) else line for line in lines]
+
+
 class OpSpill:
     """CPU op intervals on disk, in file order: the index never holds them.
     The file is made at the first flush; ``hold`` (a pass-1 worker) keeps
@@ -90,7 +150,7 @@ class OpSpill:
         """Add records packed as :meth:`add` packs them."""
         self._buffer += records
         self.count += len(records) // OP_RECORD.size
-        if len(self._buffer) >= SPILL_FLUSH:
+        if len(self._buffer) >= SPILL_FLUSH and not self.hold:
             self._flush()
 
     def take(self) -> bytes:
@@ -136,9 +196,15 @@ class OpSpill:
 OP_FIELDS = np.dtype([("thread", "<i4"), ("start", "<f8"), ("end", "<f8"), ("name", "<i4"), ("kind", "u1")])
 
 
-class AttributeIndex(MergedIndex):
+class AttributeIndex(LinksIndex):
     """Pass-1 visitor for ``attribute``: the merged index plus launch details,
-    the GPU events' own columns (spooled) and the CPU ops (spilled)."""
+    the GPU events' own columns (spooled) and the CPU ops (spilled).
+
+    Chunks are read as projections (:meth:`visit_projected`) a column at a
+    time, or as dicts event by event (:meth:`visit`), to the same records."""
+
+    projection = Projection({"ph": None, "cat": None, "name": None, "pid": None, "tid": None, "ts": None,
+                             "dur": None, "args": {"correlation": None, "rank": None}})
 
     def __init__(self, spool_dir: str | None) -> None:
         self.thread_slots: dict[tuple, int] = {}
@@ -153,6 +219,8 @@ class AttributeIndex(MergedIndex):
         self.spool_dir = spool_dir
         self._gpu_rows: EventSpool | None = None  # made at the first batch of rows
         self._rows: list[bytes] = []
+        self._pending: list[tuple] = []  # GPU events' own values read event by event, not yet rows
+        self._cells = CellTexts()
         self.ops = OpSpill(spool_dir)
         self._listed = (0, 0)  # threads and names already in a part
         self._part_maps: dict[int, tuple[array, array]] = {}  # per pass-1 worker: its thread and name ids -> ours
@@ -161,12 +229,12 @@ class AttributeIndex(MergedIndex):
             self.handlers[category] = self._op_handler(kind)
 
     _PART_LAUNCHES = ("launch_thread", "launch_name", "launch_end", "launch_ts_int")
-    projection = None  # its own work is per event: chunks are read as dicts, whatever the merged index reads
 
     def take_part(self) -> dict:
         """The merged index's part, plus the launch details, GPU rows and CPU ops
         since the last part (see :mod:`streamtrace.engine.indexworkers`); threads
         and names keep their numbers, the new ones are listed."""
+        self._rows_of_pending()
         part = super().take_part()
         for name in self._PART_LAUNCHES:
             part[name] = getattr(self, name)[:]
@@ -276,79 +344,183 @@ class AttributeIndex(MergedIndex):
         action = super()._gpu(event)
         if action == GPU:
             args = event.get("args")
-            correlation = args.get("correlation") if args.__class__ is dict else None
-            self._rows.append(orjson.dumps([cell(event.get(key)) for key in ("pid", "tid", "ts", "dur", "cat", "name")]
-                                           + [cell(correlation)]))
-            if len(self._rows) >= GPU_BATCH:
-                self._spool_rows()
+            self._pending.append((event.get("pid"), event.get("tid"), event.get("ts"), event.get("dur"),
+                                  event.get("cat"), event.get("name"),
+                                  args.get("correlation") if args.__class__ is dict else None))
+            if len(self._pending) >= GPU_BATCH:
+                self._rows_of_pending()
         return action
 
+    def _rows_of_pending(self) -> None:
+        if self._pending:
+            self._add_rows(list(zip(*self._pending)))
+            self._pending.clear()
+
+    def _add_rows(self, columns: Sequence[Sequence]) -> None:
+        self._rows += row_lines(self._cells, columns)
+        if len(self._rows) >= GPU_BATCH:
+            self._spool_rows()
+
+    def visit_projected(self, chunk: ProjectedChunk) -> bool:
+        """Index a chunk as :meth:`visit` would: the merged index from the
+        projections (:class:`LinksIndex`), then the launches' details, the
+        CPU ops and the GPU rows a column at a time; threads and names are
+        numbered in event order, as met.  Refused (False, nothing recorded)
+        when a pid or tid is not a scalar: the ordinary reading says which."""
+        events = chunk.events
+        if not set(map(type, map(_PID, events))) | set(map(type, map(_TID, events))) <= _SCALARS:
+            return False
+        first = len(self.actions)
+        if not super().visit_projected(chunk):
+            return False
+        self._rows_of_pending()
+        codes = np.frombuffer(bytes(self.actions[first:]), np.uint8)
+        op_kinds = np.frombuffer(bytes(map(OP_KINDS.get, map(_CAT, events), repeat(0))), np.uint8)
+        ops = [at for at in np.flatnonzero(op_kinds).tolist() if _timed_slice(events[at])]
+        launches = np.flatnonzero(codes == LAUNCH)
+        order = np.sort(np.concatenate([launches, np.array(ops, np.int64)])).tolist()
+        picked = [events[at] for at in order]
+        ranks = [None if args is None else plain_rank(args.rank) for args in map(_ARGS, picked)]
+        threads = np.array(_numbered(list(zip(map(_PID, picked), map(_TID, picked), ranks)), self.thread_slots,
+                                     self._thread_slot), np.int32)
+        names = np.array(_numbered(list(map(_NAME, picked)), self.name_ids, self._name), np.int32)
+        starts = as_floats(list(map(_TS, picked)), 0.0)
+        ends = starts + as_floats(list(map(_DUR, picked)), 0.0)
+        is_launch = codes[order] == LAUNCH
+        self.launch_thread.frombytes(threads[is_launch].tobytes())
+        self.launch_name.frombytes(names[is_launch].tobytes())
+        self.launch_end.frombytes(ends[is_launch].tobytes())
+        launch_ts = [picked[at].ts for at in np.flatnonzero(is_launch).tolist()]
+        self.launch_ts_int += bytes(map(_INTEGER.__contains__, map(type, launch_ts)))
+        if ops:
+            records = np.zeros(len(ops), OP_FIELDS)
+            is_op = ~is_launch
+            for field, values in (("thread", threads), ("start", starts), ("end", ends), ("name", names)):
+                records[field] = values[is_op]
+            records["kind"] = op_kinds[ops]
+            self.ops.add_records(records.tobytes())
+        gpu = [events[at] for at in np.flatnonzero(codes == GPU).tolist()]
+        self._add_rows([*(list(map(member, gpu)) for member in (_PID, _TID, _TS, _DUR, _CAT, _NAME)),
+                        [None if args is None else args.correlation for args in map(_ARGS, gpu)]])
+        return True
+
     def finish(self) -> None:
+        self._rows_of_pending()
         self.gpu_rows.add_lines(self._rows)
         self._rows.clear()
 
 
+_PID, _TID, _TS, _DUR, _CAT, _NAME, _ARGS, _PH = map(attrgetter, ("pid", "tid", "ts", "dur", "cat", "name", "args",
+                                                                   "ph"))
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+_INTEGER = frozenset({int})
+
+
+def _timed_slice(event: object) -> bool:
+    """A CPU op the spill keeps (as :meth:`AttributeIndex._op_handler` tells): a slice with a numeric start and length."""
+    return event.ph == "X" and event.ts.__class__ in PLAIN_NUMBERS and event.dur.__class__ in PLAIN_NUMBERS
+
+
+def _numbered(keys: list, known: dict, number: Callable[[object], int]) -> list[int]:
+    """Each key's number in ``known``; ``number`` gives (and records) the new ones, in order."""
+    try:
+        found = list(map(known.get, keys))
+    except TypeError:  # a key that is no dict key: ``number`` finds it by its text
+        found = [None] * len(keys)
+    for at, got in enumerate(found):
+        if got is None:
+            found[at] = number(keys[at])
+    return found
+
+
+
 class Attribution:
-    """Pass 2: the row of each GPU event, from its spooled columns and the links."""
+    """Pass 2: the row of each GPU event, from its spooled cells and the links,
+    a block of rows at a time (columns gathered with numpy, joined in C calls)."""
 
     def __init__(self, index: AttributeIndex, resolved: Resolved, enclosure: Enclosure) -> None:
         self.index = index
         self.resolved = resolved
         self.enclosure = enclosure
+        self._name_cells = np.array([cell(name).encode() for name in index.names] + [b""], object)  # [NO_OP]: b""
+        self._thread_cells = np.array([cell(pid).encode() + b"," + cell(tid).encode()
+                                       for pid, tid, _ in index.thread_keys] + [b","], object)
+        self._launch_columns = tuple(np.frombuffer(column, column.typecode) if len(column) else np.zeros(0, np.int32)
+                                     for column in (index.launch_name, index.launch_thread, enclosure.inner,
+                                                    enclosure.outer))
+        self._launch_ts = np.frombuffer(index.launch_ts, np.float64) if len(index.launch_ts) else np.zeros(0)
+        self._launch_ts_int = np.frombuffer(bytes(index.launch_ts_int), np.bool_)
 
-    def _launch_cells(self, launch: int) -> list[str]:
-        index, enclosure = self.index, self.enclosure
-        pid, tid, _ = index.thread_keys[index.launch_thread[launch]]
-        ts = index.launch_ts_text.get(launch)
-        if ts is None:
-            value = index.launch_ts[launch]
-            ts = str(int(value)) if index.launch_ts_int[launch] else cell(value)
-        inner, outer = enclosure.inner[launch], enclosure.outer[launch]
-        return [cell(index.names[index.launch_name[launch]]), cell(pid), cell(tid), ts,
-                cell(index.names[inner]) if inner != NO_OP else "",
-                cell(index.names[outer]) if outer != NO_OP else ""]
-
-    def rows(self) -> Iterator[tuple[int, int, list[str]]]:
-        """(rank, launch ordinal, the GPU event's own cells) per GPU event, in input order."""
-        buckets, launches = self.resolved.gpu_bucket, self.resolved.links.launch_of_gpu
-        ordinal = 0
+    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, list[bytes]]]:
+        """(ranks, launch ordinals, own cells joined by commas) a block of GPU events at a time, in input order."""
+        buckets = np.array(self.resolved.gpu_bucket, np.int32)
+        launches = np.array(self.resolved.links.launch_of_gpu, np.int32)
+        done = 0
         for block in self.index.gpu_rows.read_blocks():
-            for line in block:
-                yield buckets[ordinal], launches[ordinal], orjson.loads(line)
-                ordinal += 1
+            yield buckets[done:done + len(block)], launches[done:done + len(block)], own_cells(block)
+            done += len(block)
 
-    def write_csv(self, out: io.TextIOBase) -> int:
-        out.write(",".join(COLUMNS) + "\n")
-        empty = [""] * 6
+    def _rank_cells(self, ranks: np.ndarray) -> list[bytes]:
+        texts = {rank: str(rank).encode() if rank >= 0 else b"" for rank in np.unique(ranks).tolist()}
+        return list(map(texts.__getitem__, ranks.tolist()))
+
+    def _launch_cells(self, launches: np.ndarray) -> np.ndarray:
+        """launch_name .. root_op of each launch, joined by commas (empty cells for NO_LAUNCH)."""
+        texts = np.full(len(launches), b",,,,,", object)
+        linked = launches != NO_LAUNCH
+        at = launches[linked]
+        if len(at):
+            name, thread, inner, outer = self._launch_columns
+            cells = self._name_cells
+            texts[linked] = list(map(b",".join, zip(cells[name[at]], self._thread_cells[thread[at]],
+                                                     self._launch_ts_cells(at), cells[inner[at]], cells[outer[at]])))
+        return texts
+
+    def _launch_ts_cells(self, at: np.ndarray) -> list[bytes]:
+        """Each launch's ts as the input wrote it: an integer as one, a float as orjson spells it."""
+        values, integral = self._launch_ts[at], self._launch_ts_int[at]
+        if np.abs(values[integral]).max(initial=0) < ID_SAFE:
+            objects = values.astype(object)
+            objects[integral] = values[integral].astype(np.int64).astype(object)
+            cells = orjson.dumps(objects.tolist())[1:-1].split(b",")
+        else:
+            cells = [str(int(value)).encode() if whole else cell(value).encode()
+                     for value, whole in zip(values.tolist(), integral.tolist())]
+        exact = self.index.launch_ts_text
+        if exact:
+            cells = [exact[launch].encode() if launch in exact else text for launch, text in zip(at.tolist(), cells)]
+        return cells
+
+    def write_csv(self, out: IO[bytes]) -> int:
+        out.write(",".join(COLUMNS).encode() + b"\n")
         written = 0
-        batch: list[str] = []
-        for rank, launch, own in self.rows():
-            launch_cells = self._launch_cells(launch) if launch != NO_LAUNCH else empty
-            batch.append(",".join([str(rank) if rank >= 0 else "", *own, *launch_cells]))
-            if len(batch) >= GPU_BATCH:
-                out.write("\n".join(batch) + "\n")
-                batch.clear()
-            written += 1
-        if batch:
-            out.write("\n".join(batch) + "\n")
+        for ranks, launches, own in self.blocks():
+            rows = map(b",".join, zip(self._rank_cells(ranks), own, self._launch_cells(launches)))
+            out.write(b"\n".join(rows) + b"\n")
+            written += len(own)
         return written
 
-    def write_groups(self, out: io.TextIOBase) -> int:
+    def write_groups(self, out: IO[bytes]) -> int:
         """GPU time per (rank, innermost cpu op), largest first within a rank."""
         totals: dict[tuple[int, int], list] = defaultdict(lambda: [0, 0.0])
-        inner = self.enclosure.inner
-        for rank, launch, own in self.rows():
-            op = inner[launch] if launch != NO_LAUNCH else NO_OP
-            entry = totals[(rank, op)]
-            entry[0] += 1
-            dur = own[3]
-            entry[1] += float(dur) if dur else 0.0
-        out.write(",".join(GROUP_COLUMNS) + "\n")
+        inner = self._launch_columns[2]
+        for ranks, launches, own in self.blocks():
+            ops = np.where(launches != NO_LAUNCH, inner[np.maximum(launches, 0)] if len(inner) else NO_OP, NO_OP)
+            for rank, op, cells in zip(ranks.tolist(), ops.tolist(), csv.reader(line.decode() for line in own)):
+                entry = totals[(rank, op)]
+                entry[0] += 1
+                dur = cells[3]
+                entry[1] += float(dur) if dur else 0.0
         ordered = sorted(totals.items(), key=lambda item: (item[0][0], -item[1][1]))
+        lines = [",".join(GROUP_COLUMNS)]
         for (rank, op), (events, time_us) in ordered:
             name = cell(self.index.names[op]) if op != NO_OP else ""
-            out.write(f"{rank if rank >= 0 else ''},{name},{events},{round(time_us, 3)}\n")
+            lines.append(f"{rank if rank >= 0 else ''},{name},{events},{round(time_us, 3)}")
+        out.write(("\n".join(lines) + "\n").encode())
         return len(ordered)
+
+
+ID_SAFE = float(1 << 62)  # launch times below this convert to int64 exactly
 
 
 def attribute(
@@ -400,11 +572,8 @@ def attribute(
             enclosure.offer(index.ops.records())
             index.ops.close()
             attribution = Attribution(index, resolved, enclosure)
-            with target.open() as raw:
-                text = io.TextIOWrapper(raw, encoding="utf-8", newline="", write_through=False)
-                rows = attribution.write_groups(text) if group_by else attribution.write_csv(text)
-                text.flush()
-                text.detach()
+            with target.open() as out:
+                rows = attribution.write_groups(out) if group_by else attribution.write_csv(out)
         finally:
             for visitor in visitors:
                 visitor.close()

@@ -13,7 +13,7 @@ from array import array
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from decimal import Decimal
-from operator import add
+from operator import add, attrgetter
 from typing import Any, Callable, Iterable, Optional, Union
 
 import msgspec
@@ -286,10 +286,10 @@ class InspectVisitor:
     def _visit_projected(self, events: list["ChunkEvent"]) -> bool:
         """Index projected events; False (having changed nothing) when one of
         them is not plain: the caller then visits the chunk's dicts."""
-        phs, cats, ts = [event.ph for event in events], [event.cat for event in events], [event.ts for event in events]
+        phs, cats, ts = list(map(_PH, events)), list(map(_CAT, events)), list(map(_TS, events))
         try:
             if phs.count("X") == len(phs):
-                ends: Iterable = map(add, ts, [event.dur for event in events])
+                ends: Iterable = map(add, ts, map(_DUR, events))
             else:
                 ends = [t + event.dur if ph == "X" else t for ph, t, event in zip(phs, ts, events)]
             first, last = (min(ts), max(ends)) if ts else (math.inf, -math.inf)
@@ -302,7 +302,7 @@ class InspectVisitor:
         launched = self._launched(events, gpu, runtime)
         if launched is None:
             return False
-        self._count_chunk(events, list(zip(phs, cats, [event.pid for event in events])))
+        self._count_chunk(events, list(zip(phs, cats, map(_PID, events))))
         if first < self.span[0]:
             self.span[0] = first
         if last > self.span[1]:
@@ -378,22 +378,30 @@ class InspectVisitor:
 
     def _graph_array(self) -> np.ndarray:
         """The graph launches' ids that are 64-bit integers, as an array (remade when more came)."""
-        if self._graph_ids[0] != len(self.graph_correlations):
-            graph = np.array(sorted(value for value in self.graph_correlations if type(value) is int
-                                    and -(1 << 63) <= value < (1 << 63)), dtype=np.int64)
-            self._graph_ids = (len(self.graph_correlations), graph)
+        correlations = self.graph_correlations
+        if self._graph_ids[0] != len(correlations):
+            graph = None
+            if set(map(type, correlations)) == {int}:
+                try:
+                    graph = np.sort(np.fromiter(correlations, np.int64, len(correlations)))
+                except OverflowError:
+                    pass
+            if graph is None:
+                graph = np.array(sorted(value for value in correlations if type(value) is int
+                                        and -(1 << 63) <= value < (1 << 63)), dtype=np.int64)
+            self._graph_ids = (len(correlations), graph)
         return self._graph_ids[1]
 
     def _gpu_chunk(self, events: list["ChunkEvent"], gpu: list[int], launched: dict) -> None:
         """Streams, busy time, kernel names and graph launches of a chunk's GPU events."""
         chosen = [events[at] for at in gpu]
         streams = self.streams
-        for pid, tid in dict.fromkeys(zip([event.pid for event in chosen], [event.tid for event in chosen])):
+        for pid, tid in dict.fromkeys(zip(map(_PID, chosen), map(_TID, chosen))):
             streams[pid].add(tid)
         slices = [event for event in chosen if event.ph == "X" and event.dur >= 0]
         starts = [float(event.ts) for event in slices]
         ends = [start + float(event.dur) for start, event in zip(starts, slices)]
-        pids = [event.pid for event in slices]
+        pids = list(map(_PID, slices))
         for pid in dict.fromkeys(pids):
             mine = range(len(slices)) if len(set(pids)) == 1 else [n for n, other in enumerate(pids) if other == pid]
             busy = self.busy.get(pid)
@@ -595,6 +603,7 @@ def _codes(values: list) -> list[int]:
 
 
 _GPU, _RUNTIME, _NOTE, _OP = 1, 2, 3, 4
+_PH, _CAT, _TS, _DUR, _PID, _TID = map(attrgetter, ("ph", "cat", "ts", "dur", "pid", "tid"))
 _HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},
             **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}, "cpu_op": _OP}
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, eq
 from typing import Callable
 
 import numpy as np
 
+from ..algo.columns import PLAIN_NUMBERS, as_floats
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
 from ..algo.parts import extend_converted, translated
@@ -234,38 +235,110 @@ class LinksIndex(MergedIndex):
     """The members :meth:`visit` reads, but metadata's (those events are decoded whole)."""
 
     def visit_projected(self, chunk: ProjectedChunk) -> bool:
-        """Index a chunk's events as :meth:`visit` would: kinds from the
-        categories and flows counted in C calls; per-event Python, in event
-        order (pid slots are numbered as met), only for launches, GPU
-        events and ``process_name`` metadata, the last decoded whole."""
+        """Index a chunk's events as :meth:`visit` would, a column at a time:
+        kinds from the categories, then the launches' and GPU events' ids,
+        ranks and times as arrays; per-pid Python, in event order (pid slots
+        are numbered as met), for each pid's first work and for
+        ``process_name`` metadata, decoded whole."""
         events = chunk.events
         first = len(self.actions)
-        kinds = bytearray(map(_KINDS.get, map(_CAT, events), repeat(KEEP)))
-        codes = np.frombuffer(kinds, np.uint8)
+        codes = np.frombuffer(bytes(map(_KINDS.get, map(_CAT, events), repeat(KEEP))), np.uint8)
         metadata = np.frombuffer(bytes(map(_METADATA_PHASE.get, map(_PH, events), repeat(0))), np.uint8)
         named = [position for position in np.flatnonzero((codes == KEEP) & (metadata == 1)).tolist()
                  if events[position].name == "process_name"]
-        whole = dict(zip(named, chunk.whole(named)))
-        for position in sorted(np.flatnonzero((codes == LAUNCH) | (codes == GPU)).tolist() + named):
-            kind = kinds[position]
-            if kind == KEEP:
-                note_process_name(whole[position], self.pids, self.slot)
-                continue
-            event = events[position]
-            args = event.args
-            correlation, rank = (NO_ID, None) if args is None else (_usable_id(args.correlation), plain_rank(args.rank))
-            if kind == LAUNCH:
-                kinds[position] = self.launch(event.pid, event.ts, event.name, correlation, rank, first + position)
-            elif event.ph == "X":
-                self.gpu(event.pid, event.ts, correlation, rank, first + position)
-            else:
-                kinds[position] = KEEP
-        self.ac2g_flows += kinds.count(AC2G)
-        self.actions += kinds
+        work = np.flatnonzero((codes == LAUNCH) | (codes == GPU))
+        picked = [events[at] for at in work.tolist()]
+        is_launch = codes[work] == LAUNCH
+        columns = _WorkColumns(picked, is_launch)
+        kinds = codes.copy()
+        kinds[work[~columns.valid]] = KEEP
+        done = work[columns.valid]
+        pids = [picked[at].pid for at in np.flatnonzero(columns.valid).tolist()]
+        provisional = {pid: number for number, pid in enumerate(dict.fromkeys(pids))}
+        pid_codes = np.fromiter(map(provisional.__getitem__, pids), np.int64, len(pids))
+        _, firsts = np.unique(pid_codes, return_index=True)
+        slots = np.array(self._slots_as_met(list(provisional), done[firsts].tolist(), first, named,
+                                            chunk.whole(named)), np.int64)[pid_codes]
+        self._record_work(slots, columns.masked(columns.valid), is_launch[columns.valid])
+        self.ac2g_flows += int(np.count_nonzero(kinds == AC2G))
+        self.actions += kinds.tobytes()
         return True
 
+    def _slots_as_met(self, pids: list, positions: list[int], first: int, named: list[int],
+                      metadata: list[dict]) -> list[int]:
+        """The slots of ``pids`` (first met as work at ``positions``), given
+        in event order with the ``process_name`` events at ``named``; each
+        new pid's first work noted."""
+        slots = [0] * len(pids)
+        met = sorted([(position, False, number) for number, position in enumerate(positions)]
+                     + [(position, True, number) for number, position in enumerate(named)])
+        for position, is_metadata, number in met:
+            if is_metadata:
+                note_process_name(metadata[number], self.pids, self.slot)
+                continue
+            slot = slots[number] = self.slot(pids[number])
+            facts = self.pids[slot]
+            if facts.first_work is None:
+                facts.first_work = first + position
+        return slots
 
-_CAT, _PH = attrgetter("cat"), attrgetter("ph")
+    def _record_work(self, slots: np.ndarray, columns: "_WorkColumns", is_launch: np.ndarray) -> None:
+        """The launches' and GPU slices' arrays, rank evidence and samples."""
+        ranks = columns.ranks
+        ranked = ranks != NO_RANK
+        for slot in set(slots[~ranked].tolist()):
+            self.pids[slot].unranked = True
+        for slot, rank in set(zip(slots[ranked].tolist(), ranks[ranked].tolist())):
+            self.pids[slot].arg_ranks.add(rank)
+        for name, values in (("launch_pid", slots), ("launch_id", columns.ids), ("launch_ts", columns.ts),
+                             ("launch_rank", ranks)):
+            column = getattr(self, name)
+            column.frombytes(values[is_launch].astype(column.typecode).tobytes())
+        self.launch_graph += columns.graph[is_launch].tobytes()
+        gpu = ~is_launch
+        for name, values in (("gpu_pid", slots), ("gpu_id", columns.ids), ("gpu_rank", ranks)):
+            column = getattr(self, name)
+            column.frombytes(values[gpu].astype(column.typecode).tobytes())
+        sampled = gpu & (columns.ids != NO_ID) & columns.timed
+        sample_slots = slots[sampled]
+        for slot in dict.fromkeys(sample_slots.tolist()):
+            samples = self.samples.setdefault(slot, [])
+            room = SAMPLES_PER_GPU_PID - len(samples)
+            if room > 0:
+                at = np.flatnonzero(sample_slots == slot)[:room]
+                samples += zip(columns.ids[sampled][at].tolist(), columns.ts[sampled][at].tolist())
+
+
+class _WorkColumns:
+    """What the index reads of launches (runtime calls) and GPU events, as
+    arrays over them: correlation id (NO_ID if unusable), ``args.rank``
+    (NO_RANK if none), time (NaN if not a number), graph launch, and
+    whether the index records the event (``valid``)."""
+
+    def __init__(self, events: list, is_launch: np.ndarray) -> None:
+        count = len(events)
+        arguments = list(map(_ARGS, events))
+        self.ids = np.fromiter((NO_ID if args is None else _usable_id(args.correlation) for args in arguments),
+                               np.int64, count)
+        self.ranks = np.fromiter((NO_RANK if args is None or (rank := plain_rank(args.rank)) is None else rank
+                                  for args in arguments), np.int64, count)
+        times = list(map(_TS, events))
+        self.timed = np.fromiter(map(PLAIN_NUMBERS.__contains__, map(type, times)), bool, count)
+        self.ts = as_floats(times, np.nan)
+        self.graph = np.fromiter((name.__class__ is str and "GraphLaunch" in name for name in map(_NAME, events)),
+                                 bool, count)
+        sliced = np.fromiter(map(eq, map(_PH, events), repeat("X")), bool, count)
+        self.valid = np.where(is_launch, (self.ids != NO_ID) & self.timed, sliced)
+
+    def masked(self, keep: np.ndarray) -> "_WorkColumns":
+        """The columns of the events ``keep`` selects."""
+        kept = object.__new__(_WorkColumns)
+        for name in ("ids", "ranks", "timed", "ts", "graph", "valid"):
+            setattr(kept, name, getattr(self, name)[keep])
+        return kept
+
+
+_CAT, _PH, _TS, _NAME, _ARGS = map(attrgetter, ("cat", "ph", "ts", "name", "args"))
 _METADATA_PHASE = {"M": 1}
 _KINDS = {**dict.fromkeys(GPU_CATEGORIES, GPU), **dict.fromkeys(RUNTIME_CATEGORIES, LAUNCH), "ac2g": AC2G}
 

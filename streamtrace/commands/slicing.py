@@ -23,10 +23,13 @@ import time
 from array import array
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, eq
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..algo.columns import as_floats
 from ..algo.links import NO_LAUNCH, IdTable, build_tables
 from ..algo.parts import extend_converted, translated
 from ..algo.steps import (
@@ -47,6 +50,7 @@ from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
+from ..io.projection import ProjectedChunk, Projection
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import OutputTarget, SinkSpec, publish_all
 from ..io.source import InputSource, SourceSpec
@@ -54,7 +58,7 @@ from ..io.spool import ColumnSpill
 from ..io.writer import TraceWriter
 from ..kineto import NUMBER_TYPES
 from ..resources import buffers_from_os, gc_paused, peak_rss_mb, trim_heap
-from .mergedindex import GPU, MergedIndex, Resolved, resolve
+from .mergedindex import GPU, LinksIndex, Resolved, resolve
 from .split import max_open_writers
 from .toparquet import check_parquet_options, emit_rows, is_parquet, rank_lookup
 
@@ -69,6 +73,7 @@ NAME_CACHE = 1 << 16
 MB = 1_000_000
 PLAN_MMAP_THRESHOLD = 4 << 20  # while planning, buffers from this size on come from the OS and go back to it
 METADATA_EVERYWHERE = -2  # with --each-step: a metadata event, copied to several files
+_PID, _CAT, _PH, _NAME, _TS, _DUR, _ARGS = map(attrgetter, ("pid", "cat", "ph", "name", "ts", "dur", "args"))
 
 
 @dataclass
@@ -113,11 +118,15 @@ def _selection(steps: str | set[int] | None, window: str | None, ranks: str | se
         drop_categories=frozenset(drop_categories), drop_name=pattern, max_mb=max_mb, each_step=each_step)
 
 
-class SliceIndex(MergedIndex):
-    """The merged index, plus step spans and flow keys in memory and per-event columns on disk."""
+class SliceIndex(LinksIndex):
+    """The merged index, plus step spans and flow keys in memory and per-event columns on disk.
+
+    Chunks are read as projections (:meth:`visit_projected`) a column at a
+    time, or as dicts event by event (:meth:`visit`), to the same records."""
 
     partial = False  # True in a pass-1 worker: the columns go to the joined index in parts, never to a spill
-    projection = None  # its own work is per event: chunks are read as dicts, whatever the merged index reads
+    projection = Projection({"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None, "id": None,
+                             "args": {"correlation": None, "rank": None}})
 
     def __init__(self, selection: Selection, spill_dir: str | None) -> None:
         self.selection = selection
@@ -169,15 +178,74 @@ class SliceIndex(MergedIndex):
         self.step_spans += [(int(slot_map[slot]), *rest) for slot, *rest in part["step_spans"]]
         ts, end, packed = (np.frombuffer(column, dtype=column.typecode) for column in part["columns"])
         slots = packed & (SLOT_LIMIT - 1)
-        packed = packed - slots + slot_map[slots] if len(slot_map) else packed
+        self._add_columns(ts, end, packed - slots + slot_map[slots] if len(slot_map) else packed)
+
+    def _add_columns(self, ts: np.ndarray, end: np.ndarray, packed: np.ndarray) -> None:
+        """Append events' columns, spilled every ``CHUNK`` events as the event-by-event visit spills them."""
         done, columns = 0, self.spill.columns
         while done < len(ts):
-            take = min(len(ts) - done, self.spill.CHUNK - len(columns[0]))
+            take = len(ts) - done if self.partial else min(len(ts) - done, self.spill.CHUNK - len(columns[0]))
             for column, values in zip(columns, (ts, end, packed)):
                 column.frombytes(values[done:done + take].tobytes())
             done += take
             if len(columns[0]) >= self.spill.CHUNK:
                 self._flush()
+
+    def visit_projected(self, chunk: ProjectedChunk) -> bool:
+        """Index a chunk as :meth:`visit` would, a column at a time: pid
+        slots numbered as met, then the merged index (:class:`LinksIndex`),
+        then each event's columns, the flows' keys and the step spans.
+        Everything that can fail is read before anything is recorded."""
+        events = chunk.events
+        count = len(events)
+        pids = list(map(_PID, events))
+        cats = list(map(_CAT, events))
+        phases = list(map(_PH, events))
+        ranks = [None if args is None else args.rank for args in map(_ARGS, events)]
+        dropped = np.fromiter(map(self.selection.drop_categories.__contains__, cats), bool, count)
+        is_metadata = np.fromiter(map(eq, phases, repeat("M")), bool, count)
+        is_flow = np.fromiter(map(FLOW_PHASES.__contains__, phases), bool, count) & ~is_metadata
+        flows = np.flatnonzero(is_flow).tolist()
+        flow_cats = [cats[at] for at in flows]
+        new_flow_cats = [cat for cat in dict.fromkeys(flow_cats) if cat not in self.flow_cats]
+        steps = [at for at in np.flatnonzero(~is_metadata & ~is_flow).tolist()
+                 if cats[at] in STEP_CATEGORIES and events[at].name.__class__ is str
+                 and events[at].name.startswith("ProfilerStep#")]
+        name_dropped = self._name_test()
+        named_out = np.fromiter(map(name_dropped, map(_NAME, events)), bool, count) if name_dropped else None
+        wanted = self.selection.pids
+        pid_out = None if wanted is None else ~np.fromiter(map(wanted.__contains__, map(str, pids)), bool, count)
+        distinct = list(dict.fromkeys(pids))
+        if len(self.pids) + len(distinct) > SLOT_LIMIT or len(self.flow_cats) + len(new_flow_cats) > 1 << 16:
+            return False  # the event-by-event reading says where the limit is passed
+        slot_of = {pid: self.slot(pid) for pid in distinct}
+        if not super().visit_projected(chunk):
+            return False
+        slots = np.fromiter(map(slot_of.__getitem__, pids), np.int64, count)
+        start = as_floats(list(map(_TS, events)), math.nan)
+        length = as_floats(list(map(_DUR, events)), math.nan)
+        end = np.where(length >= 0, start + length, start)
+        flags = np.where(dropped, CAT, 0) | np.where(is_metadata, META, 0) | np.where(is_flow, FLOW, 0)
+        if named_out is not None:
+            flags |= np.where(named_out, NAME, 0)
+        if pid_out is not None:
+            flags |= np.where(pid_out, PID, 0)
+        plain = np.fromiter((rank.__class__ is int and 0 <= rank < RANK_LIMIT for rank in ranks), bool, count)
+        own_rank = np.array([rank if is_plain else -1 for rank, is_plain in zip(ranks, plain.tolist())], np.int64)
+        self._add_columns(start, end, slots | flags.astype(np.int64) << FLAG_SHIFT | (own_rank + 1) << RANK_SHIFT)
+        for cat in new_flow_cats:
+            self._new_flow_cat(cat)
+        self.flow_cat.extend(map(self.flow_cats.__getitem__, flow_cats))
+        self.flow_id.extend(self._flow_ids([events[at].id for at in flows]))
+        self.flow_start += bytes(phases[at] == "s" for at in flows)
+        for at in steps:
+            self._step_span(events[at].name, int(slots[at]), ranks[at], float(start[at]), events[at].dur)
+        return True
+
+    def _flow_ids(self, ids: list) -> list[int]:
+        """Flow ids as the flow-id column keeps them (see :meth:`_other_flow_id`)."""
+        return [flow_id if flow_id.__class__ is int and 0 <= flow_id < 1 << 63 else self._other_flow_id(flow_id)
+                for flow_id in ids]
 
     def _make_visit(self) -> Callable[[dict], None]:
         index_visit = super()._make_visit()
