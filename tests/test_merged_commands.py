@@ -261,6 +261,48 @@ def test_attribute_group_by_op_sums_gpu_time(tmp_path):
     assert sum(int(g["gpu_events"]) for g in groups) == len(rows)
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_attribute_cells_of_odd_values_read_back_as_the_trace_states_them(tmp_path, monkeypatch, jobs):
+    """Own cells that need quoting, hold a line break or start with NUL, numbers
+    as the trace writes them (exponents, big integers, a float launch time)
+    and launch cells, in rows and in --group-by, against a plain oracle; the
+    chunks small enough that workers read projections (and the rest as dicts)."""
+    from streamtrace.engine import indexworkers, parseproc
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 2 << 10)
+    names = ['plain', 'say "hi", then\nbye', "\u0000first", "tab\tend", "caf\u00e9"]
+    events = [{"ph": "X", "cat": "cpu_op", "name": 'op, "quoted"', "pid": "host, 1", "tid": 7, "ts": 0, "dur": 1e9}]
+    for n in range(300):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": "host, 1", "tid": 7,
+                       "ts": 1000.5 + n if n % 2 else 1000 + n, "dur": 1, "args": {"correlation": n}})
+        events.append({"ph": "X", "cat": "kernel", "name": names[n % len(names)],
+                       "pid": "\u0000gpu" if n % 7 == 0 else 0, "tid": 7,
+                       "ts": (1 << 60) + n if n % 3 == 0 else 2.5e-7 * n, "dur": 1.25 + n,
+                       "args": {"correlation": n}})
+    trace = tmp_path / "odd.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    streamtrace.attribute(trace, tmp_path / "rows.csv", jobs=jobs)
+    streamtrace.attribute(trace, tmp_path / "groups.csv", group_by="op", jobs=jobs)
+    shown = "\u2400"  # NUL as a symbol: Python 3.10's csv module refuses NUL
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "rows.csv").read_text("utf-8").replace("\0", shown),
+                                           newline="")))
+    launches = {event["args"]["correlation"]: event for event in events if event["cat"] == "cuda_runtime"}
+    kernels = [event for event in events if event["cat"] == "kernel"]
+    assert len(rows) == len(kernels)
+    for row, kernel in zip(rows, kernels):
+        launch = launches[kernel["args"]["correlation"]]
+        assert (row["pid"], row["tid"], row["dur"], row["name"], row["correlation"]) == \
+            (str(kernel["pid"]).replace("\0", shown), "7", str(kernel["dur"]), kernel["name"].replace("\0", shown),
+             str(kernel["args"]["correlation"]))
+        ts = kernel["ts"]
+        assert row["ts"] == str(ts) if isinstance(ts, int) else float(row["ts"]) == ts
+        assert (row["launch_pid"], row["launch_ts"], row["cpu_op"]) == ("host, 1", str(launch["ts"]), 'op, "quoted"')
+    with open(tmp_path / "groups.csv", newline="", encoding="utf-8") as handle:
+        groups = list(csv.DictReader(handle))
+    assert [(group["cpu_op"], int(group["gpu_events"])) for group in groups] == [('op, "quoted"', 300)]
+    assert float(groups[0]["gpu_time_us"]) == pytest.approx(sum(kernel["dur"] for kernel in kernels))
+
+
 @pytest.mark.slow
 def test_cli_commands_print_summaries_and_one_line_errors(tmp_path):
     cli = [sys.executable, "-m", "streamtrace"]

@@ -444,7 +444,7 @@ class Attribution:
         self.enclosure = enclosure
         self._name_cells = np.array([cell(name).encode() for name in index.names] + [b""], object)  # [NO_OP]: b""
         self._thread_cells = np.array([cell(pid).encode() + b"," + cell(tid).encode()
-                                       for pid, tid, _ in index.thread_keys] + [b","], object)
+                                       for pid, tid, _ in index.thread_keys], object)
         self._launch_columns = tuple(np.frombuffer(column, column.typecode) if len(column) else np.zeros(0, np.int32)
                                      for column in (index.launch_name, index.launch_thread, enclosure.inner,
                                                     enclosure.outer))
@@ -479,7 +479,7 @@ class Attribution:
     def _launch_ts_cells(self, at: np.ndarray) -> list[bytes]:
         """Each launch's ts as the input wrote it: an integer as one, a float as orjson spells it."""
         values, integral = self._launch_ts[at], self._launch_ts_int[at]
-        if np.abs(values[integral]).max(initial=0) < ID_SAFE:
+        if np.abs(values[integral]).max(initial=0) < INT64_SAFE:
             objects = values.astype(object)
             objects[integral] = values[integral].astype(np.int64).astype(object)
             cells = orjson.dumps(objects.tolist())[1:-1].split(b",")
@@ -520,7 +520,7 @@ class Attribution:
         return len(ordered)
 
 
-ID_SAFE = float(1 << 62)  # launch times below this convert to int64 exactly
+INT64_SAFE = float(1 << 62)  # launch times below this convert to int64 exactly
 
 
 def attribute(
