@@ -212,7 +212,7 @@ def unusual_texts(generated, tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("name", all_but_first_slow(["compact", "relink", "split"]))
+@pytest.mark.parametrize("name", all_but_first_slow(["compact", "relink", "split", "slice-window"]))
 @pytest.mark.parametrize("form", TEXT_FORMS)
 def test_unusual_text_comes_out_the_same_for_every_n_and_as_json(name, form, unusual_texts, tmp_path, small_pieces):
     """Events whose own text reaches the spool (spaces, escapes, line
@@ -249,6 +249,7 @@ REDACTING = {  # name: (command, input, output, options)
     "compact": (streamtrace.compact, "rank0_trace.json", "out.json", {"redact": True}),
     "relink": (streamtrace.relink, "merged_trace.json", "out.json.zst", {"redact": True}),
     "split": (streamtrace.split, "merged_trace.json", "ranks", {"compress": "none", "redact": True}),
+    "slice": (streamtrace.slice_trace, "merged_trace.json", "out.json", {"steps": "1", "redact": True}),
 }
 
 

@@ -410,8 +410,7 @@ class AttributeIndex(LinksIndex):
         self._rows.clear()
 
 
-_PID, _TID, _TS, _DUR, _CAT, _NAME, _ARGS, _PH = map(attrgetter, ("pid", "tid", "ts", "dur", "cat", "name", "args",
-                                                                   "ph"))
+_PID, _TID, _TS, _DUR, _CAT, _NAME, _ARGS = map(attrgetter, ("pid", "tid", "ts", "dur", "cat", "name", "args"))
 _SCALARS = frozenset({int, float, str, bool, type(None)})
 _INTEGER = frozenset({int})
 

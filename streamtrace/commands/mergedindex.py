@@ -227,8 +227,9 @@ class RankIndex(MergedIndex):
 class LinksIndex(MergedIndex):
     """:class:`MergedIndex` (relink's pass 1) reading chunks decoded into the
     few members it reads, whose spool lines are then the events' own text.
-    A class of its own: the other commands' indexes extend ``visit``, which
-    :meth:`visit_projected` would pass by."""
+    A class of its own: an index that extends ``visit`` must extend
+    :meth:`visit_projected` alike (split's, attribute's and slice's do),
+    or it would be passed by."""
 
     projection = Projection({"ph": None, "cat": None, "name": None, "pid": None, "ts": None,
                              "args": {"correlation": None, "rank": None}})
