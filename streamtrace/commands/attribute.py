@@ -440,14 +440,13 @@ class Attribution:
     def __init__(self, index: AttributeIndex, resolved: Resolved, enclosure: Enclosure) -> None:
         self.index = index
         self.resolved = resolved
-        self.enclosure = enclosure
         self._name_cells = np.array([cell(name).encode() for name in index.names] + [b""], object)  # [NO_OP]: b""
         self._thread_cells = np.array([cell(pid).encode() + b"," + cell(tid).encode()
                                        for pid, tid, _ in index.thread_keys], object)
-        self._launch_columns = tuple(np.frombuffer(column, column.typecode) if len(column) else np.zeros(0, np.int32)
-                                     for column in (index.launch_name, index.launch_thread, enclosure.inner,
-                                                    enclosure.outer))
-        self._launch_ts = np.frombuffer(index.launch_ts, np.float64) if len(index.launch_ts) else np.zeros(0)
+        self._launch_name, self._launch_thread, self._inner, self._outer = (
+            np.frombuffer(column, column.typecode)
+            for column in (index.launch_name, index.launch_thread, enclosure.inner, enclosure.outer))
+        self._launch_ts = np.frombuffer(index.launch_ts, np.float64)
         self._launch_ts_int = np.frombuffer(bytes(index.launch_ts_int), np.bool_)
 
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, list[bytes]]]:
@@ -469,10 +468,11 @@ class Attribution:
         linked = launches != NO_LAUNCH
         at = launches[linked]
         if len(at):
-            name, thread, inner, outer = self._launch_columns
             cells = self._name_cells
-            texts[linked] = list(map(b",".join, zip(cells[name[at]], self._thread_cells[thread[at]],
-                                                     self._launch_ts_cells(at), cells[inner[at]], cells[outer[at]])))
+            texts[linked] = list(map(b",".join, zip(cells[self._launch_name[at]],
+                                                     self._thread_cells[self._launch_thread[at]],
+                                                     self._launch_ts_cells(at), cells[self._inner[at]],
+                                                     cells[self._outer[at]])))
         return texts
 
     def _launch_ts_cells(self, at: np.ndarray) -> list[bytes]:
@@ -502,7 +502,7 @@ class Attribution:
     def write_groups(self, out: IO[bytes]) -> int:
         """GPU time per (rank, innermost cpu op), largest first within a rank."""
         totals: dict[tuple[int, int], list] = defaultdict(lambda: [0, 0.0])
-        inner = self._launch_columns[2]
+        inner = self._inner
         for ranks, launches, own in self.blocks():
             ops = np.where(launches != NO_LAUNCH, inner[np.maximum(launches, 0)] if len(inner) else NO_OP, NO_OP)
             for rank, op, cells in zip(ranks.tolist(), ops.tolist(), csv.reader(line.decode() for line in own)):

@@ -265,6 +265,11 @@ class LinksIndex(MergedIndex):
         self.actions += kinds.tobytes()
         return True
 
+    def _slots_of(self, pids: list) -> np.ndarray:
+        """Each of ``pids``' slot, a new pid numbered where first met (one :meth:`slot` call per distinct pid)."""
+        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(pids)}
+        return np.fromiter(map(slot_of.__getitem__, pids), np.int64, len(pids))
+
     def _slots_as_met(self, pids: list, positions: list[int], first: int, named: list[int],
                       metadata: list[dict]) -> list[int]:
         """The slots of ``pids`` (first met as work at ``positions``), given

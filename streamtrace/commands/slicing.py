@@ -32,6 +32,7 @@ import numpy as np
 from ..algo.columns import as_floats
 from ..algo.links import NO_LAUNCH, IdTable, build_tables
 from ..algo.parts import extend_converted, translated
+from ..algo.ranks import RANK_LIMIT, plain_rank
 from ..algo.steps import (
     NO_STEP,
     STEP_CATEGORIES,
@@ -64,7 +65,7 @@ from .toparquet import check_parquet_options, emit_rows, is_parquet, rank_lookup
 
 CAT, NAME, PID, FLOW, META = 1, 2, 4, 8, 16
 FLAG_SHIFT, RANK_SHIFT = 24, 32  # a spilled event's pid slot, flags and args.rank + 1 share one int64
-SLOT_LIMIT, RANK_LIMIT = 1 << FLAG_SHIFT, 1 << 30
+SLOT_LIMIT = 1 << FLAG_SHIFT
 FLOW_PHASES = frozenset({"s", "t", "f"})  # "s" starts a flow
 REASONS = ("kept", "category", "name", "pid", "rank", "window", "step", "metadata_of_dropped_pid",
            "flow_half_without_partner")
@@ -215,13 +216,11 @@ class SliceIndex(LinksIndex):
         named_out = np.fromiter(map(name_dropped, map(_NAME, events)), bool, count) if name_dropped else None
         wanted = self.selection.pids
         pid_out = None if wanted is None else ~np.fromiter(map(wanted.__contains__, map(str, pids)), bool, count)
-        distinct = list(dict.fromkeys(pids))
-        if len(self.pids) + len(distinct) > SLOT_LIMIT or len(self.flow_cats) + len(new_flow_cats) > 1 << 16:
+        if len(self.pids) + len(set(pids)) > SLOT_LIMIT or len(self.flow_cats) + len(new_flow_cats) > 1 << 16:
             return False  # the event-by-event reading says where the limit is passed
-        slot_of = {pid: self.slot(pid) for pid in distinct}
+        slots = self._slots_of(pids)  # numbered before the merged index's, as visit numbers them
         if not super().visit_projected(chunk):
             return False
-        slots = np.fromiter(map(slot_of.__getitem__, pids), np.int64, count)
         start = as_floats(list(map(_TS, events)), math.nan)
         length = as_floats(list(map(_DUR, events)), math.nan)
         end = np.where(length >= 0, start + length, start)
@@ -230,8 +229,8 @@ class SliceIndex(LinksIndex):
             flags |= np.where(named_out, NAME, 0)
         if pid_out is not None:
             flags |= np.where(pid_out, PID, 0)
-        plain = np.fromiter((rank.__class__ is int and 0 <= rank < RANK_LIMIT for rank in ranks), bool, count)
-        own_rank = np.array([rank if is_plain else -1 for rank, is_plain in zip(ranks, plain.tolist())], np.int64)
+        own_rank = np.fromiter((-1 if (rank := plain_rank(value)) is None else rank for value in ranks), np.int64,
+                               count)
         self._add_columns(start, end, slots | flags.astype(np.int64) << FLAG_SHIFT | (own_rank + 1) << RANK_SHIFT)
         for cat in new_flow_cats:
             self._new_flow_cat(cat)

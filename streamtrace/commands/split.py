@@ -88,9 +88,7 @@ class SplitIndex(LinksIndex):
         """Each event's owner, as :meth:`visit` finds it (pids given slots in
         the order first met), a column at a time; then the merged index."""
         events = chunk.events
-        pids = list(map(_PID, events))
-        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(pids)}
-        owners = np.fromiter(map(slot_of.__getitem__, pids), np.int32, len(pids))
+        owners = self._slots_of(list(map(_PID, events))).astype(np.int32)
         ranks = np.fromiter((NO_RANK if args is None or (rank := plain_rank(args.rank)) is None else rank
                              for args in map(_ARGS, events)), np.int64, len(events))
         ranked = ranks != NO_RANK
