@@ -393,4 +393,7 @@ def test_retimed_annotations_answer_as_the_dict_of_unions_would(unions, asked):
                                                                   clusters.end.tolist())}
     assert [retimed.get(n) for n in asked] == [expected.get(n) for n in asked]
     assert retimed.among(np.array(asked, dtype=np.int64)).tolist() == [n in expected for n in asked]
+    hits = [n for n in asked if n in expected]
+    assert list(zip(*(column.tolist() for column in retimed.times(np.array(hits, dtype=np.int64))))) \
+        == [expected[n] for n in hits]
     assert len(retimed) == len(unions)

@@ -8,14 +8,17 @@ import re
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamtrace.commands.attribute import AttributeIndex
 from streamtrace.commands.compact import CompactIndex
+from streamtrace.commands.inspect import InspectVisitor
 from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedIndex, RankIndex
 from streamtrace.commands.split import SplitIndex
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
-from streamtrace.io.projection import ProjectedChunk, Projection
+from streamtrace.io.projection import _HUGE_EXPONENT, _NUMBER_SHAPES, ProjectedChunk, Projection, read_alike
 
 RULES = load_rules(None)
 
@@ -140,6 +143,87 @@ def test_indented_events_become_lines_without_breaks_or_indentation(indent):
 ])
 def test_text_pass_2_cannot_take_is_refused(text):
     assert Projection({"a": None}).decode_with_lines(text) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"1", b"9", b"0", b"e", b"E", b"+", b"-", b".", b" ", b'"', b"x", b"e999", b"1e+3"]),
+                max_size=40))
+def test_huge_exponents_are_found_wherever_they_stand(pieces):
+    """The exponent test (numpy finding the ``e``s after a digit) answers as
+    one search of the number shapes would, at the text's edges too."""
+    text = b"".join(pieces)
+    shapes = text.translate(_NUMBER_SHAPES)
+    assert read_alike(text) is (_HUGE_EXPONENT.search(shapes) is None and b"9" * 19 not in shapes)
+
+
+@pytest.mark.parametrize("exponents", [1, 200])
+def test_a_huge_exponent_among_many_small_ones_refuses(exponents):
+    plain = b'{"a":1.5e-05,"b":2E+10,"name":"e999"},' * exponents
+    assert read_alike(plain + b'{"c":1}')
+    assert not read_alike(plain + b'{"c":1e999}') and not read_alike(b'{"c":7E+308},' + plain + b'{"c":1}')
+
+
+def inspect_events() -> list[dict]:
+    """GPU events inspect's projected reading takes as columns, with the odd
+    values it must read as visit() does: two devices in one chunk, int and
+    float times, a negative and a zero dur, GPU events that are not slices,
+    a kernel without a name, graph and plain launches before and after
+    their kernels, PP annotations and a step."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0, "dur": 90},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 2.5, "dur": 3.25,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": None, "pid": 2, "tid": 7, "ts": 3, "dur": 2, "args": {"correlation": 8}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 4, "dur": 1,
+         "args": {"correlation": 8}},
+        {"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": 8, "ts": 1 << 60, "dur": 0},
+        {"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 8, "ts": 6.0, "dur": -1.0},
+        {"ph": "i", "cat": "kernel", "name": "marker", "pid": 0, "tid": 7, "ts": 8.0},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 2, "tid": 9, "ts": 6.25, "dur": 0.5,
+         "args": {"correlation": 9}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "PP:0F0", "pid": 0, "tid": 7, "ts": 2, "dur": 4},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 9.125, "dur": 1e-30},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.5, "dur": 0.25},
+    ]
+    return events
+
+
+@pytest.mark.parametrize("order", ["as written", "reversed"])
+def test_a_projected_chunk_indexes_for_inspect_as_event_by_event(order):
+    events = inspect_events()
+    if order == "reversed":
+        events.reverse()
+    one_by_one, projected = InspectVisitor(), InspectVisitor()
+    for event in events:
+        one_by_one.visit(event)
+    assert projected.visit_projected(ProjectedChunk(orjson.dumps(events)[1:-1],
+                                                    projected.projection.decode(orjson.dumps(events)[1:-1])))
+    expected, got = one_by_one.take_part(), projected.take_part()
+    for part in (expected, got):
+        undecided = part.pop("undecided")  # as (pid, id, launched) in order: the two readings number pids apart
+        part["undecided"] = (list(zip(map(undecided.pids.__getitem__, undecided.positions), undecided.correlations,
+                                      undecided.launched)), undecided.odd)
+        part["findings"] = part["findings"].counts if part["findings"] is not None else None
+    assert got == expected
+    assert set(expected["busy"]) == {0, 2} and expected["kernels"]["None"][0] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["X", "i", "s"]), st.one_of(st.integers(-3, 3), st.sampled_from([-0.0, 0.0, 1.5])),
+                          st.one_of(st.integers(-2, 2), st.sampled_from([0.0, -0.0, 0.5, -1.5]))), min_size=1, max_size=8))
+def test_the_last_end_of_projected_events_is_the_one_max_finds(events):
+    """The latest end inspect takes from C-level maxima is the very value (type and sign of zero included)
+    that one max() over every event's end, in event order, gives."""
+    from types import SimpleNamespace
+
+    from streamtrace.commands.inspect import _last_end
+
+    expected = max(ts + dur if ph == "X" else ts for ph, ts, dur in events)
+    got = _last_end([ph for ph, _, _ in events], [ts for _, ts, _ in events],
+                    [SimpleNamespace(dur=dur) for _, _, dur in events])
+    assert (got, type(got), repr(got)) == (expected, type(expected), repr(expected))
 
 
 def test_whole_events_are_the_fast_readings():

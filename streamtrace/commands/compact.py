@@ -557,17 +557,29 @@ class Retimed:
 
     def among(self, ordinals: np.ndarray) -> np.ndarray:
         """Which of ``ordinals`` are retimed (a mask)."""
+        ordinals = self._typed(ordinals)
         at = np.searchsorted(self.ordinals, ordinals)
         found = at < len(self.ordinals)
         found[found] = self.ordinals[at[found]] == ordinals[found]
         return found
 
+    def times(self, ordinals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The new starts and durations of ``ordinals`` (each of them retimed)."""
+        at = np.searchsorted(self.ordinals, self._typed(ordinals))
+        return self.start[at], self.duration[at]
+
     def get(self, ordinal: int) -> tuple[float, float] | None:
         """The new (start, duration) of annotation ``ordinal``; None: its own."""
-        at = int(np.searchsorted(self.ordinals, ordinal))
+        at = int(np.searchsorted(self.ordinals, self._typed(ordinal)))
         if at < len(self.ordinals) and self.ordinals[at] == ordinal:
             return float(self.start[at]), float(self.duration[at])
         return None
+
+    def _typed(self, ordinals: np.ndarray | int) -> np.ndarray:
+        """Ordinals in the type of :attr:`ordinals` (annotation ordinals, which
+        it holds): searching for another type would cast the whole sorted array,
+        a copy per search."""
+        return np.asarray(ordinals).astype(self.ordinals.dtype, copy=False)
 
 
 @dataclass
@@ -914,7 +926,8 @@ def _pp_spans(index: CompactIndex, mapped: np.ndarray, note_tid: array, note_dro
         | (unshard[labels] & on(unshard_tracks, streams, tids))
     spans = []
     chosen = named[wanted]
-    unions = {n: note_union.get(n) for n in chosen[note_union.among(chosen)].tolist()}
+    retimed = chosen[note_union.among(chosen)]
+    unions = dict(zip(retimed.tolist(), zip(*(column.tolist() for column in note_union.times(retimed)))))
     for n in chosen.tolist():
         start, end = index.note_start[n], index.note_end[n]
         if n in unions:

@@ -13,7 +13,8 @@ from array import array
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from decimal import Decimal
-from operator import add, attrgetter
+from itertools import compress, repeat
+from operator import add, attrgetter, not_
 from typing import Any, Callable, Iterable, Optional, Union
 
 import msgspec
@@ -288,11 +289,7 @@ class InspectVisitor:
         them is not plain: the caller then visits the chunk's dicts."""
         phs, cats, ts = list(map(_PH, events)), list(map(_CAT, events)), list(map(_TS, events))
         try:
-            if phs.count("X") == len(phs):
-                ends: Iterable = map(add, ts, map(_DUR, events))
-            else:
-                ends = [t + event.dur if ph == "X" else t for ph, t, event in zip(phs, ts, events)]
-            first, last = (min(ts), max(ends)) if ts else (math.inf, -math.inf)
+            first, last = (min(ts), _last_end(phs, ts, events)) if ts else (math.inf, -math.inf)
         except TypeError:  # an "X" event without a duration
             return False
         kinds = {cat: _HANDLED.get(cat, 0) for cat in set(cats)}
@@ -302,7 +299,7 @@ class InspectVisitor:
         launched = self._launched(events, gpu, runtime)
         if launched is None:
             return False
-        self._count_chunk(events, list(zip(phs, cats, map(_PID, events))))
+        self._count_chunk(events, phs, cats)
         if first < self.span[0]:
             self.span[0] = first
         if last > self.span[1]:
@@ -325,10 +322,11 @@ class InspectVisitor:
                 self._step(event.pid, event.name, event.ph, event.ts, event.dur)
         return True
 
-    def _count_chunk(self, events: list["ChunkEvent"], keys: list[tuple]) -> None:
-        """Events per (ph, cat, pid); ``args.rank`` of a new key's first event."""
+    def _count_chunk(self, events: list["ChunkEvent"], phases: list, categories: list) -> None:
+        """Events per (ph, cat, pid); ``args.rank`` of a new key's first event
+        (the keys are listed only then: most chunks bring no new key)."""
         counts, sent = self.counts, self._sent_keys
-        found = Counter(keys)
+        found = Counter(zip(phases, categories, map(_PID, events)))
         firsts = None
         for key, count in found.items():
             have = counts.get(key)
@@ -339,6 +337,7 @@ class InspectVisitor:
             if key in sent:  # the joined index knows it from an earlier part: its first event is not here
                 continue
             if firsts is None:
+                keys = list(zip(phases, categories, map(_PID, events)))
                 firsts = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
             args = events[firsts[key]].args
             rank = None if args is None else args.rank
@@ -398,29 +397,30 @@ class InspectVisitor:
         streams = self.streams
         for pid, tid in dict.fromkeys(zip(map(_PID, chosen), map(_TID, chosen))):
             streams[pid].add(tid)
-        slices = [event for event in chosen if event.ph == "X" and event.dur >= 0]
-        starts = [float(event.ts) for event in slices]
-        ends = [start + float(event.dur) for start, event in zip(starts, slices)]
+        timed = np.frombuffer(bytes(map(_IS_SLICE.get, map(_PH, chosen), repeat(0))), dtype=bool)
+        if timed.all():
+            slices = chosen
+        else:  # (the "X" events all have a numeric dur: _visit_projected checked)
+            slices = list(compress(chosen, timed))
+        starts = np.array(list(map(_TS, slices)), dtype=np.float64)
+        durations = np.array(list(map(_DUR, slices)), dtype=np.float64)
+        if not (durations >= 0).all():
+            kept = durations >= 0
+            slices, starts, durations = list(compress(slices, kept)), starts[kept], durations[kept]
+        ends = starts + durations
         pids = list(map(_PID, slices))
-        for pid in dict.fromkeys(pids):
-            mine = range(len(slices)) if len(set(pids)) == 1 else [n for n, other in enumerate(pids) if other == pid]
+        owners = dict.fromkeys(pids)
+        for pid in owners:
+            mine = slice(None) if len(owners) == 1 else np.array([other == pid for other in pids], dtype=bool)
             busy = self.busy.get(pid)
             if busy is None:
                 busy = self.busy[pid] = BusyTime()
-            busy.extend(array("d", [starts[n] for n in mine]), array("d", [ends[n] for n in mine]))
-        kernels = [event for event in slices if event.cat in KERNEL_CATEGORIES]
-        names = [event.name if event.name.__class__ is str else str(event.name) for event in kernels]
-        scaled = (np.array([float(event.dur) for event in kernels], dtype=np.float64) * TIME_SCALE).tolist()
-        totals: dict[str, list] = {}
-        for name, fixed in zip(names, map(int, scaled)):
-            stats = totals.get(name)
-            if stats is None:
-                totals[name] = [1, fixed]
-            else:
-                stats[0] += 1
-                stats[1] += fixed
-        for name, (count, total) in totals.items():
-            self._add_kernels(name, count, total, 0.0)
+            busy.extend(array("d", starts[mine].tobytes()), array("d", ends[mine].tobytes()))
+        is_kernel = list(map(KERNEL_CATEGORIES.__contains__, map(_CAT, slices)))
+        names = list(compress(map(_NAME, slices), is_kernel))
+        if not set(map(type, names)) <= _STRINGS:
+            names = [name if name.__class__ is str else str(name) for name in names]
+        self._add_kernel_totals(names, durations[np.array(is_kernel, dtype=bool)] * TIME_SCALE)
         _, pids, correlation = launched["gpu"]
         if not len(correlation):
             return
@@ -431,6 +431,22 @@ class InspectVisitor:
             self._count_graph_gpu(kinds, codes[graph], correlation[graph])
         kept = ~graph if self.partial else ~graph & ~launched["launched"]
         self.undecided.add_each(kinds, codes[kept], correlation[kept], launched["launched"][kept])
+
+    def _add_kernel_totals(self, names: list[str], scaled: np.ndarray) -> None:
+        """Count and exact total (a sum of whole 2**-72 us) of each kernel name,
+        from the names and durations (scaled by TIME_SCALE) of a chunk's
+        kernels: grouped by numpy, summed as Python integers in C calls."""
+        if not names:
+            return
+        codes = np.array(_codes(names), dtype=np.intp)
+        order = np.argsort(codes, kind="stable")
+        counts = np.bincount(codes)
+        ends = np.cumsum(counts).tolist()
+        fixed = list(map(int, scaled[order].tolist()))
+        start = 0
+        for name, count, end in zip(dict.fromkeys(names), counts.tolist(), ends):
+            self._add_kernels(name, count, sum(fixed[start:end]), 0.0)
+            start = end
 
     def _runtime_chunk(self, events: list["ChunkEvent"], runtime: list[int], launched: dict) -> None:
         """Launch counts and ids of a chunk's launches, its graph launches."""
@@ -589,6 +605,24 @@ class _Undecided:
         self.launched.append(launched)
 
 
+def _last_end(phases: list, starts: list, events: list["ChunkEvent"]) -> object:
+    """The latest end of projected events (ts + dur of an "X" event, the ts
+    of another) as one max() over them all gives it, from C-level maxima of
+    the two kinds (a tie between them is taken the long way: the first in
+    event order wins); TypeError for an "X" event without a duration."""
+    timed = list(map("X".__eq__, phases))
+    durations = map(_DUR, events)
+    if all(timed):
+        return max(map(add, starts, durations))
+    ends = max(map(add, compress(starts, timed), compress(durations, timed)), default=None)
+    others = max(compress(starts, map(not_, timed)), default=None)
+    if ends is None or others is None:
+        return others if ends is None else ends
+    if ends == others:
+        return max(start + event.dur if slice_ else start for slice_, start, event in zip(timed, starts, events))
+    return ends if ends > others else others
+
+
 def _among(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
     """``value in ordered`` for each of ``values`` (``ordered``: sorted, few)."""
     if not len(ordered):
@@ -603,7 +637,9 @@ def _codes(values: list) -> list[int]:
 
 
 _GPU, _RUNTIME, _NOTE, _OP = 1, 2, 3, 4
-_PH, _CAT, _TS, _DUR, _PID, _TID = map(attrgetter, ("ph", "cat", "ts", "dur", "pid", "tid"))
+_IS_SLICE = {"X": 1}
+_STRINGS = {str}
+_PH, _CAT, _TS, _DUR, _PID, _TID, _NAME = map(attrgetter, ("ph", "cat", "ts", "dur", "pid", "tid", "name"))
 _HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},
             **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}, "cpu_op": _OP}
 

@@ -16,6 +16,7 @@ import re
 from typing import Any, Mapping, Optional
 
 import msgspec
+import numpy as np
 import orjson
 
 from .reader import has_int_beyond_fast_reading
@@ -89,7 +90,7 @@ def read_alike(text: bytes) -> bool:
     shapes = text.translate(_NUMBER_SHAPES)
     if _LONG_DIGITS in shapes and (has_int_beyond_fast_reading(text, shapes) or _HUGE_DIGITS in shapes):
         return False
-    if _HUGE_EXPONENT.search(shapes):
+    if _has_huge_exponent(shapes):
         return False
     if not text.isascii():
         try:
@@ -104,6 +105,23 @@ _NUMBER_SHAPES = bytes(57 if 48 <= byte <= 57 else 101 if byte in b"eE" else byt
                        for byte in range(256))
 _HUGE_EXPONENT = re.compile(rb"9e\+?999")  # beyond a double (zeros are nines here too)
 _LONG_DIGITS, _HUGE_DIGITS = b"9" * 19, b"9" * 300  # an integer beyond 64 bits; a float beyond a double
+_FEW_EXPONENTS = 64
+
+
+def _has_huge_exponent(shapes: bytes) -> bool:
+    """Does ``shapes`` (see :data:`_NUMBER_SHAPES`) hold :data:`_HUGE_EXPONENT`?
+    Names hold many ``e``s, so a search is slow; numpy finds the few ``e``s
+    after a digit, and only those are matched (all of them by one search
+    when there are many: a trace of exponent floats)."""
+    codes = np.frombuffer(shapes, dtype=np.uint8)
+    marks = np.flatnonzero(codes[1:] == _E) if len(codes) > 1 else np.zeros(0, dtype=np.intp)
+    marks = marks[codes[marks] == _NINE]
+    if len(marks) > _FEW_EXPONENTS:
+        return _HUGE_EXPONENT.search(shapes) is not None
+    return any(_HUGE_EXPONENT.match(shapes, at) for at in marks.tolist())
+
+
+_E, _NINE = ord("e"), ord("9")
 
 
 def _struct(name: str, fields: Mapping[str, object]) -> type:
