@@ -13,7 +13,7 @@ from array import array
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from decimal import Decimal
-from itertools import compress, repeat
+from itertools import compress
 from operator import add, attrgetter, not_
 from typing import Any, Callable, Iterable, Optional, Union
 
@@ -397,7 +397,7 @@ class InspectVisitor:
         streams = self.streams
         for pid, tid in dict.fromkeys(zip(map(_PID, chosen), map(_TID, chosen))):
             streams[pid].add(tid)
-        timed = np.frombuffer(bytes(map(_IS_SLICE.get, map(_PH, chosen), repeat(0))), dtype=bool)
+        timed = np.array(list(map("X".__eq__, map(_PH, chosen))), dtype=bool)
         if timed.all():
             slices = chosen
         else:  # (the "X" events all have a numeric dur: _visit_projected checked)
@@ -637,7 +637,6 @@ def _codes(values: list) -> list[int]:
 
 
 _GPU, _RUNTIME, _NOTE, _OP = 1, 2, 3, 4
-_IS_SLICE = {"X": 1}
 _STRINGS = {str}
 _PH, _CAT, _TS, _DUR, _PID, _TID, _NAME = map(attrgetter, ("ph", "cat", "ts", "dur", "pid", "tid", "name"))
 _HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},

@@ -114,7 +114,7 @@ def _has_huge_exponent(shapes: bytes) -> bool:
     after a digit, and only those are matched (all of them by one search
     when there are many: a trace of exponent floats)."""
     codes = np.frombuffer(shapes, dtype=np.uint8)
-    marks = np.flatnonzero(codes[1:] == _E) if len(codes) > 1 else np.zeros(0, dtype=np.intp)
+    marks = np.flatnonzero(codes[1:] == _E)  # an e at mark + 1
     marks = marks[codes[marks] == _NINE]
     if len(marks) > _FEW_EXPONENTS:
         return _HUGE_EXPONENT.search(shapes) is not None
