@@ -19,11 +19,14 @@ from pathlib import Path
 import orjson
 import pytest
 import zstandard
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from conftest import REAL_TRACES, ROOT, events_of
 
 import streamtrace
 from streamtrace.algo.secrets import DEFAULT_SECRETS_RULES_TOML, Pseudonyms, SecretFinder, parse_secrets_rules
 from streamtrace.errors import TraceError
+from streamtrace.io.projection import fold
 from streamtrace.io.redact import load_secret_rules
 from streamtrace.synth import SynthConfig, write_traces
 
@@ -370,6 +373,29 @@ def test_benign_values_under_secret_names_are_kept():
             "num_tokens": 4096, "token_marker": "<redacted:jwt>"}
     assert finder.redact(kept, [], findings) is kept
     assert findings.counts == {}
+
+
+_SCREEN_PIECES = [b'{"name":"aten::mm","ts":', b"12", b"7", b'},', b"To", b"KEN", b"ke", b"y", b"api_", b"sk-",
+                  b"Pass", b"word", b"}", b"Secret", b"://", b"x", b" ", b'"', b"e9", b"hf_", b"AKIA", b"\xc3\xa9"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_SCREEN_PIECES), max_size=30), min_size=1, max_size=6))
+@example([[b"To", b"7", b"KEN"], [b"Pass", b"}", b"word"], [b"To", b"KEN", b"12"], [b"x", b"To", b"KEN"]])
+def test_the_secrets_screen_flags_text_exactly_when_it_holds_a_hint(texts):
+    """The screen (pieces cut at ``}``, folded, those already found clean
+    skipped) says suspicious exactly when a hint occurs in the lower-cased
+    text: digits split no hint, capitals hide none, and what one text
+    taught the clean cache never hides a hint in the next; the caller's
+    folded copy gives the same answers."""
+    finder, folding = SecretFinder(load_secret_rules(None), Pseudonyms(())), SecretFinder(load_secret_rules(None))
+    needles = [hint.encode() for shape in finder.rules.shapes for hint in shape.hints] \
+        + [key.encode() for key in finder.rules.key_contains]
+    for pieces in texts:
+        text = b"".join(pieces)
+        expected = any(needle in text.lower() for needle in needles)
+        assert finder.suspicious(text) is expected
+        assert folding.suspicious(memoryview(text), fold(text)) is expected
 
 
 @pytest.mark.parametrize("trace", REAL_TRACES + sorted((REAL_TRACES[0].parent / "dlrm_8ranks").glob("*.json.gz")),

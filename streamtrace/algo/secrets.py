@@ -4,7 +4,7 @@ of a decoded JSON value, are secrets, and what replaces them.
 Most of a trace holds no secret, so the cost that matters is the one of
 clean text.  :meth:`SecretFinder.suspicious` looks at compact JSON text
 (many events at once) for short literal hints every match contains: the
-text is first stripped of digits and cut at ``}``.  Events of one kind
+text is first folded (:data:`FOLDED`) and cut at ``}``.  Events of one kind
 differ mostly in their numbers, so the pieces repeat: a piece already found
 clean is not looked at again, and the hints are searched in a small
 fraction of the bytes.  Only text that holds a hint is decoded and walked
@@ -99,7 +99,13 @@ hints = ["://"]
 MARKER = "<redacted:{}>"
 _MARKER = re.compile(r"<redacted:[A-Za-z0-9_.-]+>")
 _PSEUDONYM = re.compile(r"(?:host|user|path)-[0-9]+")
-_DIGITS = b"0123456789"
+FOLDED = bytes(57 if 48 <= byte <= 57 else byte + 32 if 65 <= byte <= 90 else byte for byte in range(256))
+"""A ``bytes.translate`` table: ASCII letters lower-cased and every digit as
+``9``, other bytes kept.  Hints hold no digit, so the folded text holds a
+hint where the lower-cased text does, and events that differ only in their
+numbers' digits fold alike; the same copy shows the number shapes the
+projection's exactness test looks for (:func:`streamtrace.io.projection.read_alike`),
+so a chunk is translated once for both."""
 _ANCHORS = re.compile(r"(?<!\\)[$^]|\\[AZbB]")
 PSEUDONYM_KINDS = ("hosts", "users", "paths")
 MAX_PSEUDONYMS = 1_000_000  # distinct values per kind: bounds memory on hostile input
@@ -199,7 +205,7 @@ def _strings(value: object) -> bool:
 
 
 def _unusable_hint(hint: str) -> bool:
-    """Digits are stripped and ``}`` cuts the text before hints are searched."""
+    """Digits are folded to ``9`` and ``}`` cuts the text before hints are searched."""
     return any(char.isdigit() or char == "}" for char in hint)
 
 
@@ -293,22 +299,22 @@ class SecretFinder:
 
     # -- the pre-filter, on compact JSON text --------------------------------
 
-    def suspicious(self, text: bytes | memoryview) -> bool:
+    def suspicious(self, text: bytes | memoryview, folded: bytes | None = None) -> bool:
         """Might ``text`` (compact JSON of events) hold a secret, or something
-        to pseudonymize?  False only when no string in it can."""
+        to pseudonymize?  False only when no string in it can.  ``folded``:
+        ``text`` translated by :data:`FOLDED`, when the caller has it."""
         if self.every_event:
             return True
-        text = bytes(text)
-        if self._needles and self._hinted(text):
+        if self._needles and self._hinted(bytes(text).translate(FOLDED) if folded is None else folded):
             return True
-        return bool(self._unhinted) and self._unhinted_hit(text)
+        return bool(self._unhinted) and self._unhinted_hit(bytes(text))
 
-    def _hinted(self, text: bytes) -> bool:
-        """Does a hint occur in ``text``?  (No hint holds a digit or ``}``.)"""
-        new = set(text.translate(None, _DIGITS).split(b"}")).difference(self._clean)
+    def _hinted(self, folded: bytes) -> bool:
+        """Does a hint occur in ``folded`` text?  (No hint holds a digit or ``}``.)"""
+        new = set(folded.split(b"}")).difference(self._clean)
         if not new:
             return False
-        distinct = b"}".join(new).lower()
+        distinct = b"}".join(new)
         if any(needle in distinct for needle in self._needles):
             return True
         if self._clean_bytes > CLEAN_CACHE_BYTES:

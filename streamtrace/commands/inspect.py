@@ -127,7 +127,8 @@ class InspectVisitor:
         self.busy: dict[object, BusyTime] = {}
         self.kernels: dict[object, list] = {}  # name -> [count, total dur in units of 2**-72 us, odd total]
         self.steps: dict[object, tuple[array, array, array]] = {}  # pid -> ProfilerStep numbers, starts, ends
-        self._graph_ids = (0, np.zeros(0, dtype=np.int64))  # graph correlations as an array, and how many
+        self._graph_ids = np.zeros(0, dtype=np.int64)  # the graph correlations that are 64-bit integers, sorted
+        self._graph_fresh: list = []  # graph correlations added since that array was made
         if self.secrets is not None:
             self.secrets.findings = Findings()
 
@@ -239,7 +240,7 @@ class InspectVisitor:
         name = event.get("name")
         if name.__class__ is str and "GraphLaunch" in name:
             self.graph_launches[(pid, correlation)] = self.graph_launches.get((pid, correlation), 0) + 1
-            self.graph_correlations.add(correlation)
+            self._add_graph_correlations((correlation,))
 
     def _annotation(self, event: dict) -> None:
         name = event.get("name")
@@ -280,7 +281,7 @@ class InspectVisitor:
         (:class:`ChunkEvent`) and a pass over each field with C-level loops
         and numpy; False (having changed nothing) for a chunk to visit as
         dicts: odd members, or text the secret rules flag."""
-        if self.secrets is not None and self.screen_batch(chunk.text):
+        if self.secrets is not None and self.screen_batch(chunk.text, chunk.folded):
             return False
         return self._visit_projected(chunk.events)
 
@@ -375,21 +376,22 @@ class InspectVisitor:
         return {"gpu": kernels, "graph": graph, "launched": launched, "launches": launches,
                 "graph_positions": graph_positions}
 
+    def _add_graph_correlations(self, correlations: Iterable) -> None:
+        """Graph launches' ids; the new ones wait to be merged into :meth:`_graph_array`."""
+        fresh = [value for value in correlations if value not in self.graph_correlations]
+        self.graph_correlations.update(fresh)
+        self._graph_fresh += fresh
+
     def _graph_array(self) -> np.ndarray:
-        """The graph launches' ids that are 64-bit integers, as an array (remade when more came)."""
-        correlations = self.graph_correlations
-        if self._graph_ids[0] != len(correlations):
-            graph = None
-            if set(map(type, correlations)) == {int}:
-                try:
-                    graph = np.sort(np.fromiter(correlations, np.int64, len(correlations)))
-                except OverflowError:
-                    pass
-            if graph is None:
-                graph = np.array(sorted(value for value in correlations if type(value) is int
-                                        and -(1 << 63) <= value < (1 << 63)), dtype=np.int64)
-            self._graph_ids = (len(correlations), graph)
-        return self._graph_ids[1]
+        """The graph launches' ids that are 64-bit integers, sorted: the ids
+        that came since the last call merged in (parts bring a few each,
+        and a rebuild per part would sort them all again)."""
+        if self._graph_fresh:
+            fresh = np.unique(np.array([value for value in self._graph_fresh if type(value) is int
+                                        and -(1 << 63) <= value < (1 << 63)], dtype=np.int64))
+            self._graph_ids = np.insert(self._graph_ids, np.searchsorted(self._graph_ids, fresh), fresh)
+            self._graph_fresh = []
+        return self._graph_ids
 
     def _gpu_chunk(self, events: list["ChunkEvent"], gpu: list[int], launched: dict) -> None:
         """Streams, busy time, kernel names and graph launches of a chunk's GPU events."""
@@ -460,7 +462,7 @@ class InspectVisitor:
         for at in launched["graph_positions"]:
             key = (events[at].pid, events[at].args.correlation)
             self.graph_launches[key] = self.graph_launches.get(key, 0) + 1
-            self.graph_correlations.add(key[1])
+            self._add_graph_correlations((key[1],))
 
     def take_part(self) -> dict:
         """What was indexed since the last part (see :mod:`streamtrace.engine.indexworkers`)."""
@@ -501,7 +503,7 @@ class InspectVisitor:
         self.launch_count += part["launch_count"]
         for key, count in part["graph_launches"].items():
             self.graph_launches[key] = self.graph_launches.get(key, 0) + count
-        self.graph_correlations |= part["graph_correlations"]
+        self._add_graph_correlations(part["graph_correlations"])
         for key, count in part["graph_gpu"].items():
             self.graph_gpu[key] += count
         for key, count in part["pp_counts"].items():

@@ -35,7 +35,7 @@ from typing import Callable, Protocol
 
 from ..errors import RobustModeNeeded, TraceError
 from ..io.progress import Progress
-from ..io.projection import ProjectedChunk
+from ..io.projection import ProjectedChunk, fold
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
 from ..resources import forking, gc_paused
@@ -287,16 +287,17 @@ class ChunkIndexer:
 
     def _projected(self, text: bytes) -> tuple[int, bytes | None] | None:
         lines = elements = None
+        folded = fold(text)
         if self._keeps_events:
-            decoded = self._projection.decode_with_lines(text)
+            decoded = self._projection.decode_with_lines(text, folded)
             if decoded is None:
                 return None
             events, lines, elements = decoded
         else:
-            events = self._projection.decode(text)
+            events = self._projection.decode(text, folded)
             if events is None:
                 return None
-        if not self.visitor.visit_projected(ProjectedChunk(text, events, elements)):
+        if not self.visitor.visit_projected(ProjectedChunk(text, events, elements, folded)):
             return None
         return len(events), lines
 

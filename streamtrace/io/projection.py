@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 import orjson
 
+from ..algo.secrets import FOLDED
 from .reader import has_int_beyond_fast_reading
 
 ABSENT = msgspec.UNSET
@@ -44,17 +45,18 @@ class Projection:
         event = fields if isinstance(fields, type) else _struct("Event", fields)
         self._decoder = msgspec.json.Decoder(list[event])
 
-    def decode(self, text: bytes) -> list | None:
+    def decode(self, text: bytes, folded: bytes | None = None) -> list | None:
         """The events of a chunk of elements (``{...},{...}``), projected;
-        None when the ordinary reading must read the chunk (see the module's text)."""
-        if not read_alike(text):
+        None when the ordinary reading must read the chunk (see the module's
+        text).  ``folded``: as :func:`read_alike` takes it."""
+        if not read_alike(text, folded):
             return None
         try:
             return self._decoder.decode(b"[" + text + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
 
-    def decode_with_lines(self, text: bytes) -> tuple[list, bytes, list] | None:
+    def decode_with_lines(self, text: bytes, folded: bytes | None = None) -> tuple[list, bytes, list] | None:
         """The events of a chunk, projected, the same events as spool lines
         (one event a line, newlines between them) in the input's own text,
         and each event's text as found (msgspec Raw); None when either must
@@ -71,7 +73,7 @@ class Projection:
         UTF-8 (which the projection does not read), or a number a float may
         overflow in (which the fast reading refuses) is refused.
         """
-        if b"\\" in text or not read_alike(text):
+        if b"\\" in text or not read_alike(text, folded):
             return None
         listed = b"[" + text + b"]"
         try:
@@ -82,12 +84,21 @@ class Projection:
         return events, _joined_lines(elements), elements
 
 
-def read_alike(text: bytes) -> bool:
+def fold(text: bytes) -> bytes:
+    """``text`` translated by :data:`~streamtrace.algo.secrets.FOLDED`: the one
+    copy of a chunk that :func:`read_alike` and the secrets screen both read."""
+    return text.translate(FOLDED)
+
+
+def read_alike(text: bytes, folded: bytes | None = None) -> bool:
     """Would the fast reading read every byte of ``text`` as a projection
     does, members it skips included?  Not with an integer orjson would
     round, a float beyond a double (orjson refuses it; msgspec skips it
-    unread), or text that is not UTF-8 (the same)."""
-    shapes = text.translate(_NUMBER_SHAPES)
+    unread), or text that is not UTF-8 (the same).  ``folded``: ``text``
+    translated by :data:`~streamtrace.algo.secrets.FOLDED`, when the caller
+    has it: its digits are ``9``s and its exponent marks ``e``s, so the
+    number shapes the fast reading refuses stand out."""
+    shapes = fold(text) if folded is None else folded
     if _LONG_DIGITS in shapes and (has_int_beyond_fast_reading(text, shapes) or _HUGE_DIGITS in shapes):
         return False
     if _has_huge_exponent(shapes):
@@ -100,16 +111,13 @@ def read_alike(text: bytes) -> bool:
     return True
 
 
-# digits as 9, exponent marks as e, signs kept: the number shapes the fast reading refuses stand out
-_NUMBER_SHAPES = bytes(57 if 48 <= byte <= 57 else 101 if byte in b"eE" else byte if byte in b"+-" else 32
-                       for byte in range(256))
 _HUGE_EXPONENT = re.compile(rb"9e\+?999")  # beyond a double (zeros are nines here too)
 _LONG_DIGITS, _HUGE_DIGITS = b"9" * 19, b"9" * 300  # an integer beyond 64 bits; a float beyond a double
 _FEW_EXPONENTS = 64
 
 
 def _has_huge_exponent(shapes: bytes) -> bool:
-    """Does ``shapes`` (see :data:`_NUMBER_SHAPES`) hold :data:`_HUGE_EXPONENT`?
+    """Does ``shapes`` (folded text, see :func:`read_alike`) hold :data:`_HUGE_EXPONENT`?
     Names hold many ``e``s, so a search is slow; numpy finds the few ``e``s
     after a digit, and only those are matched (all of them by one search
     when there are many: a trace of exponent floats)."""
@@ -142,9 +150,12 @@ class ProjectedChunk:
     """A chunk's events as projections (``events``), with the means to read
     the few a visitor needs whole (:meth:`whole`)."""
 
-    def __init__(self, text: bytes, events: list, elements: list | None = None) -> None:
-        """``elements``: each event's text, when found (:meth:`Projection.decode_with_lines`)."""
+    def __init__(self, text: bytes, events: list, elements: list | None = None, folded: bytes | None = None) -> None:
+        """``elements``: each event's text, when found (:meth:`Projection.decode_with_lines`);
+        ``folded``: the text folded for the exactness test (:func:`read_alike`), which
+        the secrets screen reads too."""
         self.text = text
+        self.folded = folded
         self.events = events
         self._elements = elements
 
