@@ -19,9 +19,9 @@ from pathlib import Path
 import orjson
 import pytest
 import zstandard
+from conftest import REAL_TRACES, ROOT, events_of
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from conftest import REAL_TRACES, ROOT, events_of
 
 import streamtrace
 from streamtrace.algo.secrets import DEFAULT_SECRETS_RULES_TOML, Pseudonyms, SecretFinder, parse_secrets_rules
