@@ -143,6 +143,36 @@ def test_each_gpu_event_gets_its_own_ranks_first_launch(launches, gpus):
     assert result.orphans == expected.count(NO_LAUNCH)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([AMBIGUOUS, UNKNOWN, 0, 1, 2]), st.integers(0, 30)), max_size=80),
+       st.lists(st.tuples(st.sampled_from([AMBIGUOUS, UNKNOWN, 0, 1, 2, 3]), st.integers(-1, 35)), max_size=150),
+       st.booleans())
+def test_links_follow_the_rules_event_by_event(launches, gpus, sparse):
+    """Own bucket's first launch of the id, else the ambiguous pid's; an
+    ambiguous pid's event: the first bucket (in the tables' order) holding
+    the id; checked one event at a time against plain dicts, with dense
+    and sparse id tables."""
+    scale = 10**9 if sparse else 1
+    tables = build_tables(array("i", (r for r, _ in launches)), array("q", (c * scale for _, c in launches)))
+    first: dict[int, dict[int, int]] = {}
+    for ordinal, (bucket, correlation) in enumerate(launches):
+        first.setdefault(bucket, {}).setdefault(correlation * scale, ordinal)
+    expected = []
+    for bucket, correlation in gpus:
+        correlation *= scale
+        if correlation < 0:
+            found = NO_LAUNCH
+        elif bucket == AMBIGUOUS:
+            found = next((ids[correlation] for ids in first.values() if correlation in ids), NO_LAUNCH)
+        else:
+            found = first.get(bucket, {}).get(correlation, first.get(AMBIGUOUS, {}).get(correlation, NO_LAUNCH))
+        expected.append(found)
+    result = link(tables, array("i", (r for r, _ in gpus)),
+                  array("q", (NO_ID if c < 0 else c * scale for _, c in gpus)), NO_ID)
+    assert list(result.launch_of_gpu) == expected
+    assert result.orphans == expected.count(NO_LAUNCH)
+
+
 def test_graph_launch_gets_only_its_own_ranks_kernels():
     ranks = 16
     tables = build_tables(array("i", range(ranks)), array("q", [42] * ranks))  # every rank: graph launch id 42

@@ -112,35 +112,37 @@ def link(tables: dict[int, IdTable], gpu_bucket: array, gpu_id: array, no_id: in
 
     A GPU event of an ambiguous pid links to the single launch of its id
     anywhere (callers have checked with :func:`ambiguous_collisions` that
-    there is at most one).
+    there is at most one).  The lookups run per bucket over numpy columns
+    (:meth:`IdTable.get_many`): GPU events are millions, buckets a few.
     """
-    launch_of_gpu = array("i", [NO_LAUNCH]) * len(gpu_id)
+    buckets, ids = np.frombuffer(gpu_bucket, dtype=np.int32), np.frombuffer(gpu_id, dtype=np.int64)
+    found = np.full(len(ids), NO_LAUNCH, dtype=np.int32)
+    with_id = np.flatnonzero(ids != no_id)
+    by_bucket = with_id[np.argsort(buckets[with_id], kind="stable")]
+    bucket_values, firsts = np.unique(buckets[by_bucket], return_index=True)
+    bounds = np.append(firsts, len(by_bucket)).tolist()
+    for n, bucket in enumerate(bucket_values.tolist()):
+        table = tables.get(bucket)
+        if table is not None and bucket != AMBIGUOUS:
+            members = by_bucket[bounds[n]:bounds[n + 1]]
+            found[members] = table.get_many(ids[members])
     shared = tables.get(AMBIGUOUS)
-    orphans = 0
-    for index, (bucket, correlation) in enumerate(zip(gpu_bucket, gpu_id)):
-        found = NO_LAUNCH
-        if correlation != no_id:
-            if bucket == AMBIGUOUS:
-                found = _anywhere(tables, correlation)
-            else:
-                table = tables.get(bucket)
-                if table is not None:
-                    found = table.get(correlation)
-                if found == NO_LAUNCH and shared is not None:
-                    found = shared.get(correlation)
-        if found == NO_LAUNCH:
-            orphans += 1
-        else:
-            launch_of_gpu[index] = found
+    if shared is not None:
+        _fill(found, ids, with_id[(buckets[with_id] != AMBIGUOUS) & (found[with_id] == NO_LAUNCH)], shared)
+    ambiguous = with_id[buckets[with_id] == AMBIGUOUS]
+    for table in tables.values():  # an ambiguous pid's event: the first table holding its id
+        _fill(found, ids, ambiguous[found[ambiguous] == NO_LAUNCH], table)
+    launch_of_gpu = array("i", found.tobytes())
+    orphans = int(np.count_nonzero(found == NO_LAUNCH))
     return Links(launch_of_gpu, orphans, sum(table.duplicates for table in tables.values()))
 
 
-def _anywhere(tables: dict[int, IdTable], correlation: int) -> int:
-    for table in tables.values():
-        found = table.get(correlation)
-        if found != NO_LAUNCH:
-            return found
-    return NO_LAUNCH
+def _fill(found: np.ndarray, ids: np.ndarray, members: np.ndarray, table: IdTable) -> None:
+    """``found[members]`` from ``table``, where it has their ids."""
+    if len(members):
+        looked_up = table.get_many(ids[members])
+        hit = looked_up != NO_LAUNCH
+        found[members[hit]] = looked_up[hit]
 
 
 def ambiguous_collisions(tables: dict[int, IdTable], ids: array, limit: int = 5) -> list[int]:

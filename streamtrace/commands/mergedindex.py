@@ -443,7 +443,19 @@ class Resolved:
 
 def _buckets(event_pid: array, event_rank: array, pid_ranks: list[int]) -> array:
     """Each event's rank: its own ``args.rank``, else its pid's (or UNKNOWN/AMBIGUOUS)."""
-    return array("i", (rank if rank != NO_RANK else pid_ranks[slot] for slot, rank in zip(event_pid, event_rank)))
+    ranks = np.frombuffer(event_rank, dtype=np.int32)
+    by_pid = np.array(pid_ranks, dtype=np.int32)[np.frombuffer(event_pid, dtype=np.int32)]
+    return array("i", np.where(ranks != NO_RANK, ranks, by_pid).astype(np.int32).tobytes())
+
+
+def _take_launch_ranks(gpu_bucket: array, launch_of_gpu: array, launch_bucket: array) -> None:
+    """An ambiguous pid's GPU event takes the rank of the launch it linked to, when that has one (in place)."""
+    buckets = np.frombuffer(gpu_bucket, dtype=np.int32)
+    launches = np.frombuffer(launch_of_gpu, dtype=np.int32)
+    ambiguous = np.flatnonzero((buckets == AMBIGUOUS) & (launches != NO_LAUNCH))
+    ranks = np.frombuffer(launch_bucket, dtype=np.int32)[launches[ambiguous]]
+    ranked = ranks >= 0
+    buckets[ambiguous[ranked]] = ranks[ranked]
 
 
 def _pairings(index: MergedIndex) -> dict:
@@ -508,11 +520,7 @@ def resolve(index: MergedIndex, members: list[RawMember], rank_map: dict | None 
         clashing = ambiguous_collisions(tables, ids)
         if clashing:
             clashes[slot] = clashing
-    for ordinal, bucket in enumerate(gpu_bucket):
-        if bucket == AMBIGUOUS:
-            launch = links.launch_of_gpu[ordinal]
-            if launch != NO_LAUNCH and launch_bucket[launch] >= 0:
-                gpu_bucket[ordinal] = launch_bucket[launch]
+    _take_launch_ranks(gpu_bucket, links.launch_of_gpu, launch_bucket)
     return Resolved(index, ranks, launch_bucket, gpu_bucket, links, _collisions(launch_bucket, index.launch_id),
                     clashes)
 
