@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamtrace.algo.secrets import fold
 from streamtrace.commands.attribute import AttributeIndex
 from streamtrace.commands.compact import CompactIndex
 from streamtrace.commands.inspect import InspectVisitor
@@ -18,7 +19,7 @@ from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedInde
 from streamtrace.commands.split import SplitIndex
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
-from streamtrace.io.projection import ProjectedChunk, Projection, fold, read_alike
+from streamtrace.io.projection import ProjectedChunk, Projection, read_alike
 
 RULES = load_rules(None)
 

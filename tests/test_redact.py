@@ -24,9 +24,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import streamtrace
-from streamtrace.algo.secrets import DEFAULT_SECRETS_RULES_TOML, Pseudonyms, SecretFinder, parse_secrets_rules
+from streamtrace.algo.secrets import DEFAULT_SECRETS_RULES_TOML, Pseudonyms, SecretFinder, fold, parse_secrets_rules
 from streamtrace.errors import TraceError
-from streamtrace.io.projection import fold
 from streamtrace.io.redact import load_secret_rules
 from streamtrace.synth import SynthConfig, write_traces
 

@@ -106,6 +106,14 @@ hint where the lower-cased text does, and events that differ only in their
 numbers' digits fold alike; the same copy shows the number shapes the
 projection's exactness test looks for (:func:`streamtrace.io.projection.read_alike`),
 so a chunk is translated once for both."""
+
+
+def fold(text: bytes) -> bytes:
+    """``text`` translated by :data:`FOLDED`: the one copy of a chunk that the
+    screen (:meth:`SecretFinder.suspicious`) and the exactness tests of
+    :mod:`streamtrace.io.projection` and :mod:`streamtrace.io.reader` read."""
+    return text.translate(FOLDED)
+
 _ANCHORS = re.compile(r"(?<!\\)[$^]|\\[AZbB]")
 PSEUDONYM_KINDS = ("hosts", "users", "paths")
 MAX_PSEUDONYMS = 1_000_000  # distinct values per kind: bounds memory on hostile input
@@ -305,7 +313,7 @@ class SecretFinder:
         ``text`` translated by :data:`FOLDED`, when the caller has it."""
         if self.every_event:
             return True
-        if self._needles and self._hinted(bytes(text).translate(FOLDED) if folded is None else folded):
+        if self._needles and self._hinted(fold(bytes(text)) if folded is None else folded):
             return True
         return bool(self._unhinted) and self._unhinted_hit(bytes(text))
 

@@ -445,7 +445,7 @@ def _buckets(event_pid: array, event_rank: array, pid_ranks: list[int]) -> array
     """Each event's rank: its own ``args.rank``, else its pid's (or UNKNOWN/AMBIGUOUS)."""
     ranks = np.frombuffer(event_rank, dtype=np.int32)
     by_pid = np.array(pid_ranks, dtype=np.int32)[np.frombuffer(event_pid, dtype=np.int32)]
-    return array("i", np.where(ranks != NO_RANK, ranks, by_pid).astype(np.int32).tobytes())
+    return array("i", np.where(ranks != NO_RANK, ranks, by_pid).tobytes())
 
 
 def _take_launch_ranks(gpu_bucket: array, launch_of_gpu: array, launch_bucket: array) -> None:

@@ -33,9 +33,10 @@ import struct
 import threading
 from typing import Callable, Protocol
 
+from ..algo.secrets import fold
 from ..errors import RobustModeNeeded, TraceError
 from ..io.progress import Progress
-from ..io.projection import ProjectedChunk, fold
+from ..io.projection import ProjectedChunk
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
 from ..resources import forking, gc_paused

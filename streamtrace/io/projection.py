@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from ..algo.secrets import FOLDED
+from ..algo.secrets import fold
 from .reader import has_int_beyond_fast_reading
 
 ABSENT = msgspec.UNSET
@@ -84,18 +84,12 @@ class Projection:
         return events, _joined_lines(elements), elements
 
 
-def fold(text: bytes) -> bytes:
-    """``text`` translated by :data:`~streamtrace.algo.secrets.FOLDED`: the one
-    copy of a chunk that :func:`read_alike` and the secrets screen both read."""
-    return text.translate(FOLDED)
-
-
 def read_alike(text: bytes, folded: bytes | None = None) -> bool:
     """Would the fast reading read every byte of ``text`` as a projection
     does, members it skips included?  Not with an integer orjson would
     round, a float beyond a double (orjson refuses it; msgspec skips it
-    unread), or text that is not UTF-8 (the same).  ``folded``: ``text``
-    translated by :data:`~streamtrace.algo.secrets.FOLDED`, when the caller
+    unread), or text that is not UTF-8 (the same).  ``folded``:
+    :func:`~streamtrace.algo.secrets.fold` of ``text``, when the caller
     has it: its digits are ``9``s and its exponent marks ``e``s, so the
     number shapes the fast reading refuses stand out."""
     shapes = fold(text) if folded is None else folded

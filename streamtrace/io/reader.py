@@ -24,6 +24,7 @@ from typing import Callable, Generator, Iterator, Protocol
 import ijson
 import orjson
 
+from ..algo.secrets import fold
 from ..errors import RobustModeNeeded, TraceError, TransferError
 from . import jsonscan
 from .repair import ControlCharRepair, Utf8Repair
@@ -759,7 +760,6 @@ def loads_exact(line: bytes) -> dict:
     return json.loads(line, parse_float=Decimal)
 
 
-_DIGITS_AS_NINES = bytes(57 if 48 <= byte <= 57 else 32 for byte in range(256))
 _NINETEEN_DIGITS = b"9" * 19
 _DIGIT_RUN = re.compile(rb"9+")
 _ORJSON_INTS = range(-(1 << 63), 1 << 64)
@@ -775,7 +775,7 @@ def has_int_beyond_fast_reading(text: bytes, digits: bytes | None = None) -> boo
     ``.``/``e``) is not an integer.  A run inside a string counts (rarely
     costly: that text is parsed exactly).
     """
-    digits = text.translate(_DIGITS_AS_NINES) if digits is None else digits
+    digits = fold(text) if digits is None else digits
     at = digits.find(_NINETEEN_DIGITS)
     while at >= 0:
         end = _DIGIT_RUN.match(digits, at).end()
