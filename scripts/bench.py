@@ -170,7 +170,8 @@ def run_child(argv: list[str]) -> dict:
         return {"seconds": elapsed, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": out.read().decode(errors="replace"),
                 "tree_rss_mb": tree_peak[0], "tree_pss_mb": tree_peak[1],
                 # the child's own CPU time plus that of every descendant it reaped (its workers)
-                "cpu_seconds": usage.ru_utime + usage.ru_stime, "main_cpu_seconds": main_cpu[0]}
+                "cpu_seconds": usage.ru_utime + usage.ru_stime, "sys_cpu_seconds": usage.ru_stime,
+                "main_cpu_seconds": main_cpu[0]}
 
 
 CALIBRATION_CODE = "sum(i * i % 7 for i in range(3_000_000))"
@@ -260,6 +261,7 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         "command": shlex.join(command),
         "command_seconds": spread([run["seconds"] for run in runs]),
         "command_cpu_seconds": spread([run["cpu_seconds"] for run in runs]),
+        "command_sys_cpu_seconds": spread([run["sys_cpu_seconds"] for run in runs]),
         # the share of the CPU time spent in the main process (reading, cutting chunks, joining, writing)
         "command_main_process_cpu_share": spread([run["main_cpu_seconds"] / max(run["cpu_seconds"], 1e-9) for run in runs]),
         "command_peak_rss_mb": round(max(run["peak_rss_mb"] for run in runs), 1),
@@ -275,6 +277,8 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         report[f"{name}_events"] = int(theirs[0]["stdout"].strip() or 0)
         report[f"{name}_seconds"] = spread([run["seconds"] for run in theirs])
         report[f"{name}_cpu_seconds"] = spread([run["cpu_seconds"] for run in theirs])
+        # the kernel's part: for orjson mostly page faults for its gigabytes, which vary from run to run
+        report[f"{name}_sys_cpu_seconds"] = spread([run["sys_cpu_seconds"] for run in theirs])
         report[f"{name}_peak_rss_mb"] = round(max(run["peak_rss_mb"] for run in theirs), 1)
         report[f"ratio_to_{name}"] = spread([mine["seconds"] / other["seconds"] for other, mine in zip(theirs, runs)])
     if first is not runs:  # the same round's run of the first command: pairs measured under the same load

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from array import array
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -10,8 +11,9 @@ from hypothesis import strategies as st
 
 import streamtrace.commands.split as split_module
 from streamtrace.algo.enclosure import ANNOTATION, CPU_OP, NO_OP, Enclosure
-from streamtrace.algo.links import NO_LAUNCH, IdTable, ambiguous_collisions, build_tables, link
-from streamtrace.algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, pair_by_time, resolve_ranks
+from streamtrace.algo.links import NO_LAUNCH, IdTable, Links, ambiguous_collisions, build_tables, link
+from streamtrace.algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, RankResolution, pair_by_time, resolve_ranks
+from streamtrace.commands.mergedindex import Resolved
 from streamtrace.commands.split import event_ranks, with_rank
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rank_map
@@ -171,6 +173,40 @@ def test_links_follow_the_rules_event_by_event(launches, gpus, sparse):
                   array("q", (NO_ID if c < 0 else c * scale for _, c in gpus)), NO_ID)
     assert list(result.launch_of_gpu) == expected
     assert result.orphans == expected.count(NO_LAUNCH)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([AMBIGUOUS, UNKNOWN, 0, 1, 5]), st.booleans()), min_size=1, max_size=40),
+       st.lists(st.integers(-1, 39), max_size=120), st.lists(st.sampled_from([AMBIGUOUS, UNKNOWN, 0, 2, 7]), max_size=10))
+def test_resolved_counts_equal_plain_loops(launches, gpu_launches, pid_ranks):
+    """The ranks, launch flags and graph-launch figures of a resolution,
+    against plain loops over the GPU events and launches (unknown and
+    ambiguous ranks count together as "unknown"; ranks stated by a pid's
+    own rule count even without linked work)."""
+    launch_of_gpu = [launch if launch < len(launches) else NO_LAUNCH for launch in gpu_launches]
+    rules = ["args.rank", "process_name", "inferred"] * len(pid_ranks)
+    resolved = Resolved(
+        index=SimpleNamespace(launch_id=array("q", range(len(launches))),
+                              launch_graph=bytearray(graph for _, graph in launches)),
+        ranks=RankResolution(pid_ranks, rules[:len(pid_ranks)], {}, {}), launch_bucket=array("i", (r for r, _ in launches)),
+        gpu_bucket=array("i", (launches[launch][0] if launch >= 0 else UNKNOWN for launch in launch_of_gpu)),
+        links=Links(array("i", launch_of_gpu), launch_of_gpu.count(NO_LAUNCH), 0), collisions={}, clashes={})
+    linked = [launch for launch in launch_of_gpu if launch != NO_LAUNCH]
+    stated = {rank for rank, rule in zip(pid_ranks, rules) if rank >= 0 and rule != "inferred"}
+    assert resolved.ranks_for_certain() == sorted(stated | {launches[launch][0] for launch in linked
+                                                            if launches[launch][0] >= 0})
+    assert list(resolved.launches_with_gpu_work()) == [int(ordinal in linked) for ordinal in range(len(launches))]
+    by_rank: dict[str, dict] = {}
+    for ordinal, (bucket, graph) in enumerate(launches):
+        if graph:
+            entry = by_rank.setdefault(str(bucket) if bucket >= 0 else "unknown", {"launches": 0, "gpu_events": 0})
+            entry["launches"] += 1
+            entry["gpu_events"] += linked.count(ordinal)
+            entry.setdefault("counts", []).append(linked.count(ordinal))
+    expected = {key: {"launches": entry["launches"], "gpu_events": entry["gpu_events"],
+                      "min": min(entry["counts"]), "max": max(entry["counts"])} for key, entry in by_rank.items()}
+    summary = resolved.graph_summary()
+    assert summary == {"count": sum(graph for _, graph in launches), "by_rank": expected}
 
 
 def test_graph_launch_gets_only_its_own_ranks_kernels():

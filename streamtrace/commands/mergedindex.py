@@ -382,7 +382,7 @@ class Resolved:
         index, links = self.index, self.links
         ambiguous = [{"pid": index.pids[slot].pid, "ranks": ranks} for slot, ranks in self.ranks.ambiguous.items()]
         return {
-            "ranks": sorted({rank for rank in self.gpu_bucket if rank >= 0} | set(self.ranks.known())),
+            "ranks": sorted(set(_ranks_among(np.frombuffer(self.gpu_bucket, dtype=np.int32))) | set(self.ranks.known())),
             "rank_map": self.rank_table(),
             "ambiguous_pids": ambiguous,
             "correlation_collisions": self.collisions,
@@ -400,36 +400,33 @@ class Resolved:
         them (a stray CPU process or an unpaired GPU pid alone proves no rank)."""
         stated = {rank for rank, rule in zip(self.ranks.ranks, self.ranks.rules)
                   if rank >= 0 and rule in ("args.rank", "process_name")}
-        linked = {self.launch_bucket[launch] for launch in self.links.launch_of_gpu if launch != NO_LAUNCH}
-        return sorted(stated | {rank for rank in linked if rank >= 0})
+        linked = np.frombuffer(self.launch_bucket, dtype=np.int32)[self._linked_launches()]
+        return sorted(stated | set(_ranks_among(linked)))
 
     def launches_with_gpu_work(self) -> bytearray:
         """1 for each launch that some GPU event links to."""
-        flags = bytearray(len(self.index.launch_id))
-        for launch in self.links.launch_of_gpu:
-            if launch != NO_LAUNCH:
-                flags[launch] = 1
-        return flags
+        flags = np.zeros(len(self.index.launch_id), dtype=np.uint8)
+        flags[self._linked_launches()] = 1
+        return bytearray(flags.tobytes())
 
     def graph_summary(self) -> dict:
         """Graph launches per rank with the GPU events each one got."""
-        index = self.index
-        per_launch = array("i", [0]) * len(index.launch_id)
-        for launch in self.links.launch_of_gpu:
-            if launch != NO_LAUNCH:
-                per_launch[launch] += 1
+        per_launch = np.bincount(self._linked_launches(), minlength=len(self.index.launch_id))
+        graph = np.flatnonzero(np.frombuffer(self.index.launch_graph, dtype=np.uint8))
+        graph_buckets = np.frombuffer(self.launch_bucket, dtype=np.int32)[graph]
+        buckets, rank_of_launch = np.unique(np.maximum(graph_buckets, -1), return_inverse=True)  # -1: unknown
         by_rank: dict[str, dict] = {}
-        for ordinal, is_graph in enumerate(index.launch_graph):
-            if is_graph:
-                bucket = self.launch_bucket[ordinal]
-                key = str(bucket) if bucket >= 0 else "unknown"
-                entry = by_rank.setdefault(key, {"launches": 0, "gpu_events": 0, "min": None, "max": 0})
-                count = per_launch[ordinal]
-                entry["launches"] += 1
-                entry["gpu_events"] += count
-                entry["min"] = count if entry["min"] is None else min(entry["min"], count)
-                entry["max"] = max(entry["max"], count)
-        return {"count": sum(entry["launches"] for entry in by_rank.values()), "by_rank": by_rank}
+        for number, bucket in enumerate(buckets.tolist()):
+            counts = per_launch[graph[rank_of_launch == number]]
+            by_rank[str(bucket) if bucket >= 0 else "unknown"] = {
+                "launches": len(counts), "gpu_events": int(counts.sum()), "min": int(counts.min()),
+                "max": int(counts.max())}
+        return {"count": len(graph), "by_rank": by_rank}
+
+    def _linked_launches(self) -> np.ndarray:
+        """The launch of each GPU event that has one, in GPU event order."""
+        launches = np.frombuffer(self.links.launch_of_gpu, dtype=np.int32)
+        return launches[launches != NO_LAUNCH]
 
     def require_links(self, command: str) -> None:
         """Stop when an ambiguous pid's ids collide: linking would guess."""
@@ -446,6 +443,12 @@ def _buckets(event_pid: array, event_rank: array, pid_ranks: list[int]) -> array
     ranks = np.frombuffer(event_rank, dtype=np.int32)
     by_pid = np.array(pid_ranks, dtype=np.int32)[np.frombuffer(event_pid, dtype=np.int32)]
     return array("i", np.where(ranks != NO_RANK, ranks, by_pid).tobytes())
+
+
+def _ranks_among(buckets: np.ndarray) -> list[int]:
+    """The ranks that occur among ``buckets`` (UNKNOWN and AMBIGUOUS left out)."""
+    found = np.unique(buckets)
+    return found[found >= 0].tolist()
 
 
 def _take_launch_ranks(gpu_bucket: array, launch_of_gpu: array, launch_bucket: array) -> None:
