@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 MMAP_THRESHOLD_MAX = 32 << 20  # where glibc's own threshold ends once large buffers were freed
 TRIM_THRESHOLD = 32 << 20  # free heap top kept while buffers come from the OS (see buffers_from_os)
+WORKER_MMAP_THRESHOLD = 4 << 20  # a worker's buffers from the OS from this size on (chunks of 1 MiB stay below)
 
 
 STOPS_REQUESTED: list[int] = []
@@ -164,11 +165,24 @@ def buffers_from_os(threshold: int) -> Iterator[None]:
         return
     tune = controls[1]
     trim_heap()
-    tune(M_MMAP_THRESHOLD, threshold)
-    tune(M_TRIM_THRESHOLD, max(threshold, TRIM_THRESHOLD))
+    fix_heap_thresholds(threshold)
     try:
         yield
     finally:
         tune(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)  # glibc has no way back to its sliding threshold
         tune(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX)
         trim_heap()
+
+
+def fix_heap_thresholds(threshold: int = WORKER_MMAP_THRESHOLD) -> None:
+    """Buffers from ``threshold`` bytes on come from the OS; the heap's top
+    goes back to it only from :data:`TRIM_THRESHOLD` on (glibc; elsewhere
+    nothing).  A worker decoding chunk after chunk calls it once: glibc's
+    sliding thresholds otherwise trim the heap after each chunk's objects
+    are freed, and the next chunk faults the same pages in again
+    (``inspect -j 2`` of a 0.5 GB trace: 350 K page faults and 1.2 s of
+    system time, against 53 K and 0.45 s)."""
+    controls = _malloc()
+    if controls is not None:
+        controls[1](M_MMAP_THRESHOLD, threshold)
+        controls[1](M_TRIM_THRESHOLD, max(threshold, TRIM_THRESHOLD))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamtrace
+from streamtrace import resources
 from streamtrace.engine import indexworkers, parseproc, passes
 from streamtrace.errors import TraceError
 from streamtrace.io.reader import ChunkRefused, ReadMode, TraceReader, chunk_events
 from streamtrace.io.source import InputSource
 from streamtrace.io.spool import EventSpool
+from streamtrace.synth import SynthConfig, write_traces
 
 
 class InProcessHandOff:
@@ -210,3 +214,45 @@ def test_a_repaired_byte_early_on_keeps_workers_off_the_file(tmp_path, ranges_on
     trace.write_bytes(data)
     assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
     assert ranges_only == [True] * 6
+
+
+HEAP_CHURN = """
+import re, resource, sys
+from streamtrace.commands.inspect import InspectVisitor
+from streamtrace.engine.indexworkers import ChunkIndexer
+from streamtrace.resources import fix_heap_thresholds
+data = open(sys.argv[1], "rb").read()
+at = data.index(b"{", data.index(b'"traceEvents"') + 14)
+chunks = []
+for cut in re.finditer(rb"\\},\\n\\{", data):
+    if cut.start() + 1 - at >= 1 << 20:
+        chunks.append(data[at:cut.start() + 1])
+        at = cut.end() - 1
+if sys.argv[2] == "fixed":
+    fix_heap_thresholds()
+index = ChunkIndexer(InspectVisitor(None), None, False)
+def faults():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for chunk in chunks:
+        assert index(chunk) is not None
+        index.visitor.take_part()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults()  # the first round may grow the heap
+print(len(chunks), faults())
+"""
+
+
+@pytest.mark.skipif(resources._malloc() is None, reason="glibc's malloc controls are not there")
+def test_a_workers_heap_keeps_its_pages_from_chunk_to_chunk(tmp_path):
+    """Indexing chunk after chunk as a pass-1 worker does, in a fresh
+    interpreter: with glibc's own sliding thresholds the heap is trimmed
+    after each chunk and faults in again at the next; with the worker's
+    fixed thresholds the pages stay (a few faults in all)."""
+    write_traces(SynthConfig(ranks=1, pp_stages=1, target_bytes=12 << 20), tmp_path, compress="none", merged=False)
+    trace = str(tmp_path / "rank0_trace.json")
+    counts = {}
+    for mode in ("sliding", "fixed"):
+        done = subprocess.run([sys.executable, "-c", HEAP_CHURN, trace, mode], capture_output=True, text=True, check=True)
+        chunks, counts[mode] = map(int, done.stdout.split())
+    assert chunks >= 8
+    assert counts["fixed"] < chunks * 20 < counts["sliding"], counts

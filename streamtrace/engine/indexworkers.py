@@ -39,7 +39,7 @@ from ..io.progress import Progress
 from ..io.projection import ProjectedChunk
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
 from ..io.source import InputSource
-from ..resources import forking, gc_paused
+from ..resources import fix_heap_thresholds, forking, gc_paused
 from .parseproc import leave_signals_to_parent, send_failure, widen_pipe
 
 CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, and a worker holds one chunk's events
@@ -315,6 +315,7 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], sink: EventSink | None
     for connection in inherited:
         connection.close()
     leave_signals_to_parent()
+    fix_heap_thresholds()
     try:
         visitor = make_visitor()
         text_encoder = getattr(sink, "text_frame_encoder", None)
