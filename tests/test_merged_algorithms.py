@@ -196,15 +196,12 @@ def test_resolved_counts_equal_plain_loops(launches, gpu_launches, pid_ranks):
     assert resolved.ranks_for_certain() == sorted(stated | {launches[launch][0] for launch in linked
                                                             if launches[launch][0] >= 0})
     assert list(resolved.launches_with_gpu_work()) == [int(ordinal in linked) for ordinal in range(len(launches))]
-    by_rank: dict[str, dict] = {}
+    by_rank: dict[str, list[int]] = {}
     for ordinal, (bucket, graph) in enumerate(launches):
         if graph:
-            entry = by_rank.setdefault(str(bucket) if bucket >= 0 else "unknown", {"launches": 0, "gpu_events": 0})
-            entry["launches"] += 1
-            entry["gpu_events"] += linked.count(ordinal)
-            entry.setdefault("counts", []).append(linked.count(ordinal))
-    expected = {key: {"launches": entry["launches"], "gpu_events": entry["gpu_events"],
-                      "min": min(entry["counts"]), "max": max(entry["counts"])} for key, entry in by_rank.items()}
+            by_rank.setdefault(str(bucket) if bucket >= 0 else "unknown", []).append(linked.count(ordinal))
+    expected = {key: {"launches": len(counts), "gpu_events": sum(counts), "min": min(counts), "max": max(counts)}
+                for key, counts in by_rank.items()}
     summary = resolved.graph_summary()
     assert summary == {"count": sum(graph for _, graph in launches), "by_rank": expected}
 

@@ -415,11 +415,13 @@ class Resolved:
         graph = np.flatnonzero(np.frombuffer(self.index.launch_graph, dtype=np.uint8))
         graph_buckets = np.frombuffer(self.launch_bucket, dtype=np.int32)[graph]
         buckets, rank_of_launch = np.unique(np.maximum(graph_buckets, -1), return_inverse=True)  # -1: unknown
+        grouped = per_launch[graph[np.argsort(rank_of_launch, kind="stable")]]  # each rank's launches together
+        ends = np.cumsum(np.bincount(rank_of_launch, minlength=len(buckets))).tolist()
         by_rank: dict[str, dict] = {}
-        for number, bucket in enumerate(buckets.tolist()):
-            counts = per_launch[graph[rank_of_launch == number]]
+        for bucket, start, end in zip(buckets.tolist(), [0, *ends], ends):
+            counts = grouped[start:end]
             by_rank[str(bucket) if bucket >= 0 else "unknown"] = {
-                "launches": len(counts), "gpu_events": int(counts.sum()), "min": int(counts.min()),
+                "launches": end - start, "gpu_events": int(counts.sum()), "min": int(counts.min()),
                 "max": int(counts.max())}
         return {"count": len(graph), "by_rank": by_rank}
 
