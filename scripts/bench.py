@@ -260,6 +260,7 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         "rounds": args.rounds,
         "command": shlex.join(command),
         "command_seconds": spread([run["seconds"] for run in runs]),
+        "command_seconds_each": [round(run["seconds"], 2) for run in runs],  # round by round, beside the yardsticks'
         "command_cpu_seconds": spread([run["cpu_seconds"] for run in runs]),
         "command_sys_cpu_seconds": spread([run["sys_cpu_seconds"] for run in runs]),
         # the share of the CPU time spent in the main process (reading, cutting chunks, joining, writing)
@@ -276,9 +277,13 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
     for name, theirs in yardstick_runs.items():
         report[f"{name}_events"] = int(theirs[0]["stdout"].strip() or 0)
         report[f"{name}_seconds"] = spread([run["seconds"] for run in theirs])
+        report[f"{name}_seconds_each"] = [round(run["seconds"], 2) for run in theirs]
+        report[f"{name}_sys_cpu_seconds_each"] = [round(run["sys_cpu_seconds"], 2) for run in theirs]
         report[f"{name}_cpu_seconds"] = spread([run["cpu_seconds"] for run in theirs])
         # the kernel's part: for orjson mostly page faults for its gigabytes, which vary from run to run
         report[f"{name}_sys_cpu_seconds"] = spread([run["sys_cpu_seconds"] for run in theirs])
+        # the user part: for orjson steady where memory is (2.3-2.8 s for 0.5 GB here), three times that where it is slow
+        report[f"{name}_user_cpu_seconds"] = spread([run["cpu_seconds"] - run["sys_cpu_seconds"] for run in theirs])
         report[f"{name}_peak_rss_mb"] = round(max(run["peak_rss_mb"] for run in theirs), 1)
         report[f"ratio_to_{name}"] = spread([mine["seconds"] / other["seconds"] for other, mine in zip(theirs, runs)])
     if first is not runs:  # the same round's run of the first command: pairs measured under the same load
