@@ -282,7 +282,8 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         report[f"{name}_cpu_seconds"] = spread([run["cpu_seconds"] for run in theirs])
         # the kernel's part: for orjson mostly page faults for its gigabytes, which vary from run to run
         report[f"{name}_sys_cpu_seconds"] = spread([run["sys_cpu_seconds"] for run in theirs])
-        # the user part: for orjson steady where memory is (2.3-2.8 s for 0.5 GB here), three times that where it is slow
+        # the user part: for orjson steady while memory is as fast as usual (2.2-2.8 s for 0.5 GB here), up to three
+        # times that while it is slow
         report[f"{name}_user_cpu_seconds"] = spread([run["cpu_seconds"] - run["sys_cpu_seconds"] for run in theirs])
         report[f"{name}_peak_rss_mb"] = round(max(run["peak_rss_mb"] for run in theirs), 1)
         report[f"ratio_to_{name}"] = spread([mine["seconds"] / other["seconds"] for other, mine in zip(theirs, runs)])
