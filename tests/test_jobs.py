@@ -2,8 +2,9 @@
 
 Children and workers only pay off on large inputs, so these tests lower the
 thresholds: every file is read by pass-1 workers (``parseproc.MIN_BYTES``)
-in chunks of 8 KiB (``indexworkers.CHUNK_BYTES``), many per worker, and the
-spool is read back in small blocks (``spool.READ_BLOCK``), so that pass 2
+in chunks of 8 KiB (``indexworkers.CHUNK_BYTES``), many per worker, cut by
+windows up to near the end (``reader.TAIL_WINDOW``), and the spool is read
+back in small blocks (``spool.READ_BLOCK``), so that pass 2
 hands many blocks to each worker, out of step with the event kinds.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from streamtrace.engine import indexworkers, parseproc
 from streamtrace.engine import jobs as jobs_module
 from streamtrace.engine.jobs import resolve_jobs
 from streamtrace.errors import TraceError
-from streamtrace.io import spool
+from streamtrace.io import reader, spool
 from streamtrace.io.projection import Projection
 from streamtrace.io.sink import EvenWrites, OutputTarget
 from streamtrace.synth import SynthConfig, write_traces
@@ -41,9 +42,11 @@ TIMING = {"wall_seconds", "pass1_seconds", "plan_seconds", "pass2_seconds", "pea
 @pytest.fixture
 def small_pieces(monkeypatch):
     """Every file read by pass-1 workers (or the parse child) 8 KiB at a
-    time, and the spool read 16 KiB at a time."""
+    time, a plain file's chunks cut by windows up to its last 24 KiB, and
+    the spool read 16 KiB at a time."""
     monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
     monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 8 << 10)
+    monkeypatch.setattr(reader, "TAIL_WINDOW", 16 << 10)
     monkeypatch.setattr(spool, "READ_BLOCK", 16 << 10)
 
 

@@ -23,6 +23,7 @@ import streamtrace
 from streamtrace import resources
 from streamtrace.engine import indexworkers, parseproc, passes
 from streamtrace.errors import TraceError
+from streamtrace.io import reader as reader_module
 from streamtrace.io.reader import ChunkRefused, ReadMode, TraceReader, chunk_events
 from streamtrace.io.source import InputSource
 from streamtrace.io.spool import EventSpool
@@ -38,12 +39,14 @@ class InProcessHandOff:
         self.chunks = 0
         self.refused = False
         self.input = b""
+        self.texts: list[bytes] = []  # of the chunks handed out
 
     def submit(self, text: bytes, offset: int | None) -> int:
         assert not self.refused, "a chunk handed off after a refusal"
         assert offset is not None and self.input[offset:offset + len(text)] == text  # where a worker would read it
         number = self.chunks
         self.chunks += 1
+        self.texts.append(text)
         events = chunk_events(text)
         if number in self.refuse or events is None:
             self.refused = True
@@ -102,12 +105,73 @@ def test_any_chunk_size_and_layout_reads_every_event_once_in_order(count, chunk,
     assert read_with_hand_off(data, InProcessHandOff(refuse), chunk) == document["traceEvents"]
 
 
+class PlacesHandOff(InProcessHandOff):
+    """Reads each chunk handed out by its place from the file, as workers
+    given a plain file do; counts the chunks the reader did not read itself."""
+
+    reads_places = True
+
+    def __init__(self, refuse: set[int], path: Path) -> None:
+        super().__init__(refuse)
+        self.path = path
+        self.unread = 0
+
+    def submit_place(self, offset: int, length: int) -> int:
+        self.unread += 1
+        with open(self.path, "rb") as file:
+            file.seek(offset)
+            return self.submit(file.read(length), offset)
+
+
+def read_file_with_hand_off(path: Path, hand_off: PlacesHandOff, chunk_bytes: int) -> list[dict]:
+    """As :func:`read_with_hand_off`, from a plain file (which the reader may cut by windows)."""
+    hand_off.input = path.read_bytes()
+    with InputSource(str(path)) as source:
+        reader = TraceReader(source.open(), ReadMode())
+        here = [event for batch in reader.batches(hand_off=hand_off, chunk_bytes=chunk_bytes) for event in batch]
+        assert reader.stats.bytes_decompressed == reader.stats.bytes_raw == len(hand_off.input)
+    return hand_off.parsed + here
+
+
+def event_lines(document: dict) -> bytes:
+    """The document with one event a line, as profilers and streamtrace write them."""
+    events = b",\n".join(json.dumps(event, separators=(",", ":")).encode() for event in document["traceEvents"])
+    rest = json.dumps({key: value for key, value in document.items() if key != "traceEvents"})
+    return b'{"traceEvents":[\n' + events + b"\n]," + rest[1:].encode()
+
+
+@pytest.mark.parametrize("refuse", [set(), {0}, {7}, {3, 20}])
+@pytest.mark.parametrize("layout", ["lines", "indented", "one large event"])
+def test_a_plain_files_chunks_are_cut_by_windows_and_read_by_the_workers(tmp_path, monkeypatch, refuse, layout):
+    """Only a window at each chunk's end is read here (chunks handed out by
+    place alone) up to the last chunks and the trailer, which are read as
+    they come; a refused chunk is read here from its start on."""
+    monkeypatch.setattr(reader_module, "TAIL_WINDOW", 4 << 10)
+    document = json.loads(pretty_trace(1500))
+    if layout == "one large event":  # longer than a window: the ordinary cutting takes over there
+        document["traceEvents"][2000]["name"] = "k" * (8 << 10)
+    path = tmp_path / "trace.json"
+    path.write_bytes(json.dumps(document, indent=2).encode() if layout == "indented" else event_lines(document))
+    hand_off = PlacesHandOff(refuse, path)
+    assert read_file_with_hand_off(path, hand_off, 4 << 10) == document["traceEvents"]
+    whole_chunks = InProcessHandOff(refuse)  # the chunks of a reading that reads every byte
+    read_with_hand_off(path.read_bytes(), whole_chunks, 4 << 10)
+    assert hand_off.texts == whole_chunks.texts
+    if refuse:
+        assert hand_off.unread == hand_off.chunks == min(refuse) + 1
+    else:
+        read_here = hand_off.chunks - hand_off.unread  # after the windows: the chunks cut as they came
+        assert hand_off.unread > 50 and (read_here > 20 if layout == "one large event" else read_here <= 4)
+
+
 @pytest.fixture
 def ranges_only(monkeypatch) -> list[bool]:
-    """Every file read by pass-1 workers in 4 KiB chunks; the list records,
-    per pass 1, whether the ranges reading was used (True) or gave way."""
+    """Every file read by pass-1 workers in 4 KiB chunks, cut by windows up
+    to its last 12 KiB; the list records, per pass 1, whether the ranges
+    reading was used (True) or gave way."""
     monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
     monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 4 << 10)
+    monkeypatch.setattr(reader_module, "TAIL_WINDOW", 4 << 10)
     used: list[bool] = []
     real = indexworkers.index_by_ranges
 
@@ -214,6 +278,20 @@ def test_a_repaired_byte_early_on_keeps_workers_off_the_file(tmp_path, ranges_on
     trace.write_bytes(data)
     assert outputs(tmp_path, trace, 2) == outputs(tmp_path, trace, 1)
     assert ranges_only == [True] * 6
+
+
+def test_a_repaired_byte_far_in_is_read_here_from_its_chunk_on(tmp_path, ranges_only):
+    """The windows see no invalid UTF-8 in the chunks they cut: the worker
+    given the chunk refuses it, and this process reads on from there,
+    repairing the byte as the ordinary reading does."""
+    data = pretty_trace(3000)
+    bad = data.index(b'"k3"', len(data) // 2)
+    trace = tmp_path / "repaired.json"
+    trace.write_bytes(data[:bad] + b'"k\xff3"' + data[bad + 4:])
+    many = outputs(tmp_path, trace, 2)
+    assert many == outputs(tmp_path, trace, 1)
+    assert ranges_only == [True] * 6
+    assert [event["name"] for event in events_of(json.loads(many["compact.json"])) if "\ufffd" in event["name"]] == ["k\ufffd3"]
 
 
 HEAP_CHURN = """

@@ -38,6 +38,7 @@ from ..errors import RobustModeNeeded, TraceError
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
+from ..io.repair import Utf8Repair
 from ..io.source import InputSource
 from ..resources import fix_heap_thresholds, forking, gc_paused
 from .parseproc import leave_signals_to_parent, send_failure, widen_pipe
@@ -46,7 +47,7 @@ CHUNK_BYTES = 1 << 20  # text per chunk: a part's overhead is small beside it, a
 IN_FLIGHT = 2  # chunks per worker handed out and not yet taken back: bounds memory
 _PART, _REFUSED, _FAILED = b"P", b"R", b"F"  # results
 _TEXT, _RANGE = b"T", b"O"  # tasks: a chunk's text, or where it is in the input file
-_SIZES = struct.Struct("<QQ")  # events in the chunk, bytes of the pickled part
+_SIZES = struct.Struct("<QQQq")  # events in the chunk, bytes of the pickled part, UTF-8 repairs and bytes they added
 _PLACE = struct.Struct("<QQ")  # a chunk's offset and length in the input file
 
 
@@ -111,6 +112,7 @@ class IndexWorkers:
         self._input_file = input_file
         self.spool = spool
         self.events = 0  # events absorbed so far
+        self.utf8_repaired = self.utf8_growth = 0  # in the chunks absorbed that workers read from the file
         self._sent = self._taken = 0
         self._tasks: list = []
         self._results: list = []
@@ -138,15 +140,26 @@ class IndexWorkers:
             raise
         self._senders = [_Sender(connection) for connection in self._tasks]
 
+    @property
+    def reads_places(self) -> bool:
+        """Do the workers read chunks from the input file (:meth:`submit_place`)?"""
+        return self._input_file is not None
+
     def submit(self, text: bytes, offset: int | None) -> int:
         """Hand a chunk of elements to the next worker; return how many
         chunks are absorbed (see :class:`HandOff`)."""
+        if self._input_file is not None and offset is not None:
+            return self.submit_place(offset, len(text))
+        return self._send(_TEXT + text)
+
+    def submit_place(self, offset: int, length: int) -> int:
+        """Hand the chunk at ``offset`` of the input file to the next worker,
+        which reads it there; return as :meth:`submit` does."""
+        return self._send(_RANGE + _PLACE.pack(offset, length))
+
+    def _send(self, task: bytes) -> int:
         if self._sent - self._taken >= IN_FLIGHT * len(self._processes):
             self._take()
-        if self._input_file is not None and offset is not None:
-            task = _RANGE + _PLACE.pack(offset, len(text))
-        else:
-            task = _TEXT + text
         self._senders[self._sent % len(self._processes)].send(task)
         self._sent += 1
         return self._taken
@@ -170,7 +183,9 @@ class IndexWorkers:
             raise ChunkRefused(self._taken)
         if tag == _FAILED:
             raise pickle.loads(body)
-        count, size = _SIZES.unpack_from(body)
+        count, size, repairs, growth = _SIZES.unpack_from(body)
+        self.utf8_repaired += repairs
+        self.utf8_growth += growth
         part_end = _SIZES.size + size
         self.visitor.absorb(pickle.loads(body[_SIZES.size:part_end]), share, self.events)
         if self.spool is not None:
@@ -328,15 +343,15 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], sink: EventSink | None
                 task = tasks.recv_bytes()
             except EOFError:
                 return
-            text = chunk_of(task)
-            indexed = None if text is None else index(text)
+            read = chunk_of(task)
+            indexed = None if read is None else index(read[0])
             if indexed is None:
                 results.send_bytes(_REFUSED)
                 return
             count, kept = indexed
             frame = b"" if kept is None else encode_text(kept) if isinstance(kept, bytes) else encode(kept)
             part = pickle.dumps(visitor.take_part(), pickle.HIGHEST_PROTOCOL)
-            results.send_bytes(b"".join((_PART, _SIZES.pack(count, len(part)), part, frame)))
+            results.send_bytes(b"".join((_PART, _SIZES.pack(count, len(part), *read[1:]), part, frame)))
     except BaseException as exc:
         send_failure(results, _FAILED, exc)
     finally:
@@ -381,17 +396,27 @@ class InlineIndexer:
         pass
 
 
-def _chunk_reader(input_file: str | None) -> Callable[[bytes], bytes | None]:
-    """A worker's way from a task to the chunk's text (None: the file no
-    longer holds as many bytes, so it changed under us: refuse the chunk)."""
+def _chunk_reader(input_file: str | None) -> Callable[[bytes], tuple[bytes, int, int] | None]:
+    """A worker's way from a task to the chunk's text, with its invalid UTF-8
+    repaired as the reading repairs the bytes it reads (a chunk read from the
+    file is as the file has it), the repairs and the bytes they added (None:
+    the file no longer holds as many bytes, so it changed under us: refuse
+    the chunk)."""
     descriptor = os.open(input_file, os.O_RDONLY) if input_file is not None else None
+    repair = Utf8Repair()
 
-    def chunk_of(task: bytes) -> bytes | None:
+    def chunk_of(task: bytes) -> tuple[bytes, int, int] | None:
         if task[:1] == _TEXT:
-            return task[1:]
+            return task[1:], 0, 0
         offset, length = _PLACE.unpack_from(task, 1)
         text = os.pread(descriptor, length, offset)
-        return text if len(text) == length else None
+        if len(text) != length:
+            return None
+        if text.isascii():
+            return text, 0, 0
+        before = repair.repaired  # (a chunk starts and ends with an ASCII byte: nothing is held back)
+        repaired = repair.feed(text)
+        return repaired, repair.repaired - before, len(repaired) - length
 
     return chunk_of
 

@@ -14,6 +14,7 @@ written back out with their original text).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections import deque
@@ -37,6 +38,7 @@ CUT_ATTEMPTS = 4  # boundaries tried per chunk before leaving the rest to ijson
 IJSON_BATCH = 512  # events ijson hands out at a time
 HEADER_LIMIT = 64 << 20
 TAIL_WINDOW = 8 << 20
+CUT_WINDOW = 64 << 10  # the bytes at a chunk's end where its cut is looked for, when the chunk itself is read elsewhere
 TRAILER_FIRST_TRY = 1 << 20  # the trailer is scanned in this much of the tail first: the whole window is rarely needed
 
 _warned_backend = False
@@ -136,6 +138,39 @@ class _Feed:
         self.last_chunk_start = self.offset
         self.last_chunk = data
         self.offset += len(data)
+        self._keep_tail(data)
+        self._on_chunk(self)
+        return data
+
+    def plain_file(self) -> int | None:
+        """The descriptor of the file read, when the reading may jump ahead
+        in it (:meth:`skip_to`): a plain file, read as it is (nothing
+        repaired so far), not at its end; else None."""
+        if self._control is not None or self._utf8.repaired or self.eof:
+            return None
+        return self._stream.plain_file()
+
+    def skip_to(self, offset: int) -> None:
+        """Jump to ``offset`` of the :meth:`plain_file`, its bytes before it
+        read elsewhere (by the workers a hand-off gives them to); call
+        :meth:`resume` before reading on."""
+        self._stream.seek(offset)
+        self._on_chunk(self)
+
+    def resume(self, held: bytes, offset: int, growth: int) -> bytes:
+        """Read on after ``held``, the bytes of the :meth:`plain_file` at
+        ``offset``, which are returned repaired as :meth:`pull` repairs what
+        it reads; ``growth``: the bytes that repairs before ``offset`` added
+        (offsets here count the repaired bytes).  The tail starts again."""
+        self._stream.seek(offset + len(held))
+        self._utf8.drop_pending()
+        data = self._utf8.feed(held)
+        self.last_chunk_start = offset + growth
+        self.last_chunk = data
+        self.offset = self.last_chunk_start + len(data)
+        self._tail.clear()
+        self._tail_size = 0
+        self.tail_trimmed = True
         self._keep_tail(data)
         self._on_chunk(self)
         return data
@@ -267,14 +302,19 @@ class HandOff(Protocol):
     def settle(self) -> int:
         """Wait until every chunk is parsed; return their number."""
 
+    # Optional: where ``reads_places`` is true, ``submit_place(offset, length)``
+    # hands out a chunk of the input file by its place alone, as ``submit``
+    # does with its text.
+
 
 class _Unconfirmed:
     """The stream's bytes from the first handed-off chunk not yet confirmed
     on: what a reading taking over from there needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 0) -> None:
+        """``first``: the number of the first chunk to be added."""
         self._chunks: deque[tuple[int, bytes, bytes]] = deque()  # (stream offset, elements' text, the gap after it)
-        self._first = 0  # number of the first chunk held
+        self._first = first  # number of the first chunk held
 
     def add(self, offset: int, text: bytes, gap: bytes) -> None:
         self._chunks.append((offset, text, gap))
@@ -306,6 +346,7 @@ class TraceReader:
         report = on_chunk or (lambda reader: None)
         self._feed = _Feed(stream, mode, lambda feed: report(self))
         self._iterator: Generator | None = None
+        self._hand_off: HandOff | None = None
         self.batch_text: bytes | None = None
         """The input text of the batch last handed out, when the chunk parser
         read it: the events, their separators, and no backslash (else None).
@@ -338,6 +379,7 @@ class TraceReader:
         chunk not parsed, and parses the end of the array itself; only what
         is parsed here is yielded (and counted in ``stats.events``).
         """
+        self._hand_off = hand_off
         self._iterator = self._read_batches(hand_off, chunk_bytes)
         return self._iterator
 
@@ -438,6 +480,14 @@ class TraceReader:
         lead = _ELEMENT_START.match(data, start)
         # pretty-printed arrays put the same whitespace before every element, and more before nested ones
         separator = b"," + data[start:lead.end() - 1] if lead is not None and b"\n" in data[start:lead.end()] else None
+        if hand_off is not None and lead is not None:
+            windowed = self._hand_off_by_windows(hand_off, start, lead.end() - 1, len(data), chunk_bytes, separator)
+            if windowed is not None:
+                data_offset, data, handed_out, refused = windowed
+                start = 0
+                unconfirmed = _Unconfirmed(handed_out)
+                if refused:
+                    hand_off = None
 
         def take_back(refusal: ChunkRefused | None = None) -> None:
             """Stop handing off; read again from the first chunk not confirmed
@@ -477,7 +527,7 @@ class TraceReader:
                     unconfirmed.add(data_offset + start, text, data[cut[0]:cut[1]])
                     start = cut[1]
                     try:
-                        at_input = None if feed.repaired_utf8 else data_offset + cut_from
+                        at_input = None if feed.repaired_utf8 or _offsets_moved(hand_off) else data_offset + cut_from
                         unconfirmed.confirm(hand_off.submit(text, at_input))
                         continue
                     except ChunkRefused as refusal:
@@ -503,11 +553,68 @@ class TraceReader:
         opening = b'{"traceEvents":[' if self.stats.form == "object" else b"["
         feed.replay(opening, data[start:], data_offset + start)
 
+    def _hand_off_by_windows(self, hand_off: HandOff, begin: int, position: int, end: int, chunk_bytes: int,
+                             separator: bytes | None) -> tuple[int, bytes, int, bool] | None:
+        """Hand off the chunks of a plain file by their places alone, cut as
+        :meth:`_chunk_parsed` cuts them, reading here only the end of each.
+
+        That loop holds the bytes from ``begin`` (``position``: where the
+        first element starts) to ``end``, reads as much again as it holds
+        past the last cut (at least ``chunk_bytes``), and cuts at the last
+        candidate there.  When a window of those bytes' last
+        :data:`CUT_WINDOW` holds the cut that loop would choose (one with
+        the usual separator), it is that cut, and the workers read the chunk
+        from the file.  Near the file's end (its trailer is read as it
+        comes), at a window without such a cut, or at a refusal (the reading
+        goes on at the refused chunk), the loop takes over: returns the
+        offset and bytes it would hold then, the number of chunks handed
+        out, and whether the last was refused; None when the input is not
+        read so (not a plain file, workers that read no file, too small)."""
+        descriptor = self._feed.plain_file()
+        if descriptor is None or not getattr(hand_off, "reads_places", False):
+            return None
+        last_end = os.fstat(descriptor).st_size - TAIL_WINDOW - chunk_bytes
+        starts: deque[tuple[int, int]] = deque()  # (number, offset) of each chunk not known to be parsed
+        handed_out = 0
+        try:
+            while True:
+                next_end = end + max(chunk_bytes, end - begin)
+                if next_end > last_end:
+                    break
+                window_at = max(position, next_end - CUT_WINDOW)
+                cut = _usual_cut(os.pread(descriptor, next_end - window_at, window_at), separator)
+                if cut is None:
+                    break
+                starts.append((handed_out, position))
+                end = next_end
+                self._feed.skip_to(end)  # (which the progress shown follows)
+                parsed = hand_off.submit_place(position, window_at + cut[0] - position)
+                handed_out += 1
+                while starts and starts[0][0] < parsed:
+                    starts.popleft()
+                begin = position = window_at + cut[1]
+            if not handed_out:
+                return None
+            hand_off.settle()
+        except ChunkRefused as refusal:
+            position = next(offset for number, offset in starts if number == refusal.confirmed)
+            return (*self._take_over(descriptor, position, end, hand_off), handed_out, True)
+        return (*self._take_over(descriptor, begin, end, hand_off), handed_out, False)
+
+    def _take_over(self, descriptor: int, position: int, end: int, hand_off: HandOff) -> tuple[int, bytes]:
+        """The reading from ``position`` on, the feed at ``end``: the offset
+        (counting repaired bytes) and the repaired bytes between them."""
+        held = os.pread(descriptor, end - position, position)
+        if len(held) != end - position:
+            raise TraceError("the input file was shortened while it was read", path=self._stream.name)
+        growth = getattr(hand_off, "utf8_growth", 0)
+        return position + growth, self._feed.resume(held, position, growth)
+
     def _finish_stats(self) -> None:
         stats = self.stats
         stats.bytes_decompressed = self._feed.offset
         stats.bytes_raw = self._stream.raw_bytes_read
-        stats.invalid_utf8_repaired = self._feed.repaired_utf8
+        stats.invalid_utf8_repaired = self._feed.repaired_utf8 + getattr(self._hand_off, "utf8_repaired", 0)
         stats.control_chars_repaired = self._feed.repaired_control
 
     def _read_trailer(self) -> None:
@@ -613,6 +720,20 @@ def _likely_cut(data: bytes, start: int, separator: bytes | None) -> tuple[int, 
             return cut
         fallback = fallback or cut
     return fallback
+
+
+def _offsets_moved(hand_off: HandOff) -> bool:
+    """Did repairs in the chunks ``hand_off`` read from the file add bytes?
+    Offsets in the bytes read here no longer are the file's then."""
+    return getattr(hand_off, "utf8_growth", 0) != 0
+
+
+def _usual_cut(data: bytes, separator: bytes | None) -> tuple[int, int] | None:
+    """The cut :func:`_likely_cut` chooses in ``data``, when that is a cut
+    with ``separator`` (or any cut, without one); else None: the bytes
+    before ``data`` might hold the cut it would choose."""
+    cut = _likely_cut(data, 0, separator)
+    return cut if cut is not None and (separator is None or data[cut[0]:cut[1]] == separator) else None
 
 
 def _array_ends(data: bytes, start: int) -> Candidates:

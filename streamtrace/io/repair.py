@@ -29,6 +29,11 @@ class Utf8Repair:
         self.repaired += 1
         return _REPLACEMENT, exc.end
 
+    def drop_pending(self) -> None:
+        """Forget the start of a character held back: the reading jumped
+        elsewhere, and the bytes it would have joined are not read."""
+        self._pending = b""
+
     def feed(self, chunk: bytes) -> bytes:
         if self._pending:
             chunk = self._pending + chunk

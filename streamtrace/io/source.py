@@ -73,6 +73,21 @@ class _CountingReader:
     def readable(self) -> bool:
         return True
 
+    def plain_descriptor(self) -> int | None:
+        """The descriptor of the file read, when the reading may jump in it
+        (:meth:`seek`): a seekable file, copied nowhere, nothing held back."""
+        if self._spool is not None or self._prefix:
+            return None
+        try:
+            return self._raw.fileno() if self._raw.seekable() else None
+        except (AttributeError, OSError, ValueError):  # not a file of the OS
+            return None
+
+    def seek(self, offset: int) -> None:
+        """Go on reading at ``offset``; the bytes before it count as read."""
+        self._raw.seek(offset)
+        self.bytes_read = offset
+
     def close(self) -> None:
         self._raw.close()
 
@@ -116,6 +131,18 @@ class DecodedStream:
                 break
             self._ahead += more
         return self._ahead[:size]
+
+    def plain_file(self) -> int | None:
+        """The descriptor of the file whose bytes this reading is, as they
+        are (nothing to decompress), when the reading may jump in it
+        (:meth:`seek`); else None."""
+        if self.compression != "none" or self._ahead or self._deferred is not None:
+            return None
+        return self.counter.plain_descriptor()
+
+    def seek(self, offset: int) -> None:
+        """Go on reading at ``offset`` of the :meth:`plain_file`."""
+        self.counter.seek(offset)
 
     def read(self, size: int) -> bytes:
         if self._ahead:
