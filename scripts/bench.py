@@ -37,7 +37,9 @@ ratio to the first, e.g. a command against ``inspect`` of the same input):
 Before the rounds, the ``streamtrace`` package that commands run from this
 working directory import is byte-compiled, as pip does when it installs a
 wheel: where the environment sets PYTHONDONTWRITEBYTECODE, every run would
-otherwise compile it again (about a third of a second here).
+otherwise compile it again (about a third of a second here); and the inputs
+are read once, so that the first round does not read them from the disk
+(where the system pages out files left idle, a minute is enough).
 """
 from __future__ import annotations
 
@@ -237,6 +239,14 @@ def byte_compile_streamtrace() -> str:
     return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
 
 
+def read_through(paths: list[str]) -> None:
+    """Read the files once, into the page cache, as every round after the first finds them."""
+    for path in paths:
+        with open(path, "rb") as file:
+            while file.read(8 << 20):
+                pass
+
+
 def run_command(command: list[str], inputs: list[str]) -> dict:
     """One run of ``command`` with its placeholders filled in."""
     scratch = tempfile.mkdtemp(prefix="streamtrace-bench-")
@@ -310,6 +320,7 @@ def main() -> int:
         parser.error(f"unknown yardstick(s): {', '.join(sorted(unknown))}")
     machine = {"cpu_model": cpu_model(), "streamtrace_compiled": byte_compile_streamtrace(),
                "calibration_seconds_before": round(calibration_seconds(), 3)}
+    read_through(args.inputs)
     yardstick_runs: dict[str, list[dict]] = {name: [] for name in chosen}
     command_runs: list[list[dict]] = [[] for _ in commands]
     for _ in range(args.rounds):
