@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -162,6 +163,26 @@ def test_a_plain_files_chunks_are_cut_by_windows_and_read_by_the_workers(tmp_pat
     else:
         read_here = hand_off.chunks - hand_off.unread  # after the windows: the chunks cut as they came
         assert hand_off.unread > 50 and (read_here > 20 if layout == "one large event" else read_here <= 4)
+
+
+def test_a_file_shortened_while_its_chunks_are_read_elsewhere_is_refused_where_it_ends(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader_module, "TAIL_WINDOW", 4 << 10)
+    path = tmp_path / "trace.json"
+    path.write_bytes(event_lines(json.loads(pretty_trace(1500))))
+
+    class Shortening(PlacesHandOff):
+        """Cuts the file off where chunk 10 starts, as it is handed out."""
+
+        def submit_place(self, offset: int, length: int) -> int:
+            if self.chunks == 10:
+                os.truncate(self.path, offset)
+                self.cut_at = offset
+            return super().submit_place(offset, length)
+
+    hand_off = Shortening(set(), path)
+    with pytest.raises(TraceError, match="shortened to [0-9,]+ bytes while it was read") as caught:
+        read_file_with_hand_off(path, hand_off, 4 << 10)
+    assert caught.value.byte_offset == hand_off.cut_at == path.stat().st_size and caught.value.path == str(path)
 
 
 @pytest.fixture

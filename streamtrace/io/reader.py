@@ -606,7 +606,9 @@ class TraceReader:
         (counting repaired bytes) and the repaired bytes between them."""
         held = os.pread(descriptor, end - position, position)
         if len(held) != end - position:
-            raise TraceError("the input file was shortened while it was read", path=self._stream.name)
+            size = os.fstat(descriptor).st_size
+            raise TraceError(f"the input file was shortened to {size:,} bytes while it was read",
+                             path=self._stream.name, byte_offset=size)
         growth = getattr(hand_off, "utf8_growth", 0)
         return position + growth, self._feed.resume(held, position, growth)
 
