@@ -568,8 +568,9 @@ class TraceReader:
         comes), at a window without such a cut, or at a refusal (the reading
         goes on at the refused chunk), the loop takes over: returns the
         offset and bytes it would hold then, the number of chunks handed
-        out, and whether the last was refused; None when the input is not
-        read so (not a plain file, workers that read no file, too small)."""
+        out, and whether the last was refused; None when nothing was handed
+        out so (not a plain file, workers that read no file, a file too
+        small, no such cut in the first window)."""
         descriptor = self._feed.plain_file()
         if descriptor is None or not getattr(hand_off, "reads_places", False):
             return None
