@@ -135,6 +135,10 @@ class _Feed:
             data = self._utf8.finish()
         if self._control is not None and data:
             data = self._control.feed(data)
+        return self._delivered(data)
+
+    def _delivered(self, data: bytes) -> bytes:
+        """``data``, repaired bytes read at ``offset``, counted, kept for the tail and reported."""
         self.last_chunk_start = self.offset
         self.last_chunk = data
         self.offset += len(data)
@@ -164,16 +168,11 @@ class _Feed:
         (offsets here count the repaired bytes).  The tail starts again."""
         self._stream.seek(offset + len(held))
         self._utf8.drop_pending()
-        data = self._utf8.feed(held)
-        self.last_chunk_start = offset + growth
-        self.last_chunk = data
-        self.offset = self.last_chunk_start + len(data)
+        self.offset = offset + growth
         self._tail.clear()
         self._tail_size = 0
         self.tail_trimmed = True
-        self._keep_tail(data)
-        self._on_chunk(self)
-        return data
+        return self._delivered(self._utf8.feed(held))
 
     def _keep_tail(self, data: bytes) -> None:
         self._tail.append(data)
