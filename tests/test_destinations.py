@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import stat
 import subprocess
 import zipfile
 from pathlib import Path
@@ -308,3 +309,45 @@ def test_demo_writes_into_a_new_or_empty_directory_only(tmp_path):
     assert listing(fresh) == first
     assert run("demo", fresh, "--overwrite").returncode == 0
     assert sorted(listing(fresh)) == sorted(first)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]], ids=["asked-nothing", "overwrite"])
+def test_a_named_pipe_is_written_into_and_stays_a_pipe(tmp_path, jobs, overwrite):
+    """A pipe, a device (``-o /dev/null``) or a socket is written in place, as
+    a shell's redirection writes it: a finished file renamed onto it would
+    replace the node itself.  Nothing there is replaced, so no --overwrite
+    is needed; pass-2 workers hand their blocks to this process (a pipe has
+    no places to write them at)."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    reader = subprocess.Popen(["cat", str(pipe)], stdout=subprocess.PIPE)
+    try:
+        result = run("compact", SMALL, "-o", pipe, "-j", jobs, *overwrite)
+        assert result.returncode == 0, result.stderr
+        received, _ = reader.communicate(timeout=60)
+    finally:
+        reader.kill()
+        reader.wait()
+    assert run("compact", SMALL, "-o", tmp_path / "file.json", "-j", "1").returncode == 0
+    assert received == (tmp_path / "file.json").read_bytes()
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["file.json", "pipe"]
+
+
+def test_a_block_device_is_refused(tmp_path, monkeypatch):
+    """A disk named as the output would be overwritten past any file system."""
+    disk = tmp_path / "disk"
+    disk.write_bytes(b"")
+    real_stat = os.stat
+
+    def as_a_block_device(path, *args, **kwargs):
+        found = real_stat(path, *args, **kwargs)
+        if os.fspath(path) != str(disk):
+            return found
+        return os.stat_result((stat.S_IFBLK | 0o660, *tuple(found)[1:]))
+
+    monkeypatch.setattr(os, "stat", as_a_block_device)
+    with pytest.raises(TraceError, match="block device"):
+        check_destinations([str(disk)], [str(SMALL)])
+    assert disk.read_bytes() == b""

@@ -12,6 +12,7 @@ import errno
 import gzip
 import os
 import secrets
+import stat
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Union
@@ -98,6 +99,10 @@ def check_file(path: str, inputs: Iterable[str | None] = (), *, overwrite: bool 
     for source in inputs:
         if source is not None and exists and same_file(outer_path(source), path):
             raise TraceError("refusing to write onto the input", path=path)
+    if special_file(path):
+        return  # written in place, as a shell's redirection writes it: nothing there is replaced
+    if exists and stat.S_ISBLK(os.stat(path).st_mode):
+        raise TraceError("is a block device (a disk); give an output file name", path=path)
     if os.path.isdir(path):
         raise TraceError("is a directory; give an output file name", path=path)
     if exists and not overwrite:
@@ -109,6 +114,17 @@ def check_file(path: str, inputs: Iterable[str | None] = (), *, overwrite: bool 
         raise TraceError("output directory does not exist", path=path)
     if not os.access(directory, os.W_OK):
         raise TraceError("output directory is not writable", path=path)
+
+
+def special_file(path: str) -> bool:
+    """A character device, a pipe or a socket (``/dev/null``, ``/dev/stdout``,
+    a FIFO): a finished file renamed onto it would replace the node itself,
+    so it is written in place instead."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def publish(temp: str, final: str, overwrite: bool) -> None:
@@ -232,6 +248,14 @@ class OutputTarget:
                 yield out
             raw.flush()
             return
+        if special_file(self.path):
+            try:
+                with open(self.path, "wb", buffering=WRITE_BUFFER) as raw:
+                    with compressed(raw, self.compression, self.level, self.background) as out:
+                        yield out
+            except OSError as exc:
+                raise _unwritable(exc, self.path) from None
+            return
         directory = os.path.dirname(os.path.abspath(self.path))
         base = os.path.basename(self.path)
         temp = ""
@@ -259,12 +283,16 @@ class OutputTarget:
             publish(temp, self.path, self.overwrite)
         except OSError as exc:
             remove_quietly(temp)
-            if exc.errno == errno.ENOSPC:
-                raise TraceError("disk full while writing", path=self.path) from None
-            raise TraceError(f"cannot write: {exc.strerror or exc}", path=self.path) from None
+            raise _unwritable(exc, self.path) from None
         except BaseException:
             remove_quietly(temp)
             raise
+
+
+def _unwritable(exc: OSError, path: str) -> TraceError:
+    if exc.errno == errno.ENOSPC:
+        return TraceError("disk full while writing", path=path)
+    return TraceError(f"cannot write: {exc.strerror or exc}", path=path)
 
 
 def _appeared_meanwhile(name: str) -> TraceError:
