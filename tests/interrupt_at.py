@@ -10,7 +10,9 @@ pool worker, a range worker, the parse child or a pass-2 worker):
 - ``between``: a spool's writing side closes (pass 1 is over);
 - ``pass2``: a block read back from a spool has been written, or a pass-2
   worker reads its second segment;
-- ``splice``: the first rewritten block or fragment spliced into the output;
+- ``splice``: the first rewritten block or fragment spliced into the output
+  (into a plain file, which pass-2 workers write themselves: the first
+  block whose place in it is reserved);
 - ``fork``: the main process has just forked a worker (the signal arrives
   while Python runs its at-fork callbacks).
 
@@ -75,7 +77,9 @@ def main(moment: str, whom: str, signal_name: str, marker: str, argv: list[str])
 
         EventSpool.read_blocks = read_blocks  # type: ignore[method-assign]
     elif moment == "splice":
-        wrap(TraceWriter, "splice", at_call(1, arrive))
+        calls = at_call(1, arrive)
+        wrap(TraceWriter, "splice", calls)
+        wrap(TraceWriter, "reserve", calls)
     elif moment == "fork":
         os.register_at_fork(after_in_parent=arrive)
     else:

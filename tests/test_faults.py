@@ -10,6 +10,7 @@ process and to its process group, and a worker killed outright."""
 from __future__ import annotations
 
 import errno
+import gzip
 import hashlib
 import json
 import os
@@ -29,6 +30,8 @@ from conftest import TRACES, all_but_first_slow, events_of, load_json
 from streamtrace import cli
 from streamtrace.cli import signals
 from streamtrace.engine import indexworkers, parseproc
+from streamtrace.engine import parallel as parallel_module
+from streamtrace.io import spool as spool_module
 from streamtrace.synth import SynthConfig, write_traces
 
 OUTPUT_COMMANDS = [command for command in COMMANDS if command.output_name]
@@ -251,6 +254,41 @@ def test_full_disk_is_one_line_and_leaves_nothing(command, room, jobs, tmp_path,
     assert not output.exists()
     assert files_under(tmp_path) == inputs_before and os.listdir(spool) == []
     assert digest(trace) == before
+
+
+@pytest.mark.parametrize("command", ["compact", "relink", "slice"])
+def test_a_full_disk_met_by_a_pass_2_worker_is_one_line_and_leaves_nothing(command, tmp_path, monkeypatch, capsys):
+    """Into a plain file the pass-2 workers write their blocks themselves:
+    a write there that hits ENOSPC (after the first block) ends the run as
+    one written here does."""
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(gzip_member_text(TRACES / "nccl_rank0.json.gz"))
+    output = tmp_path / "out.json"
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data, offset: int) -> int:
+        if offset > 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)  # the forked workers inherit it
+    monkeypatch.setattr(parallel_module, "_AHEAD", 0)  # each block written as soon as its place is known
+    monkeypatch.setattr(spool_module, "READ_BLOCK", 16 << 10)  # blocks of pass 2, several on this file
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 16 << 10)  # spool segments of pass-1 workers likewise
+    argv = [command, str(trace), "-o", str(output), "-q", "-j", "2", "--spool-dir", str(spool)]
+    with cli_signal_handlers():
+        status = cli.main(argv)
+    lines = capsys.readouterr().err.splitlines()
+    assert status == 1 and len(lines) == 1, lines
+    assert "disk full" in lines[0] and str(output) in lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["spool", "trace.json"] and os.listdir(spool) == []
+
+
+def gzip_member_text(path: Path) -> bytes:
+    with gzip.open(path, "rb") as handle:
+        return handle.read()
 
 
 @contextmanager

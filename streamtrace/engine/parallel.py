@@ -10,25 +10,35 @@ only its own; otherwise every worker reads the whole spool (decompression
 runs in a thread outside the GIL) and rewrites only its share.  This process takes the blocks back
 in that order, so the output is the same bytes whatever the number of
 workers, and a worker runs at most a pipe's worth ahead of the writer:
-memory stays bounded.  A failure in a worker is raised here; whatever
-happens, every worker is stopped before the caller cleans up.
+memory stays bounded.  Into a plain local file the workers write their
+blocks themselves (``os.pwrite``): they send only each block's length, and
+this process, which knows the lengths before it, sends back where the
+block goes.  The kernel's copying into the page cache (on a VM whose freed
+memory goes back to the host, seconds per GB) then runs on every core.
+A failure in a worker is raised here; whatever happens, every worker is
+stopped before the caller cleans up.
 """
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import struct
+from collections import deque
 from typing import Iterator
 
 from ..errors import TraceError
 from ..io.spool import EventSpool, Segments
-from ..io.writer import JoinedLines
+from ..io.writer import JoinedLines, TraceWriter
 from ..resources import forking, gc_paused
 from .parseproc import leave_signals_to_parent, send_failure, widen_pipe
 from .plan import EmitPlan
 
-_BLOCK, _END, _FAILED = b"B", b"E", b"F"
+_BLOCK, _PLACE, _END, _FAILED = b"B", b"P", b"E", b"F"
 _COUNTS = struct.Struct("<QQ")  # events read from the spool, events written
+_LENGTH = struct.Struct("<Q")  # a block's bytes, which its worker writes itself
+_PLACED = struct.Struct("<Q?")  # where they go, and whether after the separator
+_AHEAD = 2  # blocks a worker that writes the file holds while their places are not yet known
 
 
 def can_fork() -> bool:
@@ -37,14 +47,16 @@ def can_fork() -> bool:
 
 
 class EmitWorkers:
-    """``workers`` processes rewriting ``spool`` through ``plan``; iterate
-    :meth:`blocks` for the output, in order.  Use as a context manager: on
-    exit every worker is stopped."""
+    """``workers`` processes rewriting ``spool`` through ``plan``; :meth:`write`
+    puts their blocks into the output, in order.  ``output``: the descriptor
+    of a plain file the workers write their blocks into themselves.  Use as
+    a context manager: on exit every worker is stopped."""
 
-    def __init__(self, spool: EventSpool, plan: EmitPlan, workers: int) -> None:
+    def __init__(self, spool: EventSpool, plan: EmitPlan, workers: int, output: int | None = None) -> None:
         segments = spool.segments()
         self._plan = plan
         self._receivers: list = []
+        self._placers: list = []  # to each worker that writes the file: where its blocks go
         self._processes: list = []
         context = multiprocessing.get_context("fork")
         try:
@@ -52,29 +64,42 @@ class EmitWorkers:
                 receiver, sender = context.Pipe(duplex=False)
                 widen_pipe(sender)
                 self._receivers.append(receiver)
+                places = None
+                if output is not None:
+                    places, placer = context.Pipe(duplex=False)
+                    self._placers.append(placer)
                 process = context.Process(target=_worker_main, daemon=True,
-                                          args=(spool, segments, plan, share, workers, sender, list(self._receivers)))
+                                          args=(spool, segments, plan, share, workers, sender,
+                                                self._receivers + self._placers, output, places))
                 with forking():  # (a signal held meanwhile is raised as it ends: the worker is known by then)
                     process.start()
                     self._processes.append(process)
                 sender.close()
+                if places is not None:
+                    places.close()
         except BaseException:
             self.close()
             raise
 
-    def blocks(self) -> Iterator[tuple[memoryview, int, int]]:
-        """(output text, events written, events read) per spool block, in
-        spool order; the text is events joined as in a trace (``,`` and a
-        newline between them), ready for :meth:`TraceWriter.splice`.  At the
-        end the workers' pass-2 tallies are added to this process's plan."""
+    def write(self, writer: TraceWriter) -> Iterator[int]:
+        """Each block into ``writer`` in spool order (its text spliced in,
+        or its place reserved and sent to the worker that writes it); yields
+        the events each took from the spool.  At the end, when every worker
+        has written its blocks, their pass-2 tallies are added to this
+        process's plan."""
         workers = len(self._processes)
         number = 0
         while True:
-            tag, body = self._receive(number % workers)
+            share = number % workers
+            tag, body = self._receive(share)
             if tag == _END:
                 break  # the worker whose turn it is has no block left: nor has any other
             read, written = _COUNTS.unpack_from(body)
-            yield body[_COUNTS.size:], written, read
+            if tag == _PLACE:
+                self._place(share, writer.reserve(_LENGTH.unpack_from(body, _COUNTS.size)[0], written))
+            else:
+                writer.splice((body[_COUNTS.size:],), written)
+            yield read
             number += 1
         tallies = [pickle.loads(body)]
         for share in range(workers):
@@ -86,22 +111,31 @@ class EmitWorkers:
         for worker_tallies in tallies:
             self._plan.add_tallies(worker_tallies)
 
+    def _place(self, share: int, place: tuple[int, bool]) -> None:
+        try:
+            self._placers[share].send_bytes(_PLACED.pack(*place))
+        except OSError:  # its reading end is gone: the worker is
+            self._processes[share].join(timeout=1)
+            raise self._stopped(share) from None
+
+    def _stopped(self, share: int) -> TraceError:
+        return TraceError(f"a pass-2 worker stopped unexpectedly (exit status {self._processes[share].exitcode})")
+
     def _receive(self, share: int) -> tuple[bytes, memoryview]:
         """The next message of worker ``share``; its failure raised here."""
         try:
             message = self._receivers[share].recv_bytes()
         except EOFError:
-            process = self._processes[share]
-            process.join(timeout=1)
-            raise TraceError(f"a pass-2 worker stopped unexpectedly (exit status {process.exitcode})") from None
+            self._processes[share].join(timeout=1)
+            raise self._stopped(share) from None
         tag, body = message[:1], memoryview(message)[1:]
         if tag == _FAILED:
             raise pickle.loads(body)
         return tag, body
 
     def close(self) -> None:
-        for receiver in self._receivers:
-            receiver.close()
+        for connection in self._receivers + self._placers:
+            connection.close()
         for process in self._processes:
             if process.is_alive():
                 process.terminate()
@@ -116,20 +150,22 @@ class EmitWorkers:
 
 @gc_paused()
 def _worker_main(spool: EventSpool, segments: Segments | None, plan: EmitPlan, share: int, workers: int, sender,
-                 inherited: list) -> None:
-    """Rewrite blocks ``share``, ``share + workers``, ... and send each; then
-    the plan's tallies, or the failure.
+                 inherited: list, output: int | None, places) -> None:
+    """Rewrite blocks ``share``, ``share + workers``, ... and send each (or,
+    with ``output``, write each where ``places`` says and send its length);
+    then the plan's tallies, or the failure.
 
-    Every reading end inherited from the parent is closed first: if the
-    parent dies, the next send then fails at once instead of blocking on a
-    pipe nobody reads.
+    Every connection end the parent keeps is closed here first: if the
+    parent dies, the next send then fails (and a wait for a place ends) at
+    once instead of blocking on a pipe nobody reads.
     """
-    for receiver in inherited:
-        receiver.close()
+    for connection in inherited:
+        connection.close()
     leave_signals_to_parent()
     try:
         before = plan.tallies()
         position = 0  # where the plan's counters stand
+        unplaced: deque[bytes] = deque()
         for first, block in _share_of(spool, segments, share, workers):
             plan.skip(position, first)
             lines = plan.lines(block, first)
@@ -137,14 +173,33 @@ def _worker_main(spool: EventSpool, segments: Segments | None, plan: EmitPlan, s
                 text, written = lines.text.replace(b"\n", b",\n"), lines.count
             else:
                 text, written = b",\n".join(lines), len(lines)
-            sender.send_bytes(b"".join((_BLOCK, _COUNTS.pack(len(block), written), text)))
+            counts = _COUNTS.pack(len(block), written)
+            if output is None:
+                sender.send_bytes(b"".join((_BLOCK, counts, text)))
+            else:
+                sender.send_bytes(b"".join((_PLACE, counts, _LENGTH.pack(len(text)))))
+                unplaced.append(text)
+                while unplaced and (len(unplaced) > _AHEAD or places.poll()):
+                    _write_placed(output, unplaced.popleft(), places)
             position = first + len(block)
+        while unplaced:
+            _write_placed(output, unplaced.popleft(), places)
         after = plan.tallies()
         sender.send_bytes(_END + pickle.dumps({name: after[name] - before[name] for name in after}))
     except BaseException as exc:
         send_failure(sender, _FAILED, exc)
     finally:
         sender.close()
+
+
+def _write_placed(output: int, text: bytes, places) -> None:
+    """Write ``text`` where the parent placed it (after the separator when
+    events come before it)."""
+    at, separated = _PLACED.unpack(places.recv_bytes())
+    data = memoryview(b",\n" + text if separated else text)
+    while data:
+        done = os.pwrite(output, data, at)
+        data, at = data[done:], at + done
 
 
 def _share_of(spool: EventSpool, segments: Segments | None, share: int,

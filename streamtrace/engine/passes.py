@@ -259,11 +259,16 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
     try:
         with ExitStack() as stack:
             workers = None
-            if jobs > 1 and result.spool is not None and can_fork():
+            forks = jobs > 1 and result.spool is not None and can_fork()
+            in_place = forks and target.plain_file  # the workers write their blocks into the file themselves
+            if forks and not in_place:
                 # forked before the output opens: no compressor thread to inherit
                 workers = stack.enter_context(EmitWorkers(result.spool, plan, jobs))
             out = stack.enter_context(target.open())
             writer = TraceWriter(out, plan.header(result.stats.header), target.redactor)
+            if in_place:
+                out.flush()  # the header, before the workers write after it (they inherit no buffer)
+                workers = stack.enter_context(EmitWorkers(result.spool, plan, jobs, output=out.fileno()))
             emit_events(result.spool, plan, writer, progress=progress, workers=workers)
             writer.close(plan.trailer(result.stats.trailer))
             return writer.events_written
@@ -291,8 +296,7 @@ def emit_events(spool: EventSpool | None, plan: EmitPlan, writer: TraceWriter, *
                 if progress is not None:
                     progress.update("pass 2", None, read, total)
         else:
-            for text, written, count in workers.blocks():
-                writer.splice((text,), written)
+            for count in workers.write(writer):
                 read += count
                 if progress is not None:
                     progress.update("pass 2", None, read, total)

@@ -204,6 +204,13 @@ class OutputTarget:
         return self.spec == "-"
 
     @property
+    def plain_file(self) -> bool:
+        """A local file written as the writer gives it (uncompressed, not
+        redacted): other processes may write parts of it in place."""
+        return (self.path is not None and self.compression == "none" and self.redactor is None
+                and not special_file(self.path))
+
+    @property
     def rewindable(self) -> bool:
         """Can a failed attempt be thrown away and the output restarted?"""
         return self.path is not None or self.url is not None

@@ -51,6 +51,8 @@ class TraceWriter:
         self._batch: list[bytes] = []
         self._started = continues
         self.events_written = 0
+        self._position = 0  # bytes written or reserved so far
+        self._reserved = False  # the next write must seek past a reserved fragment
         self._redactor = redactor if header is not None else None
         if header is None:
             return
@@ -60,7 +62,7 @@ class TraceWriter:
         for key, raw in header:
             parts.append(orjson.dumps(key) + b": " + raw + b",\n")
         parts.append(b'"traceEvents": [\n')
-        out.write(b"".join(parts))
+        self._write(b"".join(parts))
 
     def event(self, line: bytes) -> None:
         """Write one event given as its compact JSON text."""
@@ -74,7 +76,7 @@ class TraceWriter:
         if isinstance(lines, JoinedLines):
             if lines.count:
                 text = self._redacted(lines.text, self.events_written)
-                self._out.write((b",\n" if self._started else b"") + text.replace(b"\n", b",\n"))
+                self._write((b",\n" if self._started else b"") + text.replace(b"\n", b",\n"))
                 self._started = True
                 self.events_written += lines.count
         elif lines:
@@ -89,16 +91,30 @@ class TraceWriter:
             fragment = self._redacted_pieces(fragment)
         for piece in fragment:
             if piece:
-                self._out.write(separator + piece)
+                self._write(separator + piece)
                 separator = b""
         self._started = self._started or count > 0
         self.events_written += count
+
+    def reserve(self, length: int, count: int) -> tuple[int, bool]:
+        """Room in the file for a fragment of ``count`` events and ``length``
+        bytes that another process writes there itself (``os.pwrite``):
+        where it goes, and whether it must begin with the separator.  This
+        writer's later writes go after it."""
+        self.flush()
+        separated = self._started and length > 0
+        at = self._position
+        self._position += length + 2 * separated
+        self._reserved = True
+        self._started = self._started or count > 0
+        self.events_written += count
+        return at, separated
 
     def flush(self) -> None:
         """Write the batched events out."""
         if self._batch:
             text = self._redacted(b",\n".join(self._batch), self.events_written)
-            self._out.write((b",\n" if self._started else b"") + text)
+            self._write((b",\n" if self._started else b"") + text)
             self._started = True
             self.events_written += len(self._batch)
             self._batch = []
@@ -129,4 +145,11 @@ class TraceWriter:
         for key, raw in trailer:
             parts.append(b",\n" + orjson.dumps(key) + b": " + raw)
         parts.append(b"}\n")
-        self._out.write(b"".join(parts))
+        self._write(b"".join(parts))
+
+    def _write(self, data: bytes) -> None:
+        if self._reserved:
+            self._out.seek(self._position)
+            self._reserved = False
+        self._out.write(data)
+        self._position += len(data)
