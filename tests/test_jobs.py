@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from streamtrace.errors import TraceError
 from streamtrace.io import reader, spool
 from streamtrace.io.projection import Projection
 from streamtrace.io.sink import EvenWrites, OutputTarget
+from streamtrace.io.writer import TraceWriter
 from streamtrace.synth import SynthConfig, write_traces
 
 TIMING = {"wall_seconds", "pass1_seconds", "plan_seconds", "pass2_seconds", "peak_rss_mb"}
@@ -379,6 +381,26 @@ def test_a_worker_failure_is_raised_and_leaves_nothing(generated, tmp_path, smal
     with pytest.raises(TraceError, match="planted"):
         compact_with_a_planted_fault(fail, generated, tmp_path, monkeypatch)
     assert [path.name for path in tmp_path.iterdir()] == ["spool"]  # no output, no part file
+    assert os.listdir(tmp_path / "spool") == []
+
+
+def test_a_worker_failure_met_while_its_block_is_placed_is_raised(generated, tmp_path, small_pieces, monkeypatch):
+    """Into a plain file the workers write their blocks where this process
+    places them: a worker that failed (and went) before its place was sent
+    is reported by its failure, not as a worker that stopped."""
+    real_reserve = TraceWriter.reserve
+
+    def slow_reserve(self, length: int, count: int) -> tuple[int, bool]:
+        time.sleep(0.3)  # meanwhile the worker fails at its next block and exits
+        return real_reserve(self, length, count)
+
+    def fail(first_index: int) -> None:
+        raise TraceError("validation failed: planted", event_index=first_index)
+
+    monkeypatch.setattr(TraceWriter, "reserve", slow_reserve)
+    with pytest.raises(TraceError, match="planted"):
+        compact_with_a_planted_fault(fail, generated, tmp_path, monkeypatch)
+    assert [path.name for path in tmp_path.iterdir()] == ["spool"]
     assert os.listdir(tmp_path / "spool") == []
 
 

@@ -114,9 +114,9 @@ class EmitWorkers:
     def _place(self, share: int, place: tuple[int, bool]) -> None:
         try:
             self._placers[share].send_bytes(_PLACED.pack(*place))
-        except OSError:  # its reading end is gone: the worker is
-            self._processes[share].join(timeout=1)
-            raise self._stopped(share) from None
+        except OSError:  # the worker is gone: the failure it sent, if any, is among its messages
+            while True:
+                self._receive(share)  # raises that failure, or (at their end) that the worker stopped
 
     def _stopped(self, share: int) -> TraceError:
         return TraceError(f"a pass-2 worker stopped unexpectedly (exit status {self._processes[share].exitcode})")
