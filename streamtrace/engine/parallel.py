@@ -118,16 +118,14 @@ class EmitWorkers:
             while True:
                 self._receive(share)  # raises that failure, or (at their end) that the worker stopped
 
-    def _stopped(self, share: int) -> TraceError:
-        return TraceError(f"a pass-2 worker stopped unexpectedly (exit status {self._processes[share].exitcode})")
-
     def _receive(self, share: int) -> tuple[bytes, memoryview]:
         """The next message of worker ``share``; its failure raised here."""
         try:
             message = self._receivers[share].recv_bytes()
         except EOFError:
-            self._processes[share].join(timeout=1)
-            raise self._stopped(share) from None
+            process = self._processes[share]
+            process.join(timeout=1)
+            raise TraceError(f"a pass-2 worker stopped unexpectedly (exit status {process.exitcode})") from None
         tag, body = message[:1], memoryview(message)[1:]
         if tag == _FAILED:
             raise pickle.loads(body)
