@@ -33,6 +33,7 @@ from streamtrace.engine import jobs as jobs_module
 from streamtrace.engine.jobs import resolve_jobs
 from streamtrace.errors import TraceError
 from streamtrace.io import reader, spool
+from streamtrace.io.gzipped import GzipPieces
 from streamtrace.io.projection import Projection
 from streamtrace.io.sink import EvenWrites, OutputTarget
 from streamtrace.io.writer import TraceWriter
@@ -44,8 +45,10 @@ TIMING = {"wall_seconds", "pass1_seconds", "plan_seconds", "pass2_seconds", "pea
 @pytest.fixture
 def small_pieces(monkeypatch):
     """Every file read by pass-1 workers (or the parse child) 8 KiB at a
-    time, a plain file's chunks cut by windows up to its last 24 KiB, and
-    the spool read 16 KiB at a time."""
+    time, a plain file's chunks cut by windows up to its last 24 KiB, the
+    spool read 16 KiB at a time, and gzip outputs cut into 1 KiB pieces (so
+    that pass-2 workers compress whole pieces and straddling ones remain)."""
+    monkeypatch.setattr(GzipPieces, "PIECE", 1 << 10)
     monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
     monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 8 << 10)
     monkeypatch.setattr(reader, "TAIL_WINDOW", 16 << 10)
@@ -149,7 +152,9 @@ def run_all(command, source: Path, tmp_path: Path, name: str, **options) -> list
 
 COMMANDS = {
     "compact": (streamtrace.compact, "out.json", {}),
+    "compact to gzip": (streamtrace.compact, "out.json.gz", {}),
     "relink": (streamtrace.relink, "out.json", {}),
+    "relink to gzip": (streamtrace.relink, "out.json.gz", {}),
     "convert": (streamtrace.convert, "out.json.gz", {}),
     "convert --drop-cat": (streamtrace.convert, "out.json", {"drop_categories": ["python_function", "nope"]}),
     "split": (streamtrace.split, "ranks", {"compress": "none"}),
@@ -355,9 +360,10 @@ def test_merge_comes_out_the_same_for_every_n(generated, tmp_path, small_pieces)
 # --- failures in workers ------------------------------------------------------------------------
 
 
-def compact_with_a_planted_fault(fault, generated, tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
-    """Run compact at -j 2 with ``fault()`` called in the worker that gets a
-    block after the first; returns (output, spool dir)."""
+def compact_with_a_planted_fault(fault, generated, tmp_path: Path, monkeypatch,
+                                 output: str = "out.json") -> tuple[Path, Path]:
+    """Run compact at -j 2 into ``output`` with ``fault()`` called in the
+    worker that gets a block after the first; returns (output, spool dir)."""
     real_lines = compact_module.CompactPlan.lines
 
     def planted(self, block, first_index):
@@ -368,38 +374,44 @@ def compact_with_a_planted_fault(fault, generated, tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(compact_module.CompactPlan, "lines", planted)
     spool_dir = tmp_path / "spool"
     spool_dir.mkdir()
-    out = tmp_path / "out.json"
+    out = tmp_path / output
     streamtrace.compact(generated["single"], out, jobs=2, spool_dir=str(spool_dir))
     return out, spool_dir
 
 
-def test_a_worker_failure_is_raised_and_leaves_nothing(generated, tmp_path, small_pieces, monkeypatch):
-    """A check that fails in a pass-2 worker stops the run like it does in one process."""
+@pytest.mark.parametrize("output", ["out.json", "out.json.gz", "out.json.zst"])
+def test_a_worker_failure_is_raised_and_leaves_nothing(output, generated, tmp_path, small_pieces, monkeypatch):
+    """A check that fails in a pass-2 worker stops the run like it does in
+    one process, whether the workers write their blocks, compress their
+    pieces or send their text."""
     def fail(first_index: int) -> None:
         raise TraceError("validation failed: planted", event_index=first_index)
 
     with pytest.raises(TraceError, match="planted"):
-        compact_with_a_planted_fault(fail, generated, tmp_path, monkeypatch)
+        compact_with_a_planted_fault(fail, generated, tmp_path, monkeypatch, output)
     assert [path.name for path in tmp_path.iterdir()] == ["spool"]  # no output, no part file
     assert os.listdir(tmp_path / "spool") == []
 
 
-def test_a_worker_failure_met_while_its_block_is_placed_is_raised(generated, tmp_path, small_pieces, monkeypatch):
-    """Into a plain file the workers write their blocks where this process
-    places them: a worker that failed (and went) before its place was sent
-    is reported by its failure, not as a worker that stopped."""
+@pytest.mark.parametrize("output", ["out.json", "out.json.gz"])
+def test_a_worker_failure_met_while_its_block_is_placed_is_raised(output, generated, tmp_path, small_pieces,
+                                                                   monkeypatch):
+    """Into a plain file (or a gzip one) the workers write (or compress)
+    their blocks for where this process places them: a worker that failed
+    (and went) before its place was sent is reported by its failure, not as
+    a worker that stopped."""
     real_reserve = TraceWriter.reserve
 
-    def slow_reserve(self, length: int, count: int) -> tuple[int, bool]:
+    def slow_reserve(self, *args) -> tuple[int, bool, bytes]:
         time.sleep(0.3)  # meanwhile the worker fails at its next block and exits
-        return real_reserve(self, length, count)
+        return real_reserve(self, *args)
 
     def fail(first_index: int) -> None:
         raise TraceError("validation failed: planted", event_index=first_index)
 
     monkeypatch.setattr(TraceWriter, "reserve", slow_reserve)
     with pytest.raises(TraceError, match="planted"):
-        compact_with_a_planted_fault(fail, generated, tmp_path, monkeypatch)
+        compact_with_a_planted_fault(fail, generated, tmp_path, monkeypatch, output)
     assert [path.name for path in tmp_path.iterdir()] == ["spool"]
     assert os.listdir(tmp_path / "spool") == []
 
@@ -418,7 +430,8 @@ def test_compressed_output_does_not_depend_on_how_writes_fall(pieces, compressio
     directory = tmp_path_factory.mktemp("even")
     whole = b"".join(pieces)
     outputs = []
-    EvenWrites.PIECE = 4096  # many pieces, and writes that straddle them
+    pieces_of = GzipPieces if compression == "gzip" else EvenWrites
+    size, pieces_of.PIECE = pieces_of.PIECE, 4096  # many pieces, and writes that straddle them
     try:
         for name, writes in (("pieces", pieces), ("whole", [whole])):
             target = OutputTarget(str(directory / f"{name}.out"), compress=compression)
@@ -427,7 +440,7 @@ def test_compressed_output_does_not_depend_on_how_writes_fall(pieces, compressio
                     out.write(piece)
             outputs.append((directory / f"{name}.out").read_bytes())
     finally:
-        EvenWrites.PIECE = 1 << 20
+        pieces_of.PIECE = size
     assert outputs[0] == outputs[1]
     reader = gzip.decompress if compression == "gzip" else zstandard.ZstdDecompressor().decompressobj().decompress
     assert reader(outputs[0]) == whole

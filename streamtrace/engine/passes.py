@@ -263,7 +263,7 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
             in_place = forks and target.plain_file  # the workers write their blocks into the file themselves
             if forks and not in_place:
                 # forked before the output opens: no compressor thread to inherit
-                workers = stack.enter_context(EmitWorkers(result.spool, plan, jobs))
+                workers = stack.enter_context(EmitWorkers(result.spool, plan, jobs, pieces=target.pieces_level))
             out = stack.enter_context(target.open())
             writer = TraceWriter(out, plan.header(result.stats.header), target.redactor)
             if in_place:

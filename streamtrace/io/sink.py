@@ -9,7 +9,6 @@ is completed at the end; a failure aborts it.
 from __future__ import annotations
 
 import errno
-import gzip
 import os
 import secrets
 import stat
@@ -23,16 +22,11 @@ from ..errors import TraceError
 from ..resources import stop_if_requested
 from .archive import outer_path
 from .formats import COMPRESSIONS, DEFAULT_LEVEL, LEVELS
+from .gzipped import GzipPieces, compresses_elsewhere
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
 
 if TYPE_CHECKING:
     from .redact import Redactor
-
-try:
-    from isal import igzip as _isal_gzip
-    from isal import igzip_threaded as _fast_gzip
-except ImportError:  # the `fast` extra is optional
-    _fast_gzip = _isal_gzip = None
 
 WRITE_BUFFER = 1 << 20
 
@@ -211,6 +205,14 @@ class OutputTarget:
                 and not special_file(self.path))
 
     @property
+    def pieces_level(self) -> int | None:
+        """For a gzip output that other processes may compress pieces of
+        (not redacted: redaction happens in the writer), its level."""
+        if self.compression != "gzip" or self.redactor is not None or not compresses_elsewhere():
+            return None
+        return DEFAULT_LEVEL["gzip"] if self.level is None else self.level
+
+    @property
     def rewindable(self) -> bool:
         """Can a failed attempt be thrown away and the output restarted?"""
         return self.path is not None or self.url is not None
@@ -334,23 +336,19 @@ def check_level(compression: str, level: int | None) -> None:
 
 @contextmanager
 def compressed(raw: BinaryIO, compression: str, level: int | None, background: bool = True) -> Iterator[BinaryIO]:
-    """Wrap ``raw`` in a compressor; closing flushes it but leaves ``raw`` open."""
+    """Wrap ``raw`` in a compressor; closing flushes it but leaves ``raw`` open.
+    ``background``: zstd compresses in a helper thread (several MB of
+    buffers); gzip compresses each piece as it fills (see ``gzipped``)."""
     if compression == "none":
         yield raw
         return
     if compression == "gzip":
-        chosen = DEFAULT_LEVEL["gzip"] if level is None else level
-        if _fast_gzip is not None and chosen <= 3 and background:
-            # compresses in a background thread, off the GIL: overlaps with the event loop
-            writer = _fast_gzip.open(raw, "wb", compresslevel=chosen, threads=1)
-        elif _isal_gzip is not None and chosen <= 3:
-            writer = _isal_gzip.IGzipFile(fileobj=raw, mode="wb", compresslevel=chosen, mtime=0)
-        else:
-            writer = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=chosen, mtime=0)
-    else:
-        chosen = DEFAULT_LEVEL["zstd"] if level is None else level
-        compressor = zstandard.ZstdCompressor(level=chosen, threads=1 if background else 0)
-        writer = compressor.stream_writer(raw, closefd=False)
+        pieces = GzipPieces(raw, DEFAULT_LEVEL["gzip"] if level is None else level)
+        yield pieces  # type: ignore[misc]
+        pieces.close()
+        return
+    chosen = DEFAULT_LEVEL["zstd"] if level is None else level
+    writer = zstandard.ZstdCompressor(level=chosen, threads=1 if background else 0).stream_writer(raw, closefd=False)
     even = EvenWrites(writer)
     try:
         yield even  # type: ignore[misc]

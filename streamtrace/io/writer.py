@@ -53,6 +53,7 @@ class TraceWriter:
         self.events_written = 0
         self._position = 0  # bytes written or reserved so far
         self._reserved = False  # the next write must seek past a reserved fragment
+        self._last = b""  # the last byte written or reserved
         self._redactor = redactor if header is not None else None
         if header is None:
             return
@@ -96,19 +97,27 @@ class TraceWriter:
         self._started = self._started or count > 0
         self.events_written += count
 
-    def reserve(self, length: int, count: int) -> tuple[int, bool]:
+    def reserve(self, length: int, count: int, last: bytes = b"") -> tuple[int, bool, bytes]:
         """Room in the file for a fragment of ``count`` events and ``length``
-        bytes that another process writes there itself (``os.pwrite``):
-        where it goes, and whether it must begin with the separator.  This
-        writer's later writes go after it."""
+        bytes ending with ``last`` that another process writes there itself
+        (``os.pwrite``) or compresses for there (:meth:`add_placed`): where
+        it goes, whether it must begin with the separator, and the byte
+        before it.  This writer's later writes go after it."""
         self.flush()
         separated = self._started and length > 0
-        at = self._position
+        at, before = self._position, self._last
         self._position += length + 2 * separated
+        self._last = last if length else before
         self._reserved = True
         self._started = self._started or count > 0
         self.events_written += count
-        return at, separated
+        return at, separated, before
+
+    def add_placed(self, message: memoryview) -> None:
+        """Write a reserved fragment that another process compressed for
+        its place (the output is a :class:`~streamtrace.io.gzipped.GzipPieces`);
+        fragments come in the order they were reserved."""
+        self._out.add_placed(message)  # type: ignore[attr-defined]
 
     def flush(self) -> None:
         """Write the batched events out."""
@@ -153,3 +162,4 @@ class TraceWriter:
             self._reserved = False
         self._out.write(data)
         self._position += len(data)
+        self._last = data[-1:] or self._last
