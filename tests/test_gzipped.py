@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import sys
 import zlib
 
 import pytest
@@ -67,3 +68,25 @@ def test_an_empty_stream_is_an_empty_gzip_file():
     raw = io.BytesIO()
     GzipPieces(raw, 1).close()
     assert gzip.decompress(raw.getvalue()) == b""
+
+
+def test_writing_survives_a_profiler_that_keeps_frames():
+    """A sampling profiler (Dask's workers run one) may keep a frame, and
+    its locals, after the call returned: the stream never resizes a buffer
+    that such a local may still view."""
+    kept = []
+
+    def keep(frame, event, arg):
+        if event == "return":
+            kept.append(frame)
+
+    raw = io.BytesIO()
+    sys.setprofile(keep)
+    try:
+        out = GzipPieces(raw, 1)
+        for _ in range(5):
+            out.write(b'{"ph":"X"},\n' * 9_000)
+        out.close()
+    finally:
+        sys.setprofile(None)
+    assert gzip.decompress(raw.getvalue()) == b'{"ph":"X"},\n' * 45_000

@@ -225,14 +225,14 @@ def _put_placed(text: bytes, places, output: int | None, pieces: int | None, sen
     events come before it), or send it compressed for that place."""
     message = places.recv_bytes()
     at, separated = _PLACED.unpack_from(message)
+    data = b",\n" + text if separated else text
     if output is None:
-        data = b",\n" + text if separated else text
         sender.send_bytes(_PIECES + GzipPieces.placed(data, at, message[_PLACED.size:], pieces))  # type: ignore[arg-type]
         return
-    data = memoryview(b",\n" + text if separated else text)
-    while data:
-        done = os.pwrite(output, data, at)
-        data, at = data[done:], at + done
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(output, view, at)
+        view, at = view[done:], at + done
 
 
 def _share_of(spool: EventSpool, segments: Segments | None, share: int,
