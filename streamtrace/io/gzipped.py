@@ -107,14 +107,11 @@ class GzipPieces:
         if not whole:
             return _PLACED.pack(len(text), 0, 0, 0) + text
         end = head_length + whole
-        with memoryview(text) as view:
-            covered = view[head_length:end]
-            compressed = _deflate_pieces(covered, text[head_length - 1:head_length] if head_length else before,
-                                         level, cls.PIECE)
-            crc = _crc32(covered, 0)
-            del covered
-        return b"".join((_PLACED.pack(head_length, len(compressed), whole, crc), text[:head_length], compressed,
-                         text[end - 1:]))
+        covered = memoryview(text)[head_length:end]
+        compressed = _deflate_pieces(covered, text[head_length - 1:head_length] if head_length else before, level,
+                                     cls.PIECE)
+        return b"".join((_PLACED.pack(head_length, len(compressed), whole, _crc32(covered, 0)), text[:head_length],
+                         compressed, text[end - 1:]))
 
     def add_placed(self, message: memoryview) -> None:
         """Write a text that :meth:`placed` prepared for this stream's current position."""
