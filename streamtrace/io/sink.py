@@ -21,7 +21,7 @@ import zstandard
 from ..errors import TraceError
 from ..resources import stop_if_requested
 from .archive import outer_path
-from .formats import COMPRESSIONS, DEFAULT_LEVEL, LEVELS
+from .formats import COMPRESSIONS, LEVELS, chosen_level
 from .gzipped import GzipPieces, compresses_elsewhere
 from .remote import RemoteUpload, check_writable_url, is_url, remote_exists
 
@@ -210,7 +210,7 @@ class OutputTarget:
         (not redacted: redaction happens in the writer), its level."""
         if self.compression != "gzip" or self.redactor is not None or not compresses_elsewhere():
             return None
-        return DEFAULT_LEVEL["gzip"] if self.level is None else self.level
+        return chosen_level("gzip", self.level)
 
     @property
     def rewindable(self) -> bool:
@@ -343,12 +343,12 @@ def compressed(raw: BinaryIO, compression: str, level: int | None, background: b
         yield raw
         return
     if compression == "gzip":
-        pieces = GzipPieces(raw, DEFAULT_LEVEL["gzip"] if level is None else level)
+        pieces = GzipPieces(raw, chosen_level("gzip", level))
         yield pieces  # type: ignore[misc]
         pieces.close()
         return
-    chosen = DEFAULT_LEVEL["zstd"] if level is None else level
-    writer = zstandard.ZstdCompressor(level=chosen, threads=1 if background else 0).stream_writer(raw, closefd=False)
+    compressor = zstandard.ZstdCompressor(level=chosen_level("zstd", level), threads=1 if background else 0)
+    writer = compressor.stream_writer(raw, closefd=False)
     even = EvenWrites(writer)
     try:
         yield even  # type: ignore[misc]
