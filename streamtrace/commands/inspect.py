@@ -13,8 +13,8 @@ from array import array
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from decimal import Decimal
-from itertools import compress
-from operator import add, attrgetter, not_
+from itertools import compress, repeat
+from operator import add, attrgetter, is_not, not_
 from typing import Any, Callable, Iterable, Optional, Union
 
 import msgspec
@@ -297,7 +297,8 @@ class InspectVisitor:
         codes = np.fromiter(map(kinds.__getitem__, cats), dtype=np.int8, count=len(cats)) \
             if any(kinds.values()) else np.zeros(0, dtype=np.int8)
         gpu, runtime, notes, ops = (np.flatnonzero(codes == kind).tolist() for kind in (_GPU, _RUNTIME, _NOTE, _OP))
-        launched = self._launched(events, gpu, runtime)
+        gpu_events = list(map(events.__getitem__, gpu))
+        launched = self._launched(events, gpu, gpu_events, runtime)
         if launched is None:
             return False
         self._count_chunk(events, phs, cats)
@@ -306,22 +307,32 @@ class InspectVisitor:
         if last > self.span[1]:
             self.span[1] = last
         if gpu:
-            self._gpu_chunk(events, gpu, launched)
+            self._gpu_chunk(gpu_events, launched)
         if runtime:
             self._runtime_chunk(events, runtime, launched)
-        for at in notes:
-            name = events[at].name
-            if name.__class__ is str and name.startswith(PP_PREFIXES):
-                side = "gpu" if cats[at] == "gpu_user_annotation" else "cpu"
-                for action in parse_pp_name(name):
-                    self.pp_counts[(side, action.op)] += 1
-            elif name.__class__ is str and name.startswith(STEP_PREFIX) and cats[at] == "user_annotation":
-                ops.append(at)
-        for at in sorted(ops) if notes else ops:
+        if notes and self._notes_chunk(events, notes, cats):
+            ops = sorted(ops + [at for at in notes if cats[at] == "user_annotation"])
+        for at in ops:
             event = events[at]
             if event.name.__class__ is str and event.name.startswith(STEP_PREFIX):
                 self._step(event.pid, event.name, event.ph, event.ts, event.dur)
         return True
+
+    def _notes_chunk(self, events: list["ChunkEvent"], notes: list[int], categories: list) -> bool:
+        """Pipeline actions of a chunk's annotations, each distinct (category,
+        name) parsed once; True when a user annotation may be a step."""
+        steps = False
+        named = Counter(zip(map(categories.__getitem__, notes), map(_NAME, map(events.__getitem__, notes))))
+        for (category, name), count in named.items():
+            if name.__class__ is not str:
+                continue
+            if name.startswith(PP_PREFIXES):
+                side = "gpu" if category == "gpu_user_annotation" else "cpu"
+                for action in parse_pp_name(name):
+                    self.pp_counts[(side, action.op)] += count
+            elif category == "user_annotation" and name.startswith(STEP_PREFIX):
+                steps = True
+        return steps
 
     def _count_chunk(self, events: list["ChunkEvent"], phases: list, categories: list) -> None:
         """Events per (ph, cat, pid); ``args.rank`` of a new key's first event
@@ -346,19 +357,27 @@ class InspectVisitor:
                 self.key_ranks[key] = rank
                 self.pid_rank_args.setdefault(key[2], rank)
 
-    def _launched(self, events: list["ChunkEvent"], gpu: list[int], runtime: list[int]) -> dict | None:
-        """For the GPU events with a correlation id: their positions, pids and
-        ids, and whether a graph launch (``graph``), or any launch
-        (``launched``), of their id came before them; the same for the
-        launches.  None when an id is not a 64-bit integer."""
-        def ids(positions: list[int]) -> tuple[list[int], list, np.ndarray] | None:
-            chosen = [at for at in positions if events[at].args is not None and events[at].args.correlation is not None]
-            values = [events[at].args.correlation for at in chosen]
+    def _launched(self, events: list["ChunkEvent"], gpu: list[int], gpu_events: list["ChunkEvent"],
+                  runtime: list[int]) -> dict | None:
+        """For the GPU events (at ``gpu``: ``gpu_events``) with a correlation
+        id: their positions, pids and ids, and whether a graph launch
+        (``graph``), or any launch (``launched``), of their id came before
+        them; the same for the launches.  None when an id is not a 64-bit
+        integer."""
+        def ids(positions: list[int], chosen: list["ChunkEvent"]) -> tuple[list[int], list, np.ndarray] | None:
+            args = list(map(_ARGS, chosen))
+            if None in args:  # (GPU annotations have no args: events without an id are left out)
+                kept = list(map(is_not, args, repeat(None)))
+                positions, chosen, args = (list(compress(column, kept)) for column in (positions, chosen, args))
+            values = list(map(_CORRELATION, args))
+            if None in values:
+                kept = list(map(is_not, values, repeat(None)))
+                positions, chosen, values = (list(compress(column, kept)) for column in (positions, chosen, values))
             if values and (min(values) < -(1 << 63) or max(values) >= 1 << 63):
                 return None
-            return chosen, [events[at].pid for at in chosen], np.array(values, dtype=np.int64)
+            return positions, list(map(_PID, chosen)), np.array(values, dtype=np.int64)
 
-        kernels, launches = ids(gpu), ids(runtime)
+        kernels, launches = ids(gpu, gpu_events), ids(runtime, list(map(events.__getitem__, runtime)))
         if kernels is None or launches is None:
             return None
         at, _, correlation = kernels
@@ -393,9 +412,8 @@ class InspectVisitor:
             self._graph_fresh = []
         return self._graph_ids
 
-    def _gpu_chunk(self, events: list["ChunkEvent"], gpu: list[int], launched: dict) -> None:
+    def _gpu_chunk(self, chosen: list["ChunkEvent"], launched: dict) -> None:
         """Streams, busy time, kernel names and graph launches of a chunk's GPU events."""
-        chosen = [events[at] for at in gpu]
         streams = self.streams
         for pid, tid in dict.fromkeys(zip(map(_PID, chosen), map(_TID, chosen))):
             streams[pid].add(tid)
@@ -426,8 +444,7 @@ class InspectVisitor:
         _, pids, correlation = launched["gpu"]
         if not len(correlation):
             return
-        codes = np.array(_codes(pids), dtype=np.int32)
-        kinds = list(dict.fromkeys(pids))
+        kinds, codes = _pid_codes(pids)
         graph = launched["graph"]
         if graph.any():
             self._count_graph_gpu(kinds, codes[graph], correlation[graph])
@@ -440,13 +457,14 @@ class InspectVisitor:
         kernels: grouped by numpy, summed as Python integers in C calls."""
         if not names:
             return
-        codes = np.array(_codes(names), dtype=np.intp)
+        distinct = {name: number for number, name in enumerate(dict.fromkeys(names))}
+        codes = np.fromiter(map(distinct.__getitem__, names), dtype=np.intp, count=len(names))
         order = np.argsort(codes, kind="stable")
         counts = np.bincount(codes)
         ends = np.cumsum(counts).tolist()
         fixed = list(map(int, scaled[order].tolist()))
         start = 0
-        for name, count, end in zip(dict.fromkeys(names), counts.tolist(), ends):
+        for name, count, end in zip(distinct, counts.tolist(), ends):
             self._add_kernels(name, count, sum(fixed[start:end]), 0.0)
             start = end
 
@@ -454,8 +472,7 @@ class InspectVisitor:
         """Launch counts and ids of a chunk's launches, its graph launches."""
         _, pids, correlation = launched["launches"]
         self.launch_count += len(pids)
-        kinds = list(dict.fromkeys(pids))
-        codes = np.array(_codes(pids), dtype=np.int32)
+        kinds, codes = _pid_codes(pids)
         for code, pid in enumerate(kinds):
             self.launches[pid].add_each(correlation if len(kinds) == 1 else correlation[codes == code])
         self.any_launch.add_each(correlation)
@@ -632,6 +649,15 @@ def _among(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
     return ordered[np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)] == values
 
 
+def _pid_codes(pids: list) -> tuple[list, np.ndarray]:
+    """The distinct pids in the order they first come, and each pid's number
+    among them (a chunk's GPU events or launches mostly share one pid)."""
+    kinds = list(dict.fromkeys(pids))
+    if len(kinds) == 1:
+        return kinds, np.zeros(len(pids), dtype=np.int32)
+    return kinds, np.array(_codes(pids), dtype=np.int32)
+
+
 def _codes(values: list) -> list[int]:
     """Each value's number, in the order values first come."""
     numbers: dict = {}
@@ -640,7 +666,8 @@ def _codes(values: list) -> list[int]:
 
 _GPU, _RUNTIME, _NOTE, _OP = 1, 2, 3, 4
 _STRINGS = {str}
-_PH, _CAT, _TS, _DUR, _PID, _TID, _NAME = map(attrgetter, ("ph", "cat", "ts", "dur", "pid", "tid", "name"))
+_PH, _CAT, _TS, _DUR, _PID, _TID, _NAME, _ARGS, _CORRELATION = map(
+    attrgetter, ("ph", "cat", "ts", "dur", "pid", "tid", "name", "args", "correlation"))
 _HANDLED = {**{cat: _GPU for cat in GPU_CATEGORIES}, **{cat: _RUNTIME for cat in RUNTIME_CATEGORIES},
             **{cat: _NOTE for cat in ANNOTATION_CATEGORIES}, "cpu_op": _OP}
 

@@ -93,7 +93,7 @@ def read_alike(text: bytes, folded: bytes | None = None) -> bool:
     has it: its digits are ``9``s and its exponent marks ``e``s, so the
     number shapes the fast reading refuses stand out."""
     shapes = fold(text) if folded is None else folded
-    if _LONG_DIGITS in shapes and (has_int_beyond_fast_reading(text, shapes) or _HUGE_DIGITS in shapes):
+    if has_int_beyond_fast_reading(text, shapes, run_limit=_HUGE_DIGITS):
         return False
     if _has_huge_exponent(shapes):
         return False
@@ -106,7 +106,7 @@ def read_alike(text: bytes, folded: bytes | None = None) -> bool:
 
 
 _HUGE_EXPONENT = re.compile(rb"9e\+?999")  # beyond a double (zeros are nines here too)
-_LONG_DIGITS, _HUGE_DIGITS = b"9" * 19, b"9" * 300  # an integer beyond 64 bits; a float beyond a double
+_HUGE_DIGITS = 300  # a run of digits that makes a float beyond a double
 _FEW_EXPONENTS = 64
 
 

@@ -888,8 +888,10 @@ _DIGIT_RUN = re.compile(rb"9+")
 _ORJSON_INTS = range(-(1 << 63), 1 << 64)
 
 
-def has_int_beyond_fast_reading(text: bytes, digits: bytes | None = None) -> bool:
+def has_int_beyond_fast_reading(text: bytes, digits: bytes | None = None, run_limit: int | None = None) -> bool:
     """Does ``text`` hold an integer orjson would round (outside [-2^63, 2^64))?
+    With ``run_limit``: or a run of that many digits, integer or not (a
+    caller refusing floats beyond a double tests both in one search).
 
     Digits become ``9`` in a translated copy (``digits``, when the caller
     has made one: any copy with digits as ``9`` and nothing else as ``9``),
@@ -902,6 +904,8 @@ def has_int_beyond_fast_reading(text: bytes, digits: bytes | None = None) -> boo
     at = digits.find(_NINETEEN_DIGITS)
     while at >= 0:
         end = _DIGIT_RUN.match(digits, at).end()
+        if run_limit is not None and end - at >= run_limit:
+            return True
         in_float = (at and text[at - 1] == 0x2E) or text[end:end + 1] in (b".", b"e", b"E")
         start = at - 1 if at and text[at - 1] == 0x2D else at
         if not in_float and int(text[start:end]) not in _ORJSON_INTS:
