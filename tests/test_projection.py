@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamtrace.algo import columns
 from streamtrace.algo.secrets import fold
+from streamtrace.commands import mergedindex
 from streamtrace.commands.attribute import AttributeIndex
 from streamtrace.commands.compact import CompactIndex
 from streamtrace.commands.inspect import InspectVisitor
@@ -20,6 +22,7 @@ from streamtrace.commands.split import SplitIndex
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
 from streamtrace.io.projection import ProjectedChunk, Projection, read_alike
+from streamtrace.kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 
 RULES = load_rules(None)
 
@@ -193,11 +196,13 @@ def inspect_events() -> list[dict]:
     return events
 
 
-@pytest.mark.parametrize("order", ["as written", "reversed"])
+@pytest.mark.parametrize("order", ["as written", "reversed", "plain"])
 def test_a_projected_chunk_indexes_for_inspect_as_event_by_event(order):
     events = inspect_events()
     if order == "reversed":
         events.reverse()
+    if order == "plain":
+        events = plain(events)
     one_by_one, projected = InspectVisitor(), InspectVisitor()
     for event in events:
         one_by_one.visit(event)
@@ -210,7 +215,10 @@ def test_a_projected_chunk_indexes_for_inspect_as_event_by_event(order):
                                       undecided.launched)), undecided.odd)
         part["findings"] = part["findings"].counts if part["findings"] is not None else None
     assert got == expected
-    assert set(expected["busy"]) == {0, 2} and expected["kernels"]["None"][0] == 1
+    if order == "plain":
+        assert set(expected["busy"]) == {0, 2} and sum(count for count, _, _ in expected["kernels"].values()) == 2
+    else:
+        assert set(expected["busy"]) == {0, 2} and expected["kernels"]["None"][0] == 1
 
 
 @settings(max_examples=300, deadline=None)
@@ -294,7 +302,30 @@ def attribute_events() -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("order", ["as written", "reversed"])
+def plain(events: list[dict]) -> list[dict]:
+    """The events of ``events`` a plain trace has, which the projected readings
+    take by C-level passes alone: launches and GPU events with a usable
+    correlation id, no ``args.rank``, flow ids that are integers in range."""
+    def is_plain(event: dict) -> bool:
+        args = event.get("args")
+        if isinstance(args, dict) and "rank" in args:
+            return False
+        if event.get("cat") in GPU_CATEGORIES or event.get("cat") in RUNTIME_CATEGORIES:
+            return isinstance(args, dict) and type(args.get("correlation")) is int and 0 <= args["correlation"] < 1 << 62
+        return "id" not in event or (type(event["id"]) is int and 0 <= event["id"] < 1 << 63)
+    return [event for event in events if is_plain(event)]
+
+
+def slow_paths_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the per-event readings of ids and ranks fail, so that a projected
+    reading of plain events shows it took the column passes."""
+    def fail(value: object) -> None:
+        raise AssertionError(f"a per-event reading of {value!r}")
+    monkeypatch.setattr(mergedindex, "_usable_id", fail)
+    monkeypatch.setattr(columns, "plain_rank", fail)
+
+
+@pytest.mark.parametrize("order", ["as written", "reversed", "plain"])
 @pytest.mark.parametrize("indexes", [(MergedIndex, LinksIndex), (SplitIndex, SplitIndex),
                                      (lambda: AttributeIndex(None), lambda: AttributeIndex(None))],
                          ids=["relink", "split", "attribute"])
@@ -304,21 +335,27 @@ def test_a_projected_chunk_indexes_for_relink_and_split_as_event_by_event(order,
     split's index each event's owner as its visit does, and attribute's
     index the same launch details, CPU ops (threads and names numbered
     alike) and GPU rows."""
-    events = [*merged_events(), *attribute_events()] if order == "as written" else \
+    events = [*merged_events(), *attribute_events()] if order != "reversed" else \
         [*reversed(merged_events()), *reversed(attribute_events())]
     events.append({"ph": "X", "cat": "cpu_op", "name": "no pid", "ts": 11.0, "args": {"rank": 1 << 40}})
+    if order == "plain":
+        events = plain(events)
     one_by_one, projected = indexes[0](), indexes[1]()
     for chunk in (events[:6], events[6:]):
         for event in chunk:
             one_by_one.visit(event)
         text = orjson.dumps(chunk)[1:-1]
-        assert projected.visit_projected(ProjectedChunk(text, projected.projection.decode(text)))
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            if order == "plain":
+                slow_paths_fail(monkeypatch)
+            assert projected.visit_projected(ProjectedChunk(text, projected.projection.decode(text)))
     assert [facts.pid for facts in projected.pids] == [facts.pid for facts in one_by_one.pids]
     expected, got = one_by_one.take_part(), projected.take_part()
     assert got == expected
-    assert sum(expected["actions"].count(kind) for kind in (LAUNCH, GPU)) == 12
-    assert expected["pids"][0].pid == 7 and expected["pids"][0].name_ranks == {3}
-    if "rows" in expected:
+    assert sum(expected["actions"].count(kind) for kind in (LAUNCH, GPU)) == (4 if order == "plain" else 12)
+    if order != "plain":
+        assert expected["pids"][0].pid == 7 and expected["pids"][0].name_ranks == {3}
+    if "rows" in expected and order != "plain":
         assert len(expected["rows"]) == 8 and len(expected["ops"]) == 4 * 25 and len(expected["launch_end"]) == 4
 
 
@@ -349,18 +386,21 @@ def slice_events() -> list[dict]:
         {"ph": "X", "cat": "cpu_op", "name": "drop me too", "pid": 11, "tid": 1, "ts": 4.25, "dur": 1 << 60,
          "args": {"rank": True}},
         {"ph": "M", "name": "thread_name", "pid": 14, "tid": 1, "args": {"name": "main", "rank": 0}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": 11, "tid": 1, "ts": 30, "dur": 2},
     ]
 
 
-@pytest.mark.parametrize("order", ["as written", "reversed"])
+@pytest.mark.parametrize("order", ["as written", "reversed", "plain"])
 @pytest.mark.parametrize("selection", ["none", "every criterion"])
 def test_a_projected_chunk_indexes_for_slice_as_event_by_event(order, selection):
     """Slice's index reading projections records every event's columns
     (times, pid slots, flags, ranks), the flows' keys and the step spans
     as its visit does, whatever the selection flags."""
     from streamtrace.commands.slicing import Selection, SliceIndex
-    events = [*merged_events(), *slice_events()] if order == "as written" else \
+    events = [*merged_events(), *slice_events()] if order != "reversed" else \
         [*reversed(slice_events()), *reversed(merged_events())]
+    if order == "plain":
+        events = plain(events)
     chosen = Selection() if selection == "none" else \
         Selection(drop_categories=frozenset({"python_function", None}), drop_name=re.compile("drop"),
                   pids=frozenset({"11", "None", "host"}))
@@ -370,12 +410,15 @@ def test_a_projected_chunk_indexes_for_slice_as_event_by_event(order, selection)
         for event in chunk:
             one_by_one.visit(event)
         text = orjson.dumps(chunk)[1:-1]
-        assert projected.visit_projected(ProjectedChunk(text, projected.projection.decode(text)))
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            if order == "plain":
+                slow_paths_fail(monkeypatch)
+            assert projected.visit_projected(ProjectedChunk(text, projected.projection.decode(text)))
     expected, got = one_by_one.take_part(), projected.take_part()
     assert [column.tobytes() for column in got.pop("columns")] == \
         [column.tobytes() for column in expected["columns"]]  # (bytes: NaN times are not equal to themselves)
     assert got == {name: value for name, value in expected.items() if name != "columns"}
-    assert len(expected["step_spans"]) == 2 and len(expected["flows"][0]) == 7
+    assert (len(expected["step_spans"]), len(expected["flows"][0])) == ((1, 2) if order == "plain" else (3, 7))
     assert len(expected["columns"][0]) == len(events)
     flags = {(packed >> 24) & 0xFF for packed in expected["columns"][2]}
     assert len(flags) >= (6 if selection == "every criterion" else 3)

@@ -2,14 +2,40 @@
 typed arrays, read as the event-by-event visits read them one at a time (pure)."""
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import attrgetter, is_not
+
 import numpy as np
 
+from .ranks import plain_rank
+
 PLAIN_NUMBERS = frozenset({int, float})  # what a projection decodes numbers into (not bool)
+_NUMBERS_OR_NONE = PLAIN_NUMBERS | {type(None)}
 
 
 def as_floats(values: list, missing: float) -> np.ndarray:
     """Numbers as float64 (an integer rounded as ``float()`` rounds it),
     anything else (absent, text, a bool) as ``missing``."""
-    if set(map(type, values)) <= PLAIN_NUMBERS:
+    kinds = set(map(type, values))
+    if kinds <= PLAIN_NUMBERS:
         return np.array(values, np.float64)
+    if kinds <= _NUMBERS_OR_NONE:  # numpy reads None as NaN, which no decoded JSON number is
+        column = np.array(values, np.float64)
+        if missing == missing:
+            column[np.isnan(column)] = missing
+        return column
     return np.array([value if value.__class__ in PLAIN_NUMBERS else missing for value in values], np.float64)
+
+
+def rank_column(arguments: list, missing: int) -> np.ndarray:
+    """Each event's ``args.rank`` when a plain rank (:func:`plain_rank`),
+    else ``missing``, from the events' decoded ``args`` (None for none):
+    C-level passes when no event names a rank, as most do not."""
+    given = list(map(_RANK, compress(arguments, map(is_not, arguments, repeat(None)))))
+    if given.count(None) == len(given):
+        return np.full(len(arguments), missing, np.int64)
+    return np.fromiter((missing if args is None or (rank := plain_rank(args.rank)) is None else rank
+                        for args in arguments), np.int64, len(arguments))
+
+
+_RANK = attrgetter("rank")

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter, eq
+from itertools import compress, repeat
+from operator import attrgetter, contains, eq, is_not
 from typing import Callable
 
 import numpy as np
 
-from ..algo.columns import PLAIN_NUMBERS, as_floats
+from ..algo.columns import PLAIN_NUMBERS, as_floats, rank_column
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
 from ..algo.parts import extend_converted, translated
 from ..algo.rankmap import AMBIGUOUS, UNKNOWN, PidEvidence, RankResolution, pair_by_time, resolve_ranks
-from ..algo.ranks import plain_rank, rank_from_args, rank_from_process_name
+from ..algo.ranks import rank_from_args, rank_from_process_name
 from ..errors import TraceError
 from ..io.jsonscan import RawMember, member_value
 from ..io.projection import ProjectedChunk, Projection
@@ -248,13 +248,13 @@ class LinksIndex(MergedIndex):
         named = [position for position in np.flatnonzero((codes == KEEP) & (metadata == 1)).tolist()
                  if events[position].name == "process_name"]
         work = np.flatnonzero((codes == LAUNCH) | (codes == GPU))
-        picked = [events[at] for at in work.tolist()]
+        picked = list(map(events.__getitem__, work.tolist()))
         is_launch = codes[work] == LAUNCH
         columns = _WorkColumns(picked, is_launch)
         kinds = codes.copy()
         kinds[work[~columns.valid]] = KEEP
         done = work[columns.valid]
-        pids = [picked[at].pid for at in np.flatnonzero(columns.valid).tolist()]
+        pids = list(map(_PID, compress(picked, columns.valid.tolist())))
         provisional = {pid: number for number, pid in enumerate(dict.fromkeys(pids))}
         pid_codes = np.fromiter(map(provisional.__getitem__, pids), np.int64, len(pids))
         _, firsts = np.unique(pid_codes, return_index=True)
@@ -324,15 +324,16 @@ class _WorkColumns:
     def __init__(self, events: list, is_launch: np.ndarray) -> None:
         count = len(events)
         arguments = list(map(_ARGS, events))
-        self.ids = np.fromiter((NO_ID if args is None else _usable_id(args.correlation) for args in arguments),
-                               np.int64, count)
-        self.ranks = np.fromiter((NO_RANK if args is None or (rank := plain_rank(args.rank)) is None else rank
-                                  for args in arguments), np.int64, count)
+        self.ids = _id_column(arguments)
+        self.ranks = rank_column(arguments, NO_RANK)
         times = list(map(_TS, events))
         self.timed = np.fromiter(map(PLAIN_NUMBERS.__contains__, map(type, times)), bool, count)
         self.ts = as_floats(times, np.nan)
-        self.graph = np.fromiter((name.__class__ is str and "GraphLaunch" in name for name in map(_NAME, events)),
-                                 bool, count)
+        names = list(map(_NAME, events))
+        if set(map(type, names)) <= _TEXT:
+            self.graph = np.fromiter(map(contains, names, repeat("GraphLaunch")), bool, count)
+        else:
+            self.graph = np.fromiter((name.__class__ is str and "GraphLaunch" in name for name in names), bool, count)
         sliced = np.fromiter(map(eq, map(_PH, events), repeat("X")), bool, count)
         self.valid = np.where(is_launch, (self.ids != NO_ID) & self.timed, sliced)
 
@@ -344,7 +345,26 @@ class _WorkColumns:
         return kept
 
 
-_CAT, _PH, _TS, _NAME, _ARGS = map(attrgetter, ("cat", "ph", "ts", "name", "args"))
+_CAT, _PH, _TS, _NAME, _ARGS, _CORRELATION, _PID = map(
+    attrgetter, ("cat", "ph", "ts", "name", "args", "correlation", "pid"))
+_TEXT = frozenset({str})
+
+
+def _id_column(arguments: list) -> np.ndarray:
+    """Each event's usable correlation id (:func:`_usable_id`), else NO_ID,
+    from the events' decoded ``args`` (None for none): C-level passes when
+    every id given is a plain integer in range, as in a plain trace."""
+    present = list(map(is_not, arguments, repeat(None)))
+    ids = list(map(_CORRELATION, compress(arguments, present)))
+    if set(map(type, ids)) <= _INTEGER and (not ids or (min(ids) >= 0 and max(ids) < ID_LIMIT)):
+        column = np.full(len(arguments), NO_ID, np.int64)
+        column[np.array(present, bool)] = ids
+        return column
+    return np.fromiter((NO_ID if args is None else _usable_id(args.correlation) for args in arguments),
+                       np.int64, len(arguments))
+
+
+_INTEGER = frozenset({int})
 _METADATA_PHASE = {"M": 1}
 _KINDS = {**dict.fromkeys(GPU_CATEGORIES, GPU), **dict.fromkeys(RUNTIME_CATEGORIES, LAUNCH), "ac2g": AC2G}
 

@@ -29,10 +29,10 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..algo.columns import as_floats
+from ..algo.columns import as_floats, rank_column
 from ..algo.links import NO_LAUNCH, IdTable, build_tables
 from ..algo.parts import extend_converted, translated
-from ..algo.ranks import RANK_LIMIT, plain_rank
+from ..algo.ranks import RANK_LIMIT
 from ..algo.steps import (
     NO_STEP,
     STEP_CATEGORIES,
@@ -74,7 +74,8 @@ NAME_CACHE = 1 << 16
 MB = 1_000_000
 PLAN_MMAP_THRESHOLD = 4 << 20  # while planning, buffers from this size on come from the OS and go back to it
 METADATA_EVERYWHERE = -2  # with --each-step: a metadata event, copied to several files
-_PID, _CAT, _PH, _NAME, _TS, _DUR, _ARGS = map(attrgetter, ("pid", "cat", "ph", "name", "ts", "dur", "args"))
+_PID, _CAT, _PH, _NAME, _TS, _DUR, _ARGS, _ID = map(attrgetter, ("pid", "cat", "ph", "name", "ts", "dur", "args", "id"))
+_INTEGER = frozenset({int})
 
 
 @dataclass
@@ -202,16 +203,16 @@ class SliceIndex(LinksIndex):
         pids = list(map(_PID, events))
         cats = list(map(_CAT, events))
         phases = list(map(_PH, events))
-        ranks = [None if args is None else args.rank for args in map(_ARGS, events)]
+        arguments = list(map(_ARGS, events))
         dropped = np.fromiter(map(self.selection.drop_categories.__contains__, cats), bool, count)
         is_metadata = np.fromiter(map(eq, phases, repeat("M")), bool, count)
         is_flow = np.fromiter(map(FLOW_PHASES.__contains__, phases), bool, count) & ~is_metadata
         flows = np.flatnonzero(is_flow).tolist()
-        flow_cats = [cats[at] for at in flows]
+        flow_cats = list(map(cats.__getitem__, flows))
         new_flow_cats = [cat for cat in dict.fromkeys(flow_cats) if cat not in self.flow_cats]
-        steps = [at for at in np.flatnonzero(~is_metadata & ~is_flow).tolist()
-                 if cats[at] in STEP_CATEGORIES and events[at].name.__class__ is str
-                 and events[at].name.startswith("ProfilerStep#")]
+        may_step = np.fromiter(map(STEP_CATEGORIES.__contains__, cats), bool, count) & ~is_metadata & ~is_flow
+        steps = [at for at in np.flatnonzero(may_step).tolist()
+                 if events[at].name.__class__ is str and events[at].name.startswith("ProfilerStep#")]
         name_dropped = self._name_test()
         named_out = np.fromiter(map(name_dropped, map(_NAME, events)), bool, count) if name_dropped else None
         wanted = self.selection.pids
@@ -229,20 +230,22 @@ class SliceIndex(LinksIndex):
             flags |= np.where(named_out, NAME, 0)
         if pid_out is not None:
             flags |= np.where(pid_out, PID, 0)
-        own_rank = np.fromiter((-1 if (rank := plain_rank(value)) is None else rank for value in ranks), np.int64,
-                               count)
+        own_rank = rank_column(arguments, -1)
         self._add_columns(start, end, slots | flags.astype(np.int64) << FLAG_SHIFT | (own_rank + 1) << RANK_SHIFT)
         for cat in new_flow_cats:
             self._new_flow_cat(cat)
         self.flow_cat.extend(map(self.flow_cats.__getitem__, flow_cats))
-        self.flow_id.extend(self._flow_ids([events[at].id for at in flows]))
-        self.flow_start += bytes(phases[at] == "s" for at in flows)
+        self.flow_id.extend(self._flow_ids(list(map(_ID, map(events.__getitem__, flows)))))
+        self.flow_start += bytes(map(eq, map(phases.__getitem__, flows), repeat("s")))
         for at in steps:
-            self._step_span(events[at].name, int(slots[at]), ranks[at], float(start[at]), events[at].dur)
+            rank = None if arguments[at] is None else arguments[at].rank
+            self._step_span(events[at].name, int(slots[at]), rank, float(start[at]), events[at].dur)
         return True
 
     def _flow_ids(self, ids: list) -> list[int]:
         """Flow ids as the flow-id column keeps them (see :meth:`_other_flow_id`)."""
+        if set(map(type, ids)) <= _INTEGER and (not ids or (min(ids) >= 0 and max(ids) < 1 << 63)):
+            return ids
         return [flow_id if flow_id.__class__ is int and 0 <= flow_id < 1 << 63 else self._other_flow_id(flow_id)
                 for flow_id in ids]
 
