@@ -27,6 +27,12 @@ def as_floats(values: list, missing: float) -> np.ndarray:
     return np.array([value if value.__class__ in PLAIN_NUMBERS else missing for value in values], np.float64)
 
 
+def plain_ints_below(values: list, stop: int) -> bool:
+    """Are all ``values`` plain integers (not bools) in [0, ``stop``)?  In C-level passes:
+    the test that lets a column of ids skip the per-value reading."""
+    return set(map(type, values)) <= _INTEGER and (not values or (min(values) >= 0 and max(values) < stop))
+
+
 def rank_column(arguments: list, missing: int) -> np.ndarray:
     """Each event's ``args.rank`` when a plain rank (:func:`plain_rank`),
     else ``missing``, from the events' decoded ``args`` (None for none):
@@ -39,3 +45,4 @@ def rank_column(arguments: list, missing: int) -> np.ndarray:
 
 
 _RANK = attrgetter("rank")
+_INTEGER = frozenset({int})

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..algo.columns import PLAIN_NUMBERS, as_floats, rank_column
+from ..algo.columns import PLAIN_NUMBERS, as_floats, plain_ints_below, rank_column
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.links import NO_LAUNCH, Links, ambiguous_collisions, build_tables, link
 from ..algo.parts import extend_converted, translated
@@ -356,7 +356,7 @@ def _id_column(arguments: list) -> np.ndarray:
     every id given is a plain integer in range, as in a plain trace."""
     present = list(map(is_not, arguments, repeat(None)))
     ids = list(map(_CORRELATION, compress(arguments, present)))
-    if set(map(type, ids)) <= _INTEGER and (not ids or (min(ids) >= 0 and max(ids) < ID_LIMIT)):
+    if plain_ints_below(ids, ID_LIMIT):
         column = np.full(len(arguments), NO_ID, np.int64)
         column[np.array(present, bool)] = ids
         return column
@@ -364,7 +364,6 @@ def _id_column(arguments: list) -> np.ndarray:
                        np.int64, len(arguments))
 
 
-_INTEGER = frozenset({int})
 _METADATA_PHASE = {"M": 1}
 _KINDS = {**dict.fromkeys(GPU_CATEGORIES, GPU), **dict.fromkeys(RUNTIME_CATEGORIES, LAUNCH), "ac2g": AC2G}
 

@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..algo.columns import as_floats, rank_column
+from ..algo.columns import as_floats, plain_ints_below, rank_column
 from ..algo.links import NO_LAUNCH, IdTable, build_tables
 from ..algo.parts import extend_converted, translated
 from ..algo.ranks import RANK_LIMIT
@@ -75,7 +75,6 @@ MB = 1_000_000
 PLAN_MMAP_THRESHOLD = 4 << 20  # while planning, buffers from this size on come from the OS and go back to it
 METADATA_EVERYWHERE = -2  # with --each-step: a metadata event, copied to several files
 _PID, _CAT, _PH, _NAME, _TS, _DUR, _ARGS, _ID = map(attrgetter, ("pid", "cat", "ph", "name", "ts", "dur", "args", "id"))
-_INTEGER = frozenset({int})
 
 
 @dataclass
@@ -244,7 +243,7 @@ class SliceIndex(LinksIndex):
 
     def _flow_ids(self, ids: list) -> list[int]:
         """Flow ids as the flow-id column keeps them (see :meth:`_other_flow_id`)."""
-        if set(map(type, ids)) <= _INTEGER and (not ids or (min(ids) >= 0 and max(ids) < 1 << 63)):
+        if plain_ints_below(ids, 1 << 63):
             return ids
         return [flow_id if flow_id.__class__ is int and 0 <= flow_id < 1 << 63 else self._other_flow_id(flow_id)
                 for flow_id in ids]
