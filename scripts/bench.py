@@ -21,6 +21,16 @@ command's whole process tree (workers included) is sampled for RSS and PSS
 JSON summary with ``pass1_seconds`` / ``plan_seconds`` / ``wall_seconds``,
 their medians are reported too.
 
+Every run's page faults are counted, and for each yardstick its user time
+(CPU time less the kernel's) and the kernel's time per fault: ``orjson``
+hands gigabytes of fresh memory to the process, and what a fault costs
+varies with the machine far more than the parse does (on a virtual machine
+several microseconds, and from run to run).  So each command gets a second
+ratio per round, ``ratio_to_NAME_user_time``: its wall time over the
+yardstick's user time, as if the yardstick's page faults cost nothing.
+A run stopped by SIGTERM or Ctrl-C stops its child and removes its scratch
+directory.
+
     python scripts/bench.py big.json -- streamtrace inspect {input} --json -j 2
     python scripts/bench.py big.json --rounds 5 -- streamtrace compact {input} -o {tmp}/out.json.gz -q -j 1
 
@@ -49,6 +59,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -159,10 +170,15 @@ def run_child(argv: list[str]) -> dict:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        _, status, usage = os.wait4(process.pid, 0)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:  # stopped (Ctrl-C, SIGTERM): the child stops too, cleaning up as it does on SIGTERM
+            stop_child(process)
+            raise
+        finally:
+            done.set()
+            sampler.join()
         elapsed = time.perf_counter() - started
-        done.set()
-        sampler.join()
         stderr = process.stderr.read().decode(errors="replace")
         process.stderr.close()
         code = os.waitstatus_to_exitcode(status)
@@ -173,7 +189,25 @@ def run_child(argv: list[str]) -> dict:
                 "tree_rss_mb": tree_peak[0], "tree_pss_mb": tree_peak[1],
                 # the child's own CPU time plus that of every descendant it reaped (its workers)
                 "cpu_seconds": usage.ru_utime + usage.ru_stime, "sys_cpu_seconds": usage.ru_stime,
-                "main_cpu_seconds": main_cpu[0]}
+                "main_cpu_seconds": main_cpu[0], "page_faults": usage.ru_minflt + usage.ru_majflt}
+
+
+def stop_child(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a streamtrace command removes its
+    spool and partial output on SIGTERM, as it does on Ctrl-C."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM raise SystemExit, so that the running child is stopped
+    and the scratch directory removed (``finally`` does not run when the
+    default action kills the process)."""
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
 
 
 CALIBRATION_CODE = "sum(i * i % 7 for i in range(3_000_000))"
@@ -273,6 +307,7 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         "command_seconds_each": [round(run["seconds"], 2) for run in runs],  # round by round, beside the yardsticks'
         "command_cpu_seconds": spread([run["cpu_seconds"] for run in runs]),
         "command_sys_cpu_seconds": spread([run["sys_cpu_seconds"] for run in runs]),
+        "command_page_faults": spread([run["page_faults"] for run in runs], 0),
         # the share of the CPU time spent in the main process (reading, cutting chunks, joining, writing)
         "command_main_process_cpu_share": spread([run["main_cpu_seconds"] / max(run["cpu_seconds"], 1e-9) for run in runs]),
         "command_peak_rss_mb": round(max(run["peak_rss_mb"] for run in runs), 1),
@@ -294,13 +329,26 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         report[f"{name}_sys_cpu_seconds"] = spread([run["sys_cpu_seconds"] for run in theirs])
         # the user part: for orjson steady while memory is as fast as usual (2.2-2.8 s for 0.5 GB here), up to three
         # times that while it is slow
-        report[f"{name}_user_cpu_seconds"] = spread([run["cpu_seconds"] - run["sys_cpu_seconds"] for run in theirs])
+        report[f"{name}_user_cpu_seconds"] = spread([user_seconds(run) for run in theirs])
+        # what a page fault costs sets the kernel's part: on this virtual machine several microseconds, on bare
+        # metal a fraction of one
+        report[f"{name}_page_faults"] = spread([run["page_faults"] for run in theirs], 0)
+        report[f"{name}_sys_microseconds_per_fault"] = spread([1e6 * run["sys_cpu_seconds"] / max(run["page_faults"], 1)
+                                                               for run in theirs])
         report[f"{name}_peak_rss_mb"] = round(max(run["peak_rss_mb"] for run in theirs), 1)
         report[f"ratio_to_{name}"] = spread([mine["seconds"] / other["seconds"] for other, mine in zip(theirs, runs)])
+        # against the yardstick's user time alone: as if its page faults cost nothing, the strictest reading
+        # and the one that depends least on the machine's memory
+        report[f"ratio_to_{name}_user_time"] = spread([mine["seconds"] / max(user_seconds(other), 1e-9)
+                                                       for other, mine in zip(theirs, runs)])
     if first is not runs:  # the same round's run of the first command: pairs measured under the same load
         report["ratio_to_first_command"] = spread([mine["seconds"] / other["seconds"]
                                                    for other, mine in zip(first, runs)])
     return report
+
+
+def user_seconds(run: dict) -> float:
+    return run["cpu_seconds"] - run["sys_cpu_seconds"]
 
 
 def main() -> int:
@@ -318,6 +366,7 @@ def main() -> int:
     unknown = set(chosen) - set(YARDSTICKS)
     if unknown:
         parser.error(f"unknown yardstick(s): {', '.join(sorted(unknown))}")
+    stop_on_sigterm()
     machine = {"cpu_model": cpu_model(), "streamtrace_compiled": byte_compile_streamtrace(),
                "calibration_seconds_before": round(calibration_seconds(), 3)}
     read_through(args.inputs)
