@@ -332,8 +332,10 @@ class CompactIndex:
         if unseen:
             first: dict = {}
             for at, held in kinds:
-                for position, key in zip(at, held):
-                    if key in unseen and position < first.get(key, position + 1):
+                earliest = dict(zip(reversed(held), reversed(at)))  # each key's first position among the kind's events
+                for key in unseen.intersection(earliest):
+                    position = earliest[key]
+                    if position < first.get(key, position + 1):
                         first[key] = position
             for key in sorted(unseen, key=first.__getitem__):
                 new(key)
