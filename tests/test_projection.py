@@ -153,9 +153,10 @@ def test_text_pass_2_cannot_take_is_refused(text):
 @given(st.lists(st.sampled_from([b"1", b"9", b"0", b"e", b"E", b"+", b"-", b".", b" ", b'"', b"x", b"e999", b"1e+3"]),
                 max_size=40))
 def test_huge_exponents_are_found_wherever_they_stand(pieces):
-    """The exponent test (numpy finding the ``e``s after a digit in the
-    folded text) answers as one search of the raw text would, at the text's
-    edges too, and alike with the caller's folded copy."""
+    """The exponent test (numpy comparing the folded text as 16-bit words,
+    at even and at odd offsets, for an ``e`` after a digit, then finding
+    those ``e``s) answers as one search of the raw text would, at the
+    text's edges too, and alike with the caller's folded copy."""
     text = b"".join(pieces)
     refused = re.search(rb"[0-9][eE]\+?[0-9]{3}", text) is not None or re.search(rb"[0-9]{19}", text) is not None
     assert read_alike(text) is not refused
