@@ -24,8 +24,8 @@ their medians are reported too.
 Every run's page faults are counted, and for each yardstick its user time
 (CPU time less the kernel's) and the kernel's time per fault: ``orjson``
 hands gigabytes of fresh memory to the process, and what a fault costs
-varies with the machine far more than the parse does (on a virtual machine
-several microseconds, and from run to run).  So each command gets a second
+varies with the machine far more than the parse does (several microseconds
+on a virtual machine, and from run to run there).  So each command gets a second
 ratio per round, ``ratio_to_NAME_user_time``: its wall time over the
 yardstick's user time, as if the yardstick's page faults cost nothing.
 A run stopped by SIGTERM or Ctrl-C stops its child and removes its scratch
@@ -348,6 +348,7 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
 
 
 def user_seconds(run: dict) -> float:
+    """A run's CPU time less the kernel's: for a yardstick, the parse without its page faults."""
     return run["cpu_seconds"] - run["sys_cpu_seconds"]
 
 
