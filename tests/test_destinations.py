@@ -21,7 +21,7 @@ from badinputs.matrix import CLI, cli_env
 from conftest import TRACES, events_of, load_json
 
 from streamtrace.errors import TraceError
-from streamtrace.io.destinations import check_destinations
+from streamtrace.io.destinations import Destinations, check_destinations
 from streamtrace.synth import SynthConfig, write_traces
 
 SMALL = TRACES / "kineto_small.json"
@@ -232,6 +232,46 @@ def test_files_written_together_appear_all_or_none(tmp_path):
             out.write(b"<html>")
         assert all(name.endswith(".part") for name in os.listdir(tmp_path))  # nothing published yet
     assert listing(tmp_path) == {"kernels.csv": b"rows\n", "report.html": b"<html>"}
+
+
+
+@pytest.mark.parametrize("stop", [RuntimeError, KeyboardInterrupt])
+def test_a_directory_made_for_files_written_together_goes_if_they_do(tmp_path, stop):
+    """The directories a run writes into are made when its first file there
+    is, and, with every folder made for them, removed again if the files
+    are not published; a folder that was there, or one another file ended
+    up in, stays."""
+    tables = tmp_path / "new" / "deeper" / "tables"
+    plan = Destinations([])
+    plan.directory(tables)
+    with pytest.raises(stop), plan:
+        plan.write(tables / "a.csv", b"rows\n")
+        assert tables.is_dir()
+        raise stop()
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "new").mkdir()
+    plan = Destinations([])
+    plan.directory(tables)
+    with pytest.raises(stop), plan:
+        plan.write(tables / "a.csv", b"rows\n")
+        (tmp_path / "new" / "deeper" / "other.txt").write_bytes(b"another program's")
+        raise stop()
+    assert listing(tmp_path / "new") == {"deeper": b"<dir>", "deeper/other.txt": b"another program's"}
+    with plan:
+        plan.write(tables / "a.csv", b"rows\n")
+    assert (tables / "a.csv").read_bytes() == b"rows\n"
+
+
+def test_analyze_stopped_while_writing_its_tables_leaves_no_directory(tmp_path, monkeypatch):
+    from streamtrace.commands import analyze as analyze_module
+
+    def stop(value):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analyze_module, "_csv_value", stop)  # called for every cell, inside the tables' block
+    with pytest.raises(KeyboardInterrupt):
+        analyze_module.analyze(SMALL, str(tmp_path / "out" / "tables"))
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_small_file_named_gz_is_compressed(tmp_path):

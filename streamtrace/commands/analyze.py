@@ -1462,9 +1462,8 @@ def _csv_value(value: object) -> object:
 
 
 def _write_tables(destinations: Destinations, tables: dict, parts: list[str], targets: dict[str, str]) -> None:
-    """One CSV per table (launch statistics copied from the ranks' parts), each through the run's write rules."""
-    for folder in {os.path.dirname(os.path.abspath(path)) for path in targets.values()}:
-        os.makedirs(folder, exist_ok=True)
+    """One CSV per table (launch statistics copied from the ranks' parts), each through the run's write rules
+    (the destinations make the tables' directory, and take it away again if the run fails)."""
     for name, path in targets.items():
         with destinations.open(path, role="table") as raw:
             out = io.TextIOWrapper(raw, encoding="utf-8", newline="")

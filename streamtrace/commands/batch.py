@@ -25,7 +25,7 @@ from ..engine.executors import TaskRunner, remove_tree, shared_path
 from ..engine.jobs import resolve_jobs
 from ..errors import TraceError
 from ..io.destinations import Destinations
-from ..io.sink import SinkSpec, default_output, publish_all, remove_quietly
+from ..io.sink import SinkSpec, default_output, make_folders, publish_all, remove_empty_folders, remove_quietly
 from ..resources import peak_rss_mb
 from .attribute import attribute
 from .compact import compact
@@ -122,8 +122,7 @@ def staged(finals: list[str], overwrite: bool) -> Iterator[list[str]]:
     created: list[str] = []
     try:
         for folder in sorted(groups):
-            created += _missing_folders(folder)
-            os.makedirs(folder, exist_ok=True)
+            created += make_folders(folder)
             staging[folder] = tempfile.mkdtemp(prefix=".streamtrace-batch-", dir=folder)
         paths = [os.path.join(staging[os.path.dirname(os.path.abspath(final))], os.path.basename(final))
                  for final in finals]
@@ -133,23 +132,7 @@ def staged(finals: list[str], overwrite: bool) -> Iterator[list[str]]:
     finally:
         for folder in staging.values():
             remove_tree(folder)  # (a task abandoned on a cluster may still be writing there)
-        for folder in reversed(created):  # deepest first; only while empty
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass
-
-
-def _missing_folders(folder: str) -> list[str]:
-    """The folders ``os.makedirs(folder)`` would create, outermost first."""
-    missing = []
-    while folder and not os.path.isdir(folder):
-        missing.append(folder)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    return missing[::-1]
+        remove_empty_folders(created)
 
 
 def _run_one(command: str, src: str, dst: str, spool_dir: str | None, options: dict) -> dict:

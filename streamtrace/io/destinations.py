@@ -22,7 +22,17 @@ import orjson
 
 from ..errors import TraceError
 from .remote import is_url
-from .sink import UNWRITTEN_SUFFIXES, OutputTarget, SinkSpec, check_file, compression_for, publish_all, remove_quietly
+from .sink import (
+    UNWRITTEN_SUFFIXES,
+    OutputTarget,
+    SinkSpec,
+    check_file,
+    compression_for,
+    make_folders,
+    publish_all,
+    remove_empty_folders,
+    remove_quietly,
+)
 
 # not names for a directory a run creates: the user meant a file
 FILE_LIKE = (".json", ".gz", ".gzip", ".zst", ".zstd", ".csv", ".html", ".parquet", *UNWRITTEN_SUFFIXES)
@@ -48,6 +58,7 @@ class Destinations:
         self._claimed: dict[str, tuple[str, str]] = {}  # identity -> (what the run writes there, its name)
         self._directories: set[str] = set()  # directories the run writes into (created if missing)
         self._pending: list[tuple[str, str]] | None = None  # (temp, final) while publishing together
+        self._created: list[str] = []  # folders made for files written inside the block (gone if it fails)
         self.summary = None if summary is None else self.claim(summary, role="summary")
 
     def check(self, spec: SinkSpec, *, compress: str | None = None, role: str = "output") -> None:
@@ -126,8 +137,14 @@ class Destinations:
         name = _name(spec)
         if name is None or _identity(name) not in self._claimed:
             self.claim(spec, compress=compress, role=role)
+        pending = self._pending
+        folder = None if name is None or name == "-" else os.path.dirname(os.path.abspath(name))
+        if folder in self._directories:  # a directory the run writes into, made now if missing
+            made = make_folders(folder)
+            if pending is not None:
+                self._created += made
         target = OutputTarget(spec, overwrite=self.overwrite, compress=compress, inputs=self.inputs, background=False)
-        pending, final = self._pending, target.path
+        final = target.path
         hold = None if pending is None or final is None else (lambda temp: pending.append((temp, final)))
         with target.open(hold=hold) as out:
             yield out
@@ -145,16 +162,20 @@ class Destinations:
 
     def __enter__(self) -> Destinations:
         self._pending = []
+        self._created = []
         return self
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
         pending, self._pending = self._pending or [], None
+        created, self._created = self._created, []
         try:
             if kind is None:
                 publish_all(pending, self.overwrite)
+                created = []  # the files are there: their folders stay
         finally:
             for temp, _ in pending:  # those published are gone already
                 remove_quietly(temp)
+            remove_empty_folders(created)
 
 
 def check_destinations(paths: Iterable[SinkSpec], inputs: Iterable[str | os.PathLike | None], *,

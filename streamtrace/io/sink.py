@@ -327,6 +327,31 @@ def remove_quietly(path: str) -> None:
         pass
 
 
+def make_folders(folder: str) -> list[str]:
+    """``os.makedirs(folder)``, returning the folders it created, outermost
+    first: what :func:`remove_empty_folders` takes away if the run fails."""
+    missing = []
+    step = folder
+    while step and not os.path.isdir(step):
+        missing.append(step)
+        parent = os.path.dirname(step)
+        if parent == step:
+            break
+        step = parent
+    os.makedirs(folder, exist_ok=True)
+    return missing[::-1]
+
+
+def remove_empty_folders(created: list[str]) -> None:
+    """Remove the folders a failed run created (from :func:`make_folders`),
+    deepest first, each only while empty."""
+    for folder in reversed(created):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+
+
 def check_level(compression: str, level: int | None) -> None:
     """Refuse a level the compressor would reject (at the end of a long pass, with a traceback)."""
     levels = LEVELS.get(compression)
