@@ -842,6 +842,7 @@ def slice_trace(
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
                             salvage=salvage, progress=meter, jobs=processes)
         index: SliceIndex = result.visitor  # type: ignore[assignment]
+        empty_steps: list[int] = []  # --each-step: steps the selection keeps nothing of
         try:
             planner, rank_table, taken, (verdicts, destination, metadata) = _plan(index, result, selection, mapping)
             planned = time.perf_counter()
@@ -885,7 +886,7 @@ def slice_trace(
         "flow_events_dropped_without_partner": verdicts.flows_without_partner,
         "flow_events_unpaired_in_input": verdicts.flows_unpaired_in_input,
         "rank_map": rank_table,
-        "warnings": [_no_file_for(empty_steps)] if each_step and empty_steps else [],
+        "warnings": [_no_file_for(empty_steps)] if empty_steps else [],
         "read": result.stats.as_dict(),
         **redaction_summary(redactor),
         "pass1_seconds": round(result.seconds, 3),
