@@ -6,6 +6,9 @@ the position, and exits with status 1 instead of showing a traceback.
 """
 from __future__ import annotations
 
+INTERRUPTED = "streamtrace: interrupted; no output written"
+"""The one line the command line prints when its user stops it (exit 128 + the signal)."""
+
 
 class TraceError(Exception):
     """A failure to report in one line: ``file: where: what``."""

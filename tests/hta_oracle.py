@@ -71,7 +71,7 @@ def hta_run(trace_dir: Path, *, include_last_step: bool = False,
     is rank 0 only). Files are parsed in this process (``use_multiprocessing=False``): HTA would fork a
     pool from the test process; each file goes through the same parse function either way.
     """
-    with _quiet():
+    with _quiet(), _wide_correlation():
         from hta.analyzers.straggler import extract_iteration_info
         from hta.common.trace import Trace
         from hta.common.trace_file import get_trace_files
@@ -130,6 +130,30 @@ def _quiet():
             yield
     finally:
         hta_logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _wide_correlation():
+    """HTA 0.5.0 downcasts ``correlation`` to the smallest integer type (int16
+    when every id fits), then writes event positions into a column made from
+    it: pandas 2 widens the column, pandas 3 raises TypeError once a trace has
+    more than 32,767 events. pyproject's dev extra pins pandas below 3; where
+    pandas 3 is installed anyway, widening the ids first does what pandas 2
+    does, so HTA's tables are the same."""
+    import hta.common.trace as hta_trace
+
+    transform = hta_trace.transform_correlation_to_index
+
+    def widened(frame, symbol_table):
+        if "correlation" in frame.columns:
+            frame["correlation"] = frame["correlation"].astype("int64")
+        return transform(frame, symbol_table)
+
+    hta_trace.transform_correlation_to_index = widened
+    try:
+        yield
+    finally:
+        hta_trace.transform_correlation_to_index = transform
 
 
 def _rows(frame) -> list[dict]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, TRACES
+from conftest import REAL_TRACES, TRACES, load_json
 from hta_oracle import COLUMNS, PARTIAL_COLUMNS, TABLES, assert_tables_equal, hta_run, table_differences
 
 import streamtrace
@@ -34,6 +34,9 @@ NO_ANALYZE = "streamtrace.analyze does not exist on this branch yet (the command
 DLRM = TRACES / "dlrm_8ranks"
 PP_RUN = SynthConfig(ranks=4, pp_stages=2, steps=3)
 HIP_RUN = SynthConfig(ranks=2, pp_stages=2, steps=3, schedule="zb", hip=True, seed=3)
+# more than 32,767 events, every correlation id below 32,768: HTA 0.5.0 keeps the ids as int16 (see
+# hta_oracle._wide_correlation: pandas 3 stops there, hence pyproject's pandas<3)
+INT16_IDS_RUN = SynthConfig(ranks=1, pp_stages=1, steps=14)
 
 NO_STEPS = (ValueError, "available profiler steps=[]")  # get_potential_stragglers without ProfilerStep spans
 ONE_RANK = (ValueError, "Encountered all NA values")  # std across one rank's kernels is NaN everywhere
@@ -49,7 +52,7 @@ HTA_STOPS = {
                                                     "vllm_decode_graph_replay_mi300.json.gz")},
     **{(name, "stragglers"): ONE_RANK for name in ("nccl_rank0.json.gz", "sampled_rank-0.json.gz", "sampled_rank-1.json.gz")},
     ("mi250_minitoy.json.gz", "stragglers"): NO_NCCL_KERNEL,
-    **{(name, "stragglers"): NO_NCCL_KERNEL for name in ("synth_pp", "synth_pp_merged", "synth_hip")},
+    **{(name, "stragglers"): NO_NCCL_KERNEL for name in ("synth_pp", "synth_pp_merged", "synth_hip", "synth_int16_ids")},
 }
 
 
@@ -75,7 +78,7 @@ class Case:
 def generated(tmp_path_factory) -> dict[str, Path]:
     """Synth runs written once: the run directory and a directory holding only its rank files (for HTA)."""
     dirs = {}
-    for label, config in (("synth_pp", PP_RUN), ("synth_hip", HIP_RUN)):
+    for label, config in (("synth_pp", PP_RUN), ("synth_hip", HIP_RUN), ("synth_int16_ids", INT16_IDS_RUN)):
         run = tmp_path_factory.mktemp(label)
         write_traces(config, run)
         ranks = run / "ranks"
@@ -98,7 +101,7 @@ def singles(tmp_path_factory) -> dict[str, Path]:
 
 
 CASE_NAMES = ["dlrm_8ranks", "dlrm_8ranks_last_step", "dlrm_ranks_2_5", *(p.name for p in REAL_TRACES),
-              "synth_pp", "synth_pp_merged", "synth_hip"]
+              "synth_pp", "synth_pp_merged", "synth_hip", "synth_int16_ids"]
 
 
 def make_case(name: str, generated: dict[str, Path], singles: dict[str, Path]) -> Case:
@@ -138,6 +141,14 @@ def our_tables(case: Case) -> dict:
 @pytest.fixture(scope="module", params=CASE_NAMES)
 def case(request, generated, singles) -> Case:
     return make_case(request.param, generated, singles)
+
+
+def test_the_int16_case_has_what_makes_hta_need_pandas_below_3(generated):
+    """synth_int16_ids keeps HTA's int16 path covered: over 32,767 events, every correlation id fits int16."""
+    document = load_json(generated["synth_int16_ids"] / "rank0_trace.json.gz")
+    ids = [event["args"]["correlation"] for event in document["traceEvents"]
+           if isinstance(event.get("args"), dict) and isinstance(event["args"].get("correlation"), int)]
+    assert len(document["traceEvents"]) > 32_767 and 0 < max(ids) <= 32_767
 
 
 def test_hta_stops_only_where_known(case):

@@ -59,6 +59,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 import pytest
 from conftest import TRACES
 
@@ -67,6 +72,7 @@ from streamtrace.algo.rules import parse_rules
 from streamtrace.cli import build_parser
 from streamtrace.commands.analyze import COLUMNS as TABLE_COLUMNS
 from streamtrace.commands.attribute import COLUMNS, GROUP_COLUMNS
+from streamtrace.commands.merge import _merged_output_name
 from streamtrace.synth import SynthConfig, write_traces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -369,3 +375,26 @@ def test_readme_setup_commands() -> None:
 def test_readme_size() -> None:
     size = len((ROOT / "README.md").read_text(encoding="utf-8"))
     assert size <= README_LIMIT, f"README.md has {size} characters, more than {README_LIMIT}"
+
+
+def test_each_recipe_names_the_extra_that_installs_what_it_imports() -> None:
+    """A recipe that runs ``python3 -c "import X"`` says which extra brings X;
+    the dev extra does not count (it is for the tests, not for users)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    packages = {name: {re.match(r"[A-Za-z0-9_.-]+", requirement).group().lower() for requirement in requirements}
+                for name, requirements in extras.items() if name != "dev"}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for section in re.split(r"^#{2,3} ", readme, flags=re.MULTILINE):
+        for module in re.findall(r"python3 -c \"import (\w+)", section):
+            named = [extra for extra, provided in packages.items() if module in provided and f"`{extra}` extra" in section]
+            assert named, f"README's recipe '{section.splitlines()[0]}' imports {module}: no extra it names installs it"
+
+
+def test_readme_shows_every_name_merge_gives_its_output() -> None:
+    """Both default names (with PP stages and without, as the DLRM ranks) are
+    promised by a README line that runs, so test_example_runs checks them."""
+    promised = {Path(what).name for block in RUN_BLOCKS if block.document.name == "README.md"
+                for command in block.commands() if command.text.startswith("streamtrace merge ")
+                for kind, what in command.promises if kind == "writes"}
+    for has_pp in (True, False):
+        assert Path(_merged_output_name(["ranks/rank0.json"], has_pp)).name in promised

@@ -23,6 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 import pytest
 from badinputs.matrix import CLI, COMMANDS, Command, available, cli_env, command_line, files_under
 from conftest import TRACES, all_but_first_slow, events_of, load_json
@@ -348,6 +353,38 @@ def test_a_stop_raised_in_a_finalizer_is_still_the_stop(signum, publishes, tmp_p
     assert_interrupted(result, signum)
     assert not (tmp_path / "out.json").exists()
     assert os.listdir(tmp_path) == []
+
+
+CTRL_C_WHILE_IMPORTING = """
+import importlib, os, runpy, signal, sys
+
+class CtrlC:  # SIGINT to this process as the module starts to be imported
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["streamtrace", "inspect", "trace.json"]
+if {entry_point!r}:  # what the installed script does: import the entry point, call it
+    module, function = {entry_point!r}.split(":")
+    sys.exit(getattr(importlib.import_module(module), function)())
+runpy.run_module("streamtrace", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module", ["streamtrace.cli", "streamtrace.cli.signals"])
+@pytest.mark.parametrize("console_script", [False, True], ids=["python-m", "console-script"])
+def test_ctrl_c_while_the_command_line_imports_is_one_line(module, console_script, tmp_path):
+    """Ctrl-C before the command line has set its own handlers (it is still
+    being imported) ends the run as Ctrl-C during one does, whether started
+    as ``python -m streamtrace`` or by pyproject's console script."""
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    entry_point = pyproject["project"]["scripts"]["streamtrace"] if console_script else ""
+    code = CTRL_C_WHILE_IMPORTING.format(module=module, entry_point=entry_point)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp_path, env=cli_env(), timeout=60)
+    assert_interrupted(result, signal.SIGINT)
 
 
 NEEDS_PROC = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the run's processes")

@@ -101,12 +101,12 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     assert summary["pp_order"] == "pp process group"
     assert [(r["pp_rank"], r["global_rank"]) for r in summary["pp_ranks"]] == [(0, 0), (1, 4)]
     assert summary["time_offsets_us"] == {"4": 1.0, "0": 0.0}
-    # fresh pids from 1 in PP order, CPU processes first, GPU next, processes with metadata only last;
+    # fresh pids from 1 in PP order, CPU processes first, processes with metadata only next, the GPU last;
     # one process_name per pid, the input's name kept as a suffix: pid 3 has no events but a name, and keeps it;
     # pid 5 has neither (its labels alone would need a name made up): it is left out
     assert by_pid_names(events) == {1: "PP rank 0 (global rank 0) | process 10 | python",
-                                    2: "PP rank 0 (global rank 0) | GPU | GPU 0",
-                                    3: "PP rank 0 (global rank 0) | process 3 | GPU 3",
+                                    2: "PP rank 0 (global rank 0) | process 3 | GPU 3",
+                                    3: "PP rank 0 (global rank 0) | GPU | GPU 0",
                                     4: "PP rank 1 (global rank 4) | process 10", 5: "PP rank 1 (global rank 4) | GPU | GPU 0"}
     names_per_pid = Counter(e["pid"] for e in events if e.get("name") == "process_name")
     assert set(names_per_pid.values()) == {1} and set(names_per_pid) == {1, 2, 3, 4, 5}
@@ -114,13 +114,13 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     sort_index = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
     assert sort_index == {1: 0, 2: 1, 3: 2, 4: 1000, 5: 1001}  # the input's own sort index was dropped
     names = thread_names(events)
-    assert names[(1, 11)] == "PP rank 0 | main" and names[(3, 0)] == "PP rank 0 | stream 7"
+    assert names[(1, 11)] == "PP rank 0 | main" and names[(2, 0)] == "PP rank 0 | stream 7"
     # rank 4 moved by exactly 1 us; correlation and flow ids unique per rank, raw kept
     rank4_gemm = next(e for e in events if e.get("name") == "gemm" and e["pid"] == 5)
     assert Decimal(str(rank4_gemm["ts"])) == Decimal("13.0")
     assert rank4_gemm["args"]["correlation_raw"] == 6 and rank4_gemm["args"]["correlation"] == 5 * 10**9 + 6
     flows = [e for e in events if e.get("cat") == "ac2g"]
-    assert {e["id"] for e in flows if e["pid"] in (1, 2)} == {10**9 + 4, 10**9 + 5, 10**9 + 6}
+    assert {e["id"] for e in flows if e["pid"] in (1, 3)} == {10**9 + 4, 10**9 + 5, 10**9 + 6}
     assert {e["id"] for e in flows if e["pid"] in (4, 5)} == {5 * 10**9 + 5, 5 * 10**9 + 6}
 
     arrows = defaultdict(list)
@@ -131,7 +131,7 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     for (cat, _), (start, end) in arrows.items():
         pairs[cat].append((start, end))
     (send, recv), = pairs["pp_send_recv"]
-    assert send["name"] == "0SEND_F0 -> 1RECV_F0" and (send["pid"], recv["pid"]) == (2, 5)
+    assert send["name"] == "0SEND_F0 -> 1RECV_F0" and (send["pid"], recv["pid"]) == (3, 5)
     assert recv["ts"] > send["ts"] == 8.0  # strictly forward although RECV started at the same time
     assert names[(send["pid"], send["tid"])] == "PP rank 0 | NCCL other annotations"
     assert names[(recv["pid"], recv["tid"])] == "PP rank 1 | NCCL other annotations"
@@ -149,6 +149,87 @@ def test_hand_built_pp_merge_follows_spec_5(two_ranks):
     assert summary["per_rank_compaction"]["4"]["measured_slices"] == 2
     ids = [e["id"] for e in events if e.get("cat", "").startswith("pp_")]
     assert min(ids) > max(e["id"] for e in flows)
+
+
+def annotated(name: str, stream: int, ts: float, dur: float = 1.0, label: str | None = None,
+              cat: str = "kernel") -> dict:
+    """A GPU slice carrying a per-kernel annotation in ``args.name``, as torchtitan's captures have."""
+    args = {"stream": stream} if label is None else {"stream": stream, "name": label}
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur, "args": args}
+
+
+def stage_of_torchtitan_shape(stage: int, shift: float) -> list[dict]:
+    """One PP stage as torchtitan's compactor tests build it: UNSHARD on two
+    all-gather streams, F spread over parallel compute streams and a memcpy,
+    an unannotated kernel between, a SEND (stage 0) or RECV (stage 1) with an
+    ac2g flow end on it."""
+    compute = f"PP:{stage}F0"
+    send_recv = [annotated("ncclDevKernel_SendRecv", 1, 10, 4, "PP:0SEND_F0")] if stage == 0 else \
+        [annotated("ncclDevKernel_SendRecv", 1, 8, 5, "PP:1RECV_F0")]
+    return [annotated("ncclDevKernel_AllGather", 6, 1, 4, f"PP:{stage}UNSHARD"),
+            annotated("ncclDevKernel_AllGather", 7, 2, 2, f"PP:{stage}UNSHARD"),
+            annotated("gemm", 2, 4 + shift, 1, compute), annotated("gemm", 3, 4.5 + shift, 4, compute),
+            annotated("gemm", 5, 6 + shift), annotated("gemm", 2, 8 + shift, 1, compute),
+            annotated("Memcpy DtoD", 4, 3.5 + shift, 2, compute, cat="gpu_memcpy"),
+            *send_recv, {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 0, "tid": 1,
+                         "ts": send_recv[0]["ts"]}]
+
+
+def test_torchtitan_merge_conventions_hold(tmp_path):
+    """What torchtitan's own merge test checks: each rank's CPU process sorts
+    above its GPU (here a process known only by a thread name), arrows sit on
+    annotation tracks and land inside the block they name, UNSHARD arrows leave
+    the first two all-gather tracks and meet one point of the main compute
+    track, ids stay integers, rank 4 moves by its 1 us of base time."""
+    threads_only = metadata(100, 100, "thread_name", "thread 100 (python) 100")
+    files = [rank_file(tmp_path, 4, stage_of_torchtitan_shape(1, 10), base=1_001_000),
+             rank_file(tmp_path, 0, [threads_only, *stage_of_torchtitan_shape(0, 0)], base=1_000_000)]
+    summary = merge(files, tmp_path / "merged.json")
+    events = events_of(load_json(tmp_path / "merged.json"))
+    names = thread_names(events)
+    sort_index = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    cpu_pid, = (pid for (pid, _), name in names.items() if name == "PP rank 0 | thread 100 (python) 100")
+    kernel_of = {e["args"]["name"]: e for e in events if e.get("cat") == "kernel" and "name" in e["args"]}
+    assert sort_index[cpu_pid] < sort_index[kernel_of["PP:0F0"]["pid"]]
+    assert (kernel_of["PP:0SEND_F0"]["ts"], kernel_of["PP:1RECV_F0"]["ts"]) == (10, 9)
+    assert "PP rank 0 | NCCL other" in names.values() and "PP rank 1 | NCCL other" in names.values()
+    assert summary["time_alignment"] == "baseTimeNanoseconds" and summary["time_offsets_us"] == {"0": 0.0, "4": 1.0}
+    ac2g = [e for e in events if e.get("cat") == "ac2g"]
+    assert len({e["id"] for e in ac2g}) == 2 and all(type(e["id"]) is int for e in ac2g)
+
+    spans = [e for e in events if e.get("cat") == "gpu_user_annotation"]
+
+    def inside_its_block(end: dict, side: str) -> bool:
+        args = end["args"]
+        op = args[f"{side}_operation"]
+        label = f"PP:{args[f'{side}_stage']}{op}" + ("" if op == "UNSHARD" else str(args["microbatch"]))
+        return any((s["pid"], s["tid"], s["name"]) == (end["pid"], end["tid"], label)
+                   and s["ts"] <= end["ts"] <= s["ts"] + s["dur"] for s in spans)
+
+    arrows = defaultdict(list)
+    for e in events:
+        if e.get("cat", "").startswith("pp_"):
+            arrows[e["cat"]].append(e)
+            assert type(e["id"]) is int and inside_its_block(e, "source" if e["ph"] == "s" else "destination")
+    send, recv = arrows["pp_send_recv"]
+    assert (send["ph"], recv["ph"], send["id"]) == ("s", "f", recv["id"]) and send["ts"] < recv["ts"]
+    assert send["tid"] != kernel_of["PP:0SEND_F0"]["tid"]  # on the annotation track, not the kernel's lane
+    assert {e["name"] for e in arrows["pp_compute_dependency"]} == {"0F0 -> 0SEND_F0", "1RECV_F0 -> 1F0"}
+    compute_ends = [e for e in arrows["pp_compute_dependency"]
+                    if e["args"]["source_operation" if e["ph"] == "s" else "destination_operation"] == "F"]
+    assert len(compute_ends) == 2
+    assert all(names[(e["pid"], e["tid"])].endswith("| Compute 1 annotations") for e in compute_ends)
+    unshard = arrows["pp_unshard_dependency"]
+    assert {e["name"] for e in unshard} == {"0UNSHARD -> 0F0", "1UNSHARD -> 1F0"}
+    assert {names[(e["pid"], e["tid"])].rsplit(" | ", 1)[1] for e in unshard if e["ph"] == "s"} == \
+        {"NCCL all-gather 1 annotations", "NCCL all-gather 2 annotations"}
+    for name in ("0UNSHARD -> 0F0", "1UNSHARD -> 1F0"):
+        ends = [e for e in unshard if e["name"] == name and e["ph"] == "f"]
+        assert len(ends) == 2 and len({(e["pid"], e["tid"], e["ts"]) for e in ends}) == 1
+        assert names[(ends[0]["pid"], ends[0]["tid"])].endswith("| Compute 1 annotations")
+    assert [summary[key] for key in ("pp_send_recv_pairs", "pp_send_recv_unmatched", "pp_compute_dependency_pairs",
+                                     "pp_compute_dependency_unmatched", "pp_unshard_compute_pairs",
+                                     "pp_unshard_compute_unmatched")] == [1, 0, 2, 0, 4, 0]
 
 
 def test_default_output_name_and_refusals(two_ranks, tmp_path):
@@ -248,7 +329,7 @@ def test_no_compact_and_global_rank_order(tmp_path):
     assert summary["per_rank_compaction"] == {"0": None, "4": None}
     events = events_of(load_json(tmp_path / "out.json"))
     streams = {(e["pid"], e["tid"]) for e in events if e.get("cat") == "kernel"}
-    assert streams == {(2, 7), (2, 8), (2, 9), (5, 7), (5, 8)}  # streams kept
+    assert streams == {(3, 7), (3, 8), (3, 9), (5, 7), (5, 8)}  # streams kept (the GPU after the named process 3)
     assert summary["pp_send_recv_pairs"] == 1
 
 
@@ -258,6 +339,8 @@ def test_pure_decisions():
     assert pp_order(facts)[0] == [1, 0]
     assert time_offsets_ns(facts)[:2] == ([2000, 0], BASE)
     assert fresh_pids([facts[1], facts[0]]) == [{10: 1, 0: 2}, {10: 3, 0: 4}]
+    facts[1].pids, facts[1].metadata_only = [0, 3, 10], {3}  # GPU last, metadata only before it
+    assert fresh_pids([facts[1]]) == [{10: 1, 3: 2, 0: 3}]
 
 
 MERGED_PROCESS = re.compile(r"^(?:PP rank \d+ \(global rank (\d+)\)|rank (\d+)) \| (?:GPU|process )")

@@ -274,6 +274,36 @@ def test_lagging_gpu_work_stays_with_the_step_that_launched_it(kind, traces, tmp
     assert line not in output_events(tmp_path / "next.json")
 
 
+def test_each_step_writes_no_file_for_a_step_the_chosen_ranks_do_not_have(tmp_path):
+    """Step 3 exists on rank 1 only: --each-step --ranks 0 writes steps 1 and 2,
+    each as the oracle keeps it, and says why there is no step 3 (an empty
+    step3 file would look like a step that did nothing)."""
+    events = []
+    for rank, numbers in ((0, (1, 2)), (1, (1, 2, 3))):
+        cpu, gpu, on_rank = 100 + rank, rank, {"rank": rank}
+        events += [{"ph": "M", "name": "process_name", "pid": cpu, "tid": 0, "args": {"name": "python", **on_rank}},
+                   {"ph": "M", "name": "process_name", "pid": gpu, "tid": 0, "args": {"name": "GPU", **on_rank}}]
+        for number in numbers:
+            start = 100.0 * number
+            events += [
+                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": cpu, "tid": 1,
+                 "ts": start, "dur": 50.0, "args": on_rank},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": cpu, "tid": 1, "ts": start + 5,
+                 "dur": 2.0, "args": {"correlation": number, **on_rank}},
+                {"ph": "X", "cat": "kernel", "name": "k", "pid": gpu, "tid": 7, "ts": start + 10, "dur": 5.0,
+                 "args": {"correlation": number, "stream": 7, **on_rank}}]
+    document = {"traceEvents": events}
+    source = tmp_path / "merged.json"
+    source.write_text(json.dumps(document))
+    summary = streamtrace.slice_trace(source, tmp_path / "steps", each_step=True, ranks="0")
+    assert sorted(os.listdir(tmp_path / "steps")) == sorted(summary["files"]) == ["step1.json.gz", "step2.json.gz"]
+    assert summary["steps_selected"] == [1, 2]
+    for number in (1, 2):
+        assert load_json(tmp_path / "steps" / f"step{number}.json.gz")["traceEvents"] == \
+            oracle(document, steps={number}, ranks={0})
+    assert [warning for warning in summary["warnings"] if "step 3" in warning and "no file" in warning]
+
+
 @pytest.mark.parametrize("open_files", [None, 3])
 @pytest.mark.parametrize("kind", SLICED_KINDS)
 def test_each_step_files_add_up(kind, open_files, traces, tmp_path, monkeypatch):

@@ -93,14 +93,15 @@ def time_offsets_ns(facts: list[RankFacts]) -> tuple[list[int], int | None, list
 
 
 def fresh_pids(facts_in_pp_order: list[RankFacts]) -> list[dict]:
-    """Per rank (in PP order) ``{old pid: new pid}``: consecutive from 1,
-    CPU processes first, then the GPU, then the processes with metadata only
-    within a rank; only int pids."""
+    """Per rank (in PP order) ``{old pid: new pid}``: consecutive from 1;
+    within a rank the CPU processes with events, then the processes with
+    metadata only, then the GPU last (torchtitan's order: a rank's CPU
+    process sits above its GPU); only int pids."""
     next_pid = 1
     maps = []
     for fact in facts_in_pp_order:
         int_pids = [pid for pid in fact.pids if type(pid) is int]
-        ordered = sorted(int_pids, key=lambda pid: (pid in fact.metadata_only, pid in fact.gpu_pids, pid))
+        ordered = sorted(int_pids, key=lambda pid: (pid in fact.gpu_pids, pid in fact.metadata_only, pid))
         maps.append({pid: next_pid + n for n, pid in enumerate(ordered)})
         next_pid += len(ordered)
     if next_pid >= 2**31:

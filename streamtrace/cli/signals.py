@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 
+from ..errors import INTERRUPTED
 from ..resources import STOPS_REQUESTED
 
 
@@ -39,5 +40,5 @@ def install_signal_handlers() -> None:
 
 
 def interrupted(signum: int) -> int:
-    print("streamtrace: interrupted; no output written", file=sys.stderr)
+    print(INTERRUPTED, file=sys.stderr)
     return 128 + signum

@@ -501,6 +501,15 @@ class Planner:
         ids = {number: at for at, number in enumerate(self.steps.numbers)}
         self.chosen = np.array(sorted(ids[n] for n in numbers if n in ids), dtype=np.int32)
 
+    def drop_steps_without_events(self, destination: np.ndarray) -> list[int]:
+        """With per-event steps: leave out the chosen steps that keep no event
+        (found only on ranks or pids the selection leaves out, or outside its
+        window), so that no step's file is empty; their numbers."""
+        kept = np.bincount(destination[destination >= 0], minlength=len(self.steps.numbers))[self.chosen] > 0
+        empty = [self.steps.numbers[step] for step in self.chosen[~kept].tolist()]
+        self.chosen = self.chosen[kept]
+        return empty
+
     def _chunks(self) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
         at = 0
         for ts, end, packed in self.index.spill.chunks():
@@ -833,10 +842,13 @@ def slice_trace(
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
                             salvage=salvage, progress=meter, jobs=processes)
         index: SliceIndex = result.visitor  # type: ignore[assignment]
+        empty_steps: list[int] = []  # --each-step: steps the selection keeps nothing of
         try:
             planner, rank_table, taken, (verdicts, destination, metadata) = _plan(index, result, selection, mapping)
             planned = time.perf_counter()
             if each_step:
+                empty_steps = planner.drop_steps_without_events(destination)
+                taken = [number for number in taken if number not in empty_steps]
                 files = _emit_each_step(result, planner, destination, metadata, directory, compress, level,
                                         destinations, redactor)
                 written = sum(files.values())
@@ -874,6 +886,7 @@ def slice_trace(
         "flow_events_dropped_without_partner": verdicts.flows_without_partner,
         "flow_events_unpaired_in_input": verdicts.flows_unpaired_in_input,
         "rank_map": rank_table,
+        "warnings": [_no_file_for(empty_steps)] if empty_steps else [],
         "read": result.stats.as_dict(),
         **redaction_summary(redactor),
         "pass1_seconds": round(result.seconds, 3),
@@ -975,6 +988,13 @@ def _choose_steps(planner: Planner, selection: Selection, result: IndexResult) -
         candidates = taken
     planner.choose_steps(candidates)
     return candidates
+
+
+def _no_file_for(steps: list[int]) -> str:
+    """--each-step's word on the steps the selection keeps nothing of."""
+    which, whose = (f"step {steps[0]}", "its") if len(steps) == 1 else (f"steps {_ranges(steps)}", "their")
+    return (f"--each-step: no file for {which}: the selection keeps none of {whose} events (on other ranks or "
+            "pids, outside the window, or dropped)")
 
 
 def _ranges(numbers: list[int]) -> str:
