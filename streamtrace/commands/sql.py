@@ -250,16 +250,19 @@ def _cell(value: object, null: str) -> str:
 
 def _write_csv(columns: list[str], batches: Iterator[list[tuple]], out: BinaryIO) -> int:
     """CSV with a header line; NULL is an empty field.  Returns the rows written."""
-    text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
+    out.write(_csv_lines([columns]))
     count = 0
     for batch in batches:
-        writer.writerows([_cell(value, "") for value in row] for row in batch)
+        out.write(_csv_lines([[_cell(value, "") for value in row] for row in batch]))
         count += len(batch)
-    text.flush()
-    text.detach()
     return count
+
+
+def _csv_lines(rows: list) -> bytes:
+    """Rows as CSV lines (a batch at a time: the outputs take bytes)."""
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    return text.getvalue().encode()
 
 
 def _write_table(columns: list[str], batches: Iterator[list[tuple]], out: BinaryIO) -> int:
