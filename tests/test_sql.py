@@ -5,12 +5,14 @@ from __future__ import annotations
 import bisect
 import csv
 import gzip
+import io
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -55,13 +57,19 @@ def test_answers_equal_plain_python_over_the_events() -> None:
     assert [None if row[6] is None else json.loads(row[6]) for row in rows] == [event.get("args") for event in events]
 
 
-def test_several_rank_files_are_one_table_each_row_with_its_rank() -> None:
+@pytest.mark.parametrize("packed", ["directory", "archive"])
+def test_several_rank_files_are_one_table_each_row_with_its_rank(packed: str, tmp_path: Path) -> None:
+    source = DLRM
+    if packed == "archive":
+        source = tmp_path / "ranks.tar"
+        with tarfile.open(source, "w") as archive:
+            archive.add(DLRM, arcname="dlrm")
     expected = {}
     for path in sorted(DLRM.glob("*.json.gz")):
         rank = int(re.search(r"worker(\d+)", path.name).group(1))
         kernels = [event for event in events_of(load_json(path)) if event.get("cat") == "kernel"]
         expected[rank] = (len(kernels), sum(event["dur"] for event in kernels))
-    answer = ask(DLRM, "SELECT rank, count(*), sum(dur) FROM events WHERE cat = 'kernel' GROUP BY rank")
+    answer = ask(source, "SELECT rank, count(*), sum(dur) FROM events WHERE cat = 'kernel' GROUP BY rank")
     assert {rank: count for rank, count, _ in answer} == {rank: count for rank, (count, _) in expected.items()}
     assert {rank: total for rank, _, total in answer} == \
         pytest.approx({rank: total for rank, (_, total) in expected.items()}, rel=1e-12)
@@ -182,3 +190,9 @@ def test_a_stop_during_the_query_leaves_nothing(tmp_path: Path, stop: signal.Sig
     assert run.returncode == 128 + stop
     assert "interrupted; no output written" in error and "Traceback" not in error
     assert os.listdir(spool) == [] and not out.exists()
+
+
+def test_a_trace_on_stdin(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(KINETO.read_bytes()))))
+    assert main(["sql", "-", "SELECT count(*) AS n FROM events", "--csv", "-q", "-j", "1"]) == 0
+    assert capsys.readouterr().out == f"n\n{len(events_of(load_json(KINETO)))}\n"

@@ -41,6 +41,7 @@ from ..io.destinations import Destinations
 from ..io.sink import SinkSpec
 from ..io.source import SourceSpec
 from ..resources import peak_rss_mb
+from .merge import discover_inputs
 from .toparquet import to_parquet
 
 DEFAULT_MEMORY_MB = 256
@@ -75,7 +76,7 @@ def sql(
     summary_file: str | os.PathLike | None = None,
 ) -> dict:
     """Run ``query`` over the table ``events`` of ``src`` (a trace, or a list
-    of files, globs and directories as ``convert`` takes them for Parquet).
+    of files, globs, directories and archives as ``merge`` takes them).
 
     With ``output`` (a path, ``-`` or a binary file object) the answer is
     written there as it is fetched, CSV when ``csv_format`` or when the
@@ -93,14 +94,15 @@ def sql(
     _require_pyarrow()
     threads = resolve_jobs(jobs)
     specs = list(src) if isinstance(src, (list, tuple)) else [src]
-    destinations = Destinations([spec for spec in specs if isinstance(spec, (str, os.PathLike))],
-                                overwrite=overwrite, summary=summary_file)
+    named = all(isinstance(spec, (str, os.PathLike)) for spec in specs)
+    inputs = discover_inputs(specs) if named else specs  # an archive of rank files too: one table, as merge reads it
+    destinations = Destinations(inputs if named else [], overwrite=overwrite, summary=summary_file)
     target = None if output is None else destinations.target(output)
     as_csv = bool(csv_format) if csv_format is not None else target is not None and _named_csv(target.name)
     scratch = tempfile.mkdtemp(prefix="streamtrace-sql-", dir=spool_dir)
     try:
         rows_path = os.path.join(scratch, "events.parquet")
-        converted = to_parquet(src, rows_path, salvage=salvage, spool_dir=scratch, reread_remote=reread_remote,
+        converted = to_parquet(inputs, rows_path, salvage=salvage, spool_dir=scratch, reread_remote=reread_remote,
                                progress=progress, jobs=threads)
         read = time.perf_counter()
         connection = duckdb.connect(config={"memory_limit": f"{memory_mb}MB", "threads": threads,
