@@ -148,6 +148,18 @@ def test_a_bad_query_is_one_line_and_leaves_nothing(tmp_path: Path, capsys) -> N
         streamtrace.sql(KINETO, "  ")
 
 
+def test_a_refusal_points_into_the_query_as_written() -> None:
+    """DuckDB shows a long line as a window of it: the column is still the query's own."""
+    wide = "SELECT " + ", ".join(f"ts AS c{number}" for number in range(30)) + ",\n  nme FROM events"
+    flat = wide.replace("\n ", "")
+    for query, line, column in [(flat, 1, flat.index("nme") + 1), (wide, 2, 3)]:
+        with pytest.raises(TraceError) as refused:
+            streamtrace.sql(KINETO, query, jobs=1)
+        assert str(refused.value).startswith(f"query: line {line}, column {column}: Binder Error:")
+    with pytest.raises(TraceError, match=r"^query: line 1, column 8: Conversion Error: Could not convert string '\w+' "):
+        streamtrace.sql(KINETO, "SELECT cast(name AS INT) FROM events", jobs=1)
+
+
 def test_an_existing_output_is_refused_without_overwrite(tmp_path: Path, capsys) -> None:
     out = tmp_path / "answer.csv"
     out.write_text("keep me\n")

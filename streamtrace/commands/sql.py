@@ -38,6 +38,7 @@ import orjson
 from ..engine.jobs import resolve_jobs
 from ..errors import TraceError
 from ..io.destinations import Destinations
+from ..io.scratch import check_local_spool_dir
 from ..io.sink import SinkSpec
 from ..io.source import SourceSpec
 from ..resources import peak_rss_mb
@@ -92,6 +93,7 @@ def sql(
     if memory_mb < MIN_MEMORY_MB:
         raise TraceError(f"--memory takes at least {MIN_MEMORY_MB} MB, not {memory_mb}")
     _require_pyarrow()
+    check_local_spool_dir(spool_dir)
     threads = resolve_jobs(jobs)
     specs = list(src) if isinstance(src, (list, tuple)) else [src]
     named = all(isinstance(spec, (str, os.PathLike)) for spec in specs)
@@ -113,7 +115,7 @@ def sql(
             def answer(stop: threading.Event) -> tuple[list[str], list | int]:
                 cursor = _execute(connection, query)
                 columns = [column[0] for column in cursor.description or ()] if cursor is not None else []
-                batches = _batches(cursor, stop)
+                batches = _batches(cursor, query, stop)
                 if target is None:
                     return columns, [row for batch in batches for row in batch]
                 with target.open() as out:
@@ -202,10 +204,10 @@ def _execute(connection: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDB
     try:
         return connection.execute(query)
     except duckdb.Error as failure:
-        raise _query_error(failure) from None
+        raise _query_error(failure, query) from None
 
 
-def _batches(cursor: duckdb.DuckDBPyConnection | None, stop: threading.Event) -> Iterator[list[tuple]]:
+def _batches(cursor: duckdb.DuckDBPyConnection | None, query: str, stop: threading.Event) -> Iterator[list[tuple]]:
     """The answer, :data:`FETCH_ROWS` rows at a time."""
     if cursor is None or cursor.description is None:
         return
@@ -215,22 +217,31 @@ def _batches(cursor: duckdb.DuckDBPyConnection | None, stop: threading.Event) ->
         try:
             batch = cursor.fetchmany(FETCH_ROWS)
         except duckdb.Error as failure:
-            raise _query_error(failure) from None
+            raise _query_error(failure, query) from None
         if not batch:
             return
         yield batch
 
 
-def _query_error(failure: Exception) -> TraceError:
-    """DuckDB's message on one line, led by where in the query it points."""
-    lines = [line.strip() for line in str(failure).splitlines()]
+def _query_error(failure: Exception, query: str) -> TraceError:
+    """DuckDB's message on one line, led by where in the query it points.
+
+    DuckDB shows the line (a window of it, between "...", when it is long)
+    with carets under the place; the column is counted in the query's own line."""
+    raw = str(failure).splitlines()
+    lines = [line.strip() for line in raw]
     where = ""
     for number, line in enumerate(lines):
         found = _POSITION.match(line)
         if found and number + 1 < len(lines) and "^" in lines[number + 1]:
-            caret_line = str(failure).splitlines()[number + 1]
-            column = caret_line.index("^") - len(found.group(0)) + 1
-            where = f"line {found.group(1)}, column {column}: "
+            line_number = int(found.group(1))
+            shown = raw[number][len(found.group(0)):]
+            caret = raw[number + 1].index("^") - len(found.group(0))
+            if shown.startswith("..."):
+                shown, caret = shown[3:], caret - 3
+            source = query.splitlines()[line_number - 1:line_number] or [""]
+            start = source[0].find(shown.removesuffix("..."))
+            where = f"line {line_number}, column {start + caret + 1}: " if start >= 0 else f"line {line_number}: "
             lines[number:number + 2] = []
             break
     message = " ".join(line for line in lines if line)
