@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TRACES, events_of, load_json
+from conftest import ROOT, TRACES, all_but_first_slow, events_of, load_json
 
 import streamtrace
 from streamtrace import TraceError
@@ -57,7 +57,7 @@ def test_answers_equal_plain_python_over_the_events() -> None:
     assert [None if row[6] is None else json.loads(row[6]) for row in rows] == [event.get("args") for event in events]
 
 
-@pytest.mark.parametrize("packed", ["directory", "archive"])
+@pytest.mark.parametrize("packed", all_but_first_slow(["directory", "archive"]))
 def test_several_rank_files_are_one_table_each_row_with_its_rank(packed: str, tmp_path: Path) -> None:
     source = DLRM
     if packed == "archive":
