@@ -166,8 +166,11 @@ def test_an_existing_output_is_refused_without_overwrite(tmp_path: Path, capsys)
     query = "SELECT count(*) AS n FROM events"
     assert main(["sql", str(KINETO), query, "-o", str(out), "-q", "-j", "1"]) == 1
     assert "exists; pass --overwrite" in capsys.readouterr().err and out.read_text() == "keep me\n"
-    assert main(["sql", str(KINETO), query, "-o", str(out), "--overwrite", "-q", "-j", "1"]) == 0
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    assert main(["sql", str(KINETO), query, "-o", str(out), "--overwrite", "--spool-dir", str(spool), "-q", "-j", "1"]) == 0
     assert out.read_text() == f"n\n{len(events_of(load_json(KINETO)))}\n"
+    assert os.listdir(spool) == []  # the scratch directory is gone after a success too
 
 
 @pytest.mark.slow
