@@ -146,6 +146,8 @@ def test_a_bad_query_is_one_line_and_leaves_nothing(tmp_path: Path, capsys) -> N
     assert not out.exists() and os.listdir(spool) == [] and os.listdir(tmp_path) == ["spool"]
     with pytest.raises(TraceError, match="the query is empty"):
         streamtrace.sql(KINETO, "  ")
+    with pytest.raises(TraceError, match="no SQL statement"):
+        streamtrace.sql(KINETO, "-- the kernels\n;", jobs=1)
 
 
 def test_a_refusal_points_into_the_query_as_written() -> None:

@@ -114,7 +114,7 @@ def sql(
 
             def answer(stop: threading.Event) -> tuple[list[str], list | int]:
                 cursor = _execute(connection, query)
-                columns = [column[0] for column in cursor.description or ()] if cursor is not None else []
+                columns = [column[0] for column in cursor.description]
                 batches = _batches(cursor, query, stop)
                 if target is None:
                     return columns, [row for batch in batches for row in batch]
@@ -199,18 +199,19 @@ def _in_helper_thread(work: Callable[[threading.Event], _T], interrupt: Callable
     return outcome["value"]  # type: ignore[return-value]
 
 
-def _execute(connection: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyConnection | None:
-    """The query's cursor (None for a statement without an answer); a refusal is one line."""
+def _execute(connection: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyConnection:
+    """The query's cursor; a refusal is one line."""
     try:
-        return connection.execute(query)
+        cursor = connection.execute(query)
     except duckdb.Error as failure:
         raise _query_error(failure, query) from None
+    if cursor is None:  # DuckDB's answer to a text of comments and semicolons
+        raise TraceError("query: it holds no SQL statement, only comments or semicolons")
+    return cursor
 
 
-def _batches(cursor: duckdb.DuckDBPyConnection | None, query: str, stop: threading.Event) -> Iterator[list[tuple]]:
+def _batches(cursor: duckdb.DuckDBPyConnection, query: str, stop: threading.Event) -> Iterator[list[tuple]]:
     """The answer, :data:`FETCH_ROWS` rows at a time."""
-    if cursor is None or cursor.description is None:
-        return
     while True:
         if stop.is_set():
             raise _Stopped
