@@ -213,3 +213,12 @@ def test_a_trace_on_stdin(monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(KINETO.read_bytes()))))
     assert main(["sql", "-", "SELECT count(*) AS n FROM events", "--csv", "-q", "-j", "1"]) == 0
     assert capsys.readouterr().out == f"n\n{len(events_of(load_json(KINETO)))}\n"
+
+
+def test_csv_cells_of_every_kind(capsys) -> None:
+    """Booleans as SQL writes them, lists and structs as JSON, NULL empty, decimals and big numbers exact."""
+    query = ("SELECT true AS t, [1, 2] AS l, {'a': 'x'} AS s, NULL AS n, 1.50::DECIMAL(4, 2) AS d, "
+             "170141183460469231731687303715884105727::HUGEINT AS h, 0.1::DOUBLE + 0.2::DOUBLE AS f")
+    assert main(["sql", str(KINETO), query, "--csv", "-q", "-j", "1"]) == 0
+    assert capsys.readouterr().out == \
+        't,l,s,n,d,h,f\ntrue,"[1,2]","{""a"":""x""}",,1.50,170141183460469231731687303715884105727,0.30000000000000004\n'

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from decimal import Decimal
+from itertools import chain
 from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import duckdb
@@ -53,6 +54,7 @@ CONVERSION_ONLY = ("output", "output_format", "output_compression", "output_byte
                    "events_dropped", "dropped_categories", "dropped_by_category", "pass_seconds",
                    "wall_seconds", "peak_rss_mb")
 """Keys of the conversion's summary that describe its scratch file, not the trace."""
+_CSV_AS_IS = {str, int, float, type(None)}  # what the csv module writes as _cell would (None empty, floats exact)
 _POSITION = re.compile(r"^LINE (\d+): ")
 _T = TypeVar("_T")
 
@@ -267,7 +269,8 @@ def _write_csv(columns: list[str], batches: Iterator[list[tuple]], out: BinaryIO
     out.write(_csv_lines([columns]))
     count = 0
     for batch in batches:
-        out.write(_csv_lines([[_cell(value, "") for value in row] for row in batch]))
+        plain = set(map(type, chain.from_iterable(batch))) <= _CSV_AS_IS
+        out.write(_csv_lines(batch if plain else [[_cell(value, "") for value in row] for row in batch]))
         count += len(batch)
     return count
 
