@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .commands.relink import relink
     from .commands.slicing import slice_trace
     from .commands.split import split
+    from .commands.sql import sql
     from .commands.synth import synthesize
     from .errors import TraceError
     from .io.redact import RedactOptions
@@ -30,9 +31,9 @@ _HOMES = {"analyze": "commands.analyze", "attribute": "commands.attribute", "bat
           "compact": "commands.compact", "convert": "commands.convert", "inspect": "commands.inspect",
           "merge": "commands.merge", "redact": "commands.redact", "relink": "commands.relink",
           "slice_trace": "commands.slicing", "split": "commands.split", "synthesize": "commands.synth", "TraceError": "errors",
-          "RedactOptions": "io.redact"}
+          "RedactOptions": "io.redact", "sql": "commands.sql"}
 __all__ = ["RedactOptions", "TraceError", "analyze", "attribute", "batch", "compact", "convert", "inspect", "merge", "redact",
-           "relink", "slice_trace", "split", "synthesize"]
+           "relink", "slice_trace", "split", "sql", "synthesize"]
 __version__ = "0.1.0"
 
 
