@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .commands.analyses.frames import TraceAnalysis, analyze_frames
     from .commands.analyze import analyze
     from .commands.attribute import attribute
     from .commands.batch import batch
@@ -27,13 +28,14 @@ if TYPE_CHECKING:
     from .errors import TraceError
     from .io.redact import RedactOptions
 
-_HOMES = {"analyze": "commands.analyze", "attribute": "commands.attribute", "batch": "commands.batch",
+_HOMES = {"analyze": "commands.analyze", "analyze_frames": "commands.analyses.frames",
+          "TraceAnalysis": "commands.analyses.frames", "attribute": "commands.attribute", "batch": "commands.batch",
           "compact": "commands.compact", "convert": "commands.convert", "inspect": "commands.inspect",
           "merge": "commands.merge", "redact": "commands.redact", "relink": "commands.relink",
           "slice_trace": "commands.slicing", "split": "commands.split", "synthesize": "commands.synth", "TraceError": "errors",
           "RedactOptions": "io.redact", "sql": "commands.sql"}
-__all__ = ["RedactOptions", "TraceError", "analyze", "attribute", "batch", "compact", "convert", "inspect", "merge", "redact",
-           "relink", "slice_trace", "split", "sql", "synthesize"]
+__all__ = ["RedactOptions", "TraceAnalysis", "TraceError", "analyze", "analyze_frames", "attribute", "batch", "compact",
+           "convert", "inspect", "merge", "redact", "relink", "slice_trace", "split", "sql", "synthesize"]
 __version__ = "0.1.0"
 
 
