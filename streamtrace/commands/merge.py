@@ -76,7 +76,9 @@ from ..io.writer import JoinedLines, TraceWriter
 from ..kineto import NUMBER_TYPES
 from ..resources import peak_rss_mb
 from .batch import staged
-from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
+from .compactemit import CompactPlan, MovedBlock
+from .compactindex import CompactIndex
+from .compactplan import Compaction, plan_compaction
 from .mergedindex import MergedIndex, resolve
 
 TRACE_SUFFIX = re.compile(r"\.json(\.gz|\.zst)?$", re.IGNORECASE)
