@@ -129,7 +129,7 @@ def test_new_lines_are_the_new_events_as_the_writer_writes_them(monkeypatch, chu
     each line is the bytes orjson writes for the event (times of every
     form orjson spells differently from Python, a string pid, labels that
     need escapes)."""
-    from streamtrace.io.reader import dumps_event
+    from streamtrace.io.eventtext import dumps_event
     monkeypatch.setattr(compactplan, "CHUNK", chunk)
     index = compactindex.CompactIndex(load_rules(None))
     times = [(0.0, 1.0), (1.0, 2.5e-05), (1e16, 3.0), (1e16 + 4, 0.1), (1767189312000000.1, 1e-07), (5.0, 0.0)]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..engine.plan import EmitPlan, consume, patched_lines
 from ..errors import TraceError
-from ..io.reader import dumps_event, event_loader
+from ..io.eventtext import dumps_event, event_loader
 from ..io.spool import parked
 from ..io.textfields import Convert, field_pattern, positions, swap_all, swap_in_lines, swap_one
 from ..io.writer import JoinedLines

@@ -13,8 +13,8 @@ import orjson
 from ..algo.parts import extend_converted, shifted, translated
 from ..algo.rules import Rules
 from ..errors import TraceError
+from ..io.eventtext import dumps_event
 from ..io.projection import ABSENT, ProjectedChunk, Projection
-from ..io.reader import dumps_event
 from ..kineto import NUMBER_TYPES
 from ..resources import trim_heap
 

@@ -30,8 +30,8 @@ from ..algo.pparrows import COMPUTE_OPS, Arrow, ArrowMaker, Span, arrow_events, 
 from ..algo.ranks import pp_group_ranks
 from ..algo.rules import Rules
 from ..errors import TraceError
+from ..io.eventtext import dumps_event
 from ..io.jsonscan import RawMember, member_value
-from ..io.reader import dumps_event
 from ..io.spool import parked
 from ..resources import buffers_from_os, gc_paused
 from .compactindex import NOTE_TIMES, RUN_COLUMNS, TID_GAP, TID_LIMIT, CompactIndex

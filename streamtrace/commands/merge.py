@@ -63,10 +63,11 @@ from ..errors import TraceError
 from ..io.archive import outer_path
 from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
+from ..io.eventtext import dumps_event, event_loader
 from ..io.jsonscan import RawMember, member_value
 from ..io.objectstore import RunStore, assemble_s3, join_objects, part_groups, remote_glob, same_s3_store, scratch
 from ..io.progress import Meter, Progress
-from ..io.reader import ReadStats, dumps_event, event_loader, header_members
+from ..io.reader import ReadStats, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.remote import RemoteReader, is_url
 from ..io.sink import OutputTarget, SinkSpec, compressed, remove_quietly
