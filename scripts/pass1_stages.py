@@ -30,7 +30,7 @@ from typing import Callable
 import streamtrace
 from streamtrace.algo.secrets import SecretFinder, fold
 from streamtrace.commands.attribute import AttributeIndex
-from streamtrace.commands.compact import CompactIndex
+from streamtrace.commands.compactindex import CompactIndex
 from streamtrace.commands.inspect import InspectVisitor
 from streamtrace.commands.mergedindex import LinksIndex
 from streamtrace.commands.slicing import Selection, SliceIndex

@@ -43,7 +43,7 @@ def parsing(chunk: int | None):
     Yields a one-item list counting the elements the chunk parser produced.
     """
     produced = [0]
-    real_fast, real_exact = reader_module._chunk_loads_fast, reader_module._chunk_loads_exact
+    real_fast, real_exact = reader_module.chunk_loads_fast, reader_module.chunk_loads_exact
 
     def counting(loads):
         def wrapped(text: bytes):
@@ -54,7 +54,7 @@ def parsing(chunk: int | None):
 
     with mock.patch.multiple(reader_module, PARSE_CHUNK=chunk or 64, CHUNK_PARSE_BYTES=chunk or 1,
                              CHUNK_PARSE_LIMIT=-1 if chunk is None else 1 << 20,
-                             _chunk_loads_fast=counting(real_fast), _chunk_loads_exact=counting(real_exact)):
+                             chunk_loads_fast=counting(real_fast), chunk_loads_exact=counting(real_exact)):
         yield produced
 
 

@@ -3,7 +3,6 @@ real and generated traces, and an in-memory oracle."""
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import pickle
 import sys
@@ -15,11 +14,10 @@ from conftest import TRACES, events_of, load_json
 
 import streamtrace
 from streamtrace.algo import lanes as lanes_module
+from streamtrace.commands import compactindex, compactplan
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
 from streamtrace.synth import SynthConfig, write_traces
-
-compact_module = importlib.import_module("streamtrace.commands.compact")  # the package's `compact` is the function
 
 SLICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -131,14 +129,14 @@ def test_new_lines_are_the_new_events_as_the_writer_writes_them(monkeypatch, chu
     each line is the bytes orjson writes for the event (times of every
     form orjson spells differently from Python, a string pid, labels that
     need escapes)."""
-    from streamtrace.io.reader import dumps_event
-    monkeypatch.setattr(compact_module, "CHUNK", chunk)
-    index = compact_module.CompactIndex(load_rules(None))
+    from streamtrace.io.eventtext import dumps_event
+    monkeypatch.setattr(compactplan, "CHUNK", chunk)
+    index = compactindex.CompactIndex(load_rules(None))
     times = [(0.0, 1.0), (1.0, 2.5e-05), (1e16, 3.0), (1e16 + 4, 0.1), (1767189312000000.1, 1e-07), (5.0, 0.0)]
     for n, (ts, dur) in enumerate(times):
         for pid in (0, "GPU 1"):
             index.visit(kernel(f"k{n}", ts, dur, 7, pid=pid, label='PP:"0F0"\n' if n % 2 else "é ü"))
-    compaction = compact_module.plan_compaction(index, [])
+    compaction = compactplan.plan_compaction(index, [])
     expected = [dumps_event(event) for event in compaction.new_events()]
     assert len(compaction.kernel_runs) >= len(times) and list(compaction.new_lines()) == expected
     assert all(orjson.loads(line) == event for line, event in zip(expected, compaction.new_events()))
@@ -151,8 +149,8 @@ def test_identity_hashes_at_once_equal_the_hash_of_each():
     other = {**kineto[0], "id": 3}
     big = note("nccl:all_gather", 0, 1, 7, big=1 << 70)
     for events in (kineto, kineto + [other], kineto + [big], [big], []):
-        assert compact_module._identity_hashes(events) == list(map(compact_module._identity_hash, events))
-    assert len(set(compact_module._identity_hashes(kineto))) == 2
+        assert compactindex._identity_hashes(events) == list(map(compactindex._identity_hash, events))
+    assert len(set(compactindex._identity_hashes(kineto))) == 2
 
 
 def flow(ph, fid, pid, tid, ts):
@@ -228,7 +226,7 @@ def test_trace_without_gpu_slices_passes_through(tmp_path):
 def test_stream_and_label_ids_widen_past_two_bytes():
     """Ids start in 2-byte arrays; the first id past their range widens every
     array of its kind, and the hot loop goes on appending to the new ones."""
-    index = compact_module.CompactIndex(load_rules(None))
+    index = compactindex.CompactIndex(load_rules(None))
     count = (1 << 16) + 3
     moved = [0, 1 << 15, (1 << 16) - 1, 1 << 16, count - 1]  # streams that also get a flow, an annotation, metadata
     for n in range(count):
@@ -243,18 +241,18 @@ def test_stream_and_label_ids_widen_past_two_bytes():
     assert [index.label_names[label] for label in index.slice_label] == [f"label {n}" for n in range(count)]
     assert index.flow_stream.tolist() == index.note_stream.tolist() == index.meta_stream.tolist() == moved
     assert [index.label_names[label] for label in index.note_name] == [f"note {n}" for n in moved]
-    summary = compact_module.plan_compaction(index, []).summary
+    summary = compactplan.plan_compaction(index, []).summary
     assert (summary["measured_slices"], summary["original_streams"], summary["compacted_lanes"]) == (count, count, 1)
     assert summary["gpu_flow_endpoints_mapped"] == summary["gpu_annotations_mapped"] == len(moved)
 
 
 def test_the_plan_releases_what_pass_2_does_not_read():
     """After the plan the index holds what pass 2 reads, and still pickles (merge parks it)."""
-    index = compact_module.CompactIndex(load_rules(None))
+    index = compactindex.CompactIndex(load_rules(None))
     for event in [kernel("gemm", 0.0, 2.0, 7), kernel("gemm", 1.0, 2.0, 8), note("n", 0.0, 1.0, 7)]:
         index.visit(event)
-    compact_module.plan_compaction(index, [])
-    assert not any(hasattr(index, name) for name in compact_module.PLAN_ONLY + compact_module.PASS_1_CLOSURES)
+    compactplan.plan_compaction(index, [])
+    assert not any(hasattr(index, name) for name in compactindex.PLAN_ONLY + compactindex.PASS_1_CLOSURES)
     assert pickle.loads(pickle.dumps(index)).slice_start.tolist() == [0.0, 1.0]
     with pytest.raises(ValueError, match="pass 2 reads slice_start"):
         index.release("slice_start")
@@ -447,7 +445,7 @@ def test_a_slice_that_changed_between_the_passes_is_named(tmp_path, monkeypatch,
     """Pass 2 checks each slice's start against pass 1 and names the one that
     differs, in blocks moved whole and in blocks moved line by line, in this
     process and in pass-2 workers."""
-    from streamtrace.commands.compact import CompactPlan
+    from streamtrace.commands.compactemit import CompactPlan
     write_traces(SynthConfig(ranks=1, pp_stages=1, microbatches=2, steps=1, graph_streams=4, graph_kernels=4),
                  tmp_path, compress="none", merged=False)
     real_init = CompactPlan.__init__
@@ -488,7 +486,7 @@ def test_stream_keys_of_other_events_stay_whatever_the_spacing(tmp_path, monkeyp
     runtime event does, and a slice spells its key with a space before the
     colon (a key pattern blind to that space would count the runtime's key
     as the slice's)."""
-    from streamtrace.commands.compact import CompactPlan
+    from streamtrace.commands.compactemit import CompactPlan
     lines = ['{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 0, "tid": 1, "ts": 0.5, '
              '"dur": 1, "args": {"stream":3}}',
              '{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1.5, "dur": 1, "args": {"stream" : 7}}',
@@ -520,7 +518,7 @@ def test_blocks_moved_whole_equal_the_line_by_line_patches(generated, generated_
     per-line patchers alone gives the same bytes (blocks are cut differently
     at each -j, so a line must come out the same whichever way it went),
     spaces after colons included."""
-    from streamtrace.commands.compact import CompactPlan
+    from streamtrace.commands.compactemit import CompactPlan
     directory, truth = generated if layout == "lines" else generated_kineto
     src = directory / truth["ranks"][0]["file"]
     monkeypatch.setattr("streamtrace.io.spool.READ_BLOCK", 8192)  # many blocks

@@ -383,7 +383,7 @@ def test_strictly_forward_arrow_finishes_after_its_start():
 def test_retimed_annotations_answer_as_the_dict_of_unions_would(unions, asked):
     """Retimed holds coalescing's unions as arrays in ordinal order; looked
     up one at a time or as a mask, it answers as {kept: (start, duration)}."""
-    from streamtrace.commands.compact import Retimed
+    from streamtrace.commands.compactplan import Retimed
 
     kept = np.array(list(unions), dtype=np.int32)
     starts = np.array([start for start, _ in unions.values()])

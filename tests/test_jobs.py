@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from test_redact import write_planted_run
 
 import streamtrace
-from streamtrace.commands import compact as compact_module
+from streamtrace.commands import compactemit
 from streamtrace.commands.inspect import InspectVisitor
 from streamtrace.engine import indexworkers, parseproc
 from streamtrace.engine import jobs as jobs_module
@@ -364,14 +364,14 @@ def compact_with_a_planted_fault(fault, generated, tmp_path: Path, monkeypatch,
                                  output: str = "out.json") -> tuple[Path, Path]:
     """Run compact at -j 2 into ``output`` with ``fault()`` called in the
     worker that gets a block after the first; returns (output, spool dir)."""
-    real_lines = compact_module.CompactPlan.lines
+    real_lines = compactemit.CompactPlan.lines
 
     def planted(self, block, first_index):
         if first_index > 0:
             fault(first_index)
         return real_lines(self, block, first_index)
 
-    monkeypatch.setattr(compact_module.CompactPlan, "lines", planted)
+    monkeypatch.setattr(compactemit.CompactPlan, "lines", planted)
     spool_dir = tmp_path / "spool"
     spool_dir.mkdir()
     out = tmp_path / output

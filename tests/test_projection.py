@@ -15,7 +15,7 @@ from streamtrace.algo import columns
 from streamtrace.algo.secrets import fold
 from streamtrace.commands import mergedindex
 from streamtrace.commands.attribute import AttributeIndex
-from streamtrace.commands.compact import CompactIndex
+from streamtrace.commands.compactindex import CompactIndex
 from streamtrace.commands.inspect import InspectVisitor
 from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedIndex, RankIndex
 from streamtrace.commands.split import SplitIndex

@@ -25,7 +25,8 @@ from streamtrace import resources
 from streamtrace.engine import indexworkers, parseproc, passes
 from streamtrace.errors import TraceError
 from streamtrace.io import reader as reader_module
-from streamtrace.io.reader import ChunkRefused, ReadMode, TraceReader, chunk_events
+from streamtrace.io.chunkcut import chunk_events
+from streamtrace.io.reader import ChunkRefused, ReadMode, TraceReader
 from streamtrace.io.source import InputSource
 from streamtrace.io.spool import EventSpool
 from streamtrace.synth import SynthConfig, write_traces

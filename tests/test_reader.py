@@ -11,6 +11,7 @@ import pytest
 import streamtrace
 from streamtrace.engine.passes import index_pass
 from streamtrace.errors import TraceError
+from streamtrace.io import eventtext
 from streamtrace.io import reader as reader_module
 from streamtrace.io.source import InputSource
 
@@ -215,7 +216,7 @@ def test_error_names_event_index_and_byte_offset():
     (b'{"id": 7, "ts": 1e400}', 7),
 ])
 def test_exact_mode_lines_decode_exactly(text, expected):
-    from streamtrace.io.reader import loads_spooled
+    from streamtrace.io.eventtext import loads_spooled
     event = loads_spooled(text)
     assert event["id"] == expected and type(event["id"]) is int
     assert float(event["ts"]) in (1.5, float("inf"))
@@ -232,21 +233,21 @@ def test_exact_mode_lines_decode_exactly(text, expected):
     (b'{"a": 1234567890123456789, "b": 99999999999999999999}', True),  # the second run decides
 ])
 def test_integers_orjson_would_round_are_found(text, beyond):
-    assert reader_module.has_int_beyond_fast_reading(text) is beyond
+    assert eventtext.has_int_beyond_fast_reading(text) is beyond
 
 
 def test_exact_mode_batches_decode_exactly():
     """The parse child sends lines as JSON arrays; a batch with an integer beyond orjson's range decodes exactly."""
     plain = b'[{"id": 18446744073709551615, "ts": 1.5}, {"ts": 2}]'
-    assert reader_module.loads_spooled(memoryview(plain)) == [{"id": 2**64 - 1, "ts": 1.5}, {"ts": 2}]
+    assert eventtext.loads_spooled(memoryview(plain)) == [{"id": 2**64 - 1, "ts": 1.5}, {"ts": 2}]
     big = b'[{"ts": 1.5}, {"id": 123456789012345678901234567890, "ts": 2.50}]'
-    events = reader_module.loads_spooled(memoryview(big))
+    events = eventtext.loads_spooled(memoryview(big))
     assert events[1]["id"] == 123456789012345678901234567890 and str(events[1]["ts"]) == "2.50"
-    assert reader_module.loads_spooled(b'[{"ts": 1e400}]')[0]["ts"] == Decimal("1e400")
+    assert eventtext.loads_spooled(b'[{"ts": 1e400}]')[0]["ts"] == Decimal("1e400")
 
 
 def spool_lines(events: list) -> list[bytes]:
-    array, lines = reader_module.dumped_batch(events, 0)
+    array, lines = eventtext.dumped_batch(events, 0)
     assert json.loads(array) == events
     return bytes(lines).split(b"\n")
 
@@ -266,7 +267,7 @@ def test_spool_lines_are_one_event_each_whatever_the_text_holds(events):
 def test_spool_lines_come_from_one_encoding_on_plain_events(monkeypatch):
     """The per-event fallback is not taken when nothing calls for it."""
     calls = []
-    monkeypatch.setattr(reader_module, "dumps_event", lambda event: calls.append(event))
+    monkeypatch.setattr(eventtext, "dumps_event", lambda event: calls.append(event))
     events = [{"ph": "X", "name": f"k{n}", "args": {"grid": [1, 2, 3], "n": n}} for n in range(50)]
     assert [json.loads(line) for line in spool_lines(events)] == events
     assert calls == []
@@ -277,7 +278,7 @@ def test_too_deep_event_is_refused_with_its_index():
     for _ in range(300):
         deep = {"a": deep}
     with pytest.raises(TraceError, match="nested") as info:
-        reader_module.dumped_batch([{"ph": "i"}, {"ph": "i", "args": deep}], 40)
+        eventtext.dumped_batch([{"ph": "i"}, {"ph": "i", "args": deep}], 40)
     assert info.value.event_index == 41
 
 

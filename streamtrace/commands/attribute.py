@@ -35,9 +35,9 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
+from ..io.eventtext import decimal_as_json
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk, Projection
-from ..io.reader import decimal_as_json
 from ..io.sink import SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import EventSpool

@@ -15,8 +15,9 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import read_with_retries, retrying
 from ..errors import RobustModeNeeded, TraceError
 from ..io.destinations import Destinations
+from ..io.eventtext import dumped_batch, dumps_event, raise_if_container_field
 from ..io.progress import Progress
-from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field
+from ..io.reader import ReadMode, ReadStats, TraceReader
 from ..io.redact import RedactOptions, Redactor, redaction_summary, restart_redaction
 from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec

@@ -63,10 +63,11 @@ from ..errors import TraceError
 from ..io.archive import outer_path
 from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
+from ..io.eventtext import dumps_event, event_loader
 from ..io.jsonscan import RawMember, member_value
 from ..io.objectstore import RunStore, assemble_s3, join_objects, part_groups, remote_glob, same_s3_store, scratch
 from ..io.progress import Meter, Progress
-from ..io.reader import ReadStats, dumps_event, event_loader, header_members
+from ..io.reader import ReadStats, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.remote import RemoteReader, is_url
 from ..io.sink import OutputTarget, SinkSpec, compressed, remove_quietly
@@ -76,7 +77,9 @@ from ..io.writer import JoinedLines, TraceWriter
 from ..kineto import NUMBER_TYPES
 from ..resources import peak_rss_mb
 from .batch import staged
-from .compact import CompactIndex, Compaction, CompactPlan, MovedBlock, plan_compaction
+from .compactemit import CompactPlan, MovedBlock
+from .compactindex import CompactIndex
+from .compactplan import Compaction, plan_compaction
 from .mergedindex import MergedIndex, resolve
 
 TRACE_SUFFIX = re.compile(r"\.json(\.gz|\.zst)?$", re.IGNORECASE)

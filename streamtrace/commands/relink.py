@@ -27,8 +27,8 @@ from ..engine.plan import EmitPlan, consume, patched_lines
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
+from ..io.eventtext import dumps_event, event_loader
 from ..io.progress import Progress
-from ..io.reader import dumps_event, event_loader
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec

@@ -34,10 +34,11 @@ from ..engine.passes import FAST, IndexResult, read_with_retries
 from ..engine.plan import EmitPlan
 from ..errors import RobustModeNeeded, TraceError
 from ..io.destinations import Destinations
+from ..io.eventtext import event_loader, raise_if_container_field
 from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, copy_rows, pack_batch, require_pyarrow, unpack_batch
 from ..io.progress import Progress
-from ..io.reader import ReadStats, TraceReader, event_loader, header_members, raise_if_container_field
+from ..io.reader import ReadStats, TraceReader, header_members
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import gc_paused, peak_rss_mb

@@ -35,9 +35,10 @@ from typing import Callable, Protocol
 
 from ..algo.secrets import fold
 from ..errors import RobustModeNeeded, TraceError
+from ..io.chunkcut import chunk_events
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk
-from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader, chunk_events
+from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader
 from ..io.repair import Utf8Repair
 from ..io.source import InputSource
 from ..resources import fix_heap_thresholds, forking, gc_paused

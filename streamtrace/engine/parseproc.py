@@ -25,8 +25,9 @@ import struct
 from typing import Callable
 
 from ..errors import TraceError
+from ..io.eventtext import dumped_batch
 from ..io.progress import Progress
-from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch
+from ..io.reader import ReadMode, ReadStats, TraceReader
 from ..io.source import InputSource
 from ..io.spool import EventSpool
 from ..resources import HELD_SIGNALS, forking, gc_paused

@@ -16,16 +16,9 @@ from typing import Callable, Iterable, Protocol, TypeVar
 from orjson import loads
 
 from ..errors import RobustModeNeeded, TraceError, TransferError
+from ..io.eventtext import dumped_batch, loads_spooled, raise_if_container_field
 from ..io.progress import Meter
-from ..io.reader import (
-    ReadMode,
-    ReadStats,
-    TraceReader,
-    dumped_batch,
-    loads_spooled,
-    raise_if_container_field,
-    warn_if_slow_backend,
-)
+from ..io.reader import ReadMode, ReadStats, TraceReader, warn_if_slow_backend
 from ..io.scratch import check_local_spool_dir
 from ..io.sink import OutputTarget
 from ..io.source import InputSource

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from ..errors import TraceError
-from .reader import dumps_event
+from .eventtext import dumps_event
 
 if TYPE_CHECKING:
     import pyarrow

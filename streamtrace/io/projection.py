@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from ..algo.secrets import fold
-from .reader import has_int_beyond_fast_reading
+from .eventtext import has_int_beyond_fast_reading
 
 ABSENT = msgspec.UNSET
 """A declared field's default that tells an absent member from ``null``."""

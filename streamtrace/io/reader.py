@@ -13,28 +13,35 @@ written back out with their original text).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
 from collections import deque
 from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Callable, Generator, Iterator, Protocol
+from typing import Generator, Iterator, Protocol
 
 import ijson
 import orjson
 
-from ..algo.secrets import fold
 from ..errors import RobustModeNeeded, TraceError, TransferError
 from . import jsonscan
+from .chunkcut import (
+    ONLY_DICTS,
+    array_ends,
+    chunk_loads_exact,
+    chunk_loads_fast,
+    cut_candidates,
+    likely_cut,
+    parse_up_to,
+    usual_cut,
+)
+from .eventtext import loads_exact, value_kind
 from .repair import ControlCharRepair, Utf8Repair
 from .source import DecodedStream, TruncatedInput
 
 PARSE_CHUNK = 64 * 1024  # larger chunks make ijson slower (more pending items per call)
 CHUNK_PARSE_BYTES = 1 << 20  # events parsed at once: ~4k, a few MB of dicts
 CHUNK_PARSE_LIMIT = 32 << 20  # no event boundary found within this: leave the rest to ijson
-CUT_ATTEMPTS = 4  # boundaries tried per chunk before leaving the rest to ijson
 IJSON_BATCH = 512  # events ijson hands out at a time
 HEADER_LIMIT = 64 << 20
 TAIL_WINDOW = 8 << 20
@@ -418,9 +425,9 @@ class TraceReader:
             for batch in self._parsed_batches(events_at, hand_off, chunk_bytes):
                 if not batch:
                     continue
-                if set(map(type, batch)) != _ONLY_DICTS:
+                if set(map(type, batch)) != ONLY_DICTS:
                     bad = next(n for n, event in enumerate(batch) if event.__class__ is not dict)
-                    raise TraceError(f"event is {_kind(batch[bad])}, expected an object", event_index=count + bad)
+                    raise TraceError(f"event is {value_kind(batch[bad])}, expected an object", event_index=count + bad)
                 count += len(batch)
                 stats.events = count
                 last = batch[-1]
@@ -470,7 +477,7 @@ class TraceReader:
         chunk not confirmed.
         """
         feed = self._feed
-        loads = _chunk_loads_exact if self.mode.exact_numbers else _chunk_loads_fast
+        loads = chunk_loads_exact if self.mode.exact_numbers else chunk_loads_fast
         data = feed.take_primed()
         data_offset = 0  # where data[0] is in the stream
         start = events_at + 1
@@ -519,7 +526,7 @@ class TraceReader:
             at_end = feed.eof
             if hand_off is not None:
                 if not at_end:
-                    cut = _likely_cut(data, start, separator)
+                    cut = likely_cut(data, start, separator)
                     if cut is None:
                         continue  # one large element: read on
                     cut_from, text = start, data[start:cut[0]]
@@ -533,8 +540,8 @@ class TraceReader:
                         take_back(refusal)
                 else:
                     take_back()
-            candidates = _array_ends(data, start) if at_end else _cuts(data, start)
-            parsed = _parse_up_to(data, start, candidates, loads)
+            candidates = array_ends(data, start) if at_end else cut_candidates(data, start)
+            parsed = parse_up_to(data, start, candidates, loads)
             if parsed is None:
                 continue  # no cut yet (one large element): read on
             begun = start
@@ -582,7 +589,7 @@ class TraceReader:
                 if next_end > last_end:
                     break
                 window_at = max(position, next_end - CUT_WINDOW)
-                cut = _usual_cut(os.pread(descriptor, next_end - window_at, window_at), separator)
+                cut = usual_cut(os.pread(descriptor, next_end - window_at, window_at), separator)
                 if cut is None:
                     break
                 starts.append((handed_out, position))
@@ -694,117 +701,12 @@ class TraceReader:
         return feed.offset
 
 
-_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _ELEMENT_START = re.compile(rb"[ \t\r\n]*\{")
-_BOUNDARY_SEARCH_LIMIT = 256  # closing braces (or brackets) looked at per chunk when none is a cut
-_JSON_WHITESPACE = b" \t\r\n"
-
-Candidates = Iterator[tuple[int, int]]  # (where the elements would end, where reading goes on), last first
-
-
-def _cuts(data: bytes, start: int) -> Candidates:
-    """``}`` then ``,`` then ``{``: the next element would start at the ``{``."""
-    brace = data.rfind(b"}", start)
-    for _ in range(_BOUNDARY_SEARCH_LIMIT):
-        if brace <= start:
-            return
-        cut = _CUT.match(data, brace)
-        if cut is not None:
-            yield brace + 1, cut.end() - 1
-        brace = data.rfind(b"}", start, brace)
-
-
-def _likely_cut(data: bytes, start: int, separator: bytes | None) -> tuple[int, int] | None:
-    """The last cut whose separator is ``separator`` (when given), else the last cut."""
-    fallback = None
-    for cut in _cuts(data, start):
-        if separator is None or data[cut[0]:cut[1]] == separator:
-            return cut
-        fallback = fallback or cut
-    return fallback
-
-
 def _offsets_moved(hand_off: HandOff) -> bool:
     """Did repairs in the chunks ``hand_off`` read from the file add bytes?
     Offsets in the bytes read here no longer are the file's then."""
     return getattr(hand_off, "utf8_growth", 0) != 0
 
-
-def _usual_cut(data: bytes, separator: bytes | None) -> tuple[int, int] | None:
-    """The cut :func:`_likely_cut` chooses in ``data``, when that is a cut
-    with ``separator`` (or any cut, without one); else None: the bytes
-    before ``data`` might hold the cut it would choose."""
-    cut = _likely_cut(data, 0, separator)
-    return cut if cut is not None and (separator is None or data[cut[0]:cut[1]] == separator) else None
-
-
-def _array_ends(data: bytes, start: int) -> Candidates:
-    """``}`` then ``]``: the ``]`` would close the events array."""
-    bracket = data.rfind(b"]", start)
-    for _ in range(_BOUNDARY_SEARCH_LIMIT):
-        if bracket <= start:
-            return
-        before = bracket - 1
-        while before > start and data[before] in _JSON_WHITESPACE:
-            before -= 1
-        if data[before] == 0x7D:
-            yield before + 1, before + 1
-        bracket = data.rfind(b"]", start, before + 1)
-
-
-def _parse_up_to(data: bytes, start: int, candidates: Candidates,
-                 loads: Callable[[bytes], list | None]) -> tuple[list | None, int] | None:
-    """Parse ``data[start:]`` up to the last candidate end that parses.
-
-    Returns ``(elements, where reading goes on)``; ``(None, start)`` when
-    candidates exist but none parses (the chunk parser refuses something:
-    leave it to ijson); None when there is no candidate yet.
-    """
-    attempts = 0
-    for end, resume in candidates:
-        elements = loads(b"[" + data[start:end] + b"]")
-        if elements is not None:
-            return elements, resume
-        attempts += 1
-        if attempts == CUT_ATTEMPTS:
-            break
-    return (None, start) if attempts else None
-
-
-def _chunk_loads_fast(text: bytes) -> list | None:
-    """Parse a chunk as a fast-mode reading would, or None.
-
-    orjson reads integers beyond 64 bits as floats without a word: a chunk
-    holding one is left to ijson, which asks for the exact-mode reread.
-    """
-    if has_int_beyond_fast_reading(text):
-        return None
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def chunk_events(text: bytes) -> list[dict] | None:
-    """The events of a chunk of elements (``{...},{...}``) as a fast-mode
-    reading would parse them, or None when that parse fails, would read
-    differently, or finds an element that is not an object."""
-    events = _chunk_loads_fast(b"[" + text + b"]")
-    if events is None or (events and set(map(type, events)) != _ONLY_DICTS):
-        return None
-    return events
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _chunk_loads_exact(text: bytes) -> list | None:
-    """Parse a chunk as an exact-mode reading would (Decimal floats, ints of any size), or None."""
-    try:
-        return json.loads(text, parse_float=Decimal, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):
-        return None
 
 
 def _covers(current: ReadMode, wanted: ReadMode) -> bool:
@@ -825,7 +727,6 @@ def _context(exc: Exception) -> str:
     return f" near {lines[1].strip()[:60]!r}" if len(lines) > 1 and lines[1].strip() else ""
 
 
-_ONLY_DICTS = {dict}
 
 
 def _grouped(items: Iterator[object], size: int) -> Iterator[list]:
@@ -846,155 +747,3 @@ def _grouped(items: Iterator[object], size: int) -> Iterator[list]:
         yield batch
 
 
-def _kind(value: object) -> str:
-    names = {list: "a list", dict: "an object", str: "a string", int: "a number", float: "a number",
-             Decimal: "a number", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
-KEY_FIELDS = ("ph", "cat", "name", "pid", "tid", "id")
-"""Event fields commands use as dictionary keys: a list or object there cannot be indexed."""
-
-
-def raise_if_container_field(event: object) -> None:
-    """After a TypeError while handling ``event``: refuse it if a key field is a list or object.
-
-    Checked only on failure, so the per-event hot paths stay free of type
-    checks; a TypeError with well-typed fields is a bug and propagates.
-    """
-    if event.__class__ is not dict:
-        return
-    for key in KEY_FIELDS:
-        value = event.get(key)
-        if value.__class__ in (list, dict):
-            raise TraceError(f"{key} is {_kind(value)}, expected a number or string") from None
-
-
-def decimal_as_json(value: object) -> orjson.Fragment:
-    """orjson ``default`` hook: write an exact-mode number with its original text."""
-    if isinstance(value, Decimal):
-        return orjson.Fragment(str(value))
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def loads_exact(line: bytes) -> dict:
-    """Decode an event line keeping exact-mode numbers exact (ints beyond
-    64 bits, floats as Decimal), for the lines orjson refuses or rounds."""
-    return json.loads(line, parse_float=Decimal)
-
-
-_NINETEEN_DIGITS = b"9" * 19
-_DIGIT_RUN = re.compile(rb"9+")
-_ORJSON_INTS = range(-(1 << 63), 1 << 64)
-
-
-def has_int_beyond_fast_reading(text: bytes, digits: bytes | None = None, run_limit: int | None = None) -> bool:
-    """Does ``text`` hold an integer orjson would round (outside [-2^63, 2^64))?
-    With ``run_limit``: or a run of that many digits, integer or not (a
-    caller refusing floats beyond a double tests both in one search).
-
-    Digits become ``9`` in a translated copy (``digits``, when the caller
-    has made one: any copy with digits as ``9`` and nothing else as ``9``),
-    so C-level ``find`` locates the runs of 19 or more; only those are
-    looked at.  A run that is part of a float (after ``.``, before
-    ``.``/``e``) is not an integer.  A run inside a string counts (rarely
-    costly: that text is parsed exactly).
-    """
-    digits = fold(text) if digits is None else digits
-    at = digits.find(_NINETEEN_DIGITS)
-    while at >= 0:
-        end = _DIGIT_RUN.match(digits, at).end()
-        if run_limit is not None and end - at >= run_limit:
-            return True
-        in_float = (at and text[at - 1] == 0x2E) or text[end:end + 1] in (b".", b"e", b"E")
-        start = at - 1 if at and text[at - 1] == 0x2D else at
-        if not in_float and int(text[start:end]) not in _ORJSON_INTS:
-            return True
-        at = digits.find(_NINETEEN_DIGITS, end)
-    return False
-
-
-def loads_spooled(text: bytes | memoryview) -> object:
-    """Decode spooled text of an exact-mode reading (an event line, or the
-    parse child's JSON array of lines), fast.
-
-    orjson reads nearly every line exactly and ~6x faster than the json
-    module; it only rounds integers outside [-2^63, 2^64) to floats (without
-    saying so) and refuses floats beyond double range.  A cheap byte-level
-    test finds the text with such an integer, and only that, or what orjson
-    refuses, takes the slow exact decoder.  (Decimal floats become plain
-    floats, as in a fast-mode reading; the line itself, which is what gets
-    written, keeps its text.)
-    """
-    text = bytes(text)
-    if not has_int_beyond_fast_reading(text):
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    return loads_exact(text)
-
-
-WRITE_DEPTH_LIMIT = 254
-"""Deepest nesting orjson writes; deeper events are refused by every command that writes events."""
-
-
-def dumps_event(event: dict, option: int = 0) -> bytes:
-    """Serialise one event compactly; exact-mode numbers keep their text.
-
-    Raises :class:`TraceError` (without a position: the caller knows the
-    event index) for an event nested too deep to write.
-    """
-    try:
-        return orjson.dumps(event, default=decimal_as_json, option=option)
-    except TypeError as exc:
-        if "Recursion limit" in str(exc):
-            raise TraceError(f"event is nested more than {WRITE_DEPTH_LIMIT} levels deep, "
-                             "more than the JSON writer takes") from None
-        return orjson.dumps(_big_ints_as_text(event), default=decimal_as_json, option=option)
-
-
-def dumped_batch(events: list, first_index: int) -> tuple[bytes, bytes | memoryview]:
-    """A list of events as one JSON array and as spool lines (each event
-    compact on its own line; newlines between them), from one orjson call.
-
-    In compact JSON, two adjacent objects in the array meet as ``},{``; that
-    also occurs inside strings and nested lists, so the split is kept only
-    when it yields exactly one line per event (orjson writes no raw newline).
-    Otherwise, and for what orjson cannot write in one go, each event is
-    written alone (errors then name the event: ``first_index`` + position).
-    """
-    if not events:
-        raise ValueError("no events to write")
-    try:
-        array = orjson.dumps(events, default=decimal_as_json)
-    except TypeError:
-        array = None
-    if array is not None:
-        joined = array.replace(b"},{", b"}\n{")
-        if joined.count(b"\n") == len(events) - 1:
-            return array, memoryview(joined)[1:-1]
-    texts = []
-    for n, event in enumerate(events):
-        try:
-            texts.append(dumps_event(event))
-        except TraceError as exc:
-            exc.event_index = first_index + n
-            raise
-    return b"[" + b",".join(texts) + b"]", b"\n".join(texts)
-
-
-def _big_ints_as_text(value: object) -> object:
-    """Integers beyond 64 bits (orjson's limit) as raw JSON text."""
-    if type(value) is int and not -(1 << 63) <= value < (1 << 64):
-        return orjson.Fragment(str(value))
-    if type(value) is dict:
-        return {key: _big_ints_as_text(item) for key, item in value.items()}
-    if type(value) is list:
-        return [_big_ints_as_text(item) for item in value]
-    return value
-
-
-def event_loader(exact: bool) -> Callable[[bytes], dict]:
-    """How pass 2 decodes a spooled event line: orjson, or keeping exact-mode numbers exact."""
-    return loads_spooled if exact else orjson.loads

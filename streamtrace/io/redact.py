@@ -28,8 +28,8 @@ from ..algo.secrets import (
     with_patterns,
 )
 from ..errors import TraceError
+from .eventtext import decimal_as_json, dumped_batch, dumps_event, loads_spooled
 from .jsonscan import RawMember
-from .reader import decimal_as_json, dumped_batch, dumps_event, loads_spooled
 
 
 @dataclass(frozen=True)

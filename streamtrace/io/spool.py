@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 import zstandard
 
-from .reader import dumped_batch
+from .eventtext import dumped_batch
 from .scratch import spool_writes
 
 SPOOL_LEVEL = -5  # zstd's fast levels: half the time of level 1 to write, a quarter to read; about twice the size
