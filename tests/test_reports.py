@@ -161,7 +161,6 @@ def test_inspect_devices_busy_time_and_top_kernels_match_plain_sums(trace):
                 kernels[e["name"]][1] += e["dur"]
     assert set(summary["gpu_busy"]) == set(slices)
     for pid, busy in summary["gpu_busy"].items():
-        assert busy["slices_out_of_order"] == 0  # the reorder window is enough for real traces
         assert busy["busy_us"] == pytest.approx(plain_union(slices[pid]), abs=1e-3)
         assert busy["slices"] == len(slices[pid])
     top = sorted(kernels.items(), key=lambda item: (-item[1][1], item[0]))[:10]

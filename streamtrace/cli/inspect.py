@@ -115,8 +115,10 @@ def compression(name: str) -> str:
 
 
 def busy_text(busy: dict) -> str:
-    """``GPU busy 1.200 ms of 4.000 ms (30.0%)``; GPUs whose slices all last 0 us have no busy fraction to give."""
+    """``GPU busy 1.200 ms of 4.000 ms (30.0%)``, ``GPU busy (one of 2 GPUs at least) ...`` for a union over
+    several GPUs; GPUs whose slices all last 0 us have no busy fraction to give."""
     if not busy["span_us"]:
         return "no GPU time (its slices last 0 us)"
-    return f"GPU busy {ms(busy['busy_us'])} of {ms(busy['span_us'])}" + (
+    several = f" (one of {busy['gpu_pids']} GPUs at least)" if busy.get("gpu_pids") else ""
+    return f"GPU busy{several} {ms(busy['busy_us'])} of {ms(busy['span_us'])}" + (
         f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else "")

@@ -13,6 +13,7 @@ from array import array
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from decimal import Decimal
+from functools import partial
 from itertools import compress, repeat
 from operator import add, attrgetter, is_not, not_
 from typing import Any, Callable, Iterable, Optional, Union
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 import msgspec
 import numpy as np
 
-from ..algo.busy import BusyTime
+from ..algo.busy import BusyTime, union_length
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.mergeplan import EPOCH_US
 from ..algo.pp import parse_pp_name
@@ -36,6 +37,7 @@ from ..io.progress import Progress
 from ..io.projection import ProjectedChunk, Projection
 from ..io.reader import ReadStats
 from ..io.redact import RedactOptions, Redactor, load_secret_rules
+from ..io.runspill import RunSpill, SpilledRuns
 from ..io.source import InputSource, SourceSpec
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
 from ..resources import peak_rss_mb
@@ -93,7 +95,8 @@ class InspectVisitor:
     partial = False  # True where it indexes parts: keep what only the joined index can decide
     projection = Projection(ChunkEvent)  # what visit_projected reads
 
-    def __init__(self, secrets: SecretFinder | None = None) -> None:
+    def __init__(self, secrets: SecretFinder | None = None, spool_dir: str | None = None) -> None:
+        self.busy_spill = RunSpill(spool_dir)  # busy time's runs beyond what memory keeps
         self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
         if self.secrets is not None:
             self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
@@ -207,13 +210,17 @@ class InspectVisitor:
 
     def _time_slice(self, pid: object, event: dict, ts: float, dur: float) -> None:
         """Busy time of the pid; count and total time of a kernel's name."""
-        busy = self.busy.get(pid)
-        if busy is None:
-            busy = self.busy[pid] = BusyTime()
-        busy.add(ts, ts + dur)
+        self._busy_of(pid).add(ts, ts + dur)
         if event.get("cat") in KERNEL_CATEGORIES:
             name = event.get("name")
             self._add_kernels(name if name.__class__ is str else str(name), 1, *_exact_total(dur))
+
+    def _busy_of(self, pid: object) -> BusyTime:
+        """The busy time of a GPU pid, whose runs go to disk beyond what memory keeps."""
+        busy = self.busy.get(pid)
+        if busy is None:
+            busy = self.busy[pid] = BusyTime(runs=partial(SpilledRuns, self.busy_spill))
+        return busy
 
     def _add_kernels(self, name: str, count: int, total: int, odd: float) -> None:
         """Count and total time of a kernel name (totals add exactly, in any order)."""
@@ -432,10 +439,7 @@ class InspectVisitor:
         owners = dict.fromkeys(pids)
         for pid in owners:
             mine = slice(None) if len(owners) == 1 else np.array([other == pid for other in pids], dtype=bool)
-            busy = self.busy.get(pid)
-            if busy is None:
-                busy = self.busy[pid] = BusyTime()
-            busy.extend(array("d", starts[mine].tobytes()), array("d", ends[mine].tobytes()))
+            self._busy_of(pid).extend(array("d", starts[mine].tobytes()), array("d", ends[mine].tobytes()))
         is_kernel = list(map(KERNEL_CATEGORIES.__contains__, map(_CAT, slices)))
         names = list(compress(map(_NAME, slices), is_kernel))
         if not set(map(type, names)) <= _STRINGS:
@@ -488,7 +492,7 @@ class InspectVisitor:
                 "launch_count": self.launch_count, "graph_launches": self.graph_launches,
                 "graph_correlations": self.graph_correlations, "graph_gpu": dict(self.graph_gpu),
                 "undecided": self.undecided, "pp_counts": dict(self.pp_counts), "span": tuple(self.span),
-                "bad_ts": self.bad_ts, "busy": {pid: busy.take_slices() for pid, busy in self.busy.items()},
+                "bad_ts": self.bad_ts, "busy": {pid: busy.take_part() for pid, busy in self.busy.items()},
                 "kernels": self.kernels, "steps": self.steps,
                 "findings": self.secrets.findings if self.secrets is not None else None}
         self._sent_keys.update(self.counts)
@@ -531,11 +535,8 @@ class InspectVisitor:
         if last > self.span[1]:
             self.span[1] = last
         self.bad_ts += part["bad_ts"]
-        for pid, (starts, ends) in part["busy"].items():
-            busy = self.busy.get(pid)
-            if busy is None:
-                busy = self.busy[pid] = BusyTime()
-            busy.extend(starts, ends)
+        for pid, (starts, ends, slices) in part["busy"].items():
+            self._busy_of(pid).extend(starts, ends, slices)
         for name, (count, total, odd) in part["kernels"].items():
             self._add_kernels(name, count, total, odd)
         for pid, columns in part["steps"].items():
@@ -779,8 +780,9 @@ def _busy_entry(total: float, first: float, last: float) -> dict:
 
 
 def _by_rank(visitor: InspectVisitor, ranks: dict, busy: dict) -> list[dict]:
-    """The run's shape per rank (None: pids of no known rank): its pids, its GPUs' busy time (the sum over
-    its GPU pids) against the span from their first slice to their last end, and its profiler steps (a
+    """The run's shape per rank (None: pids of no known rank): its pids, its GPUs' busy time (the union of
+    the slices of its GPU pids: the time one of them at least was busy; ``gpu_pids`` says how many when
+    more than one) against the span from their first slice to their last end, and its profiler steps (a
     step's span on a rank runs from the earliest start to the latest end of its ``ProfilerStep#N`` events)."""
     members: dict[object, list] = defaultdict(list)
     for pid, (rank, _) in ranks.items():
@@ -790,9 +792,12 @@ def _by_rank(visitor: InspectVisitor, ranks: dict, busy: dict) -> list[dict]:
         pids = sorted(members[rank], key=_pid_order)
         entry: dict = {"rank": rank, "pids": pids}
         figures = [busy[pid] for pid in pids if pid in busy]
-        if figures:
-            entry["gpu_busy"] = _busy_entry(sum(total for total, *_ in figures), min(first for _, first, _, _ in figures),
-                                            max(last for _, _, last, _ in figures))
+        if len(figures) == 1:
+            entry["gpu_busy"] = _busy_entry(*figures[0][:3])
+        elif figures:
+            union = union_length([segment for *_, times in figures for segment in times.segments()])
+            entry["gpu_busy"] = {**_busy_entry(union, min(first for _, first, _, _ in figures),
+                                               max(last for _, _, last, _ in figures)), "gpu_pids": len(figures)}
         spans: dict[int, list[float]] = {}
         for pid in pids:
             for number, start, end in zip(*visitor.steps.get(pid, ((), (), ()))):
@@ -896,8 +901,8 @@ def summarize(visitor: InspectVisitor, stats: ReadStats, top: int = TOP_KERNELS)
         "events_without_numeric_ts": visitor.bad_ts,
         "base_time_ns": base_ns,
         "devices": _devices(members),
-        "gpu_busy": {str(pid): {**_busy_entry(total, first, last), "slices": times.slices,
-                                "slices_out_of_order": times.late} for pid, (total, first, last, times) in busy.items()},
+        "gpu_busy": {str(pid): {**_busy_entry(total, first, last), "slices": times.slices}
+                     for pid, (total, first, last, times) in busy.items()},
         "top_kernels": _top_kernels(visitor, top),
         "hints": _hints(collisions),
         "warnings": _warnings(visitor, stats),
@@ -941,10 +946,13 @@ def inspect(
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         meter = Progress(source.size, enabled=progress)
-        result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, spool_dir=spool_dir, salvage=salvage,
-                            progress=meter, jobs=processes)
+        result = index_pass(source, lambda: InspectVisitor(finder, spool_dir), keep_events=False, spool_dir=spool_dir,
+                            salvage=salvage, progress=meter, jobs=processes)
     summary = {**source.describe(), **result.stats.as_dict()}
-    summary.update(summarize(result.visitor, result.stats, top))
+    try:
+        summary.update(summarize(result.visitor, result.stats, top))
+    finally:
+        result.visitor.busy_spill.close()
     found = summary.get("secrets_found")
     if found:
         summary["warnings"].append(f"{source.name} holds {sum(entry['count'] for entry in found.values())} "
