@@ -159,3 +159,14 @@ def test_spilled_runs_read_back_in_blocks(tmp_path):
     spill.close()
     assert list(tmp_path.iterdir()) == []  # the spill file never has a name to leave behind
 
+
+
+def test_dense_gpu_slices_are_all_counted(tmp_path):
+    """Short events: a 1 MB part of the pass holds more slices than the
+    reorder window, and the part's worker must hand over all of them."""
+    trace = tmp_path / "dense.json"
+    events = [kernel(0, 7, 10 * i, 5) for i in range(60_000)]
+    trace.write_text(json.dumps({"traceEvents": events}, separators=(",", ":")))
+    for jobs in (1, 2):
+        busy = streamtrace.inspect(trace, jobs=jobs)["gpu_busy"]["0"]
+        assert (busy["slices"], busy["busy_us"], busy["span_us"]) == (60_000, 300_000.0, 599_995.0)
