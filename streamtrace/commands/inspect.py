@@ -25,7 +25,7 @@ from ..algo.busy import BusyTime, union_length
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.mergeplan import EPOCH_US
 from ..algo.pp import parse_pp_name
-from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..algo.ranks import rank_from_args
 from ..algo.secrets import Findings, SecretFinder
 from ..algo.steps import STEP_NAME
 from ..engine.jobs import resolve_jobs
@@ -41,6 +41,7 @@ from ..io.runspill import RunSpill, SpilledRuns
 from ..io.source import InputSource, SourceSpec
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
 from ..resources import peak_rss_mb
+from .mergedindex import RankIndex, resolve_pid_ranks
 
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
 ANNOTATION_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation"})
@@ -97,6 +98,7 @@ class InspectVisitor:
 
     def __init__(self, secrets: SecretFinder | None = None, spool_dir: str | None = None) -> None:
         self.busy_spill = RunSpill(spool_dir)  # busy time's runs beyond what memory keeps
+        self.rank_evidence = RankIndex()  # what relink, split and attribute decide ranks by (SPEC 6)
         self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
         if self.secrets is not None:
             self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
@@ -190,6 +192,7 @@ class InspectVisitor:
             handler(event)
 
     def _gpu(self, event: dict) -> None:
+        self._rank_evidence(event)
         pid = event.get("pid")
         self.streams[pid].add(event.get("tid"))
         ts, dur = event.get("ts"), event.get("dur")
@@ -234,6 +237,7 @@ class InspectVisitor:
         stats[2] += odd
 
     def _runtime(self, event: dict) -> None:
+        self._rank_evidence(event)
         args = event.get("args")
         if args.__class__ is not dict:
             return
@@ -277,7 +281,21 @@ class InspectVisitor:
         steps[1].append(start)
         steps[2].append(start + float(dur))
 
+    def _rank_evidence(self, event: dict) -> None:
+        """A launch or GPU event as rank evidence; the first of its pid's is
+        numbered as relink numbers it (events visited before it)."""
+        evidence = self.rank_evidence
+        pid = event.get("pid")
+        slot = evidence.pid_slots.get(pid if pid.__class__ in (int, str) else str(pid))
+        first = slot is None or evidence.pids[slot].first_work is None
+        evidence.handlers[event.get("cat")](event)
+        if first:
+            slot = evidence.pid_slots.get(pid if pid.__class__ in (int, str) else str(pid))
+            if slot is not None and evidence.pids[slot].first_work is not None:
+                evidence.pids[slot].first_work = sum(self.counts.values()) - 1
+
     def _metadata(self, event: dict) -> None:
+        self.rank_evidence.metadata(event)
         if event.get("ph") == "M" and event.get("name") == "process_name":
             args = event.get("args")
             if isinstance(args, dict) and isinstance(args.get("name"), str):
@@ -308,6 +326,10 @@ class InspectVisitor:
         launched = self._launched(events, gpu, gpu_events, runtime)
         if launched is None:
             return False
+        work = sorted(gpu + runtime)
+        if work:
+            self.rank_evidence.record_chunk_work(list(map(events.__getitem__, work)), codes[work] == _RUNTIME,
+                                                 np.array(work, dtype=np.int64), sum(self.counts.values()))
         self._count_chunk(events, phs, cats)
         if first < self.span[0]:
             self.span[0] = first
@@ -493,7 +515,7 @@ class InspectVisitor:
                 "graph_correlations": self.graph_correlations, "graph_gpu": dict(self.graph_gpu),
                 "undecided": self.undecided, "pp_counts": dict(self.pp_counts), "span": tuple(self.span),
                 "bad_ts": self.bad_ts, "busy": {pid: busy.take_part() for pid, busy in self.busy.items()},
-                "kernels": self.kernels, "steps": self.steps,
+                "kernels": self.kernels, "steps": self.steps, "rank_evidence": self.rank_evidence.take_part(),
                 "findings": self.secrets.findings if self.secrets is not None else None}
         self._sent_keys.update(self.counts)
         self.counts.clear()  # (in place: the hot loop holds them)
@@ -515,6 +537,7 @@ class InspectVisitor:
             else:
                 counts[key] = have + count
         self._judge(part["undecided"])  # against the launches before the part, so first
+        self.rank_evidence.absorb(part["rank_evidence"], source, first_event)
         self.pid_names.update(part["pid_names"])
         for pid, tids in part["streams"].items():
             self.streams[pid] |= tids
@@ -679,19 +702,33 @@ def _exact_total(dur: float) -> tuple[int, float]:
     return (int(dur * TIME_SCALE), 0.0) if dur < math.inf else (0, dur)
 
 
-def _pid_ranks(visitor: InspectVisitor, pids: Iterable, file_rank: object) -> dict[object, tuple[int | None, str]]:
-    """Rank of each pid and the rule that decided it (SPEC 6 order)."""
+def _pid_ranks(visitor: InspectVisitor, pids: Iterable, members: list) -> dict[object, tuple[int | None, str]]:
+    """Rank of each pid and the rule that decided it: the rules relink, split
+    and attribute decide by (SPEC 6, :func:`resolve_pid_ranks`) for the pids
+    that launch or run GPU work or name a rank; for the others (CPU work
+    alone), the ``args.rank`` of their events, else ``distributedInfo.rank``
+    when the file states no other rank."""
+    evidence = visitor.rank_evidence
+    resolution = resolve_pid_ranks(evidence, members)
     decided: dict[object, tuple[int | None, str]] = {}
+    for slot, facts in enumerate(evidence.pids):
+        rank = resolution.ranks[slot]
+        decided[facts.pid] = (rank if rank >= 0 else None, resolution.rules[slot])
+    distributed = member_value(members, "distributedInfo")
+    file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
+    stated = any(rank >= 0 and rule != "distributedInfo.rank" for rank, rule in zip(resolution.ranks, resolution.rules))
+    alone = file_rank if type(file_rank) is int and not stated else None
     for pid in pids:
-        if pid in visitor.pid_rank_args:
+        key = pid if pid.__class__ in (int, str) else str(pid)
+        if decided.get(key, (None, "unknown"))[1] != "unknown":
+            decided[pid] = decided[key]
+        elif pid in visitor.pid_rank_args:
             decided[pid] = (visitor.pid_rank_args[pid], "args.rank")
-        elif rank_from_process_name(visitor.pid_names.get(pid)) is not None:
-            decided[pid] = (rank_from_process_name(visitor.pid_names.get(pid)), "process_name")
-        elif type(file_rank) is int:
-            decided[pid] = (file_rank, "distributedInfo.rank")
+        elif alone is not None:
+            decided[pid] = (alone, "distributedInfo.rank")
         else:
             decided[pid] = (None, "unknown")
-    return decided
+    return {pid: decided[pid] for pid in pids}
 
 
 def _pid_order(pid: object) -> tuple:
@@ -869,10 +906,8 @@ def summarize(visitor: InspectVisitor, stats: ReadStats, top: int = TOP_KERNELS)
     """The inspect summary as a JSON-ready dict (``top``: kernels listed)."""
     visitor.settle()
     members = stats.header + stats.trailer
-    distributed = member_value(members, "distributedInfo")
-    file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
     facts = _pid_facts(visitor)
-    ranks = _pid_ranks(visitor, facts, file_rank)
+    ranks = _pid_ranks(visitor, facts, members)
     pids = []
     for pid, (events, role) in sorted(facts.items(), key=lambda item: _pid_order(item[0])):
         entry = {"pid": pid, "role": role, "rank": ranks[pid][0],

@@ -189,6 +189,70 @@ class MergedIndex:
         self.gpu_id.append(correlation)
         self.gpu_rank.append(rank)
 
+    def record_chunk_work(self, picked: list, is_launch: np.ndarray, at: np.ndarray, first: int,
+                          named: list[int] = (), metadata: list[dict] = ()) -> np.ndarray:
+        """Record a projected chunk's launches and GPU events (``picked``, at
+        positions ``at`` of a chunk whose first event is number ``first``;
+        its ``process_name`` events at ``named``, decoded whole:
+        ``metadata``) as :meth:`visit` would; which of them it recorded."""
+        columns = _WorkColumns(picked, is_launch)
+        valid = columns.valid
+        pids = list(map(_PID, compress(picked, valid.tolist())))
+        provisional = {pid: number for number, pid in enumerate(dict.fromkeys(pids))}
+        pid_codes = np.fromiter(map(provisional.__getitem__, pids), np.int64, len(pids))
+        _, firsts = np.unique(pid_codes, return_index=True)
+        slots = np.array(self._slots_as_met(list(provisional), at[valid][firsts].tolist(), first, named, metadata),
+                         np.int64)[pid_codes]
+        self._record_work(slots, columns.masked(valid), is_launch[valid])
+        return valid
+
+    def _slots_as_met(self, pids: list, positions: list[int], first: int, named: list[int],
+                      metadata: list[dict]) -> list[int]:
+        """The slots of ``pids`` (first met as work at ``positions``), given
+        in event order with the ``process_name`` events at ``named``; each
+        new pid's first work noted."""
+        slots = [0] * len(pids)
+        met = sorted([(position, False, number) for number, position in enumerate(positions)]
+                     + [(position, True, number) for number, position in enumerate(named)])
+        for position, is_metadata, number in met:
+            if is_metadata:
+                note_process_name(metadata[number], self.pids, self.slot)
+                continue
+            slot = slots[number] = self.slot(pids[number])
+            facts = self.pids[slot]
+            if facts.first_work is None:
+                facts.first_work = first + position
+        return slots
+
+    def _record_work(self, slots: np.ndarray, columns: "_WorkColumns", is_launch: np.ndarray) -> None:
+        """The launches' and GPU slices' arrays, rank evidence and samples."""
+        ranks = columns.ranks
+        ranked = ranks != NO_RANK
+        for slot in set(slots[~ranked].tolist()):
+            self.pids[slot].unranked = True
+        for slot, rank in set(zip(slots[ranked].tolist(), ranks[ranked].tolist())):
+            self.pids[slot].arg_ranks.add(rank)
+        for name, values in (("launch_pid", slots), ("launch_id", columns.ids), ("launch_ts", columns.ts),
+                             ("launch_rank", ranks)):
+            column = getattr(self, name)
+            column.frombytes(values[is_launch].astype(column.typecode).tobytes())
+        self.launch_graph += columns.graph[is_launch].tobytes()
+        gpu = ~is_launch
+        self._add_gpu_columns(slots[gpu], columns.ids[gpu], ranks[gpu])
+        sampled = gpu & (columns.ids != NO_ID) & columns.timed
+        sample_slots = slots[sampled]
+        for slot in dict.fromkeys(sample_slots.tolist()):
+            samples = self.samples.setdefault(slot, [])
+            room = SAMPLES_PER_GPU_PID - len(samples)
+            if room > 0:
+                at = np.flatnonzero(sample_slots == slot)[:room]
+                samples += zip(columns.ids[sampled][at].tolist(), columns.ts[sampled][at].tolist())
+
+    def _add_gpu_columns(self, slots: np.ndarray, ids: np.ndarray, ranks: np.ndarray) -> None:
+        """:meth:`_add_gpu` for GPU events given as arrays."""
+        for column, values in ((self.gpu_pid, slots), (self.gpu_id, ids), (self.gpu_rank, ranks)):
+            column.frombytes(values.astype(column.typecode).tobytes())
+
     def _flow(self, event: dict) -> int:
         self.ac2g_flows += 1
         return AC2G
@@ -223,6 +287,9 @@ class RankIndex(MergedIndex):
     def _add_gpu(self, slot: int, correlation: int, rank: int) -> None:
         """Not kept: ranks need only the samples."""
 
+    def _add_gpu_columns(self, slots: np.ndarray, ids: np.ndarray, ranks: np.ndarray) -> None:
+        """Not kept either."""
+
 
 class LinksIndex(MergedIndex):
     """:class:`MergedIndex` (relink's pass 1) reading chunks decoded into the
@@ -249,18 +316,9 @@ class LinksIndex(MergedIndex):
                  if events[position].name == "process_name"]
         work = np.flatnonzero((codes == LAUNCH) | (codes == GPU))
         picked = list(map(events.__getitem__, work.tolist()))
-        is_launch = codes[work] == LAUNCH
-        columns = _WorkColumns(picked, is_launch)
+        valid = self.record_chunk_work(picked, codes[work] == LAUNCH, work, first, named, chunk.whole(named))
         kinds = codes.copy()
-        kinds[work[~columns.valid]] = KEEP
-        done = work[columns.valid]
-        pids = list(map(_PID, compress(picked, columns.valid.tolist())))
-        provisional = {pid: number for number, pid in enumerate(dict.fromkeys(pids))}
-        pid_codes = np.fromiter(map(provisional.__getitem__, pids), np.int64, len(pids))
-        _, firsts = np.unique(pid_codes, return_index=True)
-        slots = np.array(self._slots_as_met(list(provisional), done[firsts].tolist(), first, named,
-                                            chunk.whole(named)), np.int64)[pid_codes]
-        self._record_work(slots, columns.masked(columns.valid), is_launch[columns.valid])
+        kinds[work[~valid]] = KEEP
         self.ac2g_flows += int(np.count_nonzero(kinds == AC2G))
         self.actions += kinds.tobytes()
         return True
@@ -269,50 +327,6 @@ class LinksIndex(MergedIndex):
         """Each of ``pids``' slot, a new pid numbered where first met (one :meth:`slot` call per distinct pid)."""
         slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(pids)}
         return np.fromiter(map(slot_of.__getitem__, pids), np.int64, len(pids))
-
-    def _slots_as_met(self, pids: list, positions: list[int], first: int, named: list[int],
-                      metadata: list[dict]) -> list[int]:
-        """The slots of ``pids`` (first met as work at ``positions``), given
-        in event order with the ``process_name`` events at ``named``; each
-        new pid's first work noted."""
-        slots = [0] * len(pids)
-        met = sorted([(position, False, number) for number, position in enumerate(positions)]
-                     + [(position, True, number) for number, position in enumerate(named)])
-        for position, is_metadata, number in met:
-            if is_metadata:
-                note_process_name(metadata[number], self.pids, self.slot)
-                continue
-            slot = slots[number] = self.slot(pids[number])
-            facts = self.pids[slot]
-            if facts.first_work is None:
-                facts.first_work = first + position
-        return slots
-
-    def _record_work(self, slots: np.ndarray, columns: "_WorkColumns", is_launch: np.ndarray) -> None:
-        """The launches' and GPU slices' arrays, rank evidence and samples."""
-        ranks = columns.ranks
-        ranked = ranks != NO_RANK
-        for slot in set(slots[~ranked].tolist()):
-            self.pids[slot].unranked = True
-        for slot, rank in set(zip(slots[ranked].tolist(), ranks[ranked].tolist())):
-            self.pids[slot].arg_ranks.add(rank)
-        for name, values in (("launch_pid", slots), ("launch_id", columns.ids), ("launch_ts", columns.ts),
-                             ("launch_rank", ranks)):
-            column = getattr(self, name)
-            column.frombytes(values[is_launch].astype(column.typecode).tobytes())
-        self.launch_graph += columns.graph[is_launch].tobytes()
-        gpu = ~is_launch
-        for name, values in (("gpu_pid", slots), ("gpu_id", columns.ids), ("gpu_rank", ranks)):
-            column = getattr(self, name)
-            column.frombytes(values[gpu].astype(column.typecode).tobytes())
-        sampled = gpu & (columns.ids != NO_ID) & columns.timed
-        sample_slots = slots[sampled]
-        for slot in dict.fromkeys(sample_slots.tolist()):
-            samples = self.samples.setdefault(slot, [])
-            room = SAMPLES_PER_GPU_PID - len(samples)
-            if room > 0:
-                at = np.flatnonzero(sample_slots == slot)[:room]
-                samples += zip(columns.ids[sampled][at].tolist(), columns.ts[sampled][at].tolist())
 
 
 class _WorkColumns:

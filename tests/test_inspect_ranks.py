@@ -1,0 +1,60 @@
+"""``inspect`` tells a merged file's ranks apart by the rules relink, split
+and attribute use (SPEC 6), so its busy time per rank is per real rank."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import TRACES, load_json
+
+import streamtrace
+
+GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def plain_union(intervals: list[tuple[float, float]]) -> float:
+    total, run = 0.0, None
+    for start, end in sorted(intervals):
+        if run is None or start > run[1]:
+            total += 0.0 if run is None else run[1] - run[0]
+            run = [start, end]
+        else:
+            run[1] = max(run[1], end)
+    return total + (0.0 if run is None else run[1] - run[0])
+
+
+@pytest.fixture(scope="module")
+def concatenated(tmp_path_factory) -> Path:
+    """The 8 DLRM ranks' events in one file, as naive tools merge them: no
+    process name states a rank, and the header is rank 0's."""
+    documents = [load_json(path) for path in sorted((TRACES / "dlrm_8ranks").iterdir())]
+    merged = {**documents[0], "traceEvents": [event for document in documents for event in document["traceEvents"]]}
+    path = tmp_path_factory.mktemp("concat") / "dlrm_concatenated.json"
+    path.write_text(json.dumps(merged))
+    return path
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_inspect_finds_the_ranks_split_finds(concatenated, tmp_path, jobs):
+    summary = streamtrace.inspect(concatenated, jobs=jobs)
+    split = streamtrace.split(concatenated, tmp_path / f"ranks{jobs}")
+    decided = {entry["pid"]: (entry["rank"], entry["rank_source"]) for entry in summary["pids"]}
+    for row in split["rank_map"]:
+        if row["pid"] in decided:
+            assert decided[row["pid"]] == (row["rank"], row["rule"]), row
+    assert summary["ranks"] == split["ranks"] == list(range(8))
+
+
+def test_busy_per_rank_is_each_rank_gpu_union(concatenated):
+    summary = streamtrace.inspect(concatenated)
+    rank_of = {entry["pid"]: entry["rank"] for entry in summary["pids"]}
+    slices: dict[int, list] = {}
+    for event in json.loads(concatenated.read_text())["traceEvents"]:
+        if event.get("cat") in GPU_CATS and event.get("ph") == "X":
+            slices.setdefault(rank_of[event["pid"]], []).append((event["ts"], event["ts"] + event["dur"]))
+    shown = {entry["rank"]: entry["gpu_busy"] for entry in summary["by_rank"] if "gpu_busy" in entry}
+    assert sorted(shown) == list(range(8))
+    for rank, busy in shown.items():
+        assert busy["busy_us"] == pytest.approx(plain_union(slices[rank]), abs=1e-3)
+        assert busy["busy_percent"] <= 100 and "gpu_pids" not in busy
