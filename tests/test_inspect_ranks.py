@@ -9,6 +9,7 @@ import pytest
 from conftest import TRACES, load_json
 
 import streamtrace
+from streamtrace.synth import SynthConfig, write_traces
 
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -58,3 +59,27 @@ def test_busy_per_rank_is_each_rank_gpu_union(concatenated):
     for rank, busy in shown.items():
         assert busy["busy_us"] == pytest.approx(plain_union(slices[rank]), abs=1e-3)
         assert busy["busy_percent"] <= 100 and "gpu_pids" not in busy
+
+
+@pytest.fixture(scope="module", params=["rank-arg", "none"])
+def merged(request, tmp_path_factory) -> tuple[Path, dict]:
+    """A generated merged file with more GPU events per rank than inference samples (4096)."""
+    directory = tmp_path_factory.mktemp(request.param)
+    truth = write_traces(SynthConfig(ranks=2, pp_stages=1, microbatches=2, steps=3, eager_kernels=20,
+                                     graph_kernels=400, python_noise=0), directory, merged_style=request.param)
+    return directory / truth["merged"]["file"], truth
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_inspect_ranks_agree_with_relink_past_the_samples(merged, tmp_path, jobs):
+    """Every pid that launches or runs GPU work (those relink decides) has relink's rank and rule."""
+    path, truth = merged
+    summary = streamtrace.inspect(path, jobs=jobs)
+    relinked = streamtrace.relink(path, tmp_path / "relinked.json", jobs=jobs)
+    decided = {entry["pid"]: (entry["rank"], entry["rank_source"]) for entry in summary["pids"]}
+    assert {row["pid"]: (row["rank"], row["rule"]) for row in relinked["rank_map"]} == \
+        {pid: decided[pid] for pid in (row["pid"] for row in relinked["rank_map"])}
+    gpu_events = {entry["pid"]: entry["events"] for entry in summary["pids"] if entry["role"] == "GPU"}
+    assert min(gpu_events.values()) > 4096
+    for rank in truth["ranks"]:  # (ranks in lockstep may tie, as relink says: then no rank, never a wrong one)
+        assert {decided[rank["merged_gpu_pid"]][0], decided[rank["cpu_pid"]][0]} - {None} == {rank["rank"]}

@@ -326,10 +326,8 @@ class InspectVisitor:
         launched = self._launched(events, gpu, gpu_events, runtime)
         if launched is None:
             return False
-        work = sorted(gpu + runtime)
-        if work:
-            self.rank_evidence.record_chunk_work(list(map(events.__getitem__, work)), codes[work] == _RUNTIME,
-                                                 np.array(work, dtype=np.int64), sum(self.counts.values()))
+        if gpu or runtime:
+            self._chunk_rank_evidence(events, gpu, gpu_events, runtime, codes)
         self._count_chunk(events, phs, cats)
         if first < self.span[0]:
             self.span[0] = first
@@ -346,6 +344,21 @@ class InspectVisitor:
             if event.name.__class__ is str and event.name.startswith(STEP_PREFIX):
                 self._step(event.pid, event.name, event.ph, event.ts, event.dur)
         return True
+
+    def _chunk_rank_evidence(self, events: list["ChunkEvent"], gpu: list[int], gpu_events: list["ChunkEvent"],
+                             runtime: list[int], codes: np.ndarray) -> None:
+        """A chunk's launches and GPU events as rank evidence; of the GPU pids
+        whose samples are complete, only the ranks (most GPU events)."""
+        evidence = self.rank_evidence
+        full = evidence.sampled_pids()
+        if full and gpu:
+            done = list(map(full.__contains__, map(_PID, gpu_events)))
+            evidence.record_sampled_gpu(list(compress(gpu_events, done)))
+            gpu = list(compress(gpu, map(not_, done)))
+        work = sorted(gpu + runtime) if gpu and runtime else gpu or runtime
+        if work:
+            evidence.record_chunk_work(list(map(events.__getitem__, work)), codes[work] == _RUNTIME,
+                                       np.array(work, dtype=np.int64), sum(self.counts.values()))
 
     def _notes_chunk(self, events: list["ChunkEvent"], notes: list[int], categories: list) -> bool:
         """Pipeline actions of a chunk's annotations, each distinct (category,

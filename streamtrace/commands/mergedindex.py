@@ -70,6 +70,7 @@ class MergedIndex:
         self.gpu_id = array("q")
         self.gpu_rank = array("i")
         self.samples: dict[int, list[tuple[int, float]]] = {}
+        self._samples_taken: dict[int, int] = {}  # per GPU pid slot: samples in the parts taken
         self.ac2g_flows = 0
         self.handlers: dict[object, Callable[[dict], int]] = {cat: self._gpu for cat in GPU_CATEGORIES}
         self.handlers.update({cat: self._launch for cat in RUNTIME_CATEGORIES})
@@ -87,6 +88,8 @@ class MergedIndex:
             del getattr(self, name)[:]
         part["pids"] = self.pids[:]
         self.pids[:] = [PidEvidence(facts.pid) for facts in self.pids]  # in place: the hot loop holds the list
+        for slot, samples in self.samples.items():
+            self._samples_taken[slot] = self._samples_taken.get(slot, 0) + len(samples)
         part["samples"], self.samples = self.samples, {}
         part["ac2g_flows"], self.ac2g_flows = self.ac2g_flows, 0
         return part
@@ -227,11 +230,7 @@ class MergedIndex:
     def _record_work(self, slots: np.ndarray, columns: "_WorkColumns", is_launch: np.ndarray) -> None:
         """The launches' and GPU slices' arrays, rank evidence and samples."""
         ranks = columns.ranks
-        ranked = ranks != NO_RANK
-        for slot in set(slots[~ranked].tolist()):
-            self.pids[slot].unranked = True
-        for slot, rank in set(zip(slots[ranked].tolist(), ranks[ranked].tolist())):
-            self.pids[slot].arg_ranks.add(rank)
+        self._note_ranks(slots, ranks)
         for name, values in (("launch_pid", slots), ("launch_id", columns.ids), ("launch_ts", columns.ts),
                              ("launch_rank", ranks)):
             column = getattr(self, name)
@@ -247,6 +246,33 @@ class MergedIndex:
             if room > 0:
                 at = np.flatnonzero(sample_slots == slot)[:room]
                 samples += zip(columns.ids[sampled][at].tolist(), columns.ts[sampled][at].tolist())
+
+    def _note_ranks(self, slots: np.ndarray, ranks: np.ndarray) -> None:
+        """Rank evidence of work: each event's ``args.rank`` (or NO_RANK) for its pid slot."""
+        ranked = ranks != NO_RANK
+        for slot in set(slots[~ranked].tolist()):
+            self.pids[slot].unranked = True
+        for slot, rank in set(zip(slots[ranked].tolist(), ranks[ranked].tolist())):
+            self.pids[slot].arg_ranks.add(rank)
+
+    def sampled_pids(self) -> set:
+        """The GPU pids whose samples are complete (in this index, or in the
+        index joining its parts, which absorbs the parts in event order): of
+        their GPU events only the ranks count (:meth:`record_sampled_gpu`)."""
+        return {self.pids[slot].pid for slot in self.samples.keys() | self._samples_taken.keys()
+                if len(self.samples.get(slot, ())) + self._samples_taken.get(slot, 0) >= SAMPLES_PER_GPU_PID}
+
+    def record_sampled_gpu(self, events: list) -> None:
+        """Record projected GPU events of :meth:`sampled_pids` as :meth:`record_chunk_work` would, when
+        no GPU arrays are kept (:class:`RankIndex`): their ranks, a C-level pass or two each."""
+        sliced = list(compress(events, map(eq, map(_PH, events), repeat("X"))))
+        ranks = rank_column(list(map(_ARGS, sliced)), NO_RANK)
+        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(map(_PID, sliced))}
+        if not (ranks != NO_RANK).any():  # (as most traces: no event states a rank)
+            for slot in slot_of.values():
+                self.pids[slot].unranked = True
+            return
+        self._note_ranks(np.fromiter(map(slot_of.__getitem__, map(_PID, sliced)), np.int64, len(sliced)), ranks)
 
     def _add_gpu_columns(self, slots: np.ndarray, ids: np.ndarray, ranks: np.ndarray) -> None:
         """:meth:`_add_gpu` for GPU events given as arrays."""
