@@ -89,9 +89,9 @@ def test_busy_time_is_exact_for_slices_in_any_order_and_several_gpus(tmp_path):
 
 
 def test_a_rank_with_two_gpus_shows_their_union_not_their_sum(tmp_path, capsys):
-    """One rank (``distributedInfo.rank``) whose two GPU pids work at the same time."""
-    events = [kernel(pid, 7, 10 * i, 9) for i in range(100) for pid in (0, 1)]
-    trace = write(tmp_path / "two_gpus.json", events, distributedInfo={"rank": 3})
+    """One rank (``args.rank``) whose two GPU pids work at the same time."""
+    events = [{**kernel(pid, 7, 10 * i, 9), "args": {"rank": 3}} for i in range(100) for pid in (0, 1)]
+    trace = write(tmp_path / "two_gpus.json", events)
     entry, = streamtrace.inspect(trace)["by_rank"]
     every = [interval for slices in slices_of(trace).values() for interval in slices]
     assert entry["rank"] == 3
