@@ -16,9 +16,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser(
         "inspect", help="summarise what is in a trace (one pass)",
         description=paragraphs("One streaming pass over each TRACE: top-level keys, event counts by (ph, cat), "
-                        "the devices, pids with events (role, rank), per rank its GPU busy time (the union of "
-                        "its slices) and its profiler steps (count, first, last and median duration), GPU "
-                        "streams, the top kernels by total time, runtime and graph launches, correlation-id "
+                        "the devices, pids with events (role, rank: as relink, split and attribute decide it), "
+                        "per rank its GPU busy time (the union of its GPU slices, exact in any order) and its "
+                        "profiler steps (count, first, last and median duration), GPU streams, the top kernels "
+                        "by total time, runtime and graph launches, correlation-id "
                         "collisions across pids/ranks, PP annotation counts, the time span (and when it ran, "
                         "in UTC, where the trace says), size, time, peak RSS. Prints a short report per trace; "
                         "--json prints everything (a list for several traces)."),
