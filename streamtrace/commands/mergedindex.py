@@ -247,6 +247,11 @@ class MergedIndex:
                 at = np.flatnonzero(sample_slots == slot)[:room]
                 samples += zip(columns.ids[sampled][at].tolist(), columns.ts[sampled][at].tolist())
 
+    def _slots_of(self, pids: list) -> np.ndarray:
+        """Each of ``pids``' slot, a new pid numbered where first met (one :meth:`slot` call per distinct pid)."""
+        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(pids)}
+        return np.fromiter(map(slot_of.__getitem__, pids), np.int64, len(pids))
+
     def _note_ranks(self, slots: np.ndarray, ranks: np.ndarray) -> None:
         """Rank evidence of work: each event's ``args.rank`` (or NO_RANK) for its pid slot."""
         ranked = ranks != NO_RANK
@@ -265,14 +270,14 @@ class MergedIndex:
     def record_sampled_gpu(self, events: list) -> None:
         """Record projected GPU events of :meth:`sampled_pids` as :meth:`record_chunk_work` would, when
         no GPU arrays are kept (:class:`RankIndex`): their ranks, a C-level pass or two each."""
-        sliced = list(compress(events, map(eq, map(_PH, events), repeat("X"))))
-        ranks = rank_column(list(map(_ARGS, sliced)), NO_RANK)
-        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(map(_PID, sliced))}
-        if not (ranks != NO_RANK).any():  # (as most traces: no event states a rank)
-            for slot in slot_of.values():
-                self.pids[slot].unranked = True
+        arguments = list(map(_ARGS, events))
+        if None in arguments or any(map(is_not, map(_RANK, arguments), repeat(None))):  # (most traces: no rank)
+            sliced = list(compress(events, map(eq, map(_PH, events), repeat("X"))))
+            slots = self._slots_of(list(map(_PID, sliced)))
+            self._note_ranks(slots, rank_column(list(map(_ARGS, sliced)), NO_RANK))
             return
-        self._note_ranks(np.fromiter(map(slot_of.__getitem__, map(_PID, sliced)), np.int64, len(sliced)), ranks)
+        for pid in set(map(_PID, compress(events, map(eq, map(_PH, events), repeat("X"))))):
+            self.pids[self.slot(pid)].unranked = True
 
     def _add_gpu_columns(self, slots: np.ndarray, ids: np.ndarray, ranks: np.ndarray) -> None:
         """:meth:`_add_gpu` for GPU events given as arrays."""
@@ -349,11 +354,6 @@ class LinksIndex(MergedIndex):
         self.actions += kinds.tobytes()
         return True
 
-    def _slots_of(self, pids: list) -> np.ndarray:
-        """Each of ``pids``' slot, a new pid numbered where first met (one :meth:`slot` call per distinct pid)."""
-        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(pids)}
-        return np.fromiter(map(slot_of.__getitem__, pids), np.int64, len(pids))
-
 
 class _WorkColumns:
     """What the index reads of launches (runtime calls) and GPU events, as
@@ -385,8 +385,8 @@ class _WorkColumns:
         return kept
 
 
-_CAT, _PH, _TS, _NAME, _ARGS, _CORRELATION, _PID = map(
-    attrgetter, ("cat", "ph", "ts", "name", "args", "correlation", "pid"))
+_CAT, _PH, _TS, _NAME, _ARGS, _CORRELATION, _PID, _RANK = map(
+    attrgetter, ("cat", "ph", "ts", "name", "args", "correlation", "pid", "rank"))
 _TEXT = frozenset({str})
 
 
