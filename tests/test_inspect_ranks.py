@@ -7,22 +7,10 @@ from pathlib import Path
 
 import pytest
 from conftest import TRACES, load_json
+from test_inspect_busy import GPU_CATS, plain_union
 
 import streamtrace
 from streamtrace.synth import SynthConfig, write_traces
-
-GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset"}
-
-
-def plain_union(intervals: list[tuple[float, float]]) -> float:
-    total, run = 0.0, None
-    for start, end in sorted(intervals):
-        if run is None or start > run[1]:
-            total += 0.0 if run is None else run[1] - run[0]
-            run = [start, end]
-        else:
-            run[1] = max(run[1], end)
-    return total + (0.0 if run is None else run[1] - run[0])
 
 
 @pytest.fixture(scope="module")
