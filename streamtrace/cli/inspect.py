@@ -16,9 +16,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser(
         "inspect", help="summarise what is in a trace (one pass)",
         description=paragraphs("One streaming pass over each TRACE: top-level keys, event counts by (ph, cat), "
-                        "the devices, pids with events (role, rank), per rank its GPU busy time (the union of "
-                        "its slices) and its profiler steps (count, first, last and median duration), GPU "
-                        "streams, the top kernels by total time, runtime and graph launches, correlation-id "
+                        "the devices, pids with events (role, rank: as relink, split and attribute decide it), "
+                        "per rank its GPU busy time (the union of its GPU slices, exact in any order) and its "
+                        "profiler steps (count, first, last and median duration), GPU streams, the top kernels "
+                        "by total time, runtime and graph launches, correlation-id "
                         "collisions across pids/ranks, PP annotation counts, the time span (and when it ran, "
                         "in UTC, where the trace says), size, time, peak RSS. Prints a short report per trace; "
                         "--json prints everything (a list for several traces)."),
@@ -115,8 +116,10 @@ def compression(name: str) -> str:
 
 
 def busy_text(busy: dict) -> str:
-    """``GPU busy 1.200 ms of 4.000 ms (30.0%)``; GPUs whose slices all last 0 us have no busy fraction to give."""
+    """``GPU busy 1.200 ms of 4.000 ms (30.0%)``, ``GPU busy (one of 2 GPUs at least) ...`` for a union over
+    several GPUs; GPUs whose slices all last 0 us have no busy fraction to give."""
     if not busy["span_us"]:
         return "no GPU time (its slices last 0 us)"
-    return f"GPU busy {ms(busy['busy_us'])} of {ms(busy['span_us'])}" + (
+    several = f" (one of {busy['gpu_pids']} GPUs at least)" if busy.get("gpu_pids") else ""
+    return f"GPU busy{several} {ms(busy['busy_us'])} of {ms(busy['span_us'])}" + (
         f" ({busy['busy_percent']}%)" if busy["busy_percent"] is not None else "")

@@ -13,6 +13,7 @@ from array import array
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from decimal import Decimal
+from functools import partial
 from itertools import compress, repeat
 from operator import add, attrgetter, is_not, not_
 from typing import Any, Callable, Iterable, Optional, Union
@@ -20,11 +21,11 @@ from typing import Any, Callable, Iterable, Optional, Union
 import msgspec
 import numpy as np
 
-from ..algo.busy import BusyTime
+from ..algo.busy import BusyTime, union_length
 from ..algo.corrset import CorrelationSet, count_shared
 from ..algo.mergeplan import EPOCH_US
 from ..algo.pp import parse_pp_name
-from ..algo.ranks import rank_from_args, rank_from_process_name
+from ..algo.ranks import rank_from_args
 from ..algo.secrets import Findings, SecretFinder
 from ..algo.steps import STEP_NAME
 from ..engine.jobs import resolve_jobs
@@ -36,9 +37,11 @@ from ..io.progress import Progress
 from ..io.projection import ProjectedChunk, Projection
 from ..io.reader import ReadStats
 from ..io.redact import RedactOptions, Redactor, load_secret_rules
+from ..io.runspill import RunSpill, SpilledRuns
 from ..io.source import InputSource, SourceSpec
 from ..kineto import GPU_CATEGORIES, NUMBER_TYPES, RUNTIME_CATEGORIES
 from ..resources import peak_rss_mb
+from .mergedindex import RankIndex, resolve_pid_ranks
 
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
 ANNOTATION_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation"})
@@ -93,7 +96,9 @@ class InspectVisitor:
     partial = False  # True where it indexes parts: keep what only the joined index can decide
     projection = Projection(ChunkEvent)  # what visit_projected reads
 
-    def __init__(self, secrets: SecretFinder | None = None) -> None:
+    def __init__(self, secrets: SecretFinder | None = None, spool_dir: str | None = None) -> None:
+        self.busy_spill = RunSpill(spool_dir)  # busy time's runs beyond what memory keeps
+        self.rank_evidence = RankIndex()  # what relink, split and attribute decide ranks by (SPEC 6)
         self.secrets = Redactor(secrets, replace=False) if secrets is not None else None
         if self.secrets is not None:
             self.scan_batch = self.secrets.scan_batch  # the engine hands it each batch's text
@@ -187,6 +192,7 @@ class InspectVisitor:
             handler(event)
 
     def _gpu(self, event: dict) -> None:
+        self._rank_evidence(event)
         pid = event.get("pid")
         self.streams[pid].add(event.get("tid"))
         ts, dur = event.get("ts"), event.get("dur")
@@ -207,13 +213,17 @@ class InspectVisitor:
 
     def _time_slice(self, pid: object, event: dict, ts: float, dur: float) -> None:
         """Busy time of the pid; count and total time of a kernel's name."""
-        busy = self.busy.get(pid)
-        if busy is None:
-            busy = self.busy[pid] = BusyTime()
-        busy.add(ts, ts + dur)
+        self._busy_of(pid).add(ts, ts + dur)
         if event.get("cat") in KERNEL_CATEGORIES:
             name = event.get("name")
             self._add_kernels(name if name.__class__ is str else str(name), 1, *_exact_total(dur))
+
+    def _busy_of(self, pid: object) -> BusyTime:
+        """The busy time of a GPU pid, whose runs go to disk beyond what memory keeps."""
+        busy = self.busy.get(pid)
+        if busy is None:
+            busy = self.busy[pid] = BusyTime(runs=partial(SpilledRuns, self.busy_spill))
+        return busy
 
     def _add_kernels(self, name: str, count: int, total: int, odd: float) -> None:
         """Count and total time of a kernel name (totals add exactly, in any order)."""
@@ -227,6 +237,7 @@ class InspectVisitor:
         stats[2] += odd
 
     def _runtime(self, event: dict) -> None:
+        self._rank_evidence(event)
         args = event.get("args")
         if args.__class__ is not dict:
             return
@@ -270,7 +281,21 @@ class InspectVisitor:
         steps[1].append(start)
         steps[2].append(start + float(dur))
 
+    def _rank_evidence(self, event: dict) -> None:
+        """A launch or GPU event as rank evidence; the first of its pid's is
+        numbered as relink numbers it (events visited before it)."""
+        evidence = self.rank_evidence
+        pid = event.get("pid")
+        slot = evidence.pid_slots.get(pid if pid.__class__ in (int, str) else str(pid))
+        first = slot is None or evidence.pids[slot].first_work is None
+        evidence.handlers[event.get("cat")](event)
+        if first:
+            slot = evidence.pid_slots.get(pid if pid.__class__ in (int, str) else str(pid))
+            if slot is not None and evidence.pids[slot].first_work is not None:
+                evidence.pids[slot].first_work = sum(self.counts.values()) - 1
+
     def _metadata(self, event: dict) -> None:
+        self.rank_evidence.metadata(event)
         if event.get("ph") == "M" and event.get("name") == "process_name":
             args = event.get("args")
             if isinstance(args, dict) and isinstance(args.get("name"), str):
@@ -301,6 +326,8 @@ class InspectVisitor:
         launched = self._launched(events, gpu, gpu_events, runtime)
         if launched is None:
             return False
+        if gpu or runtime:
+            self._chunk_rank_evidence(events, gpu, gpu_events, runtime, codes)
         self._count_chunk(events, phs, cats)
         if first < self.span[0]:
             self.span[0] = first
@@ -317,6 +344,21 @@ class InspectVisitor:
             if event.name.__class__ is str and event.name.startswith(STEP_PREFIX):
                 self._step(event.pid, event.name, event.ph, event.ts, event.dur)
         return True
+
+    def _chunk_rank_evidence(self, events: list["ChunkEvent"], gpu: list[int], gpu_events: list["ChunkEvent"],
+                             runtime: list[int], codes: np.ndarray) -> None:
+        """A chunk's launches and GPU events as rank evidence; of the GPU pids
+        whose samples are complete, only the ranks (most GPU events)."""
+        evidence = self.rank_evidence
+        full = evidence.sampled_pids()
+        if full and gpu:
+            done = list(map(full.__contains__, map(_PID, gpu_events)))
+            evidence.record_sampled_gpu(list(compress(gpu_events, done)))
+            gpu = list(compress(gpu, map(not_, done)))
+        work = sorted(gpu + runtime) if gpu and runtime else gpu or runtime
+        if work:
+            evidence.record_chunk_work(list(map(events.__getitem__, work)), codes[work] == _RUNTIME,
+                                       np.array(work, dtype=np.int64), sum(self.counts.values()))
 
     def _notes_chunk(self, events: list["ChunkEvent"], notes: list[int], categories: list) -> bool:
         """Pipeline actions of a chunk's annotations, each distinct (category,
@@ -432,10 +474,7 @@ class InspectVisitor:
         owners = dict.fromkeys(pids)
         for pid in owners:
             mine = slice(None) if len(owners) == 1 else np.array([other == pid for other in pids], dtype=bool)
-            busy = self.busy.get(pid)
-            if busy is None:
-                busy = self.busy[pid] = BusyTime()
-            busy.extend(array("d", starts[mine].tobytes()), array("d", ends[mine].tobytes()))
+            self._busy_of(pid).extend(array("d", starts[mine].tobytes()), array("d", ends[mine].tobytes()))
         is_kernel = list(map(KERNEL_CATEGORIES.__contains__, map(_CAT, slices)))
         names = list(compress(map(_NAME, slices), is_kernel))
         if not set(map(type, names)) <= _STRINGS:
@@ -488,8 +527,8 @@ class InspectVisitor:
                 "launch_count": self.launch_count, "graph_launches": self.graph_launches,
                 "graph_correlations": self.graph_correlations, "graph_gpu": dict(self.graph_gpu),
                 "undecided": self.undecided, "pp_counts": dict(self.pp_counts), "span": tuple(self.span),
-                "bad_ts": self.bad_ts, "busy": {pid: busy.take_slices() for pid, busy in self.busy.items()},
-                "kernels": self.kernels, "steps": self.steps,
+                "bad_ts": self.bad_ts, "busy": {pid: busy.take_part() for pid, busy in self.busy.items()},
+                "kernels": self.kernels, "steps": self.steps, "rank_evidence": self.rank_evidence.take_part(),
                 "findings": self.secrets.findings if self.secrets is not None else None}
         self._sent_keys.update(self.counts)
         self.counts.clear()  # (in place: the hot loop holds them)
@@ -511,6 +550,7 @@ class InspectVisitor:
             else:
                 counts[key] = have + count
         self._judge(part["undecided"])  # against the launches before the part, so first
+        self.rank_evidence.absorb(part["rank_evidence"], source, first_event)
         self.pid_names.update(part["pid_names"])
         for pid, tids in part["streams"].items():
             self.streams[pid] |= tids
@@ -531,11 +571,8 @@ class InspectVisitor:
         if last > self.span[1]:
             self.span[1] = last
         self.bad_ts += part["bad_ts"]
-        for pid, (starts, ends) in part["busy"].items():
-            busy = self.busy.get(pid)
-            if busy is None:
-                busy = self.busy[pid] = BusyTime()
-            busy.extend(starts, ends)
+        for pid, (starts, ends, slices) in part["busy"].items():
+            self._busy_of(pid).extend(starts, ends, slices)
         for name, (count, total, odd) in part["kernels"].items():
             self._add_kernels(name, count, total, odd)
         for pid, columns in part["steps"].items():
@@ -678,19 +715,33 @@ def _exact_total(dur: float) -> tuple[int, float]:
     return (int(dur * TIME_SCALE), 0.0) if dur < math.inf else (0, dur)
 
 
-def _pid_ranks(visitor: InspectVisitor, pids: Iterable, file_rank: object) -> dict[object, tuple[int | None, str]]:
-    """Rank of each pid and the rule that decided it (SPEC 6 order)."""
+def _pid_ranks(visitor: InspectVisitor, pids: Iterable, members: list) -> dict[object, tuple[int | None, str]]:
+    """Rank of each pid and the rule that decided it: the rules relink, split
+    and attribute decide by (SPEC 6, :func:`resolve_pid_ranks`) for the pids
+    that launch or run GPU work or name a rank; for the others (CPU work
+    alone), the ``args.rank`` of their events, else ``distributedInfo.rank``
+    when the file states no other rank."""
+    evidence = visitor.rank_evidence
+    resolution = resolve_pid_ranks(evidence, members)
     decided: dict[object, tuple[int | None, str]] = {}
+    for slot, facts in enumerate(evidence.pids):
+        rank = resolution.ranks[slot]
+        decided[facts.pid] = (rank if rank >= 0 else None, resolution.rules[slot])
+    distributed = member_value(members, "distributedInfo")
+    file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
+    stated = any(rank >= 0 and rule != "distributedInfo.rank" for rank, rule in zip(resolution.ranks, resolution.rules))
+    alone = file_rank if type(file_rank) is int and not stated else None
     for pid in pids:
-        if pid in visitor.pid_rank_args:
+        key = pid if pid.__class__ in (int, str) else str(pid)
+        if decided.get(key, (None, "unknown"))[1] != "unknown":
+            decided[pid] = decided[key]
+        elif pid in visitor.pid_rank_args:
             decided[pid] = (visitor.pid_rank_args[pid], "args.rank")
-        elif rank_from_process_name(visitor.pid_names.get(pid)) is not None:
-            decided[pid] = (rank_from_process_name(visitor.pid_names.get(pid)), "process_name")
-        elif type(file_rank) is int:
-            decided[pid] = (file_rank, "distributedInfo.rank")
+        elif alone is not None:
+            decided[pid] = (alone, "distributedInfo.rank")
         else:
             decided[pid] = (None, "unknown")
-    return decided
+    return {pid: decided[pid] for pid in pids}
 
 
 def _pid_order(pid: object) -> tuple:
@@ -779,8 +830,9 @@ def _busy_entry(total: float, first: float, last: float) -> dict:
 
 
 def _by_rank(visitor: InspectVisitor, ranks: dict, busy: dict) -> list[dict]:
-    """The run's shape per rank (None: pids of no known rank): its pids, its GPUs' busy time (the sum over
-    its GPU pids) against the span from their first slice to their last end, and its profiler steps (a
+    """The run's shape per rank (None: pids of no known rank): its pids, its GPUs' busy time (the union of
+    the slices of its GPU pids: the time one of them at least was busy; ``gpu_pids`` says how many when
+    more than one) against the span from their first slice to their last end, and its profiler steps (a
     step's span on a rank runs from the earliest start to the latest end of its ``ProfilerStep#N`` events)."""
     members: dict[object, list] = defaultdict(list)
     for pid, (rank, _) in ranks.items():
@@ -790,9 +842,12 @@ def _by_rank(visitor: InspectVisitor, ranks: dict, busy: dict) -> list[dict]:
         pids = sorted(members[rank], key=_pid_order)
         entry: dict = {"rank": rank, "pids": pids}
         figures = [busy[pid] for pid in pids if pid in busy]
-        if figures:
-            entry["gpu_busy"] = _busy_entry(sum(total for total, *_ in figures), min(first for _, first, _, _ in figures),
-                                            max(last for _, _, last, _ in figures))
+        if len(figures) == 1:
+            entry["gpu_busy"] = _busy_entry(*figures[0][:3])
+        elif figures:
+            union = union_length([segment for *_, times in figures for segment in times.segments()])
+            entry["gpu_busy"] = {**_busy_entry(union, min(first for _, first, _, _ in figures),
+                                               max(last for _, _, last, _ in figures)), "gpu_pids": len(figures)}
         spans: dict[int, list[float]] = {}
         for pid in pids:
             for number, start, end in zip(*visitor.steps.get(pid, ((), (), ()))):
@@ -864,10 +919,8 @@ def summarize(visitor: InspectVisitor, stats: ReadStats, top: int = TOP_KERNELS)
     """The inspect summary as a JSON-ready dict (``top``: kernels listed)."""
     visitor.settle()
     members = stats.header + stats.trailer
-    distributed = member_value(members, "distributedInfo")
-    file_rank = distributed.get("rank") if isinstance(distributed, dict) else None
     facts = _pid_facts(visitor)
-    ranks = _pid_ranks(visitor, facts, file_rank)
+    ranks = _pid_ranks(visitor, facts, members)
     pids = []
     for pid, (events, role) in sorted(facts.items(), key=lambda item: _pid_order(item[0])):
         entry = {"pid": pid, "role": role, "rank": ranks[pid][0],
@@ -896,8 +949,8 @@ def summarize(visitor: InspectVisitor, stats: ReadStats, top: int = TOP_KERNELS)
         "events_without_numeric_ts": visitor.bad_ts,
         "base_time_ns": base_ns,
         "devices": _devices(members),
-        "gpu_busy": {str(pid): {**_busy_entry(total, first, last), "slices": times.slices,
-                                "slices_out_of_order": times.late} for pid, (total, first, last, times) in busy.items()},
+        "gpu_busy": {str(pid): {**_busy_entry(total, first, last), "slices": times.slices}
+                     for pid, (total, first, last, times) in busy.items()},
         "top_kernels": _top_kernels(visitor, top),
         "hints": _hints(collisions),
         "warnings": _warnings(visitor, stats),
@@ -941,10 +994,13 @@ def inspect(
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         meter = Progress(source.size, enabled=progress)
-        result = index_pass(source, lambda: InspectVisitor(finder), keep_events=False, spool_dir=spool_dir, salvage=salvage,
-                            progress=meter, jobs=processes)
+        result = index_pass(source, lambda: InspectVisitor(finder, spool_dir), keep_events=False, spool_dir=spool_dir,
+                            salvage=salvage, progress=meter, jobs=processes)
     summary = {**source.describe(), **result.stats.as_dict()}
-    summary.update(summarize(result.visitor, result.stats, top))
+    try:
+        summary.update(summarize(result.visitor, result.stats, top))
+    finally:
+        result.visitor.busy_spill.close()
     found = summary.get("secrets_found")
     if found:
         summary["warnings"].append(f"{source.name} holds {sum(entry['count'] for entry in found.values())} "

@@ -70,6 +70,7 @@ class MergedIndex:
         self.gpu_id = array("q")
         self.gpu_rank = array("i")
         self.samples: dict[int, list[tuple[int, float]]] = {}
+        self._samples_taken: dict[int, int] = {}  # per GPU pid slot: samples in the parts taken
         self.ac2g_flows = 0
         self.handlers: dict[object, Callable[[dict], int]] = {cat: self._gpu for cat in GPU_CATEGORIES}
         self.handlers.update({cat: self._launch for cat in RUNTIME_CATEGORIES})
@@ -87,6 +88,8 @@ class MergedIndex:
             del getattr(self, name)[:]
         part["pids"] = self.pids[:]
         self.pids[:] = [PidEvidence(facts.pid) for facts in self.pids]  # in place: the hot loop holds the list
+        for slot, samples in self.samples.items():
+            self._samples_taken[slot] = self._samples_taken.get(slot, 0) + len(samples)
         part["samples"], self.samples = self.samples, {}
         part["ac2g_flows"], self.ac2g_flows = self.ac2g_flows, 0
         return part
@@ -189,6 +192,98 @@ class MergedIndex:
         self.gpu_id.append(correlation)
         self.gpu_rank.append(rank)
 
+    def record_chunk_work(self, picked: list, is_launch: np.ndarray, at: np.ndarray, first: int,
+                          named: list[int] = (), metadata: list[dict] = ()) -> np.ndarray:
+        """Record a projected chunk's launches and GPU events (``picked``, at
+        positions ``at`` of a chunk whose first event is number ``first``;
+        its ``process_name`` events at ``named``, decoded whole:
+        ``metadata``) as :meth:`visit` would; which of them it recorded."""
+        columns = _WorkColumns(picked, is_launch)
+        valid = columns.valid
+        pids = list(map(_PID, compress(picked, valid.tolist())))
+        provisional = {pid: number for number, pid in enumerate(dict.fromkeys(pids))}
+        pid_codes = np.fromiter(map(provisional.__getitem__, pids), np.int64, len(pids))
+        _, firsts = np.unique(pid_codes, return_index=True)
+        slots = np.array(self._slots_as_met(list(provisional), at[valid][firsts].tolist(), first, named, metadata),
+                         np.int64)[pid_codes]
+        self._record_work(slots, columns.masked(valid), is_launch[valid])
+        return valid
+
+    def _slots_as_met(self, pids: list, positions: list[int], first: int, named: list[int],
+                      metadata: list[dict]) -> list[int]:
+        """The slots of ``pids`` (first met as work at ``positions``), given
+        in event order with the ``process_name`` events at ``named``; each
+        new pid's first work noted."""
+        slots = [0] * len(pids)
+        met = sorted([(position, False, number) for number, position in enumerate(positions)]
+                     + [(position, True, number) for number, position in enumerate(named)])
+        for position, is_metadata, number in met:
+            if is_metadata:
+                note_process_name(metadata[number], self.pids, self.slot)
+                continue
+            slot = slots[number] = self.slot(pids[number])
+            facts = self.pids[slot]
+            if facts.first_work is None:
+                facts.first_work = first + position
+        return slots
+
+    def _record_work(self, slots: np.ndarray, columns: "_WorkColumns", is_launch: np.ndarray) -> None:
+        """The launches' and GPU slices' arrays, rank evidence and samples."""
+        ranks = columns.ranks
+        self._note_ranks(slots, ranks)
+        for name, values in (("launch_pid", slots), ("launch_id", columns.ids), ("launch_ts", columns.ts),
+                             ("launch_rank", ranks)):
+            column = getattr(self, name)
+            column.frombytes(values[is_launch].astype(column.typecode).tobytes())
+        self.launch_graph += columns.graph[is_launch].tobytes()
+        gpu = ~is_launch
+        self._add_gpu_columns(slots[gpu], columns.ids[gpu], ranks[gpu])
+        sampled = gpu & (columns.ids != NO_ID) & columns.timed
+        sample_slots = slots[sampled]
+        for slot in dict.fromkeys(sample_slots.tolist()):
+            samples = self.samples.setdefault(slot, [])
+            room = SAMPLES_PER_GPU_PID - len(samples)
+            if room > 0:
+                at = np.flatnonzero(sample_slots == slot)[:room]
+                samples += zip(columns.ids[sampled][at].tolist(), columns.ts[sampled][at].tolist())
+
+    def _slots_of(self, pids: list) -> np.ndarray:
+        """Each of ``pids``' slot, a new pid numbered where first met (one :meth:`slot` call per distinct pid)."""
+        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(pids)}
+        return np.fromiter(map(slot_of.__getitem__, pids), np.int64, len(pids))
+
+    def _note_ranks(self, slots: np.ndarray, ranks: np.ndarray) -> None:
+        """Rank evidence of work: each event's ``args.rank`` (or NO_RANK) for its pid slot."""
+        ranked = ranks != NO_RANK
+        for slot in set(slots[~ranked].tolist()):
+            self.pids[slot].unranked = True
+        for slot, rank in set(zip(slots[ranked].tolist(), ranks[ranked].tolist())):
+            self.pids[slot].arg_ranks.add(rank)
+
+    def sampled_pids(self) -> set:
+        """The GPU pids whose samples are complete (in this index, or in the
+        index joining its parts, which absorbs the parts in event order): of
+        their GPU events only the ranks count (:meth:`record_sampled_gpu`)."""
+        return {self.pids[slot].pid for slot in self.samples.keys() | self._samples_taken.keys()
+                if len(self.samples.get(slot, ())) + self._samples_taken.get(slot, 0) >= SAMPLES_PER_GPU_PID}
+
+    def record_sampled_gpu(self, events: list) -> None:
+        """Record projected GPU events of :meth:`sampled_pids` as :meth:`record_chunk_work` would, when
+        no GPU arrays are kept (:class:`RankIndex`): their ranks, a C-level pass or two each."""
+        arguments = list(map(_ARGS, events))
+        if None in arguments or any(map(is_not, map(_RANK, arguments), repeat(None))):  # (most traces: no rank)
+            sliced = list(compress(events, map(eq, map(_PH, events), repeat("X"))))
+            slots = self._slots_of(list(map(_PID, sliced)))
+            self._note_ranks(slots, rank_column(list(map(_ARGS, sliced)), NO_RANK))
+            return
+        for pid in set(map(_PID, compress(events, map(eq, map(_PH, events), repeat("X"))))):
+            self.pids[self.slot(pid)].unranked = True
+
+    def _add_gpu_columns(self, slots: np.ndarray, ids: np.ndarray, ranks: np.ndarray) -> None:
+        """:meth:`_add_gpu` for GPU events given as arrays."""
+        for column, values in ((self.gpu_pid, slots), (self.gpu_id, ids), (self.gpu_rank, ranks)):
+            column.frombytes(values.astype(column.typecode).tobytes())
+
     def _flow(self, event: dict) -> int:
         self.ac2g_flows += 1
         return AC2G
@@ -223,6 +318,9 @@ class RankIndex(MergedIndex):
     def _add_gpu(self, slot: int, correlation: int, rank: int) -> None:
         """Not kept: ranks need only the samples."""
 
+    def _add_gpu_columns(self, slots: np.ndarray, ids: np.ndarray, ranks: np.ndarray) -> None:
+        """Not kept either."""
+
 
 class LinksIndex(MergedIndex):
     """:class:`MergedIndex` (relink's pass 1) reading chunks decoded into the
@@ -249,70 +347,12 @@ class LinksIndex(MergedIndex):
                  if events[position].name == "process_name"]
         work = np.flatnonzero((codes == LAUNCH) | (codes == GPU))
         picked = list(map(events.__getitem__, work.tolist()))
-        is_launch = codes[work] == LAUNCH
-        columns = _WorkColumns(picked, is_launch)
+        valid = self.record_chunk_work(picked, codes[work] == LAUNCH, work, first, named, chunk.whole(named))
         kinds = codes.copy()
-        kinds[work[~columns.valid]] = KEEP
-        done = work[columns.valid]
-        pids = list(map(_PID, compress(picked, columns.valid.tolist())))
-        provisional = {pid: number for number, pid in enumerate(dict.fromkeys(pids))}
-        pid_codes = np.fromiter(map(provisional.__getitem__, pids), np.int64, len(pids))
-        _, firsts = np.unique(pid_codes, return_index=True)
-        slots = np.array(self._slots_as_met(list(provisional), done[firsts].tolist(), first, named,
-                                            chunk.whole(named)), np.int64)[pid_codes]
-        self._record_work(slots, columns.masked(columns.valid), is_launch[columns.valid])
+        kinds[work[~valid]] = KEEP
         self.ac2g_flows += int(np.count_nonzero(kinds == AC2G))
         self.actions += kinds.tobytes()
         return True
-
-    def _slots_of(self, pids: list) -> np.ndarray:
-        """Each of ``pids``' slot, a new pid numbered where first met (one :meth:`slot` call per distinct pid)."""
-        slot_of = {pid: self.slot(pid) for pid in dict.fromkeys(pids)}
-        return np.fromiter(map(slot_of.__getitem__, pids), np.int64, len(pids))
-
-    def _slots_as_met(self, pids: list, positions: list[int], first: int, named: list[int],
-                      metadata: list[dict]) -> list[int]:
-        """The slots of ``pids`` (first met as work at ``positions``), given
-        in event order with the ``process_name`` events at ``named``; each
-        new pid's first work noted."""
-        slots = [0] * len(pids)
-        met = sorted([(position, False, number) for number, position in enumerate(positions)]
-                     + [(position, True, number) for number, position in enumerate(named)])
-        for position, is_metadata, number in met:
-            if is_metadata:
-                note_process_name(metadata[number], self.pids, self.slot)
-                continue
-            slot = slots[number] = self.slot(pids[number])
-            facts = self.pids[slot]
-            if facts.first_work is None:
-                facts.first_work = first + position
-        return slots
-
-    def _record_work(self, slots: np.ndarray, columns: "_WorkColumns", is_launch: np.ndarray) -> None:
-        """The launches' and GPU slices' arrays, rank evidence and samples."""
-        ranks = columns.ranks
-        ranked = ranks != NO_RANK
-        for slot in set(slots[~ranked].tolist()):
-            self.pids[slot].unranked = True
-        for slot, rank in set(zip(slots[ranked].tolist(), ranks[ranked].tolist())):
-            self.pids[slot].arg_ranks.add(rank)
-        for name, values in (("launch_pid", slots), ("launch_id", columns.ids), ("launch_ts", columns.ts),
-                             ("launch_rank", ranks)):
-            column = getattr(self, name)
-            column.frombytes(values[is_launch].astype(column.typecode).tobytes())
-        self.launch_graph += columns.graph[is_launch].tobytes()
-        gpu = ~is_launch
-        for name, values in (("gpu_pid", slots), ("gpu_id", columns.ids), ("gpu_rank", ranks)):
-            column = getattr(self, name)
-            column.frombytes(values[gpu].astype(column.typecode).tobytes())
-        sampled = gpu & (columns.ids != NO_ID) & columns.timed
-        sample_slots = slots[sampled]
-        for slot in dict.fromkeys(sample_slots.tolist()):
-            samples = self.samples.setdefault(slot, [])
-            room = SAMPLES_PER_GPU_PID - len(samples)
-            if room > 0:
-                at = np.flatnonzero(sample_slots == slot)[:room]
-                samples += zip(columns.ids[sampled][at].tolist(), columns.ts[sampled][at].tolist())
 
 
 class _WorkColumns:
@@ -345,8 +385,8 @@ class _WorkColumns:
         return kept
 
 
-_CAT, _PH, _TS, _NAME, _ARGS, _CORRELATION, _PID = map(
-    attrgetter, ("cat", "ph", "ts", "name", "args", "correlation", "pid"))
+_CAT, _PH, _TS, _NAME, _ARGS, _CORRELATION, _PID, _RANK = map(
+    attrgetter, ("cat", "ph", "ts", "name", "args", "correlation", "pid", "rank"))
 _TEXT = frozenset({str})
 
 
