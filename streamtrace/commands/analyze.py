@@ -1451,7 +1451,7 @@ def _claim_outputs(destinations: Destinations, out_dir: str | os.PathLike | None
         destinations.claim_all(targets.values(), role="table")
     if html is not None:
         page.require_plotly()
-        destinations.claim(html, role="HTML report")
+        destinations.claim(html, role="HTML report", holds="HTML")
     return targets
 
 

@@ -144,7 +144,7 @@ def _run_one(command: str, src: str, dst: str, spool_dir: str | None, options: d
 def _attribute_all(files: list[str], dst: SinkSpec, runner: TaskRunner, destinations: Destinations,
                    options: dict) -> tuple[str, list[dict]]:
     """Every input's CSV, written as parts by the tasks and joined under one header here."""
-    target = destinations.target(dst, compress=options.pop("compress", None))  # type: ignore[arg-type]
+    target = destinations.target(dst, compress=options.pop("compress", None), holds="CSV")  # type: ignore[arg-type]
     parts_dir = tempfile.mkdtemp(prefix="streamtrace-parts-", dir=runner.work_dir)
     try:
         calls = [("attribute", src, os.path.join(parts_dir, f"{n}.csv"), runner.work_dir, options)

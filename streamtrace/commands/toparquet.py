@@ -175,7 +175,7 @@ def to_parquet(
     several = len(inputs) > 1
     destinations = Destinations([os.fspath(path) for path in inputs if isinstance(path, (str, os.PathLike))],
                                 overwrite=overwrite, summary=summary_file)
-    target = destinations.target(dst, compress="none")
+    target = destinations.target(dst, compress="none", holds="Parquet")
     staged: list[_Staged] = []
     try:
         for path in inputs:
