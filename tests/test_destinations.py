@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from badinputs.matrix import CLI, cli_env
-from conftest import TRACES, events_of, load_json
+from conftest import TRACES, events_of, load_json, refused
 
 from streamtrace.errors import TraceError
 from streamtrace.io.destinations import Destinations, check_destinations
@@ -29,15 +29,6 @@ SMALL = TRACES / "kineto_small.json"
 
 def run(*args: object) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *map(str, args), "-q"], capture_output=True, timeout=120, env=cli_env())
-
-
-def refused(result: subprocess.CompletedProcess, *said: str) -> str:
-    """The run failed with one line saying all of ``said``."""
-    lines = result.stderr.decode().splitlines()
-    assert result.returncode == 1 and len(lines) == 1, result.stderr
-    for text in said:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def listing(directory: Path) -> dict[str, bytes]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from badinputs.matrix import CLI, cli_env
-from conftest import TRACES, events_of, load_json
+from conftest import TRACES, events_of, load_json, refused
 
 SMALL = TRACES / "kineto_small.json"
 CUPTI = TRACES / "cupti_profiler.json.gz"
@@ -33,14 +33,6 @@ def run(*args: object, stdin: bytes | int | None = None) -> subprocess.Completed
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert result.returncode == 0, result.stderr.decode()
     return result
-
-
-def refused(result: subprocess.CompletedProcess, *said: str) -> str:
-    lines = result.stderr.decode().splitlines()
-    assert result.returncode == 1 and len(lines) == 1, result.stderr
-    for text in said:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def text_of(path: Path) -> bytes:
