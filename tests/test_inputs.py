@@ -110,11 +110,13 @@ def test_inspect_of_a_directory_reports_each_trace(folder):
 
 @pytest.mark.parametrize("argv", [("slice", "DIR", "-o", "OUT/s.json", "--steps", "1"),
                                   ("split", "DIR", "-o", "OUT/per_rank")])
-def test_a_command_reading_one_trace_refuses_a_directory_naming_its_glob(tmp_path, folder, argv):
+def test_a_command_reading_one_trace_refuses_a_directory_or_a_glob(tmp_path, folder, argv):
     out = tmp_path / "out"
     out.mkdir()
     argv = [arg.replace("DIR", str(folder)).replace("OUT", str(out)) for arg in argv]
     refused(run(*argv), f"'{folder}/*.json*'", "one trace file")
+    pattern = [f"{folder}/*.json*" if arg == str(folder) else arg for arg in argv]
+    refused(run(*pattern), f"{folder}/*.json*", "one trace file, not a pattern")
     assert os.listdir(out) == []
 
 

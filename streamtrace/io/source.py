@@ -9,6 +9,7 @@ each reading downloads it again and nothing is copied).
 """
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import sys
@@ -245,7 +246,8 @@ class InputSource:
             self.name = os.fspath(spec)
             self._path = self.name
             if not os.path.exists(self._path):
-                raise TraceError("no such file", path=self.name)
+                raise TraceError("no such file" + ("; this reads one trace file, not a pattern standing for several"
+                                                   if glob.has_magic(self.name) else ""), path=self.name)
             if os.path.isdir(self._path):
                 raise TraceError(f"is a directory, expected one trace file: give one of {directory_glob(self.name)} "
                                  "(commands that take several inputs run on each)", path=self.name)
