@@ -186,9 +186,11 @@ def test_summaries_and_tables_obey_the_suffix_rule_too(tmp_path):
     (("slice", SMALL, "-o", "OUT/x.html", "--window", "+0:+1ms"), "writes JSON, not HTML"),
     (("attribute", SMALL, "-o", "OUT/k.json.gz"), "writes CSV, not JSON"),
     (("inspect", SMALL, "--summary", "OUT/s.csv"), "writes JSON, not CSV"),
+    (("convert", SMALL, "OUT/x.json.gz", "--compress", "zstd"), "contradicts"),  # was zstd under .gz
+    (("compact", SMALL, "-o", "OUT/x.json.zst", "--compress", "none"), "contradicts"),
 ])
 def test_a_name_for_another_format_streamtrace_writes_is_refused(tmp_path, argv, said):
-    """A file named for one of the formats streamtrace writes holds that format, or is not written."""
+    """A file named for one of the formats or compressions streamtrace writes holds it, or is not written."""
     argv = [str(arg).replace("OUT", str(tmp_path)) for arg in argv]
     refused(run(*argv), str(tmp_path), said)
     assert os.listdir(tmp_path) == []

@@ -84,19 +84,20 @@ def refuse_other_format(name: str, holds: str) -> None:
 
 
 def compression_for(path: str, flag: str | None) -> str:
-    """The flag wins; else the suffix (``.gz``, ``.zst``); else none.  A
-    suffix naming a format not written is refused whatever the flag."""
+    """The flag, or the suffix (``.gz``, ``.zst``), else none; a flag
+    contradicting a compression suffix is refused (``x.json.gz`` holding
+    zstd), and so is a suffix naming a format not written, whatever the flag."""
     refuse_unwritten_suffix(path)
+    lower = path.lower()
+    named = "gzip" if lower.endswith((".gz", ".gzip")) else "zstd" if lower.endswith((".zst", ".zstd")) else None
     if flag:
         if flag not in COMPRESSIONS:
             raise TraceError(f"unknown compression {flag!r}; choose from {', '.join(COMPRESSIONS)}")
+        if named not in (None, flag):
+            raise TraceError(f"--compress {flag} contradicts the name, which says {named}: drop one of them",
+                             path=path)
         return flag
-    lower = path.lower()
-    if lower.endswith((".gz", ".gzip")):
-        return "gzip"
-    if lower.endswith((".zst", ".zstd")):
-        return "zstd"
-    return "none"
+    return named or "none"
 
 
 def same_file(a: str, b: str) -> bool:
