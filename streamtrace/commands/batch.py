@@ -57,8 +57,8 @@ def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = Non
     files = expand_inputs(srcs)
     if not files:
         raise TraceError(f"{command} needs at least one input")
-    if "-" in files:
-        raise TraceError(f"{command} with several inputs reads files or URLs, not stdin ('-')")
+    if "-" in files:  # (the only input: among others, expand_inputs refused it)
+        raise TraceError(f"{command} into a directory reads files or URLs, not stdin ('-'): give -o a file name")
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
