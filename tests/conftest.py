@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -50,3 +51,12 @@ def real_trace(request) -> Path:
 def pytest_collection_modifyitems(items):
     if not REAL_TRACES:
         raise pytest.UsageError(f"no real traces found in {TRACES} (set STREAMTRACE_TRACES)")
+
+
+def refused(result: subprocess.CompletedProcess, *said: str) -> str:
+    """The run failed with one line saying all of ``said``."""
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    for text in said:
+        assert text in lines[0], lines[0]
+    return lines[0]

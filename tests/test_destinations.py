@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from badinputs.matrix import CLI, cli_env
-from conftest import TRACES, events_of, load_json
+from conftest import TRACES, events_of, load_json, refused
 
 from streamtrace.errors import TraceError
 from streamtrace.io.destinations import Destinations, check_destinations
@@ -29,15 +29,6 @@ SMALL = TRACES / "kineto_small.json"
 
 def run(*args: object) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *map(str, args), "-q"], capture_output=True, timeout=120, env=cli_env())
-
-
-def refused(result: subprocess.CompletedProcess, *said: str) -> str:
-    """The run failed with one line saying all of ``said``."""
-    lines = result.stderr.decode().splitlines()
-    assert result.returncode == 1 and len(lines) == 1, result.stderr
-    for text in said:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def listing(directory: Path) -> dict[str, bytes]:
@@ -130,8 +121,8 @@ BEFORE_READING = {  # argv (TRUNCATED: the cut input; OUT: a fresh directory), w
                                                  ["OUT/no/s.json", "does not exist"]),
     "existing summary": (["relink", "TRUNCATED", "-o", "OUT/r.json.gz", "--summary", "OUT/old.json"],
                          ["OUT/old.json", "--overwrite"]),
-    "CSV and summary alike": (["attribute", "TRUNCATED", "-o", "OUT/k.csv", "--summary", "OUT/k.csv"],
-                              ["OUT/k.csv", "twice"]),
+    "CSV and summary alike": (["attribute", "TRUNCATED", "-o", "OUT/k.out", "--summary", "OUT/k.out"],
+                              ["OUT/k.out", "twice"]),
     "split into a directory holding rank files": (["split", "TRUNCATED", "-o", "OUT/per_rank"],
                                                   ["OUT/per_rank", "rank0_trace.json.gz", "--overwrite"]),
     "step files over earlier ones": (["slice", "TRUNCATED", "--each-step", "-o", "OUT/steps"],
@@ -185,6 +176,24 @@ def test_summaries_and_tables_obey_the_suffix_rule_too(tmp_path):
     done = run("inspect", SMALL, "--summary", tmp_path / "s.json.gz")  # written as named
     assert done.returncode == 0, done.stderr
     assert json.loads(gzip.decompress((tmp_path / "s.json.gz").read_bytes()))["events"] > 0
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (("convert", SMALL, "OUT/x.parquet.gz"), "Parquet only as .parquet"),  # was gzipped JSON
+    (("convert", SMALL, "OUT/x.parquet.zst"), "Parquet only as .parquet"),
+    (("convert", SMALL, "OUT/x.csv.gz"), "writes JSON, not CSV"),
+    (("compact", SMALL, "-o", "OUT/x.parquet"), "writes JSON, not Parquet"),  # compact writes no rows
+    (("slice", SMALL, "-o", "OUT/x.html", "--window", "+0:+1ms"), "writes JSON, not HTML"),
+    (("attribute", SMALL, "-o", "OUT/k.json.gz"), "writes CSV, not JSON"),
+    (("inspect", SMALL, "--summary", "OUT/s.csv"), "writes JSON, not CSV"),
+    (("convert", SMALL, "OUT/x.json.gz", "--compress", "zstd"), "contradicts"),  # was zstd under .gz
+    (("compact", SMALL, "-o", "OUT/x.json.zst", "--compress", "none"), "contradicts"),
+])
+def test_a_name_for_another_format_streamtrace_writes_is_refused(tmp_path, argv, said):
+    """A file named for one of the formats or compressions streamtrace writes holds it, or is not written."""
+    argv = [str(arg).replace("OUT", str(tmp_path)) for arg in argv]
+    refused(run(*argv), str(tmp_path), said)
+    assert os.listdir(tmp_path) == []
 
 
 def test_each_step_refuses_a_directory_named_like_a_file(tmp_path, synthetic):

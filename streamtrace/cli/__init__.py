@@ -24,10 +24,13 @@ COMMANDS = (inspect, convert, redact, compact, merge, relink, split, slicing, at
 """The command modules, in the order ``streamtrace --help`` lists them."""
 
 EPILOG = """\
-Inputs are paths, '-' for stdin, or URLs (https://, s3://, gs://; extras
-'http', 's3', 'gcs' or 'cloud' for all three), downloaded once
-(--reread-remote reads them again instead). Outputs may be paths, '-', s3://
-or gs:// URLs. gzip and zstd inputs are recognised by their magic bytes.
+Inputs are paths, '-' for stdin (as the only input), or URLs (https://,
+s3://, gs://; extras 'http', 's3', 'gcs' or 'cloud' for all three),
+downloaded once (--reread-remote reads them again instead). A directory or
+a glob stands for its trace files: commands that take several inputs run
+one task each (-o DIR/); slice and split read one trace. Outputs may be
+paths, '-', s3:// or gs:// URLs. gzip and zstd inputs are recognised by
+their magic bytes.
 Outputs are written to a temporary file (or upload) made final at the end,
 so a failed run never leaves a partial file or object. Errors print one line
 and exit with status 1; a mistake in the options prints the command's usage

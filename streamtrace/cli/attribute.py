@@ -30,7 +30,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("trace", nargs="+", metavar="TRACE",
-                     help="trace file, '-' for stdin, or a URL; several: one task each, their rows in one CSV")
+                     help="trace file, '-' for stdin, or a URL; several, a directory or a glob: one task each, "
+                          "their rows in one CSV")
     cmd.add_argument("-o", "--output", default="-",
                      help="CSV path ('.gz'/'.zst' compress it) or '-' for stdout (default; the summary then goes "
                           "to stderr)")

@@ -38,7 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("trace", nargs="*", metavar="TRACE",
-                     help="trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
+                     help="trace file, '-' for stdin (then give -o), or a URL; several, a directory or a glob: one task each")
     output_option(cmd, "_compacted")
     cmd.add_argument("--rules", metavar="FILE", help="TOML file with lane groups, labels and match rules")
     cmd.add_argument("--print-rules", action="store_true", help="print the default rules file and exit")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from .batch import is_batch, run_batch
 from .options import common_options, drop_cat_option, output_options, paragraphs, reading, redaction, secrets_options
 from .report import Rows, report, view
 
@@ -21,9 +22,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                "  streamtrace convert merged.json.gz events.parquet",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("input", nargs="+", help="input trace, '-' for stdin, or a URL; for a .parquet output also "
-                     "several files, globs or directories, as merge takes them")
-    cmd.add_argument("output", help="output path, or '-' for stdout (summary then goes to stderr)")
+    cmd.add_argument("trace", nargs="+", metavar="IN", help="input trace, '-' for stdin, or a URL; several files, "
+                     "globs or directories: each into the directory OUT/ (one task each), or all into one .parquet")
+    cmd.add_argument("output", metavar="OUT", help="output path, or '-' for stdout (summary then goes to stderr); "
+                     "a directory DIR/ for several inputs")
     drop_cat_option(cmd)
     output_options(cmd, "OUT")
     secrets_options(cmd)
@@ -33,12 +35,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..commands.convert import convert
+    from ..commands.toparquet import is_parquet
 
-    source = args.input if len(args.input) > 1 else args.input[0]  # several: into one .parquet
-    summary = convert(
-        source, args.output, drop_categories=args.drop_cat, compress=args.compress, level=args.level,
-        overwrite=args.overwrite, redact=redaction(args), **reading(args),
-    )
+    options = dict(drop_categories=args.drop_cat, compress=args.compress, level=args.level,
+                   redact=redaction(args))  # one set for a single run and a batch alike
+    if not is_parquet(args.output) and is_batch(args, args.output):
+        return run_batch(args, **options)
+    source = args.trace if len(args.trace) > 1 else args.trace[0]  # several: into one .parquet
+    summary = convert(source, args.output, overwrite=args.overwrite, **options, **reading(args))
     report("convert", summary, args, to_stderr=args.output == "-")
 
 

@@ -25,7 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         "--json prints everything (a list for several traces)."),
         epilog="example: streamtrace inspect rank0_trace.json.gz --json | jq .by_rank",
     )
-    cmd.add_argument("trace", nargs="+", help="trace file(s), '-' for stdin, or a URL")
+    cmd.add_argument("trace", nargs="*", metavar="TRACE", help="trace files, directories of them, globs, '-' for "
+                     "stdin, or URLs (none: stdin, when it is not a terminal)")
     cmd.add_argument("--top", type=int, metavar="N",
                      help="list the N kernels with the most GPU time (default: 10 in --json, 3 in the report; "
                           "full names in --json)")
@@ -39,20 +40,25 @@ def run(args: argparse.Namespace) -> None:
     """Each trace in turn; with several, --json prints one list and --summary is refused (one file, one summary)."""
     from ..commands.inspect import TOP_KERNELS, inspect
     from ..io.destinations import summary_json
+    from ..io.inputs import expand_inputs
 
-    if len(args.trace) > 1 and args.summary:
+    if not args.trace and sys.stdin.isatty():
+        raise TraceError("give a TRACE to inspect (a file, directory, glob or URL), or pipe one in: "
+                         "streamtrace inspect < trace.json.gz")
+    traces = expand_inputs(args.trace or ["-"])
+    if len(traces) > 1 and args.summary:
         raise TraceError("--summary takes one trace; with several, --json prints them all")
     summaries = []
-    for number, trace in enumerate(args.trace):
+    for number, trace in enumerate(traces):
         summary = inspect(trace, secrets=redaction(args), overwrite=args.overwrite,
                           top=TOP_KERNELS if args.top is None else args.top, **reading(args))
-        if len(args.trace) == 1 or not args.json:
+        if len(traces) == 1 or not args.json:
             if number:
                 print()
             shown = summary if args.json or args.top is not None else {**summary, "top_kernels": summary["top_kernels"][:3]}
             report("inspect", shown, args)
         summaries.append(summary)
-    if len(args.trace) > 1 and args.json:
+    if len(traces) > 1 and args.json:
         sys.stdout.write(summary_json(summaries).decode())
         for summary in summaries:
             warn_of_secrets(summary)

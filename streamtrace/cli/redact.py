@@ -6,6 +6,7 @@ import sys
 
 from ..errors import TraceError
 from . import convert
+from .batch import is_batch, run_batch
 from .options import common_options, output_option, output_options, paragraphs, reading, redaction, secrets_options
 from .report import Rows, report, view
 
@@ -28,8 +29,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                "  streamtrace redact --print-secrets-rules > rules.toml   # start from the defaults",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("trace", nargs="?", help="trace file, '-' for stdin (then give -o), or a URL")
-    output_option(cmd, "_redacted", batch=False)
+    cmd.add_argument("trace", nargs="*", metavar="TRACE", help="trace file, '-' for stdin (then give -o), or a URL; "
+                     "several, a directory or a glob: one task each")
+    output_option(cmd, "_redacted")
     cmd.add_argument("--print-secrets-rules", action="store_true", help="print the default secret rules and exit")
     secrets_options(cmd, "redact")
     output_options(cmd, "the output")
@@ -44,13 +46,14 @@ def run(args: argparse.Namespace) -> None:
     if args.print_secrets_rules:
         sys.stdout.write(DEFAULT_SECRETS_RULES_TOML)
         return
-    if args.trace is None:
+    if not args.trace:
         raise TraceError("give a TRACE to redact (or --print-secrets-rules)")
-    options = redaction(args)
-    summary = redact(
-        args.trace, args.output, rules=options.rules, patterns=options.patterns, pseudonymize=options.pseudonymize,
-        compress=args.compress, level=args.level, overwrite=args.overwrite, **reading(args),
-    )
+    chosen = redaction(args)
+    options = dict(rules=chosen.rules, patterns=chosen.patterns, pseudonymize=chosen.pseudonymize,
+                   compress=args.compress, level=args.level)  # one set for a single run and a batch alike
+    if is_batch(args, args.output):
+        return run_batch(args, **options)
+    summary = redact(args.trace[0], args.output, overwrite=args.overwrite, **options, **reading(args))
     report("redact", summary, args, to_stderr=args.output == "-")
 
 

@@ -40,7 +40,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("trace", nargs="+", metavar="TRACE",
-                     help="merged trace file, '-' for stdin (then give -o), or a URL; several: one task each (batch)")
+                     help="merged trace file, '-' for stdin (then give -o), or a URL; several, a directory or a glob: "
+                          "one task each")
     output_option(cmd, "_relinked")
     rank_map_option(cmd)
     output_options(cmd, "the output")

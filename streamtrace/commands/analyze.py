@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import glob
 import io
 import math
 import os
@@ -43,6 +42,7 @@ from ..engine.passes import index_pass
 from ..errors import TraceError
 from ..io import report as page
 from ..io.destinations import Destinations
+from ..io.inputs import expand_inputs, trace_names_in
 from ..io.jsonscan import member_value
 from ..io.objectstore import RunStore, open_object, scratch
 from ..io.progress import Meter
@@ -52,7 +52,7 @@ from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb, trim_heap
-from .merge import TRACE_SUFFIX, discover_inputs
+from .merge import rank_files_in
 from .mergedindex import note_process_name
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
@@ -1216,6 +1216,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     targets = _claim_outputs(destinations, out_dir, html)
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
+    if files == ["-"] and not alone:
+        raise TraceError("analyze --dask reads files or URLs the workers can reach, not stdin ('-')")
     with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress, objects=True) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
@@ -1276,17 +1278,16 @@ def _read_totals(reads: list[dict]) -> dict:
 def _inputs(specs: list) -> list[str]:
     if not specs:
         raise TraceError("analyze needs at least one input")
-    if any(os.fspath(spec) == "-" for spec in specs):
-        raise TraceError("analyze reads files, directories or URLs, not stdin ('-')")
-    files = []
-    for spec in map(os.fspath, specs):
-        if "://" in spec and not glob.has_magic(spec):
-            files.append(spec)
-        elif os.path.isdir(spec) and len(traces := [name for name in os.listdir(spec) if TRACE_SUFFIX.search(name)]) == 1:
-            files.append(os.path.join(spec, traces[0]))  # one trace, ranked or not (HTA reads it as rank 0)
-        else:
-            files.extend(discover_inputs([spec]))
-    return files
+    if [os.fspath(spec) for spec in specs] == ["-"]:
+        return ["-"]  # read in this process (no worker could read this stdin)
+    return expand_inputs(specs, _files_in)
+
+
+def _files_in(directory: str) -> list[str]:
+    """A directory's rank files, as merge takes them; its one trace when it holds one, ranked or not (HTA
+    reads it as rank 0)."""
+    traces = trace_names_in(directory)
+    return [os.path.join(directory, traces[0])] if len(traces) == 1 else rank_files_in(directory)
 
 
 def _run(runner: TaskRunner, files: list[str], options: _Options) -> list[FileResult]:
@@ -1451,7 +1452,7 @@ def _claim_outputs(destinations: Destinations, out_dir: str | os.PathLike | None
         destinations.claim_all(targets.values(), role="table")
     if html is not None:
         page.require_plotly()
-        destinations.claim(html, role="HTML report")
+        destinations.claim(html, role="HTML report", holds="HTML")
     return targets
 
 

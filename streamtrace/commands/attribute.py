@@ -557,7 +557,7 @@ def attribute(
 
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
-        target = destinations.target(dst, compress=compress)
+        target = destinations.target(dst, compress=compress, holds="CSV")
         meter = Progress(source.size, enabled=progress)
         try:
             result = index_pass(source, make_visitor, keep_events=False, spool_dir=spool_dir, salvage=salvage,

@@ -1,7 +1,10 @@
 """Batch runs: one per-rank command over many inputs, one task per input.
 
-``compact`` and ``relink`` write one output per input into a directory, under
-the name the single run would give it beside its input; ``attribute`` writes
+The inputs are named as every command names them (:mod:`streamtrace.io.inputs`:
+files, directories, globs, archives).  ``compact``, ``relink``, ``redact``
+and ``convert`` write one output per input into a directory, under the name
+the single run would give it beside its input (convert: the input's own
+name), its suffix the compression written; ``attribute`` writes
 one CSV of every input's rows (the rank column tells them apart), in input
 order.  Each task runs the single command in one process (``jobs=1``) on
 this machine or on a Dask cluster (:mod:`streamtrace.engine.executors`).
@@ -25,13 +28,13 @@ from ..engine.executors import TaskRunner, remove_tree, shared_path
 from ..engine.jobs import resolve_jobs
 from ..errors import TraceError
 from ..io.destinations import Destinations
+from ..io.formats import SUFFIXES
+from ..io.inputs import expand_inputs
 from ..io.sink import SinkSpec, default_output, make_folders, publish_all, remove_empty_folders, remove_quietly
 from ..resources import peak_rss_mb
-from .attribute import attribute
-from .compact import compact
-from .relink import relink
 
-PER_INPUT = {"compact": (compact, "_compacted"), "relink": (relink, "_relinked")}
+PER_INPUT = {"compact": "_compacted", "relink": "_relinked", "redact": "_redacted", "convert": ""}
+"""The commands that write one output per input, and the tag of its name (convert: the input's own name)."""
 SUMMED = ("events_read", "events_written")
 CSV_PIECE = 1 << 20
 
@@ -39,22 +42,23 @@ CSV_PIECE = 1 << 20
 def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = None, *, jobs: int | str | None = None,
           dask: str | None = None, spool_dir: str | None = None, progress: bool | str | None = False,
           overwrite: bool = False, summary_file: str | os.PathLike | None = None, **options: object) -> dict:
-    """Run ``command`` (compact, relink or attribute) on every input; returns
-    the summary: the outputs, the per-input summaries, their summed counts.
+    """Run ``command`` (compact, relink, redact, convert or attribute) on
+    every input (``srcs``: files, directories, globs, archives); returns the
+    summary: the outputs, the per-input summaries, their summed counts.
 
-    ``dst``: for compact and relink a directory (created if missing; default:
-    each output beside its input), for attribute the CSV (default stdout).
+    ``dst``: for attribute the CSV (default stdout), else a directory
+    (created if missing; default but for convert: each output beside its input).
     ``options`` are the single command's keyword arguments; ``summary_file``
     receives this summary.
     """
     started = time.perf_counter()
     if command not in (*PER_INPUT, "attribute"):
         raise ValueError(f"no batch mode for {command!r}")
-    files = [os.fspath(src) for src in srcs]
+    files = expand_inputs(srcs)
     if not files:
         raise TraceError(f"{command} needs at least one input")
-    if "-" in files:
-        raise TraceError(f"{command} with several inputs reads files or URLs, not stdin ('-')")
+    if "-" in files:  # (the only input: among others, expand_inputs refused it)
+        raise TraceError(f"{command} into a directory reads files or URLs, not stdin ('-'): give -o a file name")
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     with TaskRunner(resolve_jobs(jobs), dask=dask, spool_dir=spool_dir, progress=progress) as runner:
         if runner.distributed:
@@ -95,10 +99,12 @@ def summed_redaction(runs: list[dict]) -> dict:
 
 def _each_to_directory(command: str, files: list[str], directory: str | None, runner: TaskRunner,
                        destinations: Destinations, options: dict) -> tuple[list[str], list[dict]]:
-    tag = PER_INPUT[command][1]
+    tag = PER_INPUT[command]
     if directory is not None:
         destinations.directory(directory, writes=f"{command}'s outputs of several inputs")
-    beside = [default_output(path, tag) for path in files]
+    elif not tag:
+        raise TraceError(f"{command} of several inputs writes into a directory: give one (DIR/)")
+    beside = [compressed_name(default_output(path, tag), options.get("compress")) for path in files]  # type: ignore[arg-type]
     finals = beside if directory is None else [os.path.join(directory, os.path.basename(path)) for path in beside]
     for src, final in zip(files, finals):  # every one before any work
         destinations.claim(final, compress=options.get("compress"), role=f"output of {src}")  # type: ignore[arg-type]
@@ -108,6 +114,15 @@ def _each_to_directory(command: str, files: list[str], directory: str | None, ru
     for final, run in zip(finals, runs):
         run["output"] = final
     return finals, runs
+
+
+def compressed_name(name: str, compress: str | None) -> str:
+    """``name`` with the suffix of the compression ``compress`` asks for
+    (``x.json.gz`` -> ``x.json.zst`` for zstd): the name tells what is written."""
+    if compress is None:
+        return name
+    stem = next((name[: -len(suffix)] for suffix in (".json.gz", ".json.zst", ".json") if name.endswith(suffix)), name)
+    return stem + SUFFIXES[compress]
 
 
 @contextmanager
@@ -137,14 +152,25 @@ def staged(finals: list[str], overwrite: bool) -> Iterator[list[str]]:
 
 def _run_one(command: str, src: str, dst: str, spool_dir: str | None, options: dict) -> dict:
     """One input in one process (a task)."""
-    single: Callable[..., dict] = PER_INPUT[command][0] if command in PER_INPUT else attribute
-    return single(src, dst, spool_dir=spool_dir, jobs=1, progress=False, **options)
+    return _single(command)(src, dst, spool_dir=spool_dir, jobs=1, progress=False, **options)
+
+
+def _single(command: str) -> Callable[..., dict]:
+    """The one-input function of ``command`` (imported here: convert's Parquet side uses merge, which uses this
+    module)."""
+    from .attribute import attribute
+    from .compact import compact
+    from .convert import convert
+    from .redact import redact
+    from .relink import relink
+
+    return {"attribute": attribute, "compact": compact, "convert": convert, "redact": redact, "relink": relink}[command]
 
 
 def _attribute_all(files: list[str], dst: SinkSpec, runner: TaskRunner, destinations: Destinations,
                    options: dict) -> tuple[str, list[dict]]:
     """Every input's CSV, written as parts by the tasks and joined under one header here."""
-    target = destinations.target(dst, compress=options.pop("compress", None))  # type: ignore[arg-type]
+    target = destinations.target(dst, compress=options.pop("compress", None), holds="CSV")  # type: ignore[arg-type]
     parts_dir = tempfile.mkdtemp(prefix="streamtrace-parts-", dir=runner.work_dir)
     try:
         calls = [("attribute", src, os.path.join(parts_dir, f"{n}.csv"), runner.work_dir, options)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import glob
 import io
 import os
 import pickle
@@ -64,14 +63,15 @@ from ..io.archive import outer_path
 from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
 from ..io.eventtext import dumps_event, event_loader
+from ..io.inputs import expand_inputs, trace_names_in
 from ..io.jsonscan import RawMember, member_value
-from ..io.objectstore import RunStore, assemble_s3, join_objects, part_groups, remote_glob, same_s3_store, scratch
+from ..io.objectstore import RunStore, assemble_s3, join_objects, part_groups, same_s3_store, scratch
 from ..io.progress import Meter, Progress
 from ..io.reader import ReadStats, header_members
 from ..io.redact import RedactOptions, Redactor, redaction_summary
 from ..io.remote import RemoteReader, is_url
 from ..io.sink import OutputTarget, SinkSpec, compressed, remove_quietly
-from ..io.source import InputSource, archive_members
+from ..io.source import InputSource, directory_glob
 from ..io.textfields import INTEGER, NUMBER, Convert, field_pattern, positions, swap_fields, swap_in_lines, swap_one
 from ..io.writer import JoinedLines, TraceWriter
 from ..kineto import NUMBER_TYPES
@@ -82,8 +82,6 @@ from .compactindex import CompactIndex
 from .compactplan import Compaction, plan_compaction
 from .mergedindex import MergedIndex, resolve
 
-TRACE_SUFFIX = re.compile(r"\.json(\.gz|\.zst)?$", re.IGNORECASE)
-OWN_OUTPUT = re.compile(r"_(compacted|relinked)\.json")  # what compact and relink write beside their input
 STAGE_FILE = re.compile(r"pp_stage\d+\.json(\.gz|\.zst)?")  # merge --per-stage's files
 STAGE_SUFFIX = {None: ".json.gz", "gzip": ".json.gz", "zstd": ".json.zst", "none": ".json"}
 CHUNK_LEVEL = 1
@@ -95,41 +93,19 @@ _FLOW_PHASES = ("s", "t", "f")  # a tuple: a list-valued ph compares unequal ins
 def discover_inputs(specs: Sequence[str | os.PathLike]) -> list[str]:
     """Trace files named by ``specs``: files, directories (their rank trace
     files) and glob patterns, in the order given."""
-    files: list[str] = []
-    for spec in map(os.fspath, specs):
-        if os.path.isdir(spec):
-            files.extend(rank_files_in(spec))
-        elif glob.has_magic(spec):
-            found = remote_glob(spec) if is_url(spec) else sorted(glob.glob(spec))
-            if not found:
-                raise TraceError("the pattern matches no file", path=spec)
-            files.extend(found)
-        elif not is_url(spec) and spec != "-" and not os.path.exists(outer_path(spec)):
-            raise TraceError("no such file or directory", path=spec)
-        else:
-            files.extend(archive_members(spec) or [spec])  # an archive: its members, like a directory's files
-    seen: dict[str, str] = {}
-    for path in files:
-        real = os.path.realpath(path)
-        if real in seen:
-            raise TraceError(f"the same file is given twice: {seen[real]} and {path}")
-        seen[real] = path
-    return files
+    return expand_inputs(specs, rank_files_in)
 
 
 def rank_files_in(directory: str) -> list[str]:
     """The traces in ``directory`` whose rank is known: from the name
     (``rank<N>``, ``worker<N>``), else from ``distributedInfo.rank`` in the
     file's header; when none is, the error lists what was there."""
-    traces = sorted(name for name in os.listdir(directory) if TRACE_SUFFIX.search(name)
-                    and not OWN_OUTPUT.search(name) and os.path.isfile(os.path.join(directory, name)))
-    found = [os.path.join(directory, name) for name in traces
+    found = [os.path.join(directory, name) for name in trace_names_in(directory)
              if rank_from_file_name(name) is not None or header_rank(os.path.join(directory, name)) is not None]
     if not found:
         seen = ", ".join(sorted(os.listdir(directory))[:8]) or "nothing"
         raise TraceError(f"no trace here states its rank (rank<N> or worker<N> in the name, or distributedInfo.rank); "
-                         f"seen: {seen}; give the files or a glob, e.g. '{directory.rstrip(os.sep)}/*.json*'",
-                         path=directory)
+                         f"seen: {seen}; give the files or a glob, e.g. {directory_glob(directory)}", path=directory)
     return found
 
 

@@ -837,7 +837,8 @@ def slice_trace(
         if each_step:
             directory = destinations.directory(_output_directory(dst), writes="--each-step files",
                                                existing=rf"step\d+{re.escape(SUFFIXES[compress])}")
-        target = None if each_step else destinations.target(dst, compress=compress, level=level, redactor=redactor)
+        target = None if each_step else destinations.target(dst, compress=compress, level=level, redactor=redactor,
+                                                            holds="Parquet" if rows else "JSON")
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
                             salvage=salvage, progress=meter, jobs=processes)

@@ -15,7 +15,6 @@ writes them.
 """
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from ..engine.plan import EmitPlan
 from ..errors import RobustModeNeeded, TraceError
 from ..io.destinations import Destinations
 from ..io.eventtext import event_loader, raise_if_container_field
+from ..io.inputs import expand_inputs, names_several
 from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, copy_rows, pack_batch, require_pyarrow, unpack_batch
 from ..io.progress import Progress
@@ -42,7 +42,6 @@ from ..io.reader import ReadStats, TraceReader, header_members
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import gc_paused, peak_rss_mb
-from .merge import discover_inputs
 from .mergedindex import RankIndex, rank_table, resolve_pid_ranks
 
 TAIL_BYTES = 1 << 20  # where a plain file's members after the events are looked for before reading it
@@ -160,8 +159,8 @@ def to_parquet(
 ) -> dict:
     """Write every event of ``src`` (less ``drop_categories``) as a row of the Parquet file ``dst``.
 
-    ``src`` may also be a list of files, globs and directories (as ``merge``
-    takes them): their rows follow one another, each file's ranks decided
+    ``src`` may also be a list of files, globs and directories (their trace
+    files, :mod:`streamtrace.io.inputs`): their rows follow one another, each file's ranks decided
     on its own (a file whose pids get no rank takes the one its name states,
     ``rank<N>``/``worker<N>``).  Returns the summary.
     """
@@ -171,12 +170,12 @@ def to_parquet(
     processes = resolve_jobs(jobs)
     specs = list(src) if isinstance(src, (list, tuple)) else [src]
     first = specs[0] if isinstance(specs[0], (str, os.PathLike)) else None
-    expand = len(specs) > 1 or (first is not None and (os.path.isdir(first) or glob.has_magic(os.fspath(first))))
-    inputs = discover_inputs(specs) if expand else specs
+    expand = len(specs) > 1 or (first is not None and names_several(first))
+    inputs = expand_inputs(specs) if expand else specs
     several = len(inputs) > 1
     destinations = Destinations([os.fspath(path) for path in inputs if isinstance(path, (str, os.PathLike))],
                                 overwrite=overwrite, summary=summary_file)
-    target = destinations.target(dst, compress="none")
+    target = destinations.target(dst, compress="none", holds="Parquet")
     staged: list[_Staged] = []
     try:
         for path in inputs:

@@ -30,6 +30,7 @@ from .sink import (
     compression_for,
     make_folders,
     publish_all,
+    refuse_other_format,
     remove_empty_folders,
     remove_quietly,
 )
@@ -59,10 +60,12 @@ class Destinations:
         self._directories: set[str] = set()  # directories the run writes into (created if missing)
         self._pending: list[tuple[str, str]] | None = None  # (temp, final) while publishing together
         self._created: list[str] = []  # folders made for files written inside the block (gone if it fails)
-        self.summary = None if summary is None else self.claim(summary, role="summary")
+        self.summary = None if summary is None else self.claim(summary, role="summary", holds="JSON")
 
-    def check(self, spec: SinkSpec, *, compress: str | None = None, role: str = "output") -> None:
-        """Refuse ``spec`` now if writing it later would break a rule."""
+    def check(self, spec: SinkSpec, *, compress: str | None = None, role: str = "output",
+              holds: str | None = None) -> None:
+        """Refuse ``spec`` now if writing it later would break a rule; ``holds``:
+        the format written (JSON, CSV, ...), which a name must not contradict."""
         name = _name(spec)
         if name is None:
             return
@@ -79,11 +82,14 @@ class Destinations:
             planned = os.path.dirname(os.path.abspath(name)) in self._directories
             check_file(name, self.inputs, overwrite=self.overwrite, directory_planned=planned)
             compression_for(name, compress)
+        if holds is not None:
+            refuse_other_format(name, holds)
 
-    def claim(self, spec: SinkSpec, *, compress: str | None = None, role: str = "output") -> str | None:
+    def claim(self, spec: SinkSpec, *, compress: str | None = None, role: str = "output",
+              holds: str | None = None) -> str | None:
         """:meth:`check` ``spec`` and reserve it for this run; returns its name
         (None for a file object, which is the caller's own)."""
-        self.check(spec, compress=compress, role=role)
+        self.check(spec, compress=compress, role=role, holds=holds)
         name = _name(spec)
         if name is not None:
             self._claimed[_identity(name)] = (role, name)
@@ -123,9 +129,11 @@ class Destinations:
         return directory
 
     def target(self, spec: SinkSpec, *, compress: str | None = None, level: int | None = None,
-               background: bool = True, redactor: object = None, role: str = "output") -> OutputTarget:
-        """Claim ``spec`` and give the :class:`OutputTarget` that writes it atomically."""
-        self.claim(spec, compress=compress, role=role)
+               background: bool = True, redactor: object = None, role: str = "output",
+               holds: str = "JSON") -> OutputTarget:
+        """Claim ``spec`` and give the :class:`OutputTarget` that writes it
+        atomically (a JSON trace unless ``holds`` names another format)."""
+        self.claim(spec, compress=compress, role=role, holds=holds)
         return OutputTarget(spec, overwrite=self.overwrite, compress=compress, level=level, inputs=self.inputs,
                             background=background, redactor=redactor)  # type: ignore[arg-type]
 

@@ -44,34 +44,60 @@ UNWRITTEN_SUFFIXES = {
 WRITTEN = "it writes gzip for a .gz name, zstd for .zst, uncompressed for any other"
 
 
-def refuse_unwritten_suffix(name: str) -> None:
-    """A name ending in a suffix of :data:`UNWRITTEN_SUFFIXES` (also under
-    ``.gz``/``.zst``: ``x.tar.gz``) would promise what the file is not."""
+# The formats streamtrace writes, by the suffix under any .gz/.zst: a file named for one holds that one.
+FORMATS = {".json": "JSON", ".csv": "CSV", ".parquet": "Parquet", ".html": "HTML"}
+
+
+def inner_suffix(name: str) -> tuple[str, bool]:
+    """The suffix under a compression suffix (``x.csv.gz`` -> ``.csv``), and whether there was one."""
     lower = name.lower().rstrip("/")
     for written in (".gz", ".gzip", ".zst", ".zstd"):
         if lower.endswith(written):
-            lower = lower[: -len(written)]
-            break
-    suffix = os.path.splitext(lower)[1]
+            return os.path.splitext(lower[: -len(written)])[1], True
+    return os.path.splitext(lower)[1], False
+
+
+def refuse_unwritten_suffix(name: str) -> None:
+    """A name ending in a suffix of :data:`UNWRITTEN_SUFFIXES` (also under
+    ``.gz``/``.zst``: ``x.tar.gz``) would promise what the file is not; so
+    would ``x.parquet.gz``: Parquet is written only as ``.parquet``, whose
+    columns it compresses itself."""
+    suffix, compressed = inner_suffix(name)
     if suffix in UNWRITTEN_SUFFIXES:
         raise TraceError(f"streamtrace does not write {UNWRITTEN_SUFFIXES[suffix]} ({suffix}) files; {WRITTEN}",
                          path=name)
+    if suffix == ".parquet" and compressed:
+        raise TraceError("streamtrace writes Parquet only as .parquet (it compresses the columns itself): "
+                         "drop the compression suffix", path=name)
+
+
+def refuse_other_format(name: str, holds: str) -> None:
+    """A file holding ``holds`` (JSON, CSV, ...) named for another format
+    streamtrace writes (``trace.csv.gz`` for a JSON trace) would be read as
+    that format: refused, naming the suffix it takes."""
+    refuse_unwritten_suffix(name)  # (x.parquet.gz: say how Parquet is written)
+    suffix = inner_suffix(name)[0]
+    if FORMATS.get(suffix, holds) != holds:
+        wanted = next(known for known, kind in FORMATS.items() if kind == holds)
+        raise TraceError(f"this writes {holds}, not {FORMATS[suffix]}: give a name ending in {wanted}"
+                         + ("[.gz|.zst]" if holds != "Parquet" else ""), path=name)
 
 
 def compression_for(path: str, flag: str | None) -> str:
-    """The flag wins; else the suffix (``.gz``, ``.zst``); else none.  A
-    suffix naming a format not written is refused whatever the flag."""
+    """The flag, or the suffix (``.gz``, ``.zst``), else none; a flag
+    contradicting a compression suffix is refused (``x.json.gz`` holding
+    zstd), and so is a suffix naming a format not written, whatever the flag."""
     refuse_unwritten_suffix(path)
+    lower = path.lower()
+    named = "gzip" if lower.endswith((".gz", ".gzip")) else "zstd" if lower.endswith((".zst", ".zstd")) else None
     if flag:
         if flag not in COMPRESSIONS:
             raise TraceError(f"unknown compression {flag!r}; choose from {', '.join(COMPRESSIONS)}")
+        if named not in (None, flag):
+            raise TraceError(f"--compress {flag} contradicts the name, which says {named}: drop one of them",
+                             path=path)
         return flag
-    lower = path.lower()
-    if lower.endswith((".gz", ".gzip")):
-        return "gzip"
-    if lower.endswith((".zst", ".zstd")):
-        return "zstd"
-    return "none"
+    return named or "none"
 
 
 def same_file(a: str, b: str) -> bool:

@@ -9,6 +9,7 @@ each reading downloads it again and nothing is copied).
 """
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import sys
@@ -245,9 +246,11 @@ class InputSource:
             self.name = os.fspath(spec)
             self._path = self.name
             if not os.path.exists(self._path):
-                raise TraceError("no such file", path=self.name)
+                raise TraceError("no such file" + ("; this reads one trace file, not a pattern standing for several"
+                                                   if glob.has_magic(self.name) else ""), path=self.name)
             if os.path.isdir(self._path):
-                raise TraceError("is a directory, expected a trace file", path=self.name)
+                raise TraceError(f"is a directory, expected one trace file: give one of {directory_glob(self.name)} "
+                                 "(commands that take several inputs run on each)", path=self.name)
         else:
             self.name = getattr(spec, "name", None) or "<stream>"
             self._stream = spec
@@ -405,6 +408,11 @@ class InputSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def directory_glob(directory: str) -> str:
+    """The glob naming a directory's traces, as a user would type it."""
+    return f"'{directory.rstrip(os.sep)}{os.sep}*.json*'"
 
 
 def archive_members(spec: str) -> list[str] | None:
