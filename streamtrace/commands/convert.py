@@ -17,7 +17,7 @@ from ..errors import RobustModeNeeded, TraceError
 from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field
-from ..io.redact import RedactOptions, Redactor, redaction_summary, restart_redaction
+from ..io.redact import RedactOptions, Redactor, copy_screen, redaction_summary, restart_redaction
 from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
@@ -73,7 +73,7 @@ def convert(
     dropped_cats = frozenset(drop_categories)
     position = {cat: n for n, cat in enumerate(sorted(dropped_cats))}  # a dropped category's counter
     processes = resolve_jobs(jobs)
-    redactor = Redactor.from_options(redact)
+    redactor = Redactor.from_options(redact) or copy_screen()  # without --redact: counts the secrets copied
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         target = destinations.target(dst, compress=compress, level=level, redactor=redactor)

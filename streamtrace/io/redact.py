@@ -160,6 +160,30 @@ def restart_redaction(redactor: Redactor | None) -> None:
             redactor.finder.pseudonyms.forget()
 
 
+def copy_screen() -> Redactor:
+    """What looks at a copy written without ``--redact``: a redactor that
+    only counts, with the default rules (those ``inspect`` applies)."""
+    return Redactor(SecretFinder(load_secret_rules(None)), replace=False)
+
+
 def redaction_summary(redactor: Redactor | None) -> dict:
-    """The summary entry of a command that wrote through ``redactor``."""
-    return {} if redactor is None else {"redaction": redactor.summary()}
+    """The summary entry of a command that wrote through ``redactor``:
+    what it replaced, or (a :func:`copy_screen`) the secrets it copied."""
+    if redactor is None:
+        return {}
+    return {"redaction": redactor.summary()} if redactor.replace else copied_secrets(redactor.findings)
+
+
+def copied_secrets(findings: Findings) -> dict:
+    """``secrets_copied`` (by kind: a count and the first JSON paths, never
+    a value) when an output holds secrets; :func:`copied_secrets_warning`
+    is then added to the summary's warnings."""
+    return {"secrets_copied": findings.by_kind()} if findings.counts else {}
+
+
+def copied_secrets_warning(copied: dict) -> str:
+    """The one line saying a copy holds secrets, of which kinds, and what to do."""
+    kinds = ", ".join(f"{kind} {entry['count']:,}" for kind, entry in copied.items())
+    total = sum(entry["count"] for entry in copied.values())
+    return (f"the output holds {total:,} secret(s) copied from the input ({kinds}); "
+            f"run again with --redact to replace them")
