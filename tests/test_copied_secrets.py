@@ -136,3 +136,38 @@ def test_the_cli_warns_once_on_stderr(traces, tmp_path):
     lines = [line for line in run.stderr.splitlines() if "secret" in line]
     assert len(lines) == 1 and WARNING in lines[0] and "--redact" in lines[0]
     assert json.loads(run.stdout)["secrets_copied"]
+
+
+def test_a_host_name_is_pseudonymized_wherever_it_appears(tmp_path):
+    """``HOSTNAME`` says ``gpu-node-07`` is a host: ``uname.node`` (before it), an event's free text (before
+    any event names it) and a key after the events get the same pseudonym; other words stay."""
+    host, other = "gpu-node-07", "Login-Node-2"
+    trace = tmp_path / "hosts.json"
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"rendezvous on {host}:29500", "pid": 1, "tid": 1, "ts": 1,
+         "dur": 1, "args": {"log": f"/scratch/{host}/run1 via {other.lower()}.example.org"}},
+        {"ph": "X", "cat": "cpu_op", "name": "gpu-node-070 gpu-node-07x not-gpu-node-07", "pid": 1, "tid": 1,
+         "ts": 2, "dur": 1},
+        {"ph": "i", "cat": "cpu_op", "name": "store", "pid": 1, "tid": 1, "ts": 3, "args": {"master_addr": other}},
+    ]
+    document = {"metadata": {"system": {"uname": {"node": host, "sysname": "Linux"},
+                                        "env": {"HOSTNAME": host, "SHELL": "/bin/bash"}}},
+                "traceEvents": events, "launcher": {"where": f"{host.upper()}.cluster"}}
+    trace.write_text(json.dumps(document))
+    out = tmp_path / "out.json"
+    streamtrace.redact(trace, out, pseudonymize=["hosts"])
+    text = out.read_text()
+    rest = text.lower().replace(events[1]["name"], "")  # (that name holds the host name only inside longer words)
+    assert host not in rest and other.lower() not in rest
+    written = json.loads(text)
+    system = written["metadata"]["system"]
+    names = {system["env"]["HOSTNAME"], system["uname"]["node"]}
+    assert len(names) == 1 and names.pop().startswith("host-")
+    pseudonym = system["env"]["HOSTNAME"]
+    first, second, third = written["traceEvents"]
+    assert first["name"] == f"rendezvous on {pseudonym}:29500"
+    assert first["args"]["log"].startswith(f"/scratch/{pseudonym}/run1 via host-")
+    assert second["name"] == "gpu-node-070 gpu-node-07x not-gpu-node-07"  # not the name as a whole word: kept
+    assert third["args"]["master_addr"].startswith("host-") and third["args"]["master_addr"] != pseudonym
+    assert written["launcher"]["where"] == f"{pseudonym}.cluster"
+    assert system["uname"]["sysname"] == "Linux" and system["env"]["SHELL"] == "/bin/bash"

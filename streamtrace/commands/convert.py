@@ -10,6 +10,7 @@ import struct
 import time
 from typing import Iterable, Sequence
 
+from ..algo.secrets import SecretFinder
 from ..engine import parseproc
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import read_with_retries, retrying
@@ -17,7 +18,15 @@ from ..errors import RobustModeNeeded, TraceError
 from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import ReadMode, ReadStats, TraceReader, dumped_batch, dumps_event, raise_if_container_field
-from ..io.redact import RedactOptions, Redactor, copy_screen, redaction_summary, restart_redaction
+from ..io.redact import (
+    RedactOptions,
+    Redactor,
+    copy_screen,
+    host_learner,
+    learn_hosts_in_members,
+    redaction_summary,
+    restart_redaction,
+)
 from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
@@ -78,6 +87,9 @@ def convert(
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
         meter = Progress(source.size, enabled=progress)
+        if redactor.replace and redactor.finder.pseudonyms is not None and "hosts" in redactor.finder.pseudonyms.kinds:
+            redactor.finder.know_hosts(read_with_retries(source, _learn_hosts, salvage=salvage, progress=meter,
+                                                         label="host names"))
 
         def attempt(reader: TraceReader) -> tuple[int, list[int], ReadStats]:
             restart_redaction(redactor)
@@ -125,6 +137,20 @@ def convert(
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     })
+
+
+def _learn_hosts(reader: TraceReader) -> SecretFinder:
+    """A first reading for ``--pseudonymize hosts``: the values under host
+    keys anywhere (events, members before or after them), so that the
+    writing pass replaces each wherever it appears, before or after the
+    place that shows it is a host name."""
+    learner = host_learner()
+    for events in reader.batches():
+        if reader.batch_text is None or learner.suspicious(reader.batch_text):
+            for event in events:
+                learner.learn_hosts(event)
+    learn_hosts_in_members(learner, reader.stats.header + reader.stats.trailer)
+    return learner
 
 
 def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int], salvage: bool,

@@ -152,6 +152,21 @@ def _too_deep(what: str) -> TraceError:
     return TraceError(f"{what} is nested too deeply to check for secrets")
 
 
+def host_learner() -> SecretFinder:
+    """A finder that only learns host names (:meth:`SecretFinder.learn_hosts`):
+    its pre-filter looks for the host keys alone."""
+    return SecretFinder(parse_secrets_rules("", "host names"), Pseudonyms(("hosts",)))
+
+
+def learn_hosts_in_members(learner: SecretFinder, members: Iterable[RawMember]) -> None:
+    """The host names under top-level members (a member may itself be named ``hostname``)."""
+    for key, raw in members:
+        try:
+            learner.learn_hosts({key: _loads_member(raw)})
+        except RecursionError:
+            raise _too_deep(f"top-level key {key!r}") from None
+
+
 def restart_redaction(redactor: Redactor | None) -> None:
     """Forget what a failed attempt found: its output is thrown away."""
     if redactor is not None:
