@@ -138,9 +138,11 @@ def test_the_cli_warns_once_on_stderr(traces, tmp_path):
     assert json.loads(run.stdout)["secrets_copied"]
 
 
-def test_a_host_name_is_pseudonymized_wherever_it_appears(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_host_name_is_pseudonymized_wherever_it_appears(jobs, tmp_path, monkeypatch):
     """``HOSTNAME`` says ``gpu-node-07`` is a host: ``uname.node`` (before it), an event's free text (before
     any event names it) and a key after the events get the same pseudonym; other words stay."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)  # -j 2: the parsing child screens what the writer looks at
     host, other = "gpu-node-07", "Login-Node-2"
     trace = tmp_path / "hosts.json"
     events = [
@@ -155,7 +157,7 @@ def test_a_host_name_is_pseudonymized_wherever_it_appears(tmp_path):
                 "traceEvents": events, "launcher": {"where": f"{host.upper()}.cluster"}}
     trace.write_text(json.dumps(document))
     out = tmp_path / "out.json"
-    streamtrace.redact(trace, out, pseudonymize=["hosts"])
+    streamtrace.redact(trace, out, pseudonymize=["hosts"], jobs=jobs)
     text = out.read_text()
     rest = text.lower().replace(events[1]["name"], "")  # (that name holds the host name only inside longer words)
     assert host not in rest and other.lower() not in rest

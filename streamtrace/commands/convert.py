@@ -155,8 +155,8 @@ def _learn_hosts(reader: TraceReader) -> SecretFinder:
 
 def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int], salvage: bool,
               meter: Progress):
-    """One reading in ``mode`` with a parsing child: it drops and encodes,
-    this process only writes."""
+    """One reading in ``mode`` with a parsing child: it drops, encodes and
+    screens for the redactor, this process only writes."""
     counts = _counts_struct(len(position))
 
     def encode(events: list, first: int) -> tuple[bytes, None]:
@@ -183,14 +183,15 @@ def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int
             def on_header(members: list) -> None:
                 writers.append(TraceWriter(out, members, target.redactor))
 
-            def on_batch(payload: memoryview, _flagged: bool) -> None:
+            def on_batch(payload: memoryview, flagged: bool) -> None:
                 kept, *gone = counts.unpack_from(payload)
-                writers[0].events(JoinedLines(bytes(payload[counts.size:]), kept))
+                writers[0].events(JoinedLines(bytes(payload[counts.size:]), kept), clean=not flagged)
                 dropped[:] = map(int.__add__, dropped, gone)
 
-            try:
+            try:  # the child screens the lines it sends for the redactor, which looks only at those it flags
                 stats = parseproc.parse_in_child(source, mode, None, on_batch, salvage=salvage, progress=meter,
-                                                 encode=encode, on_header=on_header)
+                                                 encode=encode, on_header=on_header,
+                                                 screen=target.redactor.finder.suspicious)
             except RobustModeNeeded:
                 if not target.rewindable and writers:
                     raise _not_rewindable().located(source.name) from None
