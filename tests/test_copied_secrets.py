@@ -10,6 +10,7 @@ loaded whole by ``json.load``.
 """
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -173,3 +174,25 @@ def test_a_host_name_is_pseudonymized_wherever_it_appears(jobs, tmp_path, monkey
     assert third["args"]["master_addr"].startswith("host-") and third["args"]["master_addr"] != pseudonym
     assert written["launcher"]["where"] == f"{pseudonym}.cluster"
     assert system["uname"]["sysname"] == "Linux" and system["env"]["SHELL"] == "/bin/bash"
+
+
+@pytest.mark.parametrize("group_by", [None, "op"])
+def test_attribute_counts_the_secrets_its_csv_copies(group_by, traces, tmp_path):
+    """attribute copies names, not args: a token in a kernel's and a cpu op's name is counted per CSV cell."""
+    document = json.loads(traces["clean"].read_bytes())
+    events = events_of(document)
+    kernel = next(n for n, event in enumerate(events) if event.get("cat") == "kernel")
+    events[kernel] = {**events[kernel], "name": f"gemm {TOKEN}"}
+    ops = [n for n, event in enumerate(events) if event.get("cat") == "cpu_op"]
+    for n in ops:
+        events[n] = {**events[n], "name": f"{events[n]['name']} ({TOKEN})"}
+    trace = tmp_path / "names.json"
+    trace.write_bytes(orjson.dumps(document))
+    out = tmp_path / "a.csv"
+    summary = streamtrace.attribute(trace, out, group_by=group_by)
+    with open(out, newline="") as handle:
+        cells = [cell for row in csv.reader(handle) for cell in row if TOKEN in cell]
+    assert cells and summary["secrets_copied"]["huggingface-token"]["count"] == len(cells)
+    assert sum(WARNING in text for text in summary["warnings"]) == 1
+    clean = streamtrace.attribute(traces["clean"], tmp_path / "clean.csv", group_by=group_by)
+    assert "secrets_copied" not in clean

@@ -11,6 +11,8 @@ the same whatever the number of worker processes.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass
 from decimal import Decimal
@@ -187,6 +189,15 @@ def redaction_summary(redactor: Redactor | None) -> dict:
     if redactor is None:
         return {}
     return {"redaction": redactor.summary()} if redactor.replace else copied_secrets(redactor.findings)
+
+
+def screen_csv(screen: Redactor, text: bytes, first_row: int) -> None:
+    """Count the secrets in CSV rows (``text``, the first being data row
+    ``first_row``, numbered from 0): paths are ``rows[ROW][COLUMN]``."""
+    if not screen.finder.suspicious(text):
+        return
+    for number, row in enumerate(csv.reader(io.StringIO(text.decode("utf-8", "replace")))):
+        screen.finder.find(row, ["rows", first_row + number], screen.findings)
 
 
 def copied_secrets(findings: Findings) -> dict:
