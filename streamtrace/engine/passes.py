@@ -132,7 +132,6 @@ def index_pass(
     salvage: bool = False,
     progress: Meter | None = None,
     jobs: int = 1,
-    screen: Redactor | None = None,
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
 
@@ -145,16 +144,15 @@ def index_pass(
     On failure the spool is deleted; on success the caller owns it (see
     :func:`emit_pass`, which deletes it).
 
-    When the events are kept for a copy, a secrets screen (``screen``, by
-    default :func:`~streamtrace.io.redact.copy_screen`) counts the secrets
-    of the input in ``secrets``: pass 2 then knows whether what it writes
-    needs looking at (:func:`screen_of_copy`).
+    When the events are kept for a copy, a secrets screen
+    (:func:`~streamtrace.io.redact.copy_screen`) counts the secrets of the
+    input in ``secrets``: pass 2 then knows whether what it writes needs
+    looking at (:func:`screen_of_copy`).
     """
     started = time.perf_counter()
     check_local_spool_dir(spool_dir)
     spool = EventSpool(spool_dir) if keep_events else None
-    if screen is None and keep_events:
-        screen = copy_screen()
+    screen = copy_screen() if keep_events else None
 
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
         visitor = make_visitor()
