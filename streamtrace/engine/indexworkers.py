@@ -292,7 +292,9 @@ class ChunkIndexer:
 
     def __call__(self, text: bytes) -> tuple[int, bytes | list | None] | None:
         """(events, what the sink keeps: spool lines, the parsed events, or
-        None without a sink), or None: the chunk is refused."""
+        None without a sink), or None: the chunk is refused.  (A part is
+        one chunk: the screen counts each chunk from scratch, so a chunk
+        refused, or read again as dicts, is not counted twice.)"""
         try:
             if self._projection is not None:
                 indexed = self._projected(text)
@@ -310,6 +312,7 @@ class ChunkIndexer:
             if self._scan is not None:
                 self._scan(text, events, 0)
             if self._screen is not None:
+                self._screen.findings = Findings()
                 self._screen.scan_batch(text, events, 0)
         except (TraceError, TypeError):
             return None  # the ordinary reading reports it with its position
@@ -327,21 +330,20 @@ class ChunkIndexer:
             events = self._projection.decode(text, folded)
             if events is None:
                 return None
-        if self._screen is not None and self._screen.finder.suspicious(text, folded):
-            flagged = chunk_events(text)
-            if flagged is None:
-                return None
-            self._screen.scan_batch(text, flagged, 0)
+        if self._screen is not None:
+            self._screen.findings = Findings()
+            if self._screen.finder.suspicious(text, folded):
+                flagged = chunk_events(text)
+                if flagged is None:
+                    return None
+                self._screen.scan_batch(text, flagged, 0)
         if not self.visitor.visit_projected(ProjectedChunk(text, events, elements, folded)):
             return None
         return len(events), lines
 
     def take_part(self) -> tuple[object, Findings | None]:
-        """The visitor's part, and what the screen found since the last part."""
-        found = None
-        if self._screen is not None:
-            found, self._screen.findings = self._screen.findings, Findings()
-        return self.visitor.take_part(), found
+        """The visitor's part, and what the screen found in its chunk."""
+        return self.visitor.take_part(), None if self._screen is None else self._screen.findings
 
 
 def absorb_findings(screen: Redactor | None, found: Findings | None, first_event: int) -> None:
