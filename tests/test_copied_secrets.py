@@ -196,3 +196,10 @@ def test_attribute_counts_the_secrets_its_csv_copies(group_by, traces, tmp_path)
     assert sum(WARNING in text for text in summary["warnings"]) == 1
     clean = streamtrace.attribute(traces["clean"], tmp_path / "clean.csv", group_by=group_by)
     assert "secrets_copied" not in clean
+
+
+def test_a_batch_adds_up_what_its_outputs_copied_and_warns_once(traces, tmp_path):
+    summary = streamtrace.batch("compact", [traces["rank0_trace.json"], traces["rank1_trace.json"]], tmp_path / "out")
+    outputs = sorted((tmp_path / "out").iterdir())
+    assert len(outputs) == 2 and all(run["secrets_copied"] for run in summary["runs"])
+    assert_warned(summary, outputs)
