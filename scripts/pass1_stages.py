@@ -9,7 +9,8 @@ indexed chunk after chunk as a worker indexes them, each stage timed:
 - read test: whether the projection reads the chunk as orjson would;
 - decode: msgspec into the command's projection (with the spool lines in
   the input's own text, for the commands that spool events);
-- secret screen (``inspect``): the pre-filter of the secret rules;
+- secret screen (``inspect``, and every command that spools events for a
+  copy): the pre-filter of the secret rules;
 - visit: the index's ``visit_projected``, less the screen;
 - spool: the lines compressed into the chunk's zstd frame;
 - part: ``take_part`` and its pickle, sent back to the main process.
@@ -38,7 +39,7 @@ from streamtrace.commands.split import SplitIndex
 from streamtrace.engine import indexworkers
 from streamtrace.io.configfiles import load_rules
 from streamtrace.io.projection import ProjectedChunk, read_alike
-from streamtrace.io.redact import RedactOptions, load_secret_rules
+from streamtrace.io.redact import RedactOptions, copy_screen, load_secret_rules
 from streamtrace.io.spool import EventSpool
 from streamtrace.resources import fix_heap_thresholds
 
@@ -96,6 +97,8 @@ def time_stages(texts: list[bytes], command: str) -> dict[str, float]:
     screen = getattr(index, "screen_batch", None)
     if screen is not None:
         index.screen_batch = _nothing_suspicious  # (each chunk is screened before the visit, timed on its own)
+    elif spools:
+        screen = copy_screen().finder.suspicious  # the engine's screen of what a copy writes
     encode = EventSpool.text_frame_encoder()
     spent = dict.fromkeys(STAGES, 0.0)
     clock = time.perf_counter

@@ -299,6 +299,8 @@ class SecretFinder:
         self._clean: set[bytes] = set()
         self._clean_bytes = 0
         self._locate = re.compile(b"|".join(re.escape(needle) for needle in self._needles)) if hints else None
+        self._hosts: dict[str, str] = {}  # host names known (lower-cased) -> as first seen
+        self._host_token: re.Pattern[str] | None = None
         unhinted = [shape.regex for shape in rules.shapes if not shape.hints]
         self._unhinted = tuple(unhinted)
         self.every_event = any(_ANCHORS.search(regex.pattern) for regex in unhinted)
@@ -408,6 +410,42 @@ class SecretFinder:
                 return "users"
         return None
 
+    def learn_hosts(self, value: object) -> None:
+        """Remember the strings under host keys (``HOSTNAME``, ``host``,
+        ``master_addr``...) anywhere in ``value``: once a value is known to
+        be a host name, :meth:`know_hosts` has it pseudonymized wherever it
+        appears (``metadata.system.uname.node`` too)."""
+        stack: list[tuple[object, bool]] = [(value, False)]
+        while stack:
+            item, under_host = stack.pop()
+            kind = type(item)
+            if kind is str:
+                if under_host and item and not _MARKER.fullmatch(item) and not _PSEUDONYM.fullmatch(item):
+                    if len(self._hosts) >= MAX_PSEUDONYMS:
+                        raise TraceError(f"more than {MAX_PSEUDONYMS} distinct hosts to pseudonymize")
+                    self._hosts.setdefault(item.lower(), item)
+            elif kind is dict:
+                stack.extend((child, under_host or key.lower() in _HOST_KEYS) for key, child in item.items())
+            elif kind is list:
+                stack.extend((child, under_host) for child in item)
+
+    def know_hosts(self, other: "SecretFinder") -> None:
+        """Pseudonymize, as whole words in every string, the host names
+        ``other`` learned (:meth:`learn_hosts`); the pre-filter then looks
+        for them too (folded: digits as ``9``, so a hint may hold digits)."""
+        self._hosts = dict(other._hosts)
+        if not self._hosts or self.pseudonyms is None or "hosts" not in self.pseudonyms.kinds:
+            return
+        names = sorted(self._hosts, key=len, reverse=True)  # the longest first where one holds another
+        self._host_token = re.compile(r"(?<![\w.-])(?:" + "|".join(map(re.escape, names)) + r")(?![\w-])",
+                                      re.IGNORECASE)
+        lowered = {name.encode().lower() for name in names}
+        self._needles = tuple(sorted(set(self._needles) | {fold(name) for name in lowered}))
+        self._locate = re.compile(b"|".join(re.escape(needle) for needle in sorted(
+            {needle for needle in self._needles if b"9" not in needle} | lowered)))  # (on lower-cased text)
+        self._clean.clear()
+        self._clean_bytes = 0
+
     def find(self, value: object, path: list[object], findings: Findings) -> None:
         """Record the secrets in ``value`` without replacing them, walking
         with a stack instead of recursion: for values nested deeper than
@@ -476,6 +514,8 @@ class SecretFinder:
             text = _HOME_USER.sub(lambda match: pseudonyms.of("users", match.group()), text)
         if "hosts" in kinds and "://" in text:
             text = _sub_group(_URL_HOST, text, lambda host: pseudonyms.of("hosts", host))
+        if self._host_token is not None:
+            text = self._host_token.sub(lambda match: pseudonyms.of("hosts", self._hosts[match.group().lower()]), text)
         return text
 
 

@@ -38,9 +38,13 @@ def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: 
 
 
 def warn_of_secrets(summary: dict) -> None:
-    """inspect's warning that the trace holds secrets (its last), on stderr, when it found any."""
+    """The warning that the trace (inspect) or a copy written holds secrets, on stderr, when there are any."""
     if summary.get("secrets_found"):
         print(f"streamtrace: warning: {summary['warnings'][-1]}", file=sys.stderr)
+    elif summary.get("secrets_copied"):
+        from ..io.redact import copied_secrets_warning
+
+        print(f"streamtrace: warning: {copied_secrets_warning(summary['secrets_copied'])}", file=sys.stderr)
 
 
 def human_report(command: str, summary: dict) -> str:

@@ -38,6 +38,7 @@ from ..io.destinations import Destinations
 from ..io.eventtext import decimal_as_json
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk, Projection
+from ..io.redact import Redactor, copied_secrets, copy_screen, screen_csv
 from ..io.sink import SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import EventSpool
@@ -490,16 +491,18 @@ class Attribution:
             cells = [exact[launch].encode() if launch in exact else text for launch, text in zip(at.tolist(), cells)]
         return cells
 
-    def write_csv(self, out: IO[bytes]) -> int:
+    def write_csv(self, out: IO[bytes], screen: Redactor) -> int:
+        """The rows, which copy the input's names: ``screen`` counts the secrets among them."""
         out.write(",".join(COLUMNS).encode() + b"\n")
         written = 0
         for ranks, launches, own in self.blocks():
-            rows = map(b",".join, zip(self._rank_cells(ranks), own, self._launch_cells(launches)))
-            out.write(b"\n".join(rows) + b"\n")
+            text = b"\n".join(map(b",".join, zip(self._rank_cells(ranks), own, self._launch_cells(launches))))
+            screen_csv(screen, text, written)
+            out.write(text + b"\n")
             written += len(own)
         return written
 
-    def write_groups(self, out: IO[bytes]) -> int:
+    def write_groups(self, out: IO[bytes], screen: Redactor) -> int:
         """GPU time per (rank, innermost cpu op), largest first within a rank."""
         totals: dict[tuple[int, int], list] = defaultdict(lambda: [0, 0.0])
         inner = self._inner
@@ -515,7 +518,9 @@ class Attribution:
         for (rank, op), (events, time_us) in ordered:
             name = cell(self.index.names[op]) if op != NO_OP else ""
             lines.append(f"{rank if rank >= 0 else ''},{name},{events},{round(time_us, 3)}")
-        out.write(("\n".join(lines) + "\n").encode())
+        text = "\n".join(lines).encode()
+        screen_csv(screen, text, -1)  # (the header is row -1)
+        out.write(text + b"\n")
         return len(ordered)
 
 
@@ -571,8 +576,9 @@ def attribute(
             enclosure.offer(index.ops.records())
             index.ops.close()
             attribution = Attribution(index, resolved, enclosure)
+            screen = copy_screen()
             with target.open() as out:
-                rows = attribution.write_groups(out) if group_by else attribution.write_csv(out)
+                rows = (attribution.write_groups if group_by else attribution.write_csv)(out, screen)
         finally:
             for visitor in visitors:
                 visitor.close()
@@ -585,6 +591,7 @@ def attribute(
         **summary,
         "cpu_ops_spilled": index.ops.count,
         "read": result.stats.as_dict(),
+        **copied_secrets(screen.findings),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     })

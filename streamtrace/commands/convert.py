@@ -10,6 +10,7 @@ import struct
 import time
 from typing import Iterable, Sequence
 
+from ..algo.secrets import SecretFinder
 from ..engine import parseproc
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import read_with_retries, retrying
@@ -18,7 +19,15 @@ from ..io.destinations import Destinations
 from ..io.eventtext import dumped_batch, dumps_event, raise_if_container_field
 from ..io.progress import Progress
 from ..io.reader import ReadMode, ReadStats, TraceReader
-from ..io.redact import RedactOptions, Redactor, redaction_summary, restart_redaction
+from ..io.redact import (
+    RedactOptions,
+    Redactor,
+    copy_screen,
+    host_learner,
+    learn_hosts_in_members,
+    redaction_summary,
+    restart_redaction,
+)
 from ..io.sink import OutputTarget, SinkSpec
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import JoinedLines, TraceWriter
@@ -74,11 +83,14 @@ def convert(
     dropped_cats = frozenset(drop_categories)
     position = {cat: n for n, cat in enumerate(sorted(dropped_cats))}  # a dropped category's counter
     processes = resolve_jobs(jobs)
-    redactor = Redactor.from_options(redact)
+    redactor = Redactor.from_options(redact) or copy_screen()  # without --redact: counts the secrets copied
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
         meter = Progress(source.size, enabled=progress)
+        if redactor.replace and redactor.finder.pseudonyms is not None and "hosts" in redactor.finder.pseudonyms.kinds:
+            redactor.finder.know_hosts(read_with_retries(source, _learn_hosts, salvage=salvage, progress=meter,
+                                                         label="host names"))
 
         def attempt(reader: TraceReader) -> tuple[int, list[int], ReadStats]:
             restart_redaction(redactor)
@@ -128,10 +140,24 @@ def convert(
     })
 
 
+def _learn_hosts(reader: TraceReader) -> SecretFinder:
+    """A first reading for ``--pseudonymize hosts``: the values under host
+    keys anywhere (events, members before or after them), so that the
+    writing pass replaces each wherever it appears, before or after the
+    place that shows it is a host name."""
+    learner = host_learner()
+    for events in reader.batches():
+        if reader.batch_text is None or learner.suspicious(reader.batch_text):
+            for event in events:
+                learner.learn_hosts(event)
+    learn_hosts_in_members(learner, reader.stats.header + reader.stats.trailer)
+    return learner
+
+
 def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int], salvage: bool,
               meter: Progress):
-    """One reading in ``mode`` with a parsing child: it drops and encodes,
-    this process only writes."""
+    """One reading in ``mode`` with a parsing child: it drops, encodes and
+    screens for the redactor, this process only writes."""
     counts = _counts_struct(len(position))
 
     def encode(events: list, first: int) -> tuple[bytes, None]:
@@ -158,14 +184,15 @@ def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int
             def on_header(members: list) -> None:
                 writers.append(TraceWriter(out, members, target.redactor))
 
-            def on_batch(payload: memoryview, _flagged: bool) -> None:
+            def on_batch(payload: memoryview, flagged: bool) -> None:
                 kept, *gone = counts.unpack_from(payload)
-                writers[0].events(JoinedLines(bytes(payload[counts.size:]), kept))
+                writers[0].events(JoinedLines(bytes(payload[counts.size:]), kept), clean=not flagged)
                 dropped[:] = map(int.__add__, dropped, gone)
 
-            try:
+            try:  # the child screens the lines it sends for the redactor, which looks only at those it flags
                 stats = parseproc.parse_in_child(source, mode, None, on_batch, salvage=salvage, progress=meter,
-                                                 encode=encode, on_header=on_header)
+                                                 encode=encode, on_header=on_header,
+                                                 screen=target.redactor.finder.suspicious)
             except RobustModeNeeded:
                 if not target.rewindable and writers:
                     raise _not_rewindable().located(source.name) from None

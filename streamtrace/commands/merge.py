@@ -68,7 +68,7 @@ from ..io.jsonscan import RawMember, member_value
 from ..io.objectstore import RunStore, assemble_s3, join_objects, part_groups, same_s3_store, scratch
 from ..io.progress import Meter, Progress
 from ..io.reader import ReadStats, header_members
-from ..io.redact import RedactOptions, Redactor, redaction_summary
+from ..io.redact import RedactOptions, Redactor, copy_screen, redaction_summary
 from ..io.remote import RemoteReader, is_url
 from ..io.sink import OutputTarget, SinkSpec, compressed, remove_quietly
 from ..io.source import InputSource, directory_glob
@@ -233,6 +233,7 @@ class RankIndex:
     plan_seconds: float
     backend: object
     read: dict  # the reading's stats
+    holds_secrets: bool = False  # pass 1's screen found secrets in the input: pass 2 counts those it copies
 
     @property
     def events(self) -> int:
@@ -315,7 +316,7 @@ def _plan_rank(path: str, result: IndexResult, options: _PhaseOneOptions) -> Ran
         facts, rank_source, result.stats.header, result.stats.trailer,
         None if compaction is None else compaction.summary, spans, tracks, state_path, result.spool.path,
         round(result.seconds, 3), round(time.perf_counter() - planned, 3),
-        info.get("backend") if isinstance(info, dict) else None, result.stats.as_dict(),
+        info.get("backend") if isinstance(info, dict) else None, result.stats.as_dict(), bool(result.secrets.counts),
     )
 
 
@@ -594,7 +595,14 @@ def merge(
                                                   started=started))
         return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
                                               pp_flows=pp_flows, runner=runner, progress=progress,
-                                              started=started, redactor=Redactor.from_options(redact)))
+                                              started=started, redactor=_redactor(indexed, redact)))
+
+
+def _redactor(indexed: list[RankIndex], redact: RedactOptions | bool | None) -> Redactor | None:
+    """The output's redactor: the one asked for, else one that counts the
+    secrets copied when a rank's input holds any (see ``screen_of_copy``)."""
+    redactor = Redactor.from_options(redact)
+    return copy_screen() if redactor is None and any(entry.holds_secrets for entry in indexed) else redactor
 
 
 def _discard(entry: RankIndex) -> None:

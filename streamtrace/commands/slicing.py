@@ -44,7 +44,7 @@ from ..algo.steps import (
     parse_window,
 )
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import IndexResult, emit_pass, index_pass
+from ..engine.passes import IndexResult, emit_pass, index_pass, screen_of_copy
 from ..engine.plan import EmitPlan
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
@@ -842,6 +842,9 @@ def slice_trace(
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
                             salvage=salvage, progress=meter, jobs=processes)
+        redactor = screen_of_copy(result, redactor)
+        if target is not None:
+            target.redactor = None if rows else redactor
         index: SliceIndex = result.visitor  # type: ignore[assignment]
         empty_steps: list[int] = []  # --each-step: steps the selection keeps nothing of
         try:
@@ -863,7 +866,7 @@ def slice_trace(
             index.spill.close()
             if rows:
                 rank_of = rank_lookup(rank_table, result.stats.header + result.stats.trailer)
-                written = emit_rows(result, SlicePlan(destination), target, rank_of, progress=meter)
+                written = emit_rows(result, SlicePlan(destination), target, rank_of, progress=meter, screen=redactor)
             else:
                 written = emit_pass(result, SlicePlan(destination), target, progress=meter, jobs=processes)
             output = {"output": target.name, "output_compression": target.compression,

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..algo.ranks import plain_rank, rank_from_args
 from ..engine.jobs import resolve_jobs
-from ..engine.passes import IndexResult, index_pass
+from ..engine.passes import IndexResult, index_pass, screen_of_copy
 from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
@@ -244,6 +244,7 @@ def split(
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, SplitIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
                             progress=meter, jobs=processes)
+        redactor = screen_of_copy(result, redactor)
         created = not os.path.isdir(directory)
         staging = None
         try:

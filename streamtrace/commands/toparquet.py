@@ -25,11 +25,12 @@ from typing import Callable, Iterable, Sequence
 import orjson
 
 from ..algo.ranks import rank_from_file_name
+from ..algo.secrets import Findings
 from ..engine import parseproc
 from ..engine.indexworkers import index_by_ranges
 from ..engine.jobs import resolve_jobs
 from ..engine.parallel import can_fork
-from ..engine.passes import FAST, IndexResult, read_with_retries
+from ..engine.passes import FAST, IndexResult, read_with_retries, with_screen
 from ..engine.plan import EmitPlan
 from ..errors import RobustModeNeeded, TraceError
 from ..io.destinations import Destinations
@@ -39,6 +40,7 @@ from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, copy_rows, pack_batch, require_pyarrow, unpack_batch
 from ..io.progress import Progress
 from ..io.reader import ReadStats, TraceReader, header_members
+from ..io.redact import Redactor, copied_secrets, copy_screen
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.source import InputSource, SourceSpec
 from ..resources import gc_paused, peak_rss_mb
@@ -142,6 +144,7 @@ class _Staged:
     rank_of: Callable[[object], int | None] | None = None
     as_written: bool = True  # every row has its rank already
     summary: dict = field(default_factory=dict)
+    secrets: Findings = field(default_factory=Findings)  # in its events (the rows copy them; not its members)
 
 
 def to_parquet(
@@ -195,6 +198,9 @@ def to_parquet(
         for one in staged:
             remove_quietly(one.path)
     parts = [one.summary for one in staged]
+    copied = Findings()
+    for one in staged:
+        copied.absorb(one.secrets, 0)
     dropped = {cat: sum(part["dropped_by_category"][cat] for part in parts) for cat in sorted(drop)}
     total = {"events": sum(part["events"] for part in parts), "rows_written": sum(part["rows_written"] for part in parts)}
     return destinations.finish({
@@ -208,6 +214,7 @@ def to_parquet(
         "dropped_categories": sorted(drop),
         "dropped_by_category": dropped,
         "warnings": [f"--drop-cat {cat}: no event has this category" for cat, count in dropped.items() if not count],
+        **copied_secrets(copied),
         "pass_seconds": round(read - started, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
@@ -224,7 +231,9 @@ def _stage(src: SourceSpec, staged: _Staged, several: bool, drop: frozenset[str]
     with InputSource(src, spool_dir=spool_dir, reread_remote=reread_remote) as source:
         meter = Progress(source.size, enabled=progress)
         stated_rank = _rank_stated_up_front(source)
-        index, stats, rows = _read(source, staged.path, drop, stated_rank, processes, salvage, meter)
+        screen = copy_screen()
+        index, stats, rows = _read(source, staged.path, drop, stated_rank, processes, salvage, meter, screen)
+        staged.secrets = screen.findings
         members = stats.header + stats.trailer
         ranks = rank_table(index, resolve_pid_ranks(index, members))
         rank_of = rank_lookup(ranks, members, rank_from_file_name(source.name) if several else None)
@@ -263,10 +272,10 @@ def rank_lookup(rank_table: list[dict], members: list, named_rank: int | None = 
 
 
 def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of: Callable[[object], int | None], *,
-              progress: Progress | None = None) -> int:
+              progress: Progress | None = None, screen: Redactor | None = None) -> int:
     """Pass 2 of a two-pass command into a Parquet file: the spooled lines
-    ``plan`` keeps, as rows (pids' ranks from ``rank_of``).  Returns the rows
-    written; always deletes the spool."""
+    ``plan`` keeps, as rows (pids' ranks from ``rank_of``), counted by
+    ``screen`` when given.  Returns the rows written; always deletes the spool."""
     require_pyarrow()
     load = event_loader(result.stats.exact_numbers)
     builder = RowBuilder(None, rank_of)
@@ -277,6 +286,8 @@ def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of
                 lines = plan.lines(block, first)
                 first += len(block)
                 if lines:
+                    if screen is not None:
+                        screen.text(b"\n".join(lines), writer.rows_written)
                     writer.add(builder.batch([load(line) for line in lines])[0])
                 if progress is not None:
                     progress.update("pass 2", None, first, result.stats.events)
@@ -289,17 +300,17 @@ def emit_rows(result: IndexResult, plan: EmitPlan, target: OutputTarget, rank_of
 
 @gc_paused()
 def _read(source: InputSource, staging: str, drop: frozenset[str], stated_rank: int | None, processes: int,
-          salvage: bool, meter: Progress) -> tuple[RankIndex, ReadStats, _Rows]:
+          salvage: bool, meter: Progress, screen: Redactor) -> tuple[RankIndex, ReadStats, _Rows]:
     """The one reading: with ``processes`` > 1, range workers parse, index
     and build the rows (:mod:`~streamtrace.engine.indexworkers`) while this
     process writes them; else (or when the input needs the ordinary reading)
-    everything here."""
+    everything here.  ``screen`` counts the secrets of the events."""
     rows = _Rows(staging, drop, stated_rank)
     try:
         mode = FAST
         if processes > 1 and not salvage and can_fork() and (source.size is None or source.size >= parseproc.MIN_BYTES):
             try:
-                ranges = index_by_ranges(source, RankIndex, rows, processes, meter)
+                ranges = index_by_ranges(source, RankIndex, rows, processes, meter, screen)
             except RobustModeNeeded as need:  # the ordinary reading starts in the mode the input needs
                 ranges, mode = None, need.args[0]
             if ranges is not None:
@@ -310,11 +321,13 @@ def _read(source: InputSource, staging: str, drop: frozenset[str], stated_rank: 
             rows.reset()
             index = RankIndex()
             visit = index.visit
+            scan = with_screen(None, screen)
             done = 0
             for events in reader.batches():
                 try:
                     for event in events:
                         visit(event)
+                    scan(reader.batch_text, events, done)
                     rows.add_events(events, done)
                 except TypeError:
                     for event in events:

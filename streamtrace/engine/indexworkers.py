@@ -33,12 +33,13 @@ import struct
 import threading
 from typing import Callable, Protocol
 
-from ..algo.secrets import fold
+from ..algo.secrets import Findings, fold
 from ..errors import RobustModeNeeded, TraceError
 from ..io.chunkcut import chunk_events
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk
 from ..io.reader import ChunkRefused, ReadMode, ReadStats, TraceReader
+from ..io.redact import Redactor
 from ..io.repair import Utf8Repair
 from ..io.source import InputSource
 from ..resources import fix_heap_thresholds, forking, gc_paused
@@ -105,11 +106,14 @@ class IndexWorkers:
     Use as a context manager: on exit every worker is stopped."""
 
     def __init__(self, make_visitor: Callable[[], PartVisitor], workers: int, visitor: PartVisitor,
-                 spool: EventSink | None, input_file: str | None = None) -> None:
+                 spool: EventSink | None, input_file: str | None = None, screen: Redactor | None = None) -> None:
         """``input_file``: a plain local file the input's bytes are; workers
         then read each chunk from it themselves, given its place, instead of
-        receiving its text through a pipe."""
+        receiving its text through a pipe.  ``screen``: the secrets screen
+        each worker runs on its chunks (see :class:`ChunkIndexer`), whose
+        findings come back with the parts into this one."""
         self.visitor = visitor
+        self.screen = screen
         self._input_file = input_file
         self.spool = spool
         self.events = 0  # events absorbed so far
@@ -129,7 +133,7 @@ class IndexWorkers:
                 self._results.append(results_in)
                 process = context.Process(
                     target=_worker_main, daemon=True,
-                    args=(make_visitor, spool, input_file, tasks_out, results_out,
+                    args=(make_visitor, spool, input_file, screen, tasks_out, results_out,
                           self._tasks + self._results))
                 with forking():  # (a signal held meanwhile is raised as it ends: the worker is known by then)
                     process.start()
@@ -188,7 +192,9 @@ class IndexWorkers:
         self.utf8_repaired += repairs
         self.utf8_growth += growth
         part_end = _SIZES.size + size
-        self.visitor.absorb(pickle.loads(body[_SIZES.size:part_end]), share, self.events)
+        part, found = pickle.loads(body[_SIZES.size:part_end])
+        self.visitor.absorb(part, share, self.events)
+        absorb_findings(self.screen, found, self.events)
         if self.spool is not None:
             self.spool.add_frame(body[part_end:], count)
         self.events += count
@@ -267,13 +273,19 @@ class ChunkIndexer:
     the events' own text (:meth:`~streamtrace.io.projection.Projection.decode_with_lines`)
     when the sink takes text; otherwise the chunk is parsed into dicts,
     visited event by event and the events handed to the sink.
+
+    A ``screen`` (a redactor that only counts) looks at every chunk for
+    secrets: its cheap test reads the folded copy the projection makes
+    anyway, and only a chunk it flags is parsed into dicts and walked.
     """
 
-    def __init__(self, visitor: PartVisitor, sink: EventSink | None, sink_takes_text: bool) -> None:
+    def __init__(self, visitor: PartVisitor, sink: EventSink | None, sink_takes_text: bool,
+                 screen: Redactor | None = None) -> None:
         if hasattr(visitor, "partial"):
             visitor.partial = True  # it sees parts: what depends on the events before them waits for absorb
         self.visitor = visitor
         self._scan = getattr(visitor, "scan_batch", None)  # (counts in the part, its events numbered from 0)
+        self._screen = screen
         self._keeps_events = sink is not None
         projection = getattr(visitor, "projection", None)
         self._projection = projection if sink is None or sink_takes_text else None
@@ -281,7 +293,9 @@ class ChunkIndexer:
 
     def __call__(self, text: bytes) -> tuple[int, bytes | list | None] | None:
         """(events, what the sink keeps: spool lines, the parsed events, or
-        None without a sink), or None: the chunk is refused."""
+        None without a sink), or None: the chunk is refused.  (A part is
+        one chunk: the screen counts each chunk from scratch, so a chunk
+        refused, or read again as dicts, is not counted twice.)"""
         try:
             if self._projection is not None:
                 indexed = self._projected(text)
@@ -298,6 +312,9 @@ class ChunkIndexer:
                 visit(event)
             if self._scan is not None:
                 self._scan(text, events, 0)
+            if self._screen is not None:
+                self._screen.findings = Findings()
+                self._screen.scan_batch(text, events, 0)
         except (TraceError, TypeError):
             return None  # the ordinary reading reports it with its position
         return len(events), events if self._keeps_events else None
@@ -314,14 +331,31 @@ class ChunkIndexer:
             events = self._projection.decode(text, folded)
             if events is None:
                 return None
+        if self._screen is not None:
+            self._screen.findings = Findings()
+            if self._screen.finder.suspicious(text, folded):
+                flagged = chunk_events(text)
+                if flagged is None:
+                    return None
+                self._screen.scan_batch(text, flagged, 0)
         if not self.visitor.visit_projected(ProjectedChunk(text, events, elements, folded)):
             return None
         return len(events), lines
 
+    def take_part(self) -> tuple[object, Findings | None]:
+        """The visitor's part, and what the screen found in its chunk."""
+        return self.visitor.take_part(), None if self._screen is None else self._screen.findings
+
+
+def absorb_findings(screen: Redactor | None, found: Findings | None, first_event: int) -> None:
+    """Add what a part's screen found (its events numbered from 0) to ``screen``."""
+    if screen is not None and found is not None:
+        screen.findings.absorb(found, first_event)
+
 
 @gc_paused()
 def _worker_main(make_visitor: Callable[[], PartVisitor], sink: EventSink | None,
-                 input_file: str | None, tasks, results, inherited: list) -> None:
+                 input_file: str | None, screen: Redactor | None, tasks, results, inherited: list) -> None:
     """Index each chunk sent until the sending side closes; send back, per
     chunk, the part and the chunk's frame for the events' sink, or a refusal.
 
@@ -335,7 +369,7 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], sink: EventSink | None
     try:
         visitor = make_visitor()
         text_encoder = getattr(sink, "text_frame_encoder", None)
-        index = ChunkIndexer(visitor, sink, text_encoder is not None)
+        index = ChunkIndexer(visitor, sink, text_encoder is not None, screen)
         encode = sink.frame_encoder() if sink is not None else None
         encode_text = text_encoder() if text_encoder is not None else None
         chunk_of = _chunk_reader(input_file)
@@ -351,7 +385,7 @@ def _worker_main(make_visitor: Callable[[], PartVisitor], sink: EventSink | None
                 return
             count, kept = indexed
             frame = b"" if kept is None else encode_text(kept) if isinstance(kept, bytes) else encode(kept)
-            part = pickle.dumps(visitor.take_part(), pickle.HIGHEST_PROTOCOL)
+            part = pickle.dumps(index.take_part(), pickle.HIGHEST_PROTOCOL)
             results.send_bytes(b"".join((_PART, _SIZES.pack(count, len(part), *read[1:]), part, frame)))
     except BaseException as exc:
         send_failure(results, _FAILED, exc)
@@ -366,19 +400,24 @@ class InlineIndexer:
     way, so the output is the same as with workers, and a refused chunk
     leaves nothing in ``visitor``."""
 
-    def __init__(self, make_visitor: Callable[[], PartVisitor], visitor: PartVisitor, spool: EventSink | None) -> None:
+    def __init__(self, make_visitor: Callable[[], PartVisitor], visitor: PartVisitor, spool: EventSink | None,
+                 screen: Redactor | None = None) -> None:
         self.visitor = visitor
         self.spool = spool
+        self.screen = screen
         self.events = 0
         self._taken = 0
-        self._index = ChunkIndexer(make_visitor(), spool, spool is not None and hasattr(spool, "add_text"))
+        part_screen = None if screen is None else Redactor(screen.finder, replace=False)
+        self._index = ChunkIndexer(make_visitor(), spool, spool is not None and hasattr(spool, "add_text"), part_screen)
 
     def submit(self, text: bytes, offset: int | None) -> int:
         indexed = self._index(text)
         if indexed is None:
             raise ChunkRefused(self._taken)
         count, kept = indexed
-        self.visitor.absorb(self._index.visitor.take_part(), 0, self.events)
+        part, found = self._index.take_part()
+        self.visitor.absorb(part, 0, self.events)
+        absorb_findings(self.screen, found, self.events)
         if isinstance(kept, bytes):
             self.spool.add_text(kept, count)
         elif kept is not None:
@@ -423,20 +462,24 @@ def _chunk_reader(input_file: str | None) -> Callable[[bytes], tuple[bytes, int,
 
 
 def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor], spool: EventSink | None,
-                    workers: int, progress: Progress | None = None) -> tuple[PartVisitor, ReadStats] | None:
+                    workers: int, progress: Progress | None = None,
+                    screen: Redactor | None = None) -> tuple[PartVisitor, ReadStats] | None:
     """Pass 1 with ``workers`` processes indexing chunks (see the module's
     text); None when the visitor's work does not split by ranges, or when
     the input needs the ordinary reading, and :class:`RobustModeNeeded` when
-    it needs a stricter one (``spool`` is then empty again)."""
+    it needs a stricter one (``spool`` is then empty again).  ``screen``:
+    a redactor that counts the secrets of the events (from scratch)."""
     visitor = make_visitor()
     if not splits_by_ranges(visitor):
         return None
     scan = getattr(visitor, "scan_batch", None)
+    if screen is not None:
+        screen.findings = Findings()
     indexed_here = 0  # events of the array's end, parsed and indexed in this process
     stream = source.open()
     input_file = source.file_bytes if stream.compression == "none" else None
-    with (IndexWorkers(make_visitor, workers, visitor, spool, input_file) if workers > 1
-          else InlineIndexer(make_visitor, visitor, spool)) as pool:
+    with (IndexWorkers(make_visitor, workers, visitor, spool, input_file, screen) if workers > 1
+          else InlineIndexer(make_visitor, visitor, spool, screen)) as pool:
         tick = None
         if progress is not None:
             tick = lambda reader: progress.update("pass 1", reader.raw_bytes_read, pool.events + indexed_here)  # noqa: E731
@@ -447,6 +490,8 @@ def index_by_ranges(source: InputSource, make_visitor: Callable[[], PartVisitor]
                     visitor.visit(event)
                 if scan is not None:
                     scan(None, batch, pool.events + indexed_here)
+                if screen is not None:
+                    screen.scan_batch(None, batch, pool.events + indexed_here)
                 if spool is not None:
                     spool.add_events(batch, pool.events + indexed_here)
                 indexed_here += len(batch)

@@ -15,10 +15,12 @@ from typing import Callable, Iterable, Protocol, TypeVar
 
 from orjson import loads
 
+from ..algo.secrets import Findings
 from ..errors import RobustModeNeeded, TraceError, TransferError
 from ..io.eventtext import dumped_batch, loads_spooled, raise_if_container_field
 from ..io.progress import Meter
 from ..io.reader import ReadMode, ReadStats, TraceReader, warn_if_slow_backend
+from ..io.redact import Redactor, copy_screen
 from ..io.scratch import check_local_spool_dir
 from ..io.sink import OutputTarget
 from ..io.source import InputSource
@@ -110,6 +112,7 @@ class IndexResult:
     stats: ReadStats
     seconds: float
     spool: EventSpool | None = field(default=None, repr=False)
+    secrets: Findings = field(default_factory=Findings)  # in the events and top-level members read (when screened)
 
 
 @gc_paused()
@@ -133,15 +136,21 @@ def index_pass(
     process indexes.
     On failure the spool is deleted; on success the caller owns it (see
     :func:`emit_pass`, which deletes it).
+
+    When the events are kept for a copy, a secrets screen
+    (:func:`~streamtrace.io.redact.copy_screen`) counts the secrets of the
+    input in ``secrets``: pass 2 then knows whether what it writes needs
+    looking at (:func:`screen_of_copy`).
     """
     started = time.perf_counter()
     check_local_spool_dir(spool_dir)
     spool = EventSpool(spool_dir) if keep_events else None
+    screen = copy_screen() if keep_events else None
 
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
         visitor = make_visitor()
         visit = visitor.visit
-        scan: BatchScan | None = getattr(visitor, "scan_batch", None)
+        scan = with_screen(getattr(visitor, "scan_batch", None), screen)
         event = None
         try:
             if spool is None and scan is None:
@@ -174,8 +183,10 @@ def index_pass(
         """The same, with parsing and encoding done by a child process."""
         visitor = make_visitor()
         visit = visitor.visit
-        scan: BatchScan | None = getattr(visitor, "scan_batch", None)
-        screen = getattr(visitor, "screen_batch", None)  # the scan's cheap first test, run in the child
+        scan = with_screen(getattr(visitor, "scan_batch", None), screen)
+        first_test = getattr(visitor, "screen_batch", None)  # the scan's cheap first test, run in the child
+        if screen is not None:
+            first_test = screen.finder.suspicious if first_test is None else _either(first_test, screen)
 
         visitor_event: list = [None]  # the event being visited, for errors raised on it
         visited = [0]
@@ -195,7 +206,7 @@ def index_pass(
 
         try:
             return visitor, parseproc.parse_in_child(source, mode, spool, index_batch, salvage=salvage,
-                                                     progress=progress, screen=screen)
+                                                     progress=progress, screen=first_test)
         except TypeError:
             raise_if_container_field(visitor_event[0])
             raise
@@ -213,7 +224,7 @@ def index_pass(
                 warn_if_slow_backend()  # (pipes and URLs too: this process reads, and a reread takes the source's copy)
             workers = jobs if large and can_fork() else 1  # (a small input is not worth a fork)
             try:  # (one process: the same chunks, indexed here, so the output depends neither on jobs nor on size)
-                ranges = index_by_ranges(source, make_visitor, spool, workers, progress)
+                ranges = index_by_ranges(source, make_visitor, spool, workers, progress, screen)
             except RobustModeNeeded as need:  # the ordinary reading starts in the mode the input needs
                 mode = need.args[0]
         if ranges is not None:
@@ -222,13 +233,45 @@ def index_pass(
             visitor, stats = retrying(source, attempt_in_child, progress, mode)
         else:
             visitor, stats = read_with_retries(source, attempt, salvage=salvage, progress=progress, mode=mode)
+        if screen is not None:
+            screen.members(stats.header + stats.trailer)
         if spool is not None:
             spool.finish()  # its compressor's buffers go before the command's plan takes its memory
     except BaseException:
         if spool is not None:
             spool.close()
         raise
-    return IndexResult(visitor, stats, time.perf_counter() - started, spool)
+    return IndexResult(visitor, stats, time.perf_counter() - started, spool,
+                       Findings() if screen is None else screen.findings)
+
+
+def with_screen(scan: BatchScan | None, screen: Redactor | None) -> BatchScan | None:
+    """The visitor's batch scan and the secrets screen's, as one (the
+    screen's counts start from scratch: this is a new reading)."""
+    if screen is None:
+        return scan
+    screen.findings = Findings()
+    if scan is None:
+        return screen.scan_batch
+
+    def both(text: bytes | memoryview | None, events: list, first_index: int) -> None:
+        scan(text, events, first_index)
+        screen.scan_batch(text, events, first_index)
+    return both
+
+
+def _either(first_test: Callable[[bytes | memoryview], bool], screen: Redactor) -> Callable[[bytes | memoryview], bool]:
+    return lambda text: first_test(text) or screen.finder.suspicious(text)
+
+
+def screen_of_copy(result: IndexResult, redactor: Redactor | None) -> Redactor | None:
+    """The redactor pass 2 writes through: the command's own, else, when
+    pass 1 found secrets in the input, one that counts those the output
+    holds (which turns off writing in place: the writer sees every byte).
+    With a clean input the copy is clean too, and nothing is looked at."""
+    if redactor is not None or not result.secrets.counts:
+        return redactor
+    return copy_screen()
 
 
 def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:
@@ -248,7 +291,10 @@ def emit_pass(result: IndexResult, plan: EmitPlan, target: OutputTarget, *, prog
     then only writes).
 
     Returns the number of events written.  Always deletes the spool.
+    Without a redactor of its own, ``target`` gets one that counts the
+    secrets copied when the input holds any (:func:`screen_of_copy`).
     """
+    target.redactor = screen_of_copy(result, target.redactor)
     try:
         with ExitStack() as stack:
             workers = None

@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 import orjson
 
 from ..errors import TraceError
+from .redact import copied_secrets_warning
 from .remote import is_url
 from .sink import (
     UNWRITTEN_SUFFIXES,
@@ -163,7 +164,10 @@ class Destinations:
             out.write(data)
 
     def finish(self, summary: dict) -> dict:
-        """Write the run's summary to the claimed summary file, if any; returns it."""
+        """Write the run's summary to the claimed summary file, if any; returns it.
+        A copy holding secrets (``secrets_copied``) gets its warning here, once for every command."""
+        if summary.get("secrets_copied"):
+            summary["warnings"] = [*summary.get("warnings", ()), copied_secrets_warning(summary["secrets_copied"])]
         if self.summary is not None:
             self.write(self.summary, summary_json(summary), role="summary")
         return summary

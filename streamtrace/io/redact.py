@@ -11,6 +11,8 @@ the same whatever the number of worker processes.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass
 from decimal import Decimal
@@ -152,6 +154,21 @@ def _too_deep(what: str) -> TraceError:
     return TraceError(f"{what} is nested too deeply to check for secrets")
 
 
+def host_learner() -> SecretFinder:
+    """A finder that only learns host names (:meth:`SecretFinder.learn_hosts`):
+    its pre-filter looks for the host keys alone."""
+    return SecretFinder(parse_secrets_rules("", "host names"), Pseudonyms(("hosts",)))
+
+
+def learn_hosts_in_members(learner: SecretFinder, members: Iterable[RawMember]) -> None:
+    """The host names under top-level members (a member may itself be named ``hostname``)."""
+    for key, raw in members:
+        try:
+            learner.learn_hosts({key: _loads_member(raw)})
+        except RecursionError:
+            raise _too_deep(f"top-level key {key!r}") from None
+
+
 def restart_redaction(redactor: Redactor | None) -> None:
     """Forget what a failed attempt found: its output is thrown away."""
     if redactor is not None:
@@ -160,6 +177,39 @@ def restart_redaction(redactor: Redactor | None) -> None:
             redactor.finder.pseudonyms.forget()
 
 
+def copy_screen() -> Redactor:
+    """What looks at a copy written without ``--redact``: a redactor that
+    only counts, with the default rules (those ``inspect`` applies)."""
+    return Redactor(SecretFinder(load_secret_rules(None)), replace=False)
+
+
 def redaction_summary(redactor: Redactor | None) -> dict:
-    """The summary entry of a command that wrote through ``redactor``."""
-    return {} if redactor is None else {"redaction": redactor.summary()}
+    """The summary entry of a command that wrote through ``redactor``:
+    what it replaced, or (a :func:`copy_screen`) the secrets it copied."""
+    if redactor is None:
+        return {}
+    return {"redaction": redactor.summary()} if redactor.replace else copied_secrets(redactor.findings)
+
+
+def screen_csv(screen: Redactor, text: bytes, first_row: int) -> None:
+    """Count the secrets in CSV rows (``text``, the first being data row
+    ``first_row``, numbered from 0): paths are ``rows[ROW][COLUMN]``."""
+    if not screen.finder.suspicious(text):
+        return
+    for number, row in enumerate(csv.reader(io.StringIO(text.decode("utf-8", "replace")))):
+        screen.finder.find(row, ["rows", first_row + number], screen.findings)
+
+
+def copied_secrets(findings: Findings) -> dict:
+    """``secrets_copied`` (by kind: a count and the first JSON paths, never
+    a value) when an output holds secrets; :func:`copied_secrets_warning`
+    is then added to the summary's warnings."""
+    return {"secrets_copied": findings.by_kind()} if findings.counts else {}
+
+
+def copied_secrets_warning(copied: dict) -> str:
+    """The one line saying a copy holds secrets, of which kinds, and what to do."""
+    kinds = ", ".join(f"{kind} {entry['count']:,}" for kind, entry in copied.items())
+    total = sum(entry["count"] for entry in copied.values())
+    return (f"the output holds {total:,} secret(s) copied from the input ({kinds}); "
+            f"run again with --redact to replace them")
