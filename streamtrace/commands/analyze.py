@@ -114,6 +114,13 @@ def _stream_of(value: object) -> int:
         return NO_ID
 
 
+def _stream_arg(original: object, stream: object) -> object:
+    """The stream an event ran on: ``args.original_stream`` where compact or merge
+    moved it to a lane (the lane is a drawing aid), else ``args.stream`` (None: no stream)."""
+    found = stream if original is None else original
+    return NO_ID if found is None else found
+
+
 def _id_of(value: object) -> int:
     """A correlation id: an integer (or a whole float); anything else is no id."""
     if value.__class__ is int:
@@ -148,6 +155,8 @@ class AnalyzeIndex:
         self.fractional = [False]  # some ts is not an integer (or missing): HTA rounds every event's times
         self.skipped = [0]
         self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
+        self.row_seen = bytearray()  # per pid slot: a row of it was read
+        self.first_rows: list[tuple[int, float, float]] = []  # (slot, ts, dur) of each pid's first row, in file order
         self._listed = (0, 0)  # names and categories already in a part
         self._first_sent = False
         self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours
@@ -181,6 +190,7 @@ class AnalyzeIndex:
         part["skipped"], self.skipped[0] = self.skipped[0], 0
         first = self.first_event[0]
         part["first_event"] = None if first is None or self._first_sent else _plain_event(first)
+        part["first_rows"], self.first_rows[:] = self.first_rows[:], []
         self._first_sent = first is not None
         return part
 
@@ -212,6 +222,8 @@ class AnalyzeIndex:
         self.skipped[0] += part["skipped"]
         if self.first_event[0] is None and part["first_event"] is not None:
             self.first_event[0] = part["first_event"]
+        for local, ts, dur in part["first_rows"]:
+            self._first_row_of(maps[2][local], ts, dur)
 
     def visit_chunk(self, text: bytes) -> int | None:
         """Index a chunk's events as :meth:`visit` would, from a projection
@@ -256,7 +268,12 @@ class AnalyzeIndex:
         slots = [pid_slots.get(event.pid) for event in events]
         if None in slots:
             slots = [slot_of(event.pid) for event in events]
-        streams = [NO_ID if event.args is None or event.args.stream is None else event.args.stream for event in events]
+        for slot in dict.fromkeys(slots):
+            if not self.row_seen[slot]:
+                event = events[slots.index(slot)]
+                self._first_row_of(slot, float(event.ts), float(event.dur))
+        streams = [NO_ID if event.args is None else _stream_arg(event.args.original_stream, event.args.stream)
+                   for event in events]
         corrs = [NO_ID if event.args is None or event.args.correlation is None else event.args.correlation
                  for event in events]
         if set(map(type, streams)) - {int}:
@@ -371,7 +388,14 @@ class AnalyzeIndex:
             found = self.pid_slots[pid] = len(self.pids)
             self.pids.append(PidEvidence(pid))
             self.unranked.append(0)
+            self.row_seen.append(0)
         return found
+
+    def _first_row_of(self, slot: int, ts: float, dur: float) -> None:
+        """Note a pid's first row (the first seen of it, since rows come in file order)."""
+        if not self.row_seen[slot]:
+            self.row_seen[slot] = 1
+            self.first_rows.append((slot, ts, dur))
 
     def metadata(self, event: dict) -> None:
         """A ``process_name`` event: the rank it states."""
@@ -381,6 +405,7 @@ class AnalyzeIndex:
         pid_slots, slot_of, metadata, pids, unranked = self.pid_slots, self.slot_of, self.metadata, self.pids, self.unranked
         names, cats = self.names, self.cats
         fractional, skipped, first_event = self.fractional, self.skipped, self.first_event
+        row_seen, first_row_of = self.row_seen, self._first_row_of
         add_ts, add_dur, add_stream, add_corr = self.ts.append, self.dur.append, self.stream.append, self.corr.append
         add_name, add_cat, add_slot = self.name.append, self.cat.append, self.slot.append
         add_ranked, add_rank, rows = self.ranked_rows.append, self.row_ranks.append, self.ts
@@ -419,11 +444,15 @@ class AnalyzeIndex:
             slot = pid_slots.get(pid)
             if slot is None:
                 slot = slot_of(pid)
+            if not row_seen[slot]:
+                first_row_of(slot, ts, dur)
             name = get("name")
             args = get("args")
             stream = corr = NO_ID
             if args.__class__ is dict:
-                value = args.get("stream")
+                value = args.get("original_stream")
+                if value is None:
+                    value = args.get("stream")
                 if value is not None:
                     stream = value if value.__class__ is int else _stream_of(value)
                 value = args.get("correlation")
@@ -586,16 +615,15 @@ def analyze_file(path: str, options: _Options, progress: Meter | None = None) ->
         cat_strings = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
         step_names = {name for name in strings if "ProfilerStep" in name}
         filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
-        first = _first_row(index, ranks)
+        first = _first_rows(index, ranks)
         inputs, unplaced = _split_by_rank(index, ranks)
         frames = {rank: _frame(data, strings, filtered, options.include_last_step) for rank, data in inputs}
         plain = _plain_facts(index, ranks, frames)
         out: list[RankResult] = []
         try:
             for rank, data in inputs:
-                first_ts = first[1] if first is not None and first[0] == rank else math.nan
                 out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
-                                         cat_strings, step_names, first_ts, options))
+                                         cat_strings, step_names, first.get(rank, math.nan), options))
         except BaseException:
             _discard(FileResult(out, {}, 0, 0.0, set(), False))
             raise
@@ -695,17 +723,29 @@ def _pairings(index: AnalyzeIndex) -> dict:
     return pair_by_time(samples, launches_by_id)
 
 
-def _first_row(index: AnalyzeIndex, ranks: list[int]) -> tuple[int, float] | None:
-    """Rank and HTA time of the file's first event when HTA keeps it as a row (else None)."""
+def _first_rows(index: AnalyzeIndex, ranks: list[int]) -> dict[int, float]:
+    """Per rank, the HTA time of the row HTA's index 0 stands for (a kernel without a launch is joined to
+    it).  A rank's own file: its first event, when HTA keeps it as a row.  A file of several ranks: each
+    rank's first row, the first event of its own file had it been one."""
+    if len({rank for rank in ranks if rank >= 0}) > 1:
+        firsts: dict[int, tuple[float, float]] = {}
+        for slot, ts, dur in index.first_rows:
+            if ranks[slot] >= 0:
+                firsts.setdefault(ranks[slot], (ts, dur))
+        return {rank: _hta_start(index, ts, dur) for rank, (ts, dur) in firsts.items()}
     event = index.first_event[0]
     if event.__class__ is not dict or event.get("ph") == "M":
-        return None
+        return {}
     ts, dur, cat = event.get("ts"), event.get("dur"), event.get("cat")
     if ts.__class__ not in (int, float) or dur.__class__ not in (int, float) or cat.__class__ is not str or cat == "Trace":
-        return None
+        return {}
     slot = index.pid_slots.get(event.get("pid")) if event.get("pid").__class__ in (int, str) else None
+    return {} if slot is None or ranks[slot] < 0 else {ranks[slot]: _hta_start(index, ts, dur)}
+
+
+def _hta_start(index: AnalyzeIndex, ts: float, dur: float) -> float:
     start, _ = hta.hta_times(np.array([ts], dtype=np.float64), np.array([dur], dtype=np.float64), index.fractional[0])
-    return None if slot is None or ranks[slot] < 0 else (ranks[slot], float(start[0]))
+    return float(start[0])
 
 
 def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> tuple[list[tuple[int, RankInput]], int]:
