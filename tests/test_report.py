@@ -5,7 +5,7 @@ figure drawn, and for each figure's data (read back from plotly in the page)
 against the analyze tables of the same input, computed here from the rows
 (not by the report code).  The utilization table is checked against an
 independent figure: its busy time summed over bins is the rank's GPU busy
-time of the temporal breakdown.
+time of gpu_time.
 """
 from __future__ import annotations
 
@@ -138,14 +138,14 @@ def check_page(found: dict, summary: dict) -> None:
 
 
 def check_utilization_table(summary: dict) -> None:
-    """Bins contiguous, at most 200; per rank the busy time sums to the temporal breakdown's busy time."""
+    """Bins contiguous, at most 200; per rank the busy time sums to its busy time (gpu_time)."""
     rows = summary["tables"]["utilization"]
     first = [row for row in rows if row["rank"] == rows[0]["rank"]]
     assert 100 <= len(first) <= 200
     assert all(a["end(us)"] == b["start(us)"] for a, b in zip(first, first[1:]))
-    for temporal in summary["tables"]["temporal_breakdown"]:
-        busy = sum(row["gpu_busy(us)"] for row in rows if row["rank"] == temporal["rank"])
-        assert busy == pytest.approx(temporal["kernel_time(us)"] - temporal["idle_time(us)"], abs=0.01 * len(first))
+    for exact in summary["tables"]["gpu_time"]:
+        busy = sum(row["gpu_busy(us)"] for row in rows if row["rank"] == exact["rank"])
+        assert busy == pytest.approx(exact["busy(us)"], abs=0.01 * len(first))
         assert all(0 <= row["busy_fraction"] <= 1 for row in rows)
 
 

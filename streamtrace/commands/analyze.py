@@ -56,7 +56,8 @@ from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import note_process_name
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
-          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization")
+          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization",
+          "gpu_time")
 COLUMNS = {
     "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
                            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
@@ -70,6 +71,9 @@ COLUMNS = {
                    "idle(us)"),
     "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
     "utilization": ("rank", "bin", "start(us)", "end(us)", "gpu_busy(us)", "busy_fraction"),
+    "gpu_time": ("rank", "kernel_time(us)", "busy(us)", "idle_time(us)", "compute_time(us)", "non_compute_time(us)",
+                 "communication(us)", "memory(us)", "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg",
+                 "comp_comm_overlap_pctg", "hta_rounds"),
 }
 UTILIZATION_BINS = 200
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -496,7 +500,8 @@ class AnalyzeIndex:
 
 @dataclass
 class Chunk:
-    """Some of one rank's work rows (event order), HTA's times applied; ``pos``: their positions among the file's work rows."""
+    """Some of one rank's work rows (event order), HTA's times applied; ``pos``: their positions among the
+    file's work rows; ``exact_ts``, ``exact_end``: their times as the trace states them (before HTA's rounding)."""
 
     pos: np.ndarray
     ts: np.ndarray
@@ -505,12 +510,14 @@ class Chunk:
     corr: np.ndarray
     name: np.ndarray
     cat: np.ndarray
+    exact_ts: np.ndarray
+    exact_end: np.ndarray
 
     def __getitem__(self, rows: np.ndarray) -> Chunk:
         return Chunk(*(getattr(self, column)[rows] for column in _CHUNK_COLUMNS))
 
 
-_CHUNK_COLUMNS = ("pos", "ts", "dur", "stream", "corr", "name", "cat")
+_CHUNK_COLUMNS = ("pos", "ts", "dur", "stream", "corr", "name", "cat", "exact_ts", "exact_end")
 
 
 @dataclass
@@ -526,8 +533,10 @@ class RankInput:
             mine = np.flatnonzero(_block_ranks(block, base, self.slot_rank) == self.rank)
             if not len(mine):
                 continue
-            ts, dur = hta.hta_times(block["ts"][mine], block["dur"][mine], self.index.fractional[0])
-            yield Chunk(mine + base, ts, dur, *(block[column][mine] for column in ("stream", "corr", "name", "cat")))
+            exact_ts, exact_dur = block["ts"][mine], block["dur"][mine]
+            ts, dur = hta.hta_times(exact_ts, exact_dur, self.index.fractional[0])
+            yield Chunk(mine + base, ts, dur, *(block[column][mine] for column in ("stream", "corr", "name", "cat")),
+                        exact_ts, exact_ts + exact_dur)
             trim_heap()  # (a chunk's scratch is freed between the few arrays kept from it: give its pages back)
 
 
@@ -562,7 +571,26 @@ class RankResult:
     comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
     notes: list = field(default_factory=list)
     busy: utilization.FineBusy | None = None  # GPU busy time in fine bins (None: no GPU rows)
+    exact: GpuTime | None = None  # the temporal breakdown from the trace's own times
     pp_stage: int | None = None  # its place in its PP group (distributedInfo)
+
+
+@dataclass
+class GpuTime:
+    """A rank's GPU time from the times the trace states (HTA's tables round them to whole microseconds):
+    its temporal breakdown, the union of its communication and of its memory kernels, the share of
+    communication overlapped by computation; ``rounded``: HTA's tables round this rank's times."""
+
+    temporal: hta.Temporal
+    communication: float
+    memory: float
+    overlap: float
+    rounded: bool
+
+    @classmethod
+    def of(cls, timeline: sweeps.Timeline, rounded: bool) -> GpuTime:
+        return cls(timeline.temporal(), timeline.lengths[hta.COMMUNICATION], timeline.lengths[hta.MEMORY],
+                   timeline.overlap_ratio(), rounded)
 
 
 @dataclass
@@ -878,7 +906,8 @@ def _merge_extents(into: dict, more: dict) -> None:
 
 
 _TIMELINE = np.dtype([("start", np.float64), ("end", np.float64), ("pos", np.int64), ("stream", np.int64),
-                      ("launch", np.float64), ("step", np.int64), ("type", np.int8), ("idle", np.bool_)])
+                      ("launch", np.float64), ("step", np.int64), ("type", np.int8), ("idle", np.bool_),
+                      ("exact_start", np.float64), ("exact_end", np.float64)])
 
 
 class _Buckets:
@@ -1008,9 +1037,10 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             launch_ts = np.where(found, np.where(launches.kept[at], launches.ts[at], np.nan),
                                  np.where(is_kernel[gpu], first_ts, np.nan))
             records = _timeline_records(rows, launch_ts, iteration[gpu], name_type[rows.name], idle)
-            gpu_lo, gpu_hi = min(gpu_lo, float(rows.ts.min())), max(gpu_hi, float(records["end"].max()))
+            gpu_lo, gpu_hi = min(gpu_lo, float(rows.exact_ts.min())), max(gpu_hi, float(rows.exact_end.max()))
             buckets.add(records)
-        timeline, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi)
+        rounded = bool(data.index.fractional[0])
+        timeline, exact, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi, rounded)
         ids = np.unique(np.concatenate(launch_ids)) if launch_ids else np.empty(0, np.int64)
         launch_part, launch_rows = _launch_stats(data.rank, _columns(cpu_launches, (np.int64, np.float64, np.float64)), ids,
                                                  joins, options.spool_dir)
@@ -1026,14 +1056,15 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     notes = list(frame.notes)
     if negative:
         notes.append(f"rank {data.rank}: {negative:,} events last less than a microsecond within one: HTA's rounding "
-                     "(start up, end down) gives them -1 us, counted so (as HTA does) in every table")
+                     "(start up, end down) gives them -1 us, counted so (as HTA does) in HTA's tables (gpu_time and the "
+                     "report take the trace's own times)")
     _merge_extents(extents, plain.extents)
     return RankResult(
         data.rank, path, min(min_ts, plain.min_ts), step_names, frame.filtered,
         timeline.temporal(), timeline.overlaps, kernel_rows, timeline.overlap_ratio(),
         _idle_rows(data.rank, stream_idle, first_seen), launch_part, launch_rows,
         step_numbers, [(number, start, end - start) for number, (start, end) in sorted(step_spans.items())],
-        _step_times(step_lines), extents, comm, notes=notes, busy=busy)
+        _step_times(step_lines), extents, comm, notes=notes, busy=busy, exact=GpuTime.of(exact, rounded))
 
 
 def _records(handle: IO[bytes]) -> Iterator[np.ndarray]:
@@ -1048,25 +1079,33 @@ def _timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, typ
     """What the time sweeps read of kept GPU rows (``idle``: a kernel, copy or set, which idle time counts)."""
     records = np.empty(len(rows.ts), dtype=_TIMELINE)
     for column, values in (("start", rows.ts), ("end", rows.ts + rows.dur), ("pos", rows.pos), ("stream", rows.stream),
-                           ("launch", launch_ts), ("step", steps), ("type", types), ("idle", idle)):
+                           ("launch", launch_ts), ("step", steps), ("type", types), ("idle", idle),
+                           ("exact_start", rows.exact_ts), ("exact_end", rows.exact_end)):
         records[column] = values
     return records
 
 
-def _sweep(buckets: _Buckets, lo: float, hi: float) -> tuple[sweeps.Timeline, utilization.FineBusy | None, dict,
-                                                               sweeps.StreamIdle]:
-    """The kept GPU rows in start order through the rank's timeline (and its busy
-    time in fine bins), each step's timeline and each stream's idle time."""
+def _sweep(buckets: _Buckets, lo: float, hi: float, rounded: bool) -> tuple[sweeps.Timeline, sweeps.Timeline,
+                                                                             utilization.FineBusy | None, dict,
+                                                                             sweeps.StreamIdle]:
+    """The kept GPU rows in start order through the rank's timeline, with HTA's times and (``rounded``:
+    HTA rounds them) with the trace's own, the latter's busy time in fine bins over ``lo``-``hi``; each
+    step's timeline and each stream's idle time.  A bucket sorted by the trace's own starts is sorted by
+    HTA's too (rounding a start up keeps the order), so both timelines take the buckets in turn."""
     bins = None
     if lo <= hi:
         width, first, edges = utilization.fine_edges(lo, hi)
         bins = sweeps.BusyBins(edges)
-    timeline = sweeps.Timeline(bins)
+    exact = sweeps.Timeline(bins)
+    timeline = sweeps.Timeline() if rounded else exact
     step_lines: dict[int, sweeps.Timeline] = {}
     stream_idle = sweeps.StreamIdle(CONSECUTIVE_KERNEL_DELAY)
     for records in buckets.sorted():
         start, end, types = records["start"], records["end"], records["type"]
         timeline.feed(start, end, types)
+        if rounded:
+            order = np.argsort(records["exact_start"], kind="stable")
+            exact.feed(records["exact_start"][order], records["exact_end"][order], types[order])
         step = records["step"]
         for number, mine in _by_step(step):
             step_lines.setdefault(number, sweeps.Timeline()).feed(start[mine], end[mine], types[mine])
@@ -1076,10 +1115,12 @@ def _sweep(buckets: _Buckets, lo: float, hi: float) -> tuple[sweeps.Timeline, ut
             line.settle(float(start[-1]))
         trim_heap()
     timeline.finish()
+    if rounded:
+        exact.finish()
     for line in step_lines.values():
         line.finish()
     busy = None if bins is None else utilization.FineBusy(width, first, bins.busy, lo, hi)
-    return timeline, busy, step_lines, stream_idle
+    return timeline, exact, busy, step_lines, stream_idle
 
 
 def _add_comm_candidates(groups: dict, chunk: Chunk, rows: np.ndarray, iteration: np.ndarray, strings: list[str]) -> None:
@@ -1397,7 +1438,20 @@ def _tables(results: list[RankResult], num_candidates: int, bins: int = UTILIZAT
         for r in results for step, start, duration in r.steps]
     tables["stragglers"] = _stragglers(results, steps, num_candidates)
     tables["utilization"] = _utilization(results, base, bins)
+    tables["gpu_time"] = [_gpu_time_row(r.rank, r.exact) for r in results if r.exact is not None]
     return tables
+
+
+def _gpu_time_row(rank: int, exact: GpuTime) -> dict:
+    """The temporal breakdown and overlap of a rank from the trace's own times, to the nanosecond."""
+    t = exact.temporal
+    times = {"kernel_time(us)": t.kernel_time, "busy(us)": t.kernel_time - t.idle, "idle_time(us)": t.idle,
+             "compute_time(us)": t.compute, "non_compute_time(us)": t.non_compute,
+             "communication(us)": exact.communication, "memory(us)": exact.memory}
+    return {"rank": rank, **{key: round(value, 3) for key, value in times.items()},
+            "idle_time_pctg": _pctg(t.idle, t.kernel_time), "compute_time_pctg": _pctg(t.compute, t.kernel_time),
+            "non_compute_time_pctg": _pctg(t.non_compute, t.kernel_time),
+            "comp_comm_overlap_pctg": float(np.round(100 * exact.overlap, 2)), "hta_rounds": exact.rounded}
 
 
 def _utilization(results: list[RankResult], base: float, bins: int) -> list[dict]:
@@ -1534,35 +1588,4 @@ def _parsed(text: str) -> float | int:
     return int(number) if number.is_integer() and "." not in text and "e" not in text else number
 
 
-def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
-    """The default report as (label, text) rows: per rank idle / compute /
-    other share and overlap, the slowest steps, HTA's stragglers, the top kernels."""
-    tables = summary["tables"]
-    rows = []
-    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
-    for row in tables["temporal_breakdown"]:
-        rows.append((f"rank {row['rank']}", f"idle {_share(row['idle_time_pctg'])}, compute {_share(row['compute_time_pctg'])}, "
-                     f"other GPU work {_share(row['non_compute_time_pctg'])} of {row['kernel_time(us)'] / 1e3:,.1f} ms; "
-                     f"communication overlapped {_share(overlap.get(row['rank']))}"))
-    lags = sorted((row for row in tables["stragglers"] if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
-    if lags:
-        rows.append(("slowest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{row['lag(us)'] / 1e3:,.1f} ms"
-                                                for row in lags[:top])))
-    candidates = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
-    if candidates:
-        rows.append(("stragglers", "ranks " + ", ".join(map(str, candidates)) + " (HTA's late-start rule)"))
-    kernels: dict[str, float] = {}
-    for row in tables["kernel_breakdown"]:
-        if row["name"] != "others":
-            kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["sum (us)"]
-    for n, name in enumerate(sorted(kernels, key=lambda name: -kernels[name])[:top]):
-        rows.append(("top kernels" if n == 0 else "", f"{kernels[name] / 1e3:,.1f} ms  {name[:90]}"))
-    rows.extend(("note", note) for note in summary["notes"])
-    return rows
-
-
-def _share(value: object) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}%"
-
-
-__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze", "report_rows"]
+__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze"]

@@ -1,0 +1,82 @@
+"""analyze's own figures (the text report, gpu_time, the page's figures): one number for one thing.
+
+HTA's tables keep HTA's whole-microsecond rounding (tests/test_analyze_hta.py); what analyze says in its
+report is checked here against independent readings of the same file: plain code over ``json.load`` and
+``inspect``'s GPU busy time.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TRACES, events_of, load_json
+
+import streamtrace
+from streamtrace.synth import SynthConfig, write_traces
+
+DLRM = TRACES / "dlrm_8ranks"
+VLLM = TRACES / "vllm_decode_graph_replay_mi300.json.gz"  # nanosecond times: HTA's rounding moves idle 0.2% -> 4.3%
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtrace", *args], capture_output=True, text=True)
+
+
+def union_length(spans: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, -float("inf")
+    for start, end in sorted(spans):
+        if start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+@pytest.fixture(scope="module")
+def generated_rank(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("gpu_time")
+    write_traces(SynthConfig(ranks=2, pp_stages=2, microbatches=2, steps=3, graph_kernels=8, graph_streams=4,
+                             eager_kernels=4, python_noise=1), directory, compress="gz", merged=False)
+    return directory / "rank0_trace.json.gz"
+
+
+@pytest.mark.parametrize("which", ["vllm", "generated"])
+def test_report_gives_the_exact_gpu_time_inspect_gives(which, generated_rank):
+    """Busy time and span from the trace's own (nanosecond) times: the union of the events on a stream,
+    computed here from json.load, equal to inspect's to the microsecond; the text says it, and says what
+    HTA's rounding makes of the idle share in its tables."""
+    path = VLLM if which == "vllm" else generated_rank
+    events = [e for e in events_of(load_json(path)) if "dur" in e and isinstance(e.get("args"), dict)
+              and e["args"].get("stream") is not None]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events]
+    span = max(end for _, end in spans) - min(start for start, _ in spans)
+    busy = union_length(spans)
+    summary = streamtrace.analyze(path, jobs=1, include_last_step=True)
+    (row,) = summary["tables"]["gpu_time"]
+    assert row["busy(us)"] == pytest.approx(busy, abs=1e-3) and row["kernel_time(us)"] == pytest.approx(span, abs=1e-3)
+    assert row["idle_time_pctg"] == round(100 * (span - busy) / span, 2)
+    inspected = json.loads(cli("inspect", str(path), "--json").stdout)
+    (rank,) = inspected["by_rank"]
+    assert (rank["gpu_busy"]["busy_us"], rank["gpu_busy"]["span_us"]) == (round(row["busy(us)"], 3),
+                                                                         round(row["kernel_time(us)"], 3))
+    (hta_row,) = summary["tables"]["temporal_breakdown"]
+    assert abs(hta_row["idle_time_pctg"] - row["idle_time_pctg"]) > 0.5  # HTA's rounding moves it that far here
+    text = cli("analyze", str(path), "--include-last-step", "-j", "1").stdout
+    line = next(line for line in text.splitlines() if line.startswith("rank 0"))
+    assert f"GPU busy {busy / 1e3:,.3f} ms of {span / 1e3:,.3f} ms: idle {100 * (span - busy) / span:.1f}%" in line
+    assert f"HTA's whole-microsecond rounding, in its tables: idle {hta_row['idle_time_pctg']:.1f}%" in line
+
+
+def test_integer_times_need_no_word_on_rounding():
+    """DLRM's times are whole microseconds: gpu_time is HTA's temporal breakdown, and the report says nothing of rounding."""
+    summary = streamtrace.analyze(DLRM, jobs=1)
+    for exact, hta in zip(summary["tables"]["gpu_time"], summary["tables"]["temporal_breakdown"]):
+        assert not exact["hta_rounds"]
+        assert [exact[key] for key in ("idle_time(us)", "kernel_time(us)", "idle_time_pctg")] == \
+               [hta[key] for key in ("idle_time(us)", "kernel_time(us)", "idle_time_pctg")]
+    assert "rounding" not in cli("analyze", str(DLRM), "-j", "1").stdout
