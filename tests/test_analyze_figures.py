@@ -80,3 +80,50 @@ def test_integer_times_need_no_word_on_rounding():
         assert [exact[key] for key in ("idle_time(us)", "kernel_time(us)", "idle_time_pctg")] == \
                [hta[key] for key in ("idle_time(us)", "kernel_time(us)", "idle_time_pctg")]
     assert "rounding" not in cli("analyze", str(DLRM), "-j", "1").stdout
+
+
+@pytest.fixture(scope="module")
+def dlrm_figures() -> tuple[dict, dict]:
+    from streamtrace.algo.reportfigures import figures
+
+    summary = streamtrace.analyze(DLRM, jobs=1)
+    return summary, {figure.key: figure for figure in figures(summary)}
+
+
+def test_why_the_gpu_idles_never_adds_streams_up(dlrm_figures):
+    """HTA's idle table is per stream: the page draws one bar per (rank, stream), each its rows, none taller
+    than its rank's GPU span (rank 1's streams idle 33.7 ms together in its 18.7 ms span)."""
+    summary, shown = dlrm_figures
+    tables = summary["tables"]
+    span = {row["rank"]: row["kernel_time(us)"] for row in tables["temporal_breakdown"]}
+    rows = tables["idle_time_breakdown"]
+    streams = {(row["rank"], row["stream"]) for row in rows}
+    heights: dict[str, float] = {}
+    for trace in shown["idle"].traces:
+        assert len(trace["x"]) == len(streams)
+        for label, value in zip(trace["x"], trace["y"].tolist()):
+            if value == value:  # (NaN: no such category on that stream)
+                heights[label] = heights.get(label, 0.0) + value
+    for label, height in heights.items():
+        rank, stream = int(label.split()[0]), int(label.split()[-1])
+        assert height == pytest.approx(sum(row["idle_time"] for row in rows if (row["rank"], row["stream"]) == (rank, stream))
+                                       * 1e-3)
+        assert height <= span[rank] * 1e-3
+    assert "do not add up" in shown["idle"].caption
+
+
+def test_the_page_leads_with_the_ranks_that_arrive_last(dlrm_figures):
+    """Ranks 1, 3 and 4 have the longest steps because they wait in NCCL for ranks 2, 6 and 7, whose
+    communication kernels start last: the words name those first and call no rank slow by step time."""
+    summary, shown = dlrm_figures
+    words = shown["step-duration"].callout
+    late = sorted({row["rank"] for row in summary["tables"]["stragglers"] if row["potential_straggler"]})
+    assert late == [2, 7]
+    first = words.split(". ")[0]
+    assert all(f"rank {rank}" in first for rank in (7, 2, 6)) and "rank 1" not in first
+    assert words.index("rank 7") < words.index("rank 1")
+    assert "slow" not in words.lower()
+    assert "holds them up" not in shown["step-idle"].caption and "busy" in shown["step-idle"].caption
+    text = cli("analyze", str(DLRM), "-j", "1").stdout
+    assert "late ranks     2, 7" in text and text.index("late ranks") < text.index("longest steps")
+    assert "slowest" not in text

@@ -92,19 +92,24 @@ def check_page(found: dict, summary: dict) -> None:
         assert figure["bars"] + figure["images"] >= 1, f"{key}: nothing drawn"
 
     breakdown = {trace["name"]: trace["y"] for trace in figures["breakdown"]["traces"]}
-    for kind in ("COMPUTATION", "COMMUNICATION", "MEMORY"):
-        rows = [row for row in tables["kernel_breakdown"] if row["kernel_type"] == kind]
-        assert same(breakdown[kind.lower()], per_rank(rows, order, "sum (us)"))
-    assert same(breakdown["idle"], per_rank(tables["temporal_breakdown"], order, "idle_time(us)"))
+    for kind, column in (("computation", "compute_time(us)"), ("communication", "communication(us)"),
+                         ("memory", "memory(us)"), ("idle", "idle_time(us)")):
+        assert same(breakdown[kind], per_rank(tables["gpu_time"], order, column))
     assert figures["breakdown"]["traces"][0]["x"] == [label for label in figures["overlap"]["traces"][0]["x"]]
     assert [int(label.split()[0]) for label in figures["breakdown"]["traces"][0]["x"]] == order
 
-    assert same(figures["overlap"]["traces"][0]["y"], per_rank(tables["comm_comp_overlap"], order,
-                                                                "comp_comm_overlap_pctg", 1.0))
-    idle = {trace["name"]: trace["y"] for trace in figures["idle"]["traces"]}
+    assert same(figures["overlap"]["traces"][0]["y"], per_rank(tables["gpu_time"], order, "comp_comm_overlap_pctg", 1.0))
+    idle = {trace["name"]: trace for trace in figures["idle"]["traces"]}  # one bar per (rank, stream): never summed
+    streams = sorted({(row["rank"], row["stream"]) for row in tables["idle_time_breakdown"]},
+                     key=lambda key: order.index(key[0]))
     for kind in ("host_wait", "kernel_wait", "other"):
-        rows = [row for row in tables["idle_time_breakdown"] if row["idle_category"] == kind]
-        assert same(idle[kind.replace("_", " ")], per_rank(rows, order, "idle_time"))
+        shown = dict(zip(idle[kind.replace("_", " ")]["x"], idle[kind.replace("_", " ")]["y"]))
+        assert len(shown) == len(streams)
+        for row in tables["idle_time_breakdown"]:
+            if row["idle_category"] == kind:
+                (label,) = [label for label in shown if label.split()[0] == str(row["rank"])
+                            and label.endswith(f"stream {row['stream']}")]
+                assert shown[label] == pytest.approx(row["idle_time"] * 1e-3, **TOLERANCE)
 
     totals: dict[str, float] = {}
     for row in tables["kernel_breakdown"]:
