@@ -6,6 +6,7 @@ report is checked here against independent readings of the same file: plain code
 """
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -127,3 +128,46 @@ def test_the_page_leads_with_the_ranks_that_arrive_last(dlrm_figures):
     text = cli("analyze", str(DLRM), "-j", "1").stdout
     assert "late ranks     2, 7" in text and text.index("late ranks") < text.index("longest steps")
     assert "slowest" not in text
+
+
+def write_events(path: Path, events: list[dict]) -> Path:
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_partial_and_empty_inputs_are_said(tmp_path):
+    """A truncated rank read with --salvage, an input without events, one with CPU events only, a rank
+    without GPU work: each says what it is, in the report and in the summary's notes (exit 0)."""
+    raw = gzip.decompress((DLRM / sorted(p.name for p in DLRM.iterdir())[0]).read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[:len(raw) * 3 // 4])
+    summary = streamtrace.analyze(cut, jobs=1, salvage=True)
+    assert summary["read"]["truncated_salvaged"]
+    assert any("truncated" in note and "--salvage" in note for note in summary["notes"])
+    run = cli("analyze", str(cut), "--salvage", "-j", "1")
+    assert run.returncode == 0 and "truncated" in run.stdout
+
+    empty = write_events(tmp_path / "empty.json", [])
+    run = cli("analyze", str(empty), "-j", "1")
+    assert run.returncode == 0 and "empty.json: no events: no rank to analyze" in run.stdout
+
+    cpu = write_events(tmp_path / "cpu.json", [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                                                "ts": 10 + 5 * n, "dur": 3} for n in range(4)])
+    assert any("4 CPU events and no GPU work" in note for note in streamtrace.analyze(cpu, jobs=1)["notes"])
+
+    launches = write_events(tmp_path / "launches.json", [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10 + 5 * n, "dur": 3,
+         "args": {"correlation": n}} for n in range(4)])
+    run = cli("analyze", str(launches), "-j", "1")
+    assert "rank 0  no GPU work" in run.stdout and "n/a" not in run.stdout
+
+
+def test_short_kernels_show_in_units_that_show_them(tmp_path):
+    """A kernel of 20 ns beside one of 1.5 ms: its total reads 0.020 us (not 0.0 ms, nor the -1 us HTA's
+    rounding gives it in kernel_breakdown), as inspect counts it."""
+    events = [{"ph": "X", "cat": "kernel", "name": "long", "pid": 2, "tid": 7, "ts": 10.0, "dur": 1500.0,
+               "args": {"stream": 7, "correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "short", "pid": 2, "tid": 7, "ts": 1600.5, "dur": 0.02,
+               "args": {"stream": 7, "correlation": 2}}]
+    text = cli("analyze", str(write_events(tmp_path / "short.json", events)), "-j", "1").stdout
+    assert "1.500 ms 1x long" in text and "0.020 us 1x short" in text and "0.0 ms" not in text

@@ -111,10 +111,7 @@ def check_page(found: dict, summary: dict) -> None:
                             and label.endswith(f"stream {row['stream']}")]
                 assert shown[label] == pytest.approx(row["idle_time"] * 1e-3, **TOLERANCE)
 
-    totals: dict[str, float] = {}
-    for row in tables["kernel_breakdown"]:
-        if row["name"] != "others":
-            totals[row["name"]] = totals.get(row["name"], 0.0) + row["sum (us)"]
+    totals = {row["name"]: row["sum (us)"] for row in tables["kernel_totals"] if row["kernel_type"] != "OTHER"}
     top = sorted(totals, key=lambda name: -totals[name])[:20]
     shown = {name: x for trace in figures["kernels"]["traces"] for name, x in zip(trace["customdata"], trace["x"])}
     assert set(shown) == set(top)

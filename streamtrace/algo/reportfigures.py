@@ -217,24 +217,19 @@ def utilization_map(tables: dict, order: RankOrder) -> Figure:
 
 def top_kernels(tables: dict) -> Figure:
     figure = Figure("kernels", "Where GPU time goes: top kernels",
-                    f"The {TOP_KERNELS} kernels with the most GPU time summed over all ranks (ms), coloured by type; "
-                    "hover for the full name.")
-    totals: dict[tuple[str, str], float] = {}
-    for row in tables["kernel_breakdown"]:
-        if row["name"] != "others":
-            key = (row["name"], row["kernel_type"])
-            totals[key] = totals.get(key, 0.0) + row["sum (us)"]
-    top = sorted(totals, key=lambda key: (-totals[key], key))[:TOP_KERNELS]
+                    f"The {TOP_KERNELS} kernels with the most GPU time summed over all ranks (ms, the trace's own "
+                    "times: kernel_totals), coloured by type; hover for the full name.")
+    top = [row for row in tables["kernel_totals"] if row["kernel_type"] in TYPE_COLORS][:TOP_KERNELS]
     for kind in ("COMPUTATION", "COMMUNICATION", "MEMORY"):
-        mine = [key for key in top if key[1] == kind]
+        mine = [row for row in top if row["kernel_type"] == kind]
         if mine:
             figure.traces.append({
                 "type": "bar", "orientation": "h", "name": kind.lower(), "marker": {"color": TYPE_COLORS[kind]},
-                "x": np.array([totals[key] * 1e-3 for key in mine]), "y": [_short(key[0]) for key in mine],
-                "customdata": [key[0] for key in mine], "hovertemplate": "%{customdata}<br>%{x:,.3f} ms<extra></extra>"})
+                "x": np.array([row["sum (us)"] * 1e-3 for row in mine]), "y": [_short(row["name"]) for row in mine],
+                "customdata": [row["name"] for row in mine], "hovertemplate": "%{customdata}<br>%{x:,.3f} ms<extra></extra>"})
     figure.layout = {"xaxis": {"title": {"text": "ms, all ranks"}},
                      "yaxis": {"type": "category", "categoryorder": "array",
-                               "categoryarray": [_short(key[0]) for key in reversed(top)], "automargin": True}}
+                               "categoryarray": [_short(row["name"]) for row in reversed(top)], "automargin": True}}
     return _needs_rows(figure, top, "no GPU kernels in the input")
 
 

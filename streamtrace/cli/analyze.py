@@ -76,12 +76,8 @@ def rows(summary: dict) -> Rows:
         rows.append(("longest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{ms(row['lag(us)'])}"
                                                 for row in lags[:TOP])
                      + " (beyond the shortest rank's; a rank waiting in a collective for a late one takes long too)"))
-    kernels: dict[str, float] = {}
-    for row in tables["kernel_breakdown"]:
-        if row["name"] != "others":
-            kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["sum (us)"]
-    for n, name in enumerate(sorted(kernels, key=lambda name: -kernels[name])[:TOP]):
-        rows.append(("top kernels" if n == 0 else "", f"{ms(kernels[name])}  {name[:90]}"))
+    for n, row in enumerate(tables["kernel_totals"][:TOP]):
+        rows.append(("top kernels" if n == 0 else "", f"{ms(row['sum (us)'])} {row['count']:,}x {row['name'][:90]}"))
     rows.extend(("note", note) for note in summary["notes"])
     if summary["output"]:
         rows.append(("output", listed(summary["output"], 3)))

@@ -57,7 +57,7 @@ from .mergedindex import note_process_name
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
           "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization",
-          "gpu_time")
+          "gpu_time", "kernel_totals")
 COLUMNS = {
     "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
                            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
@@ -74,6 +74,7 @@ COLUMNS = {
     "gpu_time": ("rank", "kernel_time(us)", "busy(us)", "idle_time(us)", "compute_time(us)", "non_compute_time(us)",
                  "communication(us)", "memory(us)", "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg",
                  "comp_comm_overlap_pctg", "hta_rounds"),
+    "kernel_totals": ("name", "kernel_type", "count", "sum (us)"),
 }
 UTILIZATION_BINS = 200
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -501,7 +502,7 @@ class AnalyzeIndex:
 @dataclass
 class Chunk:
     """Some of one rank's work rows (event order), HTA's times applied; ``pos``: their positions among the
-    file's work rows; ``exact_ts``, ``exact_end``: their times as the trace states them (before HTA's rounding)."""
+    file's work rows; ``exact_ts``, ``exact_dur``: their times as the trace states them (before HTA's rounding)."""
 
     pos: np.ndarray
     ts: np.ndarray
@@ -511,13 +512,13 @@ class Chunk:
     name: np.ndarray
     cat: np.ndarray
     exact_ts: np.ndarray
-    exact_end: np.ndarray
+    exact_dur: np.ndarray
 
     def __getitem__(self, rows: np.ndarray) -> Chunk:
         return Chunk(*(getattr(self, column)[rows] for column in _CHUNK_COLUMNS))
 
 
-_CHUNK_COLUMNS = ("pos", "ts", "dur", "stream", "corr", "name", "cat", "exact_ts", "exact_end")
+_CHUNK_COLUMNS = ("pos", "ts", "dur", "stream", "corr", "name", "cat", "exact_ts", "exact_dur")
 
 
 @dataclass
@@ -536,7 +537,7 @@ class RankInput:
             exact_ts, exact_dur = block["ts"][mine], block["dur"][mine]
             ts, dur = hta.hta_times(exact_ts, exact_dur, self.index.fractional[0])
             yield Chunk(mine + base, ts, dur, *(block[column][mine] for column in ("stream", "corr", "name", "cat")),
-                        exact_ts, exact_ts + exact_dur)
+                        exact_ts, exact_dur)
             trim_heap()  # (a chunk's scratch is freed between the few arrays kept from it: give its pages back)
 
 
@@ -572,6 +573,7 @@ class RankResult:
     notes: list = field(default_factory=list)
     busy: utilization.FineBusy | None = None  # GPU busy time in fine bins (None: no GPU rows)
     exact: GpuTime | None = None  # the temporal breakdown from the trace's own times
+    kernel_totals: list = field(default_factory=list)  # (name, type, count, total time) per name, the trace's own times
     pp_stage: int | None = None  # its place in its PP group (distributedInfo)
 
 
@@ -604,6 +606,7 @@ class FileResult:
     step_names: set  # every ProfilerStep name of the input (HTA decides its cut on all inputs' names)
     filtered: bool  # the decision this reading took
     devices: tuple = ()  # the input's deviceProperties names
+    notes: list = field(default_factory=list)  # what the input lacks or what reading it repaired
 
 
 def _discard(result: FileResult) -> None:
@@ -656,17 +659,35 @@ def analyze_file(path: str, options: _Options, progress: Meter | None = None) ->
             _discard(FileResult(out, {}, 0, 0.0, set(), False))
             raise
         unplaced += plain.get(-1, PlainFacts()).unplaced
+        cpu_only = 0 if out else sum(fact.unplaced for rank, fact in plain.items() if rank >= 0)
     finally:
         index.close()
-    if unplaced and out:
+    notes = _reading_notes(location, result.stats.as_dict())
+    if unplaced:
         pids = [str(facts.pid) for facts, rank in zip(index.pids, ranks) if rank < 0]
-        out[0].notes.append(f"{location}: {unplaced:,} events on pids that no rule places in a rank ({', '.join(pids[:8])}"
-                            f"{' ...' if len(pids) > 8 else ''}) are left out; give them a rank with args.rank or a "
-                            "process_name such as 'rank 3'")
+        notes.append(f"{location}: {unplaced:,} events on pids that no rule places in a rank ({', '.join(pids[:8])}"
+                     f"{' ...' if len(pids) > 8 else ''}) are left out; give them a rank with args.rank or a "
+                     "process_name such as 'rank 3'")
+    if cpu_only:
+        notes.append(f"{location}: {cpu_only:,} CPU events and no GPU work, launch or profiler step: no rank to analyze")
+    elif not out and not unplaced:
+        notes.append(f"{location}: " + (f"none of its {result.stats.events:,} events has a ts, a dur and a cat (what "
+                                        "analyze reads)" if result.stats.events else "no events") + ": no rank to analyze")
     if len(out) == 1:  # a rank file's distributedInfo speaks for its rank (a merged file's for one of them)
         out[0].pp_stage = pp_stage_from_info(member_value(members, "distributedInfo"), out[0].rank)
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
-                      _device_names(members))
+                      _device_names(members), notes)
+
+
+def _reading_notes(location: str, read: dict) -> list[str]:
+    """What reading the input repaired, as inspect's repairs line says it: a cut trace's figures cover only its start."""
+    repairs = [f"{read[key]:,} {label}" for key, label in (("invalid_utf8_repaired", "invalid UTF-8 sequences replaced"),
+                                                           ("control_chars_repaired", "raw control characters escaped"))
+               if read.get(key)]
+    if read.get("truncated_salvaged"):
+        repairs.append("the trace is truncated: its complete events are analyzed (--salvage), so every figure "
+                       "covers only the part before the cut")
+    return [f"{location}: {'; '.join(repairs)}"] if repairs else []
 
 
 def _analyze_file_in_store(path: str, options: _Options, store: RunStore) -> FileResult:
@@ -992,7 +1013,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     launches = _Launches(hta.LastById(corr, np.arange(len(corr))), np.append(ts, np.nan),  # (one more: an index for "none")
                          np.append(_kept_times(frame, ts), False), np.append(steps, -1))
     buckets = _Buckets(*frame.gpu_range, options.spool_dir)
-    names = sweeps.NameTotals()
+    names, exact_names = sweeps.NameTotals(), sweeps.NameTotals()
     negative, min_ts, extents, first_seen = 0, math.inf, {}, {}
     step_spans: dict[int, tuple[float, float]] = {}
     step_numbers: set[int] = set()
@@ -1028,6 +1049,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             rows = chunk[gpu]
             joins.add(rows[rows.corr != NO_ID])
             names.add(rows.name, rows.dur)
+            exact_names.add(rows.name, rows.exact_dur)
             idle = kernel_cat[rows.cat] if len(cats) else np.zeros(len(gpu), dtype=bool)
             for stream, at in zip(*np.unique(rows.stream[idle], return_index=True)):
                 first_seen.setdefault(int(stream), int(rows.pos[idle][at]))
@@ -1037,7 +1059,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             launch_ts = np.where(found, np.where(launches.kept[at], launches.ts[at], np.nan),
                                  np.where(is_kernel[gpu], first_ts, np.nan))
             records = _timeline_records(rows, launch_ts, iteration[gpu], name_type[rows.name], idle)
-            gpu_lo, gpu_hi = min(gpu_lo, float(rows.exact_ts.min())), max(gpu_hi, float(rows.exact_end.max()))
+            gpu_lo, gpu_hi = min(gpu_lo, float(rows.exact_ts.min())), max(gpu_hi, float((rows.exact_ts + rows.exact_dur).max()))
             buckets.add(records)
         rounded = bool(data.index.fractional[0])
         timeline, exact, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi, rounded)
@@ -1064,7 +1086,9 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         timeline.temporal(), timeline.overlaps, kernel_rows, timeline.overlap_ratio(),
         _idle_rows(data.rank, stream_idle, first_seen), launch_part, launch_rows,
         step_numbers, [(number, start, end - start) for number, (start, end) in sorted(step_spans.items())],
-        _step_times(step_lines), extents, comm, notes=notes, busy=busy, exact=GpuTime.of(exact, rounded))
+        _step_times(step_lines), extents, comm, notes=notes, busy=busy, exact=GpuTime.of(exact, rounded),
+        kernel_totals=[(stats.name, hta.TYPE_NAMES[name_type[at]], stats.count, stats.total)
+                       for at, stats in zip(np.flatnonzero(exact_names.count).tolist(), exact_names.stats(strings))])
 
 
 def _records(handle: IO[bytes]) -> Iterator[np.ndarray]:
@@ -1080,7 +1104,7 @@ def _timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, typ
     records = np.empty(len(rows.ts), dtype=_TIMELINE)
     for column, values in (("start", rows.ts), ("end", rows.ts + rows.dur), ("pos", rows.pos), ("stream", rows.stream),
                            ("launch", launch_ts), ("step", steps), ("type", types), ("idle", idle),
-                           ("exact_start", rows.exact_ts), ("exact_end", rows.exact_end)):
+                           ("exact_start", rows.exact_ts), ("exact_end", rows.exact_ts + rows.exact_dur)):
         records[column] = values
     return records
 
@@ -1310,7 +1334,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             parts = [result.launch_part for result in results if result.launch_part]
             tables = _tables(results, num_candidates, utilization_bins)
             launch_rows = sum(result.launch_rows for result in results)
-            notes = [note for result in results for note in result.notes]
+            notes = [note for result in per_file for note in result.notes] + [note for result in results
+                                                                              for note in result.notes]
             summary = {
                 "command": "analyze",
                 "read": _read_totals([result.read for result in per_file]),
@@ -1439,7 +1464,22 @@ def _tables(results: list[RankResult], num_candidates: int, bins: int = UTILIZAT
     tables["stragglers"] = _stragglers(results, steps, num_candidates)
     tables["utilization"] = _utilization(results, base, bins)
     tables["gpu_time"] = [_gpu_time_row(r.rank, r.exact) for r in results if r.exact is not None]
+    tables["kernel_totals"] = _kernel_totals(results)
     return tables
+
+
+def _kernel_totals(results: list[RankResult]) -> list[dict]:
+    """Every GPU row name over all ranks, with its type, count and total time from the trace's own times
+    (kernel_breakdown, HTA's, rounds them and keeps 10 names per type and rank), most time first."""
+    totals: dict[tuple[str, str], list] = {}
+    for r in results:
+        for name, kind, count, total in r.kernel_totals:
+            known = totals.setdefault((name, kind), [0, 0.0])
+            known[0] += count
+            known[1] += total
+    ordered = sorted(totals, key=lambda key: (-totals[key][1], key))
+    return [{"name": name, "kernel_type": kind, "count": totals[(name, kind)][0],
+             "sum (us)": round(totals[(name, kind)][1], 3)} for name, kind in ordered]
 
 
 def _gpu_time_row(rank: int, exact: GpuTime) -> dict:
