@@ -171,3 +171,26 @@ def test_short_kernels_show_in_units_that_show_them(tmp_path):
                "args": {"stream": 7, "correlation": 2}}]
     text = cli("analyze", str(write_events(tmp_path / "short.json", events)), "-j", "1").stdout
     assert "1.500 ms 1x long" in text and "0.020 us 1x short" in text and "0.0 ms" not in text
+
+
+def test_step_gpu_figures_take_the_trace_own_times(generated_rank):
+    """step_times' GPU busy time per step: the union of the kernels launched in the step (the last
+    ProfilerStep span, in file order, holding the launch), from the trace's nanosecond times."""
+    events = events_of(load_json(generated_rank))
+    spans = [(e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in events
+             if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+    launched = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"
+                and isinstance(e.get("args"), dict) and "correlation" in e["args"]}
+    kernels: dict[int, list[tuple[float, float]]] = {}
+    for e in events:
+        args = e.get("args")
+        if "dur" in e and isinstance(args, dict) and args.get("stream") is not None and args.get("correlation") in launched:
+            at = launched[args["correlation"]]
+            steps = [number for start, end, number in spans if start <= at < end]
+            if steps:
+                kernels.setdefault(steps[-1], []).append((e["ts"], e["ts"] + e["dur"]))
+    summary = streamtrace.analyze(generated_rank, jobs=1, include_last_step=True)
+    busy = {row["step"]: row["gpu_busy(us)"] for row in summary["tables"]["step_times"]}
+    assert busy and set(busy) == set(kernels)
+    for step, spans_of_step in kernels.items():
+        assert busy[step] == pytest.approx(union_length(spans_of_step), abs=1e-3), step

@@ -1114,8 +1114,9 @@ def _sweep(buckets: _Buckets, lo: float, hi: float, rounded: bool) -> tuple[swee
                                                                              sweeps.StreamIdle]:
     """The kept GPU rows in start order through the rank's timeline, with HTA's times and (``rounded``:
     HTA rounds them) with the trace's own, the latter's busy time in fine bins over ``lo``-``hi``; each
-    step's timeline and each stream's idle time.  A bucket sorted by the trace's own starts is sorted by
-    HTA's too (rounding a start up keeps the order), so both timelines take the buckets in turn."""
+    step's timeline (the trace's own times: step_times is not HTA's) and each stream's idle time (HTA's).
+    A bucket sorted by the trace's own starts is sorted by HTA's too (rounding a start up keeps the
+    order), so both timelines take the buckets in turn."""
     bins = None
     if lo <= hi:
         width, first, edges = utilization.fine_edges(lo, hi)
@@ -1127,16 +1128,18 @@ def _sweep(buckets: _Buckets, lo: float, hi: float, rounded: bool) -> tuple[swee
     for records in buckets.sorted():
         start, end, types = records["start"], records["end"], records["type"]
         timeline.feed(start, end, types)
-        if rounded:
-            order = np.argsort(records["exact_start"], kind="stable")
-            exact.feed(records["exact_start"][order], records["exact_end"][order], types[order])
-        step = records["step"]
-        for number, mine in _by_step(step):
-            step_lines.setdefault(number, sweeps.Timeline()).feed(start[mine], end[mine], types[mine])
         idle = records["idle"]
         stream_idle.feed(records["stream"][idle], start[idle], end[idle], records["launch"][idle])
+        if rounded:
+            own = records[np.argsort(records["exact_start"], kind="stable")]
+            exact.feed(own["exact_start"], own["exact_end"], own["type"])
+        else:
+            own = records
+        for number, mine in _by_step(own["step"]):
+            step_lines.setdefault(number, sweeps.Timeline()).feed(own["exact_start"][mine], own["exact_end"][mine],
+                                                                   own["type"][mine])
         for line in step_lines.values():
-            line.settle(float(start[-1]))
+            line.settle(float(own["exact_start"][-1]))
         trim_heap()
     timeline.finish()
     if rounded:
