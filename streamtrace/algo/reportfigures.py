@@ -17,6 +17,7 @@ TYPE_COLORS = {"COMPUTATION": "#4c78a8", "COMMUNICATION": "#f58518", "MEMORY": "
 IDLE_COLORS = {"host_wait": "#e45756", "kernel_wait": "#72b7b2", "other": "#bab0ac"}
 TOP_KERNELS = 20
 CALLED_OUT = 3  # ranks and steps named above the heat maps
+STREAM_BARS = 256  # idle bars drawn, one per stream (a page of thousands of labelled bars does not open)
 NAME_CHARS = 70  # kernel names on the axis; the full name is in the hover text
 
 
@@ -257,6 +258,10 @@ def idle_breakdown(tables: dict, order: RankOrder) -> Figure:
     rows = tables["idle_time_breakdown"]
     streams = sorted(dict.fromkeys((row["rank"], row["stream"]) for row in rows if row["rank"] in order.position),
                      key=lambda key: order.position[key[0]])  # (the table's stream order within a rank)
+    if len(streams) > STREAM_BARS:
+        figure.caption += (f" The first {STREAM_BARS} of {len(streams):,} streams, in the ranks' order "
+                           "(idle_time_breakdown has them all).")
+        streams = streams[:STREAM_BARS]
     at = {key: n for n, key in enumerate(streams)}
     labels = [f"{order.labels[order.position[rank]]} · stream {stream}" for rank, stream in streams]
     for kind, color in IDLE_COLORS.items():

@@ -581,7 +581,7 @@ class RankResult:
 class GpuTime:
     """A rank's GPU time from the times the trace states (HTA's tables round them to whole microseconds):
     its temporal breakdown, the union of its communication and of its memory kernels, the share of
-    communication overlapped by computation; ``rounded``: HTA's tables round this rank's times."""
+    communication overlapped by computation; ``rounded``: HTA's rounding moves some of this rank's GPU times."""
 
     temporal: hta.Temporal
     communication: float
@@ -1022,6 +1022,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     cpu_launches: list[tuple[np.ndarray, ...]] = []
     joins = _JoinSpool(options.spool_dir)
     gpu_lo, gpu_hi = math.inf, -math.inf
+    rounded = False  # HTA's rounding moves the times of some GPU row
     try:
         for chunk in data.chunks():
             is_kernel = frame.is_kernel(chunk)
@@ -1059,9 +1060,9 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             launch_ts = np.where(found, np.where(launches.kept[at], launches.ts[at], np.nan),
                                  np.where(is_kernel[gpu], first_ts, np.nan))
             records = _timeline_records(rows, launch_ts, iteration[gpu], name_type[rows.name], idle)
-            gpu_lo, gpu_hi = min(gpu_lo, float(rows.exact_ts.min())), max(gpu_hi, float((rows.exact_ts + rows.exact_dur).max()))
+            gpu_lo, gpu_hi = min(gpu_lo, float(rows.exact_ts.min())), max(gpu_hi, float(records["exact_end"].max()))
+            rounded = rounded or not (np.array_equal(rows.ts, rows.exact_ts) and np.array_equal(rows.dur, rows.exact_dur))
             buckets.add(records)
-        rounded = bool(data.index.fractional[0])
         timeline, exact, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi, rounded)
         ids = np.unique(np.concatenate(launch_ids)) if launch_ids else np.empty(0, np.int64)
         launch_part, launch_rows = _launch_stats(data.rank, _columns(cpu_launches, (np.int64, np.float64, np.float64)), ids,
