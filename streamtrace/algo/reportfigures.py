@@ -73,7 +73,7 @@ def _rank_axis(order: RankOrder, downwards: bool = False) -> dict:
 
 
 GLANCE_COLUMNS = {"COMPUTATION": "compute_time(us)", "COMMUNICATION": "communication(us)", "MEMORY": "memory(us)"}
-ROUNDING_POINTS = 0.5  # HTA's rounding moving a rank's idle share by more than this is called out
+ROUNDING_POINTS = 0.5  # HTA's rounding moving a rank's share by more than this is said (page and text report)
 
 
 def breakdown(tables: dict, order: RankOrder) -> Figure:

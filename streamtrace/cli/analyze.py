@@ -54,7 +54,6 @@ def run(args: argparse.Namespace) -> None:
     report("analyze", summary, args)
 
 
-ROUNDING_POINTS = 0.5  # HTA's whole-microsecond rounding moving a share by more than this is said
 TOP = 5
 
 
@@ -94,6 +93,8 @@ def _gpu_time(row: dict, rounded: dict | None, overlap: float | None) -> str:
             + ", ".join(f"{label} {_share(row[key])}" for label, key in shares)
             + ("; no communication kernels" if _missing(row["comp_comm_overlap_pctg"])
                else f"; communication overlapped {_share(row['comp_comm_overlap_pctg'])}"))
+    from ..algo.reportfigures import ROUNDING_POINTS
+
     hta = {key: (rounded or {}).get(key) for _, key in shares}
     hta["comp_comm_overlap_pctg"] = overlap
     moved = [f"{label} {_share(hta[key])}" for label, key in [*shares, ("overlap", "comp_comm_overlap_pctg")]
