@@ -1023,6 +1023,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     joins = _JoinSpool(options.spool_dir)
     gpu_lo, gpu_hi = math.inf, -math.inf
     rounded = False  # HTA's rounding moves the times of some GPU row
+    others = False  # some row on a stream is no kernel, copy or set (a cuda_sync slice, a CPU event with args.stream)
     try:
         for chunk in data.chunks():
             is_kernel = frame.is_kernel(chunk)
@@ -1050,8 +1051,8 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             rows = chunk[gpu]
             joins.add(rows[rows.corr != NO_ID])
             names.add(rows.name, rows.dur)
-            exact_names.add(rows.name, rows.exact_dur)
             idle = kernel_cat[rows.cat] if len(cats) else np.zeros(len(gpu), dtype=bool)
+            exact_names.add(rows.name[idle], rows.exact_dur[idle])
             for stream, at in zip(*np.unique(rows.stream[idle], return_index=True)):
                 first_seen.setdefault(int(stream), int(rows.pos[idle][at]))
             mine = launch[gpu]
@@ -1060,10 +1061,13 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             launch_ts = np.where(found, np.where(launches.kept[at], launches.ts[at], np.nan),
                                  np.where(is_kernel[gpu], first_ts, np.nan))
             records = _timeline_records(rows, launch_ts, iteration[gpu], name_type[rows.name], idle)
-            gpu_lo, gpu_hi = min(gpu_lo, float(rows.exact_ts.min())), max(gpu_hi, float(records["exact_end"].max()))
+            if idle.any():
+                gpu_lo = min(gpu_lo, float(rows.exact_ts[idle].min()))
+                gpu_hi = max(gpu_hi, float(records["exact_end"][idle].max()))
             rounded = rounded or not (np.array_equal(rows.ts, rows.exact_ts) and np.array_equal(rows.dur, rows.exact_dur))
+            others = others or not idle.all()
             buckets.add(records)
-        timeline, exact, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi, rounded)
+        timeline, exact, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi, rounded or others)
         ids = np.unique(np.concatenate(launch_ids)) if launch_ids else np.empty(0, np.int64)
         launch_part, launch_rows = _launch_stats(data.rank, _columns(cpu_launches, (np.int64, np.float64, np.float64)), ids,
                                                  joins, options.spool_dir)
@@ -1110,12 +1114,14 @@ def _timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, typ
     return records
 
 
-def _sweep(buckets: _Buckets, lo: float, hi: float, rounded: bool) -> tuple[sweeps.Timeline, sweeps.Timeline,
-                                                                             utilization.FineBusy | None, dict,
-                                                                             sweeps.StreamIdle]:
-    """The kept GPU rows in start order through the rank's timeline, with HTA's times and (``rounded``:
-    HTA rounds them) with the trace's own, the latter's busy time in fine bins over ``lo``-``hi``; each
-    step's timeline (the trace's own times: step_times is not HTA's) and each stream's idle time (HTA's).
+def _sweep(buckets: _Buckets, lo: float, hi: float, apart: bool) -> tuple[sweeps.Timeline, sweeps.Timeline,
+                                                                           utilization.FineBusy | None, dict,
+                                                                           sweeps.StreamIdle]:
+    """The kept rows on a stream in start order through the rank's timeline, with HTA's times and rules;
+    its kernels, copies and sets through another with the trace's own times (``apart``: HTA's rounding
+    or rows of other kinds make them differ; else one timeline is both), with its busy time in fine bins
+    over ``lo``-``hi``; each step's timeline (as the latter: step_times is not HTA's) and each stream's
+    idle time (HTA's).
     A bucket sorted by the trace's own starts is sorted by HTA's too (rounding a start up keeps the
     order), so both timelines take the buckets in turn."""
     bins = None
@@ -1123,7 +1129,7 @@ def _sweep(buckets: _Buckets, lo: float, hi: float, rounded: bool) -> tuple[swee
         width, first, edges = utilization.fine_edges(lo, hi)
         bins = sweeps.BusyBins(edges)
     exact = sweeps.Timeline(bins)
-    timeline = sweeps.Timeline() if rounded else exact
+    timeline = sweeps.Timeline() if apart else exact
     step_lines: dict[int, sweeps.Timeline] = {}
     stream_idle = sweeps.StreamIdle(CONSECUTIVE_KERNEL_DELAY)
     for records in buckets.sorted():
@@ -1131,19 +1137,20 @@ def _sweep(buckets: _Buckets, lo: float, hi: float, rounded: bool) -> tuple[swee
         timeline.feed(start, end, types)
         idle = records["idle"]
         stream_idle.feed(records["stream"][idle], start[idle], end[idle], records["launch"][idle])
-        if rounded:
+        own = records
+        if apart:
             own = records[np.argsort(records["exact_start"], kind="stable")]
+            own = own[own["idle"]]
             exact.feed(own["exact_start"], own["exact_end"], own["type"])
-        else:
-            own = records
         for number, mine in _by_step(own["step"]):
             step_lines.setdefault(number, sweeps.Timeline()).feed(own["exact_start"][mine], own["exact_end"][mine],
                                                                    own["type"][mine])
-        for line in step_lines.values():
-            line.settle(float(own["exact_start"][-1]))
+        if len(own):
+            for line in step_lines.values():
+                line.settle(float(own["exact_start"][-1]))
         trim_heap()
     timeline.finish()
-    if rounded:
+    if apart:
         exact.finish()
     for line in step_lines.values():
         line.finish()
