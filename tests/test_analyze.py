@@ -312,3 +312,25 @@ def test_the_page_names_the_command_that_made_it(tmp_path, capsys):
 def test_no_straggler_candidates_is_refused_before_reading(tmp_path):
     with pytest.raises(streamtrace.TraceError, match="--candidates .* at least 1, not 0"):
         streamtrace.analyze(tmp_path / "no such input", num_candidates=0)
+
+
+@pytest.fixture(scope="module")
+def dlrm_merged(tmp_path_factory) -> Path:
+    """The 8 DLRM ranks merged by ``merge`` (streams compacted into lanes, each moved slice's stream kept
+    as args.original_stream, correlation ids made unique)."""
+    path = tmp_path_factory.mktemp("dlrm_merged") / "merged.json.gz"
+    streamtrace.merge(DLRM, path, jobs=1)
+    return path
+
+
+@pytest.mark.slow
+def test_a_merge_output_gives_the_tables_of_its_ranks(dlrm_merged):
+    """Streams are the ones kernels ran on (args.original_stream), not merge's lanes: the per-stream idle
+    table and HTA's straggler metric (one communication stream and name compared across ranks) come out
+    as from the rank files; kernels without a launch take their own rank's first event."""
+    per_rank = streamtrace.analyze(DLRM, jobs=1)
+    merged = streamtrace.analyze(dlrm_merged, jobs=1)
+    for name in TABLES:
+        if name != "kernel_launch_stats":  # (its correlation column: the merged file's ids)
+            assert comparable(merged["tables"][name]) == comparable(per_rank["tables"][name]), name
+    assert [row["normalized_start_time"] is not None for row in merged["tables"]["stragglers"]] == [True] * 8

@@ -175,6 +175,16 @@ def test_an_existing_output_is_refused_without_overwrite(tmp_path: Path, capsys)
     assert os.listdir(spool) == []  # the scratch directory is gone after a success too
 
 
+def test_an_output_named_for_another_format_is_refused(tmp_path: Path, capsys) -> None:
+    """A table or CSV answer under a name that promises JSON (or a CSV under .txt) is refused before any work."""
+    query = "SELECT count(*) AS n FROM events"
+    for name, flags, says in (("answer.json", [], "this writes text, not JSON"), ("answer.txt", ["--csv"], "this writes CSV")):
+        assert main(["sql", str(KINETO), query, "-o", str(tmp_path / name), *flags, "-q", "-j", "1"]) == 1
+        assert says in capsys.readouterr().err and not (tmp_path / name).exists()
+    assert main(["sql", str(KINETO), query, "-o", str(tmp_path / "answer.txt"), "-q", "-j", "1"]) == 0
+    assert "n" in (tmp_path / "answer.txt").read_text()
+
+
 @pytest.mark.slow
 def test_a_large_answer_is_written_as_it_is_fetched(tmp_path: Path) -> None:
     """600,000 rows of 18 columns (over 600 MB as Python tuples) written with the process under 400 MB."""

@@ -56,7 +56,8 @@ from .mergedindex import note_process_name
 from .mergerank import rank_files_in
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
-          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization")
+          "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization",
+          "gpu_time", "kernel_totals")
 COLUMNS = {
     "temporal_breakdown": ("rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
                            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"),
@@ -70,6 +71,10 @@ COLUMNS = {
                    "idle(us)"),
     "stragglers": ("rank", "step", "lag(us)", "normalized_start_time", "late", "potential_straggler"),
     "utilization": ("rank", "bin", "start(us)", "end(us)", "gpu_busy(us)", "busy_fraction"),
+    "gpu_time": ("rank", "kernel_time(us)", "busy(us)", "idle_time(us)", "compute_time(us)", "non_compute_time(us)",
+                 "communication(us)", "memory(us)", "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg",
+                 "comp_comm_overlap_pctg", "hta_rounds"),
+    "kernel_totals": ("name", "kernel_type", "count", "sum (us)"),
 }
 UTILIZATION_BINS = 200
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -114,6 +119,13 @@ def _stream_of(value: object) -> int:
         return NO_ID
 
 
+def _stream_arg(original: object, stream: object) -> object:
+    """The stream an event ran on: ``args.original_stream`` where compact or merge
+    moved it to a lane (the lane is a drawing aid), else ``args.stream`` (None: no stream)."""
+    found = stream if original is None else original
+    return NO_ID if found is None else found
+
+
 def _id_of(value: object) -> int:
     """A correlation id: an integer (or a whole float); anything else is no id."""
     if value.__class__ is int:
@@ -148,6 +160,8 @@ class AnalyzeIndex:
         self.fractional = [False]  # some ts is not an integer (or missing): HTA rounds every event's times
         self.skipped = [0]
         self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
+        self.row_seen = bytearray()  # per pid slot: a row of it was read
+        self.first_rows: list[tuple[int, float, float]] = []  # (slot, ts, dur) of each pid's first row, in file order
         self._listed = (0, 0)  # names and categories already in a part
         self._first_sent = False
         self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours
@@ -181,6 +195,7 @@ class AnalyzeIndex:
         part["skipped"], self.skipped[0] = self.skipped[0], 0
         first = self.first_event[0]
         part["first_event"] = None if first is None or self._first_sent else _plain_event(first)
+        part["first_rows"], self.first_rows[:] = self.first_rows[:], []
         self._first_sent = first is not None
         return part
 
@@ -212,6 +227,8 @@ class AnalyzeIndex:
         self.skipped[0] += part["skipped"]
         if self.first_event[0] is None and part["first_event"] is not None:
             self.first_event[0] = part["first_event"]
+        for local, ts, dur in part["first_rows"]:
+            self._first_row_of(maps[2][local], ts, dur)
 
     def visit_chunk(self, text: bytes) -> int | None:
         """Index a chunk's events as :meth:`visit` would, from a projection
@@ -256,7 +273,12 @@ class AnalyzeIndex:
         slots = [pid_slots.get(event.pid) for event in events]
         if None in slots:
             slots = [slot_of(event.pid) for event in events]
-        streams = [NO_ID if event.args is None or event.args.stream is None else event.args.stream for event in events]
+        for slot in dict.fromkeys(slots):
+            if not self.row_seen[slot]:
+                event = events[slots.index(slot)]
+                self._first_row_of(slot, float(event.ts), float(event.dur))
+        streams = [NO_ID if event.args is None else _stream_arg(event.args.original_stream, event.args.stream)
+                   for event in events]
         corrs = [NO_ID if event.args is None or event.args.correlation is None else event.args.correlation
                  for event in events]
         if set(map(type, streams)) - {int}:
@@ -371,7 +393,14 @@ class AnalyzeIndex:
             found = self.pid_slots[pid] = len(self.pids)
             self.pids.append(PidEvidence(pid))
             self.unranked.append(0)
+            self.row_seen.append(0)
         return found
+
+    def _first_row_of(self, slot: int, ts: float, dur: float) -> None:
+        """Note a pid's first row (the first seen of it, since rows come in file order)."""
+        if not self.row_seen[slot]:
+            self.row_seen[slot] = 1
+            self.first_rows.append((slot, ts, dur))
 
     def metadata(self, event: dict) -> None:
         """A ``process_name`` event: the rank it states."""
@@ -381,6 +410,7 @@ class AnalyzeIndex:
         pid_slots, slot_of, metadata, pids, unranked = self.pid_slots, self.slot_of, self.metadata, self.pids, self.unranked
         names, cats = self.names, self.cats
         fractional, skipped, first_event = self.fractional, self.skipped, self.first_event
+        row_seen, first_row_of = self.row_seen, self._first_row_of
         add_ts, add_dur, add_stream, add_corr = self.ts.append, self.dur.append, self.stream.append, self.corr.append
         add_name, add_cat, add_slot = self.name.append, self.cat.append, self.slot.append
         add_ranked, add_rank, rows = self.ranked_rows.append, self.row_ranks.append, self.ts
@@ -419,11 +449,15 @@ class AnalyzeIndex:
             slot = pid_slots.get(pid)
             if slot is None:
                 slot = slot_of(pid)
+            if not row_seen[slot]:
+                first_row_of(slot, ts, dur)
             name = get("name")
             args = get("args")
             stream = corr = NO_ID
             if args.__class__ is dict:
-                value = args.get("stream")
+                value = args.get("original_stream")
+                if value is None:
+                    value = args.get("stream")
                 if value is not None:
                     stream = value if value.__class__ is int else _stream_of(value)
                 value = args.get("correlation")
@@ -467,7 +501,8 @@ class AnalyzeIndex:
 
 @dataclass
 class Chunk:
-    """Some of one rank's work rows (event order), HTA's times applied; ``pos``: their positions among the file's work rows."""
+    """Some of one rank's work rows (event order), HTA's times applied; ``pos``: their positions among the
+    file's work rows; ``exact_ts``, ``exact_dur``: their times as the trace states them (before HTA's rounding)."""
 
     pos: np.ndarray
     ts: np.ndarray
@@ -476,12 +511,14 @@ class Chunk:
     corr: np.ndarray
     name: np.ndarray
     cat: np.ndarray
+    exact_ts: np.ndarray
+    exact_dur: np.ndarray
 
     def __getitem__(self, rows: np.ndarray) -> Chunk:
         return Chunk(*(getattr(self, column)[rows] for column in _CHUNK_COLUMNS))
 
 
-_CHUNK_COLUMNS = ("pos", "ts", "dur", "stream", "corr", "name", "cat")
+_CHUNK_COLUMNS = ("pos", "ts", "dur", "stream", "corr", "name", "cat", "exact_ts", "exact_dur")
 
 
 @dataclass
@@ -497,8 +534,10 @@ class RankInput:
             mine = np.flatnonzero(_block_ranks(block, base, self.slot_rank) == self.rank)
             if not len(mine):
                 continue
-            ts, dur = hta.hta_times(block["ts"][mine], block["dur"][mine], self.index.fractional[0])
-            yield Chunk(mine + base, ts, dur, *(block[column][mine] for column in ("stream", "corr", "name", "cat")))
+            exact_ts, exact_dur = block["ts"][mine], block["dur"][mine]
+            ts, dur = hta.hta_times(exact_ts, exact_dur, self.index.fractional[0])
+            yield Chunk(mine + base, ts, dur, *(block[column][mine] for column in ("stream", "corr", "name", "cat")),
+                        exact_ts, exact_dur)
             trim_heap()  # (a chunk's scratch is freed between the few arrays kept from it: give its pages back)
 
 
@@ -533,7 +572,27 @@ class RankResult:
     comm_candidates: dict  # (stream, step, name) -> [(ts, dur)] in file order, suffix maxima of dur
     notes: list = field(default_factory=list)
     busy: utilization.FineBusy | None = None  # GPU busy time in fine bins (None: no GPU rows)
+    exact: GpuTime | None = None  # the temporal breakdown from the trace's own times
+    kernel_totals: list = field(default_factory=list)  # (name, type, count, total time) per name, the trace's own times
     pp_stage: int | None = None  # its place in its PP group (distributedInfo)
+
+
+@dataclass
+class GpuTime:
+    """A rank's GPU time from the times the trace states (HTA's tables round them to whole microseconds):
+    its temporal breakdown, the union of its communication and of its memory kernels, the share of
+    communication overlapped by computation; ``rounded``: HTA's rounding moves some of this rank's GPU times."""
+
+    temporal: hta.Temporal
+    communication: float
+    memory: float
+    overlap: float
+    rounded: bool
+
+    @classmethod
+    def of(cls, timeline: sweeps.Timeline, rounded: bool) -> GpuTime:
+        return cls(timeline.temporal(), timeline.lengths[hta.COMMUNICATION], timeline.lengths[hta.MEMORY],
+                   timeline.overlap_ratio(), rounded)
 
 
 @dataclass
@@ -547,6 +606,7 @@ class FileResult:
     step_names: set  # every ProfilerStep name of the input (HTA decides its cut on all inputs' names)
     filtered: bool  # the decision this reading took
     devices: tuple = ()  # the input's deviceProperties names
+    notes: list = field(default_factory=list)  # what the input lacks or what reading it repaired
 
 
 def _discard(result: FileResult) -> None:
@@ -586,31 +646,48 @@ def analyze_file(path: str, options: _Options, progress: Meter | None = None) ->
         cat_strings = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
         step_names = {name for name in strings if "ProfilerStep" in name}
         filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
-        first = _first_row(index, ranks)
+        first = _first_rows(index, ranks)
         inputs, unplaced = _split_by_rank(index, ranks)
         frames = {rank: _frame(data, strings, filtered, options.include_last_step) for rank, data in inputs}
         plain = _plain_facts(index, ranks, frames)
         out: list[RankResult] = []
         try:
             for rank, data in inputs:
-                first_ts = first[1] if first is not None and first[0] == rank else math.nan
                 out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
-                                         cat_strings, step_names, first_ts, options))
+                                         cat_strings, step_names, first.get(rank, math.nan), options))
         except BaseException:
             _discard(FileResult(out, {}, 0, 0.0, set(), False))
             raise
         unplaced += plain.get(-1, PlainFacts()).unplaced
+        cpu_only = 0 if out else sum(fact.unplaced for rank, fact in plain.items() if rank >= 0)
     finally:
         index.close()
-    if unplaced and out:
+    notes = _reading_notes(location, result.stats.as_dict())
+    if unplaced:
         pids = [str(facts.pid) for facts, rank in zip(index.pids, ranks) if rank < 0]
-        out[0].notes.append(f"{location}: {unplaced:,} events on pids that no rule places in a rank ({', '.join(pids[:8])}"
-                            f"{' ...' if len(pids) > 8 else ''}) are left out; give them a rank with args.rank or a "
-                            "process_name such as 'rank 3'")
+        notes.append(f"{location}: {unplaced:,} events on pids that no rule places in a rank ({', '.join(pids[:8])}"
+                     f"{' ...' if len(pids) > 8 else ''}) are left out; give them a rank with args.rank or a "
+                     "process_name such as 'rank 3'")
+    if cpu_only:
+        notes.append(f"{location}: {cpu_only:,} CPU events and no GPU work, launch or profiler step: no rank to analyze")
+    elif not out and not unplaced:
+        notes.append(f"{location}: " + (f"none of its {result.stats.events:,} events has a ts, a dur and a cat (what "
+                                        "analyze reads)" if result.stats.events else "no events") + ": no rank to analyze")
     if len(out) == 1:  # a rank file's distributedInfo speaks for its rank (a merged file's for one of them)
         out[0].pp_stage = pp_stage_from_info(member_value(members, "distributedInfo"), out[0].rank)
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
-                      _device_names(members))
+                      _device_names(members), notes)
+
+
+def _reading_notes(location: str, read: dict) -> list[str]:
+    """What reading the input repaired, as inspect's repairs line says it: a cut trace's figures cover only its start."""
+    repairs = [f"{read[key]:,} {label}" for key, label in (("invalid_utf8_repaired", "invalid UTF-8 sequences replaced"),
+                                                           ("control_chars_repaired", "raw control characters escaped"))
+               if read.get(key)]
+    if read.get("truncated_salvaged"):
+        repairs.append("the trace is truncated: its complete events are analyzed (--salvage), so every figure "
+                       "covers only the part before the cut")
+    return [f"{location}: {'; '.join(repairs)}"] if repairs else []
 
 
 def _analyze_file_in_store(path: str, options: _Options, store: RunStore) -> FileResult:
@@ -695,17 +772,29 @@ def _pairings(index: AnalyzeIndex) -> dict:
     return pair_by_time(samples, launches_by_id)
 
 
-def _first_row(index: AnalyzeIndex, ranks: list[int]) -> tuple[int, float] | None:
-    """Rank and HTA time of the file's first event when HTA keeps it as a row (else None)."""
+def _first_rows(index: AnalyzeIndex, ranks: list[int]) -> dict[int, float]:
+    """Per rank, the HTA time of the row HTA's index 0 stands for (a kernel without a launch is joined to
+    it).  A rank's own file: its first event, when HTA keeps it as a row.  A file of several ranks: each
+    rank's first row, the first event of its own file had it been one."""
+    if len({rank for rank in ranks if rank >= 0}) > 1:
+        firsts: dict[int, tuple[float, float]] = {}
+        for slot, ts, dur in index.first_rows:
+            if ranks[slot] >= 0:
+                firsts.setdefault(ranks[slot], (ts, dur))
+        return {rank: _hta_start(index, ts, dur) for rank, (ts, dur) in firsts.items()}
     event = index.first_event[0]
     if event.__class__ is not dict or event.get("ph") == "M":
-        return None
+        return {}
     ts, dur, cat = event.get("ts"), event.get("dur"), event.get("cat")
     if ts.__class__ not in (int, float) or dur.__class__ not in (int, float) or cat.__class__ is not str or cat == "Trace":
-        return None
+        return {}
     slot = index.pid_slots.get(event.get("pid")) if event.get("pid").__class__ in (int, str) else None
+    return {} if slot is None or ranks[slot] < 0 else {ranks[slot]: _hta_start(index, ts, dur)}
+
+
+def _hta_start(index: AnalyzeIndex, ts: float, dur: float) -> float:
     start, _ = hta.hta_times(np.array([ts], dtype=np.float64), np.array([dur], dtype=np.float64), index.fractional[0])
-    return None if slot is None or ranks[slot] < 0 else (ranks[slot], float(start[0]))
+    return float(start[0])
 
 
 def _split_by_rank(index: AnalyzeIndex, ranks: list[int]) -> tuple[list[tuple[int, RankInput]], int]:
@@ -838,7 +927,8 @@ def _merge_extents(into: dict, more: dict) -> None:
 
 
 _TIMELINE = np.dtype([("start", np.float64), ("end", np.float64), ("pos", np.int64), ("stream", np.int64),
-                      ("launch", np.float64), ("step", np.int64), ("type", np.int8), ("idle", np.bool_)])
+                      ("launch", np.float64), ("step", np.int64), ("type", np.int8), ("idle", np.bool_),
+                      ("exact_start", np.float64), ("exact_end", np.float64)])
 
 
 class _Buckets:
@@ -923,7 +1013,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     launches = _Launches(hta.LastById(corr, np.arange(len(corr))), np.append(ts, np.nan),  # (one more: an index for "none")
                          np.append(_kept_times(frame, ts), False), np.append(steps, -1))
     buckets = _Buckets(*frame.gpu_range, options.spool_dir)
-    names = sweeps.NameTotals()
+    names, exact_names = sweeps.NameTotals(), sweeps.NameTotals()
     negative, min_ts, extents, first_seen = 0, math.inf, {}, {}
     step_spans: dict[int, tuple[float, float]] = {}
     step_numbers: set[int] = set()
@@ -932,6 +1022,8 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     cpu_launches: list[tuple[np.ndarray, ...]] = []
     joins = _JoinSpool(options.spool_dir)
     gpu_lo, gpu_hi = math.inf, -math.inf
+    rounded = False  # HTA's rounding moves the times of some GPU row
+    others = False  # some row on a stream is no kernel, copy or set (a cuda_sync slice, a CPU event with args.stream)
     try:
         for chunk in data.chunks():
             is_kernel = frame.is_kernel(chunk)
@@ -960,6 +1052,7 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             joins.add(rows[rows.corr != NO_ID])
             names.add(rows.name, rows.dur)
             idle = kernel_cat[rows.cat] if len(cats) else np.zeros(len(gpu), dtype=bool)
+            exact_names.add(rows.name[idle], rows.exact_dur[idle])
             for stream, at in zip(*np.unique(rows.stream[idle], return_index=True)):
                 first_seen.setdefault(int(stream), int(rows.pos[idle][at]))
             mine = launch[gpu]
@@ -968,9 +1061,13 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
             launch_ts = np.where(found, np.where(launches.kept[at], launches.ts[at], np.nan),
                                  np.where(is_kernel[gpu], first_ts, np.nan))
             records = _timeline_records(rows, launch_ts, iteration[gpu], name_type[rows.name], idle)
-            gpu_lo, gpu_hi = min(gpu_lo, float(rows.ts.min())), max(gpu_hi, float(records["end"].max()))
+            if idle.any():
+                gpu_lo = min(gpu_lo, float(rows.exact_ts[idle].min()))
+                gpu_hi = max(gpu_hi, float(records["exact_end"][idle].max()))
+            rounded = rounded or not (np.array_equal(rows.ts, rows.exact_ts) and np.array_equal(rows.dur, rows.exact_dur))
+            others = others or not idle.all()
             buckets.add(records)
-        timeline, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi)
+        timeline, exact, busy, step_lines, stream_idle = _sweep(buckets, gpu_lo, gpu_hi, rounded or others)
         ids = np.unique(np.concatenate(launch_ids)) if launch_ids else np.empty(0, np.int64)
         launch_part, launch_rows = _launch_stats(data.rank, _columns(cpu_launches, (np.int64, np.float64, np.float64)), ids,
                                                  joins, options.spool_dir)
@@ -986,14 +1083,17 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
     notes = list(frame.notes)
     if negative:
         notes.append(f"rank {data.rank}: {negative:,} events last less than a microsecond within one: HTA's rounding "
-                     "(start up, end down) gives them -1 us, counted so (as HTA does) in every table")
+                     "(start up, end down) gives them -1 us, counted so (as HTA does) in HTA's tables (gpu_time and the "
+                     "report take the trace's own times)")
     _merge_extents(extents, plain.extents)
     return RankResult(
         data.rank, path, min(min_ts, plain.min_ts), step_names, frame.filtered,
         timeline.temporal(), timeline.overlaps, kernel_rows, timeline.overlap_ratio(),
         _idle_rows(data.rank, stream_idle, first_seen), launch_part, launch_rows,
         step_numbers, [(number, start, end - start) for number, (start, end) in sorted(step_spans.items())],
-        _step_times(step_lines), extents, comm, notes=notes, busy=busy)
+        _step_times(step_lines), extents, comm, notes=notes, busy=busy, exact=GpuTime.of(exact, rounded),
+        kernel_totals=[(stats.name, hta.TYPE_NAMES[name_type[at]], stats.count, stats.total)
+                       for at, stats in zip(np.flatnonzero(exact_names.count).tolist(), exact_names.stats(strings))])
 
 
 def _records(handle: IO[bytes]) -> Iterator[np.ndarray]:
@@ -1008,38 +1108,54 @@ def _timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, typ
     """What the time sweeps read of kept GPU rows (``idle``: a kernel, copy or set, which idle time counts)."""
     records = np.empty(len(rows.ts), dtype=_TIMELINE)
     for column, values in (("start", rows.ts), ("end", rows.ts + rows.dur), ("pos", rows.pos), ("stream", rows.stream),
-                           ("launch", launch_ts), ("step", steps), ("type", types), ("idle", idle)):
+                           ("launch", launch_ts), ("step", steps), ("type", types), ("idle", idle),
+                           ("exact_start", rows.exact_ts), ("exact_end", rows.exact_ts + rows.exact_dur)):
         records[column] = values
     return records
 
 
-def _sweep(buckets: _Buckets, lo: float, hi: float) -> tuple[sweeps.Timeline, utilization.FineBusy | None, dict,
-                                                               sweeps.StreamIdle]:
-    """The kept GPU rows in start order through the rank's timeline (and its busy
-    time in fine bins), each step's timeline and each stream's idle time."""
+def _sweep(buckets: _Buckets, lo: float, hi: float, apart: bool) -> tuple[sweeps.Timeline, sweeps.Timeline,
+                                                                           utilization.FineBusy | None, dict,
+                                                                           sweeps.StreamIdle]:
+    """The kept rows on a stream in start order through the rank's timeline, with HTA's times and rules;
+    its kernels, copies and sets through another with the trace's own times (``apart``: HTA's rounding
+    or rows of other kinds make them differ; else one timeline is both), with its busy time in fine bins
+    over ``lo``-``hi``; each step's timeline (as the latter: step_times is not HTA's) and each stream's
+    idle time (HTA's).
+    A bucket sorted by the trace's own starts is sorted by HTA's too (rounding a start up keeps the
+    order), so both timelines take the buckets in turn."""
     bins = None
     if lo <= hi:
         width, first, edges = utilization.fine_edges(lo, hi)
         bins = sweeps.BusyBins(edges)
-    timeline = sweeps.Timeline(bins)
+    exact = sweeps.Timeline(bins)
+    timeline = sweeps.Timeline() if apart else exact
     step_lines: dict[int, sweeps.Timeline] = {}
     stream_idle = sweeps.StreamIdle(CONSECUTIVE_KERNEL_DELAY)
     for records in buckets.sorted():
         start, end, types = records["start"], records["end"], records["type"]
         timeline.feed(start, end, types)
-        step = records["step"]
-        for number, mine in _by_step(step):
-            step_lines.setdefault(number, sweeps.Timeline()).feed(start[mine], end[mine], types[mine])
         idle = records["idle"]
         stream_idle.feed(records["stream"][idle], start[idle], end[idle], records["launch"][idle])
-        for line in step_lines.values():
-            line.settle(float(start[-1]))
+        own = records
+        if apart:
+            own = records[np.argsort(records["exact_start"], kind="stable")]
+            own = own[own["idle"]]
+            exact.feed(own["exact_start"], own["exact_end"], own["type"])
+        for number, mine in _by_step(own["step"]):
+            step_lines.setdefault(number, sweeps.Timeline()).feed(own["exact_start"][mine], own["exact_end"][mine],
+                                                                   own["type"][mine])
+        if len(own):
+            for line in step_lines.values():
+                line.settle(float(own["exact_start"][-1]))
         trim_heap()
     timeline.finish()
+    if apart:
+        exact.finish()
     for line in step_lines.values():
         line.finish()
     busy = None if bins is None else utilization.FineBusy(width, first, bins.busy, lo, hi)
-    return timeline, busy, step_lines, stream_idle
+    return timeline, exact, busy, step_lines, stream_idle
 
 
 def _add_comm_candidates(groups: dict, chunk: Chunk, rows: np.ndarray, iteration: np.ndarray, strings: list[str]) -> None:
@@ -1231,7 +1347,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             parts = [result.launch_part for result in results if result.launch_part]
             tables = _tables(results, num_candidates, utilization_bins)
             launch_rows = sum(result.launch_rows for result in results)
-            notes = [note for result in results for note in result.notes]
+            notes = [note for result in per_file for note in result.notes] + [note for result in results
+                                                                              for note in result.notes]
             summary = {
                 "command": "analyze",
                 "read": _read_totals([result.read for result in per_file]),
@@ -1358,7 +1475,35 @@ def _tables(results: list[RankResult], num_candidates: int, bins: int = UTILIZAT
         for r in results for step, start, duration in r.steps]
     tables["stragglers"] = _stragglers(results, steps, num_candidates)
     tables["utilization"] = _utilization(results, base, bins)
+    tables["gpu_time"] = [_gpu_time_row(r.rank, r.exact) for r in results if r.exact is not None]
+    tables["kernel_totals"] = _kernel_totals(results)
     return tables
+
+
+def _kernel_totals(results: list[RankResult]) -> list[dict]:
+    """Every GPU row name over all ranks, with its type, count and total time from the trace's own times
+    (kernel_breakdown, HTA's, rounds them and keeps 10 names per type and rank), most time first."""
+    totals: dict[tuple[str, str], list] = {}
+    for r in results:
+        for name, kind, count, total in r.kernel_totals:
+            known = totals.setdefault((name, kind), [0, 0.0])
+            known[0] += count
+            known[1] += total
+    ordered = sorted(totals, key=lambda key: (-totals[key][1], key))
+    return [{"name": name, "kernel_type": kind, "count": totals[(name, kind)][0],
+             "sum (us)": round(totals[(name, kind)][1], 3)} for name, kind in ordered]
+
+
+def _gpu_time_row(rank: int, exact: GpuTime) -> dict:
+    """The temporal breakdown and overlap of a rank from the trace's own times, to the nanosecond."""
+    t = exact.temporal
+    times = {"kernel_time(us)": t.kernel_time, "busy(us)": t.kernel_time - t.idle, "idle_time(us)": t.idle,
+             "compute_time(us)": t.compute, "non_compute_time(us)": t.non_compute,
+             "communication(us)": exact.communication, "memory(us)": exact.memory}
+    return {"rank": rank, **{key: round(value, 3) for key, value in times.items()},
+            "idle_time_pctg": _pctg(t.idle, t.kernel_time), "compute_time_pctg": _pctg(t.compute, t.kernel_time),
+            "non_compute_time_pctg": _pctg(t.non_compute, t.kernel_time),
+            "comp_comm_overlap_pctg": float(np.round(100 * exact.overlap, 2)), "hta_rounds": exact.rounded}
 
 
 def _utilization(results: list[RankResult], base: float, bins: int) -> list[dict]:
@@ -1495,35 +1640,4 @@ def _parsed(text: str) -> float | int:
     return int(number) if number.is_integer() and "." not in text and "e" not in text else number
 
 
-def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
-    """The default report as (label, text) rows: per rank idle / compute /
-    other share and overlap, the slowest steps, HTA's stragglers, the top kernels."""
-    tables = summary["tables"]
-    rows = []
-    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
-    for row in tables["temporal_breakdown"]:
-        rows.append((f"rank {row['rank']}", f"idle {_share(row['idle_time_pctg'])}, compute {_share(row['compute_time_pctg'])}, "
-                     f"other GPU work {_share(row['non_compute_time_pctg'])} of {row['kernel_time(us)'] / 1e3:,.1f} ms; "
-                     f"communication overlapped {_share(overlap.get(row['rank']))}"))
-    lags = sorted((row for row in tables["stragglers"] if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
-    if lags:
-        rows.append(("slowest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{row['lag(us)'] / 1e3:,.1f} ms"
-                                                for row in lags[:top])))
-    candidates = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
-    if candidates:
-        rows.append(("stragglers", "ranks " + ", ".join(map(str, candidates)) + " (HTA's late-start rule)"))
-    kernels: dict[str, float] = {}
-    for row in tables["kernel_breakdown"]:
-        if row["name"] != "others":
-            kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["sum (us)"]
-    for n, name in enumerate(sorted(kernels, key=lambda name: -kernels[name])[:top]):
-        rows.append(("top kernels" if n == 0 else "", f"{kernels[name] / 1e3:,.1f} ms  {name[:90]}"))
-    rows.extend(("note", note) for note in summary["notes"])
-    return rows
-
-
-def _share(value: object) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}%"
-
-
-__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze", "report_rows"]
+__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze"]

@@ -101,8 +101,9 @@ def sql(
     named = all(isinstance(spec, (str, os.PathLike)) for spec in specs)
     inputs = discover_inputs(specs) if named else specs  # an archive of rank files too: one table, as merge reads it
     destinations = Destinations(inputs if named else [], overwrite=overwrite, summary=summary_file)
-    target = None if output is None else destinations.target(output)
-    as_csv = bool(csv_format) if csv_format is not None else target is not None and _named_csv(target.name)
+    named_csv = isinstance(output, (str, os.PathLike)) and _named_csv(os.fspath(output))
+    as_csv = bool(csv_format) if csv_format is not None else named_csv
+    target = None if output is None else destinations.target(output, holds="CSV" if as_csv else "text")
     scratch = tempfile.mkdtemp(prefix="streamtrace-sql-", dir=spool_dir)
     try:
         rows_path = os.path.join(scratch, "events.parquet")

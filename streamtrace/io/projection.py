@@ -203,7 +203,8 @@ _RETURN_TO_SPACE = bytes(32 if byte == 13 else byte for byte in range(256))
 
 
 _ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,
-                    "args": {"stream": None, "correlation": None, "rank": None, "name": None}}
+                    "args": {"stream": None, "original_stream": None, "correlation": None, "rank": None,
+                                               "name": None}}
 _ANALYSIS = Projection(_ANALYSIS_FIELDS)
 
 

@@ -118,7 +118,7 @@ def _facts(summary: dict, inputs: list[str], command: str | None) -> list[tuple[
     folders = sorted({os.path.dirname(path) for path in inputs})
     where = f" (in {folders[0]})" if len(folders) == 1 and folders[0] else ""
     steps = [row["step"] for row in tables["profiler_steps"]]
-    busy = sum(row["kernel_time(us)"] - row["idle_time(us)"] for row in tables["temporal_breakdown"])
+    busy = sum(row["busy(us)"] for row in tables["gpu_time"])
     return [
         ("inputs", f"{len(inputs):,}: {shown}{where}"),
         ("devices", ", ".join(summary.get("devices") or ()) or "not stated in the inputs"),

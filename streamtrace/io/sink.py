@@ -45,7 +45,7 @@ WRITTEN = "it writes gzip for a .gz name, zstd for .zst, uncompressed for any ot
 
 
 # The formats streamtrace writes, by the suffix under any .gz/.zst: a file named for one holds that one.
-FORMATS = {".json": "JSON", ".csv": "CSV", ".parquet": "Parquet", ".html": "HTML"}
+FORMATS = {".json": "JSON", ".csv": "CSV", ".parquet": "Parquet", ".html": "HTML", ".txt": "text"}
 
 
 def inner_suffix(name: str) -> tuple[str, bool]:
