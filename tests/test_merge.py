@@ -462,7 +462,7 @@ def test_text_splices_equal_the_decoded_rewrite(tmp_path, monkeypatch):
     """Pass 2 splices numeric fields (pid, tid, shifted ts, ids) in the text,
     block by block; compaction's per-line patches and then decoding every
     line must give the same events, number text included."""
-    from streamtrace.commands.merge import MergePlan
+    from streamtrace.commands.mergeemit import MergePlan
     cfg = SynthConfig(ranks=2, pp_stages=2, microbatches=4, steps=1, graph_streams=8, graph_kernels=8,
                       base_skew_ns=1_537)
     write_traces(cfg, tmp_path, compress="none", merged=False)

@@ -45,7 +45,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..commands.analyze import analyze
-    from ..commands.merge import parse_rank_list
+    from ..commands.mergerank import parse_rank_list
 
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,

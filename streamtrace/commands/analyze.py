@@ -52,8 +52,8 @@ from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb, trim_heap
-from .merge import rank_files_in
 from .mergedindex import note_process_name
+from .mergerank import rank_files_in
 
 TABLES = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap",
           "idle_time_breakdown", "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization",

@@ -43,7 +43,7 @@ from ..io.scratch import check_local_spool_dir
 from ..io.sink import SinkSpec
 from ..io.source import SourceSpec
 from ..resources import peak_rss_mb
-from .merge import discover_inputs
+from .mergerank import discover_inputs
 from .toparquet import to_parquet
 
 DEFAULT_MEMORY_MB = 256
