@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .commands.batch import batch
     from .commands.compact import compact
     from .commands.convert import convert
+    from .commands.diff import diff
     from .commands.inspect import inspect
     from .commands.merge import merge
     from .commands.redact import redact
@@ -27,12 +28,12 @@ if TYPE_CHECKING:
     from .io.redact import RedactOptions
 
 _HOMES = {"analyze": "commands.analyze", "attribute": "commands.attribute", "batch": "commands.batch",
-          "compact": "commands.compact", "convert": "commands.convert", "inspect": "commands.inspect",
-          "merge": "commands.merge", "redact": "commands.redact", "relink": "commands.relink",
+          "compact": "commands.compact", "convert": "commands.convert", "diff": "commands.diff",
+          "inspect": "commands.inspect", "merge": "commands.merge", "redact": "commands.redact", "relink": "commands.relink",
           "slice_trace": "commands.slicing", "split": "commands.split", "synthesize": "commands.synth", "TraceError": "errors",
           "RedactOptions": "io.redact"}
-__all__ = ["RedactOptions", "TraceError", "analyze", "attribute", "batch", "compact", "convert", "inspect", "merge", "redact",
-           "relink", "slice_trace", "split", "synthesize"]
+__all__ = ["RedactOptions", "TraceError", "analyze", "attribute", "batch", "compact", "convert", "diff", "inspect", "merge",
+           "redact", "relink", "slice_trace", "split", "synthesize"]
 __version__ = "0.1.0"
 
 

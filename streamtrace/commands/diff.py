@@ -1,0 +1,311 @@
+"""``diff``: what changed between two runs, as HTA 0.5.0's ``TraceDiff`` says (SPEC 18).
+
+Each side is one rank's trace (a file, or the file of the chosen rank among
+rank files).  Pass 1 with :class:`DiffIndex` keeps, per event HTA reads
+(events with a ``dur`` and a ``cat``), start, duration, stream, correlation
+id and name id in columns spilled to disk; then two sweeps over those
+columns (:mod:`streamtrace.algo.tracediff`) find the launches of the chosen
+iteration and total each name's count and duration.  Memory holds the
+distinct names, the step spans and one iteration's launch ids.  A file on
+both sides (two iterations of one run) is read once.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Sequence
+
+import numpy as np
+
+from ..algo import tracediff
+from ..algo.analysis import StepOf, hta_times, step_number
+from ..algo.ranks import rank_from_file_name
+from ..engine.jobs import resolve_jobs
+from ..engine.passes import index_pass
+from ..errors import TraceError
+from ..io.destinations import Destinations
+from ..io.jsonscan import member_value
+from ..io.progress import Progress
+from ..io.source import InputSource
+from ..io.spool import ColumnSpill
+from ..resources import peak_rss_mb
+from .merge import discover_inputs, header_rank
+
+OUTPUTS = ("trace_diff.csv", "ops_diff.csv")
+SYNC_NAMES = ("Event Sync", "Context Sync")  # HTA's device synchronisations: GPU side whatever their stream
+ID_LOW, ID_HIGH = -(1 << 63), 1 << 63
+NUMBERS = (int, float)
+
+
+def _stream(value: object) -> int:
+    """HTA's ``int(stream)``; what int() refuses is no stream."""
+    if value.__class__ is int:
+        return value  # type: ignore[return-value]
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return tracediff.NO_ID
+
+
+def _correlation(value: object) -> int:
+    """A correlation id: an integer or a whole float (as pandas compares them); anything else is none."""
+    if value.__class__ is float and value.is_integer():  # type: ignore[union-attr]
+        return int(value)  # type: ignore[arg-type]
+    return value if value.__class__ is int else tracediff.NO_ID  # type: ignore[return-value]
+
+
+class DiffIndex:
+    """Pass-1 visitor: per event HTA reads, its start, duration, stream,
+    correlation id and name id (columns spilled to disk), and the spans of
+    the ``ProfilerStep`` events."""
+
+    def __init__(self, spool_dir: str | None = None) -> None:
+        self.rows = ColumnSpill("ddqqi", spool_dir)  # ts, dur, stream, correlation, name id
+        self.names: dict[object, int] = {}
+        self.step_symbols: set[str] = set()  # names and categories starting with ProfilerStep (HTA's iterations)
+        self.spans: list[tuple[float, float, int]] = []  # (ts, dur, name id) of ProfilerStep rows, in event order
+        self.fractional = False  # some ts is not an integer (or missing): HTA rounds every event's times
+        self.first_kept: bool | None = None  # whether the trace's event 0 is a row (HTA never links to it)
+        self.skipped = 0
+
+    def visit(self, event: dict) -> None:
+        first = self.first_kept is None
+        if first:
+            self.first_kept = False
+        get = event.get
+        ts, dur, cat = get("ts"), get("dur"), get("cat")
+        if ts.__class__ is not int:
+            self.fractional = True
+            if ts.__class__ is Decimal:  # (exact mode reads fractions as Decimals)
+                ts = float(ts)
+            elif ts.__class__ is not float:
+                return
+        if dur is None:
+            return
+        if dur.__class__ is Decimal:
+            dur = float(dur)
+        if cat.__class__ is not str or cat == "Trace" or dur.__class__ not in NUMBERS:
+            if cat is not None and cat != "Trace":
+                self.skipped += 1
+            return
+        args = get("args")
+        stream = corr = tracediff.NO_ID
+        if args.__class__ is dict:
+            stream, corr = _stream(args.get("stream", stream)), _correlation(args.get("correlation", corr))
+            if not (ID_LOW <= stream < ID_HIGH and ID_LOW <= corr < ID_HIGH):
+                stream, corr = (value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in (stream, corr))
+        name = get("name")
+        name_id = self.names.setdefault(name, len(self.names))
+        if name.__class__ is str and name.startswith("ProfilerStep"):
+            self.step_symbols.add(name)
+            self.spans.append((float(ts), float(dur), name_id))
+        if cat.startswith("ProfilerStep"):
+            self.step_symbols.add(cat)
+        ts_column, dur_column, stream_column, corr_column, name_column = self.rows.columns
+        ts_column.append(ts)
+        dur_column.append(dur)
+        stream_column.append(stream)
+        corr_column.append(corr)
+        name_column.append(name_id)
+        self.first_kept = self.first_kept or first
+        if self.rows.full():
+            self.rows.flush()
+
+
+@dataclass
+class Side:
+    """One side of the comparison: what was asked and what was found."""
+
+    label: str
+    spec: str
+    rank: int | None
+    iteration: int | None
+    file: str = ""
+    iterations: list[int] = field(default_factory=list)
+    totals: dict[str, tuple[int, float]] = field(default_factory=dict)
+    full_totals: dict[str, tuple[int, float]] = field(default_factory=dict)  # by full name: ops_diff's (HTA's own)
+    read: dict = field(default_factory=dict)
+
+    def describe(self) -> dict:
+        return {"input": self.spec, "file": self.file, "rank": self.rank, "iteration": self.iteration,
+                "iterations": self.iterations, "names": len(self.totals), "read": self.read}
+
+
+def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
+         device: str = "all", control_rank: int | None = None, test_rank: int | None = None,
+         control_iteration: int | None = None, test_iteration: int | None = None, short_names: bool = False,
+         overwrite: bool = False, salvage: bool = False, spool_dir: str | None = None, reread_remote: bool = False,
+         progress: bool | str | None = False, jobs: int | str | None = None,
+         summary_file: str | os.PathLike | None = None) -> dict:
+    """HTA's ``TraceDiff.compare_traces`` and ``ops_diff`` of two traces;
+    returns the summary (``trace_diff``: the rows, ``ops_diff``: names per change).
+
+    ``control`` / ``test``: a trace file, or rank files (a directory, a glob,
+    an archive) of which the rank asked for (default: the first) is read.
+    ``device``: ``cpu``, ``gpu`` or ``all``.  Iterations default to each
+    trace's first.  ``out_dir``: ``trace_diff.csv`` and ``ops_diff.csv``.
+    """
+    started = time.perf_counter()
+    if device not in tracediff.DEVICES:
+        raise TraceError(f"device must be one of {', '.join(tracediff.DEVICES)}, not {device!r}")
+    sides = [Side(label, os.fspath(spec), rank, iteration) for label, spec, rank, iteration in
+             zip(tracediff.LABELS, (control, test), (control_rank, test_rank), (control_iteration, test_iteration))]
+    for side in sides:
+        side.file, side.rank = _rank_file(side)
+    destinations = Destinations({side.file for side in sides}, overwrite=overwrite, summary=summary_file)
+    targets = []
+    if out_dir is not None:
+        directory = destinations.directory(out_dir, writes="the diff's CSV files")
+        targets = [os.path.join(directory, name) for name in OUTPUTS]
+        destinations.claim_all(targets, role="table")
+    options = dict(salvage=salvage, spool_dir=spool_dir, reread_remote=reread_remote, progress=progress,
+                   jobs=resolve_jobs(jobs))
+    for file in dict.fromkeys(side.file for side in sides):  # a file on both sides is read once
+        _read_sides(file, [side for side in sides if side.file == file], device, short_names, options)
+    rows = tracediff.compare(sides[0].totals, sides[1].totals)
+    # ops_diff compares full names whatever short_names says (HTA's ops_diff calls compare_traces without it)
+    changes = tracediff.ops_diff(tracediff.compare(sides[0].full_totals, sides[1].full_totals))
+    summary = {
+        "command": "diff",
+        "device": device,
+        "short_names": short_names,
+        "control": sides[0].describe(),
+        "test": sides[1].describe(),
+        "output": targets,
+        "changes": {change: len(names) for change, names in changes.items()},
+        "trace_diff": rows,
+        "ops_diff": changes,
+    }
+    if targets:
+        with destinations:  # both files appear, or neither
+            destinations.write(targets[0], _csv(tracediff.diff_columns(), [list(row.values()) for row in rows]),
+                               role="table")
+            destinations.write(targets[1], _csv(("category", "name"), [(change, name) for change, names in changes.items()
+                                                                       for name in names]), role="table")
+    summary["wall_seconds"] = round(time.perf_counter() - started, 3)
+    summary["peak_rss_mb"] = peak_rss_mb()
+    return destinations.finish(summary)
+
+
+def _rank_file(side: Side) -> tuple[str, int | None]:
+    """The file of the side's rank: the only file, or among rank files the one
+    of the rank asked for (default: the lowest).  A single file's rank is
+    known after its pass (None until then)."""
+    files = discover_inputs([side.spec])
+    if len(files) == 1:
+        return files[0], side.rank
+    ranks: dict[int, str] = {}
+    for path in files:
+        rank = _file_rank(path, header_rank(path))
+        if rank in ranks:
+            raise TraceError(f"{ranks[rank]} and {path} are both rank {rank}; give one of them", path=side.spec)
+        ranks[rank] = path
+    rank = min(ranks) if side.rank is None else side.rank
+    if rank not in ranks:
+        raise TraceError(f"no rank {rank} among the {side.label.lower()} traces (ranks {_listed(sorted(ranks))})",
+                         path=side.spec)
+    return ranks[rank], rank
+
+
+def _file_rank(path: str, stated: object) -> int:
+    """A rank file's rank: ``distributedInfo.rank``, else a ``rank<N>`` in its name, else 0 (as HTA)."""
+    if type(stated) is int:
+        return stated
+    named = rank_from_file_name(path)
+    return 0 if named is None else named
+
+
+def _read_sides(path: str, sides: list[Side], device: str, short_names: bool, options: dict) -> None:
+    """Pass 1 over one file, then each side's selection and totals."""
+    with InputSource(path, spool_dir=options["spool_dir"], reread_remote=options["reread_remote"]) as source:
+        meter = Progress(source.size, enabled=options["progress"])
+        result = index_pass(source, lambda: DiffIndex(options["spool_dir"]), keep_events=False,
+                            salvage=options["salvage"], jobs=options["jobs"], progress=meter)
+        location = source.name
+    index: DiffIndex = result.visitor  # type: ignore[assignment]
+    try:
+        info = member_value(result.stats.header + result.stats.trailer, "distributedInfo")
+        rank = _file_rank(path, info.get("rank") if isinstance(info, dict) else None)
+        names = [name if name.__class__ is str else str(name) for name in index.names]
+        iterations = _iterations(location, index)
+        steps = _step_of(location, index)
+        sync_ids = np.array([at for at, name in enumerate(names) if name in SYNC_NAMES], dtype=np.int32)
+        for side in sides:
+            if side.rank is not None and side.rank != rank:
+                raise TraceError(f"{side.label.lower()} trace is rank {rank}, not {side.rank}", path=location)
+            side.rank, side.iterations = rank, iterations
+            side.read = {**result.stats.as_dict(), "events_skipped": index.skipped,
+                         "pass1_seconds": round(result.seconds, 3)}
+            if not iterations:
+                raise TraceError(f"no ProfilerStep#N event: HTA's diff compares iterations, and this "
+                                 f"{side.label.lower()} trace has none", path=location)
+            side.iteration = iterations[0] if side.iteration is None else side.iteration
+            if side.iteration not in iterations:
+                raise TraceError(f"no iteration {side.iteration} in the {side.label.lower()} trace (its iterations: "
+                                 f"{_listed(iterations)})", path=location)
+            selection = tracediff.Selection(steps, np.array([side.iteration]), device, sync_ids, bool(index.first_kept))
+            totals = _totals(index, selection)
+            side.totals = totals.by_name(names, short_names)
+            side.full_totals = totals.by_name(names, False) if short_names else side.totals
+    finally:
+        index.rows.close()
+
+
+def _iterations(location: str, index: DiffIndex) -> list[int]:
+    """HTA's iterations: the numbers of the ``ProfilerStep#N`` names (and categories)."""
+    numbers = {symbol: step_number(symbol) for symbol in index.step_symbols}
+    odd = sorted(symbol for symbol, number in numbers.items() if number is None)
+    if odd:
+        raise TraceError(f"the step name {odd[0]!r} has no number (HTA reads ProfilerStep#N)", path=location)
+    return sorted(set(numbers.values()))  # type: ignore[arg-type]
+
+
+def _step_of(location: str, index: DiffIndex) -> StepOf:
+    """HTA's iteration of a time: the last ``ProfilerStep`` span (in event order) holding it, HTA's times."""
+    spans = np.array(index.spans, dtype=np.float64).reshape(-1, 3)
+    starts, durations = hta_times(spans[:, 0].copy(), spans[:, 1].copy(), index.fractional)
+    names = list(index.names)
+    numbers = np.array([step_number(names[int(at)]) for at in spans[:, 2]], dtype=np.int64)
+    return StepOf(starts, starts + durations, numbers)
+
+
+def _totals(index: DiffIndex, selection: tracediff.Selection) -> tracediff.NameTotals:
+    """Two sweeps over the rows: the chosen iteration's launches, then the totals of the rows kept."""
+    start = 0
+    for ts, dur, stream, corr, name in index.rows.chunks():
+        ts, _ = hta_times(ts, dur, index.fractional)
+        selection.note_launches(start, ts, stream, corr, name)
+        start += len(ts)
+    totals = tracediff.NameTotals()
+    for ts, dur, stream, corr, name in index.rows.chunks():
+        ts, dur = hta_times(ts, dur, index.fractional)
+        kept = selection.rows(ts, stream, corr, name)
+        totals.add(name[kept], dur[kept])
+    return totals
+
+
+def _csv(header: Sequence[str], rows: list) -> bytes:
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return text.getvalue().encode()
+
+
+def _listed(numbers: list[int], limit: int = 8) -> str:
+    shown = ", ".join(map(str, numbers[:limit]))
+    return shown + (f" ... {numbers[-1]} ({len(numbers)})" if len(numbers) > limit else "")
+
+
+def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
+    """The default report: what each side is, the changes, the names whose duration moved most."""
+    rows = [(side, f"{summary[side]['file']} rank {summary[side]['rank']} iteration {summary[side]['iteration']}")
+            for side in ("control", "test")]
+    rows.append(("ops", ", ".join(f"{count:,} {change}" for change, count in summary["changes"].items())))
+    moved = sorted(summary["trace_diff"], key=lambda row: -abs(row["diff_duration"]))[:top]
+    rows += [("duration", f"{row['diff_duration']:+,} us  {row['name'][:80]}") for row in moved if row["diff_duration"]]
+    return rows
