@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from badinputs.generate import BAD_INPUTS
 
 import streamtrace
 from streamtrace import cli
@@ -181,9 +182,17 @@ def test_rank_files_default_to_the_first_rank(tmp_path):
         streamtrace.diff(run, run, control_rank=3)
 
 
+def test_a_directory_whose_trace_states_no_rank_is_rank_0(tmp_path):
+    run = write_trace(tmp_path / "run" / "trace.json", edge_events(), rank=None).parent
+    summary = streamtrace.diff(run, run)
+    assert (summary["control"]["rank"], summary["test"]["rank"]) == (0, 0)
+    with pytest.raises(TraceError, match="no trace file"):
+        streamtrace.diff(run, tmp_path)
+
+
 @pytest.mark.parametrize("events, message", [
-    ([], "this test trace has none"),
-    ([x("aten::mm", 1, 2)], "this test trace has none"),
+    ([], "the test trace has no iteration to compare"),
+    ([x("aten::mm", 1, 2)], "the test trace has no iteration to compare"),
     ([x("ProfilerStep", 1, 2, "user_annotation")], "the step name 'ProfilerStep' has no number"),
 ], ids=["empty", "no-steps", "step-without-number"])
 def test_a_side_without_iterations_is_one_line_and_writes_nothing(edge_pair, tmp_path, events, message, capsys):
@@ -228,3 +237,18 @@ def test_command_line_report_and_json(edge_pair, tmp_path, capsys):
     assert cli.main(["diff", *map(str, edge_pair), "--control-iteration", "2", "--json", "-q"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["control"]["iteration"] == 2 and summary["test"]["iteration"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad", BAD_INPUTS, ids=lambda bad: bad.name)
+def test_damaged_inputs_give_one_line_and_no_file(bad, edge_pair, tmp_path, capsys):
+    """Every damaged input of the bad-input matrix as the test side: one line naming it, nothing written
+    (none has a ProfilerStep, so those that read come to the refusal of a run without iterations)."""
+    path = tmp_path / bad.filename
+    path.write_bytes(bad.build())
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert cli.main(["diff", str(edge_pair[0]), str(path), "-o", str(out), "-q"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"streamtrace: error: {path}")
+    assert not out.exists()

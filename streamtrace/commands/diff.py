@@ -33,7 +33,7 @@ from ..io.progress import Progress
 from ..io.source import InputSource
 from ..io.spool import ColumnSpill
 from ..resources import peak_rss_mb
-from .merge import discover_inputs, header_rank
+from .merge import OWN_OUTPUT, TRACE_SUFFIX, discover_inputs, header_rank
 
 OUTPUTS = ("trace_diff.csv", "ops_diff.csv")
 SYNC_NAMES = ("Event Sync", "Context Sync")  # HTA's device synchronisations: GPU side whatever their stream
@@ -195,7 +195,7 @@ def _rank_file(side: Side) -> tuple[str, int | None]:
     """The file of the side's rank: the only file, or among rank files the one
     of the rank asked for (default: the lowest).  A single file's rank is
     known after its pass (None until then)."""
-    files = discover_inputs([side.spec])
+    files = _trace_files(side.spec)
     if len(files) == 1:
         return files[0], side.rank
     ranks: dict[int, str] = {}
@@ -209,6 +209,18 @@ def _rank_file(side: Side) -> tuple[str, int | None]:
         raise TraceError(f"no rank {rank} among the {side.label.lower()} traces (ranks {_listed(sorted(ranks))})",
                          path=side.spec)
     return ranks[rank], rank
+
+
+def _trace_files(spec: str) -> list[str]:
+    """What ``merge`` reads for ``spec``, except that a directory gives all
+    its traces, stating a rank or not (HTA's trace_dir: rank 0 when none is stated)."""
+    if not os.path.isdir(spec):
+        return discover_inputs([spec])
+    files = sorted(os.path.join(spec, name) for name in os.listdir(spec)
+                   if TRACE_SUFFIX.search(name) and not OWN_OUTPUT.search(name) and os.path.isfile(os.path.join(spec, name)))
+    if not files:
+        raise TraceError("no trace file (.json, .json.gz, .json.zst) in this directory", path=spec)
+    return files
 
 
 def _file_rank(path: str, stated: object) -> int:
@@ -241,8 +253,8 @@ def _read_sides(path: str, sides: list[Side], device: str, short_names: bool, op
             side.read = {**result.stats.as_dict(), "events_skipped": index.skipped,
                          "pass1_seconds": round(result.seconds, 3)}
             if not iterations:
-                raise TraceError(f"no ProfilerStep#N event: HTA's diff compares iterations, and this "
-                                 f"{side.label.lower()} trace has none", path=location)
+                raise TraceError(f"no ProfilerStep#N event: the {side.label.lower()} trace has no iteration to "
+                                 "compare", path=location)
             side.iteration = iterations[0] if side.iteration is None else side.iteration
             if side.iteration not in iterations:
                 raise TraceError(f"no iteration {side.iteration} in the {side.label.lower()} trace (its iterations: "
