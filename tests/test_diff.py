@@ -252,3 +252,55 @@ def test_damaged_inputs_give_one_line_and_no_file(bad, edge_pair, tmp_path, caps
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith(f"streamtrace: error: {path}")
     assert not out.exists()
+
+
+def test_tables_join_on_their_key_with_tracelens_columns():
+    control = [{"rank": 0, "time": 10, "share": 0.5, "late": False}, {"rank": 1, "time": 0, "share": 0.25, "late": True}]
+    test = [{"rank": 1, "time": 4, "share": 0.75, "late": True}, {"rank": 2, "time": 8, "share": 1.0, "late": False}]
+    header, rows = tracediff.join_tables(control, test, ("rank",), ("rank", "time", "share", "late"))
+    assert header == ["rank", "present", "time__Control", "time__Test", "time__diff", "time__pct", "share__Control",
+                      "share__Test", "share__diff", "share__pct", "late__Control", "late__Test"]
+    assert [[row[column] for column in header] for row in rows] == [
+        [0, "control", 10, None, None, None, 0.5, None, None, None, False, None],
+        [1, "both", 0, 4, 4, None, 0.25, 0.75, 0.5, 200.0, True, True],  # (no percentage of a control's 0)
+        [2, "test", None, 8, None, None, None, 1.0, None, None, None, False],
+    ]
+
+
+def kernel_run(path: Path, k1_dur: float, with_k2: bool, step: int = 100) -> Path:
+    """Two steps (analyze keeps the first, ``step`` us long): k1 launched in step 1, and k2 when asked."""
+    events = [x("ProfilerStep#1", 0, step, "user_annotation"), x("ProfilerStep#2", step, 100, "user_annotation"),
+              x("cudaLaunchKernel", 10, 2, "cuda_runtime", correlation=1),
+              x("k1", 20, k1_dur, "kernel", stream=7, correlation=1)]
+    if with_k2:
+        events += [x("cudaLaunchKernel", 30, 2, "cuda_runtime", correlation=2), x("k2", 50, 4, "kernel", stream=7,
+                                                                                 correlation=2)]
+    return write_trace(path, events)
+
+
+def test_tables_side_by_side_on_a_hand_worked_pair(tmp_path, capsys):
+    control, test = kernel_run(tmp_path / "a.json", 10, False), kernel_run(tmp_path / "b.json", 15, True, step=130)
+    summary = streamtrace.diff(control, test, tmp_path / "out", tables=True)
+    kernels = {row["name"]: row for row in summary["tables"]["kernel_breakdown"]}
+    assert {name: (row["present"], row["sum (us)__Control"], row["sum (us)__Test"], row["sum (us)__diff"],
+                   row["sum (us)__pct"]) for name, row in kernels.items()} == {
+        "k1": ("both", 10, 15, 5, 50.0), "k2": ("test", None, 4, None, None)}
+    steps = summary["tables"]["step_time_per_rank"]
+    assert [(row["rank"], row["mean_step(us)__Control"], row["mean_step(us)__diff"], row["mean_step(us)__pct"])
+            for row in steps] == [(0, 100, 30, 30.0)]
+    (temporal,) = summary["tables"]["temporal_breakdown"]  # HTA's kernel time: first start to last end, 20 .. 30 | 54
+    assert [temporal[f"kernel_time(us)__{suffix}"] for suffix in ("Control", "Test", "diff", "pct")] == [10, 34, 24, 240]
+    assert [temporal[f"idle_time(us)__{suffix}"] for suffix in ("Control", "Test", "diff", "pct")] == [0, 15, 15, None]
+    with open(tmp_path / "out" / "kernel_breakdown.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert (rows[0]["name"], rows[0]["sum (us)__pct"], rows[1]["present"], rows[1]["sum (us)__Control"]) == \
+        ("k1", "50.0", "test", "")
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(["trace_diff.csv", "ops_diff.csv", "step_time_per_rank.csv",
+                                                           *(f"{name}.csv" for name in (
+                                                               "temporal_breakdown", "kernel_type_breakdown",
+                                                               "kernel_breakdown", "comm_comp_overlap",
+                                                               "idle_time_breakdown", "profiler_steps", "step_times",
+                                                               "stragglers"))])
+    assert cli.main(["diff", str(control), str(test), "--tables", "-q"]) == 0
+    report = capsys.readouterr().out
+    assert "step time  rank 0: 100 -> 130 us (+30.0%)" in report and "kernel     +5 us  k1 (rank 0)" in report

@@ -148,3 +148,50 @@ def ops_diff(rows: list[dict], labels: tuple[str, str] = LABELS) -> dict[str, li
 def number(value: float) -> int | float:
     """A duration as HTA's whole microseconds print: an int when it is whole."""
     return int(value) if float(value).is_integer() else float(value)
+
+
+def join_tables(control: list[dict], test: list[dict], keys: tuple[str, ...], columns: tuple[str, ...],
+                labels: tuple[str, str] = LABELS) -> tuple[list[str], list[dict]]:
+    """Two runs' rows of one table side by side, as TraceLens compares its
+    reports; returns the header and the rows.  Joined on ``keys``; per other
+    column ``<column>__<label>`` for each run, then for a column holding
+    numbers ``<column>__diff`` (test - control) and ``<column>__pct``
+    (100 x diff / control; empty where the control's is 0 or a run lacks the
+    row); ``present`` says where the row is: ``both``, ``control`` or ``test``.
+    Rows: the control's in its order, then those only the test has, in its order."""
+    values = [column for column in columns if column not in keys]
+    numeric = {column for column in values if any(_is_number(row.get(column)) for row in (*control, *test))}
+    header = [*keys, "present"]
+    for column in values:
+        header += [f"{column}__{label}" for label in labels]
+        header += [f"{column}__diff", f"{column}__pct"] if column in numeric else []
+    tests = {_key(row, keys): row for row in test}
+    controls = {_key(row, keys) for row in control}
+    pairs = [(row, tests.get(_key(row, keys))) for row in control]
+    pairs += [(None, row) for key, row in tests.items() if key not in controls]
+    joined = []
+    for mine, theirs in pairs:
+        row = dict(zip(keys, _key(mine if mine is not None else theirs, keys)))
+        row["present"] = "both" if mine is not None and theirs is not None else "control" if mine is not None else "test"
+        for column in values:
+            pair = [None if side is None else side.get(column) for side in (mine, theirs)]
+            row.update({f"{column}__{label}": value for label, value in zip(labels, pair)})
+            if column in numeric:
+                difference = pair[1] - pair[0] if all(map(_is_number, pair)) else None  # type: ignore[operator]
+                row[f"{column}__diff"] = _tidy(difference)
+                row[f"{column}__pct"] = None if difference is None or not pair[0] else _tidy(100 * difference / pair[0])
+        joined.append(row)
+    return header, joined
+
+
+def _key(row: dict, keys: tuple[str, ...]) -> tuple:
+    return tuple(row.get(key) for key in keys)
+
+
+def _tidy(value: float | None) -> float | None:
+    """A difference of two decimals without the binary noise (13.81 - 13.63 is 0.18, not 0.17999999999999972)."""
+    return value if value is None or isinstance(value, int) else round(value, 9)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # (NaN is no number)

@@ -34,6 +34,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help=f"the {side} run's iteration, N of ProfilerStep#N (default: its first)")
     cmd.add_argument("--short-names", action="store_true",
                      help="compare names without argument lists and template arguments (HTA's use_short_name)")
+    cmd.add_argument("--tables", action="store_true",
+                     help="also analyze both runs (every rank) and write each of analyze's tables side by side "
+                          "(<column>__Control, __Test, __diff, __pct; 'present': both, control or test), and each "
+                          "rank's mean step in both (step_time_per_rank.csv)")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, summary)")
     common_options(cmd)
     cmd.set_defaults(run=run)
@@ -44,7 +48,8 @@ def run(args: argparse.Namespace) -> None:
 
     summary = diff(args.control, args.test, args.output, device=args.device, control_rank=args.control_rank,
                    test_rank=args.test_rank, control_iteration=args.control_iteration,
-                   test_iteration=args.test_iteration, short_names=args.short_names, overwrite=args.overwrite,
+                   test_iteration=args.test_iteration, short_names=args.short_names, tables=args.tables,
+                   overwrite=args.overwrite,
                    **reading(args))
     report("diff", summary, args)
 

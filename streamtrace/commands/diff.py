@@ -36,6 +36,20 @@ from ..resources import peak_rss_mb
 from .merge import OWN_OUTPUT, TRACE_SUFFIX, discover_inputs, header_rank
 
 OUTPUTS = ("trace_diff.csv", "ops_diff.csv")
+# analyze's tables that --tables joins, on these keys; not kernel_launch_stats (a row per launch, keyed by
+# correlation ids two runs do not share) nor utilization (bins of each run's own time span)
+TABLE_KEYS = {
+    "temporal_breakdown": ("rank",),
+    "kernel_type_breakdown": ("kernel_type",),
+    "kernel_breakdown": ("kernel_type", "name", "rank"),
+    "comm_comp_overlap": ("rank",),
+    "idle_time_breakdown": ("rank", "stream", "idle_category"),
+    "profiler_steps": ("step",),
+    "step_times": ("rank", "step"),
+    "stragglers": ("rank", "step"),
+}
+STEP_TIME = "step_time_per_rank"  # each rank's mean step, both runs (from step_times)
+STEP_COLUMNS = ("rank", "steps", "mean_step(us)")
 SYNC_NAMES = ("Event Sync", "Context Sync")  # HTA's device synchronisations: GPU side whatever their stream
 ID_LOW, ID_HIGH = -(1 << 63), 1 << 63
 NUMBERS = (int, float)
@@ -139,7 +153,7 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
          device: str = "all", control_rank: int | None = None, test_rank: int | None = None,
          control_iteration: int | None = None, test_iteration: int | None = None, short_names: bool = False,
          overwrite: bool = False, salvage: bool = False, spool_dir: str | None = None, reread_remote: bool = False,
-         progress: bool | str | None = False, jobs: int | str | None = None,
+         tables: bool = False, progress: bool | str | None = False, jobs: int | str | None = None,
          summary_file: str | os.PathLike | None = None) -> dict:
     """HTA's ``TraceDiff.compare_traces`` and ``ops_diff`` of two traces;
     returns the summary (``trace_diff``: the rows, ``ops_diff``: names per change).
@@ -148,6 +162,9 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
     an archive) of which the rank asked for (default: the first) is read.
     ``device``: ``cpu``, ``gpu`` or ``all``.  Iterations default to each
     trace's first.  ``out_dir``: ``trace_diff.csv`` and ``ops_diff.csv``.
+    ``tables``: also ``analyze`` both runs (every rank) and join each table
+    (``tables`` in the summary, ``<table>.csv`` in ``out_dir``), with each
+    rank's mean step in both runs (``step_time_per_rank``).
     """
     started = time.perf_counter()
     if device not in tracediff.DEVICES:
@@ -156,16 +173,19 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
              zip(tracediff.LABELS, (control, test), (control_rank, test_rank), (control_iteration, test_iteration))]
     for side in sides:
         side.file, side.rank = _rank_file(side)
-    destinations = Destinations({side.file for side in sides}, overwrite=overwrite, summary=summary_file)
+    inputs = {path for side in sides for path in (_trace_files(side.spec) if tables else [side.file])}
+    destinations = Destinations(inputs, overwrite=overwrite, summary=summary_file)
     targets = []
     if out_dir is not None:
         directory = destinations.directory(out_dir, writes="the diff's CSV files")
-        targets = [os.path.join(directory, name) for name in OUTPUTS]
+        names = [*OUTPUTS, *(f"{name}.csv" for name in (*TABLE_KEYS, STEP_TIME) if tables)]
+        targets = [os.path.join(directory, name) for name in names]
         destinations.claim_all(targets, role="table")
     options = dict(salvage=salvage, spool_dir=spool_dir, reread_remote=reread_remote, progress=progress,
                    jobs=resolve_jobs(jobs))
     for file in dict.fromkeys(side.file for side in sides):  # a file on both sides is read once
         _read_sides(file, [side for side in sides if side.file == file], device, short_names, options)
+    joined = _joined_tables(sides, options) if tables else {}
     rows = tracediff.compare(sides[0].totals, sides[1].totals)
     # ops_diff compares full names whatever short_names says (HTA's ops_diff calls compare_traces without it)
     changes = tracediff.ops_diff(tracediff.compare(sides[0].full_totals, sides[1].full_totals))
@@ -179,16 +199,46 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
         "changes": {change: len(names) for change, names in changes.items()},
         "trace_diff": rows,
         "ops_diff": changes,
+        "tables": {name: table_rows for name, (_, table_rows) in joined.items()},
     }
     if targets:
-        with destinations:  # both files appear, or neither
-            destinations.write(targets[0], _csv(tracediff.diff_columns(), [list(row.values()) for row in rows]),
-                               role="table")
-            destinations.write(targets[1], _csv(("category", "name"), [(change, name) for change, names in changes.items()
-                                                                       for name in names]), role="table")
+        files = [(tracediff.diff_columns(), [list(row.values()) for row in rows]),
+                 (("category", "name"), [(change, name) for change, names in changes.items() for name in names]),
+                 *((header, [[row[column] for column in header] for row in table_rows])
+                   for header, table_rows in joined.values())]
+        with destinations:  # every file appears, or none
+            for target, (header, lines) in zip(targets, files):
+                destinations.write(target, _csv(header, lines), role="table")
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()
     return destinations.finish(summary)
+
+
+def _joined_tables(sides: list[Side], options: dict) -> dict[str, tuple[list[str], list[dict]]]:
+    """``analyze`` of both runs (once when both are the same input), each table joined on its key."""
+    from .analyze import COLUMNS, analyze
+
+    runs: dict[str, dict] = {}
+    for side in sides:
+        if side.spec not in runs:
+            runs[side.spec] = analyze(side.spec, salvage=options["salvage"], spool_dir=options["spool_dir"],
+                                      reread_remote=options["reread_remote"], progress=options["progress"],
+                                      jobs=options["jobs"])["tables"]
+    control, test = (runs[side.spec] for side in sides)
+    joined = {name: tracediff.join_tables(control.get(name) or [], test.get(name) or [], keys, COLUMNS[name])
+              for name, keys in TABLE_KEYS.items()}
+    joined[STEP_TIME] = tracediff.join_tables(*(_step_means(run.get("step_times") or []) for run in (control, test)),
+                                              ("rank",), STEP_COLUMNS)
+    return joined
+
+
+def _step_means(step_times: list[dict]) -> list[dict]:
+    """Each rank's step count and mean step duration."""
+    durations: dict[int, list[float]] = {}
+    for row in step_times:
+        durations.setdefault(row["rank"], []).append(row["duration(us)"])
+    return [{"rank": rank, "steps": len(values), "mean_step(us)": sum(values) / len(values)}
+            for rank, values in sorted(durations.items())]
 
 
 def _rank_file(side: Side) -> tuple[str, int | None]:
@@ -314,10 +364,36 @@ def _listed(numbers: list[int], limit: int = 8) -> str:
 
 
 def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
-    """The default report: what each side is, the changes, the names whose duration moved most."""
+    """The default report: what each side is, the changes, the names whose
+    duration moved most; with the tables, each rank's step time in both runs
+    (the ranks that moved most) and the kernels and idle time that moved most."""
     rows = [(side, f"{summary[side]['file']} rank {summary[side]['rank']} iteration {summary[side]['iteration']}")
             for side in ("control", "test")]
     rows.append(("ops", ", ".join(f"{count:,} {change}" for change, count in summary["changes"].items())))
-    moved = sorted(summary["trace_diff"], key=lambda row: -abs(row["diff_duration"]))[:top]
-    rows += [("duration", f"{row['diff_duration']:+,} us  {row['name'][:80]}") for row in moved if row["diff_duration"]]
+    tables = summary.get("tables") or {}
+    moved = _most_moved(summary["trace_diff"], "diff_duration", 2 if tables else top)
+    rows += [("duration", f"{row['diff_duration']:+,} us  {row['name'][:80]}") for row in moved]
+    if not tables:
+        return rows
+    steps = tables[STEP_TIME]
+    for row in _most_moved(steps, "mean_step(us)__diff", 4):
+        rows.append(("step time", f"rank {row['rank']}: {row['mean_step(us)__Control']:,.0f} -> "
+                                  f"{row['mean_step(us)__Test']:,.0f} us ({_signed(row['mean_step(us)__pct'])})"))
+    alone = [f"rank {row['rank']} only in the {row['present']} run" for row in steps if row["present"] != "both"]
+    if len(steps) > 4 or alone:
+        rows.append(("step time", ", ".join([f"{len(steps)} ranks"] * (len(steps) > 4) + alone[:4])))
+    for row in _most_moved(tables["kernel_breakdown"], "sum (us)__diff", 3):
+        rows.append(("kernel", f"{row['sum (us)__diff']:+,.0f} us  {row['name'][:70]} (rank {row['rank']})"))
+    for row in _most_moved(tables["idle_time_breakdown"], "idle_time__diff", 2):
+        rows.append(("idle", f"{row['idle_time__diff']:+,.0f} us  rank {row['rank']} stream {row['stream']} "
+                             f"{row['idle_category']}"))
     return rows
+
+
+def _most_moved(rows: list[dict], column: str, count: int) -> list[dict]:
+    """The rows whose ``column`` (a difference) is largest in size, leaving out those without one or at 0."""
+    return sorted((row for row in rows if row.get(column)), key=lambda row: -abs(row[column]))[:count]
+
+
+def _signed(pct: float | None) -> str:
+    return "no step before" if pct is None else f"{pct:+.1f}%"
