@@ -15,9 +15,10 @@ import csv
 import io
 import os
 import time
+from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from ..errors import TraceError
 from ..io.destinations import Destinations
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
+from ..io.projection import Projection
 from ..io.source import InputSource
 from ..io.spool import ColumnSpill
 from ..resources import peak_rss_mb
@@ -53,45 +55,77 @@ STEP_COLUMNS = ("rank", "steps", "mean_step(us)")
 SYNC_NAMES = ("Event Sync", "Context Sync")  # HTA's device synchronisations: GPU side whatever their stream
 ID_LOW, ID_HIGH = -(1 << 63), 1 << 63
 NUMBERS = (int, float)
+_PROJECTION = Projection({"ts": None, "dur": None, "cat": None, "name": None,
+                          "args": {"stream": None, "correlation": None}})  # what DiffIndex reads of an event
 
 
-def _stream(value: object) -> int:
+def _stream(value: Any) -> int:
     """HTA's ``int(stream)``; what int() refuses is no stream."""
     if value.__class__ is int:
-        return value  # type: ignore[return-value]
+        return value
     try:
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     except (TypeError, ValueError, OverflowError):
         return tracediff.NO_ID
 
 
-def _correlation(value: object) -> int:
+def _correlation(value: Any) -> int:
     """A correlation id: an integer or a whole float (as pandas compares them); anything else is none."""
-    if value.__class__ is float and value.is_integer():  # type: ignore[union-attr]
-        return int(value)  # type: ignore[arg-type]
-    return value if value.__class__ is int else tracediff.NO_ID  # type: ignore[return-value]
+    if value.__class__ is float and value.is_integer():
+        return int(value)
+    return value if value.__class__ is int else tracediff.NO_ID
 
 
 class DiffIndex:
     """Pass-1 visitor: per event HTA reads, its start, duration, stream,
     correlation id and name id (columns spilled to disk), and the spans of
-    the ``ProfilerStep`` events."""
+    the ``ProfilerStep`` events.  Pass-1 workers index ranges of the events
+    from a projection of the five members it reads (:meth:`visit_chunk`)
+    and send their rows in parts (:meth:`take_part`, :meth:`absorb`)."""
+
+    splits_by_ranges = True
+    partial = False  # True where it indexes parts (a worker's): its rows go in parts, never to the file
+    _COLUMNS = "ddqqi"  # ts, dur, stream, correlation, name id
 
     def __init__(self, spool_dir: str | None = None) -> None:
-        self.rows = ColumnSpill("ddqqi", spool_dir)  # ts, dur, stream, correlation, name id
+        self.rows = ColumnSpill(self._COLUMNS, spool_dir)
         self.names: dict[object, int] = {}
         self.step_symbols: set[str] = set()  # names and categories starting with ProfilerStep (HTA's iterations)
         self.spans: list[tuple[float, float, int]] = []  # (ts, dur, name id) of ProfilerStep rows, in event order
         self.fractional = False  # some ts is not an integer (or missing): HTA rounds every event's times
-        self.first_kept: bool | None = None  # whether the trace's event 0 is a row (HTA never links to it)
+        self.first_kept = False  # the trace's event 0 is row 0 (HTA never links a kernel to it)
         self.skipped = 0
+        self.events = 0  # events seen (in a worker: since its last part)
+        self._listed = 0  # names already in a part
+        self._maps: dict[int, array] = {}  # per worker: its name ids -> ours
 
     def visit(self, event: dict) -> None:
-        first = self.first_kept is None
-        if first:
-            self.first_kept = False
         get = event.get
-        ts, dur, cat = get("ts"), get("dur"), get("cat")
+        args = get("args")
+        if args.__class__ is dict:
+            self._add(get("ts"), get("dur"), get("cat"), get("name"), args.get("stream"), args.get("correlation"))
+        else:
+            self._add(get("ts"), get("dur"), get("cat"), get("name"), None, None)
+
+    def visit_chunk(self, text: bytes) -> int | None:
+        """Index a chunk's events as :meth:`visit` would, from their projection;
+        None (nothing changed) when the ordinary reading must read it."""
+        events = _PROJECTION.decode(text)
+        if events is None or any(event.name.__class__ not in (str, int, float, bool, type(None)) for event in events):
+            return None  # (a name that is an array or object: the ordinary reading says what is wrong)
+        add = self._add
+        for event in events:
+            args = event.args
+            if args is None:
+                add(event.ts, event.dur, event.cat, event.name, None, None)
+            else:
+                add(event.ts, event.dur, event.cat, event.name, args.stream, args.correlation)
+        return len(events)
+
+    def _add(self, ts: Any, dur: Any, cat: Any, name: Any, stream_value: Any, corr_value: Any) -> None:
+        """One event: a row when HTA reads it (a numeric ts and dur, a category other than Trace)."""
+        first = self.events == 0
+        self.events += 1
         if ts.__class__ is not int:
             self.fractional = True
             if ts.__class__ is Decimal:  # (exact mode reads fractions as Decimals)
@@ -106,28 +140,53 @@ class DiffIndex:
             if cat is not None and cat != "Trace":
                 self.skipped += 1
             return
-        args = get("args")
-        stream = corr = tracediff.NO_ID
-        if args.__class__ is dict:
-            stream, corr = _stream(args.get("stream", stream)), _correlation(args.get("correlation", corr))
-            if not (ID_LOW <= stream < ID_HIGH and ID_LOW <= corr < ID_HIGH):
-                stream, corr = (value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in (stream, corr))
-        name = get("name")
+        stream = tracediff.NO_ID if stream_value is None else _stream(stream_value)
+        corr = tracediff.NO_ID if corr_value is None else _correlation(corr_value)
+        if not (ID_LOW <= stream < ID_HIGH and ID_LOW <= corr < ID_HIGH):
+            stream, corr = (value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in (stream, corr))
         name_id = self.names.setdefault(name, len(self.names))
         if name.__class__ is str and name.startswith("ProfilerStep"):
             self.step_symbols.add(name)
             self.spans.append((float(ts), float(dur), name_id))
         if cat.startswith("ProfilerStep"):
             self.step_symbols.add(cat)
-        ts_column, dur_column, stream_column, corr_column, name_column = self.rows.columns
-        ts_column.append(ts)
-        dur_column.append(dur)
-        stream_column.append(stream)
-        corr_column.append(corr)
-        name_column.append(name_id)
         self.first_kept = self.first_kept or first
+        for column, value in zip(self.rows.columns, (ts, dur, stream, corr, name_id)):
+            column.append(value)
+        if self.rows.full() and not self.partial:
+            self.rows.flush()
+
+    def take_part(self) -> dict:
+        """What was indexed since the last part: rows, spans and flags (names by
+        this visitor's ids, the new names listed)."""
+        part = {"rows": [column.tobytes() for column in self.rows.columns], "names": list(self.names)[self._listed:],
+                "spans": self.spans[:], "step_symbols": set(self.step_symbols), "fractional": self.fractional,
+                "skipped": self.skipped, "first_kept": self.first_kept, "events": self.events}
+        for column in self.rows.columns:
+            del column[:]
+        self._listed = len(self.names)
+        self.spans.clear()
+        self.step_symbols.clear()
+        self.fractional, self.first_kept, self.skipped, self.events = False, False, 0, 0
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part (parts come in event order), its name ids made ours."""
+        ids = self._maps.setdefault(source, array("i"))
+        for name in part["names"]:
+            ids.append(self.names.setdefault(name, len(self.names)))
+        ours = np.frombuffer(ids, dtype=np.int32) if ids else np.empty(0, np.int32)
+        names = ours[np.frombuffer(part["rows"][-1], dtype=np.int32)].astype(np.int32)
+        self.first_kept = self.first_kept or (first_event == 0 and part["first_kept"])
+        for column, data in zip(self.rows.columns, (*part["rows"][:-1], names.tobytes())):
+            column.frombytes(data)
         if self.rows.full():
             self.rows.flush()
+        self.spans += [(ts, dur, int(ours[name])) for ts, dur, name in part["spans"]]
+        self.step_symbols |= part["step_symbols"]
+        self.fractional = self.fractional or part["fractional"]
+        self.skipped += part["skipped"]
+        self.events = first_event + part["events"]
 
 
 @dataclass
