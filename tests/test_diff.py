@@ -323,3 +323,14 @@ def test_worker_processes_give_the_same_diff(tmp_path):
                  for jobs in (1, 2)]
     assert summaries[0]["trace_diff"] == summaries[1]["trace_diff"] and summaries[0]["trace_diff"]
     assert summaries[0]["ops_diff"] == summaries[1]["ops_diff"]
+
+
+def test_tables_report_ranks_one_run_lacks_and_stays_short(tmp_path, capsys):
+    for name, ranks in (("two", 2), ("four", 4)):
+        write_traces(SynthConfig(ranks=ranks, pp_stages=2, microbatches=2, steps=2, graph_kernels=4, eager_kernels=2,
+                                 seed=ranks), tmp_path / name, compress="none", merged=False)
+    assert cli.main(["diff", str(tmp_path / "two"), str(tmp_path / "four"), "--tables", "-q"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert 3 <= len(lines) <= 15
+    assert "step time  4 ranks; ranks 2, 3 only in the test run" in lines
+    assert sum(line.startswith("step time  rank ") for line in lines) == 2  # ranks 0 and 1, in both runs

@@ -321,15 +321,16 @@ def _rank_file(side: Side) -> tuple[str, int | None]:
 
 
 def _trace_files(spec: str) -> list[str]:
-    """What ``merge`` reads for ``spec``, except that a directory gives all
-    its traces, stating a rank or not (HTA's trace_dir: rank 0 when none is stated)."""
+    """What ``merge`` reads for ``spec``; in a directory, the traces that state
+    their rank, else all of them (HTA's trace_dir: rank 0 where none is stated)."""
     if not os.path.isdir(spec):
         return discover_inputs([spec])
     files = sorted(os.path.join(spec, name) for name in os.listdir(spec)
                    if TRACE_SUFFIX.search(name) and not OWN_OUTPUT.search(name) and os.path.isfile(os.path.join(spec, name)))
     if not files:
         raise TraceError("no trace file (.json, .json.gz, .json.zst) in this directory", path=spec)
-    return files
+    ranked = [path for path in files if rank_from_file_name(path) is not None or header_rank(path) is not None]
+    return ranked or files
 
 
 def _file_rank(path: str, stated: object) -> int:
@@ -430,29 +431,39 @@ def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
             for side in ("control", "test")]
     rows.append(("ops", ", ".join(f"{count:,} {change}" for change, count in summary["changes"].items())))
     tables = summary.get("tables") or {}
-    moved = _most_moved(summary["trace_diff"], "diff_duration", 2 if tables else top)
+    moved = sorted((row for row in summary["trace_diff"] if row["diff_duration"]),
+                   key=lambda row: -abs(row["diff_duration"]))[:2 if tables else top]
     rows += [("duration", f"{row['diff_duration']:+,} us  {row['name'][:80]}") for row in moved]
     if not tables:
         return rows
     steps = tables[STEP_TIME]
-    for row in _most_moved(steps, "mean_step(us)__diff", 4):
+    for row in _most_moved([row for row in steps if row["present"] == "both"], "mean_step(us)", 3):
         rows.append(("step time", f"rank {row['rank']}: {row['mean_step(us)__Control']:,.0f} -> "
                                   f"{row['mean_step(us)__Test']:,.0f} us ({_signed(row['mean_step(us)__pct'])})"))
-    alone = [f"rank {row['rank']} only in the {row['present']} run" for row in steps if row["present"] != "both"]
-    if len(steps) > 4 or alone:
-        rows.append(("step time", ", ".join([f"{len(steps)} ranks"] * (len(steps) > 4) + alone[:4])))
-    for row in _most_moved(tables["kernel_breakdown"], "sum (us)__diff", 3):
-        rows.append(("kernel", f"{row['sum (us)__diff']:+,.0f} us  {row['name'][:70]} (rank {row['rank']})"))
-    for row in _most_moved(tables["idle_time_breakdown"], "idle_time__diff", 2):
-        rows.append(("idle", f"{row['idle_time__diff']:+,.0f} us  rank {row['rank']} stream {row['stream']} "
+    alone = [f"ranks {_listed([row['rank'] for row in steps if row['present'] == run])} only in the {run} run"
+             for run in ("control", "test") if any(row["present"] == run for row in steps)]
+    if len(steps) > 3 or alone:
+        rows.append(("step time", "; ".join([f"{len(steps)} ranks"] + alone)))
+    for row in _most_moved(tables["kernel_breakdown"], "sum (us)", 2):
+        rows.append(("kernel", f"{_change(row, 'sum (us)'):+,.0f} us  {row['name'][:70]} (rank {row['rank']}"
+                               f"{'' if row['present'] == 'both' else ', only in the ' + row['present'] + ' run'})"))
+    for row in _most_moved(tables["idle_time_breakdown"], "idle_time", 2):
+        rows.append(("idle", f"{_change(row, 'idle_time'):+,.0f} us  rank {row['rank']} stream {row['stream']} "
                              f"{row['idle_category']}"))
     return rows
 
 
+def _change(row: dict, column: str) -> float:
+    """How much a joined row's ``column`` moved: its difference, or all of it where one run lacks the row."""
+    if row["present"] == "both":
+        return row[f"{column}__diff"] or 0
+    return (row[f"{column}__Test"] or 0) - (row[f"{column}__Control"] or 0)
+
+
 def _most_moved(rows: list[dict], column: str, count: int) -> list[dict]:
-    """The rows whose ``column`` (a difference) is largest in size, leaving out those without one or at 0."""
-    return sorted((row for row in rows if row.get(column)), key=lambda row: -abs(row[column]))[:count]
+    """The joined rows whose ``column`` moved most, leaving out those that did not move."""
+    return sorted((row for row in rows if _change(row, column)), key=lambda row: -abs(_change(row, column)))[:count]
 
 
 def _signed(pct: float | None) -> str:
-    return "no step before" if pct is None else f"{pct:+.1f}%"
+    return "from 0" if pct is None else f"{pct:+.1f}%"
