@@ -32,10 +32,23 @@ def hta_diff(control: Path, test: Path, *, device: str = "all", control_rank: in
 
 @lru_cache(maxsize=16)
 def labeled_trace(label: str, trace_dir: str):
-    """HTA's parsed trace of a directory (parsed once per label: several comparisons read it)."""
+    """HTA's ``LabeledTrace(label, trace_dir=...)``, parsed once per label (several comparisons read it).
+
+    Its constructor's steps, with the files parsed in this process (``use_multiprocessing=False``): HTA
+    would fork a pool from the test process, whose threads can leave a lock held in the fork; each file goes
+    through the same parse function either way."""
+    import pandas as pd
+    from hta.common.trace import Trace
     from hta.trace_diff import LabeledTrace
 
-    return LabeledTrace(label, trace_dir=trace_dir)
+    labeled = LabeledTrace.__new__(LabeledTrace)
+    labeled.label = label
+    labeled.t = Trace(trace_dir=trace_dir)
+    labeled.t.parse_traces(use_multiprocessing=False)
+    labeled.s_map = pd.Series(labeled.t.symbol_table.get_sym_id_map())
+    labeled.s_tab = pd.Series(labeled.t.symbol_table.get_sym_table())
+    labeled.iteration_df = labeled._extract_iterations()
+    return labeled
 
 
 def differences(ours: dict, hta_rows: list[dict], hta_changes: dict[str, list[str]]) -> list[str]:

@@ -55,6 +55,8 @@ STEP_COLUMNS = ("rank", "steps", "mean_step(us)")
 SYNC_NAMES = ("Event Sync", "Context Sync")  # HTA's device synchronisations: GPU side whatever their stream
 ID_LOW, ID_HIGH = -(1 << 63), 1 << 63
 NUMBERS = (int, float)
+_PLAIN = {int, float, type(None)}  # the times visit_chunk takes (others: the ordinary reading)
+_NAMES = {str, int, float, type(None)}  # the names it takes (an array or object name: the ordinary reading)
 _PROJECTION = Projection({"ts": None, "dur": None, "cat": None, "name": None,
                           "args": {"stream": None, "correlation": None}})  # what DiffIndex reads of an event
 
@@ -108,18 +110,54 @@ class DiffIndex:
             self._add(get("ts"), get("dur"), get("cat"), get("name"), None, None)
 
     def visit_chunk(self, text: bytes) -> int | None:
-        """Index a chunk's events as :meth:`visit` would, from their projection;
-        None (nothing changed) when the ordinary reading must read it."""
+        """Index a chunk's events as :meth:`visit` would, from their projection, a
+        field at a time; None (nothing changed) when the ordinary reading must
+        read it (a field of a type the rule is not written for here)."""
         events = _PROJECTION.decode(text)
-        if events is None or any(event.name.__class__ not in (str, int, float, bool, type(None)) for event in events):
-            return None  # (a name that is an array or object: the ordinary reading says what is wrong)
-        add = self._add
-        for event in events:
-            args = event.args
-            if args is None:
-                add(event.ts, event.dur, event.cat, event.name, None, None)
-            else:
-                add(event.ts, event.dur, event.cat, event.name, args.stream, args.correlation)
+        if events is None:
+            return None
+        ts, dur = [event.ts for event in events], [event.dur for event in events]
+        cats, names = [event.cat for event in events], [event.name for event in events]
+        if not (set(map(type, ts)) <= _PLAIN and set(map(type, dur)) <= _PLAIN and set(map(type, names)) <= _NAMES):
+            return None
+        self.fractional = self.fractional or set(map(type, ts)) != {int}
+        kept = [at for at, (start, length, cat) in enumerate(zip(ts, dur, cats))
+                if start is not None and length is not None and cat.__class__ is str and cat != "Trace"]
+        if set(map(type, cats)) - {str, type(None)}:  # categories that are not text: counted, as visit counts them
+            self.skipped += sum(1 for start, length, cat in zip(ts, dur, cats)
+                                if start is not None and length is not None and cat is not None and cat.__class__ is not str)
+        self.first_kept = self.first_kept or (self.events == 0 and bool(kept) and kept[0] == 0)
+        self.events += len(events)
+        if not kept:
+            return len(events)
+        args = [events[at].args for at in kept]
+        streams = [tracediff.NO_ID if value is None else value for value in
+                   (None if arg is None else arg.stream for arg in args)]
+        corrs = [tracediff.NO_ID if value is None else value for value in
+                 (None if arg is None else arg.correlation for arg in args)]
+        if set(map(type, streams)) != {int}:
+            streams = [_stream(value) for value in streams]
+        if set(map(type, corrs)) != {int}:
+            corrs = [_correlation(value) for value in corrs]
+        if not (ID_LOW <= min(streams) and max(streams) < ID_HIGH and ID_LOW <= min(corrs) and max(corrs) < ID_HIGH):
+            streams = [value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in streams]
+            corrs = [value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in corrs]
+        ids = self.names
+        name_ids = [ids.setdefault(names[at], len(ids)) for at in kept]
+        for at in kept:
+            name = names[at]
+            if name.__class__ is str and name.startswith("ProfilerStep"):
+                self.step_symbols.add(name)
+                self.spans.append((float(ts[at]), float(dur[at]), ids[name]))
+        self.step_symbols.update(cat for cat in {cats[at] for at in kept} if cat.startswith("ProfilerStep"))
+        ts_column, dur_column, stream_column, corr_column, name_column = self.rows.columns
+        ts_column.extend([float(ts[at]) for at in kept])
+        dur_column.extend([float(dur[at]) for at in kept])
+        stream_column.extend(streams)
+        corr_column.extend(corrs)
+        name_column.extend(name_ids)
+        if self.rows.full() and not self.partial:
+            self.rows.flush()
         return len(events)
 
     def _add(self, ts: Any, dur: Any, cat: Any, name: Any, stream_value: Any, corr_value: Any) -> None:
