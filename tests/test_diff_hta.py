@@ -32,15 +32,10 @@ RUNS = {"seed1": SynthConfig(ranks=2, steps=3, seed=1),
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """Each pair as two directories holding only rank files (HTA reads every trace file of a directory)."""
-    runs = {}
-    for label, config in RUNS.items():
-        run = tmp_path_factory.mktemp(label)
-        write_traces(config, run)
-        ranks = run / "ranks"
-        ranks.mkdir()
-        for rank_file in sorted(run.glob("rank*_trace.json.gz")):
-            (ranks / rank_file.name).symlink_to(rank_file)
-        runs[label] = ranks
+    runs = {label: tmp_path_factory.mktemp(label) for label in RUNS}
+    for label, run in runs.items():
+        write_traces(RUNS[label], run, merged=False)
+        (run / "truth.json").unlink()  # (a .json file HTA would read as a trace)
     edge = tmp_path_factory.mktemp("edge")
     singles = {}
     for name in ("sampled_rank-0", "sampled_rank-1", "nccl_rank0", "mi250_minitoy"):
