@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .commands.batch import batch
     from .commands.compact import compact
     from .commands.convert import convert
+    from .commands.diff import diff
     from .commands.inspect import inspect
     from .commands.merge import merge
     from .commands.redact import redact
@@ -30,12 +31,12 @@ if TYPE_CHECKING:
 
 _HOMES = {"analyze": "commands.analyze", "analyze_frames": "commands.analyses.frames",
           "TraceAnalysis": "commands.analyses.frames", "attribute": "commands.attribute", "batch": "commands.batch",
-          "compact": "commands.compact", "convert": "commands.convert", "inspect": "commands.inspect",
+          "compact": "commands.compact", "convert": "commands.convert", "diff": "commands.diff", "inspect": "commands.inspect",
           "merge": "commands.merge", "redact": "commands.redact", "relink": "commands.relink",
           "slice_trace": "commands.slicing", "split": "commands.split", "synthesize": "commands.synth", "TraceError": "errors",
           "RedactOptions": "io.redact", "sql": "commands.sql"}
 __all__ = ["RedactOptions", "TraceAnalysis", "TraceError", "analyze", "analyze_frames", "attribute", "batch", "compact",
-           "convert", "inspect", "merge", "redact", "relink", "slice_trace", "split", "sql", "synthesize"]
+           "convert", "diff", "inspect", "merge", "redact", "relink", "slice_trace", "split", "sql", "synthesize"]
 __version__ = "0.1.0"
 
 

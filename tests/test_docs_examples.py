@@ -69,6 +69,7 @@ from conftest import TRACES
 
 import streamtrace
 from streamtrace.algo.rules import parse_rules
+from streamtrace.algo.tracediff import diff_columns
 from streamtrace.cli import build_parser
 from streamtrace.commands.analyze import COLUMNS as TABLE_COLUMNS
 from streamtrace.commands.attribute import COLUMNS, GROUP_COLUMNS
@@ -84,7 +85,8 @@ NOT_RUN = re.compile(r"^<!--\s*not run:\s*\S.*-->\s*$")
 SHELL_TAGS = {"bash", "shell", "console", "zsh", "shell-session"}
 PROMISE = re.compile(r"\s#\s*(writes|prints)\s+(\S.*?)\s*$")
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
-HEADERS = {",".join(COLUMNS), ",".join(GROUP_COLUMNS), *(",".join(columns) for columns in TABLE_COLUMNS.values())}
+HEADERS = {",".join(COLUMNS), ",".join(GROUP_COLUMNS), *(",".join(columns) for columns in TABLE_COLUMNS.values()),
+           ",".join(diff_columns()), "category,name"}
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 MARK = "@@docs-example-line-{}@@"
 BLOCK_TIMEOUT = 120

@@ -16,11 +16,11 @@ from typing import Callable, Sequence
 from .. import __version__
 from ..errors import TraceError
 from ..resources import STOPS_REQUESTED
-from . import analyze, attribute, compact, convert, demo, inspect, merge, redact, relink, slicing, split, sql, synth
+from . import analyze, attribute, compact, convert, demo, diff, inspect, merge, redact, relink, slicing, split, sql, synth
 from .options import CommandParser
 from .signals import Terminated, install_signal_handlers, interrupted
 
-COMMANDS = (inspect, convert, redact, compact, merge, relink, split, slicing, attribute, analyze, sql, synth, demo)
+COMMANDS = (inspect, convert, redact, compact, merge, relink, split, slicing, attribute, analyze, diff, sql, synth, demo)
 """The command modules, in the order ``streamtrace --help`` lists them."""
 
 EPILOG = """\

@@ -12,7 +12,7 @@ import tempfile
 import threading
 from array import array
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
 
 import numpy as np
 import zstandard
@@ -294,15 +294,18 @@ class ColumnSpill:
     """Per-event columns (typed arrays) kept on disk between the passes.
 
     Pass 1 appends to in-memory columns; every ``CHUNK`` events they go to an
-    unnamed temporary file, so memory stays constant however many events
-    there are.  :meth:`chunks` gives them back in order as numpy arrays.
+    unnamed temporary file (made at the first such move: a spill that never
+    fills, such as a pass-1 worker's, makes none), so memory stays constant
+    however many events there are.  :meth:`chunks` gives them back in order
+    as numpy arrays.
     """
 
     CHUNK = 1 << 16
 
     def __init__(self, typecodes: str, directory: str | None = None) -> None:
         self._typecodes = typecodes
-        self._file = tempfile.TemporaryFile(prefix="streamtrace-columns-", dir=directory)
+        self._directory = directory
+        self._file: IO[bytes] | None = None
         self.columns = tuple(array(code) for code in typecodes)
         self._sizes: list[int] = []
 
@@ -314,6 +317,8 @@ class ColumnSpill:
         count = len(self.columns[0])
         if not count:
             return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="streamtrace-columns-", dir=self._directory)
         for column in self.columns:
             if len(column) != count:
                 raise ValueError("spilled columns differ in length")
@@ -324,9 +329,12 @@ class ColumnSpill:
     def chunks(self) -> Iterator[tuple[np.ndarray, ...]]:
         """The columns, a chunk at a time, in the order they were added."""
         self.flush()
+        if self._file is None:
+            return
         self._file.seek(0)
         for count in self._sizes:
             yield tuple(np.fromfile(self._file, dtype=_DTYPES[code], count=count) for code in self._typecodes)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
