@@ -29,13 +29,14 @@ from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..errors import TraceError
 from ..io.destinations import Destinations
+from ..io.inputs import trace_files_in
 from ..io.jsonscan import member_value
 from ..io.progress import Progress
 from ..io.projection import Projection
 from ..io.source import InputSource
 from ..io.spool import ColumnSpill
 from ..resources import peak_rss_mb
-from .merge import OWN_OUTPUT, TRACE_SUFFIX, discover_inputs, header_rank
+from .mergerank import discover_inputs, header_rank
 
 OUTPUTS = ("trace_diff.csv", "ops_diff.csv")
 # analyze's tables that --tables joins, on these keys; not kernel_launch_stats (a row per launch, keyed by
@@ -363,10 +364,7 @@ def _trace_files(spec: str) -> list[str]:
     their rank, else all of them (HTA's trace_dir: rank 0 where none is stated)."""
     if not os.path.isdir(spec):
         return discover_inputs([spec])
-    files = sorted(os.path.join(spec, name) for name in os.listdir(spec)
-                   if TRACE_SUFFIX.search(name) and not OWN_OUTPUT.search(name) and os.path.isfile(os.path.join(spec, name)))
-    if not files:
-        raise TraceError("no trace file (.json, .json.gz, .json.zst) in this directory", path=spec)
+    files = trace_files_in(spec)
     ranked = [path for path in files if rank_from_file_name(path) is not None or header_rank(path) is not None]
     return ranked or files
 
