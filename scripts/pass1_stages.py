@@ -32,7 +32,7 @@ import streamtrace
 from streamtrace.algo.secrets import SecretFinder, fold
 from streamtrace.commands.attribute import AttributeIndex
 from streamtrace.commands.compactindex import CompactIndex
-from streamtrace.commands.inspect import InspectVisitor
+from streamtrace.commands.inspectindex import InspectVisitor
 from streamtrace.commands.mergedindex import LinksIndex
 from streamtrace.commands.slicing import Selection, SliceIndex
 from streamtrace.commands.split import SplitIndex

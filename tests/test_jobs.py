@@ -27,7 +27,7 @@ from test_redact import write_planted_run
 
 import streamtrace
 from streamtrace.commands import compactemit
-from streamtrace.commands.inspect import InspectVisitor
+from streamtrace.commands.inspectindex import InspectVisitor
 from streamtrace.engine import indexworkers, parseproc
 from streamtrace.engine import jobs as jobs_module
 from streamtrace.engine.jobs import resolve_jobs

@@ -16,7 +16,7 @@ from streamtrace.algo.secrets import fold
 from streamtrace.commands import mergedindex
 from streamtrace.commands.attribute import AttributeIndex
 from streamtrace.commands.compactindex import CompactIndex
-from streamtrace.commands.inspect import InspectVisitor
+from streamtrace.commands.inspectindex import InspectVisitor
 from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedIndex, RankIndex
 from streamtrace.commands.split import SplitIndex
 from streamtrace.errors import TraceError
@@ -230,7 +230,7 @@ def test_the_last_end_of_projected_events_is_the_one_max_finds(events):
     that one max() over every event's end, in event order, gives."""
     from types import SimpleNamespace
 
-    from streamtrace.commands.inspect import _last_end
+    from streamtrace.commands.inspectindex import _last_end
 
     expected = max(ts + dur if ph == "X" else ts for ph, ts, dur in events)
     got = _last_end([ph for ph, _, _ in events], [ts for _, ts, _ in events],

@@ -318,7 +318,7 @@ def test_a_repaired_byte_far_in_is_read_here_from_its_chunk_on(tmp_path, ranges_
 
 HEAP_CHURN = """
 import re, resource, sys
-from streamtrace.commands.inspect import InspectVisitor
+from streamtrace.commands.inspectindex import InspectVisitor
 from streamtrace.engine.indexworkers import ChunkIndexer
 from streamtrace.resources import fix_heap_thresholds
 data = open(sys.argv[1], "rb").read()
