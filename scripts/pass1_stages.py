@@ -34,7 +34,7 @@ from streamtrace.commands.attribute import AttributeIndex
 from streamtrace.commands.compactindex import CompactIndex
 from streamtrace.commands.inspectindex import InspectVisitor
 from streamtrace.commands.mergedindex import LinksIndex
-from streamtrace.commands.slicing import Selection, SliceIndex
+from streamtrace.commands.sliceindex import Selection, SliceIndex
 from streamtrace.commands.split import SplitIndex
 from streamtrace.engine import indexworkers
 from streamtrace.io.configfiles import load_rules

@@ -397,7 +397,7 @@ def test_a_projected_chunk_indexes_for_slice_as_event_by_event(order, selection)
     """Slice's index reading projections records every event's columns
     (times, pid slots, flags, ranks), the flows' keys and the step spans
     as its visit does, whatever the selection flags."""
-    from streamtrace.commands.slicing import Selection, SliceIndex
+    from streamtrace.commands.sliceindex import Selection, SliceIndex
     events = [*merged_events(), *slice_events()] if order != "reversed" else \
         [*reversed(slice_events()), *reversed(merged_events())]
     if order == "plain":
