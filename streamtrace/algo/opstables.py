@@ -1,0 +1,374 @@
+"""TraceLens's perf-report tables that need no performance model, from the
+op tree of one trace: ``gpu_timeline``, ``ops_summary``,
+``ops_summary_by_category``, ``kernel_summary``, ``short_kernel_histogram``
+and ``short_kernels_summary``, with TraceLens's file stems, columns, row
+order and numbers (its pandas arithmetic included: Kahan-compensated group
+sums, pairwise column sums, quicksort ties).
+
+docs/analyze.md states each rule, and the accidents kept.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import optree
+from .opcategories import op_category
+
+SHORT_KERNEL_US = 10
+HISTOGRAM_BINS = 100
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+CPU_OP, RUNTIME = 0, 1
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
+NA = None  # an empty cell (pandas' NaN / NA)
+
+
+@dataclass
+class Table:
+    """A table as TraceLens writes it: header line(s), then rows."""
+
+    header: list[list[str]]
+    rows: list[list[object]] = field(default_factory=list)
+
+
+@dataclass
+class OpsFacts:
+    """What the ops analysis keeps of one trace (arrays in event order).
+
+    Host events (``cpu_op``, ``cuda_runtime``, ``cuda_driver``): ``h_*``;
+    GPU events (``kernel``, ``gpu_memcpy``, ``gpu_memset``): ``g_*``.
+    ``h_links``/``g_parent`` are filled by :func:`link`.
+    """
+
+    names: list[str]
+    h_thread: np.ndarray
+    h_ts: np.ndarray
+    h_end: np.ndarray
+    h_kind: np.ndarray
+    h_name: np.ndarray
+    h_sig: np.ndarray
+    g_ts: np.ndarray
+    g_end: np.ndarray
+    g_dur: np.ndarray
+    g_int: np.ndarray  # ts and dur both integers in the trace
+    g_cat: np.ndarray
+    g_name: np.ndarray
+    g_stream: np.ndarray  # NaN when the event has none
+    signatures: list[tuple[str | None, str | None, str | None]]
+    h_links: list[list[int]] = field(default_factory=list)
+    g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    has_cpu_ops: bool = True
+    python_stack: bool = False
+
+
+def _cell_number(value: float, integral: bool) -> object:
+    return int(value) if integral else float(value)
+
+
+def _total_order(key: tuple) -> tuple:
+    """pandas' group order: ascending per level, missing values last."""
+    return tuple((1, 0) if part is NA or (isinstance(part, float) and math.isnan(part)) else (0, part)
+                 for part in key)
+
+
+def _ancestors(parent: np.ndarray, i: int):
+    while i != optree.NO_PARENT:
+        yield i
+        i = int(parent[i])
+
+
+class _Tree:
+    """The op tree and the kernel launchers of one trace."""
+
+    def __init__(self, facts: OpsFacts) -> None:
+        self.f = facts
+        self.parent = optree.nest_host_events(facts.h_thread, facts.h_ts, facts.h_end)
+        self.launcher_of = np.full(len(facts.g_ts), optree.NO_PARENT, dtype=np.int64)
+        self.direct: dict[int, list[int]] = {}
+        for g in range(len(facts.g_ts)):
+            if self._skipped(g):
+                continue
+            launcher = self._launcher(int(facts.g_parent[g]))
+            self.launcher_of[g] = launcher
+            self.direct.setdefault(launcher, []).append(g)
+        self.launchers = sorted(self.direct, key=lambda h: facts.h_ts[h])
+        self.subtree: dict[int, set[int]] = {h: set() for h in self.direct}
+        for runtime, gpu in enumerate(facts.h_links):
+            for h in _ancestors(self.parent, runtime) if gpu else ():
+                if h in self.subtree:
+                    self.subtree[h].update(gpu)
+
+    def _skipped(self, g: int) -> bool:
+        f = self.f
+        return f.g_parent[g] == optree.NO_PARENT or optree.is_communication(f.names[f.g_name[g]])
+
+    def _launcher(self, runtime: int) -> int:
+        """The cpu op above a runtime call (skipping ``execute``), else the call."""
+        f = self.f
+        current = int(self.parent[runtime])
+        while current != optree.NO_PARENT:
+            if f.h_kind[current] != CPU_OP:
+                break
+            if f.names[f.h_name[current]] != "execute":
+                return current
+            current = int(self.parent[current])
+        return runtime
+
+    def first_kernel(self, h: int) -> str | None:
+        """The name of the earliest kernel ``h`` launched directly (None if none)."""
+        kernels = self.direct.get(h)
+        if not kernels:
+            return None
+        first = min(kernels, key=lambda g: self.f.g_ts[g])  # (stable: the first of equal starts)
+        return self.f.names[self.f.g_name[first]]
+
+    def category(self, h: int) -> str:
+        return op_category(self.f.names[self.f.h_name[h]], self.first_kernel(h))
+
+    def busy(self, gpu: Sequence[int]) -> tuple[float, bool]:
+        """Union length of the GPU events' intervals, and whether it is an integer in TraceLens."""
+        idx = np.fromiter(sorted(gpu), dtype=np.int64, count=len(gpu))
+        return optree.busy(self.f.g_ts[idx], self.f.g_end[idx]), bool(self.f.g_int[idx].all())
+
+    def cpu_op_above(self, runtime: int) -> int:
+        for h in _ancestors(self.parent, runtime):
+            if self.f.h_kind[h] == CPU_OP:
+                return h
+        return optree.NO_PARENT
+
+
+def link(facts: OpsFacts, runtime_links: list[list[int]]) -> None:
+    """Record each runtime call's GPU events (every link, as TraceLens
+    propagates them) and each GPU event's runtime call (the last link wins)."""
+    facts.h_links = runtime_links
+    facts.g_parent = np.full(len(facts.g_ts), optree.NO_PARENT, dtype=np.int64)
+    for runtime, gpu in enumerate(runtime_links):
+        for g in gpu:
+            facts.g_parent[g] = runtime
+
+
+def gpu_timeline(facts: OpsFacts) -> tuple[Table, float] | None:
+    """``gpu_timeline`` over the linked GPU events, and its total time (µs)."""
+    linked = facts.g_parent != optree.NO_PARENT
+    if not linked.any():
+        return None
+    kind = np.array([_timeline_kind(c, facts.names[n]) for c, n in
+                     zip(facts.g_cat[linked].tolist(), facts.g_name[linked].tolist())], dtype=np.int8)
+    metrics = optree.timeline(facts.g_ts[linked], facts.g_end[linked], kind)
+    total = metrics["total_time"]
+    rows = [[key, value / 1e3, value / total * 100] for key, value in metrics.items()]
+    return Table([["type", "time ms", "percent"]], rows), total
+
+
+def _timeline_kind(cat: int, name: str) -> int:
+    """0 computation, 1 communication, 2 memcpy: ROCm 7.1's copy kernels are
+    memcpy, its fill kernels computation, NCCL/RCCL names communication."""
+    if cat == MEMCPY or (cat == KERNEL and optree.ROCM_LEGACY_MEMCPY.match(name)):
+        return 2
+    if cat == KERNEL and optree.ROCM_LEGACY_MEMSET.match(name):
+        return 0
+    return 1 if optree.is_communication(name) else 0
+
+
+def _ops_rows(tree: _Tree) -> list[dict]:
+    rows = []
+    for h in tree.launchers:
+        direct, direct_int = tree.busy(tree.direct[h])
+        subtree, subtree_int = tree.busy(list(tree.subtree[h]))
+        rows.append({"name": tree.f.names[tree.f.h_name[h]], "category": tree.category(h), "direct": direct,
+                     "direct_int": direct_int, "subtree": subtree, "subtree_int": subtree_int})
+    return rows
+
+
+@dataclass
+class _Groups:
+    """Rows grouped as pandas' ``groupby`` numbers them: ``keys`` in its group
+    order (sorted, missing values last; or first appearance), ``codes`` per
+    row (-1: a row whose key has a missing value, when those are dropped)."""
+
+    keys: list
+    codes: np.ndarray
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        return optree.group_sums(self.codes, values, len(self.keys))
+
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.codes[self.codes >= 0], minlength=len(self.keys))
+
+
+def _grouped(keys: list, *, sort: bool = True, dropna: bool = False) -> _Groups:
+    def missing(key: object) -> bool:
+        parts = key if isinstance(key, tuple) else (key,)
+        return any(part is NA or (isinstance(part, float) and math.isnan(part)) for part in parts)
+
+    present = [key for key in dict.fromkeys(keys) if not (dropna and missing(key))]
+    if sort:
+        present.sort(key=lambda key: _total_order(key if isinstance(key, tuple) else (key,)))
+    number = {key: i for i, key in enumerate(present)}
+    return _Groups(present, np.array([number.get(key, -1) for key in keys], dtype=np.int64))
+
+
+def _percentages(ms: list[float]) -> tuple[list[float], list[float]]:
+    total = float(np.sum(np.array(ms, dtype=np.float64)))
+    pct = [(x / total) * 100 for x in ms]
+    return pct, np.cumsum(np.array(pct, dtype=np.float64)).tolist()
+
+
+def ops_summary(rows: list[dict]) -> Table:
+    groups = _grouped([r["name"] for r in rows])
+    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
+    subtree = groups.sums(np.array([r["subtree"] for r in rows], dtype=np.float64))
+    direct_int = all(r["direct_int"] for r in rows)
+    subtree_int = all(r["subtree_int"] for r in rows)
+    counts = groups.counts()
+    categories: dict[str, set] = {}
+    for row in rows:
+        categories.setdefault(row["name"], set()).add(row["category"])
+    order = optree.descending(direct.tolist())
+    d_sum = [_cell_number(direct[i], direct_int) for i in order]
+    s_sum = [_cell_number(subtree[i], subtree_int) for i in order]
+    d_ms = [v / 1000 for v in d_sum]
+    pct, cumulative = _percentages(d_ms)
+    header = ["name", "total_direct_kernel_time_sum", "total_subtree_kernel_time_sum", "total_direct_kernel_time_ms",
+              "total_subtree_kernel_time_ms", "Count", "Categories", "Percentage (%)", "Cumulative Percentage (%)"]
+    table = Table([header])
+    for j, i in enumerate(order):
+        name = groups.keys[i]
+        table.rows.append([name, d_sum[j], s_sum[j], d_ms[j], s_sum[j] / 1000, int(counts[i]),
+                           repr(sorted(categories[name])), pct[j], cumulative[j]])
+    return table
+
+
+def ops_summary_by_category(rows: list[dict]) -> Table:
+    groups = _grouped([r["category"] for r in rows])
+    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
+    direct_int = all(r["direct_int"] for r in rows)
+    counts = groups.counts()
+    order = optree.descending(direct.tolist())
+    ms = [_cell_number(direct[i], direct_int) / 1000 for i in order]
+    pct, cumulative = _percentages(ms)
+    table = Table([["op category", "Count", "total_direct_kernel_time_ms", "Percentage (%)",
+                    "Cumulative Percentage (%)"]])
+    for j, i in enumerate(order):
+        table.rows.append([groups.keys[i], int(counts[i]), ms[j], pct[j], cumulative[j]])
+    return table
+
+
+def _kernel_rows(tree: _Tree) -> list[dict]:
+    """TraceLens's ``get_df_kernels(launcher_detail=True)`` rows, kernels only."""
+    f = tree.f
+    rows = []
+    for g in np.flatnonzero(f.g_cat == KERNEL).tolist():
+        runtime = int(f.g_parent[g])
+        stream = float(f.g_stream[g])
+        row = {"g": g, "name": f.names[f.g_name[g]], "stream": NA if math.isnan(stream) else stream, "cpu_op": NA, "category": NA,
+               "sig": (NA, NA, NA), "has_cpu_op": False}
+        if runtime != optree.NO_PARENT:
+            cpu_op = tree.cpu_op_above(runtime)
+            launcher_name = f.names[f.h_name[runtime]]
+            if cpu_op != optree.NO_PARENT:
+                row.update(cpu_op=f.names[f.h_name[cpu_op]], category=tree.category(cpu_op),
+                           sig=f.signatures[f.h_sig[cpu_op]], has_cpu_op=True)
+            else:
+                low = launcher_name.lower()
+                row.update(cpu_op=launcher_name, category="graph" if "cudagraph" in low or "graphlaunch" in low
+                           else "runtime")
+        rows.append(row)
+    return rows
+
+
+def kernel_summary(tree: _Tree, rows: list[dict], total_us: float) -> Table:
+    f = tree.f
+    durations = f.g_dur[[r["g"] for r in rows]]
+    integral = bool(f.g_int[[r["g"] for r in rows]].all())
+    streams_whole = all(r["stream"] is not NA for r in rows)  # else pandas' float column: 7.0
+    # TraceLens has a "Parent cpu_op" column only when some kernel has a cpu op above it
+    by_cpu_op = any(r["has_cpu_op"] for r in rows)
+    keys = [(r["category"], r["cpu_op"], r["name"], r["stream"]) for r in rows]
+    groups = _grouped(keys if by_cpu_op else [key[:1] + key[2:] for key in keys])
+    sums = groups.sums(durations)
+    counts = groups.counts()
+    lows = np.full(len(groups.keys), np.inf)
+    highs = np.full(len(groups.keys), -np.inf)
+    np.minimum.at(lows, groups.codes, durations)
+    np.maximum.at(highs, groups.codes, durations)
+    total_kernels = int(durations.sum()) if integral else float(np.sum(durations))
+    whole = (total_us / 1e3) * 1e3
+    table = Table([["Parent op category", *["Parent cpu_op"][:by_cpu_op], "Kernel name", "Kernel stream",
+                    "Kernel duration (µs)_sum",
+                    "Kernel duration (µs)_count", "Kernel duration (µs)_mean", "Kernel duration (µs)_min",
+                    "Kernel duration (µs)_max", "Percent of kernels time (%)", "Percent of total time (%)"]])
+    for k in optree.descending(sums.tolist()):
+        *names, stream = groups.keys[k]
+        total = _cell_number(sums[k], integral)
+        table.rows.append([*names, int(stream) if streams_whole else stream, total, int(counts[k]),
+                           float(sums[k] / counts[k]), _cell_number(lows[k], integral), _cell_number(highs[k], integral),
+                           total / total_kernels * 100 if total_kernels > 0 else NA,
+                           total / whole * 100 if whole else NA])
+    return table
+
+
+def short_kernels(tree: _Tree, rows: list[dict], total_us: float) -> tuple[Table, Table]:
+    """``short_kernel_histogram`` and ``short_kernels_summary``."""
+    f = tree.f
+    integral = bool(f.g_int[[r["g"] for r in rows]].all()) if rows else False
+    short = [r for r in rows if f.g_dur[r["g"]] < SHORT_KERNEL_US]
+    histogram = Table([["bin_start", "bin_end", "count"]])
+    if not short:
+        return histogram, Table([[]])
+    values = f.g_dur[[r["g"] for r in short]]
+    counts, edges = np.histogram(values.astype(np.int64) if integral else values, bins=HISTOGRAM_BINS)
+    histogram.rows = [[float(edges[i]), float(edges[i + 1]), int(counts[i])] for i in range(len(counts))]
+    by_kernel_only = not f.has_cpu_ops
+    keys = [(row["name"],) if by_kernel_only else (row["cpu_op"], *row["sig"], row["name"]) for row in short]
+    groups = _grouped(keys, sort=False, dropna=True)
+    key_columns = ["Kernel name"] if by_kernel_only else ["Parent cpu_op", "Input dims", "Input strides",
+                                                          "Concrete Inputs", "Kernel name"]
+    if not groups.keys:  # pandas' empty grouped frame: a two-line header of its aggregations
+        return histogram, Table([["Kernel duration (µs)"] * 3, ["sum", "count", "mean"]])
+    sums = groups.sums(values.astype(np.float64))
+    counts = groups.counts()
+    whole = (total_us / 1e3) * 1e3
+    summary = Table([key_columns + ["Short Kernel duration (µs) sum", "Short Kernel count",
+                                    "Short Kernel duration (µs) mean",
+                                    "Short Kernel duration (µs) percent of total time"]])
+    records = []
+    for i, key in enumerate(groups.keys):
+        total = _cell_number(sums[i], integral)
+        records.append([*key, total, int(counts[i]), float(sums[i] / counts[i]), total / whole * 100])
+    n = len(key_columns)
+    records.sort(key=lambda r: (-r[n], r[n + 1], r[n + 2], r[n + 3]))
+    summary.rows = records
+    return histogram, summary
+
+
+def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
+    """TraceLens's tables for one trace, by file stem, and notes on what it
+    leaves out."""
+    notes: list[str] = []
+    timeline = gpu_timeline(facts)
+    if timeline is None:
+        return {}, ["no GPU event is linked to a launch: TraceLens stops here ('No GPU events found in the trace')"]
+    tables = {"gpu_timeline": timeline[0]}
+    total_us = timeline[1]
+    tree = _Tree(facts)
+    if facts.has_cpu_ops:
+        rows = _ops_rows(tree)
+        if rows:
+            tables["ops_summary_by_category"] = ops_summary_by_category(rows)
+            tables["ops_summary"] = ops_summary(rows)
+    else:
+        notes.append("no cpu_op in the trace: GPU-only tables, as TraceLens")
+    if facts.python_stack:
+        notes.append("python_func events: TraceLens's kernel tables refuse such traces (none written)")
+        return tables, notes
+    kernels = _kernel_rows(tree)
+    if kernels:
+        tables["kernel_summary"] = kernel_summary(tree, kernels, total_us)
+        histogram, summary = short_kernels(tree, kernels, total_us)
+        tables["short_kernel_histogram"] = histogram
+        tables["short_kernels_summary"] = summary
+    return tables, notes

@@ -1,0 +1,1 @@
+"""The analyses behind analyze, one module per analysis."""
