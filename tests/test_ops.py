@@ -4,7 +4,9 @@ scripts/tracelens_perf_reference.py), and the rules behind them on
 hand-built cases."""
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from streamtrace.commands.analyses.ops import ops_tables
 
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
-         "short_kernels_summary")
+         "short_kernels_summary", "ops_unique_args")
 SLOW_CASES = {"b200_eager", "nccl_rank0"}  # the two largest traces: a few seconds each
 
 
@@ -179,3 +181,24 @@ def test_analyze_ops_needs_an_output_directory() -> None:
                          capture_output=True, text=True)
     assert run.returncode == 1
     assert "-o DIR" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_unique_args_groups_by_the_text_of_odd_shapes(tmp_path) -> None:
+    def op(ts: int, corr: int, dims: object) -> list[dict]:
+        return [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": ts, "dur": 5,
+                 "args": {"Input Dims": dims}}, *_launch(corr, ts + 1), *_kernel(corr, 100 + ts, 2)]
+
+    events = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+              *op(0, 1, [[[2, 3]], []]), *op(10, 2, "weird"), *op(20, 3, [[[2, 3]], []]), *op(30, 4, None)]
+    tables, _ = ops_tables(_write(tmp_path / "t.json", events))
+    rows = _csv_rows(tables["ops_unique_args"])
+    header = rows[0]
+    by_dims = {row[header.index("Input Dims")]: row for row in rows[1:]}
+    assert set(by_dims) == {"(((2, 3),), ())", "weird", ""}
+    assert by_dims["(((2, 3),), ())"][header.index("operation_count")] == "2"
+    assert by_dims["(((2, 3),), ())"][header.index("thread_name")] == "main"
+    assert by_dims["(((2, 3),), ())"][header.index("ex_UID")] == "1"  # the first of the group, by its place
+
+
+def _csv_rows(data: bytes) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(data.decode())))

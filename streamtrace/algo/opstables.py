@@ -1,9 +1,10 @@
 """TraceLens's perf-report tables that need no performance model, from the
 op tree of one trace: ``gpu_timeline``, ``ops_summary``,
-``ops_summary_by_category``, ``kernel_summary``, ``short_kernel_histogram``
-and ``short_kernels_summary``, with TraceLens's file stems, columns, row
-order and numbers (its pandas arithmetic included: Kahan-compensated group
-sums, pairwise column sums, quicksort ties).
+``ops_summary_by_category``, ``ops_unique_args``, ``kernel_summary``,
+``short_kernel_histogram`` and ``short_kernels_summary``, with TraceLens's
+file stems, columns, row order and numbers (its pandas and numpy arithmetic
+included: grouped sums by reduceat or Kahan, pairwise column sums, Welford's
+std, quicksort ties).
 
 docs/analyze.md states each rule, and the accidents kept.
 """
@@ -57,7 +58,11 @@ class OpsFacts:
     g_cat: np.ndarray
     g_name: np.ndarray
     g_stream: np.ndarray  # NaN when the event has none
-    signatures: list[tuple[str | None, str | None, str | None]]
+    g_dur_int: np.ndarray  # dur an integer in the trace
+    h_uid: np.ndarray  # the event's place in traceEvents (TraceLens's UID)
+    threads: list[tuple]  # (pid, tid) of each h_thread number
+    metadata: dict[tuple, object]  # (pid, tid, process_name|process_labels|thread_name) -> value
+    signatures: list[tuple[str | None, ...]]  # str() of Input Dims, Input type, Input Strides, Concrete Inputs
     h_links: list[list[int]] = field(default_factory=list)
     g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     has_cpu_ops: bool = True
@@ -178,7 +183,7 @@ def _ops_rows(tree: _Tree) -> list[dict]:
     for h in tree.launchers:
         direct, direct_int = tree.busy(tree.direct[h])
         subtree, subtree_int = tree.busy(list(tree.subtree[h]))
-        rows.append({"name": tree.f.names[tree.f.h_name[h]], "category": tree.category(h), "direct": direct,
+        rows.append({"h": h, "name": tree.f.names[tree.f.h_name[h]], "category": tree.category(h), "direct": direct,
                      "direct_int": direct_int, "subtree": subtree, "subtree_int": subtree_int})
     return rows
 
@@ -257,6 +262,117 @@ def ops_summary_by_category(rows: list[dict]) -> Table:
     return table
 
 
+def _short_signature(signature: tuple) -> tuple:
+    dims, _, strides, concrete = signature
+    return dims, strides, concrete
+
+
+UNIQUE_ARGS_KEYS = ("name", "op category", "process_name", "process_label", "thread_name", "Input Dims", "Input type",
+                    "Input Strides", "Concrete Inputs")
+STATS = ("mean", "median", "std", "min", "max", "sum")
+TRUNCATE_KERNEL_NAME = 64
+
+
+def _kernel_details(tree: _Tree, h: int) -> list[dict]:
+    """An op's kernels as TraceLens lists them: by start, with raw duration and stream."""
+    f = tree.f
+    details = []
+    for g in sorted(tree.direct[h], key=lambda g: f.g_ts[g]):
+        stream = float(f.g_stream[g])
+        details.append({"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
+                        "stream": None if math.isnan(stream) else int(stream)})
+    return details
+
+
+def _kernel_stats(lists: list[list[dict]]) -> list[dict]:
+    """TraceLens's ``_summarize_kernel_stats``: per kernel position of the
+    first row's list (rows of another length left out), numpy's statistics;
+    then ordered by total time and name."""
+    template = lists[0]
+    durations: list[list] = [[] for _ in template]
+    for kernels in lists:
+        if len(kernels) == len(template):
+            for i, kernel in enumerate(kernels):
+                durations[i].append(kernel["dur"])
+    summary = []
+    for kernel, values in zip(template, durations):
+        array = np.array(values)
+        summary.append({"name": kernel["name"], "stream": kernel["stream"], "count": len(array),
+                        "total_duration_us": np.sum(array), "mean_duration_us": np.mean(array),
+                        "median_duration_us": np.median(array), "std_dev_duration_us": np.std(array),
+                        "min_duration_us": np.min(array), "max_duration_us": np.max(array)})
+    summary.sort(key=lambda k: (k["total_duration_us"], k["name"]))
+    return summary
+
+
+def _truncated(summary: list[dict]) -> list[dict] | None:
+    out = [{"name": k["name"][:TRUNCATE_KERNEL_NAME] + "..." if len(k["name"]) > TRUNCATE_KERNEL_NAME else k["name"],
+            "stream": k["stream"], "mean_duration_us": round(k["mean_duration_us"], 2)} for k in summary]
+    return out or None
+
+
+def _welford_std(values: list[float]) -> float:
+    """pandas' grouped ``std`` (Welford's running mean, ddof 1)."""
+    count, mean, squares = 0, 0.0, 0.0
+    for value in values:
+        count += 1
+        before = mean
+        mean += (value - before) / count
+        squares += (value - mean) * (value - before)
+    return math.sqrt(squares / (count - 1)) if count > 1 else math.nan
+
+
+def ops_unique_args(tree: _Tree, rows: list[dict]) -> Table:
+    """``ops_unique_args``: launchers grouped by name, category, process,
+    thread and the str() of their four argument lists, in first-seen order."""
+    f = tree.f
+    keys = []
+    for row in rows:
+        h = row["h"]
+        pid, tid = f.threads[f.h_thread[h]]
+        process = (f.metadata.get((pid, 0, "process_name"), "Unknown"), f.metadata.get((pid, 0, "process_labels"),
+                                                                                        "Unknown"))
+        keys.append((row["name"], row["category"], *process, f.metadata.get((pid, tid, "thread_name"), "Unknown"),
+                     *f.signatures[f.h_sig[h]]))
+    groups = _grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
+    first = {}
+    for i, code in enumerate(groups.codes.tolist()):
+        first.setdefault(code, i)
+    counts = groups.counts()
+    members: list[list[int]] = [[] for _ in groups.keys]
+    for i, code in enumerate(groups.codes.tolist()):
+        members[code].append(i)
+    stats = {}
+    for column in ("direct", "subtree"):
+        values = np.array([r[column] for r in rows], dtype=np.float64)
+        integral = all(r[column + "_int"] for r in rows)
+        sums = groups.sums(values)
+        stats[column] = {
+            "mean": (sums / counts).tolist(),
+            "median": [float(np.median(values[m])) for m in members],
+            "std": [_welford_std(values[m].tolist()) for m in members],
+            "min": [_cell_number(values[m].min(), integral) for m in members],
+            "max": [_cell_number(values[m].max(), integral) for m in members],
+            "sum": [_cell_number(x, integral) for x in sums.tolist()],
+        }
+    order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], int(f.h_uid[rows[first[k]]["h"]])))
+    sums = [stats["direct"]["sum"][k] for k in order]
+    pct, cumulative = _percentages([float(x) for x in sums])
+    header = [*UNIQUE_ARGS_KEYS, "operation_count"]
+    for stat in STATS:
+        header += [f"total_direct_kernel_time_{stat}", f"total_subtree_kernel_time_{stat}"]
+    table = Table([header + ["ex_UID", "kernel_details_summary", "trunc_kernel_details", "Percentage (%)",
+                             "Cumulative Percentage (%)"]])
+    for j, k in enumerate(order):
+        row = [*keys[first[k]], int(counts[k])]
+        for stat in STATS:
+            row += [stats["direct"][stat][k], stats["subtree"][stat][k]]
+        summary = _kernel_stats([_kernel_details(tree, rows[i]["h"]) for i in members[k]])
+        row += [int(f.h_uid[rows[first[k]]["h"]]), repr(summary), _truncated(summary), pct[j], cumulative[j]]
+        table.rows.append(row)
+    return table
+
+
 def _kernel_rows(tree: _Tree) -> list[dict]:
     """TraceLens's ``get_df_kernels(launcher_detail=True)`` rows, kernels only."""
     f = tree.f
@@ -265,13 +381,13 @@ def _kernel_rows(tree: _Tree) -> list[dict]:
         runtime = int(f.g_parent[g])
         stream = float(f.g_stream[g])
         row = {"g": g, "name": f.names[f.g_name[g]], "stream": NA if math.isnan(stream) else stream, "cpu_op": NA, "category": NA,
-               "sig": (NA, NA, NA), "has_cpu_op": False}
+               "sig": (NA, NA, NA), "has_cpu_op": False}  # sig: Input Dims, Input Strides, Concrete Inputs
         if runtime != optree.NO_PARENT:
             cpu_op = tree.cpu_op_above(runtime)
             launcher_name = f.names[f.h_name[runtime]]
             if cpu_op != optree.NO_PARENT:
                 row.update(cpu_op=f.names[f.h_name[cpu_op]], category=tree.category(cpu_op),
-                           sig=f.signatures[f.h_sig[cpu_op]], has_cpu_op=True)
+                           sig=_short_signature(f.signatures[f.h_sig[cpu_op]]), has_cpu_op=True)
             else:
                 low = launcher_name.lower()
                 row.update(cpu_op=launcher_name, category="graph" if "cudagraph" in low or "graphlaunch" in low
@@ -283,7 +399,7 @@ def _kernel_rows(tree: _Tree) -> list[dict]:
 def kernel_summary(tree: _Tree, rows: list[dict], total_us: float) -> Table:
     f = tree.f
     durations = f.g_dur[[r["g"] for r in rows]]
-    integral = bool(f.g_int[[r["g"] for r in rows]].all())
+    integral = bool(f.g_dur_int[[r["g"] for r in rows]].all())
     streams_whole = all(r["stream"] is not NA for r in rows)  # else pandas' float column: 7.0
     # TraceLens has a "Parent cpu_op" column only when some kernel has a cpu op above it
     by_cpu_op = any(r["has_cpu_op"] for r in rows)
@@ -314,7 +430,7 @@ def kernel_summary(tree: _Tree, rows: list[dict], total_us: float) -> Table:
 def short_kernels(tree: _Tree, rows: list[dict], total_us: float) -> tuple[Table, Table]:
     """``short_kernel_histogram`` and ``short_kernels_summary``."""
     f = tree.f
-    integral = bool(f.g_int[[r["g"] for r in rows]].all()) if rows else False
+    integral = bool(f.g_dur_int[[r["g"] for r in rows]].all()) if rows else False
     short = [r for r in rows if f.g_dur[r["g"]] < SHORT_KERNEL_US]
     histogram = Table([["bin_start", "bin_end", "count"]])
     if not short:
@@ -360,6 +476,7 @@ def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
         if rows:
             tables["ops_summary_by_category"] = ops_summary_by_category(rows)
             tables["ops_summary"] = ops_summary(rows)
+            tables["ops_unique_args"] = ops_unique_args(tree, rows)
     else:
         notes.append("no cpu_op in the trace: GPU-only tables, as TraceLens")
     if facts.python_stack:

@@ -22,7 +22,9 @@ from ...io.source import InputSource
 
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
 GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
-SIGNATURE_ARGS = ("Input Dims", "Input Strides", "Concrete Inputs")
+SIGNATURE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+# metadata event name -> the args member holding its value (TraceLens reads these three)
+METADATA = {"process_name": "name", "process_labels": "labels", "thread_name": "name"}
 LINK_KEYS = ("correlation", "External id")
 
 
@@ -51,9 +53,11 @@ class OpsCollector:
         self.names: dict[str, int] = {}
         self.threads: dict[tuple, int] = {}
         self.signatures: dict[tuple, int] = {}
-        self.host: list[tuple] = []  # (thread, ts, end, kind, name, signature)
+        self.host: list[tuple] = []  # (thread, ts, end, kind, name, signature, event number)
         self.host_links: list[tuple] = []  # per host event: its (correlation, External id)
-        self.gpu: list[tuple] = []  # (ts, end, dur, integral, cat, name, stream)
+        self.gpu: list[tuple] = []  # (ts, end, dur, ts and dur integers, cat, name, stream, dur an integer)
+        self.metadata: dict[tuple, str] = {}  # (pid, tid, process_name|process_labels|thread_name) -> value
+        self.events = 0  # events seen: TraceLens's UID of the next one
         self.gpu_at: list[dict] = [{}, {}]  # per link key: (pid, tid, id) -> GPU event (the last wins)
         self.gpu_by_id: list[dict] = [{}, {}]  # per link key: id -> its GPU events (graph launches)
         self.flow_starts: set = set()
@@ -67,8 +71,17 @@ class OpsCollector:
         text = name if isinstance(name, str) else str(name)
         return self.names.setdefault(text, len(self.names))
 
-    def visit(self, event: dict) -> None:
+    def visit(self, event: object) -> None:
+        uid = self.events
+        self.events += 1
+        if isinstance(event, dict):
+            self._visit(event, uid)
+
+    def _visit(self, event: dict, uid: int) -> None:
         cat = event.get("cat")
+        if event.get("ph") == "M" and event.get("name") in METADATA and isinstance(event.get("args"), dict):
+            member = METADATA[event["name"]]
+            self.metadata[(_key(event.get("pid")), _key(event.get("tid")), event["name"])] = event["args"].get(member)
         if cat == "ac2g":
             if event.get("ph") == "s":
                 self.flow_starts.add(_key(event.get("id")))
@@ -94,18 +107,16 @@ class OpsCollector:
             if kind == RUNTIME and self.link_key is None and "launch" in str(name).lower():
                 self.link_key = 0 if "correlation" in args else 1
             thread = self.threads.setdefault((_key(event.get("pid")), _key(event.get("tid"))), len(self.threads))
-            signature = -1
-            if kind == CPU_OP:
-                sig = tuple(None if args.get(key) is None else repr(_tupled(args[key])) for key in SIGNATURE_ARGS)
-                signature = self.signatures.setdefault(sig, len(self.signatures))
-            self.host.append((thread, ts, ts + dur, kind, self._name(name), signature))
+            sig = tuple(None if args.get(key) is None else str(_tupled(args[key])) for key in SIGNATURE_ARGS)
+            signature = self.signatures.setdefault(sig, len(self.signatures))
+            self.host.append((thread, ts, ts + dur, kind, self._name(name), signature, uid))
             self.host_links.append(links)
             return
         g = len(self.gpu)
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
         self.gpu.append((ts, ts + dur, dur, isinstance(ts, int) and isinstance(dur, int), gpu_cat, self._name(name),
-                         stream))
+                         stream, isinstance(dur, int)))
         where = (_key(event.get("pid")), _key(event.get("tid")))
         for k, link in enumerate(links):
             if link is not None:
@@ -117,7 +128,7 @@ class OpsCollector:
         of its id, another call the one its flow's end points at."""
         key = self.link_key or 0
         links: list[list[int]] = []
-        for (_, _, _, kind, name, _), ids in zip(self.host, self.host_links):
+        for (_, _, _, kind, name, _, _), ids in zip(self.host, self.host_links):
             link = ids[key]
             found: list[int] = []
             if kind == RUNTIME and link is not None:
@@ -131,14 +142,16 @@ class OpsCollector:
 
     def facts(self) -> OpsFacts:
         names = list(self.names)
-        host = np.array(self.host, dtype=np.float64).reshape(-1, 6)
-        gpu = np.array(self.gpu, dtype=np.float64).reshape(-1, 7)
+        host = np.array(self.host, dtype=np.float64).reshape(-1, 7)
+        gpu = np.array(self.gpu, dtype=np.float64).reshape(-1, 8)
         facts = OpsFacts(
             names=names, h_thread=host[:, 0].astype(np.int64), h_ts=host[:, 1], h_end=host[:, 2],
             h_kind=host[:, 3].astype(np.int8), h_name=host[:, 4].astype(np.int64), h_sig=host[:, 5].astype(np.int64),
             g_ts=gpu[:, 0], g_end=gpu[:, 1], g_dur=gpu[:, 2], g_int=gpu[:, 3].astype(bool),
             g_cat=gpu[:, 4].astype(np.int8), g_name=gpu[:, 5].astype(np.int64), g_stream=gpu[:, 6],
-            signatures=list(self.signatures), has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack)
+            g_dur_int=gpu[:, 7].astype(bool), h_uid=host[:, 6].astype(np.int64), threads=list(self.threads),
+            metadata=self.metadata, signatures=list(self.signatures), has_cpu_ops=self.has_cpu_ops,
+            python_stack=self.python_stack)
         opstables.link(facts, self._runtime_links(names))
         return facts
 
@@ -148,8 +161,7 @@ def collect(path: str, *, salvage: bool = False) -> OpsFacts:
     def attempt(reader: TraceReader) -> OpsCollector:
         collector = OpsCollector()
         for event in reader.events():
-            if isinstance(event, dict):
-                collector.visit(event)
+            collector.visit(event)
         return collector
 
     return read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops").facts()
