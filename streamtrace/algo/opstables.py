@@ -41,7 +41,7 @@ class OpsFacts:
 
     Host events (``cpu_op``, ``cuda_runtime``, ``cuda_driver``): ``h_*``;
     GPU events (``kernel``, ``gpu_memcpy``, ``gpu_memset``): ``g_*``.
-    ``h_links``/``g_parent`` are filled by :func:`link`.
+    ``link_run``/``link_gpu``/``g_parent`` are filled by :func:`link`.
     """
 
     names: list[str]
@@ -63,7 +63,8 @@ class OpsFacts:
     threads: list[tuple]  # (pid, tid) of each h_thread number
     metadata: dict[tuple, object]  # (pid, tid, process_name|process_labels|thread_name) -> value
     signatures: list[tuple[str | None, ...]]  # str() of Input Dims, Input type, Input Strides, Concrete Inputs
-    h_links: list[list[int]] = field(default_factory=list)
+    link_run: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # (runtime call, GPU event) links
+    link_gpu: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     has_cpu_ops: bool = True
     python_stack: bool = False
@@ -91,6 +92,7 @@ class _Tree:
     def __init__(self, facts: OpsFacts) -> None:
         self.f = facts
         self.parent = optree.nest_host_events(facts.h_thread, facts.h_ts, facts.h_end)
+        self.communication = [optree.is_communication(name) for name in facts.names]
         self.launcher_of = np.full(len(facts.g_ts), optree.NO_PARENT, dtype=np.int64)
         self.direct: dict[int, list[int]] = {}
         for g in range(len(facts.g_ts)):
@@ -100,15 +102,18 @@ class _Tree:
             self.launcher_of[g] = launcher
             self.direct.setdefault(launcher, []).append(g)
         self.launchers = sorted(self.direct, key=lambda h: facts.h_ts[h])
+        self._categories: dict[int, str] = {}
+        self._cpu_op_above: dict[int, int] = {}
         self.subtree: dict[int, set[int]] = {h: set() for h in self.direct}
-        for runtime, gpu in enumerate(facts.h_links):
-            for h in _ancestors(self.parent, runtime) if gpu else ():
+        runs, starts = np.unique(facts.link_run, return_index=True)
+        for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(facts.link_run)]):
+            for h in _ancestors(self.parent, runtime):
                 if h in self.subtree:
-                    self.subtree[h].update(gpu)
+                    self.subtree[h].update(facts.link_gpu[lo:hi].tolist())
 
     def _skipped(self, g: int) -> bool:
         f = self.f
-        return f.g_parent[g] == optree.NO_PARENT or optree.is_communication(f.names[f.g_name[g]])
+        return f.g_parent[g] == optree.NO_PARENT or self.communication[f.g_name[g]]
 
     def _launcher(self, runtime: int) -> int:
         """The cpu op above a runtime call (skipping ``execute``), else the call."""
@@ -127,32 +132,35 @@ class _Tree:
         kernels = self.direct.get(h)
         if not kernels:
             return None
-        first = min(kernels, key=lambda g: self.f.g_ts[g])  # (stable: the first of equal starts)
+        starts = self.f.g_ts[kernels]
+        first = kernels[int(np.argmin(starts))]  # (the first of equal starts)
         return self.f.names[self.f.g_name[first]]
 
     def category(self, h: int) -> str:
-        return op_category(self.f.names[self.f.h_name[h]], self.first_kernel(h))
+        category = self._categories.get(h)
+        if category is None:
+            category = self._categories[h] = op_category(self.f.names[self.f.h_name[h]], self.first_kernel(h))
+        return category
 
     def busy(self, gpu: Sequence[int]) -> tuple[float, bool]:
         """Union length of the GPU events' intervals, and whether it is an integer in TraceLens."""
-        idx = np.fromiter(sorted(gpu), dtype=np.int64, count=len(gpu))
-        return optree.busy(self.f.g_ts[idx], self.f.g_end[idx]), bool(self.f.g_int[idx].all())
+        idx = sorted(gpu)
+        return optree.busy_of(self.f.g_ts[idx].tolist(), self.f.g_end[idx].tolist()), bool(self.f.g_int[idx].all())
 
     def cpu_op_above(self, runtime: int) -> int:
-        for h in _ancestors(self.parent, runtime):
-            if self.f.h_kind[h] == CPU_OP:
-                return h
-        return optree.NO_PARENT
+        found = self._cpu_op_above.get(runtime)
+        if found is None:
+            found = next((h for h in _ancestors(self.parent, runtime) if self.f.h_kind[h] == CPU_OP), optree.NO_PARENT)
+            self._cpu_op_above[runtime] = found
+        return found
 
 
-def link(facts: OpsFacts, runtime_links: list[list[int]]) -> None:
-    """Record each runtime call's GPU events (every link, as TraceLens
-    propagates them) and each GPU event's runtime call (the last link wins)."""
-    facts.h_links = runtime_links
-    facts.g_parent = np.full(len(facts.g_ts), optree.NO_PARENT, dtype=np.int64)
-    for runtime, gpu in enumerate(runtime_links):
-        for g in gpu:
-            facts.g_parent[g] = runtime
+def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
+    """Record the (runtime call, GPU event) links (every one: TraceLens
+    propagates them all up the tree) and each GPU event's call (the last link
+    wins)."""
+    facts.link_run, facts.link_gpu = run, gpu
+    facts.g_parent = optree.last_parent(run, gpu, len(facts.g_ts))
 
 
 def gpu_timeline(facts: OpsFacts) -> tuple[Table, float] | None:
@@ -160,8 +168,11 @@ def gpu_timeline(facts: OpsFacts) -> tuple[Table, float] | None:
     linked = facts.g_parent != optree.NO_PARENT
     if not linked.any():
         return None
-    kind = np.array([_timeline_kind(c, facts.names[n]) for c, n in
-                     zip(facts.g_cat[linked].tolist(), facts.g_name[linked].tolist())], dtype=np.int8)
+    pairs = facts.g_cat[linked].astype(np.int64) * len(facts.names) + facts.g_name[linked]
+    unique, where = np.unique(pairs, return_inverse=True)
+    kinds = np.array([_timeline_kind(int(p) // len(facts.names), facts.names[int(p) % len(facts.names)])
+                      for p in unique], dtype=np.int8)
+    kind = kinds[where.reshape(-1)]
     metrics = optree.timeline(facts.g_ts[linked], facts.g_end[linked], kind)
     total = metrics["total_time"]
     rows = [[key, value / 1e3, value / total * 100] for key, value in metrics.items()]
@@ -373,38 +384,70 @@ def ops_unique_args(tree: _Tree, rows: list[dict]) -> Table:
     return table
 
 
-def _kernel_rows(tree: _Tree) -> list[dict]:
-    """TraceLens's ``get_df_kernels(launcher_detail=True)`` rows, kernels only."""
-    f = tree.f
-    rows = []
-    for g in np.flatnonzero(f.g_cat == KERNEL).tolist():
-        runtime = int(f.g_parent[g])
-        stream = float(f.g_stream[g])
-        row = {"g": g, "name": f.names[f.g_name[g]], "stream": NA if math.isnan(stream) else stream, "cpu_op": NA, "category": NA,
-               "sig": (NA, NA, NA), "has_cpu_op": False}  # sig: Input Dims, Input Strides, Concrete Inputs
-        if runtime != optree.NO_PARENT:
-            cpu_op = tree.cpu_op_above(runtime)
-            launcher_name = f.names[f.h_name[runtime]]
-            if cpu_op != optree.NO_PARENT:
-                row.update(cpu_op=f.names[f.h_name[cpu_op]], category=tree.category(cpu_op),
-                           sig=_short_signature(f.signatures[f.h_sig[cpu_op]]), has_cpu_op=True)
-            else:
-                low = launcher_name.lower()
-                row.update(cpu_op=launcher_name, category="graph" if "cudagraph" in low or "graphlaunch" in low
-                           else "runtime")
-        rows.append(row)
-    return rows
+@dataclass
+class _Kernels:
+    """TraceLens's ``get_df_kernels(launcher_detail=True)`` rows (kernels
+    only) as columns: what stands above each kernel is a number into
+    ``above`` (category, Parent cpu_op, its signature)."""
+
+    g: np.ndarray
+    above: list[tuple]
+    above_of: np.ndarray
+    has_cpu_op: bool  # some kernel has a cpu op above it (else no "Parent cpu_op" column)
 
 
-def kernel_summary(tree: _Tree, rows: list[dict], total_us: float) -> Table:
+def _kernels(tree: _Tree) -> _Kernels:
     f = tree.f
-    durations = f.g_dur[[r["g"] for r in rows]]
-    integral = bool(f.g_dur_int[[r["g"] for r in rows]].all())
-    streams_whole = all(r["stream"] is not NA for r in rows)  # else pandas' float column: 7.0
-    # TraceLens has a "Parent cpu_op" column only when some kernel has a cpu op above it
-    by_cpu_op = any(r["has_cpu_op"] for r in rows)
-    keys = [(r["category"], r["cpu_op"], r["name"], r["stream"]) for r in rows]
-    groups = _grouped(keys if by_cpu_op else [key[:1] + key[2:] for key in keys])
+    g = np.flatnonzero(f.g_cat == KERNEL)
+    runtime = f.g_parent[g]
+    numbers: dict[tuple, int] = {(NA, NA, (NA, NA, NA)): 0}  # an unlinked kernel
+    of_runtime: dict[int, int] = {}
+    has_cpu_op = False
+    for r in np.unique(runtime[runtime != optree.NO_PARENT]).tolist():
+        cpu_op = tree.cpu_op_above(r)
+        if cpu_op != optree.NO_PARENT:
+            has_cpu_op = True
+            info = (tree.category(cpu_op), f.names[f.h_name[cpu_op]], _short_signature(f.signatures[f.h_sig[cpu_op]]))
+        else:  # TraceLens's fallback: the launch call stands for the op
+            launcher = f.names[f.h_name[r]]
+            low = launcher.lower()
+            info = ("graph" if "cudagraph" in low or "graphlaunch" in low else "runtime", launcher, (NA, NA, NA))
+        of_runtime[r] = numbers.setdefault(info, len(numbers))
+    above_of = np.array([of_runtime.get(r, 0) for r in runtime.tolist()], dtype=np.int64)
+    return _Kernels(g, list(numbers), above_of, has_cpu_op)
+
+
+def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: bool = False) -> _Groups:
+    """:func:`_grouped` over integer columns, making a key only per distinct row."""
+    if not len(columns[0]):
+        return _Groups([], np.empty(0, dtype=np.int64))
+    distinct, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+    keys = [key_of(row) for row in distinct.tolist()]
+    groups = _grouped([keys[i] for i in np.argsort(first, kind="stable").tolist()], sort=sort, dropna=dropna)
+    number = {key: i for i, key in enumerate(groups.keys)}
+    remap = np.array([number.get(key, -1) for key in keys], dtype=np.int64)
+    return _Groups(groups.keys, remap[inverse.reshape(-1)])
+
+
+def _stream_codes(streams: np.ndarray) -> tuple[np.ndarray, list]:
+    """Streams as small integers, and each code's value (None for none)."""
+    values, codes = np.unique(np.nan_to_num(streams, nan=-np.inf), return_inverse=True)
+    return codes.reshape(-1), [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
+
+
+def kernel_summary(tree: _Tree, kernels: _Kernels, total_us: float) -> Table:
+    f = tree.f
+    durations = f.g_dur[kernels.g]
+    integral = bool(f.g_dur_int[kernels.g].all())
+    stream_codes, stream_values = _stream_codes(f.g_stream[kernels.g])
+    streams_whole = None not in stream_values  # else pandas' float column: 7.0
+
+    def key_of(row: list[int]) -> tuple:
+        category, cpu_op, _ = kernels.above[row[0]]
+        parts = (category, cpu_op) if kernels.has_cpu_op else (category,)
+        return (*parts, f.names[row[1]], stream_values[row[2]])
+
+    groups = _grouped_columns([kernels.above_of, f.g_name[kernels.g], stream_codes], key_of, sort=True)
     sums = groups.sums(durations)
     counts = groups.counts()
     lows = np.full(len(groups.keys), np.inf)
@@ -413,10 +456,10 @@ def kernel_summary(tree: _Tree, rows: list[dict], total_us: float) -> Table:
     np.maximum.at(highs, groups.codes, durations)
     total_kernels = int(durations.sum()) if integral else float(np.sum(durations))
     whole = (total_us / 1e3) * 1e3
-    table = Table([["Parent op category", *["Parent cpu_op"][:by_cpu_op], "Kernel name", "Kernel stream",
-                    "Kernel duration (µs)_sum",
-                    "Kernel duration (µs)_count", "Kernel duration (µs)_mean", "Kernel duration (µs)_min",
-                    "Kernel duration (µs)_max", "Percent of kernels time (%)", "Percent of total time (%)"]])
+    table = Table([["Parent op category", *["Parent cpu_op"][:kernels.has_cpu_op], "Kernel name", "Kernel stream",
+                    "Kernel duration (µs)_sum", "Kernel duration (µs)_count", "Kernel duration (µs)_mean",
+                    "Kernel duration (µs)_min", "Kernel duration (µs)_max", "Percent of kernels time (%)",
+                    "Percent of total time (%)"]])
     for k in optree.descending(sums.tolist()):
         *names, stream = groups.keys[k]
         total = _cell_number(sums[k], integral)
@@ -427,22 +470,25 @@ def kernel_summary(tree: _Tree, rows: list[dict], total_us: float) -> Table:
     return table
 
 
-def short_kernels(tree: _Tree, rows: list[dict], total_us: float) -> tuple[Table, Table]:
+def short_kernels(tree: _Tree, kernels: _Kernels, total_us: float) -> tuple[Table, Table]:
     """``short_kernel_histogram`` and ``short_kernels_summary``."""
     f = tree.f
-    integral = bool(f.g_dur_int[[r["g"] for r in rows]].all()) if rows else False
-    short = [r for r in rows if f.g_dur[r["g"]] < SHORT_KERNEL_US]
+    integral = bool(f.g_dur_int[kernels.g].all())
+    short = f.g_dur[kernels.g] < SHORT_KERNEL_US
     histogram = Table([["bin_start", "bin_end", "count"]])
-    if not short:
+    if not short.any():
         return histogram, Table([[]])
-    values = f.g_dur[[r["g"] for r in short]]
+    values = f.g_dur[kernels.g[short]]
     counts, edges = np.histogram(values.astype(np.int64) if integral else values, bins=HISTOGRAM_BINS)
     histogram.rows = [[float(edges[i]), float(edges[i + 1]), int(counts[i])] for i in range(len(counts))]
-    by_kernel_only = not f.has_cpu_ops
-    keys = [(row["name"],) if by_kernel_only else (row["cpu_op"], *row["sig"], row["name"]) for row in short]
-    groups = _grouped(keys, sort=False, dropna=True)
-    key_columns = ["Kernel name"] if by_kernel_only else ["Parent cpu_op", "Input dims", "Input strides",
-                                                          "Concrete Inputs", "Kernel name"]
+    names = f.g_name[kernels.g[short]]
+    if f.has_cpu_ops:
+        key_columns = ["Parent cpu_op", "Input dims", "Input strides", "Concrete Inputs", "Kernel name"]
+        groups = _grouped_columns([kernels.above_of[short], names], lambda row: (
+            kernels.above[row[0]][1], *kernels.above[row[0]][2], f.names[row[1]]), sort=False, dropna=True)
+    else:
+        key_columns = ["Kernel name"]
+        groups = _grouped_columns([names], lambda row: (f.names[row[0]],), sort=False, dropna=True)
     if not groups.keys:  # pandas' empty grouped frame: a two-line header of its aggregations
         return histogram, Table([["Kernel duration (µs)"] * 3, ["sum", "count", "mean"]])
     sums = groups.sums(values.astype(np.float64))
@@ -482,8 +528,8 @@ def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
     if facts.python_stack:
         notes.append("python_func events: TraceLens's kernel tables refuse such traces (none written)")
         return tables, notes
-    kernels = _kernel_rows(tree)
-    if kernels:
+    kernels = _kernels(tree)
+    if len(kernels.g):
         tables["kernel_summary"] = kernel_summary(tree, kernels, total_us)
         histogram, summary = short_kernels(tree, kernels, total_us)
         tables["short_kernel_histogram"] = histogram

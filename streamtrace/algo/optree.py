@@ -56,6 +56,61 @@ def nest_host_events(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.
     return parent
 
 
+NO_LINK = -(1 << 63)
+
+
+def launch_links(run_link: np.ndarray, run_graph: np.ndarray, gpu_link: np.ndarray, gpu_place: np.ndarray,
+                 flow_starts: np.ndarray, flow_ends: np.ndarray, flow_end_places: np.ndarray,
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """TraceLens's kernel-to-launch links as (runtime call, GPU event) pairs,
+    by call then GPU event order.
+
+    ``run_link``: each runtime call's id (``NO_LINK`` for none or another
+    host event); a graph launch takes every GPU event of its id, another call
+    the GPU event at its flow's end: the last flow end of that id must exist,
+    as a flow start of it, and the GPU event is the last one of that id at the
+    end's place (pid, tid).
+    """
+    gpu_ids = np.flatnonzero(gpu_link != NO_LINK)
+    by_link = gpu_ids[np.argsort(gpu_link[gpu_ids], kind="stable")]
+    sorted_links = gpu_link[by_link]
+    runs: list[np.ndarray] = []
+    gpus: list[np.ndarray] = []
+    for r in np.flatnonzero(run_graph & (run_link != NO_LINK)).tolist():
+        lo, hi = np.searchsorted(sorted_links, run_link[r], "left"), np.searchsorted(sorted_links, run_link[r], "right")
+        gpus.append(by_link[lo:hi])
+        runs.append(np.full(hi - lo, r, dtype=np.int64))
+    calls = np.flatnonzero(~run_graph & (run_link != NO_LINK))
+    wanted = run_link[calls]
+    ends, last = np.unique(flow_ends[::-1], return_index=True)
+    end_places = flow_end_places[::-1][last]
+    at = np.minimum(np.searchsorted(ends, wanted), len(ends) - 1) if len(ends) else np.zeros(len(wanted), np.int64)
+    ok = np.isin(wanted, flow_starts) & (ends[at] == wanted) if len(ends) else np.zeros(len(wanted), dtype=bool)
+    calls, wanted, places = calls[ok], wanted[ok], end_places[at[ok]]
+    # the last GPU event of each (id, place), found by the pair's rank
+    links = np.unique(np.concatenate([gpu_link[gpu_ids], wanted]))
+    width = int(max(gpu_place.max(initial=0), places.max(initial=0))) + 1
+    gpu_keys = np.searchsorted(links, gpu_link[gpu_ids]) * width + gpu_place[gpu_ids]
+    keys, last = np.unique(gpu_keys[::-1], return_index=True)
+    owners = gpu_ids[::-1][last]
+    query = np.searchsorted(links, wanted) * width + places
+    at = np.minimum(np.searchsorted(keys, query), len(keys) - 1) if len(keys) else np.zeros(len(query), np.int64)
+    found = keys[at] == query if len(keys) else np.zeros(len(query), dtype=bool)
+    runs.append(calls[found])
+    gpus.append(owners[at[found]])
+    run, gpu = np.concatenate(runs), np.concatenate(gpus)
+    order = np.argsort(run, kind="stable")
+    return run[order].astype(np.int64), gpu[order].astype(np.int64)
+
+
+def last_parent(run: np.ndarray, gpu: np.ndarray, count: int) -> np.ndarray:
+    """Each GPU event's runtime call: the last link to it (``NO_PARENT`` if none)."""
+    parent = np.full(count, NO_PARENT, dtype=np.int64)
+    ids, last = np.unique(gpu[::-1], return_index=True)
+    parent[ids] = run[::-1][last]
+    return parent
+
+
 def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals as sorted disjoint ones (touching ones merge)."""
     if len(starts) == 0:
@@ -79,6 +134,22 @@ def busy(starts: np.ndarray, ends: np.ndarray) -> float:
     """Length of the union of the intervals, as TraceLens sums it."""
     s, e = merged(starts, ends)
     return left_sum(e - s)
+
+
+def busy_of(starts: list[float], ends: list[float]) -> float:
+    """:func:`busy` for a few intervals, in plain Python (the same arithmetic)."""
+    if len(starts) == 1:
+        return ends[0] - starts[0]
+    total = 0.0
+    last_start = last_end = None
+    for start, end in sorted(zip(starts, ends), key=lambda pair: pair[0]):
+        if last_end is not None and start <= last_end:
+            last_end = max(last_end, end)
+            continue
+        if last_end is not None:
+            total += last_end - last_start
+        last_start, last_end = start, end
+    return total + (last_end - last_start)
 
 
 def subtract(cut: tuple[np.ndarray, np.ndarray], base: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -8,12 +8,15 @@ import csv
 import io
 import math
 import os
+from array import array
 from decimal import Decimal
 
 import numpy as np
+import orjson
 
-from ...algo import opstables
+from ...algo import opstables, optree
 from ...algo.opstables import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, OpsFacts, Table
+from ...algo.optree import NO_LINK
 from ...engine.passes import read_with_retries
 from ...errors import TraceError
 from ...io.destinations import Destinations
@@ -25,7 +28,6 @@ GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
 SIGNATURE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 # metadata event name -> the args member holding its value (TraceLens reads these three)
 METADATA = {"process_name": "name", "process_labels": "labels", "thread_name": "name"}
-LINK_KEYS = ("correlation", "External id")
 
 
 def _number(value: object) -> int | float | None:
@@ -46,26 +48,65 @@ def _key(value: object) -> object:
     return value if isinstance(value, (int, str, float)) and not isinstance(value, bool) else None
 
 
+class _Columns:
+    """Typed columns appended an event at a time (8 bytes a value, or 1)."""
+
+    def __init__(self, **codes: str) -> None:
+        self.arrays = {name: array(code) for name, code in codes.items()}
+
+    def add(self, **values: object) -> None:
+        for name, value in values.items():
+            self.arrays[name].append(value)
+
+    def numpy(self, name: str) -> np.ndarray:
+        return np.frombuffer(self.arrays[name], dtype=self.arrays[name].typecode).copy() if len(self.arrays[name]) \
+            else np.empty(0, dtype=self.arrays[name].typecode)
+
+
 class OpsCollector:
-    """What one reading of a trace keeps for the ops tables."""
+    """What one reading of a trace keeps for the ops tables: typed columns per
+    host and GPU event, interned names, places and op signatures."""
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}
-        self.threads: dict[tuple, int] = {}
+        self.places: dict[tuple, int] = {}  # (pid, tid) -> number
         self.signatures: dict[tuple, int] = {}
-        self.host: list[tuple] = []  # (thread, ts, end, kind, name, signature, event number)
-        self.host_links: list[tuple] = []  # per host event: its (correlation, External id)
-        self.gpu: list[tuple] = []  # (ts, end, dur, ts and dur integers, cat, name, stream, dur an integer)
-        self.metadata: dict[tuple, str] = {}  # (pid, tid, process_name|process_labels|thread_name) -> value
+        self._signature_of_text: dict[bytes, int] = {}
+        self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
+        self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q")
+        self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
+                            place="q", corr="q", ext="q")
+        self.flow_starts = array("q")
+        self.flow_ends = _Columns(id="q", place="q")
+        self.metadata: dict[tuple, object] = {}  # (pid, tid, process_name|process_labels|thread_name) -> value
         self.events = 0  # events seen: TraceLens's UID of the next one
-        self.gpu_at: list[dict] = [{}, {}]  # per link key: (pid, tid, id) -> GPU event (the last wins)
-        self.gpu_by_id: list[dict] = [{}, {}]  # per link key: id -> its GPU events (graph launches)
-        self.flow_starts: set = set()
-        self.flow_ends: dict = {}
         self.link_key: int | None = None  # 0 correlation, 1 External id: as the first launch call says
         self.has_cpu_ops = False
         self.python_stack = False
         self.untimed = 0
+
+    def _link(self, value: object) -> int:
+        value = _key(value)
+        if value is None:
+            return NO_LINK
+        if isinstance(value, int) and -(1 << 62) < value < (1 << 62):
+            return value
+        return self._other_links.setdefault(value, (1 << 62) + len(self._other_links))
+
+    def _place(self, event: dict) -> int:
+        return self.places.setdefault((_key(event.get("pid")), _key(event.get("tid"))), len(self.places))
+
+    def _signature(self, values: list) -> int:
+        """The number of an op's argument lists (their str() as TraceLens groups them)."""
+        try:
+            text = orjson.dumps(values)
+        except TypeError:  # (numbers orjson cannot write: the slower way)
+            text = repr(values).encode()
+        number = self._signature_of_text.get(text)
+        if number is None:
+            sig = tuple(None if value is None else str(_tupled(value)) for value in values)
+            number = self._signature_of_text[text] = self.signatures.setdefault(sig, len(self.signatures))
+        return number
 
     def _name(self, name: object) -> int:
         text = name if isinstance(name, str) else str(name)
@@ -84,9 +125,9 @@ class OpsCollector:
             self.metadata[(_key(event.get("pid")), _key(event.get("tid")), event["name"])] = event["args"].get(member)
         if cat == "ac2g":
             if event.get("ph") == "s":
-                self.flow_starts.add(_key(event.get("id")))
+                self.flow_starts.append(self._link(event.get("id")))
             elif event.get("ph") == "f":
-                self.flow_ends[_key(event.get("id"))] = (_key(event.get("pid")), _key(event.get("tid")))
+                self.flow_ends.add(id=self._link(event.get("id")), place=self._place(event))
             return
         if cat in ("cpu_op", "python_func"):
             self.has_cpu_ops = True
@@ -101,58 +142,37 @@ class OpsCollector:
         if ts is None or dur is None:
             self.untimed += 1
             return
-        links = tuple(_key(args.get(key)) for key in LINK_KEYS)
         name = event.get("name", "")
+        corr, ext = self._link(args.get("correlation")), self._link(args.get("External id"))
         if kind is not None:
             if kind == RUNTIME and self.link_key is None and "launch" in str(name).lower():
                 self.link_key = 0 if "correlation" in args else 1
-            thread = self.threads.setdefault((_key(event.get("pid")), _key(event.get("tid"))), len(self.threads))
-            sig = tuple(None if args.get(key) is None else str(_tupled(args[key])) for key in SIGNATURE_ARGS)
-            signature = self.signatures.setdefault(sig, len(self.signatures))
-            self.host.append((thread, ts, ts + dur, kind, self._name(name), signature, uid))
-            self.host_links.append(links)
+            self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
+                          sig=self._signature([args.get(key) for key in SIGNATURE_ARGS]), uid=uid, corr=corr, ext=ext)
             return
-        g = len(self.gpu)
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
-        self.gpu.append((ts, ts + dur, dur, isinstance(ts, int) and isinstance(dur, int), gpu_cat, self._name(name),
-                         stream, isinstance(dur, int)))
-        where = (_key(event.get("pid")), _key(event.get("tid")))
-        for k, link in enumerate(links):
-            if link is not None:
-                self.gpu_at[k][(*where, link)] = g
-                self.gpu_by_id[k].setdefault(link, []).append(g)
-
-    def _runtime_links(self, names: list[str]) -> list[list[int]]:
-        """Each host event's GPU events: a graph launch takes every GPU event
-        of its id, another call the one its flow's end points at."""
-        key = self.link_key or 0
-        links: list[list[int]] = []
-        for (_, _, _, kind, name, _, _), ids in zip(self.host, self.host_links):
-            link = ids[key]
-            found: list[int] = []
-            if kind == RUNTIME and link is not None:
-                if names[name] in opstables.GRAPH_LAUNCHES:
-                    found = self.gpu_by_id[key].get(link, [])
-                elif link in self.flow_starts and link in self.flow_ends:
-                    g = self.gpu_at[key].get((*self.flow_ends[link], link))
-                    found = [] if g is None else [g]
-            links.append(found)
-        return links
+        self.gpu.add(ts=ts, end=ts + dur, dur=dur, integral=isinstance(ts, int) and isinstance(dur, int), cat=gpu_cat,
+                     name=self._name(name), stream=stream, dur_int=isinstance(dur, int), place=self._place(event),
+                     corr=corr, ext=ext)
 
     def facts(self) -> OpsFacts:
         names = list(self.names)
-        host = np.array(self.host, dtype=np.float64).reshape(-1, 7)
-        gpu = np.array(self.gpu, dtype=np.float64).reshape(-1, 8)
+        h, g = self.host.numpy, self.gpu.numpy
         facts = OpsFacts(
-            names=names, h_thread=host[:, 0].astype(np.int64), h_ts=host[:, 1], h_end=host[:, 2],
-            h_kind=host[:, 3].astype(np.int8), h_name=host[:, 4].astype(np.int64), h_sig=host[:, 5].astype(np.int64),
-            g_ts=gpu[:, 0], g_end=gpu[:, 1], g_dur=gpu[:, 2], g_int=gpu[:, 3].astype(bool),
-            g_cat=gpu[:, 4].astype(np.int8), g_name=gpu[:, 5].astype(np.int64), g_stream=gpu[:, 6],
-            g_dur_int=gpu[:, 7].astype(bool), h_uid=host[:, 6].astype(np.int64), threads=list(self.threads),
-            metadata=self.metadata, signatures=list(self.signatures), has_cpu_ops=self.has_cpu_ops,
-            python_stack=self.python_stack)
-        opstables.link(facts, self._runtime_links(names))
+            names=names, h_thread=h("thread"), h_ts=h("ts"), h_end=h("end"), h_kind=h("kind"), h_name=h("name"),
+            h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
+            g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
+            h_uid=h("uid"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
+            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack)
+        key = "ext" if self.link_key == 1 else "corr"
+        graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
+        runtime = facts.h_kind == RUNTIME
+        run_link = np.where(runtime, h(key), NO_LINK)
+        flow_starts = np.frombuffer(self.flow_starts, dtype=np.int64) if len(self.flow_starts) else np.empty(0, np.int64)
+        run, gpu = optree.launch_links(run_link, runtime & graph_names[facts.h_name], g(key), g("place"), flow_starts,
+                                       self.flow_ends.numpy("id"), self.flow_ends.numpy("place"))
+        opstables.link(facts, run, gpu)
         return facts
 
 
