@@ -202,3 +202,12 @@ def test_unique_args_groups_by_the_text_of_odd_shapes(tmp_path) -> None:
 
 def _csv_rows(data: bytes) -> list[list[str]]:
     return list(csv.reader(io.StringIO(data.decode())))
+
+
+def test_events_without_times_are_left_out_and_counted(tmp_path) -> None:
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "args": {}},
+              *_launch(1, 1), *_kernel(1, 100, 5), {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                                                    "ts": 120, "args": {"correlation": 2}}]
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    assert notes == ["1 host or GPU events without a numeric ts or dur left out (TraceLens fails on them)"]
+    assert _csv(tables, "kernel_summary")[1][4] == "5"  # the timed kernel alone

@@ -68,6 +68,7 @@ class OpsFacts:
     g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     has_cpu_ops: bool = True
     python_stack: bool = False
+    untimed: int = 0  # host and GPU events without a numeric ts or dur (left out)
 
 
 def _cell_number(value: float, integral: bool) -> object:
@@ -510,10 +511,12 @@ def short_kernels(tree: _Tree, kernels: _Kernels, total_us: float) -> tuple[Tabl
 def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
     """TraceLens's tables for one trace, by file stem, and notes on what it
     leaves out."""
-    notes: list[str] = []
+    notes = [f"{facts.untimed} host or GPU events without a numeric ts or dur left out (TraceLens fails on them)"
+             ] if facts.untimed else []
     timeline = gpu_timeline(facts)
     if timeline is None:
-        return {}, ["no GPU event is linked to a launch: TraceLens stops here ('No GPU events found in the trace')"]
+        return {}, [*notes, "no GPU event is linked to a launch: TraceLens stops here ('No GPU events found in the "
+                    "trace')"]
     tables = {"gpu_timeline": timeline[0]}
     total_us = timeline[1]
     tree = _Tree(facts)

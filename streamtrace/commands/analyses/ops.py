@@ -164,7 +164,7 @@ class OpsCollector:
             h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
             g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
             h_uid=h("uid"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
-            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack)
+            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
         key = "ext" if self.link_key == 1 else "corr"
         graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
         runtime = facts.h_kind == RUNTIME
