@@ -16,13 +16,15 @@ import pytest
 from conftest import ROOT, TRACES
 from tracelens_perf_reference import CASES, SYNTH_ARGS
 
-from streamtrace.algo import optree
+from streamtrace.algo import optree, perfmodel
 from streamtrace.algo.opcategories import CATEGORY_OF_OP, op_category
 from streamtrace.commands.analyses.ops import ops_tables
 
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
-         "short_kernels_summary", "ops_unique_args")
+         "short_kernels_summary", "ops_unique_args", "GEMM")
+# sheets TraceLens writes that analyze leaves out, saying so: case -> {stem: words of the note}
+NOT_YET = {"vllm_graph_mi300": {"GEMM": "no model here yet for vllm::rocm_unquantized_gemm"}}
 SLOW_CASES = {"b200_eager", "nccl_rank0"}  # the two largest traces: a few seconds each
 
 
@@ -41,9 +43,12 @@ def _reference(case: str, stem: str) -> list[str] | None:
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in CASES])
 def test_tables_equal_tracelens_row_by_row(case: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    tables, _ = ops_tables(_trace(case, tmp_path_factory))
+    tables, notes = ops_tables(_trace(case, tmp_path_factory))
     for stem in STEMS:
         expected = _reference(case, stem)
+        if stem in NOT_YET.get(case, {}):
+            assert stem not in tables and any(NOT_YET[case][stem] in note for note in notes), notes
+            continue
         if expected is None:  # TraceLens writes no such table for this trace
             assert stem not in tables, stem
             continue
@@ -211,3 +216,36 @@ def test_events_without_times_are_left_out_and_counted(tmp_path) -> None:
     tables, notes = ops_tables(_write(tmp_path / "t.json", events))
     assert notes == ["1 host or GPU events without a numeric ts or dur left out (TraceLens fails on them)"]
     assert _csv(tables, "kernel_summary")[1][4] == "5"  # the timed kernel alone
+
+
+def test_gemm_model_flops_and_bytes_by_hand() -> None:
+    args = {"Input Dims": [[128], [5, 128], [128, 64], [], []], "Input type": ["float", "float", "float", "Scalar", "Scalar"],
+            "Input Strides": [[1], [128, 1], [1, 128], [], []]}
+    params = perfmodel.gemm_params("aten::addmm", args, ["x", "Cijk_Alik_Bljk_SB_MT64x16x32"])
+    assert (params["M"], params["N"], params["K"], params["bias"], params["B"]) == (5, 64, 128, True, 1)
+    assert params["transpose"] == (True, False) and params["stride_A"] == (128, 1)
+    assert perfmodel.gemm_flops(params) == 2 * 5 * 64 * 128 + 5 * 64
+    assert perfmodel.gemm_bytes(params) == 4 * (5 * 128 + 128 * 64 + 5 * 64 + 64)
+    assert perfmodel.compute_spec(params) == "matrix_fp32"
+    batched = perfmodel.gemm_params("aten::bmm", {"Input Dims": [[3, 4, 8], [3, 8, 2]], "Input type": ["c10::BFloat16"] * 2},
+                                    ["nvjet_tst_128x64_64x4_1x1_v_bz_TN"])
+    assert perfmodel.gemm_flops(batched) == 3 * 2 * 4 * 2 * 8 and perfmodel.gemm_bytes(batched) == 3 * 2 * (32 + 16 + 8)
+    assert batched["transpose"] == (True, False) and batched["stride_A"] is None
+    assert list(batched)[0] == "B"  # (bmm's batch comes first among its parameters, as TraceLens orders them)
+
+
+def test_gemm_sheet_rows_from_a_hand_built_trace(tmp_path) -> None:
+    def mm(ts: int, corr: int, dims: object) -> list[dict]:
+        return [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts, "dur": 5,
+                 "args": {"Input Dims": dims, "Input type": ["float", "float"]}}, *_launch(corr, ts + 1),
+                *_kernel(corr, 100 + ts, 4)]
+
+    events = [*mm(0, 1, [[16, 32], [32, 8]]), *mm(10, 2, [[16, 32], [32, 8]]), *mm(20, 3, [[16]])]  # the last: odd
+    tables, _ = ops_tables(_write(tmp_path / "t.json", events))
+    rows = _csv_rows(tables["GEMM"])
+    row = dict(zip(rows[0], rows[1]))
+    assert len(rows) == 2  # the op whose shapes the model cannot read gets no row, and no traceback
+    assert row["GFLOPS_first"] == repr(2 * 16 * 8 * 32 / 1e9) and row["name_count"] == "2"
+    assert row["TFLOPS/s_mean"] == repr((2 * 16 * 8 * 32 / 1e9 / 1e3) / (4 / 1e6))
+    assert row["Data Moved (MB)_first"] == repr(4 * (16 * 32 + 32 * 8 + 16 * 8) / (1024 * 1024))
+    assert row["Kernel Time (µs)_sum"] == "8" and row["UID_first"] == "0"

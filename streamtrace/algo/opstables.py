@@ -63,6 +63,7 @@ class OpsFacts:
     threads: list[tuple]  # (pid, tid) of each h_thread number
     metadata: dict[tuple, object]  # (pid, tid, process_name|process_labels|thread_name) -> value
     signatures: list[tuple[str | None, ...]]  # str() of Input Dims, Input type, Input Strides, Concrete Inputs
+    signature_values: list[list]  # the same lists as the trace gives them (None: absent)
     link_run: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # (runtime call, GPU event) links
     link_gpu: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
@@ -334,18 +335,19 @@ def _welford_std(values: list[float]) -> float:
     return math.sqrt(squares / (count - 1)) if count > 1 else math.nan
 
 
+def _process_and_thread(f: OpsFacts, h: int) -> tuple:
+    """process_name, process_label, thread_name of a host event (``Unknown`` without metadata)."""
+    pid, tid = f.threads[f.h_thread[h]]
+    return (f.metadata.get((pid, 0, "process_name"), "Unknown"), f.metadata.get((pid, 0, "process_labels"), "Unknown"),
+            f.metadata.get((pid, tid, "thread_name"), "Unknown"))
+
+
 def ops_unique_args(tree: _Tree, rows: list[dict]) -> Table:
     """``ops_unique_args``: launchers grouped by name, category, process,
     thread and the str() of their four argument lists, in first-seen order."""
     f = tree.f
-    keys = []
-    for row in rows:
-        h = row["h"]
-        pid, tid = f.threads[f.h_thread[h]]
-        process = (f.metadata.get((pid, 0, "process_name"), "Unknown"), f.metadata.get((pid, 0, "process_labels"),
-                                                                                        "Unknown"))
-        keys.append((row["name"], row["category"], *process, f.metadata.get((pid, tid, "thread_name"), "Unknown"),
-                     *f.signatures[f.h_sig[h]]))
+    keys = [(row["name"], row["category"], *_process_and_thread(f, row["h"]), *f.signatures[f.h_sig[row["h"]]])
+            for row in rows]
     groups = _grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
     first = {}
     for i, code in enumerate(groups.codes.tolist()):
@@ -506,35 +508,3 @@ def short_kernels(tree: _Tree, kernels: _Kernels, total_us: float) -> tuple[Tabl
     records.sort(key=lambda r: (-r[n], r[n + 1], r[n + 2], r[n + 3]))
     summary.rows = records
     return histogram, summary
-
-
-def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
-    """TraceLens's tables for one trace, by file stem, and notes on what it
-    leaves out."""
-    notes = [f"{facts.untimed} host or GPU events without a numeric ts or dur left out (TraceLens fails on them)"
-             ] if facts.untimed else []
-    timeline = gpu_timeline(facts)
-    if timeline is None:
-        return {}, [*notes, "no GPU event is linked to a launch: TraceLens stops here ('No GPU events found in the "
-                    "trace')"]
-    tables = {"gpu_timeline": timeline[0]}
-    total_us = timeline[1]
-    tree = _Tree(facts)
-    if facts.has_cpu_ops:
-        rows = _ops_rows(tree)
-        if rows:
-            tables["ops_summary_by_category"] = ops_summary_by_category(rows)
-            tables["ops_summary"] = ops_summary(rows)
-            tables["ops_unique_args"] = ops_unique_args(tree, rows)
-    else:
-        notes.append("no cpu_op in the trace: GPU-only tables, as TraceLens")
-    if facts.python_stack:
-        notes.append("python_func events: TraceLens's kernel tables refuse such traces (none written)")
-        return tables, notes
-    kernels = _kernels(tree)
-    if len(kernels.g):
-        tables["kernel_summary"] = kernel_summary(tree, kernels, total_us)
-        histogram, summary = short_kernels(tree, kernels, total_us)
-        tables["short_kernel_histogram"] = histogram
-        tables["short_kernels_summary"] = summary
-    return tables, notes

@@ -217,8 +217,13 @@ def group_sums(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray
             starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
             sums[codes[starts]] = np.add.reduceat(values, starts)
         return sums
-    compensation = np.zeros(groups, dtype=np.float64)
-    total, comp = sums.tolist(), compensation.tolist()
+    return group_sums_kahan(codes, values, groups)
+
+
+def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Per-group sums row by row, Kahan-compensated (pandas' Cython kernel)."""
+    total = [0.0] * groups
+    comp = [0.0] * groups
     for code, value in zip(codes.tolist(), values.tolist()):
         if code < 0:
             continue

@@ -14,7 +14,7 @@ from decimal import Decimal
 import numpy as np
 import orjson
 
-from ...algo import opstables, optree
+from ...algo import opsreport, opstables, optree
 from ...algo.opstables import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, OpsFacts, Table
 from ...algo.optree import NO_LINK
 from ...engine.passes import read_with_retries
@@ -72,6 +72,7 @@ class OpsCollector:
         self.places: dict[tuple, int] = {}  # (pid, tid) -> number
         self.signatures: dict[tuple, int] = {}
         self._signature_of_text: dict[bytes, int] = {}
+        self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
         self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
@@ -106,6 +107,8 @@ class OpsCollector:
         if number is None:
             sig = tuple(None if value is None else str(_tupled(value)) for value in values)
             number = self._signature_of_text[text] = self.signatures.setdefault(sig, len(self.signatures))
+            if number == len(self.signature_values):
+                self.signature_values.append(values)
         return number
 
     def _name(self, name: object) -> int:
@@ -164,6 +167,7 @@ class OpsCollector:
             h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
             g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
             h_uid=h("uid"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
+            signature_values=self.signature_values,
             has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
         key = "ext" if self.link_key == 1 else "corr"
         graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
@@ -205,7 +209,7 @@ def table_csv(table: Table) -> bytes:
 def ops_tables(path: str, *, salvage: bool = False) -> tuple[dict[str, bytes], list[str]]:
     """TraceLens's perf-report CSVs for one trace, by file stem, and notes."""
     facts = collect(path, salvage=salvage)
-    tables, notes = opstables.perf_tables(facts)
+    tables, notes = opsreport.perf_tables(facts)
     return {stem: table_csv(table) for stem, table in tables.items()}, notes
 
 

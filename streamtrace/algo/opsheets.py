@@ -1,0 +1,159 @@
+"""TraceLens's performance-model sheet ``GEMM``: one row per GEMM op and
+distinct parameters, with its FLOPs, bytes moved, achieved TFLOP/s and TB/s
+over the kernels of its subtree (``build_df_perf_metrics`` then
+``summarize_df_perf_metrics``).
+
+docs/analyze.md states the rules and TraceLens's accidents.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import optree, perfmodel
+from .opcategories import CATEGORY_OF_OP
+from .opstables import (
+    NA,
+    STATS,
+    Table,
+    _ancestors,
+    _cell_number,
+    _grouped,
+    _kernel_stats,
+    _process_and_thread,
+    _Tree,
+    _truncated,
+    _welford_std,
+)
+
+GEMM_NAMES = frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM")
+ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+RATE_STATS = ("mean", "median", "std", "min", "max")
+
+
+def _subtree_links(tree: _Tree, ops: list[int]) -> dict[int, list[int]]:
+    """Each op's GPU events: every link of every runtime call below it (a GPU
+    event linked twice counts twice), as TraceLens walks the children."""
+    wanted = set(ops)
+    found: dict[int, list[int]] = {h: [] for h in ops}
+    f = tree.f
+    runs, starts = np.unique(f.link_run, return_index=True)
+    for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(f.link_run)]):
+        for h in _ancestors(tree.parent, runtime):
+            if h in wanted:
+                found[h].extend(f.link_gpu[lo:hi].tolist())
+    return found
+
+
+def _rate_stats(values: list[float]) -> dict[str, object]:
+    """median, std, min, max of one group's rates, skipping missing ones as pandas does."""
+    present = [v for v in values if not math.isnan(v)]
+    if not present:
+        return dict.fromkeys(RATE_STATS, NA)
+    return {"median": float(np.median(present)), "std": _welford_std(present), "min": min(present),
+            "max": max(present)}
+
+
+def gemm_sheet(tree: _Tree, signature_values: list[list]) -> tuple[Table | None, list[str]]:
+    """The ``GEMM`` sheet, or None (and a note) when TraceLens writes none or
+    the trace has GEMM ops whose model is not here yet."""
+    f = tree.f
+    names = np.array([name in GEMM_NAMES for name in f.names] or [False])
+    ops = np.flatnonzero(names[f.h_name]).tolist()
+    if not ops:
+        return None, []
+    other = sorted({f.names[f.h_name[h]] for h in ops} - set(perfmodel.GEMM_OPS))
+    if other:
+        return None, [f"GEMM sheet not written: no model here yet for {', '.join(other)}"]
+    kernels_of = _subtree_links(tree, ops)
+    rows = []
+    for h in ops:
+        gpu = sorted(kernels_of[h], key=lambda g: f.g_ts[g])
+        details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
+                    "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
+        values = signature_values[f.h_sig[h]]
+        args = {key: value for key, value in zip(ARG_COLUMNS, values) if value is not None}
+        name = f.names[f.h_name[h]]
+        try:
+            params = perfmodel.gemm_params(name, args, [d["name"] for d in details])
+            flops = perfmodel.gemm_flops(params)
+            moved = perfmodel.gemm_bytes(params)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            continue  # TraceLens leaves the op out (its perf model fails on it)
+        busy, integral = tree.busy(kernels_of[h]) if gpu else (0, True)
+        gflops = flops / 1e9
+        rows.append({
+            "h": h, "name": name, "params": params, "values": values, "details": details,
+            "GFLOPS": gflops, "busy": busy, "busy_int": integral,
+            "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
+            "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
+            "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
+            "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
+            "Compute Spec": perfmodel.compute_spec(params),
+        })
+    if not rows:
+        return None, []
+    return _summarize(tree, rows), []
+
+
+def _param_text(value: object) -> object:
+    """A parameter as pandas 3's ``astype(str)`` writes it (missing stays missing)."""
+    return NA if value is None else str(value)
+
+
+def _summarize(tree: _Tree, rows: list[dict]) -> Table:
+    f = tree.f
+    param_names: list[str] = []
+    for row in rows:
+        param_names += [key for key in row["params"] if key not in param_names]
+    keys = [(row["name"], *(_param_text(row["params"].get(p)) for p in param_names)) for row in rows]
+    groups = _grouped(keys)
+    members: list[list[int]] = [[] for _ in groups.keys]
+    for i, code in enumerate(groups.codes.tolist()):
+        members[code].append(i)
+    busy = np.array([r["busy"] for r in rows], dtype=np.float64)
+    busy_int = all(r["busy_int"] for r in rows)
+    busy_sums = groups.sums(busy)
+    counts = groups.counts()
+    rate_means = {}
+    for column in ("TB/s", "TFLOPS/s"):  # (pandas skips missing values, and then adds row by row)
+        values = np.array([r[column] for r in rows], dtype=np.float64)
+        present = ~np.isnan(values)
+        sums = groups.sums(values) if present.all() else optree.group_sums_kahan(
+            np.where(present, groups.codes, -1), np.nan_to_num(values), len(groups.keys))
+        seen = np.bincount(groups.codes[present], minlength=len(groups.keys))
+        rate_means[column] = [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
+    header = ["name", *[f"param: {p}" for p in param_names], "GFLOPS_first", "Data Moved (MB)_first",
+              "FLOPS/Byte_first"]
+    header += [f"TB/s_{s}" for s in RATE_STATS] + [f"TFLOPS/s_{s}" for s in RATE_STATS]
+    header += ["process_name_first", "process_label_first", "thread_name_first", "Compute Spec",
+               "kernel_details__summarize_kernel_stats", "trunc_kernel_details", *[f"{c}_first" for c in ARG_COLUMNS]]
+    header += [f"Kernel Time (µs)_{s}" for s in STATS] + ["name_count", "UID_first"]
+    table = Table([header])
+    records = []
+    for k, key in enumerate(groups.keys):
+        group = [rows[i] for i in members[k]]
+        first = group[0]
+        record = list(key)
+        for column in ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte"):
+            record.append(next((r[column] for r in group if not math.isnan(r[column])), NA))
+        for column in ("TB/s", "TFLOPS/s"):
+            stats = _rate_stats([r[column] for r in group])
+            stats["mean"] = rate_means[column][k]
+            record += [stats[s] for s in RATE_STATS]
+        record += [*_process_and_thread(f, first["h"]), first["Compute Spec"]]
+        summary = _kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \
+            else []
+        record += [repr(summary), _truncated(summary)]
+        for i in range(len(ARG_COLUMNS)):
+            record.append(next((str(r["values"][i]) for r in group if r["values"][i] is not None), NA))
+        times = busy[members[k]]
+        record += [float(busy_sums[k] / counts[k]), float(np.median(times)), _welford_std(times.tolist()),
+                   _cell_number(times.min(), busy_int), _cell_number(times.max(), busy_int),
+                   _cell_number(busy_sums[k], busy_int), int(counts[k]), int(f.h_uid[first["h"]])]
+        records.append(record)
+    total = header.index("Kernel Time (µs)_sum")
+    records.sort(key=lambda r: (-r[total], r[-1]))
+    table.rows = records
+    return table
