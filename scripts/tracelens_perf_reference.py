@@ -7,7 +7,8 @@ TraceLens is not on the package index: install it from its source
 report command.  Each case's CSVs land gzipped in
 ``tests/reference/tracelens_perf/<case>/<stem>.csv.gz`` (byte for byte what
 TraceLens wrote, compressed), with ``op_categories.json`` (TraceLens's op-name
--> category registry, which the tests compare with streamtrace's) and
+-> category registry, which the tests compare with streamtrace's),
+``op_sheets.json`` (its performance-model sheets -> op names) and
 ``VERSIONS.json`` (what made them).
 
     python scripts/tracelens_perf_reference.py \
@@ -50,6 +51,12 @@ import json, sys
 from TraceLens.PerfModel.torch_op_mapping import OP_CATEGORY_REGISTRY
 json.dump(dict(sorted(OP_CATEGORY_REGISTRY.items())), sys.stdout, indent=0)
 """
+DUMP_SHEETS = """
+import json, sys
+from TraceLens.PerfModel.torch_op_mapping import build_sheet_category_to_op_names, op_to_perf_model_class_map
+sheets = build_sheet_category_to_op_names(op_to_perf_model_class_map)
+json.dump({sheet: sorted(names) for sheet, names in sorted(sheets.items())}, sys.stdout, indent=0)
+"""
 VERSIONS = """
 import json, sys, importlib.metadata as m
 json.dump({p: m.version(p) for p in ("TraceLens", "pandas", "numpy")} | {"python": sys.version.split()[0]}, sys.stdout)
@@ -85,7 +92,8 @@ def main() -> None:
     args = parser.parse_args()
     python = os.path.join(os.path.dirname(args.tracelens), "python")
     os.makedirs(OUT, exist_ok=True)
-    for name, code in (("op_categories.json", DUMP_REGISTRY), ("VERSIONS.json", VERSIONS)):
+    for name, code in (("op_categories.json", DUMP_REGISTRY), ("op_sheets.json", DUMP_SHEETS),
+                       ("VERSIONS.json", VERSIONS)):
         text = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout
         with open(os.path.join(OUT, name), "w") as out:
             out.write(text + "\n")

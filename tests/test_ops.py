@@ -18,11 +18,12 @@ from tracelens_perf_reference import CASES, SYNTH_ARGS
 
 from streamtrace.algo import optree, perfmodel
 from streamtrace.algo.opcategories import CATEGORY_OF_OP, op_category
+from streamtrace.algo.opsheets import SHEET_OPS
 from streamtrace.commands.analyses.ops import ops_tables
 
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
-         "short_kernels_summary", "ops_unique_args", "GEMM")
+         "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise")
 # sheets TraceLens writes that analyze leaves out, saying so: case -> {stem: words of the note}
 NOT_YET = {"vllm_graph_mi300": {"GEMM": "no model here yet for vllm::rocm_unquantized_gemm"}}
 SLOW_CASES = {"b200_eager", "nccl_rank0"}  # the two largest traces: a few seconds each
@@ -62,6 +63,11 @@ def test_tables_equal_tracelens_row_by_row(case: str, tmp_path_factory: pytest.T
 def test_op_categories_are_tracelens_registry() -> None:
     registry = json.loads((REFERENCE / "op_categories.json").read_text())
     assert CATEGORY_OF_OP == registry
+
+
+def test_sheet_op_names_are_tracelens_sheets() -> None:
+    sheets = json.loads((REFERENCE / "op_sheets.json").read_text())
+    assert {sheet: sorted(names) for sheet, names in SHEET_OPS.items()} == {sheet: sheets[sheet] for sheet in SHEET_OPS}
 
 
 @pytest.mark.parametrize(("name", "kernel", "category"), [
@@ -249,3 +255,18 @@ def test_gemm_sheet_rows_from_a_hand_built_trace(tmp_path) -> None:
     assert row["TFLOPS/s_mean"] == repr((2 * 16 * 8 * 32 / 1e9 / 1e3) / (4 / 1e6))
     assert row["Data Moved (MB)_first"] == repr(4 * (16 * 32 + 32 * 8 + 16 * 8) / (1024 * 1024))
     assert row["Kernel Time (µs)_sum"] == "8" and row["UID_first"] == "0"
+
+
+def test_elementwise_models_by_hand() -> None:
+    args = {"Input Dims": [[4, 1, 3], [2, 1], []], "Input type": ["c10::BFloat16", "float", "Scalar"],
+            "Input Strides": [[3, 3, 1], [1, 1], []]}
+    params, flops, moved, spec = perfmodel.binary("aten::add", args, [])
+    assert flops == 4 * 2 * 3  # the broadcast output (4, 2, 3)
+    assert moved == 12 * 2 + 2 * 4 + 24 * 4  # both tensors: the output at the larger size
+    assert spec == "vector_bf16" and params["dtype_in1_in2_out"] == ("c10::BFloat16", "float", None)
+    with pytest.raises(ValueError):
+        perfmodel.binary("aten::add", {**args, "Input Dims": [[4, 3], [2]]}, [])
+    params, flops, moved, spec = perfmodel.unary("aten::copy_", {"Input Dims": [[5, 128], [5, 128], []],
+                                                                 "Input type": ["float", "c10::Half", "Scalar"],
+                                                                 "Input Strides": [[128, 1], [128, 1], []]}, [])
+    assert (flops, moved, spec) == (640, 640 * 4 + 640 * 2, "vector_fp32")

@@ -1,7 +1,7 @@
-"""TraceLens's performance-model sheet ``GEMM``: one row per GEMM op and
-distinct parameters, with its FLOPs, bytes moved, achieved TFLOP/s and TB/s
-over the kernels of its subtree (``build_df_perf_metrics`` then
-``summarize_df_perf_metrics``).
+"""TraceLens's performance-model sheets ``GEMM``, ``UnaryElementwise`` and
+``BinaryElementwise``: one row per op name and distinct parameters, with its
+FLOPs, bytes moved, achieved TFLOP/s and TB/s over the kernels of its
+subtree (``build_df_perf_metrics`` then ``summarize_df_perf_metrics``).
 
 docs/analyze.md states the rules and TraceLens's accidents.
 """
@@ -27,7 +27,11 @@ from .opstables import (
     _welford_std,
 )
 
-GEMM_NAMES = frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM")
+SHEET_OPS = {
+    "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
+    **{sheet: frozenset(perfmodel.MODELS[sheet]) | frozenset(names)
+       for sheet, names in perfmodel.SHEET_OPS_BEYOND_MODELS.items()},
+}
 ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 RATE_STATS = ("mean", "median", "std", "min", "max")
 
@@ -55,17 +59,31 @@ def _rate_stats(values: list[float]) -> dict[str, object]:
             "max": max(present)}
 
 
-def gemm_sheet(tree: _Tree, signature_values: list[list]) -> tuple[Table | None, list[str]]:
-    """The ``GEMM`` sheet, or None (and a note) when TraceLens writes none or
-    the trace has GEMM ops whose model is not here yet."""
+def model_sheets(tree: _Tree, signature_values: list[list]) -> tuple[dict[str, Table], list[str]]:
+    """The sheets TraceLens writes for the trace's ops, and notes on those
+    left out because some of their ops need models not here yet."""
+    sheets: dict[str, Table] = {}
+    notes: list[str] = []
+    for sheet in SHEET_OPS:
+        table, note = model_sheet(tree, sheet, signature_values)
+        if table is not None:
+            sheets[sheet] = table
+        notes += note
+    return sheets, notes
+
+
+def model_sheet(tree: _Tree, sheet: str, signature_values: list[list]) -> tuple[Table | None, list[str]]:
+    """One sheet, or None (and a note) when TraceLens writes none or the
+    trace has ops of it whose model is not here yet."""
     f = tree.f
-    names = np.array([name in GEMM_NAMES for name in f.names] or [False])
+    names = np.array([name in SHEET_OPS[sheet] for name in f.names] or [False])
     ops = np.flatnonzero(names[f.h_name]).tolist()
     if not ops:
         return None, []
-    other = sorted({f.names[f.h_name[h]] for h in ops} - set(perfmodel.GEMM_OPS))
+    models = perfmodel.MODELS[sheet]
+    other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
     if other:
-        return None, [f"GEMM sheet not written: no model here yet for {', '.join(other)}"]
+        return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
     kernels_of = _subtree_links(tree, ops)
     rows = []
     for h in ops:
@@ -76,9 +94,7 @@ def gemm_sheet(tree: _Tree, signature_values: list[list]) -> tuple[Table | None,
         args = {key: value for key, value in zip(ARG_COLUMNS, values) if value is not None}
         name = f.names[f.h_name[h]]
         try:
-            params = perfmodel.gemm_params(name, args, [d["name"] for d in details])
-            flops = perfmodel.gemm_flops(params)
-            moved = perfmodel.gemm_bytes(params)
+            params, flops, moved, spec = models[name](name, args, [d["name"] for d in details])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             continue  # TraceLens leaves the op out (its perf model fails on it)
         busy, integral = tree.busy(kernels_of[h]) if gpu else (0, True)
@@ -90,7 +106,7 @@ def gemm_sheet(tree: _Tree, signature_values: list[list]) -> tuple[Table | None,
             "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
             "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
             "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
-            "Compute Spec": perfmodel.compute_spec(params),
+            "Compute Spec": spec,
         })
     if not rows:
         return None, []

@@ -4,7 +4,7 @@ performance model (:mod:`.opstables`) and its performance-model sheets
 from __future__ import annotations
 
 from . import opstables
-from .opsheets import gemm_sheet
+from .opsheets import model_sheets
 from .opstables import OpsFacts, Table
 
 
@@ -26,10 +26,9 @@ def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
             tables["ops_summary_by_category"] = opstables.ops_summary_by_category(rows)
             tables["ops_summary"] = opstables.ops_summary(rows)
             tables["ops_unique_args"] = opstables.ops_unique_args(tree, rows)
-        sheet, more = gemm_sheet(tree, facts.signature_values)
+        sheets, more = model_sheets(tree, facts.signature_values)
+        tables.update(sheets)
         notes += more
-        if sheet is not None:
-            tables["GEMM"] = sheet
     else:
         notes.append("no cpu_op in the trace: GPU-only tables, as TraceLens")
     if facts.python_stack:

@@ -1,15 +1,20 @@
-"""TraceLens's GEMM performance model (``PerfModel``): the parameters of a
-matrix multiply read from its op's shapes and dtypes, its FLOPs and the bytes
-it must move, for ``aten::mm``, ``aten::addmm``, ``aten::bmm`` and
-``aten::baddbmm``.
+"""TraceLens's performance models (``PerfModel``) for the sheets analyze
+writes: an op's parameters read from its shapes and dtypes, its FLOPs and
+the bytes it must move.
 
-FLOPs are 2·M·N·K (+ M·N for the bias), times the batch; bytes are
-(M·K + K·N + M·N + N if bias) elements of the first input's size, times the
-batch. docs/analyze.md states the rules and TraceLens's accidents.
+GEMM (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``): FLOPs 2·M·N·K (+ M·N
+for the bias) times the batch; bytes (M·K + K·N + M·N + N if bias) elements
+of the first input's size, times the batch.  Unary elementwise: FLOPs one
+per element, bytes each element read and written.  Binary elementwise:
+FLOPs one per output element (the broadcast shape), bytes both inputs read
+and the output written.  docs/analyze.md states the rules and TraceLens's
+accidents.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from math import prod
 
 # bytes per element by dtype name (lower case), as TraceLens's name2bpe
 BYTES_PER_ELEMENT = {
@@ -83,8 +88,88 @@ def gemm_bytes(params: dict) -> int | None:
     return params["B"] * (m * k * size + k * n * size + m * n * size + (n if params["bias"] else 0) * size)
 
 
-def compute_spec(params: dict) -> str:
-    """TraceLens's "Compute Spec" (``matrix_<precision>``), empty when unknown."""
-    dtype = params["dtype_A_B"][0] if params["dtype_A_B"] else None
+def _spec(kind: str, dtype: object) -> str:
+    """TraceLens's "Compute Spec" (``<matrix|vector>_<precision>``), empty when unknown."""
     precision = PRECISION.get(str(dtype).lower()) if dtype else None
-    return f"matrix_{precision}" if precision else ""
+    return f"{kind}_{precision}" if precision else ""
+
+
+def compute_spec(params: dict) -> str:
+    return _spec("matrix", params["dtype_A_B"][0] if params["dtype_A_B"] else None)
+
+
+def _size(dtype: object) -> int | None:
+    return None if dtype is None else BYTES_PER_ELEMENT.get(str(dtype).lower())
+
+
+def gemm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    params = gemm_params(name, args, kernels)
+    return params, gemm_flops(params), gemm_bytes(params), compute_spec(params)
+
+
+def unary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    """``aten_unary_elementwise``: the first input's shape; an output dtype when a second input has a shape."""
+    dims, types, strides = args["Input Dims"], args["Input type"], args["Input Strides"]
+    shape, dtype_in, stride_in = tuple(dims[0]), types[0], tuple(strides[0])
+    dtype_out, stride_out = (types[1], tuple(strides[1])) if len(dims) > 1 and dims[1] else (None, None)
+    params = {"op_shape": shape, "dtype_in_out": (dtype_in, dtype_out), "stride_input": stride_in,
+              "stride_output": stride_out}
+    count = prod(shape)
+    size_in = _size(dtype_in)
+    size_out = _size(dtype_out) if dtype_out is not None else size_in
+    moved = None if size_in is None or size_out is None else count * size_in + count * size_out
+    return params, count, moved, _spec("vector", dtype_in)
+
+
+def _broadcast(first: tuple, second: tuple) -> tuple:
+    ndim = max(len(first), len(second))
+    first, second = (1,) * (ndim - len(first)) + first, (1,) * (ndim - len(second)) + second
+    if any(a != b and a != 1 and b != 1 for a, b in zip(first, second)):
+        raise ValueError(f"shapes not broadcastable: {first} and {second}")
+    return tuple(max(a, b) for a, b in zip(first, second))
+
+
+def binary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    """``aten_binary_elementwise``: two inputs broadcast; the output's dtype
+    from a third input, else the larger input size when both are tensors,
+    else the first's."""
+    dims, types, strides = args["Input Dims"], args["Input type"], args["Input Strides"]
+    shape1, shape2 = tuple(dims[0]), tuple(dims[1])
+    dtype_out, stride_out = (types[2], tuple(strides[2])) if len(dims) > 2 and dims[2] else (None, None)
+    params = {"shape_in1": shape1, "shape_in2": shape2, "dtype_in1_in2_out": (types[0], types[1], dtype_out),
+              "stride_input1": tuple(strides[0]), "stride_input2": tuple(strides[1]), "stride_output": stride_out}
+    out = prod(_broadcast(shape1, shape2))
+    size1, size2 = _size(types[0]), _size(types[1])
+    if dtype_out is not None:
+        size_out = _size(dtype_out)
+    elif size1 and size2:
+        size_out = max(size1, size2) if shape1 != () and shape2 != () else size1
+    else:
+        size_out = None
+    moved = None if None in (size1, size2, size_out) else prod(shape1) * size1 + prod(shape2) * size2 + out * size_out
+    return params, out, moved, _spec("vector", types[0])
+
+
+Model = Callable[[str, dict, list[str]], tuple[dict, int, "int | None", str]]
+UNARY_OPS = ("aten::copy", "aten::copy_", "aten::clamp_min", "aten::clamp_min_", "aten::clamp_max", "aten::clamp_max_",
+             "aten::sigmoid", "aten::rsqrt", "aten::silu", "aten::neg", "aten::pow")
+BINARY_OPS = ("aten::div", "aten::div_", "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sigmoid_backward",
+              "aten::threshold_backward")
+# TraceLens's op names of each sheet analyze writes (its GEMM sheet's are the ops of category GEMM)
+SHEET_OPS_BEYOND_MODELS = {
+    "UnaryElementwise": ("_C::silu_and_mul", "aiter::gelu_and_mul", "aiter::gelu_tanh_and_mul", "aiter::silu_and_mul",
+                         "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d",
+                         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+                         "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
+                         "primus_turbo::quantize_mxfp4_dual", "primus_turbo_cpp_extension::quantize_fp8_tensorwise",
+                         "primus_turbo_cpp_extension::quantize_mxfp4_dual", "sgl_kernel::silu_and_mul"),
+    "BinaryElementwise": ("LigerSiLUMulFunction", "aiter::dynamic_per_group_scaled_quant",
+                          "aiter::dynamic_per_tensor_quant", "aiter::dynamic_per_token_scaled_quant",
+                          "vllm::triton_per_token_group_quant_fp8"),
+}
+# sheet -> the models here, by op name (TraceLens has more ops in each sheet: see SHEET_OPS)
+MODELS: dict[str, dict[str, Model]] = {
+    "GEMM": dict.fromkeys(GEMM_OPS, gemm),
+    "UnaryElementwise": dict.fromkeys(UNARY_OPS, unary),
+    "BinaryElementwise": dict.fromkeys(BINARY_OPS, binary),
+}
