@@ -40,6 +40,9 @@ CASES = {
     "dlrm_worker0": "dlrm_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
     "synth_rank0": None,
 }
+# cases run with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
+SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy.json.gz", "b200_eager_spec": "b200_eager.json.gz"}
+SPEC = os.path.join(OUT, "spec_fixture.json")
 # The generated case: synth is deterministic for a seed; no python_function
 # frames (TraceLens's kernel tables refuse traces with a Python stack).
 SYNTH_ARGS = ["--ranks", "2", "--pp-stages", "2", "--steps", "2", "--python-noise", "0", "--graph-kernels", "8",
@@ -70,11 +73,11 @@ def synth_trace(work: str) -> str:
     return os.path.join(work, "rank0_trace.json")
 
 
-def run_case(report: str, trace: str, dest: str) -> list[str]:
+def run_case(report: str, trace: str, dest: str, extra: tuple = ()) -> list[str]:
     """TraceLens's CSVs for ``trace``, gzipped into ``dest``; their stems."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([report, "--profile_json_path", trace, "--output_csvs_dir", tmp, *REPORT_FLAGS], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run([report, "--profile_json_path", trace, "--output_csvs_dir", tmp, *REPORT_FLAGS, *extra],
+                       check=True, stdout=subprocess.DEVNULL)
         os.makedirs(dest, exist_ok=True)
         stems = sorted(name[:-4] for name in os.listdir(tmp) if name.endswith(".csv"))
         for stem in stems:
@@ -88,7 +91,7 @@ def run_case(report: str, trace: str, dest: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracelens", required=True, help="TraceLens_generate_perf_report_pytorch of a TraceLens install")
-    parser.add_argument("--cases", nargs="*", default=list(CASES), help="which cases (default all)")
+    parser.add_argument("--cases", nargs="*", default=[*CASES, *SPEC_CASES], help="which cases (default all)")
     args = parser.parse_args()
     python = os.path.join(os.path.dirname(args.tracelens), "python")
     os.makedirs(OUT, exist_ok=True)
@@ -99,6 +102,11 @@ def main() -> None:
             out.write(text + "\n")
     with tempfile.TemporaryDirectory() as work:
         for case in args.cases:
+            if case in SPEC_CASES:
+                stems = run_case(args.tracelens, os.path.join(TRACES, SPEC_CASES[case]), os.path.join(OUT, case),
+                                 ("--gpu_arch_json_path", SPEC))
+                print(f"{case}: {', '.join(stems)}")
+                continue
             trace = synth_trace(work) if CASES[case] is None else os.path.join(TRACES, CASES[case])
             stems = run_case(args.tracelens, trace, os.path.join(OUT, case))
             print(f"{case}: {', '.join(stems)}")

@@ -14,22 +14,24 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, TRACES
-from tracelens_perf_reference import CASES, SYNTH_ARGS
+from tracelens_perf_reference import CASES, SPEC, SPEC_CASES, SYNTH_ARGS
 
-from streamtrace.algo import optree, perfmodel
+from streamtrace.algo import opsheets, optree, perfmodel
 from streamtrace.algo.opcategories import CATEGORY_OF_OP, op_category
 from streamtrace.algo.opsheets import SHEET_OPS
-from streamtrace.commands.analyses.ops import ops_tables
+from streamtrace.commands.analyses.ops import load_spec, ops_tables
 
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
          "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise")
 # sheets TraceLens writes that analyze leaves out, saying so: case -> {stem: words of the note}
 NOT_YET = {"vllm_graph_mi300": {"GEMM": "no model here yet for vllm::rocm_unquantized_gemm"}}
-SLOW_CASES = {"b200_eager", "nccl_rank0"}  # the two largest traces: a few seconds each
+SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
 
 
 def _trace(case: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    if case in SPEC_CASES:
+        return str(TRACES / SPEC_CASES[case])
     if CASES[case] is not None:
         return str(TRACES / CASES[case])
     work = tmp_path_factory.mktemp("synth")
@@ -42,9 +44,11 @@ def _reference(case: str, stem: str) -> list[str] | None:
     return gzip.decompress(path.read_bytes()).decode("utf-8").split("\n") if path.exists() else None
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c
+                                  for c in [*CASES, *SPEC_CASES]])
 def test_tables_equal_tracelens_row_by_row(case: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    tables, notes = ops_tables(_trace(case, tmp_path_factory))
+    spec = load_spec(SPEC) if case in SPEC_CASES else None  # (TraceLens run with --gpu_arch_json_path: roofline)
+    tables, notes = ops_tables(_trace(case, tmp_path_factory), spec=spec)
     for stem in STEMS:
         expected = _reference(case, stem)
         if stem in NOT_YET.get(case, {}):
@@ -187,6 +191,16 @@ def test_analyze_ops_writes_the_tables_per_rank(tmp_path) -> None:
     assert (out / "temporal_breakdown.csv").exists()  # the HTA tables as before
 
 
+def test_analyze_ops_with_a_gpu_spec_says_which(tmp_path) -> None:
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", str(TRACES / "mi250_minitoy.json.gz"),
+                          "-o", str(out), "--ops", "--gpu-spec", SPEC, "--json", "-q"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert any("test fixture" in note and "--gpu-spec" in note for note in json.loads(run.stdout)["notes"])
+    got = (out / "ops" / "rank0" / "GEMM.csv").read_text().split("\n")
+    assert got == _reference("mi250_minitoy_spec", "GEMM") and "Roofline Bound_first" in got[0]
+
+
 def test_analyze_ops_needs_an_output_directory() -> None:
     run = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", str(TRACES / "kineto_small.json"), "--ops"],
                          capture_output=True, text=True)
@@ -270,3 +284,29 @@ def test_elementwise_models_by_hand() -> None:
                                                                  "Input type": ["float", "c10::Half", "Scalar"],
                                                                  "Input Strides": [[128, 1], [128, 1], []]}, [])
     assert (flops, moved, spec) == (640, 640 * 4 + 640 * 2, "vector_fp32")
+
+
+def test_roofline_columns_by_hand() -> None:
+    spec = {"mem_bw_gbps": 1000, "max_achievable_tflops": {"matrix_bf16": 100}}
+    compute_bound = opsheets.roofline(spec, "matrix_bf16", gflops=1000.0, moved=10**6, busy=20_000.0)
+    assert compute_bound == {"Roofline Time (µs)": 10_000.0, "Roofline Bound": "COMPUTE_BOUND", "Pct Roofline": 50.0}
+    memory_bound = opsheets.roofline(spec, "matrix_bf16", gflops=1e-3, moved=10**9, busy=2000.0)
+    assert memory_bound["Roofline Bound"] == "MEMORY_BOUND" and memory_bound["Roofline Time (µs)"] == 1000.0
+    assert opsheets.roofline(spec, "vector_fp32", 1.0, 10, 1.0) == {}  # no peak for that kind: no roofline
+
+
+@pytest.mark.parametrize(("text", "words"), [("{", "no JSON"), ('{"mem_bw_gbps": 0, "max_achievable_tflops": {}}',
+                                                               "mem_bw_gbps (a positive number)")])
+def test_bad_gpu_spec_is_one_line_before_reading(tmp_path, text: str, words: str) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(text)
+    run = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", str(TRACES / "kineto_small.json"), "-o",
+                          str(tmp_path / "out"), "--ops", "--gpu-spec", str(spec)], capture_output=True, text=True)
+    assert run.returncode == 1 and words in run.stderr and "spec.json" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_gpu_spec_needs_ops(tmp_path) -> None:
+    run = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", str(TRACES / "kineto_small.json"), "-o",
+                          str(tmp_path / "out"), "--gpu-spec", SPEC], capture_output=True, text=True)
+    assert run.returncode == 1 and "add --ops" in run.stderr

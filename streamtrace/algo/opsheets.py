@@ -59,20 +59,23 @@ def _rate_stats(values: list[float]) -> dict[str, object]:
             "max": max(present)}
 
 
-def model_sheets(tree: _Tree, signature_values: list[list]) -> tuple[dict[str, Table], list[str]]:
+def model_sheets(tree: _Tree, signature_values: list[list], spec: dict | None = None,
+                 ) -> tuple[dict[str, Table], list[str]]:
     """The sheets TraceLens writes for the trace's ops, and notes on those
-    left out because some of their ops need models not here yet."""
+    left out because some of their ops need models not here yet.  ``spec``:
+    a GPU spec in TraceLens's arch JSON form, for the roofline columns."""
     sheets: dict[str, Table] = {}
     notes: list[str] = []
     for sheet in SHEET_OPS:
-        table, note = model_sheet(tree, sheet, signature_values)
+        table, note = model_sheet(tree, sheet, signature_values, spec)
         if table is not None:
             sheets[sheet] = table
         notes += note
     return sheets, notes
 
 
-def model_sheet(tree: _Tree, sheet: str, signature_values: list[list]) -> tuple[Table | None, list[str]]:
+def model_sheet(tree: _Tree, sheet: str, signature_values: list[list], spec: dict | None = None,
+                ) -> tuple[Table | None, list[str]]:
     """One sheet, or None (and a note) when TraceLens writes none or the
     trace has ops of it whose model is not here yet."""
     f = tree.f
@@ -94,7 +97,7 @@ def model_sheet(tree: _Tree, sheet: str, signature_values: list[list]) -> tuple[
         args = {key: value for key, value in zip(ARG_COLUMNS, values) if value is not None}
         name = f.names[f.h_name[h]]
         try:
-            params, flops, moved, spec = models[name](name, args, [d["name"] for d in details])
+            params, flops, moved, compute = models[name](name, args, [d["name"] for d in details])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             continue  # TraceLens leaves the op out (its perf model fails on it)
         busy, integral = tree.busy(kernels_of[h]) if gpu else (0, True)
@@ -106,11 +109,39 @@ def model_sheet(tree: _Tree, sheet: str, signature_values: list[list]) -> tuple[
             "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
             "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
             "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
-            "Compute Spec": spec,
+            "Compute Spec": compute,
         })
+        if spec is not None:
+            rows[-1].update(roofline(spec, compute, gflops, moved, busy))
     if not rows:
         return None, []
     return _summarize(tree, rows), []
+
+
+def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: float) -> dict:
+    """TraceLens's roofline columns of one op: the time at the spec's peak
+    for its compute kind and precision or at its memory bandwidth, whichever
+    is longer, and the achieved share of it; none without a peak, a
+    bandwidth, bytes or FLOPs."""
+    peak = (spec.get("max_achievable_tflops") or {}).get(compute) if compute else None
+    bandwidth = spec.get("mem_bw_gbps")
+    if peak is None or bandwidth is None or moved is None or not gflops > 0:
+        return {}
+    compute_us = (gflops * 1e9 / (peak * 1e12)) * 1e6
+    memory_us = (moved / (bandwidth * 1e9)) * 1e6
+    bound = max(compute_us, memory_us)
+    return {"Roofline Time (µs)": bound, "Roofline Bound": "COMPUTE_BOUND" if compute_us >= memory_us else "MEMORY_BOUND",
+            "Pct Roofline": (bound / busy) * 100 if busy > 0 else math.nan}
+
+
+def _group_means(groups, values: list[float]) -> list[object]:
+    """pandas' grouped mean of a column with missing values (skipped; then added row by row)."""
+    array = np.array(values, dtype=np.float64)
+    present = ~np.isnan(array)
+    sums = groups.sums(array) if present.all() else optree.group_sums_kahan(
+        np.where(present, groups.codes, -1), np.nan_to_num(array), len(groups.keys))
+    seen = np.bincount(groups.codes[present], minlength=len(groups.keys))
+    return [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
 
 
 def _param_text(value: object) -> object:
@@ -132,19 +163,16 @@ def _summarize(tree: _Tree, rows: list[dict]) -> Table:
     busy_int = all(r["busy_int"] for r in rows)
     busy_sums = groups.sums(busy)
     counts = groups.counts()
-    rate_means = {}
-    for column in ("TB/s", "TFLOPS/s"):  # (pandas skips missing values, and then adds row by row)
-        values = np.array([r[column] for r in rows], dtype=np.float64)
-        present = ~np.isnan(values)
-        sums = groups.sums(values) if present.all() else optree.group_sums_kahan(
-            np.where(present, groups.codes, -1), np.nan_to_num(values), len(groups.keys))
-        seen = np.bincount(groups.codes[present], minlength=len(groups.keys))
-        rate_means[column] = [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
+    with_roofline = any("Roofline Time (µs)" in r for r in rows)
+    rated = ("TB/s", "TFLOPS/s", *(["Pct Roofline"] if with_roofline else []))
+    rate_means = {column: _group_means(groups, [r.get(column, math.nan) for r in rows]) for column in rated}
     header = ["name", *[f"param: {p}" for p in param_names], "GFLOPS_first", "Data Moved (MB)_first",
               "FLOPS/Byte_first"]
     header += [f"TB/s_{s}" for s in RATE_STATS] + [f"TFLOPS/s_{s}" for s in RATE_STATS]
-    header += ["process_name_first", "process_label_first", "thread_name_first", "Compute Spec",
-               "kernel_details__summarize_kernel_stats", "trunc_kernel_details", *[f"{c}_first" for c in ARG_COLUMNS]]
+    header += ["process_name_first", "process_label_first", "thread_name_first", "Compute Spec"]
+    if with_roofline:
+        header += ["Roofline Time (µs)_first", "Roofline Bound_first", *[f"Pct Roofline_{s}" for s in RATE_STATS]]
+    header += ["kernel_details__summarize_kernel_stats", "trunc_kernel_details", *[f"{c}_first" for c in ARG_COLUMNS]]
     header += [f"Kernel Time (µs)_{s}" for s in STATS] + ["name_count", "UID_first"]
     table = Table([header])
     records = []
@@ -159,6 +187,11 @@ def _summarize(tree: _Tree, rows: list[dict]) -> Table:
             stats["mean"] = rate_means[column][k]
             record += [stats[s] for s in RATE_STATS]
         record += [*_process_and_thread(f, first["h"]), first["Compute Spec"]]
+        if with_roofline:
+            record += [next((r[c] for r in group if c in r), NA) for c in ("Roofline Time (µs)", "Roofline Bound")]
+            stats = _rate_stats([r.get("Pct Roofline", math.nan) for r in group])
+            stats["mean"] = rate_means["Pct Roofline"][k]
+            record += [stats[s] for s in RATE_STATS]
         summary = _kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \
             else []
         record += [repr(summary), _truncated(summary)]

@@ -8,9 +8,9 @@ from .opsheets import model_sheets
 from .opstables import OpsFacts, Table
 
 
-def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
+def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Table], list[str]]:
     """TraceLens's tables for one trace, by file stem, and notes on what it
-    leaves out."""
+    leaves out; ``spec`` (TraceLens's arch JSON form) adds the roofline."""
     notes = [f"{facts.untimed} host or GPU events without a numeric ts or dur left out (TraceLens fails on them)"
              ] if facts.untimed else []
     timeline = opstables.gpu_timeline(facts)
@@ -26,7 +26,7 @@ def perf_tables(facts: OpsFacts) -> tuple[dict[str, Table], list[str]]:
             tables["ops_summary_by_category"] = opstables.ops_summary_by_category(rows)
             tables["ops_summary"] = opstables.ops_summary(rows)
             tables["ops_unique_args"] = opstables.ops_unique_args(tree, rows)
-        sheets, more = model_sheets(tree, facts.signature_values)
+        sheets, more = model_sheets(tree, facts.signature_values, spec)
         tables.update(sheets)
         notes += more
     else:

@@ -1199,7 +1199,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
             overwrite: bool = False, num_candidates: int = 2, progress: bool | str | None = False,
             reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
-            command: str | None = None, summary_file: str | os.PathLike | None = None, ops: bool = False) -> dict:
+            command: str | None = None, summary_file: str | os.PathLike | None = None, ops: bool = False,
+            gpu_spec: str | None = None) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
@@ -1207,7 +1208,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
     ``html``: also write the report page there (needs ``streamtrace[report]``),
     its header naming ``command`` as what made it.  ``ops``: also TraceLens's
-    perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`).
+    perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`), with the roofline
+    of ``gpu_spec`` (TraceLens's arch JSON form) if given.
     """
     started = time.perf_counter()
     if num_candidates < 1:
@@ -1216,8 +1218,9 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     files = _inputs(specs)
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     targets = _claim_outputs(destinations, out_dir, html)
-    if ops:  # --ops (TraceLens's tables): the ops analysis's hook, 1 of 3
-        ops_analysis.claim(destinations, out_dir)
+    if gpu_spec is not None and not ops:
+        raise TraceError("--gpu-spec gives the roofline of the ops tables: add --ops")
+    ops_spec = ops_analysis.prepare(destinations, out_dir, gpu_spec) if ops else None  # --ops, 1 of 3
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
     with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress, objects=True) as runner:
@@ -1227,7 +1230,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
         ops_files, ops_notes = ({}, []) if not ops else ops_analysis.run(  # --ops, 2 of 3
-            files, [[rank.rank for rank in result.ranks] for result in per_file], salvage=salvage)
+            files, [[rank.rank for rank in result.ranks] for result in per_file], salvage=salvage, spec=ops_spec)
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
                 results = [result for result in results if result.rank in ranks]

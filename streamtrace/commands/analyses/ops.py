@@ -206,10 +206,11 @@ def table_csv(table: Table) -> bytes:
     return out.getvalue().encode("utf-8")
 
 
-def ops_tables(path: str, *, salvage: bool = False) -> tuple[dict[str, bytes], list[str]]:
-    """TraceLens's perf-report CSVs for one trace, by file stem, and notes."""
+def ops_tables(path: str, *, salvage: bool = False, spec: dict | None = None) -> tuple[dict[str, bytes], list[str]]:
+    """TraceLens's perf-report CSVs for one trace, by file stem, and notes;
+    ``spec`` (TraceLens's arch JSON form) adds the roofline columns."""
     facts = collect(path, salvage=salvage)
-    tables, notes = opsreport.perf_tables(facts)
+    tables, notes = opsreport.perf_tables(facts, spec)
     return {stem: table_csv(table) for stem, table in tables.items()}, notes
 
 
@@ -218,17 +219,19 @@ def input_label(path: str, ranks: list[int]) -> str:
     return f"rank{ranks[0]}" if len(ranks) == 1 else os.path.basename(path).split(".")[0]
 
 
-def run(files: list[str], ranks_of_files: list[list[int]], *, salvage: bool = False) -> tuple[dict, list[str]]:
+def run(files: list[str], ranks_of_files: list[list[int]], *, salvage: bool = False,
+        spec: dict | None = None) -> tuple[dict, list[str]]:
     """Every input's tables as ``{relative path: CSV bytes}`` (``ops/<label>/<stem>.csv``), and notes.
 
     TraceLens reads one trace: a merged multi-rank file gets one set of
     tables over all its ranks, as TraceLens would give (noted).
     """
     files_out: dict[str, bytes] = {}
-    notes: list[str] = []
+    notes = [] if spec is None else [f"ops: the sheets' roofline from the GPU spec {spec.get('name', '(unnamed)')!r} "
+                                     "(--gpu-spec)"]
     for path, ranks in zip(files, ranks_of_files):
         label = input_label(path, ranks)
-        tables, found = ops_tables(path, salvage=salvage)
+        tables, found = ops_tables(path, salvage=salvage, spec=spec)
         if len(ranks) > 1:
             found.append(f"{len(ranks)} ranks in one file: one set of tables over all of them, as TraceLens reads it")
         notes += [f"ops, {label}: {note}" for note in found]
@@ -237,12 +240,36 @@ def run(files: list[str], ranks_of_files: list[list[int]], *, salvage: bool = Fa
     return files_out, notes
 
 
-def claim(destinations: Destinations, out_dir: str | None) -> None:
+def prepare(destinations: Destinations, out_dir: str | None, gpu_spec: str | None) -> dict | None:
     """Before reading: ``--ops`` writes under ``out_dir/ops/``, refused if that
-    already holds files (unless overwriting)."""
+    already holds files (unless overwriting); the GPU spec, if given, read."""
     if out_dir is None:
         raise TraceError("--ops writes TraceLens's tables as CSV files: give -o DIR")
     destinations.directory(os.path.join(out_dir, "ops"), writes="the ops tables", existing=r".+")
+    return None if gpu_spec is None else load_spec(gpu_spec)
+
+
+def load_spec(path: str) -> dict:
+    """A GPU spec in TraceLens's arch JSON form: ``mem_bw_gbps`` and
+    ``max_achievable_tflops`` by compute spec (``matrix_bf16``, ...)."""
+    try:
+        with open(path, "rb") as handle:
+            spec = orjson.loads(handle.read())
+    except OSError as exc:
+        raise TraceError(f"cannot read the GPU spec: {exc.strerror}", path=path) from None
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"the GPU spec is no JSON: {exc}", path=path) from None
+    peaks = spec.get("max_achievable_tflops") if isinstance(spec, dict) else None
+    bandwidth = spec.get("mem_bw_gbps") if isinstance(spec, dict) else None
+    if not isinstance(peaks, dict) or not all(_positive(v) for v in peaks.values()) or not _positive(bandwidth):
+        raise TraceError("a GPU spec is an object with mem_bw_gbps (a positive number) and max_achievable_tflops "
+                         "(compute spec such as matrix_bf16 -> positive TFLOP/s), as TraceLens's arch files",
+                         path=path)
+    return spec
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def write(destinations: Destinations, out_dir: str, files: dict[str, bytes]) -> list[str]:
