@@ -29,10 +29,10 @@ from .opstables import (
 
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
-    **{sheet: frozenset(perfmodel.MODELS[sheet]) | frozenset(names)
-       for sheet, names in perfmodel.SHEET_OPS_BEYOND_MODELS.items()},
+    **{sheet: frozenset(models) | frozenset(perfmodel.SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
+       for sheet, models in perfmodel.MODELS.items() if sheet != "GEMM"},
 }
-ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  # (then "Output type")
 RATE_STATS = ("mean", "median", "std", "min", "max")
 
 
@@ -68,7 +68,11 @@ def model_sheets(tree: _Tree, signature_values: list[list], spec: dict | None = 
     notes: list[str] = []
     for sheet in SHEET_OPS:
         table, note = model_sheet(tree, sheet, signature_values, spec)
-        if table is not None:
+        if table is not None and sheet in perfmodel.SPLIT_SHEETS:
+            sheets[f"{sheet}_fwd"] = table
+            note.append(f"{sheet}_bwd (TraceLens writes it for ops it links to their backward ops) not written: "
+                        "those links are not here yet")
+        elif table is not None:
             sheets[sheet] = table
         notes += note
     return sheets, notes
@@ -94,7 +98,7 @@ def model_sheet(tree: _Tree, sheet: str, signature_values: list[list], spec: dic
         details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
                     "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
         values = signature_values[f.h_sig[h]]
-        args = {key: value for key, value in zip(ARG_COLUMNS, values) if value is not None}
+        args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
         name = f.names[f.h_name[h]]
         try:
             params, flops, moved, compute = models[name](name, args, [d["name"] for d in details])

@@ -63,7 +63,7 @@ class OpsFacts:
     threads: list[tuple]  # (pid, tid) of each h_thread number
     metadata: dict[tuple, object]  # (pid, tid, process_name|process_labels|thread_name) -> value
     signatures: list[tuple[str | None, ...]]  # str() of Input Dims, Input type, Input Strides, Concrete Inputs
-    signature_values: list[list]  # the same lists as the trace gives them (None: absent)
+    signature_values: list[list]  # the same four lists and Output type as the trace gives them (None: absent)
     link_run: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # (runtime call, GPU event) links
     link_gpu: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))

@@ -150,11 +150,78 @@ def binary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | 
     return params, out, moved, _spec("vector", types[0])
 
 
+def _reduced_dims(concrete: list) -> tuple[list[int] | None, bool]:
+    """The dims and keepdim of a reduction from its concrete inputs after the
+    tensor, searched from the end: keepdim the last bool, dims the last int or
+    list before it.  *Accident kept:* Kineto writes these as strings
+    (``'[0]'``, ``'True'``), which TraceLens skips, so a reduction over some
+    dims is modelled as a full one."""
+    dims, keepdim, keep_at = None, False, None
+    scalars = concrete[1:] if len(concrete) >= 2 else []
+    for at in range(len(scalars) - 1, -1, -1):
+        if isinstance(scalars[at], bool):
+            keepdim, keep_at = scalars[at], at
+            break
+    for at in range(len(scalars) - 1, -1, -1):
+        value = scalars[at]
+        if at == keep_at or value is None or isinstance(value, str):
+            continue
+        try:
+            if isinstance(value, (list, tuple)):
+                return [int(d) for d in value], keepdim
+            if isinstance(value, int) and not isinstance(value, bool):
+                return [int(value)], keepdim
+        except (TypeError, ValueError):
+            continue
+    return dims, keepdim
+
+
+def reduce(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    """``aten_reduce``: FLOPs one per input element; bytes the input read and
+    the output (the input's shape less the reduced dims) written."""
+    dims = args.get("Input Dims", [])
+    if not dims or dims[0] is None:
+        params: dict = {"num_input_elems": 0, "num_output_elems": 0, "dtype_in_out": (None, None)}
+        return params, 0, None, ""
+    shape = tuple(dims[0])
+    count = prod(shape)
+    types = args.get("Input type", [])
+    dtype_in = types[0] if types else None
+    dtype_out = args.get("Output type", [None])
+    dtype_out = dtype_out[0] if isinstance(dtype_out, list) and dtype_out else None
+    reduced, keepdim = _reduced_dims(args.get("Concrete Inputs", []))
+    if "cumsum" in name or "cumprod" in name:
+        out = count
+    elif reduced:
+        out_shape = list(shape)
+        for d in sorted((d if d >= 0 else len(shape) + d for d in reduced), reverse=True):
+            if 0 <= d < len(out_shape):
+                if keepdim:
+                    out_shape[d] = 1
+                else:
+                    out_shape.pop(d)
+        out = prod(out_shape) if out_shape else 1
+    else:
+        out = 1
+    kind = next((k for k in ("mean", "max", "min", "norm") if k in name), "sum")
+    params = {"num_input_elems": count, "num_output_elems": out, "dtype_in_out": (dtype_in, dtype_out),
+              "reduce_type": kind}
+    size_in = _size(dtype_in) if isinstance(dtype_in, str) and dtype_in else None
+    if dtype_out is None:
+        size_out = size_in
+    else:
+        size_out = _size(dtype_out) if isinstance(dtype_out, str) and dtype_out else None
+    moved = None if size_in is None or size_out is None else count * size_in + out * size_out
+    return params, count, moved, _spec("vector", dtype_in)
+
+
 Model = Callable[[str, dict, list[str]], tuple[dict, int, "int | None", str]]
 UNARY_OPS = ("aten::copy", "aten::copy_", "aten::clamp_min", "aten::clamp_min_", "aten::clamp_max", "aten::clamp_max_",
              "aten::sigmoid", "aten::rsqrt", "aten::silu", "aten::neg", "aten::pow")
 BINARY_OPS = ("aten::div", "aten::div_", "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sigmoid_backward",
               "aten::threshold_backward")
+REDUCE_OPS = ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::norm", "aten::linalg_norm", "aten::std",
+              "aten::var", "aten::logsumexp", "aten::cumsum", "aten::cumprod", "aten::amin", "aten::amax")
 # TraceLens's op names of each sheet analyze writes (its GEMM sheet's are the ops of category GEMM)
 SHEET_OPS_BEYOND_MODELS = {
     "UnaryElementwise": ("_C::silu_and_mul", "aiter::gelu_and_mul", "aiter::gelu_tanh_and_mul", "aiter::silu_and_mul",
@@ -172,4 +239,7 @@ MODELS: dict[str, dict[str, Model]] = {
     "GEMM": dict.fromkeys(GEMM_OPS, gemm),
     "UnaryElementwise": dict.fromkeys(UNARY_OPS, unary),
     "BinaryElementwise": dict.fromkeys(BINARY_OPS, binary),
+    "Reduce": dict.fromkeys(REDUCE_OPS, reduce),
 }
+# the sheets TraceLens splits into <sheet>_fwd and <sheet>_bwd (analyze writes the _fwd one)
+SPLIT_SHEETS = frozenset({"Reduce"})

@@ -26,6 +26,7 @@ from ...io.source import InputSource
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
 GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
 SIGNATURE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+MODEL_ARGS = (*SIGNATURE_ARGS, "Output type")  # what the performance models read
 # metadata event name -> the args member holding its value (TraceLens reads these three)
 METADATA = {"process_name": "name", "process_labels": "labels", "thread_name": "name"}
 
@@ -98,14 +99,14 @@ class OpsCollector:
         return self.places.setdefault((_key(event.get("pid")), _key(event.get("tid"))), len(self.places))
 
     def _signature(self, values: list) -> int:
-        """The number of an op's argument lists (their str() as TraceLens groups them)."""
+        """The number of an op's argument lists (the first four's str() as TraceLens groups them)."""
         try:
             text = orjson.dumps(values)
         except TypeError:  # (numbers orjson cannot write: the slower way)
             text = repr(values).encode()
         number = self._signature_of_text.get(text)
         if number is None:
-            sig = tuple(None if value is None else str(_tupled(value)) for value in values)
+            sig = tuple(None if value is None else str(_tupled(value)) for value in values[:len(SIGNATURE_ARGS)])
             number = self._signature_of_text[text] = self.signatures.setdefault(sig, len(self.signatures))
             if number == len(self.signature_values):
                 self.signature_values.append(values)
@@ -151,7 +152,7 @@ class OpsCollector:
             if kind == RUNTIME and self.link_key is None and "launch" in str(name).lower():
                 self.link_key = 0 if "correlation" in args else 1
             self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
-                          sig=self._signature([args.get(key) for key in SIGNATURE_ARGS]), uid=uid, corr=corr, ext=ext)
+                          sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext)
             return
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
