@@ -26,8 +26,7 @@ STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summa
          "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise",
          "Reduce_fwd", "Reduce_bwd")
 # sheets TraceLens writes that analyze leaves out, saying so: case -> {stem: words of the note}
-NOT_YET = {"vllm_graph_mi300": {"GEMM": "no model here yet for vllm::rocm_unquantized_gemm"},
-           **{case: {"Reduce_bwd": "Reduce_bwd (TraceLens writes it"} for case in ("nccl_rank0", "dlrm_worker0")}}
+NOT_YET = {"vllm_graph_mi300": {"GEMM": "no model here yet for vllm::rocm_unquantized_gemm"}}
 SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
 
 
@@ -325,3 +324,19 @@ def test_reduce_model_by_hand() -> None:
     assert over_dim[1:] == (120, 120 * 2 + 4 * 2, "vector_fp16")
     assert perfmodel.reduce("aten::amax", {"Input Dims": []}, [])[0] == {
         "num_input_elems": 0, "num_output_elems": 0, "dtype_in_out": (None, None)}
+
+
+def test_backward_sheet_takes_the_kernels_of_the_linked_backward_op(tmp_path) -> None:
+    def op(name: str, ts: int, tid: int, seq: int, corr: int, dur: int) -> list[dict]:
+        return [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": 5,
+                 "args": {"Input Dims": [[8, 4]], "Input type": ["float"], "Sequence number": seq}},
+                *_launch(corr, ts + 1, tid=tid), *_kernel(corr, 100 + ts, dur)]
+
+    events = [*op("aten::sum", 0, 1, 7, 1, 3), *op("autograd::engine::evaluate_function: SumBackward0", 50, 2, 7, 2, 6),
+              *op("aten::mean", 10, 1, 8, 3, 2)]  # no backward op for the mean: no backward row
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    forward, backward = _csv_rows(tables["Reduce_fwd"]), _csv_rows(tables["Reduce_bwd"])
+    assert [row[0] for row in forward[1:]] == ["aten::sum", "aten::mean"] and notes == []
+    row = dict(zip(backward[0], backward[1]))
+    assert len(backward) == 2 and row["name"] == "aten::sum" and row["Kernel Time (µs)_sum"] == "6"  # SumBackward0's
+    assert row["UID_first"] == "0" and row["thread_name_first"] == "Unknown"

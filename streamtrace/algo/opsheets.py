@@ -50,6 +50,43 @@ def _subtree_links(tree: _Tree, ops: list[int]) -> dict[int, list[int]]:
     return found
 
 
+def backward_ops(tree: _Tree) -> dict[int, list[int]]:
+    """TraceLens's forward -> backward op links: per sequence number, the
+    first ``autograd::engine::evaluate_function:`` event is the backward op,
+    and the forward op is the latest-starting other event of that number on
+    another thread (the first of equal starts)."""
+    f = tree.f
+    by_seq: dict[int, list[int]] = {}
+    for h in np.flatnonzero(f.h_seq != optree.NO_LINK).tolist():
+        by_seq.setdefault(int(f.h_seq[h]), []).append(h)
+    links: dict[int, list[int]] = {}
+    for members in by_seq.values():
+        bwd = next((h for h in members if f.names[f.h_name[h]].startswith("autograd::engine::evaluate_function:")),
+                   None)
+        if bwd is None:
+            continue
+        others = [h for h in members if f.h_thread[h] != f.h_thread[bwd]]
+        if others:
+            fwd = max(others, key=lambda h: (f.h_ts[h], -h))
+            links.setdefault(fwd, []).append(bwd)
+    return links
+
+
+def _backward_links(tree: _Tree, ops: list[int]) -> dict[int, list[int]]:
+    """The GPU events of the backward ops of each op linked to some: its own
+    and its descendants' backward ops, each with its whole subtree."""
+    links = backward_ops(tree)
+    wanted = set(ops)
+    backward: dict[int, set[int]] = {}
+    for fwd, bwds in links.items():
+        for h in _ancestors(tree.parent, fwd):
+            if h in wanted:
+                backward.setdefault(h, set()).update(bwds)
+    owned = {h for h in ops if h in links}
+    below = _subtree_links(tree, sorted({b for bwds in backward.values() for b in bwds}))
+    return {h: [g for b in sorted(backward[h]) for g in below[b]] for h in ops if h in owned}
+
+
 def _rate_stats(values: list[float]) -> dict[str, object]:
     """median, std, min, max of one group's rates, skipping missing ones as pandas does."""
     present = [v for v in values if not math.isnan(v)]
@@ -68,20 +105,24 @@ def model_sheets(tree: _Tree, signature_values: list[list], spec: dict | None = 
     notes: list[str] = []
     for sheet in SHEET_OPS:
         table, note = model_sheet(tree, sheet, signature_values, spec)
+        notes += note
         if table is not None and sheet in perfmodel.SPLIT_SHEETS:
             sheets[f"{sheet}_fwd"] = table
-            note.append(f"{sheet}_bwd (TraceLens writes it for ops it links to their backward ops) not written: "
-                        "those links are not here yet")
+            backward, _ = model_sheet(tree, sheet, signature_values, spec, backward=True)
+            if backward is not None:
+                sheets[f"{sheet}_bwd"] = backward
         elif table is not None:
             sheets[sheet] = table
-        notes += note
     return sheets, notes
 
 
 def model_sheet(tree: _Tree, sheet: str, signature_values: list[list], spec: dict | None = None,
-                ) -> tuple[Table | None, list[str]]:
+                backward: bool = False) -> tuple[Table | None, list[str]]:
     """One sheet, or None (and a note) when TraceLens writes none or the
-    trace has ops of it whose model is not here yet."""
+    trace has ops of it whose model is not here yet.  ``backward``: the
+    ``_bwd`` sheet, over the ops linked to backward ops and the kernels of
+    those (the models' backward FLOPs and bytes equal their forward ones for
+    the sheets split here)."""
     f = tree.f
     names = np.array([name in SHEET_OPS[sheet] for name in f.names] or [False])
     ops = np.flatnonzero(names[f.h_name]).tolist()
@@ -91,9 +132,11 @@ def model_sheet(tree: _Tree, sheet: str, signature_values: list[list], spec: dic
     other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
-    kernels_of = _subtree_links(tree, ops)
+    kernels_of = _backward_links(tree, ops) if backward else _subtree_links(tree, ops)
     rows = []
     for h in ops:
+        if h not in kernels_of:  # (no backward op linked to it)
+            continue
         gpu = sorted(kernels_of[h], key=lambda g: f.g_ts[g])
         details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
                     "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]

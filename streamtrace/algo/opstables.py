@@ -60,6 +60,7 @@ class OpsFacts:
     g_stream: np.ndarray  # NaN when the event has none
     g_dur_int: np.ndarray  # dur an integer in the trace
     h_uid: np.ndarray  # the event's place in traceEvents (TraceLens's UID)
+    h_seq: np.ndarray  # its autograd "Sequence number" (optree.NO_LINK: none)
     threads: list[tuple]  # (pid, tid) of each h_thread number
     metadata: dict[tuple, object]  # (pid, tid, process_name|process_labels|thread_name) -> value
     signatures: list[tuple[str | None, ...]]  # str() of Input Dims, Input type, Input Strides, Concrete Inputs

@@ -75,7 +75,8 @@ class OpsCollector:
         self._signature_of_text: dict[bytes, int] = {}
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
-        self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q")
+        self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q",
+                             seq="q")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
                             place="q", corr="q", ext="q")
         self.flow_starts = array("q")
@@ -152,7 +153,8 @@ class OpsCollector:
             if kind == RUNTIME and self.link_key is None and "launch" in str(name).lower():
                 self.link_key = 0 if "correlation" in args else 1
             self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
-                          sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext)
+                          sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext,
+                          seq=self._link(args.get("Sequence number")))
             return
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
@@ -167,7 +169,7 @@ class OpsCollector:
             names=names, h_thread=h("thread"), h_ts=h("ts"), h_end=h("end"), h_kind=h("kind"), h_name=h("name"),
             h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
             g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
-            h_uid=h("uid"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
+            h_uid=h("uid"), h_seq=h("seq"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
             signature_values=self.signature_values,
             has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
         key = "ext" if self.link_key == 1 else "corr"
