@@ -106,8 +106,9 @@ def test_bleed_at_the_top_level_leaves_the_event_out() -> None:
 def test_busy_time_is_the_union_summed_left_to_right() -> None:
     starts = np.array([5.0, 0.0, 1.0, 10.0])
     ends = np.array([6.0, 2.0, 3.0, 10.5])
-    assert optree.busy(starts, ends) == 4.5
-    assert optree.busy(np.array([0.0, 2.0]), np.array([2.0, 3.0])) == 3.0  # touching intervals merge
+    assert optree.busy_of(starts.tolist(), ends.tolist()) == 4.5
+    assert optree.busy_of([0.0, 2.0], [2.0, 3.0]) == 3.0  # touching intervals merge
+    assert optree.busy_of([1.0, 1.0], [4.0, 4.0]) == 3.0  # a kernel linked twice counts once
 
 
 def test_subtract_intervals() -> None:

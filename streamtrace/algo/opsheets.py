@@ -36,20 +36,6 @@ ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  
 RATE_STATS = ("mean", "median", "std", "min", "max")
 
 
-def _subtree_links(tree: _Tree, ops: list[int]) -> dict[int, list[int]]:
-    """Each op's GPU events: every link of every runtime call below it (a GPU
-    event linked twice counts twice), as TraceLens walks the children."""
-    wanted = set(ops)
-    found: dict[int, list[int]] = {h: [] for h in ops}
-    f = tree.f
-    runs, starts = np.unique(f.link_run, return_index=True)
-    for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(f.link_run)]):
-        for h in _ancestors(tree.parent, runtime):
-            if h in wanted:
-                found[h].extend(f.link_gpu[lo:hi].tolist())
-    return found
-
-
 def backward_ops(tree: _Tree) -> dict[int, list[int]]:
     """TraceLens's forward -> backward op links: per sequence number, the
     first ``autograd::engine::evaluate_function:`` event is the backward op,
@@ -83,7 +69,7 @@ def _backward_links(tree: _Tree, ops: list[int]) -> dict[int, list[int]]:
             if h in wanted:
                 backward.setdefault(h, set()).update(bwds)
     owned = {h for h in ops if h in links}
-    below = _subtree_links(tree, sorted({b for bwds in backward.values() for b in bwds}))
+    below = tree.links_below(sorted({b for bwds in backward.values() for b in bwds}))
     return {h: [g for b in sorted(backward[h]) for g in below[b]] for h in ops if h in owned}
 
 
@@ -132,7 +118,7 @@ def model_sheet(tree: _Tree, sheet: str, signature_values: list[list], spec: dic
     other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
-    kernels_of = _backward_links(tree, ops) if backward else _subtree_links(tree, ops)
+    kernels_of = _backward_links(tree, ops) if backward else tree.links_below(ops)
     rows = []
     for h in ops:
         if h not in kernels_of:  # (no backward op linked to it)

@@ -107,12 +107,20 @@ class _Tree:
         self.launchers = sorted(self.direct, key=lambda h: facts.h_ts[h])
         self._categories: dict[int, str] = {}
         self._cpu_op_above: dict[int, int] = {}
-        self.subtree: dict[int, set[int]] = {h: set() for h in self.direct}
-        runs, starts = np.unique(facts.link_run, return_index=True)
-        for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(facts.link_run)]):
+        self.subtree = {h: set(gpu) for h, gpu in self.links_below(list(self.direct)).items()}
+
+    def links_below(self, ops: list[int]) -> dict[int, list[int]]:
+        """Each op's GPU events: every link of every runtime call below it (a
+        GPU event linked twice counts twice), as TraceLens walks the children."""
+        wanted = set(ops)
+        found: dict[int, list[int]] = {h: [] for h in ops}
+        f = self.f
+        runs, starts = np.unique(f.link_run, return_index=True)
+        for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(f.link_run)]):
             for h in _ancestors(self.parent, runtime):
-                if h in self.subtree:
-                    self.subtree[h].update(facts.link_gpu[lo:hi].tolist())
+                if h in wanted:
+                    found[h].extend(f.link_gpu[lo:hi].tolist())
+        return found
 
     def _skipped(self, g: int) -> bool:
         f = self.f

@@ -130,12 +130,6 @@ def left_sum(values: np.ndarray) -> float:
     return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
-def busy(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Length of the union of the intervals, as TraceLens sums it."""
-    s, e = merged(starts, ends)
-    return left_sum(e - s)
-
-
 def busy_of(starts: list[float], ends: list[float]) -> float:
     """:func:`busy` for a few intervals, in plain Python (the same arithmetic)."""
     if len(starts) == 1:
