@@ -65,6 +65,12 @@ def gemm_params(name: str, args: dict, kernels: list[str]) -> dict:
     params = {"B": batch} if batched else {}
     params.update({"M": m, "N": n, "K": k, "bias": first == 1, "stride_A": stride_a, "stride_B": stride_b,
                    "dtype_A_B": dtypes})
+    return _gemm_common(params, kernels)
+
+
+def _gemm_common(params: dict, kernels: list[str]) -> dict:
+    """What TraceLens's GEMM base adds to every model's parameters: a batch
+    of 1 when none, the transpose flags of the first kernel name telling them."""
     params.setdefault("B", 1)
     for kernel in kernels:
         flags = transpose_of(kernel)
@@ -105,6 +111,22 @@ def _size(dtype: object) -> int | None:
 def gemm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
     params = gemm_params(name, args, kernels)
     return params, gemm_flops(params), gemm_bytes(params), compute_spec(params)
+
+
+def vllm_unquantized_gemm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    """``vllm::rocm_unquantized_gemm`` (x [M, K], weight [N, K], bias [N]):
+    the bias, when it has a shape, gives the output's and its own dtype,
+    else the weight's does."""
+    dims, types = args["Input Dims"], args["Input type"]
+    bias = len(dims) > 2 and len(dims[2]) > 0
+    params = _gemm_common({"M": dims[0][0], "N": dims[1][0], "K": dims[0][1], "bias": bias,
+                           "dtype_A_B": (types[0], types[1], types[2] if len(types) > 2 else "")}, kernels)
+    m, n, k = params["M"], params["N"], params["K"]
+    size_a, size_b = _size(types[0]), _size(types[1])
+    size_out = _size(params["dtype_A_B"][2]) if bias else size_b
+    moved = None if None in (size_a, size_b, size_out) else (
+        m * k * size_a + k * n * size_b + m * n * size_out + (n if bias else 0) * size_out)
+    return params, 2 * m * n * k + (m * n if bias else 0), moved, compute_spec(params)
 
 
 def unary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
@@ -236,7 +258,7 @@ SHEET_OPS_BEYOND_MODELS = {
 }
 # sheet -> the models here, by op name (TraceLens has more ops in each sheet: see SHEET_OPS)
 MODELS: dict[str, dict[str, Model]] = {
-    "GEMM": dict.fromkeys(GEMM_OPS, gemm),
+    "GEMM": {**dict.fromkeys(GEMM_OPS, gemm), "vllm::rocm_unquantized_gemm": vllm_unquantized_gemm},
     "UnaryElementwise": dict.fromkeys(UNARY_OPS, unary),
     "BinaryElementwise": dict.fromkeys(BINARY_OPS, binary),
     "Reduce": dict.fromkeys(REDUCE_OPS, reduce),
