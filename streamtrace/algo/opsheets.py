@@ -16,15 +16,15 @@ from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
     STATS,
+    OpTree,
     Table,
-    _ancestors,
-    _cell_number,
-    _grouped,
-    _kernel_stats,
-    _process_and_thread,
-    _Tree,
-    _truncated,
-    _welford_std,
+    ancestors,
+    cell_number,
+    grouped,
+    kernel_stats,
+    process_and_thread,
+    truncated,
+    welford_std,
 )
 
 SHEET_OPS = {
@@ -36,7 +36,7 @@ ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  
 RATE_STATS = ("mean", "median", "std", "min", "max")
 
 
-def backward_ops(tree: _Tree) -> dict[int, list[int]]:
+def backward_ops(tree: OpTree) -> dict[int, list[int]]:
     """TraceLens's forward -> backward op links: per sequence number, the
     first ``autograd::engine::evaluate_function:`` event is the backward op,
     and the forward op is the latest-starting other event of that number on
@@ -58,14 +58,14 @@ def backward_ops(tree: _Tree) -> dict[int, list[int]]:
     return links
 
 
-def _backward_links(tree: _Tree, ops: list[int]) -> dict[int, list[int]]:
+def _backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
     """The GPU events of the backward ops of each op linked to some: its own
     and its descendants' backward ops, each with its whole subtree."""
     links = backward_ops(tree)
     wanted = set(ops)
     backward: dict[int, set[int]] = {}
     for fwd, bwds in links.items():
-        for h in _ancestors(tree.parent, fwd):
+        for h in ancestors(tree.parent, fwd):
             if h in wanted:
                 backward.setdefault(h, set()).update(bwds)
     owned = {h for h in ops if h in links}
@@ -78,11 +78,11 @@ def _rate_stats(values: list[float]) -> dict[str, object]:
     present = [v for v in values if not math.isnan(v)]
     if not present:
         return dict.fromkeys(RATE_STATS, NA)
-    return {"median": float(np.median(present)), "std": _welford_std(present), "min": min(present),
+    return {"median": float(np.median(present)), "std": welford_std(present), "min": min(present),
             "max": max(present)}
 
 
-def model_sheets(tree: _Tree, signature_values: list[list], spec: dict | None = None,
+def model_sheets(tree: OpTree, signature_values: list[list], spec: dict | None = None,
                  ) -> tuple[dict[str, Table], list[str]]:
     """The sheets TraceLens writes for the trace's ops, and notes on those
     left out because some of their ops need models not here yet.  ``spec``:
@@ -102,7 +102,7 @@ def model_sheets(tree: _Tree, signature_values: list[list], spec: dict | None = 
     return sheets, notes
 
 
-def model_sheet(tree: _Tree, sheet: str, signature_values: list[list], spec: dict | None = None,
+def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: dict | None = None,
                 backward: bool = False) -> tuple[Table | None, list[str]]:
     """One sheet, or None (and a note) when TraceLens writes none or the
     trace has ops of it whose model is not here yet.  ``backward``: the
@@ -182,13 +182,13 @@ def _param_text(value: object) -> object:
     return NA if value is None else str(value)
 
 
-def _summarize(tree: _Tree, rows: list[dict]) -> Table:
+def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     f = tree.f
     param_names: list[str] = []
     for row in rows:
         param_names += [key for key in row["params"] if key not in param_names]
     keys = [(row["name"], *(_param_text(row["params"].get(p)) for p in param_names)) for row in rows]
-    groups = _grouped(keys)
+    groups = grouped(keys)
     members: list[list[int]] = [[] for _ in groups.keys]
     for i, code in enumerate(groups.codes.tolist()):
         members[code].append(i)
@@ -219,21 +219,21 @@ def _summarize(tree: _Tree, rows: list[dict]) -> Table:
             stats = _rate_stats([r[column] for r in group])
             stats["mean"] = rate_means[column][k]
             record += [stats[s] for s in RATE_STATS]
-        record += [*_process_and_thread(f, first["h"]), first["Compute Spec"]]
+        record += [*process_and_thread(f, first["h"]), first["Compute Spec"]]
         if with_roofline:
             record += [next((r[c] for r in group if c in r), NA) for c in ("Roofline Time (µs)", "Roofline Bound")]
             stats = _rate_stats([r.get("Pct Roofline", math.nan) for r in group])
             stats["mean"] = rate_means["Pct Roofline"][k]
             record += [stats[s] for s in RATE_STATS]
-        summary = _kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \
+        summary = kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \
             else []
-        record += [repr(summary), _truncated(summary)]
+        record += [repr(summary), truncated(summary)]
         for i in range(len(ARG_COLUMNS)):
             record.append(next((str(r["values"][i]) for r in group if r["values"][i] is not None), NA))
         times = busy[members[k]]
-        record += [float(busy_sums[k] / counts[k]), float(np.median(times)), _welford_std(times.tolist()),
-                   _cell_number(times.min(), busy_int), _cell_number(times.max(), busy_int),
-                   _cell_number(busy_sums[k], busy_int), int(counts[k]), int(f.h_uid[first["h"]])]
+        record += [float(busy_sums[k] / counts[k]), float(np.median(times)), welford_std(times.tolist()),
+                   cell_number(times.min(), busy_int), cell_number(times.max(), busy_int),
+                   cell_number(busy_sums[k], busy_int), int(counts[k]), int(f.h_uid[first["h"]])]
         records.append(record)
     total = header.index("Kernel Time (µs)_sum")
     records.sort(key=lambda r: (-r[total], r[-1]))

@@ -19,9 +19,9 @@ def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Ta
                     "trace')"]
     tables = {"gpu_timeline": timeline[0]}
     total_us = timeline[1]
-    tree = opstables._Tree(facts)
+    tree = opstables.OpTree(facts)
     if facts.has_cpu_ops:
-        rows = opstables._ops_rows(tree)
+        rows = opstables.ops_rows(tree)
         if rows:
             tables["ops_summary_by_category"] = opstables.ops_summary_by_category(rows)
             tables["ops_summary"] = opstables.ops_summary(rows)
@@ -34,7 +34,7 @@ def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Ta
     if facts.python_stack:
         notes.append("python_func events: TraceLens's kernel tables refuse such traces (none written)")
         return tables, notes
-    kernels = opstables._kernels(tree)
+    kernels = opstables.kernels(tree)
     if len(kernels.g):
         tables["kernel_summary"] = opstables.kernel_summary(tree, kernels, total_us)
         histogram, summary = opstables.short_kernels(tree, kernels, total_us)

@@ -73,7 +73,7 @@ class OpsFacts:
     untimed: int = 0  # host and GPU events without a numeric ts or dur (left out)
 
 
-def _cell_number(value: float, integral: bool) -> object:
+def cell_number(value: float, integral: bool) -> object:
     return int(value) if integral else float(value)
 
 
@@ -83,13 +83,13 @@ def _total_order(key: tuple) -> tuple:
                  for part in key)
 
 
-def _ancestors(parent: np.ndarray, i: int):
+def ancestors(parent: np.ndarray, i: int):
     while i != optree.NO_PARENT:
         yield i
         i = int(parent[i])
 
 
-class _Tree:
+class OpTree:
     """The op tree and the kernel launchers of one trace."""
 
     def __init__(self, facts: OpsFacts) -> None:
@@ -117,7 +117,7 @@ class _Tree:
         f = self.f
         runs, starts = np.unique(f.link_run, return_index=True)
         for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(f.link_run)]):
-            for h in _ancestors(self.parent, runtime):
+            for h in ancestors(self.parent, runtime):
                 if h in wanted:
                     found[h].extend(f.link_gpu[lo:hi].tolist())
         return found
@@ -161,7 +161,7 @@ class _Tree:
     def cpu_op_above(self, runtime: int) -> int:
         found = self._cpu_op_above.get(runtime)
         if found is None:
-            found = next((h for h in _ancestors(self.parent, runtime) if self.f.h_kind[h] == CPU_OP), optree.NO_PARENT)
+            found = next((h for h in ancestors(self.parent, runtime) if self.f.h_kind[h] == CPU_OP), optree.NO_PARENT)
             self._cpu_op_above[runtime] = found
         return found
 
@@ -200,7 +200,7 @@ def _timeline_kind(cat: int, name: str) -> int:
     return 1 if optree.is_communication(name) else 0
 
 
-def _ops_rows(tree: _Tree) -> list[dict]:
+def ops_rows(tree: OpTree) -> list[dict]:
     rows = []
     for h in tree.launchers:
         direct, direct_int = tree.busy(tree.direct[h])
@@ -226,7 +226,7 @@ class _Groups:
         return np.bincount(self.codes[self.codes >= 0], minlength=len(self.keys))
 
 
-def _grouped(keys: list, *, sort: bool = True, dropna: bool = False) -> _Groups:
+def grouped(keys: list, *, sort: bool = True, dropna: bool = False) -> _Groups:
     def missing(key: object) -> bool:
         parts = key if isinstance(key, tuple) else (key,)
         return any(part is NA or (isinstance(part, float) and math.isnan(part)) for part in parts)
@@ -245,7 +245,7 @@ def _percentages(ms: list[float]) -> tuple[list[float], list[float]]:
 
 
 def ops_summary(rows: list[dict]) -> Table:
-    groups = _grouped([r["name"] for r in rows])
+    groups = grouped([r["name"] for r in rows])
     direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
     subtree = groups.sums(np.array([r["subtree"] for r in rows], dtype=np.float64))
     direct_int = all(r["direct_int"] for r in rows)
@@ -255,8 +255,8 @@ def ops_summary(rows: list[dict]) -> Table:
     for row in rows:
         categories.setdefault(row["name"], set()).add(row["category"])
     order = optree.descending(direct.tolist())
-    d_sum = [_cell_number(direct[i], direct_int) for i in order]
-    s_sum = [_cell_number(subtree[i], subtree_int) for i in order]
+    d_sum = [cell_number(direct[i], direct_int) for i in order]
+    s_sum = [cell_number(subtree[i], subtree_int) for i in order]
     d_ms = [v / 1000 for v in d_sum]
     pct, cumulative = _percentages(d_ms)
     header = ["name", "total_direct_kernel_time_sum", "total_subtree_kernel_time_sum", "total_direct_kernel_time_ms",
@@ -270,12 +270,12 @@ def ops_summary(rows: list[dict]) -> Table:
 
 
 def ops_summary_by_category(rows: list[dict]) -> Table:
-    groups = _grouped([r["category"] for r in rows])
+    groups = grouped([r["category"] for r in rows])
     direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
     direct_int = all(r["direct_int"] for r in rows)
     counts = groups.counts()
     order = optree.descending(direct.tolist())
-    ms = [_cell_number(direct[i], direct_int) / 1000 for i in order]
+    ms = [cell_number(direct[i], direct_int) / 1000 for i in order]
     pct, cumulative = _percentages(ms)
     table = Table([["op category", "Count", "total_direct_kernel_time_ms", "Percentage (%)",
                     "Cumulative Percentage (%)"]])
@@ -295,7 +295,7 @@ STATS = ("mean", "median", "std", "min", "max", "sum")
 TRUNCATE_KERNEL_NAME = 64
 
 
-def _kernel_details(tree: _Tree, h: int) -> list[dict]:
+def _kernel_details(tree: OpTree, h: int) -> list[dict]:
     """An op's kernels as TraceLens lists them: by start, with raw duration and stream."""
     f = tree.f
     details = []
@@ -306,7 +306,7 @@ def _kernel_details(tree: _Tree, h: int) -> list[dict]:
     return details
 
 
-def _kernel_stats(lists: list[list[dict]]) -> list[dict]:
+def kernel_stats(lists: list[list[dict]]) -> list[dict]:
     """TraceLens's ``_summarize_kernel_stats``: per kernel position of the
     first row's list (rows of another length left out), numpy's statistics;
     then ordered by total time and name."""
@@ -327,13 +327,13 @@ def _kernel_stats(lists: list[list[dict]]) -> list[dict]:
     return summary
 
 
-def _truncated(summary: list[dict]) -> list[dict] | None:
+def truncated(summary: list[dict]) -> list[dict] | None:
     out = [{"name": k["name"][:TRUNCATE_KERNEL_NAME] + "..." if len(k["name"]) > TRUNCATE_KERNEL_NAME else k["name"],
             "stream": k["stream"], "mean_duration_us": round(k["mean_duration_us"], 2)} for k in summary]
     return out or None
 
 
-def _welford_std(values: list[float]) -> float:
+def welford_std(values: list[float]) -> float:
     """pandas' grouped ``std`` (Welford's running mean, ddof 1)."""
     count, mean, squares = 0, 0.0, 0.0
     for value in values:
@@ -344,20 +344,20 @@ def _welford_std(values: list[float]) -> float:
     return math.sqrt(squares / (count - 1)) if count > 1 else math.nan
 
 
-def _process_and_thread(f: OpsFacts, h: int) -> tuple:
+def process_and_thread(f: OpsFacts, h: int) -> tuple:
     """process_name, process_label, thread_name of a host event (``Unknown`` without metadata)."""
     pid, tid = f.threads[f.h_thread[h]]
     return (f.metadata.get((pid, 0, "process_name"), "Unknown"), f.metadata.get((pid, 0, "process_labels"), "Unknown"),
             f.metadata.get((pid, tid, "thread_name"), "Unknown"))
 
 
-def ops_unique_args(tree: _Tree, rows: list[dict]) -> Table:
+def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
     """``ops_unique_args``: launchers grouped by name, category, process,
     thread and the str() of their four argument lists, in first-seen order."""
     f = tree.f
-    keys = [(row["name"], row["category"], *_process_and_thread(f, row["h"]), *f.signatures[f.h_sig[row["h"]]])
+    keys = [(row["name"], row["category"], *process_and_thread(f, row["h"]), *f.signatures[f.h_sig[row["h"]]])
             for row in rows]
-    groups = _grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
+    groups = grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
     first = {}
     for i, code in enumerate(groups.codes.tolist()):
         first.setdefault(code, i)
@@ -373,10 +373,10 @@ def ops_unique_args(tree: _Tree, rows: list[dict]) -> Table:
         stats[column] = {
             "mean": (sums / counts).tolist(),
             "median": [float(np.median(values[m])) for m in members],
-            "std": [_welford_std(values[m].tolist()) for m in members],
-            "min": [_cell_number(values[m].min(), integral) for m in members],
-            "max": [_cell_number(values[m].max(), integral) for m in members],
-            "sum": [_cell_number(x, integral) for x in sums.tolist()],
+            "std": [welford_std(values[m].tolist()) for m in members],
+            "min": [cell_number(values[m].min(), integral) for m in members],
+            "max": [cell_number(values[m].max(), integral) for m in members],
+            "sum": [cell_number(x, integral) for x in sums.tolist()],
         }
     order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], int(f.h_uid[rows[first[k]]["h"]])))
     sums = [stats["direct"]["sum"][k] for k in order]
@@ -390,8 +390,8 @@ def ops_unique_args(tree: _Tree, rows: list[dict]) -> Table:
         row = [*keys[first[k]], int(counts[k])]
         for stat in STATS:
             row += [stats["direct"][stat][k], stats["subtree"][stat][k]]
-        summary = _kernel_stats([_kernel_details(tree, rows[i]["h"]) for i in members[k]])
-        row += [int(f.h_uid[rows[first[k]]["h"]]), repr(summary), _truncated(summary), pct[j], cumulative[j]]
+        summary = kernel_stats([_kernel_details(tree, rows[i]["h"]) for i in members[k]])
+        row += [int(f.h_uid[rows[first[k]]["h"]]), repr(summary), truncated(summary), pct[j], cumulative[j]]
         table.rows.append(row)
     return table
 
@@ -408,7 +408,7 @@ class _Kernels:
     has_cpu_op: bool  # some kernel has a cpu op above it (else no "Parent cpu_op" column)
 
 
-def _kernels(tree: _Tree) -> _Kernels:
+def kernels(tree: OpTree) -> _Kernels:
     f = tree.f
     g = np.flatnonzero(f.g_cat == KERNEL)
     runtime = f.g_parent[g]
@@ -430,12 +430,12 @@ def _kernels(tree: _Tree) -> _Kernels:
 
 
 def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: bool = False) -> _Groups:
-    """:func:`_grouped` over integer columns, making a key only per distinct row."""
+    """:func:`grouped` over integer columns, making a key only per distinct row."""
     if not len(columns[0]):
         return _Groups([], np.empty(0, dtype=np.int64))
     distinct, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
     keys = [key_of(row) for row in distinct.tolist()]
-    groups = _grouped([keys[i] for i in np.argsort(first, kind="stable").tolist()], sort=sort, dropna=dropna)
+    groups = grouped([keys[i] for i in np.argsort(first, kind="stable").tolist()], sort=sort, dropna=dropna)
     number = {key: i for i, key in enumerate(groups.keys)}
     remap = np.array([number.get(key, -1) for key in keys], dtype=np.int64)
     return _Groups(groups.keys, remap[inverse.reshape(-1)])
@@ -447,7 +447,7 @@ def _stream_codes(streams: np.ndarray) -> tuple[np.ndarray, list]:
     return codes.reshape(-1), [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
 
 
-def kernel_summary(tree: _Tree, kernels: _Kernels, total_us: float) -> Table:
+def kernel_summary(tree: OpTree, kernels: _Kernels, total_us: float) -> Table:
     f = tree.f
     durations = f.g_dur[kernels.g]
     integral = bool(f.g_dur_int[kernels.g].all())
@@ -474,15 +474,15 @@ def kernel_summary(tree: _Tree, kernels: _Kernels, total_us: float) -> Table:
                     "Percent of total time (%)"]])
     for k in optree.descending(sums.tolist()):
         *names, stream = groups.keys[k]
-        total = _cell_number(sums[k], integral)
+        total = cell_number(sums[k], integral)
         table.rows.append([*names, int(stream) if streams_whole else stream, total, int(counts[k]),
-                           float(sums[k] / counts[k]), _cell_number(lows[k], integral), _cell_number(highs[k], integral),
+                           float(sums[k] / counts[k]), cell_number(lows[k], integral), cell_number(highs[k], integral),
                            total / total_kernels * 100 if total_kernels > 0 else NA,
                            total / whole * 100 if whole else NA])
     return table
 
 
-def short_kernels(tree: _Tree, kernels: _Kernels, total_us: float) -> tuple[Table, Table]:
+def short_kernels(tree: OpTree, kernels: _Kernels, total_us: float) -> tuple[Table, Table]:
     """``short_kernel_histogram`` and ``short_kernels_summary``."""
     f = tree.f
     integral = bool(f.g_dur_int[kernels.g].all())
@@ -511,7 +511,7 @@ def short_kernels(tree: _Tree, kernels: _Kernels, total_us: float) -> tuple[Tabl
                                     "Short Kernel duration (µs) percent of total time"]])
     records = []
     for i, key in enumerate(groups.keys):
-        total = _cell_number(sums[i], integral)
+        total = cell_number(sums[i], integral)
         records.append([*key, total, int(counts[i]), float(sums[i] / counts[i]), total / whole * 100])
     n = len(key_columns)
     records.sort(key=lambda r: (-r[n], r[n + 1], r[n + 2], r[n + 3]))
