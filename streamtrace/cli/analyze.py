@@ -37,6 +37,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0-3,7")
     cmd.add_argument("--candidates", type=int, default=2, metavar="N", help="straggler candidates (HTA's "
                      "num_candidates, default 2)")
+    cmd.add_argument("--ops", action="store_true", help="also TraceLens's perf-report tables (gpu_timeline, "
+                     "ops_summary, kernel_summary, short kernels, ...) per input under DIR/ops/ (needs -o)")
+    cmd.add_argument("--gpu-spec", metavar="FILE", help="with --ops: the GPU's peaks in TraceLens's arch JSON form "
+                     "(mem_bw_gbps, max_achievable_tflops), for the sheets' roofline columns")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
     cluster_option(cmd)
     common_options(cmd)
@@ -50,7 +54,7 @@ def run(args: argparse.Namespace) -> None:
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
-                      **reading(args))
+                      ops=args.ops, gpu_spec=args.gpu_spec, **reading(args))
     report("analyze", summary, args)
 
 

@@ -52,6 +52,7 @@ from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb, trim_heap
+from .analyses import ops as ops_analysis
 from .mergedindex import note_process_name
 from .mergerank import rank_files_in
 
@@ -1314,14 +1315,17 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
             overwrite: bool = False, num_candidates: int = 2, progress: bool | str | None = False,
             reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
-            command: str | None = None, summary_file: str | os.PathLike | None = None) -> dict:
+            command: str | None = None, summary_file: str | os.PathLike | None = None, ops: bool = False,
+            gpu_spec: str | None = None) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
     ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
     URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
     ``html``: also write the report page there (needs ``streamtrace[report]``),
-    its header naming ``command`` as what made it.
+    its header naming ``command`` as what made it.  ``ops``: also TraceLens's
+    perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`), with the roofline
+    of ``gpu_spec`` (TraceLens's arch JSON form) if given.
     """
     started = time.perf_counter()
     if num_candidates < 1:
@@ -1330,6 +1334,9 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     files = _inputs(specs)
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     targets = _claim_outputs(destinations, out_dir, html)
+    if gpu_spec is not None and not ops:
+        raise TraceError("--gpu-spec gives the roofline of the ops tables: add --ops")
+    ops_spec = ops_analysis.prepare(destinations, out_dir, gpu_spec) if ops else None  # --ops, 1 of 3
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
     if files == ["-"] and not alone:
@@ -1340,6 +1347,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         options = _Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1)
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
+        ops_files, ops_notes = ({}, []) if not ops else ops_analysis.run(  # --ops, 2 of 3
+            files, [[rank.rank for rank in result.ranks] for result in per_file], salvage=salvage, spec=ops_spec)
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
                 results = [result for result in results if result.rank in ranks]
@@ -1348,7 +1357,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             tables = _tables(results, num_candidates, utilization_bins)
             launch_rows = sum(result.launch_rows for result in results)
             notes = [note for result in per_file for note in result.notes] + [note for result in results
-                                                                              for note in result.notes]
+                                                                              for note in result.notes] + ops_notes
             summary = {
                 "command": "analyze",
                 "read": _read_totals([result.read for result in per_file]),
@@ -1367,6 +1376,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             tables["kernel_launch_stats"] = None  # (read below from the parts, if few enough for --json)
             with destinations:  # the tables and the page appear together, or none of them
                 _write_tables(destinations, tables, parts, targets)
+                summary["output"] += ops_analysis.write(destinations, out_dir, ops_files)  # --ops, 3 of 3
                 if html is not None:
                     destinations.write(html, page.render(summary, files, command), role="HTML report")
             tables["kernel_launch_stats"] = _read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None

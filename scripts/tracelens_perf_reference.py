@@ -1,0 +1,116 @@
+"""Make the reference tables for ``analyze --ops``: TraceLens's PyTorch perf
+report, as ``TraceLens_generate_perf_report_pytorch`` writes it, for the shared
+traces and a generated one.
+
+TraceLens is not on the package index: install it from its source
+(AMD-AGI/TraceLens) in a separate virtualenv and point ``--tracelens`` at its
+report command.  Each case's CSVs land gzipped in
+``tests/reference/tracelens_perf/<case>/<stem>.csv.gz`` (byte for byte what
+TraceLens wrote, compressed), with ``op_categories.json`` (TraceLens's op-name
+-> category registry, which the tests compare with streamtrace's),
+``op_sheets.json`` (its performance-model sheets -> op names) and
+``VERSIONS.json`` (what made them).
+
+    python scripts/tracelens_perf_reference.py \
+        --tracelens /work/tlvenv/bin/TraceLens_generate_perf_report_pytorch
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TRACES = os.path.join(ROOT, "..", "shared", "traces")
+OUT = os.path.join(ROOT, "tests", "reference", "tracelens_perf")
+
+# case -> trace under the shared traces (None: the generated trace below)
+CASES = {
+    "kineto_small": "kineto_small.json",
+    "mi250_minitoy": "mi250_minitoy.json.gz",
+    "b200_eager": "b200_eager.json.gz",
+    "nccl_rank0": "nccl_rank0.json.gz",
+    "vllm_graph_mi300": "vllm_decode_graph_replay_mi300.json.gz",
+    "sglang_qwen3": "sglang_decode_qwen3.json.gz",
+    "mi210_gpu_only": "mi210_gpu_only.json.gz",
+    "dlrm_worker0": "dlrm_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
+    "synth_rank0": None,
+}
+# cases run with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
+SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy.json.gz", "b200_eager_spec": "b200_eager.json.gz"}
+SPEC = os.path.join(OUT, "spec_fixture.json")
+# The generated case: synth is deterministic for a seed; no python_function
+# frames (TraceLens's kernel tables refuse traces with a Python stack).
+SYNTH_ARGS = ["--ranks", "2", "--pp-stages", "2", "--steps", "2", "--python-noise", "0", "--graph-kernels", "8",
+              "--graph-streams", "4", "--eager-kernels", "6", "--no-merged", "--compress", "none", "--seed", "3"]
+REPORT_FLAGS = ["--enable_kernel_summary", "--short_kernel_study", "--disable_coll_analysis"]
+
+DUMP_REGISTRY = """
+import json, sys
+from TraceLens.PerfModel.torch_op_mapping import OP_CATEGORY_REGISTRY
+json.dump(dict(sorted(OP_CATEGORY_REGISTRY.items())), sys.stdout, indent=0)
+"""
+DUMP_SHEETS = """
+import json, sys
+from TraceLens.PerfModel.torch_op_mapping import build_sheet_category_to_op_names, op_to_perf_model_class_map
+sheets = build_sheet_category_to_op_names(op_to_perf_model_class_map)
+json.dump({sheet: sorted(names) for sheet, names in sorted(sheets.items())}, sys.stdout, indent=0)
+"""
+VERSIONS = """
+import json, sys, importlib.metadata as m
+json.dump({p: m.version(p) for p in ("TraceLens", "pandas", "numpy")} | {"python": sys.version.split()[0]}, sys.stdout)
+"""
+
+
+def synth_trace(work: str) -> str:
+    """The generated case's rank-0 trace, made in ``work``."""
+    subprocess.run([sys.executable, "-m", "streamtrace", "synth", work, *SYNTH_ARGS, "-q"], check=True,
+                   env={**os.environ, "PYTHONPATH": ROOT})
+    return os.path.join(work, "rank0_trace.json")
+
+
+def run_case(report: str, trace: str, dest: str, extra: tuple = ()) -> list[str]:
+    """TraceLens's CSVs for ``trace``, gzipped into ``dest``; their stems."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([report, "--profile_json_path", trace, "--output_csvs_dir", tmp, *REPORT_FLAGS, *extra],
+                       check=True, stdout=subprocess.DEVNULL)
+        os.makedirs(dest, exist_ok=True)
+        stems = sorted(name[:-4] for name in os.listdir(tmp) if name.endswith(".csv"))
+        for stem in stems:
+            with open(os.path.join(tmp, stem + ".csv"), "rb") as src:
+                data = src.read()
+            with gzip.GzipFile(os.path.join(dest, stem + ".csv.gz"), "wb", mtime=0) as out:
+                out.write(data)
+    return stems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tracelens", required=True, help="TraceLens_generate_perf_report_pytorch of a TraceLens install")
+    parser.add_argument("--cases", nargs="*", default=[*CASES, *SPEC_CASES], help="which cases (default all)")
+    args = parser.parse_args()
+    python = os.path.join(os.path.dirname(args.tracelens), "python")
+    os.makedirs(OUT, exist_ok=True)
+    for name, code in (("op_categories.json", DUMP_REGISTRY), ("op_sheets.json", DUMP_SHEETS),
+                       ("VERSIONS.json", VERSIONS)):
+        text = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout
+        with open(os.path.join(OUT, name), "w") as out:
+            out.write(text + "\n")
+    with tempfile.TemporaryDirectory() as work:
+        for case in args.cases:
+            if case in SPEC_CASES:
+                stems = run_case(args.tracelens, os.path.join(TRACES, SPEC_CASES[case]), os.path.join(OUT, case),
+                                 ("--gpu_arch_json_path", SPEC))
+                print(f"{case}: {', '.join(stems)}")
+                continue
+            trace = synth_trace(work) if CASES[case] is None else os.path.join(TRACES, CASES[case])
+            stems = run_case(args.tracelens, trace, os.path.join(OUT, case))
+            print(f"{case}: {', '.join(stems)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""TraceLens's performance-model sheets ``GEMM``, ``UnaryElementwise`` and
+``BinaryElementwise``: one row per op name and distinct parameters, with its
+FLOPs, bytes moved, achieved TFLOP/s and TB/s over the kernels of its
+subtree (``build_df_perf_metrics`` then ``summarize_df_perf_metrics``).
+
+docs/analyze.md states the rules and TraceLens's accidents.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import optree, perfmodel
+from .opcategories import CATEGORY_OF_OP
+from .opstables import (
+    NA,
+    STATS,
+    OpTree,
+    Table,
+    ancestors,
+    cell_number,
+    grouped,
+    kernel_stats,
+    process_and_thread,
+    truncated,
+    welford_std,
+)
+
+SHEET_OPS = {
+    "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
+    **{sheet: frozenset(models) | frozenset(perfmodel.SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
+       for sheet, models in perfmodel.MODELS.items() if sheet != "GEMM"},
+}
+ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  # (then "Output type")
+RATE_STATS = ("mean", "median", "std", "min", "max")
+
+
+def backward_ops(tree: OpTree) -> dict[int, list[int]]:
+    """TraceLens's forward -> backward op links: per sequence number, the
+    first ``autograd::engine::evaluate_function:`` event is the backward op,
+    and the forward op is the latest-starting other event of that number on
+    another thread (the first of equal starts)."""
+    f = tree.f
+    by_seq: dict[int, list[int]] = {}
+    for h in np.flatnonzero(f.h_seq != optree.NO_LINK).tolist():
+        by_seq.setdefault(int(f.h_seq[h]), []).append(h)
+    links: dict[int, list[int]] = {}
+    for members in by_seq.values():
+        bwd = next((h for h in members if f.names[f.h_name[h]].startswith("autograd::engine::evaluate_function:")),
+                   None)
+        if bwd is None:
+            continue
+        others = [h for h in members if f.h_thread[h] != f.h_thread[bwd]]
+        if others:
+            fwd = max(others, key=lambda h: (f.h_ts[h], -h))
+            links.setdefault(fwd, []).append(bwd)
+    return links
+
+
+def _backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
+    """The GPU events of the backward ops of each op linked to some: its own
+    and its descendants' backward ops, each with its whole subtree."""
+    links = backward_ops(tree)
+    wanted = set(ops)
+    backward: dict[int, set[int]] = {}
+    for fwd, bwds in links.items():
+        for h in ancestors(tree.parent, fwd):
+            if h in wanted:
+                backward.setdefault(h, set()).update(bwds)
+    owned = {h for h in ops if h in links}
+    below = tree.links_below(sorted({b for bwds in backward.values() for b in bwds}))
+    return {h: [g for b in sorted(backward[h]) for g in below[b]] for h in ops if h in owned}
+
+
+def _rate_stats(values: list[float]) -> dict[str, object]:
+    """median, std, min, max of one group's rates, skipping missing ones as pandas does."""
+    present = [v for v in values if not math.isnan(v)]
+    if not present:
+        return dict.fromkeys(RATE_STATS, NA)
+    return {"median": float(np.median(present)), "std": welford_std(present), "min": min(present),
+            "max": max(present)}
+
+
+def model_sheets(tree: OpTree, signature_values: list[list], spec: dict | None = None,
+                 ) -> tuple[dict[str, Table], list[str]]:
+    """The sheets TraceLens writes for the trace's ops, and notes on those
+    left out because some of their ops need models not here yet.  ``spec``:
+    a GPU spec in TraceLens's arch JSON form, for the roofline columns."""
+    sheets: dict[str, Table] = {}
+    notes: list[str] = []
+    for sheet in SHEET_OPS:
+        table, note = model_sheet(tree, sheet, signature_values, spec)
+        notes += note
+        if table is not None and sheet in perfmodel.SPLIT_SHEETS:
+            sheets[f"{sheet}_fwd"] = table
+            backward, _ = model_sheet(tree, sheet, signature_values, spec, backward=True)
+            if backward is not None:
+                sheets[f"{sheet}_bwd"] = backward
+        elif table is not None:
+            sheets[sheet] = table
+    return sheets, notes
+
+
+def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: dict | None = None,
+                backward: bool = False) -> tuple[Table | None, list[str]]:
+    """One sheet, or None (and a note) when TraceLens writes none or the
+    trace has ops of it whose model is not here yet.  ``backward``: the
+    ``_bwd`` sheet, over the ops linked to backward ops and the kernels of
+    those (the models' backward FLOPs and bytes equal their forward ones for
+    the sheets split here)."""
+    f = tree.f
+    names = np.array([name in SHEET_OPS[sheet] for name in f.names] or [False])
+    ops = np.flatnonzero(names[f.h_name]).tolist()
+    if not ops:
+        return None, []
+    models = perfmodel.MODELS[sheet]
+    other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
+    if other:
+        return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
+    kernels_of = _backward_links(tree, ops) if backward else tree.links_below(ops)
+    rows = []
+    for h in ops:
+        if h not in kernels_of:  # (no backward op linked to it)
+            continue
+        gpu = sorted(kernels_of[h], key=lambda g: f.g_ts[g])
+        details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
+                    "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
+        values = signature_values[f.h_sig[h]]
+        args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
+        name = f.names[f.h_name[h]]
+        try:
+            params, flops, moved, compute = models[name](name, args, [d["name"] for d in details])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            continue  # TraceLens leaves the op out (its perf model fails on it)
+        busy, integral = tree.busy(kernels_of[h]) if gpu else (0, True)
+        gflops = flops / 1e9
+        rows.append({
+            "h": h, "name": name, "params": params, "values": values, "details": details,
+            "GFLOPS": gflops, "busy": busy, "busy_int": integral,
+            "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
+            "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
+            "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
+            "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
+            "Compute Spec": compute,
+        })
+        if spec is not None:
+            rows[-1].update(roofline(spec, compute, gflops, moved, busy))
+    if not rows:
+        return None, []
+    return _summarize(tree, rows), []
+
+
+def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: float) -> dict:
+    """TraceLens's roofline columns of one op: the time at the spec's peak
+    for its compute kind and precision or at its memory bandwidth, whichever
+    is longer, and the achieved share of it; none without a peak, a
+    bandwidth, bytes or FLOPs."""
+    peak = (spec.get("max_achievable_tflops") or {}).get(compute) if compute else None
+    bandwidth = spec.get("mem_bw_gbps")
+    if peak is None or bandwidth is None or moved is None or not gflops > 0:
+        return {}
+    compute_us = (gflops * 1e9 / (peak * 1e12)) * 1e6
+    memory_us = (moved / (bandwidth * 1e9)) * 1e6
+    bound = max(compute_us, memory_us)
+    return {"Roofline Time (µs)": bound, "Roofline Bound": "COMPUTE_BOUND" if compute_us >= memory_us else "MEMORY_BOUND",
+            "Pct Roofline": (bound / busy) * 100 if busy > 0 else math.nan}
+
+
+def _group_means(groups, values: list[float]) -> list[object]:
+    """pandas' grouped mean of a column with missing values (skipped; then added row by row)."""
+    array = np.array(values, dtype=np.float64)
+    present = ~np.isnan(array)
+    sums = groups.sums(array) if present.all() else optree.group_sums_kahan(
+        np.where(present, groups.codes, -1), np.nan_to_num(array), len(groups.keys))
+    seen = np.bincount(groups.codes[present], minlength=len(groups.keys))
+    return [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
+
+
+def _param_text(value: object) -> object:
+    """A parameter as pandas 3's ``astype(str)`` writes it (missing stays missing)."""
+    return NA if value is None else str(value)
+
+
+def _summarize(tree: OpTree, rows: list[dict]) -> Table:
+    f = tree.f
+    param_names: list[str] = []
+    for row in rows:
+        param_names += [key for key in row["params"] if key not in param_names]
+    keys = [(row["name"], *(_param_text(row["params"].get(p)) for p in param_names)) for row in rows]
+    groups = grouped(keys)
+    members: list[list[int]] = [[] for _ in groups.keys]
+    for i, code in enumerate(groups.codes.tolist()):
+        members[code].append(i)
+    busy = np.array([r["busy"] for r in rows], dtype=np.float64)
+    busy_int = all(r["busy_int"] for r in rows)
+    busy_sums = groups.sums(busy)
+    counts = groups.counts()
+    with_roofline = any("Roofline Time (µs)" in r for r in rows)
+    rated = ("TB/s", "TFLOPS/s", *(["Pct Roofline"] if with_roofline else []))
+    rate_means = {column: _group_means(groups, [r.get(column, math.nan) for r in rows]) for column in rated}
+    header = ["name", *[f"param: {p}" for p in param_names], "GFLOPS_first", "Data Moved (MB)_first",
+              "FLOPS/Byte_first"]
+    header += [f"TB/s_{s}" for s in RATE_STATS] + [f"TFLOPS/s_{s}" for s in RATE_STATS]
+    header += ["process_name_first", "process_label_first", "thread_name_first", "Compute Spec"]
+    if with_roofline:
+        header += ["Roofline Time (µs)_first", "Roofline Bound_first", *[f"Pct Roofline_{s}" for s in RATE_STATS]]
+    header += ["kernel_details__summarize_kernel_stats", "trunc_kernel_details", *[f"{c}_first" for c in ARG_COLUMNS]]
+    header += [f"Kernel Time (µs)_{s}" for s in STATS] + ["name_count", "UID_first"]
+    table = Table([header])
+    records = []
+    for k, key in enumerate(groups.keys):
+        group = [rows[i] for i in members[k]]
+        first = group[0]
+        record = list(key)
+        for column in ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte"):
+            record.append(next((r[column] for r in group if not math.isnan(r[column])), NA))
+        for column in ("TB/s", "TFLOPS/s"):
+            stats = _rate_stats([r[column] for r in group])
+            stats["mean"] = rate_means[column][k]
+            record += [stats[s] for s in RATE_STATS]
+        record += [*process_and_thread(f, first["h"]), first["Compute Spec"]]
+        if with_roofline:
+            record += [next((r[c] for r in group if c in r), NA) for c in ("Roofline Time (µs)", "Roofline Bound")]
+            stats = _rate_stats([r.get("Pct Roofline", math.nan) for r in group])
+            stats["mean"] = rate_means["Pct Roofline"][k]
+            record += [stats[s] for s in RATE_STATS]
+        summary = kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \
+            else []
+        record += [repr(summary), truncated(summary)]
+        for i in range(len(ARG_COLUMNS)):
+            record.append(next((str(r["values"][i]) for r in group if r["values"][i] is not None), NA))
+        times = busy[members[k]]
+        record += [float(busy_sums[k] / counts[k]), float(np.median(times)), welford_std(times.tolist()),
+                   cell_number(times.min(), busy_int), cell_number(times.max(), busy_int),
+                   cell_number(busy_sums[k], busy_int), int(counts[k]), int(f.h_uid[first["h"]])]
+        records.append(record)
+    total = header.index("Kernel Time (µs)_sum")
+    records.sort(key=lambda r: (-r[total], r[-1]))
+    table.rows = records
+    return table

@@ -1,0 +1,43 @@
+"""TraceLens's PyTorch perf report for one trace: its tables that need no
+performance model (:mod:`.opstables`) and its performance-model sheets
+(:mod:`.opsheets`), by file stem, with notes on what it leaves out."""
+from __future__ import annotations
+
+from . import opstables
+from .opsheets import model_sheets
+from .opstables import OpsFacts, Table
+
+
+def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Table], list[str]]:
+    """TraceLens's tables for one trace, by file stem, and notes on what it
+    leaves out; ``spec`` (TraceLens's arch JSON form) adds the roofline."""
+    notes = [f"{facts.untimed} host or GPU events without a numeric ts or dur left out (TraceLens fails on them)"
+             ] if facts.untimed else []
+    timeline = opstables.gpu_timeline(facts)
+    if timeline is None:
+        return {}, [*notes, "no GPU event is linked to a launch: TraceLens stops here ('No GPU events found in the "
+                    "trace')"]
+    tables = {"gpu_timeline": timeline[0]}
+    total_us = timeline[1]
+    tree = opstables.OpTree(facts)
+    if facts.has_cpu_ops:
+        rows = opstables.ops_rows(tree)
+        if rows:
+            tables["ops_summary_by_category"] = opstables.ops_summary_by_category(rows)
+            tables["ops_summary"] = opstables.ops_summary(rows)
+            tables["ops_unique_args"] = opstables.ops_unique_args(tree, rows)
+        sheets, more = model_sheets(tree, facts.signature_values, spec)
+        tables.update(sheets)
+        notes += more
+    else:
+        notes.append("no cpu_op in the trace: GPU-only tables, as TraceLens")
+    if facts.python_stack:
+        notes.append("python_func events: TraceLens's kernel tables refuse such traces (none written)")
+        return tables, notes
+    kernels = opstables.kernels(tree)
+    if len(kernels.g):
+        tables["kernel_summary"] = opstables.kernel_summary(tree, kernels, total_us)
+        histogram, summary = opstables.short_kernels(tree, kernels, total_us)
+        tables["short_kernel_histogram"] = histogram
+        tables["short_kernels_summary"] = summary
+    return tables, notes

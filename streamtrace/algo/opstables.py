@@ -1,0 +1,519 @@
+"""TraceLens's perf-report tables that need no performance model, from the
+op tree of one trace: ``gpu_timeline``, ``ops_summary``,
+``ops_summary_by_category``, ``ops_unique_args``, ``kernel_summary``,
+``short_kernel_histogram`` and ``short_kernels_summary``, with TraceLens's
+file stems, columns, row order and numbers (its pandas and numpy arithmetic
+included: grouped sums by reduceat or Kahan, pairwise column sums, Welford's
+std, quicksort ties).
+
+docs/analyze.md states each rule, and the accidents kept.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import optree
+from .opcategories import op_category
+
+SHORT_KERNEL_US = 10
+HISTOGRAM_BINS = 100
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+CPU_OP, RUNTIME = 0, 1
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
+NA = None  # an empty cell (pandas' NaN / NA)
+
+
+@dataclass
+class Table:
+    """A table as TraceLens writes it: header line(s), then rows."""
+
+    header: list[list[str]]
+    rows: list[list[object]] = field(default_factory=list)
+
+
+@dataclass
+class OpsFacts:
+    """What the ops analysis keeps of one trace (arrays in event order).
+
+    Host events (``cpu_op``, ``cuda_runtime``, ``cuda_driver``): ``h_*``;
+    GPU events (``kernel``, ``gpu_memcpy``, ``gpu_memset``): ``g_*``.
+    ``link_run``/``link_gpu``/``g_parent`` are filled by :func:`link`.
+    """
+
+    names: list[str]
+    h_thread: np.ndarray
+    h_ts: np.ndarray
+    h_end: np.ndarray
+    h_kind: np.ndarray
+    h_name: np.ndarray
+    h_sig: np.ndarray
+    g_ts: np.ndarray
+    g_end: np.ndarray
+    g_dur: np.ndarray
+    g_int: np.ndarray  # ts and dur both integers in the trace
+    g_cat: np.ndarray
+    g_name: np.ndarray
+    g_stream: np.ndarray  # NaN when the event has none
+    g_dur_int: np.ndarray  # dur an integer in the trace
+    h_uid: np.ndarray  # the event's place in traceEvents (TraceLens's UID)
+    h_seq: np.ndarray  # its autograd "Sequence number" (optree.NO_LINK: none)
+    threads: list[tuple]  # (pid, tid) of each h_thread number
+    metadata: dict[tuple, object]  # (pid, tid, process_name|process_labels|thread_name) -> value
+    signatures: list[tuple[str | None, ...]]  # str() of Input Dims, Input type, Input Strides, Concrete Inputs
+    signature_values: list[list]  # the same four lists and Output type as the trace gives them (None: absent)
+    link_run: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # (runtime call, GPU event) links
+    link_gpu: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    has_cpu_ops: bool = True
+    python_stack: bool = False
+    untimed: int = 0  # host and GPU events without a numeric ts or dur (left out)
+
+
+def cell_number(value: float, integral: bool) -> object:
+    return int(value) if integral else float(value)
+
+
+def _total_order(key: tuple) -> tuple:
+    """pandas' group order: ascending per level, missing values last."""
+    return tuple((1, 0) if part is NA or (isinstance(part, float) and math.isnan(part)) else (0, part)
+                 for part in key)
+
+
+def ancestors(parent: np.ndarray, i: int):
+    while i != optree.NO_PARENT:
+        yield i
+        i = int(parent[i])
+
+
+class OpTree:
+    """The op tree and the kernel launchers of one trace."""
+
+    def __init__(self, facts: OpsFacts) -> None:
+        self.f = facts
+        self.parent = optree.nest_host_events(facts.h_thread, facts.h_ts, facts.h_end)
+        self.communication = [optree.is_communication(name) for name in facts.names]
+        self.launcher_of = np.full(len(facts.g_ts), optree.NO_PARENT, dtype=np.int64)
+        self.direct: dict[int, list[int]] = {}
+        for g in range(len(facts.g_ts)):
+            if self._skipped(g):
+                continue
+            launcher = self._launcher(int(facts.g_parent[g]))
+            self.launcher_of[g] = launcher
+            self.direct.setdefault(launcher, []).append(g)
+        self.launchers = sorted(self.direct, key=lambda h: facts.h_ts[h])
+        self._categories: dict[int, str] = {}
+        self._cpu_op_above: dict[int, int] = {}
+        self.subtree = {h: set(gpu) for h, gpu in self.links_below(list(self.direct)).items()}
+
+    def links_below(self, ops: list[int]) -> dict[int, list[int]]:
+        """Each op's GPU events: every link of every runtime call below it (a
+        GPU event linked twice counts twice), as TraceLens walks the children."""
+        wanted = set(ops)
+        found: dict[int, list[int]] = {h: [] for h in ops}
+        f = self.f
+        runs, starts = np.unique(f.link_run, return_index=True)
+        for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(f.link_run)]):
+            for h in ancestors(self.parent, runtime):
+                if h in wanted:
+                    found[h].extend(f.link_gpu[lo:hi].tolist())
+        return found
+
+    def _skipped(self, g: int) -> bool:
+        f = self.f
+        return f.g_parent[g] == optree.NO_PARENT or self.communication[f.g_name[g]]
+
+    def _launcher(self, runtime: int) -> int:
+        """The cpu op above a runtime call (skipping ``execute``), else the call."""
+        f = self.f
+        current = int(self.parent[runtime])
+        while current != optree.NO_PARENT:
+            if f.h_kind[current] != CPU_OP:
+                break
+            if f.names[f.h_name[current]] != "execute":
+                return current
+            current = int(self.parent[current])
+        return runtime
+
+    def first_kernel(self, h: int) -> str | None:
+        """The name of the earliest kernel ``h`` launched directly (None if none)."""
+        kernels = self.direct.get(h)
+        if not kernels:
+            return None
+        starts = self.f.g_ts[kernels]
+        first = kernels[int(np.argmin(starts))]  # (the first of equal starts)
+        return self.f.names[self.f.g_name[first]]
+
+    def category(self, h: int) -> str:
+        category = self._categories.get(h)
+        if category is None:
+            category = self._categories[h] = op_category(self.f.names[self.f.h_name[h]], self.first_kernel(h))
+        return category
+
+    def busy(self, gpu: Sequence[int]) -> tuple[float, bool]:
+        """Union length of the GPU events' intervals, and whether it is an integer in TraceLens."""
+        idx = sorted(gpu)
+        return optree.busy_of(self.f.g_ts[idx].tolist(), self.f.g_end[idx].tolist()), bool(self.f.g_int[idx].all())
+
+    def cpu_op_above(self, runtime: int) -> int:
+        found = self._cpu_op_above.get(runtime)
+        if found is None:
+            found = next((h for h in ancestors(self.parent, runtime) if self.f.h_kind[h] == CPU_OP), optree.NO_PARENT)
+            self._cpu_op_above[runtime] = found
+        return found
+
+
+def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
+    """Record the (runtime call, GPU event) links (every one: TraceLens
+    propagates them all up the tree) and each GPU event's call (the last link
+    wins)."""
+    facts.link_run, facts.link_gpu = run, gpu
+    facts.g_parent = optree.last_parent(run, gpu, len(facts.g_ts))
+
+
+def gpu_timeline(facts: OpsFacts) -> tuple[Table, float] | None:
+    """``gpu_timeline`` over the linked GPU events, and its total time (µs)."""
+    linked = facts.g_parent != optree.NO_PARENT
+    if not linked.any():
+        return None
+    pairs = facts.g_cat[linked].astype(np.int64) * len(facts.names) + facts.g_name[linked]
+    unique, where = np.unique(pairs, return_inverse=True)
+    kinds = np.array([_timeline_kind(int(p) // len(facts.names), facts.names[int(p) % len(facts.names)])
+                      for p in unique], dtype=np.int8)
+    kind = kinds[where.reshape(-1)]
+    metrics = optree.timeline(facts.g_ts[linked], facts.g_end[linked], kind)
+    total = metrics["total_time"]
+    rows = [[key, value / 1e3, value / total * 100] for key, value in metrics.items()]
+    return Table([["type", "time ms", "percent"]], rows), total
+
+
+def _timeline_kind(cat: int, name: str) -> int:
+    """0 computation, 1 communication, 2 memcpy: ROCm 7.1's copy kernels are
+    memcpy, its fill kernels computation, NCCL/RCCL names communication."""
+    if cat == MEMCPY or (cat == KERNEL and optree.ROCM_LEGACY_MEMCPY.match(name)):
+        return 2
+    if cat == KERNEL and optree.ROCM_LEGACY_MEMSET.match(name):
+        return 0
+    return 1 if optree.is_communication(name) else 0
+
+
+def ops_rows(tree: OpTree) -> list[dict]:
+    rows = []
+    for h in tree.launchers:
+        direct, direct_int = tree.busy(tree.direct[h])
+        subtree, subtree_int = tree.busy(list(tree.subtree[h]))
+        rows.append({"h": h, "name": tree.f.names[tree.f.h_name[h]], "category": tree.category(h), "direct": direct,
+                     "direct_int": direct_int, "subtree": subtree, "subtree_int": subtree_int})
+    return rows
+
+
+@dataclass
+class _Groups:
+    """Rows grouped as pandas' ``groupby`` numbers them: ``keys`` in its group
+    order (sorted, missing values last; or first appearance), ``codes`` per
+    row (-1: a row whose key has a missing value, when those are dropped)."""
+
+    keys: list
+    codes: np.ndarray
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        return optree.group_sums(self.codes, values, len(self.keys))
+
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.codes[self.codes >= 0], minlength=len(self.keys))
+
+
+def grouped(keys: list, *, sort: bool = True, dropna: bool = False) -> _Groups:
+    def missing(key: object) -> bool:
+        parts = key if isinstance(key, tuple) else (key,)
+        return any(part is NA or (isinstance(part, float) and math.isnan(part)) for part in parts)
+
+    present = [key for key in dict.fromkeys(keys) if not (dropna and missing(key))]
+    if sort:
+        present.sort(key=lambda key: _total_order(key if isinstance(key, tuple) else (key,)))
+    number = {key: i for i, key in enumerate(present)}
+    return _Groups(present, np.array([number.get(key, -1) for key in keys], dtype=np.int64))
+
+
+def _percentages(ms: list[float]) -> tuple[list[float], list[float]]:
+    total = float(np.sum(np.array(ms, dtype=np.float64)))
+    pct = [(x / total) * 100 for x in ms]
+    return pct, np.cumsum(np.array(pct, dtype=np.float64)).tolist()
+
+
+def ops_summary(rows: list[dict]) -> Table:
+    groups = grouped([r["name"] for r in rows])
+    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
+    subtree = groups.sums(np.array([r["subtree"] for r in rows], dtype=np.float64))
+    direct_int = all(r["direct_int"] for r in rows)
+    subtree_int = all(r["subtree_int"] for r in rows)
+    counts = groups.counts()
+    categories: dict[str, set] = {}
+    for row in rows:
+        categories.setdefault(row["name"], set()).add(row["category"])
+    order = optree.descending(direct.tolist())
+    d_sum = [cell_number(direct[i], direct_int) for i in order]
+    s_sum = [cell_number(subtree[i], subtree_int) for i in order]
+    d_ms = [v / 1000 for v in d_sum]
+    pct, cumulative = _percentages(d_ms)
+    header = ["name", "total_direct_kernel_time_sum", "total_subtree_kernel_time_sum", "total_direct_kernel_time_ms",
+              "total_subtree_kernel_time_ms", "Count", "Categories", "Percentage (%)", "Cumulative Percentage (%)"]
+    table = Table([header])
+    for j, i in enumerate(order):
+        name = groups.keys[i]
+        table.rows.append([name, d_sum[j], s_sum[j], d_ms[j], s_sum[j] / 1000, int(counts[i]),
+                           repr(sorted(categories[name])), pct[j], cumulative[j]])
+    return table
+
+
+def ops_summary_by_category(rows: list[dict]) -> Table:
+    groups = grouped([r["category"] for r in rows])
+    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
+    direct_int = all(r["direct_int"] for r in rows)
+    counts = groups.counts()
+    order = optree.descending(direct.tolist())
+    ms = [cell_number(direct[i], direct_int) / 1000 for i in order]
+    pct, cumulative = _percentages(ms)
+    table = Table([["op category", "Count", "total_direct_kernel_time_ms", "Percentage (%)",
+                    "Cumulative Percentage (%)"]])
+    for j, i in enumerate(order):
+        table.rows.append([groups.keys[i], int(counts[i]), ms[j], pct[j], cumulative[j]])
+    return table
+
+
+def _short_signature(signature: tuple) -> tuple:
+    dims, _, strides, concrete = signature
+    return dims, strides, concrete
+
+
+UNIQUE_ARGS_KEYS = ("name", "op category", "process_name", "process_label", "thread_name", "Input Dims", "Input type",
+                    "Input Strides", "Concrete Inputs")
+STATS = ("mean", "median", "std", "min", "max", "sum")
+TRUNCATE_KERNEL_NAME = 64
+
+
+def _kernel_details(tree: OpTree, h: int) -> list[dict]:
+    """An op's kernels as TraceLens lists them: by start, with raw duration and stream."""
+    f = tree.f
+    details = []
+    for g in sorted(tree.direct[h], key=lambda g: f.g_ts[g]):
+        stream = float(f.g_stream[g])
+        details.append({"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
+                        "stream": None if math.isnan(stream) else int(stream)})
+    return details
+
+
+def kernel_stats(lists: list[list[dict]]) -> list[dict]:
+    """TraceLens's ``_summarize_kernel_stats``: per kernel position of the
+    first row's list (rows of another length left out), numpy's statistics;
+    then ordered by total time and name."""
+    template = lists[0]
+    durations: list[list] = [[] for _ in template]
+    for kernels in lists:
+        if len(kernels) == len(template):
+            for i, kernel in enumerate(kernels):
+                durations[i].append(kernel["dur"])
+    summary = []
+    for kernel, values in zip(template, durations):
+        array = np.array(values)
+        summary.append({"name": kernel["name"], "stream": kernel["stream"], "count": len(array),
+                        "total_duration_us": np.sum(array), "mean_duration_us": np.mean(array),
+                        "median_duration_us": np.median(array), "std_dev_duration_us": np.std(array),
+                        "min_duration_us": np.min(array), "max_duration_us": np.max(array)})
+    summary.sort(key=lambda k: (k["total_duration_us"], k["name"]))
+    return summary
+
+
+def truncated(summary: list[dict]) -> list[dict] | None:
+    out = [{"name": k["name"][:TRUNCATE_KERNEL_NAME] + "..." if len(k["name"]) > TRUNCATE_KERNEL_NAME else k["name"],
+            "stream": k["stream"], "mean_duration_us": round(k["mean_duration_us"], 2)} for k in summary]
+    return out or None
+
+
+def welford_std(values: list[float]) -> float:
+    """pandas' grouped ``std`` (Welford's running mean, ddof 1)."""
+    count, mean, squares = 0, 0.0, 0.0
+    for value in values:
+        count += 1
+        before = mean
+        mean += (value - before) / count
+        squares += (value - mean) * (value - before)
+    return math.sqrt(squares / (count - 1)) if count > 1 else math.nan
+
+
+def process_and_thread(f: OpsFacts, h: int) -> tuple:
+    """process_name, process_label, thread_name of a host event (``Unknown`` without metadata)."""
+    pid, tid = f.threads[f.h_thread[h]]
+    return (f.metadata.get((pid, 0, "process_name"), "Unknown"), f.metadata.get((pid, 0, "process_labels"), "Unknown"),
+            f.metadata.get((pid, tid, "thread_name"), "Unknown"))
+
+
+def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
+    """``ops_unique_args``: launchers grouped by name, category, process,
+    thread and the str() of their four argument lists, in first-seen order."""
+    f = tree.f
+    keys = [(row["name"], row["category"], *process_and_thread(f, row["h"]), *f.signatures[f.h_sig[row["h"]]])
+            for row in rows]
+    groups = grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
+    first = {}
+    for i, code in enumerate(groups.codes.tolist()):
+        first.setdefault(code, i)
+    counts = groups.counts()
+    members: list[list[int]] = [[] for _ in groups.keys]
+    for i, code in enumerate(groups.codes.tolist()):
+        members[code].append(i)
+    stats = {}
+    for column in ("direct", "subtree"):
+        values = np.array([r[column] for r in rows], dtype=np.float64)
+        integral = all(r[column + "_int"] for r in rows)
+        sums = groups.sums(values)
+        stats[column] = {
+            "mean": (sums / counts).tolist(),
+            "median": [float(np.median(values[m])) for m in members],
+            "std": [welford_std(values[m].tolist()) for m in members],
+            "min": [cell_number(values[m].min(), integral) for m in members],
+            "max": [cell_number(values[m].max(), integral) for m in members],
+            "sum": [cell_number(x, integral) for x in sums.tolist()],
+        }
+    order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], int(f.h_uid[rows[first[k]]["h"]])))
+    sums = [stats["direct"]["sum"][k] for k in order]
+    pct, cumulative = _percentages([float(x) for x in sums])
+    header = [*UNIQUE_ARGS_KEYS, "operation_count"]
+    for stat in STATS:
+        header += [f"total_direct_kernel_time_{stat}", f"total_subtree_kernel_time_{stat}"]
+    table = Table([header + ["ex_UID", "kernel_details_summary", "trunc_kernel_details", "Percentage (%)",
+                             "Cumulative Percentage (%)"]])
+    for j, k in enumerate(order):
+        row = [*keys[first[k]], int(counts[k])]
+        for stat in STATS:
+            row += [stats["direct"][stat][k], stats["subtree"][stat][k]]
+        summary = kernel_stats([_kernel_details(tree, rows[i]["h"]) for i in members[k]])
+        row += [int(f.h_uid[rows[first[k]]["h"]]), repr(summary), truncated(summary), pct[j], cumulative[j]]
+        table.rows.append(row)
+    return table
+
+
+@dataclass
+class _Kernels:
+    """TraceLens's ``get_df_kernels(launcher_detail=True)`` rows (kernels
+    only) as columns: what stands above each kernel is a number into
+    ``above`` (category, Parent cpu_op, its signature)."""
+
+    g: np.ndarray
+    above: list[tuple]
+    above_of: np.ndarray
+    has_cpu_op: bool  # some kernel has a cpu op above it (else no "Parent cpu_op" column)
+
+
+def kernels(tree: OpTree) -> _Kernels:
+    f = tree.f
+    g = np.flatnonzero(f.g_cat == KERNEL)
+    runtime = f.g_parent[g]
+    numbers: dict[tuple, int] = {(NA, NA, (NA, NA, NA)): 0}  # an unlinked kernel
+    of_runtime: dict[int, int] = {}
+    has_cpu_op = False
+    for r in np.unique(runtime[runtime != optree.NO_PARENT]).tolist():
+        cpu_op = tree.cpu_op_above(r)
+        if cpu_op != optree.NO_PARENT:
+            has_cpu_op = True
+            info = (tree.category(cpu_op), f.names[f.h_name[cpu_op]], _short_signature(f.signatures[f.h_sig[cpu_op]]))
+        else:  # TraceLens's fallback: the launch call stands for the op
+            launcher = f.names[f.h_name[r]]
+            low = launcher.lower()
+            info = ("graph" if "cudagraph" in low or "graphlaunch" in low else "runtime", launcher, (NA, NA, NA))
+        of_runtime[r] = numbers.setdefault(info, len(numbers))
+    above_of = np.array([of_runtime.get(r, 0) for r in runtime.tolist()], dtype=np.int64)
+    return _Kernels(g, list(numbers), above_of, has_cpu_op)
+
+
+def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: bool = False) -> _Groups:
+    """:func:`grouped` over integer columns, making a key only per distinct row."""
+    if not len(columns[0]):
+        return _Groups([], np.empty(0, dtype=np.int64))
+    distinct, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+    keys = [key_of(row) for row in distinct.tolist()]
+    groups = grouped([keys[i] for i in np.argsort(first, kind="stable").tolist()], sort=sort, dropna=dropna)
+    number = {key: i for i, key in enumerate(groups.keys)}
+    remap = np.array([number.get(key, -1) for key in keys], dtype=np.int64)
+    return _Groups(groups.keys, remap[inverse.reshape(-1)])
+
+
+def _stream_codes(streams: np.ndarray) -> tuple[np.ndarray, list]:
+    """Streams as small integers, and each code's value (None for none)."""
+    values, codes = np.unique(np.nan_to_num(streams, nan=-np.inf), return_inverse=True)
+    return codes.reshape(-1), [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
+
+
+def kernel_summary(tree: OpTree, kernels: _Kernels, total_us: float) -> Table:
+    f = tree.f
+    durations = f.g_dur[kernels.g]
+    integral = bool(f.g_dur_int[kernels.g].all())
+    stream_codes, stream_values = _stream_codes(f.g_stream[kernels.g])
+    streams_whole = None not in stream_values  # else pandas' float column: 7.0
+
+    def key_of(row: list[int]) -> tuple:
+        category, cpu_op, _ = kernels.above[row[0]]
+        parts = (category, cpu_op) if kernels.has_cpu_op else (category,)
+        return (*parts, f.names[row[1]], stream_values[row[2]])
+
+    groups = _grouped_columns([kernels.above_of, f.g_name[kernels.g], stream_codes], key_of, sort=True)
+    sums = groups.sums(durations)
+    counts = groups.counts()
+    lows = np.full(len(groups.keys), np.inf)
+    highs = np.full(len(groups.keys), -np.inf)
+    np.minimum.at(lows, groups.codes, durations)
+    np.maximum.at(highs, groups.codes, durations)
+    total_kernels = int(durations.sum()) if integral else float(np.sum(durations))
+    whole = (total_us / 1e3) * 1e3
+    table = Table([["Parent op category", *["Parent cpu_op"][:kernels.has_cpu_op], "Kernel name", "Kernel stream",
+                    "Kernel duration (µs)_sum", "Kernel duration (µs)_count", "Kernel duration (µs)_mean",
+                    "Kernel duration (µs)_min", "Kernel duration (µs)_max", "Percent of kernels time (%)",
+                    "Percent of total time (%)"]])
+    for k in optree.descending(sums.tolist()):
+        *names, stream = groups.keys[k]
+        total = cell_number(sums[k], integral)
+        table.rows.append([*names, int(stream) if streams_whole else stream, total, int(counts[k]),
+                           float(sums[k] / counts[k]), cell_number(lows[k], integral), cell_number(highs[k], integral),
+                           total / total_kernels * 100 if total_kernels > 0 else NA,
+                           total / whole * 100 if whole else NA])
+    return table
+
+
+def short_kernels(tree: OpTree, kernels: _Kernels, total_us: float) -> tuple[Table, Table]:
+    """``short_kernel_histogram`` and ``short_kernels_summary``."""
+    f = tree.f
+    integral = bool(f.g_dur_int[kernels.g].all())
+    short = f.g_dur[kernels.g] < SHORT_KERNEL_US
+    histogram = Table([["bin_start", "bin_end", "count"]])
+    if not short.any():
+        return histogram, Table([[]])
+    values = f.g_dur[kernels.g[short]]
+    counts, edges = np.histogram(values.astype(np.int64) if integral else values, bins=HISTOGRAM_BINS)
+    histogram.rows = [[float(edges[i]), float(edges[i + 1]), int(counts[i])] for i in range(len(counts))]
+    names = f.g_name[kernels.g[short]]
+    if f.has_cpu_ops:
+        key_columns = ["Parent cpu_op", "Input dims", "Input strides", "Concrete Inputs", "Kernel name"]
+        groups = _grouped_columns([kernels.above_of[short], names], lambda row: (
+            kernels.above[row[0]][1], *kernels.above[row[0]][2], f.names[row[1]]), sort=False, dropna=True)
+    else:
+        key_columns = ["Kernel name"]
+        groups = _grouped_columns([names], lambda row: (f.names[row[0]],), sort=False, dropna=True)
+    if not groups.keys:  # pandas' empty grouped frame: a two-line header of its aggregations
+        return histogram, Table([["Kernel duration (µs)"] * 3, ["sum", "count", "mean"]])
+    sums = groups.sums(values.astype(np.float64))
+    counts = groups.counts()
+    whole = (total_us / 1e3) * 1e3
+    summary = Table([key_columns + ["Short Kernel duration (µs) sum", "Short Kernel count",
+                                    "Short Kernel duration (µs) mean",
+                                    "Short Kernel duration (µs) percent of total time"]])
+    records = []
+    for i, key in enumerate(groups.keys):
+        total = cell_number(sums[i], integral)
+        records.append([*key, total, int(counts[i]), float(sums[i] / counts[i]), total / whole * 100])
+    n = len(key_columns)
+    records.sort(key=lambda r: (-r[n], r[n + 1], r[n + 2], r[n + 3]))
+    summary.rows = records
+    return histogram, summary

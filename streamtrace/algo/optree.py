@@ -1,0 +1,237 @@
+"""The op tree of TraceLens's ``TreePerf``: host events nested by time per
+thread, GPU events hung under the runtime call that launched them, and the
+interval arithmetic its tables use (unions of kernel intervals in float64,
+summed left to right as Python's ``sum`` does).
+
+Pure functions over typed arrays; docs/analyze.md states each rule and the
+accidents kept.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+NO_PARENT = -1
+# TraceLens's "event bleed" tolerance: a host event starting less than this
+# before its would-be sibling ends is hung under the sibling's parent.
+BLEED_TOLERANCE_US = 1.0
+COMMUNICATION = re.compile(r"rccl|nccl|cross_device_reduce", re.IGNORECASE)
+ROCM_LEGACY_MEMCPY = re.compile(r"^(MEMORY_COPY_(HOST_TO_DEVICE|DEVICE_TO_HOST|DEVICE_TO_DEVICE)"
+                                r"|__amd_rocclr_copyBuffer(Rect)?(Aligned)?)(\.kd)?$")
+ROCM_LEGACY_MEMSET = re.compile(r"^__amd_rocclr_fillBuffer(Aligned)?(\.kd)?$")
+
+
+def is_communication(name: str) -> bool:
+    """TraceLens's NCCL/RCCL test on a kernel name (a substring, any case)."""
+    return bool(name) and COMMUNICATION.search(name) is not None
+
+
+def nest_host_events(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Parent (an index into the arrays, or ``NO_PARENT``) of each host event.
+
+    Events are taken by start time (ties in array order) with a stack per
+    thread: entries that ended at or before the start are popped; an event
+    that starts inside the top but ends after it is hung beside it when the
+    overlap is under 1 µs and the top has a parent, and otherwise left out of
+    the tree (no parent, never a parent): TraceLens's rules.
+    """
+    parent = np.full(len(ts), NO_PARENT, dtype=np.int64)
+    stacks: dict[int, list[int]] = {}
+    ts_list, end_list, thread_list = ts.tolist(), end.tolist(), thread.tolist()
+    for i in np.argsort(ts, kind="stable").tolist():
+        stack = stacks.setdefault(thread_list[i], [])
+        start = ts_list[i]
+        while stack and start >= end_list[stack[-1]]:
+            stack.pop()
+        if stack and end_list[i] > end_list[stack[-1]]:
+            if end_list[stack[-1]] - start < BLEED_TOLERANCE_US and len(stack) >= 2:
+                stack.pop()
+            else:
+                continue
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+NO_LINK = -(1 << 63)
+
+
+def launch_links(run_link: np.ndarray, run_graph: np.ndarray, gpu_link: np.ndarray, gpu_place: np.ndarray,
+                 flow_starts: np.ndarray, flow_ends: np.ndarray, flow_end_places: np.ndarray,
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """TraceLens's kernel-to-launch links as (runtime call, GPU event) pairs,
+    by call then GPU event order.
+
+    ``run_link``: each runtime call's id (``NO_LINK`` for none or another
+    host event); a graph launch takes every GPU event of its id, another call
+    the GPU event at its flow's end: the last flow end of that id must exist,
+    as a flow start of it, and the GPU event is the last one of that id at the
+    end's place (pid, tid).
+    """
+    gpu_ids = np.flatnonzero(gpu_link != NO_LINK)
+    by_link = gpu_ids[np.argsort(gpu_link[gpu_ids], kind="stable")]
+    sorted_links = gpu_link[by_link]
+    runs: list[np.ndarray] = []
+    gpus: list[np.ndarray] = []
+    for r in np.flatnonzero(run_graph & (run_link != NO_LINK)).tolist():
+        lo, hi = np.searchsorted(sorted_links, run_link[r], "left"), np.searchsorted(sorted_links, run_link[r], "right")
+        gpus.append(by_link[lo:hi])
+        runs.append(np.full(hi - lo, r, dtype=np.int64))
+    calls = np.flatnonzero(~run_graph & (run_link != NO_LINK))
+    wanted = run_link[calls]
+    ends, last = np.unique(flow_ends[::-1], return_index=True)
+    end_places = flow_end_places[::-1][last]
+    at = np.minimum(np.searchsorted(ends, wanted), len(ends) - 1) if len(ends) else np.zeros(len(wanted), np.int64)
+    ok = np.isin(wanted, flow_starts) & (ends[at] == wanted) if len(ends) else np.zeros(len(wanted), dtype=bool)
+    calls, wanted, places = calls[ok], wanted[ok], end_places[at[ok]]
+    # the last GPU event of each (id, place), found by the pair's rank
+    links = np.unique(np.concatenate([gpu_link[gpu_ids], wanted]))
+    width = int(max(gpu_place.max(initial=0), places.max(initial=0))) + 1
+    gpu_keys = np.searchsorted(links, gpu_link[gpu_ids]) * width + gpu_place[gpu_ids]
+    keys, last = np.unique(gpu_keys[::-1], return_index=True)
+    owners = gpu_ids[::-1][last]
+    query = np.searchsorted(links, wanted) * width + places
+    at = np.minimum(np.searchsorted(keys, query), len(keys) - 1) if len(keys) else np.zeros(len(query), np.int64)
+    found = keys[at] == query if len(keys) else np.zeros(len(query), dtype=bool)
+    runs.append(calls[found])
+    gpus.append(owners[at[found]])
+    run, gpu = np.concatenate(runs), np.concatenate(gpus)
+    order = np.argsort(run, kind="stable")
+    return run[order].astype(np.int64), gpu[order].astype(np.int64)
+
+
+def last_parent(run: np.ndarray, gpu: np.ndarray, count: int) -> np.ndarray:
+    """Each GPU event's runtime call: the last link to it (``NO_PARENT`` if none)."""
+    parent = np.full(count, NO_PARENT, dtype=np.int64)
+    ids, last = np.unique(gpu[::-1], return_index=True)
+    parent[ids] = run[::-1][last]
+    return parent
+
+
+def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as sorted disjoint ones (touching ones merge)."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = s[1:] > reach[:-1]
+    heads = np.flatnonzero(first)
+    lasts = np.append(heads[1:], len(s)) - 1
+    return s[heads], reach[lasts]
+
+
+def left_sum(values: np.ndarray) -> float:
+    """Sum left to right (Python's ``sum`` on floats), not numpy's pairwise."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
+
+
+def busy_of(starts: list[float], ends: list[float]) -> float:
+    """:func:`busy` for a few intervals, in plain Python (the same arithmetic)."""
+    if len(starts) == 1:
+        return ends[0] - starts[0]
+    total = 0.0
+    last_start = last_end = None
+    for start, end in sorted(zip(starts, ends), key=lambda pair: pair[0]):
+        if last_end is not None and start <= last_end:
+            last_end = max(last_end, end)
+            continue
+        if last_end is not None:
+            total += last_end - last_start
+        last_start, last_end = start, end
+    return total + (last_end - last_start)
+
+
+def subtract(cut: tuple[np.ndarray, np.ndarray], base: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``base`` minus ``cut``, both sorted disjoint intervals (TraceLens's
+    ``subtract_intervalsA_from_B``)."""
+    cut_s, cut_e = cut[0].tolist(), cut[1].tolist()
+    out_s: list[float] = []
+    out_e: list[float] = []
+    a = 0
+    for b_start, b_end in zip(base[0].tolist(), base[1].tolist()):
+        current = b_start
+        while a < len(cut_s) and cut_e[a] <= b_start:
+            a += 1
+        k = a
+        while k < len(cut_s) and cut_s[k] < b_end:
+            if cut_s[k] > current:
+                out_s.append(current)
+                out_e.append(min(b_end, cut_s[k]))
+            current = max(current, cut_e[k])
+            if current >= b_end:
+                break
+            k += 1
+        if current < b_end:
+            out_s.append(current)
+            out_e.append(b_end)
+    return np.array(out_s, dtype=np.float64), np.array(out_e, dtype=np.float64)
+
+
+def timeline(starts: np.ndarray, ends: np.ndarray, kind: np.ndarray) -> dict[str, float]:
+    """TraceLens's GPU timeline breakdown (µs) of linked GPU events; ``kind``
+    is 0 computation, 1 communication, 2 memcpy."""
+    comp = merged(starts[kind == 0], ends[kind == 0])
+    comm = merged(starts[kind == 1], ends[kind == 1])
+    memcpy = merged(starts[kind == 2], ends[kind == 2])
+    every = merged(starts, ends)
+    total = float(every[1][-1] - every[0][0])
+    exposed_comm = subtract(comp, comm)
+    exposed_memcpy = subtract(comm, subtract(comp, memcpy))
+    busy_time = left_sum(every[1] - every[0])
+    return {
+        "computation_time": left_sum(comp[1] - comp[0]),
+        "exposed_comm_time": left_sum(exposed_comm[1] - exposed_comm[0]),
+        "exposed_memcpy_time": left_sum(exposed_memcpy[1] - exposed_memcpy[0]),
+        "busy_time": busy_time,
+        "idle_time": total - busy_time,
+        "total_time": total,
+        "total_comm_time": left_sum(comm[1] - comm[0]),
+        "total_memcpy_time": left_sum(memcpy[1] - memcpy[0]),
+    }
+
+
+def group_sums(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Per-group sums as pandas 3.1's grouped ``sum`` and ``mean`` take them.
+
+    ``codes``: each row's group number in pandas' group order (-1: a row whose
+    key is dropped).  When the codes never decrease down the rows, pandas adds
+    each group's rows with ``np.add.reduceat`` (the first row, then numpy's
+    pairwise sum of the rest); otherwise row by row, Kahan-compensated.
+    """
+    sums = np.zeros(groups, dtype=np.float64)
+    if len(codes) and np.all(codes[1:] >= codes[:-1]):
+        kept = codes >= 0
+        codes, values = codes[kept], values[kept]
+        if len(codes):
+            starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+            sums[codes[starts]] = np.add.reduceat(values, starts)
+        return sums
+    return group_sums_kahan(codes, values, groups)
+
+
+def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Per-group sums row by row, Kahan-compensated (pandas' Cython kernel)."""
+    total = [0.0] * groups
+    comp = [0.0] * groups
+    for code, value in zip(codes.tolist(), values.tolist()):
+        if code < 0:
+            continue
+        y = value - comp[code]
+        t = total[code] + y
+        c = t - total[code] - y
+        comp[code] = 0.0 if c != c else c
+        total[code] = t
+    return np.array(total, dtype=np.float64)
+
+
+def descending(values: Sequence[float]) -> list[int]:
+    """Row order of pandas' ``sort_values(ascending=False)`` on one float
+    column (its default quicksort: ties are not kept in order beyond 16 rows)."""
+    items = np.asarray(values, dtype=np.float64)[::-1]
+    index = np.arange(len(items))[::-1]
+    return index[items.argsort(kind="quicksort")][::-1].tolist()
