@@ -334,3 +334,8 @@ def test_a_merge_output_gives_the_tables_of_its_ranks(dlrm_merged):
         if name != "kernel_launch_stats":  # (its correlation column: the merged file's ids)
             assert comparable(merged["tables"][name]) == comparable(per_rank["tables"][name]), name
     assert [row["normalized_start_time"] is not None for row in merged["tables"]["stragglers"]] == [True] * 8
+    # the one table that differs says so, once, naming the ids it lists; the rank files need no such word
+    assert sum("kernel_launch_stats lists the correlation ids" in note for note in merged["notes"]) == 1
+    assert not any("correlation ids" in note for note in per_rank["notes"])
+    raw = {(row["rank"], row["correlation"] % 10**9) for row in merged["tables"]["kernel_launch_stats"]}
+    assert raw == {(row["rank"], row["correlation"]) for row in per_rank["tables"]["kernel_launch_stats"]}

@@ -676,6 +676,10 @@ def analyze_file(path: str, options: _Options, progress: Meter | None = None) ->
                                         "analyze reads)" if result.stats.events else "no events") + ": no rank to analyze")
     if len(out) == 1:  # a rank file's distributedInfo speaks for its rank (a merged file's for one of them)
         out[0].pp_stage = pp_stage_from_info(member_value(members, "distributedInfo"), out[0].rank)
+    elif any(result.launch_rows for result in out):
+        notes.append(f"{location}: kernel_launch_stats lists the correlation ids this file of {len(out)} ranks states; "
+                     "where merge or relink made them unique per rank ((rank + 1) x 10^k + id) they differ from the rank "
+                     "files' (kept in args.correlation_raw), every other table is the rank files'")
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
                       _device_names(members), notes)
 
