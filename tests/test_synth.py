@@ -342,3 +342,41 @@ def test_memory_stays_flat(tmp_path):
                             env={**os.environ, "PYTHONPATH": root})
     assert float(result.stdout.split()[-1]) < 100
     assert sum(p.stat().st_size for p in tmp_path.glob("rank*_trace.json.gz")) > 2_000_000
+
+
+def test_collective_args(tmp_path):
+    """--collectives: each NCCL kernel carries the collective args of the record_param_comms op that
+    launched it; one name per process group across ranks, as distributedInfo lists them; all_to_allv
+    splits agree between senders and receivers."""
+    truth = write_traces(SynthConfig(**SMALL, collectives=True), tmp_path, compress="gz", merged=False)
+    keys = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size",
+            "Out split size", "Process Group Name", "Process Group Description", "Process Group Ranks")
+    groups: dict[str, str] = {}
+    splits: dict[tuple[int, int], tuple[list, list]] = {}
+    for rank, rank_truth in enumerate(truth["ranks"]):
+        trace = load(tmp_path / rank_truth["file"])
+        assert trace["distributedInfo"]["rank"] == rank
+        configured = {pg["pg_name"]: str(pg["ranks"]) for pg in trace["distributedInfo"]["pg_config"]}
+        ops = {e["args"]["External id"]: e["args"] for e in trace["traceEvents"] if e.get("name") == "record_param_comms"}
+        kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")]
+        assert len(kernels) == rank_truth["collective_kernels"] == len(ops)
+        step = 0
+        for kernel in kernels:
+            args = kernel["args"]
+            op = ops[args["External id"]]
+            assert {key: op[key] for key in keys} == {key: args[key] for key in keys}
+            members = json.loads(args["Process Group Ranks"])
+            assert rank in members and args["Group size"] == len(members)
+            assert configured[args["Process Group Name"]] == args["Process Group Ranks"]
+            assert groups.setdefault(args["Process Group Name"], args["Process Group Ranks"]) == args["Process Group Ranks"]
+            assert (op["Global rank start"], op["Rank"]) == (members[0], rank)
+            if args["Collective name"] == "all_to_allv":
+                sent, received = json.loads(args["In split size"]), json.loads(args["Out split size"])
+                assert (sum(sent), sum(received)) == (args["In msg nelems"], args["Out msg nelems"])
+                splits[(rank, step)] = (sent, received)
+                step += 1
+    assert len(set(groups)) == 1 + 2 + 2  # world, a DP group per stage, a pipeline per DP rank
+    for (rank, step), (_, received) in splits.items():
+        for peer in range(4):
+            assert received[peer] == splits[(peer, step)][0][rank]
+    assert len({tuple(sent) for sent, _ in splits.values()}) > 1
