@@ -37,6 +37,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--candidates", type=int, default=2, metavar="N", help="straggler candidates (HTA's "
                      "num_candidates, default 2)")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
+    cmd.add_argument("--all2allv-heatmap", action="store_true", help="with collective kernels: also TraceLens's "
+                     "nccl_all2allv_heatmap (bytes each rank sent each rank in all_to_allv)")
     cluster_option(cmd)
     common_options(cmd)
     cmd.set_defaults(run=run)
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> None:
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
-                      **reading(args))
+                      all2allv_heatmap=args.all2allv_heatmap, **reading(args))
     report("analyze", summary, args)
 
 

@@ -52,6 +52,7 @@ from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb, trim_heap
+from .analyses import collectives  # TraceLens's collective report (issue 48): its hooks are marked "collectives"
 from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import note_process_name
 
@@ -156,6 +157,7 @@ class AnalyzeIndex:
         self.spilled_rows = [0]  # work rows in that file (row positions count from the first work row)
         self._owner = os.getpid() if owner is None else owner  # the process that spills (pass-1 workers send theirs in parts)
         self.spool_dir = spool_dir
+        self.collectives = collectives.KernelCollector()  # collectives
         self.visit = self._make_visit()
 
     splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
@@ -182,6 +184,7 @@ class AnalyzeIndex:
         first = self.first_event[0]
         part["first_event"] = None if first is None or self._first_sent else _plain_event(first)
         self._first_sent = first is not None
+        part["collectives"] = self.collectives.take_part()  # collectives
         return part
 
     def absorb(self, part: dict, source: int, first_event: int) -> None:
@@ -199,6 +202,7 @@ class AnalyzeIndex:
             self.pids[slot].name_ranks |= facts.name_ranks
             if part["unranked"][local]:
                 self.unranked[slot] = 1
+        self.collectives.absorb(part["collectives"], source, maps[2])  # collectives
         extend_converted(self.ranked_rows, shifted(part["ranked_rows"], self.spilled_rows[0] + len(self.ts)))
         for name in self._PART_ARRAYS:
             getattr(self, name).extend(part[name])
@@ -248,6 +252,7 @@ class AnalyzeIndex:
         if "Trace" in cats:
             timed_events = [event for event in timed_events if event.cat != "Trace"]
         self._rows(timed_events)
+        self.collectives.add_projected(text, events, self.slot_of)  # collectives
         return len(events)
 
     def _rows(self, events: list) -> None:
@@ -388,6 +393,7 @@ class AnalyzeIndex:
         plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
         plain_rows, spill = self.plain_ts, self.spill
         evidence_cats = RANK_EVIDENCE_CATEGORIES
+        collective, add_collective = self.collectives.wanted, self.collectives.add  # collectives
 
         def visit(event: dict) -> None:
             if first_event[0] is None:
@@ -420,6 +426,8 @@ class AnalyzeIndex:
             if slot is None:
                 slot = slot_of(pid)
             name = get("name")
+            if cat == "kernel" and collective(name):  # collectives
+                add_collective(event, ts, dur, slot)
             args = get("args")
             stream = corr = NO_ID
             if args.__class__ is dict:
@@ -534,6 +542,7 @@ class RankResult:
     notes: list = field(default_factory=list)
     busy: utilization.FineBusy | None = None  # GPU busy time in fine bins (None: no GPU rows)
     pp_stage: int | None = None  # its place in its PP group (distributedInfo)
+    collectives: collectives.CollectiveInput | None = None  # its collective kernels
 
 
 @dataclass
@@ -596,6 +605,7 @@ def analyze_file(path: str, options: _Options, progress: Meter | None = None) ->
                 first_ts = first[1] if first is not None and first[0] == rank else math.nan
                 out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
                                          cat_strings, step_names, first_ts, options))
+                out[-1].collectives = index.collectives.of_rank(rank, ranks, collectives.device_count(members, member_value))
         except BaseException:
             _discard(FileResult(out, {}, 0, 0.0, set(), False))
             raise
@@ -1198,14 +1208,16 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
             overwrite: bool = False, num_candidates: int = 2, progress: bool | str | None = False,
             reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
-            command: str | None = None, summary_file: str | os.PathLike | None = None) -> dict:
+            command: str | None = None, summary_file: str | os.PathLike | None = None,
+            all2allv_heatmap: bool = False) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
     ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
     URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
     ``html``: also write the report page there (needs ``streamtrace[report]``),
-    its header naming ``command`` as what made it.
+    its header naming ``command`` as what made it.  Inputs with collective kernels also give
+    TraceLens's collective tables (:mod:`.analyses.collectives`; ``all2allv_heatmap``: its heat map too).
     """
     started = time.perf_counter()
     if num_candidates < 1:
@@ -1214,6 +1226,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     files = _inputs(specs)
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     targets = _claim_outputs(destinations, out_dir, html)
+    collective_targets = collectives.claim(destinations, out_dir)
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
     with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress, objects=True) as runner:
@@ -1228,8 +1241,11 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             _refuse_repeated_ranks(results)
             parts = [result.launch_part for result in results if result.launch_part]
             tables = _tables(results, num_candidates, utilization_bins)
+            collective = collectives.collective_report([result.collectives for result in sorted(results, key=lambda r: r.rank)
+                                                        if result.collectives is not None], all2allv_heatmap)
+            tables.update(collectives.as_records(collective))
             launch_rows = sum(result.launch_rows for result in results)
-            notes = [note for result in results for note in result.notes]
+            notes = [note for result in results for note in result.notes] + collective.notes
             summary = {
                 "command": "analyze",
                 "read": _read_totals([result.read for result in per_file]),
@@ -1248,6 +1264,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             tables["kernel_launch_stats"] = None  # (read below from the parts, if few enough for --json)
             with destinations:  # the tables and the page appear together, or none of them
                 _write_tables(destinations, tables, parts, targets)
+                summary["output"][len(targets):len(targets)] = collectives.write(destinations, collective, collective_targets)
                 if html is not None:
                     destinations.write(html, page.render(summary, files, command), role="HTML report")
             tables["kernel_launch_stats"] = _read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
