@@ -597,10 +597,14 @@ def _with_nodes(table: Table, gpus_per_node: int, world_size: int) -> Table:
     if "Process Group Ranks" in columns:
         at = columns.index("Process Group Ranks")
         columns.append("node_span")
+        spans: dict[object, str] = {}
         for row in rows:
-            members = pg_ranks(row[at])
-            nodes = {member // gpus_per_node for member in members}
-            row.append("unknown" if not members else "intra_node" if len(nodes) == 1 else "inter_node")
+            span = spans.get(row[at])
+            if span is None:
+                members = pg_ranks(row[at])
+                nodes = {member // gpus_per_node for member in members}
+                span = spans[row[at]] = "unknown" if not members else "intra_node" if len(nodes) == 1 else "inter_node"
+            row.append(span)
     return Table(columns, rows)
 
 

@@ -246,13 +246,14 @@ class AnalyzeIndex:
                                        "args": None if args is None else {"name": args.name, "rank": args.rank}})
         timed_events = [events[at] for at in timed.tolist()]
         cats = [event.cat for event in timed_events]
+        kernels = self.collectives.kernels(timed_events, cats)  # collectives
         if set(map(type, cats)) - {str}:
             self.skipped[0] += sum(1 for cat in cats if cat is not None and cat.__class__ is not str)
             timed_events = [event for event, cat in zip(timed_events, cats) if cat.__class__ is str]
         if "Trace" in cats:
             timed_events = [event for event in timed_events if event.cat != "Trace"]
         self._rows(timed_events)
-        self.collectives.add_projected(text, events, self.slot_of)  # collectives
+        self.collectives.add_projected(kernels, self.slot_of)  # collectives
         return len(events)
 
     def _rows(self, events: list) -> None:

@@ -22,9 +22,10 @@ import numpy as np
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
 from ...io.destinations import Destinations
-from ...io.projection import ProjectedChunk
+from ...io.projection import attribute
 
 NO_RANK = -1
+_ATTRIBUTES = [attribute(key) for key in META]  # the projected args' attributes, in META's order
 
 
 @dataclass
@@ -55,33 +56,39 @@ class KernelCollector:
         return found
 
     def add(self, event: dict, ts: float, dur: float, slot: int) -> None:
-        """A kernel whose name :meth:`wanted` (whole, as parsed)."""
+        """A kernel whose name :meth:`wanted`, as parsed (a dict)."""
         args = event.get("args")
-        if args.__class__ is not dict or (args.get("correlation") is None and args.get("External id") is None):
-            return
-        values = [tables.hashable(args.get(key)) for key in META]
-        values[tables.NAME] = tables.collective_name(values[tables.NAME], event.get("name"))
+        if args.__class__ is dict and (args.get("correlation") is not None or args.get("External id") is not None):
+            self._add([args.get(key) for key in META], event.get("name"), ts, dur, slot, args.get("rank"))
+
+    def kernels(self, events: list, cats: list) -> list:
+        """The collective kernels among a chunk's projected events (``cats``: their categories)."""
+        wanted = self.wanted
+        return [event for event in [events[at] for at, cat in enumerate(cats) if cat == "kernel"] if wanted(event.name)]
+
+    def add_projected(self, kernels: list, slot_of) -> None:
+        """Projected collective kernels (:meth:`kernels`; their args projected: io.projection.COLLECTIVE_ARGS)."""
+        for event in kernels:
+            args = event.args
+            if args is None or (args.correlation is None and args.External_id is None):
+                continue
+            ts, dur = event.ts, event.dur
+            if ts.__class__ in (int, float) and dur.__class__ in (int, float):
+                self._add([getattr(args, name) for name in _ATTRIBUTES], event.name, float(ts), float(dur),
+                          slot_of(event.pid), args.rank)
+
+    def _add(self, values: list, name: str, ts: float, dur: float, slot: int, rank: object) -> None:
+        values = [tables.hashable(value) for value in values]
+        values[tables.NAME] = tables.collective_name(values[tables.NAME], name)
         meta = tuple(values)
         at = self.metas.get(meta)
         if at is None:
             at = self.metas[meta] = len(self.metas)
-        rank = args.get("rank")
         self.ts.append(ts)
         self.dur.append(dur)
         self.slot.append(slot)
         self.rank.append(rank if rank.__class__ is int and 0 <= rank < 2**31 else NO_RANK)
         self.meta.append(at)
-
-    def add_projected(self, text: bytes, events: list, slot_of) -> None:
-        """The collective kernels of a projected chunk, read whole (only chunks holding one pay that)."""
-        wanted = self.wanted
-        found = [at for at, event in enumerate(events) if event.cat == "kernel" and wanted(event.name)]
-        if not found:
-            return
-        for event in ProjectedChunk(text, events).whole(found):
-            ts, dur = event.get("ts"), event.get("dur")
-            if ts.__class__ in (int, float) and dur.__class__ in (int, float):
-                self.add(event, float(ts), float(dur), slot_of(event.get("pid")))
 
     def take_part(self) -> dict:
         """What was collected since the last part; metadata rows new since then are listed."""
