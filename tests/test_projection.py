@@ -21,7 +21,7 @@ from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedInde
 from streamtrace.commands.split import SplitIndex
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
-from streamtrace.io.projection import ProjectedChunk, Projection, read_alike
+from streamtrace.io.projection import ProjectedChunk, Projection, attribute, read_alike
 from streamtrace.kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 
 RULES = load_rules(None)
@@ -428,8 +428,6 @@ def test_a_projected_chunk_indexes_for_slice_as_event_by_event(order, selection)
 def test_members_named_with_spaces_are_read_as_attributes():
     """Kineto's arg names are not identifiers ("Collective name"): such a member is read under
     projection.attribute's name for it, absent or null as its default."""
-    from streamtrace.io.projection import Projection, attribute
-
     projection = Projection({"args": {"Collective name": None, "In msg nelems": -1, "1st": None}})
     events = projection.decode(b'{"args": {"Collective name": "allreduce", "In msg nelems": 8, "1st": [1]}}, {"args": {}}')
     assert [attribute(key) for key in ("Collective name", "In msg nelems", "1st")] == ["Collective_name", "In_msg_nelems",
