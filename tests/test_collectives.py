@@ -62,7 +62,7 @@ def blocks(name: str, columns: list[str], rows: list[list]) -> list[list[list]]:
 
 def assert_tables_match(out: Path, case: str) -> None:
     expected = sorted(path.name for path in (REFERENCE / case).glob("*.csv"))
-    written = sorted(path.name for path in out.glob("*.csv") if path.stem in algo.TABLE_NAMES)
+    written = sorted(path.name for path in out.glob("*.csv") if path.stem in algo.TRACELENS_TABLES)
     assert written == expected
     for name in expected:
         columns, theirs = read(REFERENCE / case / name)
@@ -155,3 +155,67 @@ def test_real_trace_args_as_kineto_writes_them():
     rows = analyze(Path(__file__).parents[2] / "shared" / "traces" / "nccl_rank0.json.gz")["tables"]["nccl_long"]
     assert [(row["ts"], row["dur"], row["Collective name"], row["In msg nelems"]) for row in rows] == \
         [(e["ts"], e["dur"], e["args"]["Collective name"], e["args"]["In msg nelems"]) for e in kernels]
+
+
+def kernels_by_json(paths: list[Path]) -> list[tuple[int, dict]]:
+    """(rank, kernel event) of every NCCL kernel, read with json (an oracle independent of the pass)."""
+    found = []
+    for rank, path in enumerate(paths):
+        with gzip.open(path) as f:
+            events = json.load(f)["traceEvents"]
+        found += [(rank, e) for e in events if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    return found
+
+
+def test_bandwidth_table_in_si_units_with_nccl_tests_factors(inputs):
+    """collective_bandwidth: the k-th all-reduce / all-gather / reduce-scatter of a group across ranks,
+    its bytes, least duration, and bandwidths in 10^9 bytes/s with nccl-tests' factors."""
+    width = {"Float": 4, "BFloat16": 2}
+    factor = {"allreduce": lambda n: 2 * (n - 1) / n, "_allgather_base": lambda n: (n - 1) / n,
+              "_reduce_scatter_base": lambda n: (n - 1) / n}
+    groups: dict[tuple[str, int], list[dict]] = {}
+    per_rank: dict[tuple[str, int], int] = {}
+    kernels = kernels_by_json(inputs["synth_fsdp4"])
+    for rank, kernel in sorted(kernels, key=lambda item: (item[0], item[1]["ts"])):
+        args = kernel["args"]
+        n = per_rank[(args["Process Group Name"], rank)] = per_rank.get((args["Process Group Name"], rank), -1) + 1
+        groups.setdefault((args["Process Group Name"], n), []).append({**args, "ts": kernel["ts"], "dur": kernel["dur"],
+                                                                      "rank": rank})
+    expected = {}
+    for (group, n), members in groups.items():
+        args = members[0]
+        if args["Collective name"] in factor:
+            size = (args["Out msg nelems"] if "allgather" in args["Collective name"] else args["In msg nelems"]) * \
+                width[args["dtype"]]
+            latency = min(member["dur"] for member in members)
+            algo = size / latency / 1e3
+            expected[f"{group}_{n}"] = (size, latency, algo, algo * factor[args["Collective name"]](args["Group size"]),
+                                        max(members, key=lambda member: member["ts"])["rank"])
+    rows = analyze(inputs["synth_fsdp4"])["tables"]["collective_bandwidth"]
+    got = {row["collective_id"]: (row["size (bytes)"], row["latency (us)"], row["algo bw (GB/s, 1e9)"],
+                                  row["bus bw (GB/s, 1e9)"], row["last arrival rank"]) for row in rows}
+    assert set(got) == set(expected) and len(expected) == 8  # 2 steps: 2 all-gathers, a reduce-scatter, an all-reduce
+    for cid, values in expected.items():
+        assert got[cid] == pytest.approx(values, rel=1e-12), cid
+    assert {row["last arrival rank"] for row in rows} == {SYNTH["synth_fsdp4"].slow_rank}
+
+
+def test_bandwidth_table_has_broadcasts():
+    """TraceLens leaves broadcast out; the bandwidth table has them, with factor 1."""
+    rows = analyze(Path(__file__).parents[2] / "shared" / "traces" / "nccl_rank0.json.gz")["tables"]["collective_bandwidth"]
+    broadcasts = [row for row in rows if row["Collective name"] == "broadcast"]
+    assert len(broadcasts) == 6 and {row["bus factor"] for row in broadcasts} == {1.0}
+    assert all(row["bus bw (GB/s, 1e9)"] == row["algo bw (GB/s, 1e9)"] > 0 for row in broadcasts)
+
+
+def test_missing_rank_and_uneven_sequences_are_noted(inputs):
+    summary = analyze(inputs["synth_fsdp4"][:3])
+    assert any("ranks the inputs do not hold (3)" in note for note in summary["notes"])
+    assert summary["tables"]["collective_bandwidth"][0]["ranks missing"] == 1
+
+    def rank(n: int, count: int) -> algo.RankKernels:
+        meta = ("0", "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7)
+        return algo.RankKernels(n, np.arange(count, dtype=np.float64) * 10, np.ones(count), np.zeros(count, np.int32),
+                                [meta])
+    notes = algo.report([rank(0, 3), rank(1, 2)]).notes
+    assert any("group 0 has different numbers of kernels per rank (rank 0: 3, rank 1: 2)" in note for note in notes)

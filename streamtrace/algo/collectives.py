@@ -57,9 +57,11 @@ HEATMAP_MAX_WORLD = 1024
 UNKNOWN_GROUP = "Unknown_Group"
 MIB = 1024 ** 2
 
-TABLE_NAMES = ("nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
-               "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary")
+TRACELENS_TABLES = ("nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
+                    "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary")
 """TraceLens's file stems, in the order its report makes them."""
+TABLE_NAMES = (*TRACELENS_TABLES, "collective_bandwidth")
+"""The report's tables: TraceLens's, then those it does not have."""
 
 
 @dataclass
@@ -608,6 +610,94 @@ def _with_nodes(table: Table, gpus_per_node: int, world_size: int) -> Table:
     return Table(columns, rows)
 
 
+# ---------------------------------------------------------------- beyond TraceLens
+
+
+NCCL_TESTS_TYPES = {**TYPE_OF, "broadcast": "broadcast", "_broadcast_oop": "broadcast", "reduce": "reduce",
+                    "_reduce_oop": "reduce"}
+"""Collective names -> kinds the bandwidth table covers (TraceLens's, with broadcast and reduce)."""
+NCCL_TESTS_FACTORS: dict[str, Callable[[int], float]] = {
+    **BUS_FACTORS, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0,
+}
+"""nccl-tests' bus bandwidth factors (its PERFORMANCE.md): the data each rank moves over the slowest link
+per byte of the collective's size."""
+BANDWIDTH_COLUMNS = ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name", "dtype",
+                     "Group size", "ranks", "ranks missing", "size (bytes)", "latency (us)", "last arrival rank",
+                     "wait for last (us)", "algo bw (GB/s, 1e9)", "bus factor", "bus bw (GB/s, 1e9)"]
+
+
+def _bandwidth(long: _Long) -> Table:
+    """collective_bandwidth (not TraceLens's): every matched collective of a kind nccl-tests measures,
+    broadcast and reduce included: its size in bytes (the out size of an all-gather, else the in size),
+    TraceLens's latency (least duration), the rank arriving last and how long the first waited for it,
+    and nccl-tests' algorithm and bus bandwidths in SI units (10^9 bytes/s).  all_to_allv (sizes per
+    rank) and send/recv (matched by order, not by peer) have no row."""
+    table = long.table
+    rows = []
+    meta_at = [table.columns.index(name) for name in IMPLICIT_META]
+    for (cid, _), members in _by_collective(long).items():
+        first = table.rows[members[0]]
+        kind = NCCL_TESTS_TYPES.get(first[5]) if isinstance(first[5], str) else None
+        if kind not in NCCL_TESTS_FACTORS or not all(_same([table.rows[row][at] for row in members]) for at in meta_at):
+            continue
+        ranks = [long.ranks[member] for member in members]
+        ts = [long.ts[member] for member in members]
+        latency = min(long.dur[member] for member in members)
+        last = max(ts)
+        listed = pg_ranks(first[4])
+        size = _size_bytes(first, kind)
+        algo = size / (latency / 1e6) / 1e9 if size is not None and latency > 0 else math.nan
+        factor = NCCL_TESTS_FACTORS[kind](first[6]) if isinstance(first[6], int) and first[6] > 0 else math.nan
+        rows.append([cid, first[3], first[4], first[5], first[7], first[6], len(ranks),
+                     len(set(listed) - set(ranks)) if listed else None, size, latency,
+                     ranks[ts.index(last)], last - min(ts), algo, factor, algo * factor])
+    return Table(list(BANDWIDTH_COLUMNS), rows)
+
+
+def _size_bytes(row: list, kind: str) -> int | None:
+    """nccl-tests' size of a collective: an all-gather's output, any other's input, in bytes."""
+    nelems = row[10] if kind == "allgather" else row[8]
+    width = DTYPE_BYTES.get(row[7]) if isinstance(row[7], str) else None
+    return nelems * width if isinstance(nelems, int) and width is not None else None
+
+
+def _sequence_notes(long: _Long, notes: list[str]) -> None:
+    """Say where matching by order can pair different collectives: a group whose ranks hold different
+    numbers of its collective kernels (a rank traced over another window, a collective missing on one
+    rank), and group members absent from the inputs."""
+    counts: dict[tuple, dict[int, int]] = {}
+    listed: dict[tuple, object] = {}
+    for (cid, members), rank, meta in zip(long.keys, long.ranks, long.metas):
+        if meta[NAME] not in NCCL_TESTS_TYPES:
+            continue  # (point-to-point: each rank of a group sends and receives its own number)
+        group = (cid.rsplit("_", 1)[0] if not long.simplified else "all", members)
+        per_rank = counts.setdefault(group, {})
+        per_rank[rank] = per_rank.get(rank, 0) + 1
+        listed[group] = members
+    present = set(long.ranks)
+    for (name, _), per_rank in counts.items():
+        if len(set(per_rank.values())) > 1:
+            spread = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(per_rank.items()))
+            notes.append(f"collectives: group {name} has different numbers of kernels per rank ({spread}); "
+                         "they are matched by order (as TraceLens), so later collectives of the group may pair "
+                         "kernels of different collectives")
+    absent = sorted({rank for members in listed.values() for rank in pg_ranks(members)} - present)
+    if absent:
+        notes.append(f"collectives: process groups list ranks the inputs do not hold ({_ranges(absent)}): "
+                     "their collectives are matched over the ranks present")
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``0-3, 7`` for [0, 1, 2, 3, 7]."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -640,6 +730,10 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     stragglers = _straggler_summary(implicit, long)
     if stragglers.rows:
         tables["straggler_summary"] = stragglers
+    bandwidth = _bandwidth(long)
+    if bandwidth.rows:
+        tables["collective_bandwidth"] = bandwidth
+    _sequence_notes(long, notes)
     if gpus_per_node:
         tables = {name: _with_nodes(table, gpus_per_node, world) for name, table in tables.items()}
     return Report(tables, notes)
