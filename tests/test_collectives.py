@@ -219,3 +219,33 @@ def test_missing_rank_and_uneven_sequences_are_noted(inputs):
                                 [meta])
     notes = algo.report([rank(0, 3), rank(1, 2)]).notes
     assert any("group 0 has different numbers of kernels per rank (rank 0: 3, rank 1: 2)" in note for note in notes)
+
+
+ODD_VALUES = (None, "", "x", -3, 0, 2.5, float("nan"), True, [1, "a"], "[1, 2", "[0, 1, ...]", "[2, 3]", 10**30)
+
+
+@pytest.mark.parametrize("field", range(len(algo.META)))
+def test_odd_args_give_tables_not_tracebacks(field):
+    """Any JSON value in any collective arg (TraceLens fails on many): tables, never an exception."""
+    base = ("0", "[0, 1]", "all_to_allv", 2, "BFloat16", 8, 8, "[4, 4]", "[4, 4]", 7)
+    metas = [base, ("0", "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7)]
+    metas += [tuple(algo.hashable(value) if at == field else item for at, item in enumerate(meta))
+              for value in ODD_VALUES for meta in metas[:2]]
+    count = len(metas)
+    ranks = [algo.RankKernels(rank, np.arange(count, dtype=np.float64) * 10 + rank, np.full(count, 2.0),
+                              np.arange(count, dtype=np.int32), metas) for rank in (0, 1)]
+    report = algo.report(ranks, gpus_per_node=1, heatmap=True)
+    assert len(report.tables["nccl_long"].rows) == 2 * count
+
+
+def test_odd_args_in_a_trace(tmp_path):
+    """Objects, lists and texts where numbers belong, read by the pass: the kernels are in nccl_long."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7, "dur": 3.5,
+              "args": {"stream": 7, "correlation": 1, "Collective name": "allreduce", "Process Group Name": "0",
+                       "Process Group Ranks": {"ranks": [0]}, "Group size": "one", "dtype": ["Float"],
+                       "In msg nelems": 1.5, "Out msg nelems": "8", "In split size": {"a": 1}, "Out split size": []}}
+    trace = {"traceEvents": [{**kernel, "ts": 10.25}, {**kernel, "ts": 20.5, "args": {**kernel["args"], "correlation": 2}}]}
+    (tmp_path / "rank0.json").write_text(json.dumps(trace))
+    rows = analyze(tmp_path / "rank0.json", tmp_path / "t")["tables"]["nccl_long"]
+    assert [(row["ts"], row["Process Group Ranks"], row["In split size"]) for row in rows] == \
+        [(10.25, "{'ranks': [0]}", "{'a': 1}"), (20.5, "{'ranks': [0]}", "{'a': 1}")]

@@ -18,6 +18,7 @@ import ast
 import math
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Callable, Sequence
 
 import numpy as np
@@ -108,8 +109,20 @@ def collective_name(args_name: object, kernel_name: str) -> object:
 
 
 def hashable(value: object) -> object:
-    """An arg as TraceLens keeps it: lists become tuples."""
-    return tuple(hashable(item) for item in value) if isinstance(value, list) else value
+    """An arg as TraceLens keeps it: lists become tuples; an object (no arg Kineto writes is one) its text,
+    an exact reading's decimal a float."""
+    if isinstance(value, list):
+        return tuple(hashable(item) for item in value)
+    if isinstance(value, dict):
+        return repr(value)
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def _count(value: object) -> int | float | None:
+    """A number of elements or ranks, or None for anything else (TraceLens would stop on it)."""
+    return value if value.__class__ in (int, float) and math.isfinite(value) else None
 
 
 def _missing(value: object) -> bool:
@@ -134,10 +147,10 @@ class _Long:
 
 def _sizes(meta: tuple) -> tuple[float | None, float | None]:
     size = DTYPE_BYTES.get(meta[DTYPE]) if isinstance(meta[DTYPE], str) else None
-    if size is None or _missing(meta[IN_NELEMS]):
+    nelems, out = _count(meta[IN_NELEMS]), _count(meta[OUT_NELEMS])
+    if size is None or nelems is None:
         return None, None
-    out = None if _missing(meta[OUT_NELEMS]) else meta[OUT_NELEMS] * size / MIB
-    return meta[IN_NELEMS] * size / MIB, out
+    return nelems * size / MIB, None if out is None else out * size / MIB
 
 
 def _long(ranks: Sequence[RankKernels]) -> _Long:
@@ -193,8 +206,8 @@ def _by_collective(long: _Long) -> dict[tuple, list[int]]:
 
 
 def _number(value: object) -> object:
-    """A missing number as NaN (where TraceLens would stop on None)."""
-    return math.nan if value is None else value
+    """A number, or NaN for anything else (where TraceLens would stop)."""
+    return math.nan if _count(value) is None else value
 
 
 def _same(values: list) -> bool:
@@ -268,7 +281,7 @@ def _implicit_sync(long: _Long, notes: list[str]) -> Table:
         if in_mb is not None and out_mb is not None and kind is not None:
             full = out_mb if kind == "allgather" else in_mb
             algo = full / 1024 / (row["comm_latency"] / 1e6) if row["comm_latency"] > 0 else math.nan
-            bus = algo * BUS_FACTORS[kind](size) if size is not None and kind in BUS_FACTORS else math.nan
+            bus = algo * BUS_FACTORS[kind](size) if _count(size) and kind in BUS_FACTORS else math.nan
         row["Full msg size (MB)"], row["algo bw (GB/s)"], row["bus bw (GB/s)"] = full, algo, bus
         rows.append(columns.add(row))
     if mismatched:
@@ -517,7 +530,7 @@ def _heatmap(long: _Long, world_size: int, notes: list[str]) -> Table:
 def split_sizes(value: object) -> list[int] | None:
     """``In split size`` as a list of ints: a JSON list or its text (``"[1024, 2048]"``); None if neither."""
     if isinstance(value, (list, tuple)):
-        return [int(item) for item in value]
+        return list(value) if all(item.__class__ is int for item in value) else None
     if isinstance(value, str) and value.strip().startswith("["):
         try:
             parsed = ast.literal_eval(value.strip())
@@ -574,14 +587,14 @@ def _round1(value: float | int) -> float | int:
 def pg_ranks(value: object) -> list[int]:
     """The ranks a ``Process Group Ranks`` value lists (TraceLens's reading: its text's numbers if it is not a list)."""
     if isinstance(value, (list, tuple)):
-        return [int(item) for item in value]
+        return [item for item in value if item.__class__ is int]
     if isinstance(value, str):
         try:
             parsed = ast.literal_eval(value)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return [int(digits) for digits in re.findall(r"\d+", value)]
         if isinstance(parsed, (list, tuple)):
-            return [int(item) for item in parsed if isinstance(item, int)]
+            return [item for item in parsed if item.__class__ is int]
     return []
 
 
