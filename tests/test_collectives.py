@@ -249,3 +249,38 @@ def test_odd_args_in_a_trace(tmp_path):
     rows = analyze(tmp_path / "rank0.json", tmp_path / "t")["tables"]["nccl_long"]
     assert [(row["ts"], row["Process Group Ranks"], row["In split size"]) for row in rows] == \
         [(10.25, "{'ranks': [0]}", "{'a': 1}"), (20.5, "{'ranks': [0]}", "{'a': 1}")]
+
+
+def test_straggler_causes_name_the_slow_gpu(inputs):
+    """The generated straggler runs every kernel slower: its speed score says so, the others' do not."""
+    rows = analyze(inputs["synth_fsdp4"])["tables"]["straggler_causes"]
+    slow = SYNTH["synth_fsdp4"].slow_rank
+    by_rank = {row["rank"]: row for row in rows}
+    assert by_rank[slow]["gpu_speed_score"] < 0.85 and "slower GPU" in by_rank[slow]["why"]
+    assert all(row["gpu_speed_score"] > 0.9 for rank, row in by_rank.items() if rank != slow)
+    assert all(row["work_ratio"] == 1.0 for row in rows)
+
+
+def test_straggler_causes_more_work_and_idle():
+    """A rank running twice the kernels at the same speed does more work; one idling 20 points more is host-bound."""
+    stragglers = [{"rank": rank, "times_arrived_last": last, "pct_arrived_last": 50.0, "num_collectives": 4}
+                  for rank, last in ((0, 0), (1, 2), (2, 2))]
+    kernels = [{"name": "gemm", "kernel_type": "COMPUTATION", "rank": rank, "sum (us)": total, "mean (us)": 10.0}
+               for rank, total in ((0, 100.0), (1, 200.0), (2, 100.0))]
+    kernels.append({"name": "others", "kernel_type": "COMPUTATION", "rank": 2, "sum (us)": 5.0, "mean (us)": 1.0})
+    temporal = [{"rank": rank, "idle_time_pctg": idle} for rank, idle in ((0, 10.0), (1, 10.0), (2, 30.0))]
+    table = algo.straggler_causes(stragglers, kernels, temporal)
+    why = dict(zip(table.column("rank"), table.column("why")))
+    assert table.column("gpu_speed_score") == [1.0, 1.0, 1.0] and table.column("work_ratio") == [1.0, 2.0, 1.0]
+    assert why[0] == "" and "more work (2.00x" in why[1] and "host-bound" not in why[1]
+    assert "host-bound (its GPU idles 30.0% of the time, the median rank's 10.0%)" in why[2] and "more work" not in why[2]
+
+
+def test_report_names_who_arrives_last_on_dlrm():
+    """The 8 real DLRM ranks: rank 7 arrives last (as lining up the k-th NCCL kernel of each rank shows),
+    and its GPU idles more than the others'."""
+    from streamtrace.cli.analyze import rows
+
+    lines = dict(rows(analyze(Path(__file__).parents[2] / "shared" / "traces" / "dlrm_8ranks")))
+    assert lines["collectives"].startswith("rank 7 arrives last at 5 of 8 collectives")
+    assert lines["why"].startswith("host-bound")

@@ -61,7 +61,7 @@ MIB = 1024 ** 2
 TRACELENS_TABLES = ("nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
                     "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary")
 """TraceLens's file stems, in the order its report makes them."""
-TABLE_NAMES = (*TRACELENS_TABLES, "collective_bandwidth")
+TABLE_NAMES = (*TRACELENS_TABLES, "collective_bandwidth", "straggler_causes")
 """The report's tables: TraceLens's, then those it does not have."""
 
 
@@ -709,6 +709,68 @@ def _ranges(ranks: list[int]) -> str:
         else:
             spans.append([rank, rank])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+# ---------------------------------------------------------------- why the straggler is late
+
+
+SLOWER_GPU = 0.9  # a speed score below this: its compute kernels run 10 % or more slower than the fastest rank's
+MORE_WORK = 1.05  # a work ratio above this: it runs more compute than the median rank
+MORE_IDLE_POINTS = 5.0  # GPU idle this many percentage points above the median rank's: waiting on its host
+CAUSE_COLUMNS = ["rank", "times_arrived_last", "pct_arrived_last", "gpu_speed_score", "work_ratio", "idle_time_pctg",
+                 "median_idle_time_pctg", "why"]
+
+
+def straggler_causes(stragglers: list[dict], kernels: list[dict], temporal: list[dict]) -> Table:
+    """straggler_causes (not TraceLens's): per rank of straggler_summary, from HTA's kernel_breakdown and
+    temporal_breakdown rows, why it would arrive late.
+
+    ``gpu_speed_score``: over the compute kernels every rank ran (HTA's named ones), the fastest rank's
+    mean duration over this rank's, weighted by this rank's time in each (NVIDIA's straggler detection
+    takes medians; HTA's breakdown gives means): 1 is as fast as the fastest rank on every kernel.
+    ``work_ratio``: this rank's count of each such kernel at the median rank's mean duration, over the
+    median rank's.  ``why`` (ranks that arrive last at least once): slower GPU, more work, host-bound
+    (GPU idle more than the median rank's), or none of them."""
+    compute = [row for row in kernels if row["kernel_type"] == "COMPUTATION" and row["name"] != "others"]
+    ranks = sorted({row["rank"] for row in stragglers})
+    by_name: dict[str, dict[int, dict]] = {}
+    for row in compute:
+        if row["rank"] in ranks and row["mean (us)"] and row["mean (us)"] > 0:
+            by_name.setdefault(row["name"], {})[row["rank"]] = row
+    shared = {name: per_rank for name, per_rank in by_name.items() if len(per_rank) == len(ranks)}
+    speed: dict[int, float] = {}
+    work: dict[int, float] = {}
+    for rank in ranks:
+        time = sum(per_rank[rank]["sum (us)"] for per_rank in shared.values())
+        fastest = sum(per_rank[rank]["sum (us)"] * min(row["mean (us)"] for row in per_rank.values()) /
+                      per_rank[rank]["mean (us)"] for per_rank in shared.values())
+        speed[rank] = fastest / time if time > 0 else math.nan
+        work[rank] = sum(per_rank[rank]["sum (us)"] / per_rank[rank]["mean (us)"] *
+                         float(np.median([row["mean (us)"] for row in per_rank.values()])) for per_rank in shared.values())
+    median_work = float(np.median(list(work.values()))) if work else math.nan
+    idle = {row["rank"]: row["idle_time_pctg"] for row in temporal}
+    known_idle = [idle[rank] for rank in ranks if not _missing(idle.get(rank))]
+    median_idle = float(np.median(known_idle)) if known_idle else math.nan
+    rows = []
+    for row in sorted(stragglers, key=lambda row: row["rank"]):
+        rank = row["rank"]
+        ratio = work[rank] / median_work if median_work > 0 else math.nan
+        why = _why(row, speed[rank], ratio, idle.get(rank), median_idle) if row["times_arrived_last"] else ""
+        rows.append([rank, row["times_arrived_last"], row["pct_arrived_last"], speed[rank], ratio, idle.get(rank),
+                     median_idle, why])
+    return Table(list(CAUSE_COLUMNS), rows)
+
+
+def _why(row: dict, speed: float, work: float, idle: object, median_idle: float) -> str:
+    causes = []
+    if speed < SLOWER_GPU:
+        causes.append(f"slower GPU (its compute kernels run at {speed:.2f} of the fastest rank's speed)")
+    if work > MORE_WORK:
+        causes.append(f"more work ({work:.2f}x the median rank's compute)")
+    if not _missing(idle) and idle - median_idle >= MORE_IDLE_POINTS:  # type: ignore[operator]
+        causes.append(f"host-bound (its GPU idles {idle:.1f}% of the time, the median rank's {median_idle:.1f}%)")
+    found = "; ".join(causes) if causes else "no cause found in GPU speed, work or GPU idle time"
+    return f"rank {row['rank']} arrives last at {row['times_arrived_last']} of {row['num_collectives']} collectives: {found}"
 
 
 # ---------------------------------------------------------------- the report

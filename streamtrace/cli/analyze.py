@@ -57,9 +57,10 @@ def run(args: argparse.Namespace) -> None:
 
 @view("analyze")
 def rows(summary: dict) -> Rows:
+    from ..commands.analyses.collectives import report_rows as collective_rows
     from ..commands.analyze import report_rows
 
-    rows = report_rows(summary)
+    rows = report_rows(summary) + collective_rows(summary)
     if summary["output"]:
         rows.append(("output", listed(summary["output"], 3)))
     return rows

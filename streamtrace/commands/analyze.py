@@ -1244,6 +1244,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             tables = _tables(results, num_candidates, utilization_bins)
             collective = collectives.collective_report([result.collectives for result in sorted(results, key=lambda r: r.rank)
                                                         if result.collectives is not None], all2allv_heatmap)
+            collectives.add_causes(collective, tables)
             tables.update(collectives.as_records(collective))
             launch_rows = sum(result.launch_rows for result in results)
             notes = [note for result in results for note in result.notes] + collective.notes

@@ -136,6 +136,14 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False) -> R
                          world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap)
 
 
+def add_causes(report: Report, hta_tables: dict) -> None:
+    """The report's straggler_causes, from its straggler summary and HTA's kernel and temporal breakdowns."""
+    stragglers = as_records(report).get("straggler_summary")
+    if stragglers:
+        report.tables["straggler_causes"] = tables.straggler_causes(
+            stragglers, hta_tables.get("kernel_breakdown") or [], hta_tables.get("temporal_breakdown") or [])
+
+
 def claim(destinations: Destinations, out_dir: str | os.PathLike | None) -> dict[str, str]:
     """Reserve the report's CSV files (written only for the tables the inputs give)."""
     if out_dir is None:
@@ -176,3 +184,30 @@ def as_records(report: Report) -> dict[str, list[dict]]:
 
 def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def report_rows(summary: dict) -> list[tuple[str, str]]:
+    """The default report's lines on collectives: who arrives last and what the others lose waiting,
+    why, and the collective waited on longest."""
+    found = summary["tables"]
+    stragglers = found.get("straggler_summary")
+    if not stragglers:
+        return []
+    last = stragglers[0]
+    waited = sum(row["total_wait_time_us"] for row in stragglers[1:])
+    rows = [("collectives", f"rank {last['rank']} arrives last at {last['times_arrived_last']} of "
+                            f"{last['num_collectives']} collectives; the other ranks wait {waited / 1e3:,.1f} ms in all")]
+    causes = {row["rank"]: row["why"] for row in found.get("straggler_causes") or []}
+    if causes.get(last["rank"]):
+        rows.append(("why", causes[last["rank"]].split(": ", 1)[1]))
+    bandwidth = found.get("collective_bandwidth") or []
+    if bandwidth:
+        worst = max(bandwidth, key=lambda row: row["wait for last (us)"])
+        rows.append(("longest wait", f"{worst['wait for last (us)']:,.0f} us for rank {worst['last arrival rank']} at "
+                                     f"{worst['Collective name']} {worst['collective_id']} (latency "
+                                     f"{worst['latency (us)']:,.0f} us, bus {_number_text(worst['bus bw (GB/s, 1e9)'])} GB/s)"))
+    return rows
+
+
+def _number_text(value: object) -> str:
+    return "n/a" if _missing(value) else f"{value:,.1f}"
