@@ -19,6 +19,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "step), stragglers (HTA's candidates and each rank's lag per step), and utilization (each rank's GPU "
             "busy fraction per time bin, not HTA's). As HTA, the last profiler step is left out unless "
             "--include-last-step.",
+            "Inputs with collective kernels also give TraceLens's multi-rank collective report (nccl_long, "
+            "nccl_implicit_sync, their summaries, all_to_allv tables, straggler_summary: who arrives last, who "
+            "waits) and collective_bandwidth and straggler_causes beside it.",
             "Inputs are what 'merge' takes (rank files, globs, directories, archives, URLs) or one merged "
             "multi-rank file (ranks found as relink finds them). One task per input (-j, --dask). "
             "docs/analyze.md states each rule, and where it departs from HTA."),
