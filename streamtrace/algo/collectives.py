@@ -10,7 +10,10 @@ rounding; docs/analyze.md states each definition.  Two departures, where
 TraceLens stops with an error: kernels of one collective id whose metadata
 differ across ranks are left out of the per-collective tables (and named in
 the notes) instead of ending the run, and process groups that share a name
-but not their ranks are told apart by their ranks.
+but not their ranks are told apart by their ranks.  Beyond TraceLens:
+``collective_bandwidth`` (nccl-tests' sizes and bus factors, SI units,
+broadcast and reduce included), :func:`straggler_causes`, and notes on
+sequences that order matching may misread.
 """
 from __future__ import annotations
 
