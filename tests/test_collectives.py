@@ -284,3 +284,13 @@ def test_report_names_who_arrives_last_on_dlrm():
     lines = dict(rows(analyze(Path(__file__).parents[2] / "shared" / "traces" / "dlrm_8ranks")))
     assert lines["collectives"].startswith("rank 7 arrives last at 5 of 8 collectives")
     assert lines["why"].startswith("host-bound")
+
+
+def test_long_tables_stay_out_of_the_summary(inputs, tmp_path, monkeypatch):
+    """A table longer than JSON_ROWS is in its CSV only (None in the summary), as the launch statistics."""
+    from streamtrace.commands.analyses import collectives as command
+
+    monkeypatch.setattr(command, "JSON_ROWS", 10)
+    summary = analyze(inputs["synth_fsdp4"], tmp_path / "t", all2allv_heatmap=True)
+    assert summary["tables"]["nccl_long"] is None and len(summary["tables"]["straggler_summary"]) == 4
+    assert_tables_match(tmp_path / "t", "synth_fsdp4")

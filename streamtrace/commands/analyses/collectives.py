@@ -25,6 +25,7 @@ from ...io.destinations import Destinations
 from ...io.projection import attribute
 
 NO_RANK = -1
+JSON_ROWS = 100_000  # beyond this a table is left to -o DIR (as dicts 100,000 rows take about 100 MB)
 _ATTRIBUTES = [attribute(key) for key in META]  # the projected args' attributes, in META's order
 
 
@@ -138,10 +139,10 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False) -> R
 
 def add_causes(report: Report, hta_tables: dict) -> None:
     """The report's straggler_causes, from its straggler summary and HTA's kernel and temporal breakdowns."""
-    stragglers = as_records(report).get("straggler_summary")
-    if stragglers:
+    stragglers = report.tables.get("straggler_summary")
+    if stragglers is not None:
         report.tables["straggler_causes"] = tables.straggler_causes(
-            stragglers, hta_tables.get("kernel_breakdown") or [], hta_tables.get("temporal_breakdown") or [])
+            _records(stragglers), hta_tables.get("kernel_breakdown") or [], hta_tables.get("temporal_breakdown") or [])
 
 
 def claim(destinations: Destinations, out_dir: str | os.PathLike | None) -> dict[str, str]:
@@ -176,10 +177,14 @@ def _cell(value: object) -> object:
     return "" if _missing(value) else value
 
 
-def as_records(report: Report) -> dict[str, list[dict]]:
-    """The tables as lists of rows (column -> value), for the summary (NaN as None)."""
-    return {name: [dict(zip(table.columns, (None if _missing(value) else value for value in row))) for row in table.rows]
-            for name, table in report.tables.items()}
+def as_records(report: Report) -> dict[str, list[dict] | None]:
+    """The tables as lists of rows (column -> value), for the summary (NaN as None); a table longer than
+    :data:`JSON_ROWS` is None there (its CSV has it), as analyze's launch statistics."""
+    return {name: None if len(table.rows) > JSON_ROWS else _records(table) for name, table in report.tables.items()}
+
+
+def _records(table: Table) -> list[dict]:
+    return [dict(zip(table.columns, (None if _missing(value) else value for value in row))) for row in table.rows]
 
 
 def _missing(value: object) -> bool:
