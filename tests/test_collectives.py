@@ -294,3 +294,9 @@ def test_long_tables_stay_out_of_the_summary(inputs, tmp_path, monkeypatch):
     summary = analyze(inputs["synth_fsdp4"], tmp_path / "t", all2allv_heatmap=True)
     assert summary["tables"]["nccl_long"] is None and len(summary["tables"]["straggler_summary"]) == 4
     assert_tables_match(tmp_path / "t", "synth_fsdp4")
+
+
+def test_ranks_come_from_the_files_not_their_order(inputs, tmp_path):
+    """TraceLens takes file order for rank order; analyze reads each file's rank: the same tables either way."""
+    analyze(list(reversed(inputs["synth_fsdp4"])), tmp_path / "t", all2allv_heatmap=True)
+    assert_tables_match(tmp_path / "t", "synth_fsdp4")
