@@ -96,7 +96,7 @@ class SynthConfig:
     slow_rank: int = -1  # this rank's timeline runs slow_factor times slower (-1: none): a straggler
     slow_factor: float = 1.0
     layout: str = "lines"  # event text: compact JSON an event a line, or Kineto's own (indented lines, spaces)
-    collectives: bool = False  # collective args as PyTorch writes them: see "collective args" below
+    collectives: bool = False  # collective args as PyTorch writes them, collectives run as NCCL runs them: see "collective args"
 
     def validate(self) -> None:
         """Reject configs the generator cannot honour, with a plain message."""
@@ -337,7 +337,8 @@ def _plan_step(cfg: SynthConfig, lists: list[list[tuple[str, int | None]]], cost
 def _stretched(acts: list[_Act], t0: int, t_next: int, factor: float) -> tuple[list[_Act], int]:
     """A slow rank's step: its plan's times from the step start ``t0`` scaled by
     ``factor`` (its GPU work and its step last longer; it drifts later step by
-    step; its P2P peers do not wait for it)."""
+    step; its P2P peers do not wait for it, its collective peers only with
+    ``collectives``)."""
     def at(t: int) -> int:
         return t0 + int((t - t0) * factor)
     return [_Act(a.op, a.mb, at(a.g0), at(a.g1)) for a in acts], at(t_next)
@@ -569,6 +570,8 @@ class _RankGen:
         )
         self.steps_done = 0
         self.seq: dict[str, int] = {}  # process group kind -> collectives issued (record_param_comms's Seq)
+        self.step_t0 = self.slow_t0 = self.t_slow = self.t_step  # this step's start, and the slow rank's
+        self.pg_free: dict[str, int] = {}  # process group kind -> end of its last collective on this rank
 
     # -- primitives
 
@@ -780,6 +783,7 @@ class _RankGen:
                                                 comms=self._comms_op(comm, "fsdp"))
                 dur = int((d // 2 - 3_000) * (0.85 + 0.15 * self.rng.random()))
                 start, end = self._place(STREAM_ALLGATHER, a.g0 + i * d // 2, dur, rend)
+                start, end = self._collective("fsdp", STREAM_ALLGATHER, a.g0 + i * d // 2, start, end)
                 self._nccl("allgather", comm, "fsdp", ext, STREAM_ALLGATHER, corr, idx, start, end)
         elif a.op == "RESHARD":
             self._op(tid, t, "aten::resize_", None)
@@ -795,11 +799,13 @@ class _RankGen:
             ext, corr, idx, rend = self._op(tid, t + slot, "c10d::_reduce_scatter_base_", "kernel",
                                             comms=self._comms_op(comm, "fsdp"))
             start, end = self._place(STREAM_REDUCE_SCATTER, a.g0 + d // 20, d // 2, rend)
+            start, end = self._collective("fsdp", STREAM_REDUCE_SCATTER, a.g0 + d // 20, start, end)
             self._nccl("reducescatter", comm, "fsdp", ext, STREAM_REDUCE_SCATTER, corr, idx, start, end)
             comm = self._comm("allreduce", "world")
             ext, corr, idx, rend = self._op(tid, t + 2 * slot, "c10d::allreduce_", "kernel",
                                             comms=self._comms_op(comm, "world"))
             start, end = self._place(STREAM_ALLREDUCE, a.g0 + d * 3 // 5, d * 3 // 8, rend)
+            start, end = self._collective("world", STREAM_ALLREDUCE, a.g0 + d * 3 // 5, start, end)
             self._nccl("allreduce", comm, "world", ext, STREAM_ALLREDUCE, corr, idx, start, end)
             if self.cfg.collectives:
                 self._all_to_allv(tid, t + 3 * slot, a.g0 + d // 2, d // 4)
@@ -848,12 +854,32 @@ class _RankGen:
                 {"External id": ext, "Record function id": 0, **args})
         return ext
 
+    def _slow_time(self, t: int) -> int:
+        """When the slow rank reaches a time ``t`` of this rank's plan (its steps start later and last longer)."""
+        return self.slow_t0 + int((t - self.step_t0) * self.cfg.slow_factor)
+
+    def _collective(self, pg: str, stream: int, want: int, start: int, end: int) -> tuple[int, int]:
+        """With ``collectives``, a collective kernel's times as NCCL runs them: after the group's previous
+        collective on this rank (one communicator runs its collectives in order), and on a rank of the
+        slow rank's group not ending before the slow rank arrives (its start, from this rank's plan) plus
+        the transfer (this kernel's own duration)."""
+        if not self.cfg.collectives:
+            return start, end
+        shift = max(0, self.pg_free.get(pg, 0) - start)
+        start, end = start + shift, end + shift
+        slow = self.cfg.slow_rank
+        if 0 <= slow != self.rank and slow in process_groups(self.cfg, self.rank)[pg]["ranks"]:
+            end = max(end, self._slow_time(want) + LAUNCH_LAT + (end - start))
+        self.free[stream] = self.pg_free[pg] = end
+        return start, end
+
     def _all_to_allv(self, tid: int, t: int, want: int, dur: int) -> None:
         """An all_to_allv over the world group, each rank sending its own split sizes (MoE token routing)."""
         comm = self._comm("all_to_allv", "world")
         ext, corr, idx, rend = self._op(tid, t, "c10d::alltoall_base_", "kernel", comms=self._comms_op(comm, "world"))
         scale = comm["In msg nelems"] / (ALL_TO_ALLV_UNIT * 2.5 * self.cfg.ranks)
         start, end = self._place(STREAM_ALLTOALL, want, int(dur * scale), rend)
+        start, end = self._collective("world", STREAM_ALLTOALL, want, start, end)
         self._nccl("alltoall", comm, "world", ext, STREAM_ALLTOALL, corr, idx, start, end)
 
     # -- grouping into annotations
@@ -880,6 +906,8 @@ class _RankGen:
         """Emit ProfilerStep#n of this rank."""
         plan, t_next = _plan_step(self.cfg, self.lists, self.costs, n, self.t_step)
         acts = plan[self.stage]
+        self.step_t0, self.slow_t0 = self.t_step, self.t_slow
+        self.t_slow = self._slow_time(t_next)
         if self.rank == self.cfg.slow_rank:
             acts, t_next = _stretched(acts, self.t_step, t_next, self.cfg.slow_factor)
         self.t_step = t_next

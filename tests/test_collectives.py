@@ -272,7 +272,7 @@ def test_straggler_causes_more_work_and_idle():
     table = algo.straggler_causes(stragglers, kernels, temporal)
     why = dict(zip(table.column("rank"), table.column("why")))
     assert table.column("gpu_speed_score") == [1.0, 1.0, 1.0] and table.column("work_ratio") == [1.0, 2.0, 1.0]
-    assert why[0] == "" and "more work (2.00x" in why[1] and "host-bound" not in why[1]
+    assert why[0] == "" and "more work (2.00x" in why[1] and "host-bound" not in why[1]  # (rank 1 idles as rank 0)  # (rank 1 idles as rank 0)
     assert "host-bound (its GPU idles 30.0% of the time, the median rank's 10.0%)" in why[2] and "more work" not in why[2]
 
 

@@ -380,3 +380,26 @@ def test_collective_args(tmp_path):
         for peer in range(4):
             assert received[peer] == splits[(peer, step)][0][rank]
     assert len({tuple(sent) for sent, _ in splits.values()}) > 1
+
+
+def test_collectives_wait_for_the_slow_rank(tmp_path):
+    """--collectives with a slow rank: the other ranks' collective kernels last until the slow rank has
+    arrived (NCCL's ranks finish a collective together), so the k-th collective of a group never ends
+    on one rank before it starts on another."""
+    config = SynthConfig(ranks=4, pp_stages=1, steps=3, eager_kernels=2, graph_kernels=4, python_noise=0,
+                         collectives=True, slow_rank=2, slow_factor=1.5)
+    truth = write_traces(config, tmp_path, compress="gz", merged=False)
+    kernels: dict[tuple[str, int], list[tuple[int, float, float]]] = defaultdict(list)
+    for rank, rank_truth in enumerate(truth["ranks"]):
+        seen: dict[str, int] = defaultdict(int)
+        events = [e for e in load(tmp_path / rank_truth["file"])["traceEvents"]
+                  if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")]
+        for e in sorted(events, key=lambda e: e["ts"]):
+            group = e["args"]["Process Group Name"]
+            kernels[(group, seen[group])].append((rank, e["ts"], e["ts"] + e["dur"]))
+            seen[group] += 1
+    assert len(kernels) == 3 * 5  # per step: 2 all-gathers and a reduce-scatter (DP group), an all-reduce and an all_to_allv
+    for members in kernels.values():
+        assert len(members) == 4
+        assert min(end for _, _, end in members) >= max(start for _, start, _ in members)
+        assert max(members, key=lambda member: member[1])[0] == 2  # the slow rank arrives last

@@ -732,8 +732,9 @@ def straggler_causes(stragglers: list[dict], kernels: list[dict], temporal: list
     mean duration over this rank's, weighted by this rank's time in each (NVIDIA's straggler detection
     takes medians; HTA's breakdown gives means): 1 is as fast as the fastest rank on every kernel.
     ``work_ratio``: this rank's count of each such kernel at the median rank's mean duration, over the
-    median rank's.  ``why`` (ranks that arrive last at least once): slower GPU, more work, host-bound
-    (GPU idle more than the median rank's), or none of them."""
+    median rank's.  ``why`` (ranks that arrive last at least once): slower GPU, more work, else
+    host-bound (GPU idle more than the median rank's: only when speed and work do not explain it, as
+    the ranks waiting for it count that wait as GPU time), or none of them."""
     compute = [row for row in kernels if row["kernel_type"] == "COMPUTATION" and row["name"] != "others"]
     ranks = sorted({row["rank"] for row in stragglers})
     by_name: dict[str, dict[int, dict]] = {}
@@ -770,7 +771,7 @@ def _why(row: dict, speed: float, work: float, idle: object, median_idle: float)
         causes.append(f"slower GPU (its compute kernels run at {speed:.2f} of the fastest rank's speed)")
     if work > MORE_WORK:
         causes.append(f"more work ({work:.2f}x the median rank's compute)")
-    if not _missing(idle) and idle - median_idle >= MORE_IDLE_POINTS:  # type: ignore[operator]
+    if not causes and not _missing(idle) and idle - median_idle >= MORE_IDLE_POINTS:  # type: ignore[operator]
         causes.append(f"host-bound (its GPU idles {idle:.1f}% of the time, the median rank's {median_idle:.1f}%)")
     found = "; ".join(causes) if causes else "no cause found in GPU speed, work or GPU idle time"
     return f"rank {row['rank']} arrives last at {row['times_arrived_last']} of {row['num_collectives']} collectives: {found}"
