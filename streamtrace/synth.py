@@ -571,6 +571,8 @@ class _RankGen:
         self.steps_done = 0
         self.seq: dict[str, int] = {}  # process group kind -> collectives issued (record_param_comms's Seq)
         self.step_t0 = self.slow_t0 = self.t_slow = self.t_step  # this step's start, and the slow rank's
+        self.normal_t0 = self.t_normal = self.t_step  # the other ranks' step start
+        self.reduce_grad: list[tuple[int, int]] = []  # per stage: its REDUCE_GRAD's GPU times from the step start
         self.pg_free: dict[str, int] = {}  # process group kind -> end of its last collective on this rank
 
     # -- primitives
@@ -805,7 +807,7 @@ class _RankGen:
             ext, corr, idx, rend = self._op(tid, t + 2 * slot, "c10d::allreduce_", "kernel",
                                             comms=self._comms_op(comm, "world"))
             start, end = self._place(STREAM_ALLREDUCE, a.g0 + d * 3 // 5, d * 3 // 8, rend)
-            start, end = self._collective("world", STREAM_ALLREDUCE, a.g0 + d * 3 // 5, start, end)
+            start, end = self._collective("world", STREAM_ALLREDUCE, a.g0 + d * 3 // 5, start, end, 3 / 5)
             self._nccl("allreduce", comm, "world", ext, STREAM_ALLREDUCE, corr, idx, start, end)
             if self.cfg.collectives:
                 self._all_to_allv(tid, t + 3 * slot, a.g0 + d // 2, d // 4)
@@ -858,18 +860,29 @@ class _RankGen:
         """When the slow rank reaches a time ``t`` of this rank's plan (its steps start later and last longer)."""
         return self.slow_t0 + int((t - self.step_t0) * self.cfg.slow_factor)
 
-    def _collective(self, pg: str, stream: int, want: int, start: int, end: int) -> tuple[int, int]:
+    def _collective(self, pg: str, stream: int, want: int, start: int, end: int,
+                    fraction: float | None = None) -> tuple[int, int]:
         """With ``collectives``, a collective kernel's times as NCCL runs them: after the group's previous
-        collective on this rank (one communicator runs its collectives in order), and on a rank of the
-        slow rank's group not ending before the slow rank arrives (its start, from this rank's plan) plus
-        the transfer (this kernel's own duration)."""
+        collective on this rank (one communicator runs its collectives in order), and not ending before
+        the group's last rank arrives plus the transfer (this kernel's own duration).  Arrivals come from
+        the plan: ``want`` for the ranks of this stage (the slow rank's stretched), and for a group over
+        several stages (``fraction`` of the way into each stage's REDUCE_GRAD) each stage's own time."""
         if not self.cfg.collectives:
             return start, end
         shift = max(0, self.pg_free.get(pg, 0) - start)
         start, end = start + shift, end + shift
         slow = self.cfg.slow_rank
-        if 0 <= slow != self.rank and slow in process_groups(self.cfg, self.rank)[pg]["ranks"]:
-            end = max(end, self._slow_time(want) + LAUNCH_LAT + (end - start))
+        arrivals = []
+        for member in process_groups(self.cfg, self.rank)[pg]["ranks"]:
+            if fraction is None:  # (a group of this rank's stage)
+                if member == slow != self.rank:
+                    arrivals.append(self._slow_time(want))
+                continue
+            g0, g1 = self.reduce_grad[pp_rank_of(self.cfg, member)]
+            at = g0 + int((g1 - g0) * fraction)
+            arrivals.append(self.slow_t0 + int(at * self.cfg.slow_factor) if member == slow else self.normal_t0 + at)
+        if arrivals:
+            end = max(end, max(arrivals) + LAUNCH_LAT + (end - start))
         self.free[stream] = self.pg_free[pg] = end
         return start, end
 
@@ -879,7 +892,7 @@ class _RankGen:
         ext, corr, idx, rend = self._op(tid, t, "c10d::alltoall_base_", "kernel", comms=self._comms_op(comm, "world"))
         scale = comm["In msg nelems"] / (ALL_TO_ALLV_UNIT * 2.5 * self.cfg.ranks)
         start, end = self._place(STREAM_ALLTOALL, want, int(dur * scale), rend)
-        start, end = self._collective("world", STREAM_ALLTOALL, want, start, end)
+        start, end = self._collective("world", STREAM_ALLTOALL, want, start, end, 1 / 2)
         self._nccl("alltoall", comm, "world", ext, STREAM_ALLTOALL, corr, idx, start, end)
 
     # -- grouping into annotations
@@ -906,8 +919,11 @@ class _RankGen:
         """Emit ProfilerStep#n of this rank."""
         plan, t_next = _plan_step(self.cfg, self.lists, self.costs, n, self.t_step)
         acts = plan[self.stage]
-        self.step_t0, self.slow_t0 = self.t_step, self.t_slow
+        self.step_t0, self.slow_t0, self.normal_t0 = self.t_step, self.t_slow, self.t_normal
         self.t_slow = self._slow_time(t_next)
+        self.t_normal = self.normal_t0 + t_next - self.step_t0
+        self.reduce_grad = [next((a.g0 - self.step_t0, a.g1 - self.step_t0) for a in acts_of if a.op == "REDUCE_GRAD")
+                            for acts_of in plan]
         if self.rank == self.cfg.slow_rank:
             acts, t_next = _stretched(acts, self.t_step, t_next, self.cfg.slow_factor)
         self.t_step = t_next

@@ -300,3 +300,17 @@ def test_ranks_come_from_the_files_not_their_order(inputs, tmp_path):
     """TraceLens takes file order for rank order; analyze reads each file's rank: the same tables either way."""
     analyze(list(reversed(inputs["synth_fsdp4"])), tmp_path / "t", all2allv_heatmap=True)
     assert_tables_match(tmp_path / "t", "synth_fsdp4")
+
+
+def test_clocks_that_disagree_are_noted(inputs):
+    """A collective that ends on one rank before it starts on another cannot happen on one clock: said, with
+    the largest gap; the generated runs (whose ranks finish each collective together) have none."""
+    def rank(n: int, start: float) -> algo.RankKernels:
+        meta = ("0", "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7)
+        return algo.RankKernels(n, np.array([start, start + 100.0]), np.array([5.0, 5.0]), np.zeros(2, np.int32), [meta])
+    notes = algo.report([rank(0, 10.0), rank(1, 30.0)]).notes
+    assert any("2 of 2 matched collectives end on one rank before they start on another (by up to 15.0 us, at 0_0"
+               in note for note in notes)
+    assert not algo.report([rank(0, 10.0), rank(1, 12.0)]).notes
+    for case in SYNTH:
+        assert not [note for note in analyze(inputs[case])["notes"] if "clock" in note]

@@ -703,6 +703,28 @@ def _sequence_notes(long: _Long, notes: list[str]) -> None:
                      "their collectives are matched over the ranks present")
 
 
+def _clock_notes(long: _Long, notes: list[str]) -> None:
+    """Say when a matched collective ends on one rank before it starts on another, which one clock cannot
+    show (NCCL's ranks finish a collective together): the ranks' clocks disagree, or order matching paired
+    different collectives; TraceLens's waits and skews carry that error."""
+    table = long.table
+    late = []
+    count = 0
+    for (cid, _), members in _by_collective(long).items():
+        name = table.rows[members[0]][5]
+        if len(members) < 2 or not isinstance(name, str) or name not in NCCL_TESTS_TYPES:
+            continue
+        count += 1
+        gap = max(long.ts[member] for member in members) - min(long.ts[member] + long.dur[member] for member in members)
+        if gap > 0:
+            late.append((gap, cid))
+    if late:
+        gap, cid = max(late, key=lambda item: item[0])  # (the first of the largest)
+        notes.append(f"collectives: {len(late):,} of {count:,} matched collectives end on one rank before they start on "
+                     f"another (by up to {gap:,.1f} us, at {cid}), which one clock cannot show: the ranks' clocks "
+                     "disagree, or matching by order paired different collectives; waits and skews carry that error")
+
+
 def _ranges(ranks: list[int]) -> str:
     """``0-3, 7`` for [0, 1, 2, 3, 7]."""
     spans: list[list[int]] = []
@@ -813,6 +835,7 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     if bandwidth.rows:
         tables["collective_bandwidth"] = bandwidth
     _sequence_notes(long, notes)
+    _clock_notes(long, notes)
     if gpus_per_node:
         tables = {name: _with_nodes(table, gpus_per_node, world) for name, table in tables.items()}
     return Report(tables, notes)
