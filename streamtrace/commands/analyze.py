@@ -52,7 +52,7 @@ from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb, trim_heap
-from .analyses import collectives  # TraceLens's collective report (issue 48): its hooks are marked "collectives"
+from .analyses import collectives  # TraceLens's collective report (SPEC 16): its hooks are marked "collectives"
 from .merge import TRACE_SUFFIX, discover_inputs
 from .mergedindex import note_process_name
 
