@@ -53,6 +53,7 @@ STREAM_REDUCE_SCATTER = 24
 STREAM_ALLREDUCE = 28
 STREAM_P2P_NEXT = 40  # peer = next stage: SEND_F, RECV_B
 STREAM_P2P_PREV = 44  # peer = previous stage: RECV_F, SEND_B
+STREAM_ALLTOALL = 32  # all_to_allv (with --collectives)
 GRAPH_STREAM_BASE = 100
 
 CORRELATION_START = 16  # every rank starts here, so merged files collide
@@ -95,6 +96,7 @@ class SynthConfig:
     slow_rank: int = -1  # this rank's timeline runs slow_factor times slower (-1: none): a straggler
     slow_factor: float = 1.0
     layout: str = "lines"  # event text: compact JSON an event a line, or Kineto's own (indented lines, spaces)
+    collectives: bool = False  # collective args as PyTorch writes them, collectives run as NCCL runs them: see "collective args"
 
     def validate(self) -> None:
         """Reject configs the generator cannot honour, with a plain message."""
@@ -181,6 +183,7 @@ _NCCL_KERNEL = {
     "reducescatter": "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     "allreduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     "sendrecv": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+    "alltoall": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
 }
 # runtime kind -> (cuda name, cbid, hip name, cid)
 _RUNTIME = {
@@ -269,7 +272,7 @@ class _Costs:
         slots = {
             "F": cfg.eager_kernels + graph + 1, "B": cfg.eager_kernels + graph + 1,
             "I": cfg.eager_kernels + graph + 1, "W": cfg.eager_kernels + graph,
-            "UNSHARD": 2, "RESHARD": 1, "REDUCE_GRAD": 3,
+            "UNSHARD": 2, "RESHARD": 1, "REDUCE_GRAD": 3 + cfg.collectives,
         }
         for op in P2P_OPS:
             slots[op] = 2
@@ -334,10 +337,49 @@ def _plan_step(cfg: SynthConfig, lists: list[list[tuple[str, int | None]]], cost
 def _stretched(acts: list[_Act], t0: int, t_next: int, factor: float) -> tuple[list[_Act], int]:
     """A slow rank's step: its plan's times from the step start ``t0`` scaled by
     ``factor`` (its GPU work and its step last longer; it drifts later step by
-    step; its P2P peers do not wait for it)."""
+    step; its P2P peers do not wait for it, its collective peers only with
+    ``collectives``)."""
     def at(t: int) -> int:
         return t0 + int((t - t0) * factor)
     return [_Act(a.op, a.mb, at(a.g0), at(a.g1)) for a in acts], at(t_next)
+
+
+# ---------------------------------------------------------------- collective args (SynthConfig.collectives)
+
+ALL_TO_ALLV_UNIT = 1 << 16  # all_to_allv split sizes are 1 to 4 of these elements
+
+
+def process_groups(cfg: SynthConfig, rank: int) -> dict[str, dict]:
+    """A rank's process groups with ``collectives``, named as PyTorch names them (one name per group,
+    counting from the default group "0"): ``world``, ``fsdp`` (its stage's DP ranks), ``pp`` (its pipeline)."""
+    d, stage = cfg.dp_degree, pp_rank_of(cfg, rank)
+    return {
+        "fsdp": {"pg_name": str(1 + stage), "pg_desc": "mesh_dp_shard", "pg_size": d,
+                 "ranks": [stage * d + i for i in range(d)]},
+        "pp": {"pg_name": str(1 + cfg.pp_stages + rank % d), "pg_desc": "mesh_pp", "pg_size": cfg.pp_stages,
+               "ranks": pp_group_of(cfg, rank)},
+        "world": {"pg_name": "0", "pg_desc": "default_pg", "pg_size": cfg.ranks, "ranks": list(range(cfg.ranks))},
+    }
+
+
+def collective_sizes(coll: str, size: int, i: int) -> tuple[int, int, str]:
+    """In and out element counts and dtype of a collective: an all-gather's input is a shard of its output,
+    a reduce-scatter's output a shard of its input; the i-th all-gather of an unshard is bigger."""
+    if coll == "_allgather_base":
+        return (1 + i) << 18, size * ((1 + i) << 18), "BFloat16"
+    if coll == "_reduce_scatter_base":
+        return size << 19, 1 << 19, "Float"
+    if coll == "allreduce":
+        return 3 << 19, 3 << 19, "Float"
+    return 1 << 20, 1 << 20, "BFloat16"  # send, recv (PP activations), all_to_allv (its splits decide)
+
+
+def all_to_allv_splits(cfg: SynthConfig, rank: int, step: int) -> tuple[list[int], list[int]]:
+    """Elements ``rank`` sends to each rank and receives from each (what each sender sends it) in an
+    all_to_allv of step ``step``: ``(1 + (2 * sender + receiver + step) % 4)`` units, uneven on purpose."""
+    def sent(sender: int, receiver: int) -> int:
+        return ALL_TO_ALLV_UNIT * (1 + (2 * sender + receiver + step) % 4)
+    return ([sent(rank, peer) for peer in range(cfg.ranks)], [sent(peer, rank) for peer in range(cfg.ranks)])
 
 
 # ---------------------------------------------------------------- output plumbing
@@ -460,6 +502,7 @@ class RankTruth:
     pp_action_counts: dict[str, int] = field(default_factory=dict)
     pp_actions_per_step: list[list] = field(default_factory=list)  # [name, op, stage, mb]; same every step
     gpu_streams: list[int] = field(default_factory=list)
+    collective_kernels: int = 0  # NCCL kernels (every one carries the collective args)
     correlation_min: int | None = None
     correlation_max: int | None = None
     links_file: str | None = None
@@ -516,6 +559,9 @@ class _RankGen:
             "pp": ("torchtitan_real_pp", "mesh_pp", cfg.pp_stages, str(self.group), 1),
             "world": ("0", "default_pg", cfg.ranks, str(list(range(cfg.ranks))), 2),
         }
+        if cfg.collectives:
+            self.pg = {kind: (g["pg_name"], g["pg_desc"], g["pg_size"], str(g["ranks"]), at)
+                       for at, (kind, g) in enumerate(process_groups(cfg, rank).items())}
         self.truth = RankTruth(
             rank=rank, file=None, pp_rank=self.stage, pp_stage=self.stage, pp_group=self.group,
             dp_rank=rank % d, cpu_pid=self.cpu_pid, cpu_tids=[self.main_tid, self.bwd_tid],
@@ -523,6 +569,11 @@ class _RankGen:
             gpu_events_per_graph_launch=cfg.graph_kernels,
         )
         self.steps_done = 0
+        self.seq: dict[str, int] = {}  # process group kind -> collectives issued (record_param_comms's Seq)
+        self.step_t0 = self.slow_t0 = self.t_slow = self.t_step  # this step's start, and the slow rank's
+        self.normal_t0 = self.t_normal = self.t_step  # the other ranks' step start
+        self.reduce_grad: list[tuple[int, int]] = []  # per stage: its REDUCE_GRAD's GPU times from the step start
+        self.pg_free: dict[str, int] = {}  # process group kind -> end of its last collective on this rank
 
     # -- primitives
 
@@ -540,12 +591,13 @@ class _RankGen:
         return self._emit({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
                            "ts": (t0 - self.origin) / 1000, "dur": (t1 - t0) / 1000, "args": args})
 
-    def _op(self, tid: int, t0: int, name: str, rt: str | None, frames: tuple[str, ...] = _PY_FRAMES_COMM
-            ) -> tuple[int, int, int, int]:
+    def _op(self, tid: int, t0: int, name: str, rt: str | None, frames: tuple[str, ...] = _PY_FRAMES_COMM,
+            comms: dict | None = None) -> tuple[int, int, int, int]:
         """A cpu_op in a CPU slot, wrapped in python frames, with one runtime call inside.
 
         Returns (external id, correlation, runtime event index, runtime end); the last
-        three are -1/-1/end-of-op when ``rt`` is None.
+        three are -1/-1/end-of-op when ``rt`` is None.  ``comms``: the op launches
+        through a ``record_param_comms`` op with these args, as c10d's ops do.
         """
         rng = self.rng
         n = self.cfg.python_noise
@@ -567,6 +619,8 @@ class _RankGen:
         ow = o1 - o0
         r0 = o0 + ow // 5 + int(ow * 0.1 * rng.random())
         r1 = o1 - ow // 10 - int(ow * 0.1 * rng.random())
+        if comms is not None:
+            ext = self._record_param_comms(tid, o0 + ow // 10, o1 - ow // 20, comms)
         corr = self.corr
         self.corr += 1
         rname, key, code = self.rt[rt]
@@ -621,21 +675,18 @@ class _RankGen:
         return {"External id": ext, "queued": 0, "device": self.device, "context": 1,
                 "stream": stream, "correlation": corr}
 
-    def _nccl(self, kind: str, coll: str, pg: str, ext: int, stream: int, corr: int, launch_idx: int,
+    def _nccl(self, kind: str, comm: dict, pg: str, ext: int, stream: int, corr: int, launch_idx: int,
               start: int, end: int, peer: dict | None = None) -> None:
-        pg_name, pg_desc, size, ranks, pg_index = self.pg[pg]
         args = self._gpu_base(ext, stream, corr)
         args.update({"registers per thread": 96, "shared memory": 87568, "blocks per SM": 0.121212,
                      "warps per SM": 2.060606, "grid": [16, 1, 1], "block": [544, 1, 1],
-                     "est. achieved occupancy %": 0, "Collective name": coll,
-                     "In msg nelems": 16777216, "Out msg nelems": 16777216, "Group size": size,
-                     "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]",
-                     "Process Group Name": pg_name, "Process Group Description": pg_desc,
-                     "Process Group Ranks": ranks})
+                     "est. achieved occupancy %": 0})
+        args.update(comm)
         if peer:
             args.update(peer)
         if self.cfg.big_ints:
-            args["Comms Id"] = BIG_COMMS_ID - pg_index
+            args["Comms Id"] = BIG_COMMS_ID - self.pg[pg][4]
+        self.truth.collective_kernels += 1
         self._gpu("kernel", _NCCL_KERNEL[kind], stream, start, end, corr, launch_idx, args)
 
     # -- actions
@@ -714,10 +765,12 @@ class _RankGen:
         stream = STREAM_P2P_NEXT if a.op in ("SEND_F", "RECV_B") else STREAM_P2P_PREV
         peer_stage = self.stage + (1 if stream == STREAM_P2P_NEXT else -1)
         peer = self.group[peer_stage]
-        ext, corr, idx, rend = self._op(tid, t, "c10d::send" if send else "c10d::recv_", "kernel")
+        comm = self._comm("send" if send else "recv", "pp")
+        ext, corr, idx, rend = self._op(tid, t, "c10d::send" if send else "c10d::recv_", "kernel",
+                                        comms=self._comms_op(comm, "pp"))
         start = max(a.g0, rend + LAUNCH_LAT, self.free.get(stream, 0))
         start, end = self._place(stream, start, a.g1 - start, rend)
-        self._nccl("sendrecv", "send" if send else "recv", "pp", ext, stream, corr, idx, start, end,
+        self._nccl("sendrecv", comm, "pp", ext, stream, corr, idx, start, end,
                    {"Dst Rank": peer} if send else {"Src Rank": peer})
         self._op(tid, t + self.costs.slot, "_c10d_functional::wait_tensor", "wait")
 
@@ -727,10 +780,13 @@ class _RankGen:
         d = a.g1 - a.g0
         if a.op == "UNSHARD":
             for i in range(2):
-                ext, corr, idx, rend = self._op(tid, t + i * slot, "c10d::_allgather_base_", "kernel")
+                comm = self._comm("_allgather_base", "fsdp", i)
+                ext, corr, idx, rend = self._op(tid, t + i * slot, "c10d::_allgather_base_", "kernel",
+                                                comms=self._comms_op(comm, "fsdp"))
                 dur = int((d // 2 - 3_000) * (0.85 + 0.15 * self.rng.random()))
                 start, end = self._place(STREAM_ALLGATHER, a.g0 + i * d // 2, dur, rend)
-                self._nccl("allgather", "_allgather_base", "fsdp", ext, STREAM_ALLGATHER, corr, idx, start, end)
+                start, end = self._collective("fsdp", STREAM_ALLGATHER, a.g0 + i * d // 2, start, end)
+                self._nccl("allgather", comm, "fsdp", ext, STREAM_ALLGATHER, corr, idx, start, end)
         elif a.op == "RESHARD":
             self._op(tid, t, "aten::resize_", None)
         else:  # REDUCE_GRAD
@@ -741,13 +797,20 @@ class _RankGen:
             args["bytes"] = 33554432
             args["memory bandwidth (GB/s)"] = round(33554432 / max(end - start, 1), 6)
             self._gpu("gpu_memset", "Memset (Device)", STREAM_REDUCE_SCATTER, start, end, corr, idx, args)
-            ext, corr, idx, rend = self._op(tid, t + slot, "c10d::_reduce_scatter_base_", "kernel")
+            comm = self._comm("_reduce_scatter_base", "fsdp")
+            ext, corr, idx, rend = self._op(tid, t + slot, "c10d::_reduce_scatter_base_", "kernel",
+                                            comms=self._comms_op(comm, "fsdp"))
             start, end = self._place(STREAM_REDUCE_SCATTER, a.g0 + d // 20, d // 2, rend)
-            self._nccl("reducescatter", "_reduce_scatter_base", "fsdp", ext, STREAM_REDUCE_SCATTER,
-                       corr, idx, start, end)
-            ext, corr, idx, rend = self._op(tid, t + 2 * slot, "c10d::allreduce_", "kernel")
+            start, end = self._collective("fsdp", STREAM_REDUCE_SCATTER, a.g0 + d // 20, start, end)
+            self._nccl("reducescatter", comm, "fsdp", ext, STREAM_REDUCE_SCATTER, corr, idx, start, end)
+            comm = self._comm("allreduce", "world")
+            ext, corr, idx, rend = self._op(tid, t + 2 * slot, "c10d::allreduce_", "kernel",
+                                            comms=self._comms_op(comm, "world"))
             start, end = self._place(STREAM_ALLREDUCE, a.g0 + d * 3 // 5, d * 3 // 8, rend)
-            self._nccl("allreduce", "allreduce", "world", ext, STREAM_ALLREDUCE, corr, idx, start, end)
+            start, end = self._collective("world", STREAM_ALLREDUCE, a.g0 + d * 3 // 5, start, end, 3 / 5)
+            self._nccl("allreduce", comm, "world", ext, STREAM_ALLREDUCE, corr, idx, start, end)
+            if self.cfg.collectives:
+                self._all_to_allv(tid, t + 3 * slot, a.g0 + d // 2, d // 4)
 
     def _action(self, a: _Act, ann_name: str) -> None:
         tid = self.bwd_tid if a.op in ("B", "I", "W") else self.main_tid
@@ -757,6 +820,80 @@ class _RankGen:
             self._p2p(a, tid)
         else:
             self._fsdp(a, tid)
+
+    # -- collective args (SynthConfig.collectives; the default keeps the older constant args)
+
+    def _comm(self, coll: str, pg: str, i: int = 0) -> dict:
+        """The collective args Kineto writes on a NCCL kernel (and on its record_param_comms op)."""
+        pg_name, pg_desc, size, ranks, _ = self.pg[pg]
+        n_in = n_out = 16777216
+        dtype = "BFloat16"
+        splits = ("[]", "[]")
+        if self.cfg.collectives:
+            n_in, n_out, dtype = collective_sizes(coll, size, i)
+            if coll == "all_to_allv":
+                sent, received = all_to_allv_splits(self.cfg, self.rank, self.steps_done)
+                n_in, n_out, splits = sum(sent), sum(received), (str(sent), str(received))
+        return {"Collective name": coll, "In msg nelems": n_in, "Out msg nelems": n_out, "Group size": size,
+                "dtype": dtype, "In split size": splits[0], "Out split size": splits[1], "Process Group Name": pg_name,
+                "Process Group Description": pg_desc, "Process Group Ranks": ranks}
+
+    def _comms_op(self, comm: dict, pg: str) -> dict | None:
+        """record_param_comms's args (None without SynthConfig.collectives): the collective's, the
+        group's first rank and stride, this rank, and the op's number among its group's (``Seq``)."""
+        if not self.cfg.collectives:
+            return None
+        ranks = process_groups(self.cfg, self.rank)[pg]["ranks"]
+        seq = self.seq[pg] = self.seq.get(pg, 0) + 1
+        stride = ranks[1] - ranks[0] if len(ranks) > 1 else 1
+        return {**comm, "Rank": self.rank, "Global rank start": ranks[0], "Global rank stride": stride, "Seq": seq}
+
+    def _record_param_comms(self, tid: int, t0: int, t1: int, args: dict) -> int:
+        """The record_param_comms op c10d wraps a collective's launch in; returns its External id."""
+        ext = self.ext
+        self.ext += 1
+        self._x("cpu_op", "record_param_comms", self.cpu_pid, tid, t0, t1,
+                {"External id": ext, "Record function id": 0, **args})
+        return ext
+
+    def _slow_time(self, t: int) -> int:
+        """When the slow rank reaches a time ``t`` of this rank's plan (its steps start later and last longer)."""
+        return self.slow_t0 + int((t - self.step_t0) * self.cfg.slow_factor)
+
+    def _collective(self, pg: str, stream: int, want: int, start: int, end: int,
+                    fraction: float | None = None) -> tuple[int, int]:
+        """With ``collectives``, a collective kernel's times as NCCL runs them: after the group's previous
+        collective on this rank (one communicator runs its collectives in order), and not ending before
+        the group's last rank arrives plus the transfer (this kernel's own duration).  Arrivals come from
+        the plan: ``want`` for the ranks of this stage (the slow rank's stretched), and for a group over
+        several stages (``fraction`` of the way into each stage's REDUCE_GRAD) each stage's own time."""
+        if not self.cfg.collectives:
+            return start, end
+        shift = max(0, self.pg_free.get(pg, 0) - start)
+        start, end = start + shift, end + shift
+        slow = self.cfg.slow_rank
+        arrivals = []
+        for member in process_groups(self.cfg, self.rank)[pg]["ranks"]:
+            if fraction is None:  # (a group of this rank's stage)
+                if member == slow != self.rank:
+                    arrivals.append(self._slow_time(want))
+                continue
+            g0, g1 = self.reduce_grad[pp_rank_of(self.cfg, member)]
+            at = g0 + int((g1 - g0) * fraction)
+            arrivals.append(self.slow_t0 + int(at * self.cfg.slow_factor) if member == slow else self.normal_t0 + at)
+        if arrivals:
+            end = max(end, max(arrivals) + LAUNCH_LAT + (end - start))
+        self.free[stream] = self.pg_free[pg] = end
+        return start, end
+
+    def _all_to_allv(self, tid: int, t: int, want: int, dur: int) -> None:
+        """An all_to_allv over the world group, each rank sending its own split sizes (MoE token routing)."""
+        comm = self._comm("all_to_allv", "world")
+        ext, corr, idx, rend = self._op(tid, t, "c10d::alltoall_base_", "kernel", comms=self._comms_op(comm, "world"))
+        scale = comm["In msg nelems"] / (ALL_TO_ALLV_UNIT * 2.5 * self.cfg.ranks)
+        start, end = self._place(STREAM_ALLTOALL, want, int(dur * scale), rend)
+        start, end = self._collective("world", STREAM_ALLTOALL, want, start, end, 1 / 2)
+        self._nccl("alltoall", comm, "world", ext, STREAM_ALLTOALL, corr, idx, start, end)
 
     # -- grouping into annotations
 
@@ -782,6 +919,11 @@ class _RankGen:
         """Emit ProfilerStep#n of this rank."""
         plan, t_next = _plan_step(self.cfg, self.lists, self.costs, n, self.t_step)
         acts = plan[self.stage]
+        self.step_t0, self.slow_t0, self.normal_t0 = self.t_step, self.t_slow, self.t_normal
+        self.t_slow = self._slow_time(t_next)
+        self.t_normal = self.normal_t0 + t_next - self.step_t0
+        self.reduce_grad = [next((a.g0 - self.step_t0, a.g1 - self.step_t0) for a in acts_of if a.op == "REDUCE_GRAD")
+                            for acts_of in plan]
         if self.rank == self.cfg.slow_rank:
             acts, t_next = _stretched(acts, self.t_step, t_next, self.cfg.slow_factor)
         self.t_step = t_next
@@ -875,6 +1017,11 @@ def _device_properties(cfg: SynthConfig) -> list[dict]:
 
 def distributed_info(cfg: SynthConfig, rank: int) -> dict:
     """Kineto's distributedInfo: default, DP-shard and PP (``torchtitan_real_pp``) groups."""
+    if cfg.collectives:
+        pgs = [{"pg_name": g["pg_name"], "pg_desc": g["pg_desc"], "backend_config": "cuda:nccl",
+                "pg_size": g["pg_size"], "ranks": g["ranks"]} for g in process_groups(cfg, rank).values()]
+        return {"backend": "nccl", "rank": rank, "world_size": cfg.ranks, "pg_count": len(pgs),
+                "pg_config": pgs, "nccl_version": "2.21.5"}
     d = cfg.dp_degree
     stage = pp_rank_of(cfg, rank)
     pp = pp_group_of(cfg, rank)

@@ -21,7 +21,7 @@ from streamtrace.commands.mergedindex import GPU, LAUNCH, LinksIndex, MergedInde
 from streamtrace.commands.split import SplitIndex
 from streamtrace.errors import TraceError
 from streamtrace.io.configfiles import load_rules
-from streamtrace.io.projection import ProjectedChunk, Projection, read_alike
+from streamtrace.io.projection import ProjectedChunk, Projection, attribute, read_alike
 from streamtrace.kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 
 RULES = load_rules(None)
@@ -423,3 +423,14 @@ def test_a_projected_chunk_indexes_for_slice_as_event_by_event(order, selection)
     assert len(expected["columns"][0]) == len(events)
     flags = {(packed >> 24) & 0xFF for packed in expected["columns"][2]}
     assert len(flags) >= (6 if selection == "every criterion" else 3)
+
+
+def test_members_named_with_spaces_are_read_as_attributes():
+    """Kineto's arg names are not identifiers ("Collective name"): such a member is read under
+    projection.attribute's name for it, absent or null as its default."""
+    projection = Projection({"args": {"Collective name": None, "In msg nelems": -1, "1st": None}})
+    events = projection.decode(b'{"args": {"Collective name": "allreduce", "In msg nelems": 8, "1st": [1]}}, {"args": {}}')
+    assert [attribute(key) for key in ("Collective name", "In msg nelems", "1st")] == ["Collective_name", "In_msg_nelems",
+                                                                                      "_1st"]
+    assert (events[0].args.Collective_name, events[0].args.In_msg_nelems, events[0].args._1st) == ("allreduce", 8, [1])
+    assert (events[1].args.Collective_name, events[1].args.In_msg_nelems) == (None, -1)

@@ -342,3 +342,64 @@ def test_memory_stays_flat(tmp_path):
                             env={**os.environ, "PYTHONPATH": root})
     assert float(result.stdout.split()[-1]) < 100
     assert sum(p.stat().st_size for p in tmp_path.glob("rank*_trace.json.gz")) > 2_000_000
+
+
+def test_collective_args(tmp_path):
+    """--collectives: each NCCL kernel carries the collective args of the record_param_comms op that
+    launched it; one name per process group across ranks, as distributedInfo lists them; all_to_allv
+    splits agree between senders and receivers."""
+    truth = write_traces(SynthConfig(**SMALL, collectives=True), tmp_path, compress="gz", merged=False)
+    keys = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size",
+            "Out split size", "Process Group Name", "Process Group Description", "Process Group Ranks")
+    groups: dict[str, str] = {}
+    splits: dict[tuple[int, int], tuple[list, list]] = {}
+    for rank, rank_truth in enumerate(truth["ranks"]):
+        trace = load(tmp_path / rank_truth["file"])
+        assert trace["distributedInfo"]["rank"] == rank
+        configured = {pg["pg_name"]: str(pg["ranks"]) for pg in trace["distributedInfo"]["pg_config"]}
+        ops = {e["args"]["External id"]: e["args"] for e in trace["traceEvents"] if e.get("name") == "record_param_comms"}
+        kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")]
+        assert len(kernels) == rank_truth["collective_kernels"] == len(ops)
+        step = 0
+        for kernel in kernels:
+            args = kernel["args"]
+            op = ops[args["External id"]]
+            assert {key: op[key] for key in keys} == {key: args[key] for key in keys}
+            members = json.loads(args["Process Group Ranks"])
+            assert rank in members and args["Group size"] == len(members)
+            assert configured[args["Process Group Name"]] == args["Process Group Ranks"]
+            assert groups.setdefault(args["Process Group Name"], args["Process Group Ranks"]) == args["Process Group Ranks"]
+            assert (op["Global rank start"], op["Rank"]) == (members[0], rank)
+            if args["Collective name"] == "all_to_allv":
+                sent, received = json.loads(args["In split size"]), json.loads(args["Out split size"])
+                assert (sum(sent), sum(received)) == (args["In msg nelems"], args["Out msg nelems"])
+                splits[(rank, step)] = (sent, received)
+                step += 1
+    assert len(set(groups)) == 1 + 2 + 2  # world, a DP group per stage, a pipeline per DP rank
+    for (rank, step), (_, received) in splits.items():
+        for peer in range(4):
+            assert received[peer] == splits[(peer, step)][0][rank]
+    assert len({tuple(sent) for sent, _ in splits.values()}) > 1
+
+
+def test_collectives_wait_for_the_slow_rank(tmp_path):
+    """--collectives with a slow rank: the other ranks' collective kernels last until the slow rank has
+    arrived (NCCL's ranks finish a collective together), so the k-th collective of a group never ends
+    on one rank before it starts on another."""
+    config = SynthConfig(ranks=4, pp_stages=1, steps=3, eager_kernels=2, graph_kernels=4, python_noise=0,
+                         collectives=True, slow_rank=2, slow_factor=1.5)
+    truth = write_traces(config, tmp_path, compress="gz", merged=False)
+    kernels: dict[tuple[str, int], list[tuple[int, float, float]]] = defaultdict(list)
+    for rank, rank_truth in enumerate(truth["ranks"]):
+        seen: dict[str, int] = defaultdict(int)
+        events = [e for e in load(tmp_path / rank_truth["file"])["traceEvents"]
+                  if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")]
+        for e in sorted(events, key=lambda e: e["ts"]):
+            group = e["args"]["Process Group Name"]
+            kernels[(group, seen[group])].append((rank, e["ts"], e["ts"] + e["dur"]))
+            seen[group] += 1
+    assert len(kernels) == 3 * 5  # per step: 2 all-gathers and a reduce-scatter (DP group), an all-reduce and an all_to_allv
+    for members in kernels.values():
+        assert len(members) == 4
+        assert min(end for _, _, end in members) >= max(start for _, start, _ in members)
+        assert max(members, key=lambda member: member[1])[0] == 2  # the slow rank arrives last

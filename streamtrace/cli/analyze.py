@@ -20,6 +20,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "step), stragglers (HTA's candidates and each rank's lag per step), and utilization (each rank's GPU "
             "busy fraction per time bin, not HTA's). As HTA, the last profiler step is left out unless "
             "--include-last-step.",
+            "Inputs with collective kernels also give TraceLens's multi-rank collective report (nccl_long, "
+            "nccl_implicit_sync, their summaries, all_to_allv tables, straggler_summary: who arrives last, who "
+            "waits) and collective_bandwidth and straggler_causes beside it.",
             "Inputs are what 'merge' takes (rank files, globs, directories, archives, URLs) or one merged "
             "multi-rank file (ranks found as relink finds them). One task per input (-j, --dask). "
             "docs/analyze.md states each rule, and where it departs from HTA."),
@@ -42,6 +45,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--gpu-spec", metavar="FILE", help="with --ops: the GPU's peaks in TraceLens's arch JSON form "
                      "(mem_bw_gbps, max_achievable_tflops), for the sheets' roofline columns")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
+    cmd.add_argument("--all2allv-heatmap", action="store_true", help="with collective kernels: also TraceLens's "
+                     "nccl_all2allv_heatmap (bytes each rank sent each rank in all_to_allv)")
     cluster_option(cmd)
     common_options(cmd)
     cmd.set_defaults(run=run)
@@ -54,7 +59,7 @@ def run(args: argparse.Namespace) -> None:
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
-                      ops=args.ops, gpu_spec=args.gpu_spec, **reading(args))
+                      ops=args.ops, gpu_spec=args.gpu_spec, all2allv_heatmap=args.all2allv_heatmap, **reading(args))
     report("analyze", summary, args)
 
 
@@ -65,6 +70,8 @@ TOP = 5
 def rows(summary: dict) -> Rows:
     """Per rank its GPU time (the trace's own times, as inspect counts them; HTA's rounded share where it
     differs), the ranks that arrive last at collectives, the longest steps, the top kernels, the notes."""
+    from ..commands.analyses.collectives import report_rows as collective_rows
+
     tables = summary["tables"]
     rounded = {row["rank"]: row for row in tables["temporal_breakdown"]}
     overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
@@ -81,6 +88,7 @@ def rows(summary: dict) -> Rows:
                      + " (beyond the shortest rank's; a rank waiting in a collective for a late one takes long too)"))
     for n, row in enumerate(tables["kernel_totals"][:TOP]):
         rows.append(("top kernels" if n == 0 else "", f"{ms(row['sum (us)'])} {row['count']:,}x {row['name'][:90]}"))
+    rows.extend(collective_rows(summary))
     rows.extend(("note", note) for note in summary["notes"])
     if summary["output"]:
         rows.append(("output", listed(summary["output"], 3)))

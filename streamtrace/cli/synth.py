@@ -25,6 +25,9 @@ SYNTH_OPTIONS = (  # (group, SynthConfig field, help): each an option named afte
     ("content", "base_skew_ns", "added to the base time per rank, to test alignment"),
     ("content", "slow_rank", "a straggler: this rank runs --slow-factor times slower (-1: none)"),
     ("content", "slow_factor", "how much slower --slow-rank runs"),
+    ("content", "collectives", "collective args as PyTorch writes them: record_param_comms ops, one name per process "
+                               "group, sizes by collective, an all_to_allv per step with uneven per-rank splits; "
+                               "a group's collectives run in order, and wait for --slow-rank"),
     ("files", "layout", "event text: compact JSON an event a line, or Kineto's own layout (an event over "
                         "indented lines, spaces after colons)"),
 )

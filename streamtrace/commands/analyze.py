@@ -52,6 +52,7 @@ from ..io.sink import remove_quietly
 from ..io.source import InputSource
 from ..kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..resources import buffers_from_os, peak_rss_mb, trim_heap
+from .analyses import collectives  # TraceLens's collective report (SPEC 16): its hooks are marked "collectives"
 from .analyses import ops as ops_analysis
 from .mergedindex import note_process_name
 from .mergerank import rank_files_in
@@ -171,6 +172,7 @@ class AnalyzeIndex:
         self.spilled_rows = [0]  # work rows in that file (row positions count from the first work row)
         self._owner = os.getpid() if owner is None else owner  # the process that spills (pass-1 workers send theirs in parts)
         self.spool_dir = spool_dir
+        self.collectives = collectives.KernelCollector()  # collectives
         self.visit = self._make_visit()
 
     splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
@@ -198,6 +200,7 @@ class AnalyzeIndex:
         part["first_event"] = None if first is None or self._first_sent else _plain_event(first)
         part["first_rows"], self.first_rows[:] = self.first_rows[:], []
         self._first_sent = first is not None
+        part["collectives"] = self.collectives.take_part()  # collectives
         return part
 
     def absorb(self, part: dict, source: int, first_event: int) -> None:
@@ -215,6 +218,7 @@ class AnalyzeIndex:
             self.pids[slot].name_ranks |= facts.name_ranks
             if part["unranked"][local]:
                 self.unranked[slot] = 1
+        self.collectives.absorb(part["collectives"], source, maps[2])  # collectives
         extend_converted(self.ranked_rows, shifted(part["ranked_rows"], self.spilled_rows[0] + len(self.ts)))
         for name in self._PART_ARRAYS:
             getattr(self, name).extend(part[name])
@@ -260,12 +264,14 @@ class AnalyzeIndex:
                                        "args": None if args is None else {"name": args.name, "rank": args.rank}})
         timed_events = [events[at] for at in timed.tolist()]
         cats = [event.cat for event in timed_events]
+        kernels = self.collectives.kernels(timed_events, cats)  # collectives
         if set(map(type, cats)) - {str}:
             self.skipped[0] += sum(1 for cat in cats if cat is not None and cat.__class__ is not str)
             timed_events = [event for event, cat in zip(timed_events, cats) if cat.__class__ is str]
         if "Trace" in cats:
             timed_events = [event for event in timed_events if event.cat != "Trace"]
         self._rows(timed_events)
+        self.collectives.add_projected(kernels, self.slot_of)  # collectives
         return len(events)
 
     def _rows(self, events: list) -> None:
@@ -419,6 +425,7 @@ class AnalyzeIndex:
         plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
         plain_rows, spill = self.plain_ts, self.spill
         evidence_cats = RANK_EVIDENCE_CATEGORIES
+        collective, add_collective = self.collectives.wanted, self.collectives.add  # collectives
 
         def visit(event: dict) -> None:
             if first_event[0] is None:
@@ -453,6 +460,8 @@ class AnalyzeIndex:
             if not row_seen[slot]:
                 first_row_of(slot, ts, dur)
             name = get("name")
+            if cat == "kernel" and collective(name):  # collectives
+                add_collective(event, ts, dur, slot)
             args = get("args")
             stream = corr = NO_ID
             if args.__class__ is dict:
@@ -576,6 +585,7 @@ class RankResult:
     exact: GpuTime | None = None  # the temporal breakdown from the trace's own times
     kernel_totals: list = field(default_factory=list)  # (name, type, count, total time) per name, the trace's own times
     pp_stage: int | None = None  # its place in its PP group (distributedInfo)
+    collectives: collectives.CollectiveInput | None = None  # its collective kernels
 
 
 @dataclass
@@ -656,6 +666,7 @@ def analyze_file(path: str, options: _Options, progress: Meter | None = None) ->
             for rank, data in inputs:
                 out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
                                          cat_strings, step_names, first.get(rank, math.nan), options))
+                out[-1].collectives = index.collectives.of_rank(rank, ranks, collectives.device_count(members, member_value))
         except BaseException:
             _discard(FileResult(out, {}, 0, 0.0, set(), False))
             raise
@@ -1320,16 +1331,17 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             overwrite: bool = False, num_candidates: int = 2, progress: bool | str | None = False,
             reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
             command: str | None = None, summary_file: str | os.PathLike | None = None, ops: bool = False,
-            gpu_spec: str | None = None) -> dict:
+            gpu_spec: str | None = None, all2allv_heatmap: bool = False) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
     ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
     URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
     ``html``: also write the report page there (needs ``streamtrace[report]``),
-    its header naming ``command`` as what made it.  ``ops``: also TraceLens's
-    perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`), with the roofline
-    of ``gpu_spec`` (TraceLens's arch JSON form) if given.
+    its header naming ``command`` as what made it.  Inputs with collective kernels also give
+    TraceLens's collective tables (:mod:`.analyses.collectives`; ``all2allv_heatmap``: its heat map too).
+    ``ops``: also TraceLens's perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`),
+    with the roofline of ``gpu_spec`` (TraceLens's arch JSON form) if given.
     """
     started = time.perf_counter()
     if num_candidates < 1:
@@ -1341,6 +1353,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     if gpu_spec is not None and not ops:
         raise TraceError("--gpu-spec gives the roofline of the ops tables: add --ops")
     ops_spec = ops_analysis.prepare(destinations, out_dir, gpu_spec) if ops else None  # --ops, 1 of 3
+    collective_targets = collectives.claim(destinations, out_dir)
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
     if files == ["-"] and not alone:
@@ -1359,9 +1372,13 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             _refuse_repeated_ranks(results)
             parts = [result.launch_part for result in results if result.launch_part]
             tables = _tables(results, num_candidates, utilization_bins)
+            collective = collectives.collective_report([result.collectives for result in sorted(results, key=lambda r: r.rank)
+                                                        if result.collectives is not None], all2allv_heatmap)
+            collectives.add_causes(collective, tables)
+            tables.update(collectives.as_records(collective))
             launch_rows = sum(result.launch_rows for result in results)
-            notes = [note for result in per_file for note in result.notes] + [note for result in results
-                                                                              for note in result.notes] + ops_notes
+            notes = [note for result in per_file for note in result.notes]
+            notes += [note for result in results for note in result.notes] + collective.notes + ops_notes
             summary = {
                 "command": "analyze",
                 "read": _read_totals([result.read for result in per_file]),
@@ -1380,6 +1397,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             tables["kernel_launch_stats"] = None  # (read below from the parts, if few enough for --json)
             with destinations:  # the tables and the page appear together, or none of them
                 _write_tables(destinations, tables, parts, targets)
+                summary["output"][len(targets):len(targets)] = collectives.write(destinations, collective, collective_targets)
                 summary["output"] += ops_analysis.write(destinations, out_dir, ops_files)  # --ops, 3 of 3
                 if html is not None:
                     destinations.write(html, page.render(summary, files, command), role="HTML report")

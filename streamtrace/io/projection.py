@@ -35,7 +35,8 @@ class Projection:
     or :data:`ABSENT`), or to a mapping of the same kind: an object member
     (such as ``args``) and the members of it that are read; absent or
     ``null``, it is None, and any other value refuses the chunk.
-    Names must be Python identifiers.
+    A member whose name is not a Python identifier (``"Collective name"``)
+    is read as the attribute :func:`attribute` names.
     """
 
     def __init__(self, fields: Mapping[str, object] | type) -> None:
@@ -146,13 +147,20 @@ def _struct(name: str, fields: Mapping[str, object]) -> type:
     (decoded JSON holds no cycles): a quarter less time to decode a chunk."""
     members: list[tuple] = []
     for key, default in fields.items():
-        if not key.isidentifier():
-            raise ValueError(f"projected member {key!r} is not an identifier")
         if isinstance(default, Mapping):
             members.append((key, Optional[_struct(f"{name}_{key}", default)], None))
-        else:
+        elif key.isidentifier():
             members.append((key, Any, default))
+        else:
+            members.append((attribute(key), Any, msgspec.field(default=default, name=key)))
     return msgspec.defstruct(name, members, gc=False)
+
+
+def attribute(member: str) -> str:
+    """The attribute a projected member is read as: its name, every character that
+    cannot be in an identifier replaced by ``_`` (``Collective name``: ``Collective_name``)."""
+    name = re.sub(r"\W", "_", member)
+    return name if name.isidentifier() else f"_{name}"
 
 
 class ProjectedChunk:
@@ -202,9 +210,12 @@ _NEWLINE = ord("\n")
 _RETURN_TO_SPACE = bytes(32 if byte == 13 else byte for byte in range(256))
 
 
+COLLECTIVE_ARGS = ("External id", "Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
+                   "In msg nelems", "Out msg nelems", "In split size", "Out split size")
+"""The args of a collective kernel that analyze's collective report reads (besides ``stream`` and ``rank``)."""
 _ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,
-                    "args": {"stream": None, "original_stream": None, "correlation": None, "rank": None,
-                                               "name": None}}
+                    "args": {"stream": None, "original_stream": None, "correlation": None, "rank": None, "name": None,
+                             **dict.fromkeys(COLLECTIVE_ARGS)}}
 _ANALYSIS = Projection(_ANALYSIS_FIELDS)
 
 

@@ -1,0 +1,218 @@
+"""``analyze``'s collective report (SPEC 16): TraceLens's multi-rank tables
+(:mod:`streamtrace.algo.collectives`) from the collective kernels pass 1
+finds.
+
+Pass 1 keeps, per NCCL/RCCL kernel, its start, duration, pid slot, own
+``args.rank`` and an index into the distinct collective args seen (a few
+dozen bytes a kernel, whatever the size of the trace); once the file's
+ranks are known each rank's kernels become a :class:`RankKernels`, and the
+coordinator makes the tables from every rank's.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...algo import collectives as tables
+from ...algo.collectives import META, RankKernels, Report, Table
+from ...io.destinations import Destinations
+from ...io.projection import attribute
+
+NO_RANK = -1
+JSON_ROWS = 100_000  # beyond this a table is left to -o DIR (as dicts 100,000 rows take about 100 MB)
+_ATTRIBUTES = [attribute(key) for key in META]  # the projected args' attributes, in META's order
+
+
+@dataclass
+class CollectiveInput:
+    """One rank's collective kernels and its file's deviceProperties count (TraceLens's GPUs per node)."""
+
+    kernels: RankKernels
+    devices: int
+
+
+class KernelCollector:
+    """Pass 1's collective kernels: TraceLens's (category ``kernel``, a NCCL/RCCL name, a correlation or
+    External id), each with its start, duration, pid slot, own ``args.rank`` and collective args."""
+
+    def __init__(self) -> None:
+        self.ts, self.dur = array("d"), array("d")
+        self.slot, self.rank, self.meta = array("i"), array("i"), array("i")
+        self.metas: dict[tuple, int] = {}
+        self._listed = 0  # metadata rows already in a part
+        self._names: dict[object, bool] = {}
+        self._part_metas: dict[int, array] = {}  # per pass-1 worker: its metadata rows -> ours
+
+    def wanted(self, name: object) -> bool:
+        """Is a kernel of this name a collective kernel (cached per name)."""
+        found = self._names.get(name)
+        if found is None:
+            found = self._names[name] = tables.is_collective_kernel(name)
+        return found
+
+    def add(self, event: dict, ts: float, dur: float, slot: int) -> None:
+        """A kernel whose name :meth:`wanted`, as parsed (a dict)."""
+        args = event.get("args")
+        if args.__class__ is dict and (args.get("correlation") is not None or args.get("External id") is not None):
+            self._add([args.get(key) for key in META], event.get("name"), ts, dur, slot, args.get("rank"))
+
+    def kernels(self, events: list, cats: list) -> list:
+        """The collective kernels among a chunk's projected events (``cats``: their categories)."""
+        wanted = self.wanted
+        return [event for event in [events[at] for at, cat in enumerate(cats) if cat == "kernel"] if wanted(event.name)]
+
+    def add_projected(self, kernels: list, slot_of) -> None:
+        """Projected collective kernels (:meth:`kernels`; their args projected: io.projection.COLLECTIVE_ARGS)."""
+        for event in kernels:
+            args = event.args
+            if args is None or (args.correlation is None and args.External_id is None):
+                continue
+            ts, dur = event.ts, event.dur
+            if ts.__class__ in (int, float) and dur.__class__ in (int, float):
+                self._add([getattr(args, name) for name in _ATTRIBUTES], event.name, float(ts), float(dur),
+                          slot_of(event.pid), args.rank)
+
+    def _add(self, values: list, name: str, ts: float, dur: float, slot: int, rank: object) -> None:
+        values = [tables.hashable(value) for value in values]
+        values[tables.NAME] = tables.collective_name(values[tables.NAME], name)
+        meta = tuple(values)
+        at = self.metas.get(meta)
+        if at is None:
+            at = self.metas[meta] = len(self.metas)
+        self.ts.append(ts)
+        self.dur.append(dur)
+        self.slot.append(slot)
+        self.rank.append(rank if rank.__class__ is int and 0 <= rank < 2**31 else NO_RANK)
+        self.meta.append(at)
+
+    def take_part(self) -> dict:
+        """What was collected since the last part; metadata rows new since then are listed."""
+        part = {name: getattr(self, name)[:] for name in ("ts", "dur", "slot", "rank", "meta")}
+        for name in part:
+            del getattr(self, name)[:]
+        part["metas"] = list(self.metas)[self._listed:]
+        self._listed = len(self.metas)
+        return part
+
+    def absorb(self, part: dict, source: int, slots: array) -> None:
+        """Worker ``source``'s part, its pid slots mapped by ``slots``."""
+        metas = self._part_metas.setdefault(source, array("i"))
+        for meta in part["metas"]:
+            metas.append(self.metas.setdefault(meta, len(self.metas)))
+        self.ts.extend(part["ts"])
+        self.dur.extend(part["dur"])
+        self.rank.extend(part["rank"])
+        self.slot.extend(array("i", [slots[slot] for slot in part["slot"]]))
+        self.meta.extend(array("i", [metas[meta] for meta in part["meta"]]))
+
+    def of_rank(self, rank: int, slot_ranks: list[int], devices: int) -> CollectiveInput:
+        """A rank's kernels (a kernel's own args.rank, else its pid's), in file order."""
+        ranks = np.array(slot_ranks + [NO_RANK], dtype=np.int64)[np.frombuffer(self.slot, dtype=np.int32)]
+        own = np.frombuffer(self.rank, dtype=np.int32)
+        rows = np.flatnonzero(np.where(own >= 0, own, ranks) == rank)
+        ts, dur = np.frombuffer(self.ts, dtype=np.float64), np.frombuffer(self.dur, dtype=np.float64)
+        meta = np.frombuffer(self.meta, dtype=np.int32)
+        return CollectiveInput(RankKernels(rank, ts[rows].copy(), dur[rows].copy(), meta[rows].copy(), list(self.metas)),
+                               devices)
+
+
+def device_count(members: list, member_value) -> int:
+    """How many GPUs the file's deviceProperties lists (0 without it)."""
+    devices = member_value(members, "deviceProperties")
+    return len(devices) if isinstance(devices, list) else 0
+
+
+def collective_report(inputs: list[CollectiveInput], heatmap: bool = False) -> Report:
+    """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
+    first rank's file, as TraceLens takes them from its first file."""
+    if not inputs:
+        return Report({}, [])
+    return tables.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
+                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap)
+
+
+def add_causes(report: Report, hta_tables: dict) -> None:
+    """The report's straggler_causes, from its straggler summary and HTA's kernel and temporal breakdowns."""
+    stragglers = report.tables.get("straggler_summary")
+    if stragglers is not None:
+        report.tables["straggler_causes"] = tables.straggler_causes(
+            _records(stragglers), hta_tables.get("kernel_breakdown") or [], hta_tables.get("temporal_breakdown") or [])
+
+
+def claim(destinations: Destinations, out_dir: str | os.PathLike | None) -> dict[str, str]:
+    """Reserve the report's CSV files (written only for the tables the inputs give)."""
+    if out_dir is None:
+        return {}
+    directory = destinations.directory(out_dir, writes="the tables' CSV files")
+    targets = {name: os.path.join(directory, f"{name}.csv") for name in tables.TABLE_NAMES}
+    destinations.claim_all(targets.values(), role="table")
+    return targets
+
+
+def write(destinations: Destinations, report: Report, targets: dict[str, str]) -> list[str]:
+    """One CSV per table the report holds; returns the paths written."""
+    written = []
+    for name, table in report.tables.items():
+        if name in targets:
+            destinations.write(targets[name], csv_text(table).encode(), role="table")
+            written.append(targets[name])
+    return written
+
+
+def csv_text(table: Table) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.columns)
+    writer.writerows([[_cell(value) for value in row] for row in table.rows])
+    return out.getvalue()
+
+
+def _cell(value: object) -> object:
+    return "" if _missing(value) else value
+
+
+def as_records(report: Report) -> dict[str, list[dict] | None]:
+    """The tables as lists of rows (column -> value), for the summary (NaN as None); a table longer than
+    :data:`JSON_ROWS` is None there (its CSV has it), as analyze's launch statistics."""
+    return {name: None if len(table.rows) > JSON_ROWS else _records(table) for name, table in report.tables.items()}
+
+
+def _records(table: Table) -> list[dict]:
+    return [dict(zip(table.columns, (None if _missing(value) else value for value in row))) for row in table.rows]
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def report_rows(summary: dict) -> list[tuple[str, str]]:
+    """The default report's lines on collectives: who arrives last and what the others lose waiting,
+    why, and the collective waited on longest."""
+    found = summary["tables"]
+    stragglers = found.get("straggler_summary")
+    if not stragglers:
+        return []
+    last = stragglers[0]
+    waited = sum(row["total_wait_time_us"] for row in stragglers[1:])
+    rows = [("collectives", f"rank {last['rank']} arrives last at {last['times_arrived_last']} of "
+                            f"{last['num_collectives']} collectives; the other ranks wait {waited / 1e3:,.1f} ms in all")]
+    causes = {row["rank"]: row["why"] for row in found.get("straggler_causes") or []}
+    if causes.get(last["rank"]):
+        rows.append(("why", causes[last["rank"]].split(": ", 1)[1]))
+    bandwidth = found.get("collective_bandwidth") or []
+    if bandwidth:
+        worst = max(bandwidth, key=lambda row: row["wait for last (us)"])
+        rows.append(("longest wait", f"{worst['wait for last (us)']:,.0f} us for rank {worst['last arrival rank']} at "
+                                     f"{worst['Collective name']} {worst['collective_id']} (latency "
+                                     f"{worst['latency (us)']:,.0f} us, bus {_number_text(worst['bus bw (GB/s, 1e9)'])} GB/s)"))
+    return rows
+
+
+def _number_text(value: object) -> str:
+    return "n/a" if _missing(value) else f"{value:,.1f}"
