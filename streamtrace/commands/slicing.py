@@ -52,7 +52,7 @@ from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk, Projection
-from ..io.redact import RedactOptions, Redactor, redaction_summary
+from ..io.redact import RedactOptions, Redactor, pseudonymizes_hosts, redaction_summary
 from ..io.sink import OutputTarget, SinkSpec, publish_all
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import ColumnSpill
@@ -841,7 +841,7 @@ def slice_trace(
                                                             holds="Parquet" if rows else "JSON")
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
-                            salvage=salvage, progress=meter, jobs=processes)
+                            salvage=salvage, progress=meter, jobs=processes, learn_hosts=pseudonymizes_hosts(redactor))
         redactor = screen_of_copy(result, redactor)
         if target is not None:
             target.redactor = None if rows else redactor
