@@ -275,3 +275,23 @@ def test_every_command_pseudonymizes_a_host_name_wherever_it_appears(name, jobs,
         assert names == expected, output.name
         planted += len(texts)
     assert planted >= 1
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_host_names_are_learned_in_the_ordinary_reading_too(jobs, hosts, tmp_path, monkeypatch):
+    """An integer beyond 64 bits sends pass 1 to the ordinary reading (with -j 2, a parsing child that flags
+    the batches to look at): the host names are learned there as well."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    document = json.loads(hosts["rank0_trace.json"].read_bytes())
+    events_of(document)[0].setdefault("args", {})["sequence"] = 2**70
+    trace = tmp_path / "bigint.json"
+    trace.write_text(json.dumps(document))
+    calls = []
+    monkeypatch.setattr(parseproc, "parse_in_child", lambda *args, real=parseproc.parse_in_child, **kwargs:
+                        calls.append(1) or real(*args, **kwargs))
+    out = tmp_path / "c.json"
+    streamtrace.compact(trace, out, jobs=jobs, redact=streamtrace.RedactOptions(pseudonymize=("hosts",)))
+    assert bool(calls) == (jobs == 2)
+    assert HOST not in out.read_text().lower()
+    names, planted = host_pseudonyms(out)
+    assert len(names) == 1 and next(iter(names)).startswith("host-") and len(planted) == 1
