@@ -89,6 +89,8 @@ WRITERS = {
     "merge": lambda t, out, **kw: streamtrace.merge([t["rank0_trace.json"], t["rank1_trace.json"]], out / "m.json",
                                                     **kw),
     "split": lambda t, out, **kw: streamtrace.split(t["merged_trace.json"], out, compress="none", **kw),
+    "merge --per-stage": lambda t, out, **kw: streamtrace.merge([t["rank0_trace.json"], t["rank1_trace.json"]], out,
+                                                                per_stage=True, compress="none", **kw),
 }
 
 
@@ -203,3 +205,93 @@ def test_a_batch_adds_up_what_its_outputs_copied_and_warns_once(traces, tmp_path
     outputs = sorted((tmp_path / "out").iterdir())
     assert len(outputs) == 2 and all(run["secrets_copied"] for run in summary["runs"])
     assert_warned(summary, outputs)
+
+
+HOST = "gpu-node-07"
+
+
+def plant_host(source: Path, destination: Path) -> None:
+    """``source`` with HOST as ``HOSTNAME`` and ``uname.node`` in its metadata, and in the free text and a
+    path in the args of its first cpu_op."""
+    document = json.loads(source.read_bytes())
+    events = events_of(document)
+    first = next(n for n, event in enumerate(events) if event.get("cat") == "cpu_op")
+    events[first] = {**events[first], "args": {**events[first].get("args", {}), "log": f"rendezvous on {HOST}:29500",
+                                               "file": f"/scratch/{HOST}/run1/log.txt"}}
+    document = {"metadata": {"system": {"uname": {"node": HOST, "sysname": "Linux"}, "env": {"HOSTNAME": HOST}}},
+                **{key: value for key, value in document.items() if key != "traceEvents"}, "traceEvents": events}
+    destination.write_bytes(orjson.dumps(document))
+
+
+@pytest.fixture(scope="module")
+def hosts(traces, tmp_path_factory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("hosts")
+    files = {}
+    for name in ("rank0_trace.json", "rank1_trace.json", "merged_trace.json"):
+        files[name] = directory / name
+        plant_host(traces["clean"].parent / name, files[name])
+    return files
+
+
+def host_pseudonyms(path: Path) -> tuple[set[str], list[str]]:
+    """The stand-ins the output has for HOST in each planted place (HOSTNAME, uname.node, the free text and
+    the path), and the planted texts (written plainly: ``json.load`` and a walk)."""
+    document = json.loads(path.read_bytes())
+    system = document["metadata"]["system"]
+    names = {system["env"]["HOSTNAME"], system["uname"]["node"]}
+    planted = []
+    for event in events_of(document):
+        args = event.get("args", {})
+        if "log" in args and "file" in args:
+            planted.append(args["log"])
+            names.add(args["log"].removeprefix("rendezvous on ").removesuffix(":29500"))
+            names.add(args["file"].split("/")[2])
+    return names, planted
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("name", [*WRITERS, "slice --each-step"])
+def test_every_command_pseudonymizes_a_host_name_wherever_it_appears(name, jobs, hosts, tmp_path, monkeypatch):
+    """``--pseudonymize hosts`` learns the host names before writing (in pass 1, or a reading of its own)
+    and replaces each as a whole word in every string: every output gives HOST, wherever it appears, the
+    pseudonym ``redact`` gives it, and holds HOST nowhere."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)  # -j 2: pass-1 workers (or the parsing child) on this small file
+    options = streamtrace.RedactOptions(pseudonymize=("hosts",))
+    expected = host_pseudonyms(Path(streamtrace.redact(hosts["rank0_trace.json"], tmp_path / "redacted.json",
+                                                       pseudonymize=["hosts"])["output"]))[0]
+    assert len(expected) == 1 and next(iter(expected)).startswith("host-")
+    out = tmp_path / "out"
+    out.mkdir()
+    if name == "slice --each-step":
+        streamtrace.slice_trace(hosts["rank0_trace.json"], out, each_step=True, compress="none", jobs=jobs,
+                                redact=options)
+    else:
+        WRITERS[name](hosts, out, jobs=jobs, redact=options)
+    outputs = sorted(out.iterdir())
+    planted = 0
+    for output in outputs:
+        assert HOST not in output.read_text().lower(), output.name
+        names, texts = host_pseudonyms(output)
+        assert names == expected, output.name
+        planted += len(texts)
+    assert planted >= 1
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_host_names_are_learned_in_the_ordinary_reading_too(jobs, hosts, tmp_path, monkeypatch):
+    """An integer beyond 64 bits sends pass 1 to the ordinary reading (with -j 2, a parsing child that flags
+    the batches to look at): the host names are learned there as well."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    document = json.loads(hosts["rank0_trace.json"].read_bytes())
+    events_of(document)[0].setdefault("args", {})["sequence"] = 2**70
+    trace = tmp_path / "bigint.json"
+    trace.write_text(json.dumps(document))
+    calls = []
+    monkeypatch.setattr(parseproc, "parse_in_child", lambda *args, real=parseproc.parse_in_child, **kwargs:
+                        calls.append(1) or real(*args, **kwargs))
+    out = tmp_path / "c.json"
+    streamtrace.compact(trace, out, jobs=jobs, redact=streamtrace.RedactOptions(pseudonymize=("hosts",)))
+    assert bool(calls) == (jobs == 2)
+    assert HOST not in out.read_text().lower()
+    names, planted = host_pseudonyms(out)
+    assert len(names) == 1 and next(iter(names)).startswith("host-") and len(planted) == 1

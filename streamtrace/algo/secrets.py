@@ -231,6 +231,7 @@ class Findings:
 
     counts: dict[str, int] = field(default_factory=dict)
     paths: dict[str, list[tuple]] = field(default_factory=dict)  # as path parts, formatted in by_kind
+    hosts: dict[str, str] = field(default_factory=dict)  # host names learned (:meth:`SecretFinder.learn_hosts`)
 
     def add(self, kind: str, path: list[object]) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -248,6 +249,15 @@ class Findings:
                 if path[:1] == ("traceEvents",) and len(path) > 1:
                     path = (path[0], path[1] + first_event, *path[2:])
                 kept.append(path)
+        for lowered, host in other.hosts.items():
+            self.learn_host(lowered, host)
+
+    def learn_host(self, lowered: str, host: str) -> None:
+        """Remember a host name (lower-cased, and as first seen)."""
+        if lowered not in self.hosts:
+            if len(self.hosts) >= MAX_PSEUDONYMS:
+                raise TraceError(f"more than {MAX_PSEUDONYMS} distinct hosts to pseudonymize")
+            self.hosts[lowered] = host
 
     def by_kind(self) -> dict[str, dict]:
         return {kind: {"count": self.counts[kind], "paths": [format_path(path) for path in self.paths[kind]]}
@@ -410,30 +420,29 @@ class SecretFinder:
                 return "users"
         return None
 
-    def learn_hosts(self, value: object) -> None:
-        """Remember the strings under host keys (``HOSTNAME``, ``host``,
-        ``master_addr``...) anywhere in ``value``: once a value is known to
-        be a host name, :meth:`know_hosts` has it pseudonymized wherever it
-        appears (``metadata.system.uname.node`` too)."""
+    def learn_hosts(self, value: object, findings: Findings) -> None:
+        """Remember in ``findings`` the strings under host keys (``HOSTNAME``,
+        ``host``, ``master_addr``...) anywhere in ``value``: once a value is
+        known to be a host name, :meth:`know_hosts` has it pseudonymized
+        wherever it appears (``metadata.system.uname.node`` too)."""
         stack: list[tuple[object, bool]] = [(value, False)]
         while stack:
             item, under_host = stack.pop()
             kind = type(item)
             if kind is str:
                 if under_host and item and not _MARKER.fullmatch(item) and not _PSEUDONYM.fullmatch(item):
-                    if len(self._hosts) >= MAX_PSEUDONYMS:
-                        raise TraceError(f"more than {MAX_PSEUDONYMS} distinct hosts to pseudonymize")
-                    self._hosts.setdefault(item.lower(), item)
+                    findings.learn_host(item.lower(), item)
             elif kind is dict:
                 stack.extend((child, under_host or key.lower() in _HOST_KEYS) for key, child in item.items())
             elif kind is list:
                 stack.extend((child, under_host) for child in item)
 
-    def know_hosts(self, other: "SecretFinder") -> None:
+    def know_hosts(self, hosts: dict[str, str]) -> None:
         """Pseudonymize, as whole words in every string, the host names
-        ``other`` learned (:meth:`learn_hosts`); the pre-filter then looks
-        for them too (folded: digits as ``9``, so a hint may hold digits)."""
-        self._hosts = dict(other._hosts)
+        learned (:meth:`learn_hosts`: lower-cased -> as first seen); the
+        pre-filter then looks for them too (folded: digits as ``9``, so a
+        hint may hold digits)."""
+        self._hosts = dict(hosts)
         if not self._hosts or self.pseudonyms is None or "hosts" not in self.pseudonyms.kinds:
             return
         names = sorted(self._hosts, key=len, reverse=True)  # the longest first where one holds another

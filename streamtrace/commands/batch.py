@@ -20,7 +20,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections import Counter
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -30,6 +29,7 @@ from ..errors import TraceError
 from ..io.destinations import Destinations
 from ..io.formats import SUFFIXES
 from ..io.inputs import expand_inputs
+from ..io.redact import summed_redaction
 from ..io.sink import SinkSpec, default_output, make_folders, publish_all, remove_empty_folders, remove_quietly
 from ..resources import peak_rss_mb
 
@@ -77,32 +77,6 @@ def batch(command: str, srcs: Sequence[str | os.PathLike], dst: str | None = Non
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     })
-
-
-def summed_redaction(runs: list[dict]) -> dict:
-    """The runs' ``redaction`` entries added up, for the batch's report (each
-    input is redacted on its own, so pseudonyms are numbered per file), and
-    the secrets their outputs copied."""
-    entries = [run["redaction"] for run in runs if "redaction" in run]
-    copied = [run["secrets_copied"] for run in runs if "secrets_copied" in run]
-    summed_copies = {"secrets_copied": summed_kinds(copied)} if copied else {}  # (warned of once, for the batch)
-    if not entries:
-        return summed_copies
-    summed: dict = {"secrets_redacted": summed_kinds([entry["secrets_redacted"] for entry in entries])}
-    if any("pseudonymized" in entry for entry in entries):
-        summed["pseudonymized"] = dict(sum((Counter(entry.get("pseudonymized", {})) for entry in entries), Counter()))
-    return {"redaction": summed, **summed_copies}
-
-
-def summed_kinds(entries: list[dict]) -> dict:
-    """Secrets by kind (a count and paths) of several runs, added up."""
-    found: dict[str, dict] = {}
-    for entry in entries:
-        for kind, seen in entry.items():
-            mine = found.setdefault(kind, {"count": 0, "paths": []})
-            mine["count"] += seen["count"]
-            mine["paths"].extend(path for path in seen["paths"] if path not in mine["paths"])
-    return dict(sorted(found.items()))
 
 
 def _each_to_directory(command: str, files: list[str], directory: str | None, runner: TaskRunner,

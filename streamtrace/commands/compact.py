@@ -19,7 +19,7 @@ from ..io.configfiles import load_rules
 from ..io.destinations import Destinations
 from ..io.progress import Progress
 from ..io.reader import ReadStats
-from ..io.redact import RedactOptions, Redactor, redaction_summary
+from ..io.redact import RedactOptions, Redactor, pseudonymizes_hosts, redaction_summary
 from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..io.spool import parked
@@ -72,7 +72,8 @@ def compact(
         meter = Progress(source.size, enabled=progress)
         with buffers_from_os(PLAN_MMAP_THRESHOLD):  # the index arrays grow by copies, which must not stay resident
             result: IndexResult = index_pass(source, lambda: CompactIndex(chosen_rules), keep_events=True,
-                                             spool_dir=spool_dir, salvage=salvage, progress=meter, jobs=processes)
+                                             spool_dir=spool_dir, salvage=salvage, progress=meter, jobs=processes,
+                                             learn_hosts=pseudonymizes_hosts(target.redactor))
         index: CompactIndex = result.visitor  # type: ignore[assignment]
         members = result.stats.header + result.stats.trailer
         try:

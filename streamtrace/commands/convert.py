@@ -10,7 +10,7 @@ import struct
 import time
 from typing import Iterable, Sequence
 
-from ..algo.secrets import SecretFinder
+from ..algo.secrets import Findings
 from ..engine import parseproc
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import read_with_retries, retrying
@@ -24,7 +24,9 @@ from ..io.redact import (
     Redactor,
     copy_screen,
     host_learner,
+    learn_hosts_in_batch,
     learn_hosts_in_members,
+    pseudonymizes_hosts,
     redaction_summary,
     restart_redaction,
 )
@@ -88,7 +90,7 @@ def convert(
         destinations = Destinations([source.location], overwrite=overwrite, summary=summary_file)
         target = destinations.target(dst, compress=compress, level=level, redactor=redactor)
         meter = Progress(source.size, enabled=progress)
-        if redactor.replace and redactor.finder.pseudonyms is not None and "hosts" in redactor.finder.pseudonyms.kinds:
+        if pseudonymizes_hosts(redactor):
             redactor.finder.know_hosts(read_with_retries(source, _learn_hosts, salvage=salvage, progress=meter,
                                                          label="host names"))
 
@@ -140,18 +142,16 @@ def convert(
     })
 
 
-def _learn_hosts(reader: TraceReader) -> SecretFinder:
+def _learn_hosts(reader: TraceReader) -> dict[str, str]:
     """A first reading for ``--pseudonymize hosts``: the values under host
     keys anywhere (events, members before or after them), so that the
     writing pass replaces each wherever it appears, before or after the
     place that shows it is a host name."""
-    learner = host_learner()
+    learner, found = host_learner(), Findings()
     for events in reader.batches():
-        if reader.batch_text is None or learner.suspicious(reader.batch_text):
-            for event in events:
-                learner.learn_hosts(event)
-    learn_hosts_in_members(learner, reader.stats.header + reader.stats.trailer)
-    return learner
+        learn_hosts_in_batch(learner, reader.batch_text, events, found)
+    learn_hosts_in_members(learner, reader.stats.header + reader.stats.trailer, found)
+    return found.hosts
 
 
 def _in_child(source: InputSource, target: OutputTarget, position: dict[str, int], salvage: bool,

@@ -39,6 +39,7 @@ from ..algo.pparrows import (
     send_recv_arrows,
 )
 from ..algo.ranks import rank_from_file_name
+from ..algo.secrets import Findings
 from ..engine.executors import TaskRunner, Work, shared_path
 from ..engine.jobs import resolve_jobs
 from ..errors import TraceError
@@ -46,7 +47,7 @@ from ..io.archive import outer_path
 from ..io.destinations import Destinations
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
-from ..io.redact import RedactOptions, Redactor, copy_screen, redaction_summary
+from ..io.redact import RedactOptions, Redactor, copy_redactor, pseudonymizes_hosts, redaction_summary, summed_redaction
 from ..io.remote import is_url
 from ..io.sink import OutputTarget, SinkSpec, remove_quietly
 from ..io.writer import TraceWriter
@@ -97,6 +98,7 @@ def merge(
     stage (see :func:`_per_stage`).
     """
     started = time.perf_counter()
+    redactor = Redactor.from_options(redact)
     files = discover_inputs([srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs))
     wanted = parse_rank_list(ranks) if isinstance(ranks, str) else ranks
     if wanted is not None:
@@ -116,7 +118,8 @@ def merge(
         if per_stage and runner.store is not None:
             raise TraceError("--per-stage's tasks write the stages' files into the output directory: give --spool-dir "
                              "a directory every worker shares, not a bucket URL")
-        options = PhaseOneOptions(compact, original_stream, pp_flows, rules, runner.work_dir, salvage, reread_remote)
+        options = PhaseOneOptions(compact, original_stream, pp_flows, rules, runner.work_dir, salvage, reread_remote,
+                                  pseudonymizes_hosts(redactor))
         # every rank's files are in the run's directory (or prefix), removed with it whatever happens
         if runner.store is None:
             indexed = list(runner.ordered(index_rank, [(path, options) for path in files], label="ranks indexed",
@@ -136,14 +139,16 @@ def merge(
                                                   started=started))
         return destinations.finish(_phase_two(indexed, dst, destinations, compress=compress, level=level,
                                               pp_flows=pp_flows, runner=runner, progress=progress,
-                                              started=started, redactor=_redactor(indexed, redact)))
+                                              started=started, redactor=copy_redactor(redactor, _found(indexed))))
 
 
-def _redactor(indexed: list[RankIndex], redact: RedactOptions | bool | None) -> Redactor | None:
-    """The output's redactor: the one asked for, else one that counts the
-    secrets copied when a rank's input holds any (see ``screen_of_copy``)."""
-    redactor = Redactor.from_options(redact)
-    return copy_screen() if redactor is None and any(entry.holds_secrets for entry in indexed) else redactor
+def _found(indexed: list[RankIndex]) -> Findings:
+    """What pass 1 found in these ranks' inputs, together: secrets (counted,
+    for whether their copy is screened) and host names (for their pseudonyms)."""
+    found = Findings()
+    for entry in indexed:
+        found.absorb(entry.secrets, 0)
+    return found
 
 
 def _discard(entry: RankIndex) -> None:
@@ -259,7 +264,7 @@ def _per_stage(indexed: list[RankIndex], directory: str, destinations: Destinati
     plans = {stage: _plan_output([indexed[n] for n in members], pp_flows) for stage, members in stages.items()}
     pass2_started = time.perf_counter()
     with staged(list(finals.values()), destinations.overwrite) as paths:
-        jobs = [_StageWrite(path, compress, level, redact, plan.rank_calls(), plan.header, plan.trailer,
+        jobs = [_StageWrite(path, compress, level, redact, _found(plan.indexed), plan.rank_calls(), plan.header, plan.trailer,
                             list(plan.arrow_lines())) for path, plan in zip(paths, plans.values())]
         written = list(runner.ordered(_write_stage, [(job,) for job in jobs], label="stages written"))
     per_stage = [{"pp_stage": stage, **_output_summary(plans[stage], finals[stage], events, pass2_started), **redaction}
@@ -272,6 +277,7 @@ def _per_stage(indexed: list[RankIndex], directory: str, destinations: Destinati
         "time_offsets_us": {rank: offset for entry in per_stage for rank, offset in entry["time_offsets_us"].items()},
         **({"pp_cross_stage_arrows": sum(1 for arrow in whole.arrows if arrow[5] != arrow[6])} if pp_flows else {}),
         "stages": per_stage,
+        **summed_redaction(per_stage),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "peak_rss_mb": peak_rss_mb(),
     }
@@ -305,6 +311,7 @@ class _StageWrite:
     compress: str | None
     level: int | None
     redact: RedactOptions | bool | None
+    found: Findings  # what pass 1 found in the stage's ranks
     ranks: list[tuple]
     header: list[RawMember]
     trailer: list[RawMember]
@@ -317,7 +324,7 @@ def _write_stage(job: _StageWrite) -> tuple[int, dict]:
     The task can run again (Dask reruns a task whose worker died): it keeps
     the ranks' states and spools, and replaces a file an earlier attempt left."""
     target = OutputTarget(job.path, overwrite=True, compress=job.compress, level=job.level,
-                          redactor=Redactor.from_options(job.redact))
+                          redactor=copy_redactor(Redactor.from_options(job.redact), job.found))
     with target.open() as out:
         writer = TraceWriter(out, job.header, target.redactor)
         for call in job.ranks:

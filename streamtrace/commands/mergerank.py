@@ -21,6 +21,7 @@ from ..algo.pparrows import (
     Span,
 )
 from ..algo.ranks import pp_group_ranks, rank_from_file_name
+from ..algo.secrets import Findings
 from ..algo.steps import parse_int_list
 from ..engine.passes import IndexResult, index_pass
 from ..errors import TraceError
@@ -181,7 +182,7 @@ class RankIndex:
     plan_seconds: float
     backend: object
     read: dict  # the reading's stats
-    holds_secrets: bool = False  # pass 1's screen found secrets in the input: pass 2 counts those it copies
+    secrets: Findings = field(default_factory=Findings)  # what pass 1's screen found (see ``copy_redactor``)
 
     @property
     def events(self) -> int:
@@ -205,6 +206,7 @@ class PhaseOneOptions:
     spool_dir: str | None
     salvage: bool
     reread_remote: bool
+    learn_hosts: bool = False  # the output pseudonymizes host names: pass 1 learns the input's
 
 
 def index_rank(path: str, options: PhaseOneOptions, progress: Meter | None = None) -> RankIndex:
@@ -213,7 +215,7 @@ def index_rank(path: str, options: PhaseOneOptions, progress: Meter | None = Non
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         result: IndexResult = index_pass(source, lambda: MergeIndex(rules), keep_events=True,
                                          spool_dir=options.spool_dir, salvage=options.salvage, progress=progress,
-                                         jobs=1)  # -j N = N busy processes: one per rank
+                                         jobs=1, learn_hosts=options.learn_hosts)  # -j N = N busy processes: one per rank
     try:
         return _plan_rank(path, result, options)
     except BaseException:
@@ -264,7 +266,7 @@ def _plan_rank(path: str, result: IndexResult, options: PhaseOneOptions) -> Rank
         facts, rank_source, result.stats.header, result.stats.trailer,
         None if compaction is None else compaction.summary, spans, tracks, state_path, result.spool.path,
         round(result.seconds, 3), round(time.perf_counter() - planned, 3),
-        info.get("backend") if isinstance(info, dict) else None, result.stats.as_dict(), bool(result.secrets.counts),
+        info.get("backend") if isinstance(info, dict) else None, result.stats.as_dict(), result.secrets,
     )
 
 

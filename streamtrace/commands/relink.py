@@ -29,7 +29,7 @@ from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
 from ..io.eventtext import dumps_event, event_loader
 from ..io.progress import Progress
-from ..io.redact import RedactOptions, Redactor, redaction_summary
+from ..io.redact import RedactOptions, Redactor, pseudonymizes_hosts, redaction_summary
 from ..io.sink import SinkSpec, default_output
 from ..io.source import InputSource, SourceSpec
 from ..io.textfields import field_pattern, positions, swap_one
@@ -318,7 +318,7 @@ def relink(
         target = destinations.target(dst, compress=compress, level=level, redactor=Redactor.from_options(redact))
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, LinksIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
-                            progress=meter, jobs=processes)
+                            progress=meter, jobs=processes, learn_hosts=pseudonymizes_hosts(target.redactor))
         try:
             resolved = resolve(result.visitor, result.stats.header + result.stats.trailer, mapping)
             resolved.require_links("relink")

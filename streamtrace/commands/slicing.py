@@ -31,7 +31,7 @@ from ..errors import TraceError
 from ..io.configfiles import load_rank_map
 from ..io.destinations import Destinations
 from ..io.progress import Progress
-from ..io.redact import RedactOptions, Redactor, redaction_summary
+from ..io.redact import RedactOptions, Redactor, pseudonymizes_hosts, redaction_summary
 from ..io.sink import OutputTarget, SinkSpec, publish_all
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import TraceWriter
@@ -158,7 +158,7 @@ def slice_trace(
                                                             holds="Parquet" if rows else "JSON")
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, lambda: SliceIndex(selection, spool_dir), keep_events=True, spool_dir=spool_dir,
-                            salvage=salvage, progress=meter, jobs=processes)
+                            salvage=salvage, progress=meter, jobs=processes, learn_hosts=pseudonymizes_hosts(redactor))
         redactor = screen_of_copy(result, redactor)
         if target is not None:
             target.redactor = None if rows else redactor

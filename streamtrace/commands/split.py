@@ -38,7 +38,7 @@ from ..io.formats import SUFFIXES
 from ..io.jsonscan import RawMember
 from ..io.progress import Progress
 from ..io.projection import ProjectedChunk
-from ..io.redact import RedactOptions, Redactor, redaction_summary
+from ..io.redact import RedactOptions, Redactor, pseudonymizes_hosts, redaction_summary
 from ..io.sink import OutputTarget, check_level, publish_all
 from ..io.source import InputSource, SourceSpec
 from ..io.writer import TraceWriter
@@ -243,7 +243,7 @@ def split(
                                            existing=rf"rank\d+_trace{re.escape(SUFFIXES[compress])}")
         meter = Progress(source.size, enabled=progress)
         result = index_pass(source, SplitIndex, keep_events=True, spool_dir=spool_dir, salvage=salvage,
-                            progress=meter, jobs=processes)
+                            progress=meter, jobs=processes, learn_hosts=pseudonymizes_hosts(redactor))
         redactor = screen_of_copy(result, redactor)
         created = not os.path.isdir(directory)
         staging = None

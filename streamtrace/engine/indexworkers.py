@@ -333,7 +333,7 @@ class ChunkIndexer:
                 return None
         if self._screen is not None:
             self._screen.findings = Findings()
-            if self._screen.finder.suspicious(text, folded):
+            if self._screen.suspicious(text, folded):
                 flagged = chunk_events(text)
                 if flagged is None:
                     return None
@@ -407,7 +407,7 @@ class InlineIndexer:
         self.screen = screen
         self.events = 0
         self._taken = 0
-        part_screen = None if screen is None else Redactor(screen.finder, replace=False)
+        part_screen = None if screen is None else Redactor(screen.finder, replace=False, learner=screen.learner)
         self._index = ChunkIndexer(make_visitor(), spool, spool is not None and hasattr(spool, "add_text"), part_screen)
 
     def submit(self, text: bytes, offset: int | None) -> int:

@@ -20,7 +20,7 @@ from ..errors import RobustModeNeeded, TraceError, TransferError
 from ..io.eventtext import dumped_batch, loads_spooled, raise_if_container_field
 from ..io.progress import Meter
 from ..io.reader import ReadMode, ReadStats, TraceReader, warn_if_slow_backend
-from ..io.redact import Redactor, copy_screen
+from ..io.redact import Redactor, copy_redactor, copy_screen
 from ..io.scratch import check_local_spool_dir
 from ..io.sink import OutputTarget
 from ..io.source import InputSource
@@ -125,6 +125,7 @@ def index_pass(
     salvage: bool = False,
     progress: Meter | None = None,
     jobs: int = 1,
+    learn_hosts: bool = False,
 ) -> IndexResult:
     """Pass 1: visit every event; spool the event lines when pass 2 follows.
 
@@ -140,12 +141,14 @@ def index_pass(
     When the events are kept for a copy, a secrets screen
     (:func:`~streamtrace.io.redact.copy_screen`) counts the secrets of the
     input in ``secrets``: pass 2 then knows whether what it writes needs
-    looking at (:func:`screen_of_copy`).
+    looking at (:func:`screen_of_copy`).  With ``learn_hosts`` (the copy
+    pseudonymizes host names), the screen also learns the host names of the
+    input into ``secrets.hosts``, for pass 2 to replace wherever they appear.
     """
     started = time.perf_counter()
     check_local_spool_dir(spool_dir)
     spool = EventSpool(spool_dir) if keep_events else None
-    screen = copy_screen() if keep_events else None
+    screen = copy_screen(learn_hosts) if keep_events else None
 
     def attempt(reader: TraceReader) -> tuple[Visitor, ReadStats]:
         visitor = make_visitor()
@@ -186,7 +189,7 @@ def index_pass(
         scan = with_screen(getattr(visitor, "scan_batch", None), screen)
         first_test = getattr(visitor, "screen_batch", None)  # the scan's cheap first test, run in the child
         if screen is not None:
-            first_test = screen.finder.suspicious if first_test is None else _either(first_test, screen)
+            first_test = screen.suspicious if first_test is None else _either(first_test, screen)
 
         visitor_event: list = [None]  # the event being visited, for errors raised on it
         visited = [0]
@@ -261,17 +264,14 @@ def with_screen(scan: BatchScan | None, screen: Redactor | None) -> BatchScan | 
 
 
 def _either(first_test: Callable[[bytes | memoryview], bool], screen: Redactor) -> Callable[[bytes | memoryview], bool]:
-    return lambda text: first_test(text) or screen.finder.suspicious(text)
+    return lambda text: first_test(text) or screen.suspicious(text)
 
 
 def screen_of_copy(result: IndexResult, redactor: Redactor | None) -> Redactor | None:
-    """The redactor pass 2 writes through: the command's own, else, when
-    pass 1 found secrets in the input, one that counts those the output
-    holds (which turns off writing in place: the writer sees every byte).
-    With a clean input the copy is clean too, and nothing is looked at."""
-    if redactor is not None or not result.secrets.counts:
-        return redactor
-    return copy_screen()
+    """The redactor pass 2 writes through (:func:`~streamtrace.io.redact.copy_redactor`
+    of what pass 1 found); a screen that counts turns off writing in place:
+    the writer sees every byte."""
+    return copy_redactor(redactor, result.secrets)
 
 
 def batches(items: Iterable[bytes], size: int) -> Iterable[list[bytes]]:

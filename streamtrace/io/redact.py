@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable
@@ -64,11 +65,15 @@ def _loads_member(raw: bytes) -> object:
 
 class Redactor:
     """Finds secrets in what a trace writer writes, and replaces them
-    (``replace`` False: only counts them, for ``inspect``)."""
+    (``replace`` False: only counts them, for ``inspect`` and the screens of
+    copies).  A screen with a ``learner`` (:func:`host_learner`) also learns
+    the host names in what it scans, into ``findings.hosts``: pass 1 of a
+    copy whose redactor pseudonymizes hosts (see :func:`copy_redactor`)."""
 
-    def __init__(self, finder: SecretFinder, *, replace: bool = True) -> None:
+    def __init__(self, finder: SecretFinder, *, replace: bool = True, learner: SecretFinder | None = None) -> None:
         self.finder = finder
         self.replace = replace
+        self.learner = learner
         self.findings = Findings()
 
     @classmethod
@@ -81,8 +86,16 @@ class Redactor:
         rules = load_secret_rules(options.rules, options.patterns)
         return cls(SecretFinder(rules, Pseudonyms(options.pseudonymize)))
 
+    def suspicious(self, text: bytes | memoryview, folded: bytes | None = None) -> bool:
+        """Does :meth:`scan_batch` need the events ``text`` encodes?  (The
+        cheap test; ``folded`` as for :meth:`SecretFinder.suspicious`.)"""
+        return self.finder.suspicious(text, folded) or (
+            self.learner is not None and self.learner.suspicious(text, folded))
+
     def members(self, members: Iterable[RawMember]) -> list[RawMember]:
         """Top-level members, those with a secret re-encoded without it."""
+        if self.learner is not None:
+            learn_hosts_in_members(self.learner, members, self.findings)
         out = []
         for key, raw in members:
             try:
@@ -133,6 +146,9 @@ class Redactor:
         except TraceError:  # an event nested too deeply to encode: walk every event with a stack
             for number, event in enumerate(events):
                 self.finder.find(event, ["traceEvents", first_index + number], self.findings)
+            text = None
+        if self.learner is not None:
+            learn_hosts_in_batch(self.learner, text, events, self.findings)
 
     def summary(self) -> dict:
         summary: dict = {"secrets_redacted": self.findings.by_kind()}
@@ -160,11 +176,21 @@ def host_learner() -> SecretFinder:
     return SecretFinder(parse_secrets_rules("", "host names"), Pseudonyms(("hosts",)))
 
 
-def learn_hosts_in_members(learner: SecretFinder, members: Iterable[RawMember]) -> None:
-    """The host names under top-level members (a member may itself be named ``hostname``)."""
+def learn_hosts_in_batch(learner: SecretFinder, text: bytes | memoryview | None, events: list,
+                         findings: Findings) -> None:
+    """The host names in ``events`` (``text``: their JSON, for the
+    learner's pre-filter, or None), into ``findings.hosts``."""
+    if text is None or learner.suspicious(text):
+        for event in events:
+            learner.learn_hosts(event, findings)
+
+
+def learn_hosts_in_members(learner: SecretFinder, members: Iterable[RawMember], findings: Findings) -> None:
+    """The host names under top-level members (a member may itself be named
+    ``hostname``), into ``findings.hosts``."""
     for key, raw in members:
         try:
-            learner.learn_hosts({key: _loads_member(raw)})
+            learner.learn_hosts({key: _loads_member(raw)}, findings)
         except RecursionError:
             raise _too_deep(f"top-level key {key!r}") from None
 
@@ -177,10 +203,33 @@ def restart_redaction(redactor: Redactor | None) -> None:
             redactor.finder.pseudonyms.forget()
 
 
-def copy_screen() -> Redactor:
+def copy_screen(learn_hosts: bool = False) -> Redactor:
     """What looks at a copy written without ``--redact``: a redactor that
-    only counts, with the default rules (those ``inspect`` applies)."""
-    return Redactor(SecretFinder(load_secret_rules(None)), replace=False)
+    only counts, with the default rules (those ``inspect`` applies).
+    ``learn_hosts``: it also learns the host names of what it scans."""
+    return Redactor(SecretFinder(load_secret_rules(None)), replace=False,
+                    learner=host_learner() if learn_hosts else None)
+
+
+def pseudonymizes_hosts(redactor: Redactor | None) -> bool:
+    """Does ``redactor`` replace host names?  Then the input's are learned
+    first (pass 1, or a reading of its own), and replaced wherever they appear."""
+    if redactor is None or not redactor.replace or redactor.finder.pseudonyms is None:
+        return False
+    return "hosts" in redactor.finder.pseudonyms.kinds
+
+
+def copy_redactor(redactor: Redactor | None, found: Findings) -> Redactor | None:
+    """The redactor a copy is written through, given what the screen of
+    pass 1 found in its input (``found``): the command's own, knowing the
+    host names learned; else, when the input holds secrets, one that counts
+    those the copy holds.  With a clean input the copy is clean too, and
+    nothing is looked at."""
+    if redactor is None:
+        return copy_screen() if found.counts else None
+    if found.hosts:
+        redactor.finder.know_hosts(found.hosts)
+    return redactor
 
 
 def redaction_summary(redactor: Redactor | None) -> dict:
@@ -189,6 +238,32 @@ def redaction_summary(redactor: Redactor | None) -> dict:
     if redactor is None:
         return {}
     return {"redaction": redactor.summary()} if redactor.replace else copied_secrets(redactor.findings)
+
+
+def summed_redaction(summaries: list[dict]) -> dict:
+    """The ``redaction`` and ``secrets_copied`` entries of several outputs'
+    summaries (a batch's runs, ``merge --per-stage``'s stages) added up,
+    for the summary of the whole run: its warning is then given once."""
+    entries = [summary["redaction"] for summary in summaries if "redaction" in summary]
+    copied = [summary["secrets_copied"] for summary in summaries if "secrets_copied" in summary]
+    summed_copies = {"secrets_copied": summed_kinds(copied)} if copied else {}
+    if not entries:
+        return summed_copies
+    summed: dict = {"secrets_redacted": summed_kinds([entry["secrets_redacted"] for entry in entries])}
+    if any("pseudonymized" in entry for entry in entries):
+        summed["pseudonymized"] = dict(sum((Counter(entry.get("pseudonymized", {})) for entry in entries), Counter()))
+    return {"redaction": summed, **summed_copies}
+
+
+def summed_kinds(entries: list[dict]) -> dict:
+    """Secrets by kind (a count and paths) of several outputs, added up."""
+    found: dict[str, dict] = {}
+    for entry in entries:
+        for kind, seen in entry.items():
+            mine = found.setdefault(kind, {"count": 0, "paths": []})
+            mine["count"] += seen["count"]
+            mine["paths"].extend(path for path in seen["paths"] if path not in mine["paths"])
+    return dict(sorted(found.items()))
 
 
 def screen_csv(screen: Redactor, text: bytes, first_row: int) -> None:
