@@ -20,7 +20,7 @@ from conftest import TRACES
 import streamtrace
 from streamtrace.commands.analyses import buckets as buckets_module
 from streamtrace.commands.analyses import index as index_module
-from streamtrace.commands.analyses import task as task_module
+from streamtrace.commands.analyses import launches as launches_module
 from streamtrace.synth import SynthConfig, write_traces
 
 DLRM_RANK = TRACES / "dlrm_8ranks"
@@ -56,7 +56,7 @@ def test_tiny_blocks_buckets_and_batches_give_the_same_tables(which, small_rank,
     source = str(DLRM_RANK) if which == "dlrm" else str(next(small_rank.glob("merged*")))
     expected = streamtrace.analyze(source, jobs=1)["tables"]
     for module, name, size in ((index_module, "WORK_BLOCK", 101), (buckets_module, "BUCKET_ROWS", 37),
-                               (task_module, "JOIN_ROWS", 53), (index_module, "PLAIN_BLOCK", 401)):
+                               (launches_module, "JOIN_ROWS", 53), (index_module, "PLAIN_BLOCK", 401)):
         monkeypatch.setattr(module, name, size)
     found = streamtrace.analyze(source, jobs=1)["tables"]
     assert sum(len(rows or ()) for rows in expected.values()) > 100

@@ -8,6 +8,9 @@ import shlex
 from .options import cluster_option, common_options, paragraphs, reading
 from .report import Rows, listed, ms, report, view
 
+# analyze's analyses (commands/analyses/registry.py; named here so that --help imports no command)
+ANALYSIS_NAMES = ("temporal", "kernels", "idle", "launches", "steps", "stragglers", "utilization")
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """``analyze``'s options."""
@@ -37,6 +40,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0-3,7")
     cmd.add_argument("--candidates", type=int, default=2, metavar="N", help="straggler candidates (HTA's "
                      "num_candidates, default 2)")
+    cmd.add_argument("--only", metavar="NAME[,NAME]", help="run only these analyses (of " + ", ".join(ANALYSIS_NAMES)
+                     + "; default: all)")
+    cmd.add_argument("--skip", metavar="NAME[,NAME]", help="do not run these analyses: no table, no cost")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
     cluster_option(cmd)
     common_options(cmd)
@@ -50,6 +56,7 @@ def run(args: argparse.Namespace) -> None:
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
+                      only=args.only, skip=args.skip,
                       **reading(args))
     report("analyze", summary, args)
 
@@ -60,22 +67,23 @@ TOP = 5
 @view("analyze")
 def rows(summary: dict) -> Rows:
     """Per rank its GPU time (the trace's own times, as inspect counts them; HTA's rounded share where it
-    differs), the ranks that arrive last at collectives, the longest steps, the top kernels, the notes."""
-    tables = summary["tables"]
-    rounded = {row["rank"]: row for row in tables["temporal_breakdown"]}
-    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
+    differs), the ranks that arrive last at collectives, the longest steps, the top kernels, the notes (of the
+    analyses run: a table left out by --only/--skip gives no line)."""
+    tables = {name: rows or [] for name, rows in summary["tables"].items()}
+    rounded = {row["rank"]: row for row in tables.get("temporal_breakdown", ())}
+    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables.get("comm_comp_overlap", ())}
     rows: Rows = [(f"rank {row['rank']}", _gpu_time(row, rounded.get(row["rank"]), overlap.get(row["rank"])))
-                  for row in tables["gpu_time"]]
-    late = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
+                  for row in tables.get("gpu_time", ())]
+    late = sorted({row["rank"] for row in tables.get("stragglers", ()) if row["potential_straggler"]})
     if late:
         rows.append(("late ranks", ", ".join(map(str, late)) + ": their communication kernels start last (HTA's "
                      "straggler candidates), the other ranks wait for them"))
-    lags = sorted((row for row in tables["stragglers"] if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
+    lags = sorted((row for row in tables.get("stragglers", ()) if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
     if lags:
         rows.append(("longest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{ms(row['lag(us)'])}"
                                                 for row in lags[:TOP])
                      + " (beyond the shortest rank's; a rank waiting in a collective for a late one takes long too)"))
-    for n, row in enumerate(tables["kernel_totals"][:TOP]):
+    for n, row in enumerate(tables.get("kernel_totals", [])[:TOP]):
         rows.append(("top kernels" if n == 0 else "", f"{ms(row['sum (us)'])} {row['count']:,}x {row['name'][:90]}"))
     rows.extend(("note", note) for note in summary["notes"])
     if summary["output"]:

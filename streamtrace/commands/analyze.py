@@ -1,14 +1,15 @@
 """``analyze``: HTA's tables (Holistic Trace Analysis 0.5.0), streamed (SPEC 14).
 
-One task per input file (``-j`` processes or a Dask cluster): pass 1 with
-:class:`AnalyzeIndex` keeps, per event that HTA reads (events with a ``dur``
-and a ``cat``), a few typed-array entries; its ranks are found as ``relink``
-finds them, so a merged multi-rank file gives each rank its own tables.  Per
-rank the task applies HTA's rules (its filtering of the last profiler step,
-its links by correlation, its kernel types) with :mod:`streamtrace.algo.analysis`
-and returns small facts; launch statistics, one row per launched kernel, go
-to a CSV part on disk.  The coordinator joins what spans ranks (kernel-type
-totals, stragglers, step lags) and writes the tables.
+One task per input file (``-j`` processes or a Dask cluster, :mod:`.analyses.task`):
+pass 1 with :class:`AnalyzeIndex` keeps, per event that HTA reads (events
+with a ``dur`` and a ``cat``), a few typed-array entries; its ranks are found
+as ``relink`` finds them, so a merged multi-rank file gives each rank its own
+tables.  Each rank's rows are read once, HTA's rules applied, feeding every
+analysis the run asks for (:mod:`.analyses.registry`: all, or ``only``/``skip``);
+each returns a small result per rank (launch statistics, one row per launched
+kernel, go to a CSV part on disk).  Here, the coordinator: it runs the tasks,
+gives every rank's results to each analysis to combine, and writes the
+tables and the page.
 """
 from __future__ import annotations
 
@@ -25,11 +26,16 @@ from ..io.destinations import Destinations
 from ..io.inputs import expand_inputs, trace_names_in
 from ..resources import peak_rss_mb
 from .analyses.index import AnalyzeIndex
-from .analyses.tables import COLUMNS, TABLES, UTILIZATION_BINS, build_tables, claim_outputs, read_parts, write_tables
-from .analyses.task import FileResult, Options, RankResult, analyze_file, analyze_file_in_store, discard
+from .analyses.launches import read_parts
+from .analyses.registry import ANALYSES, COLUMNS, TABLES, selected, with_needs
+from .analyses.spec import RankResult
+from .analyses.tables import LAUNCH_TABLE, build_tables, claim_outputs, write_tables
+from .analyses.task import FileResult, Options, analyze_file, analyze_file_in_store, discard
+from .analyses.utilization import UTILIZATION_BINS
 from .mergerank import rank_files_in
 
 JSON_LAUNCH_ROWS = 100_000  # beyond this --json leaves the launch rows to -o DIR (as dicts they would take ~50 MB)
+PAGE_ANALYSES = ("temporal", "kernels", "idle", "steps", "stragglers", "utilization")  # the tables the page draws
 
 
 def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | None = None, *,
@@ -37,22 +43,30 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             ranks: set[int] | None = None, salvage: bool = False, spool_dir: str | None = None,
             overwrite: bool = False, num_candidates: int = 2, progress: bool | str | None = False,
             reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
-            command: str | None = None, summary_file: str | os.PathLike | None = None) -> dict:
+            command: str | None = None, summary_file: str | os.PathLike | None = None,
+            only: str | Sequence[str] | None = None, skip: str | Sequence[str] | None = None) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
     ``srcs``: what ``merge`` accepts (files, globs, directories, archives,
     URLs), or one merged multi-rank file.  ``out_dir``: one CSV per table.
     ``html``: also write the report page there (needs ``streamtrace[report]``),
-    its header naming ``command`` as what made it.
+    its header naming ``command`` as what made it.  ``only``/``skip``:
+    the analyses to run, or not (names, or ``NAME[,NAME]``; all by default):
+    a skipped analysis writes no table and reads nothing of the input.
     """
     started = time.perf_counter()
     if num_candidates < 1:
         raise TraceError(f"--candidates (num_candidates) must be at least 1, not {num_candidates}")
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
+    chosen = selected(only, skip)
+    missing = [name for name in PAGE_ANALYSES if name not in chosen]
+    if html is not None and missing:
+        raise TraceError(f"--html draws the tables of {', '.join(PAGE_ANALYSES)}: it needs them all, and "
+                         f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} left out (--only/--skip)")
     files = _inputs(specs)
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
-    targets = claim_outputs(destinations, out_dir, html)
+    targets = claim_outputs(destinations, out_dir, html, chosen)
     processes = resolve_jobs(jobs)
     alone = len(files) == 1 and dask is None  # one input: its pass 1 takes every process
     if files == ["-"] and not alone:
@@ -60,16 +74,18 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     with TaskRunner(1 if alone else processes, dask=dask, spool_dir=spool_dir, progress=progress, objects=True) as runner:
         if runner.distributed:
             files = [shared_path(path) for path in files]
-        options = Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1)
+        options = Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1,
+                          analyses=with_needs(chosen))
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
                 results = [result for result in results if result.rank in ranks]
             _refuse_repeated_ranks(results)
-            parts = [result.launch_part for result in results if result.launch_part]
-            tables = build_tables(results, num_candidates, utilization_bins)
-            launch_rows = sum(result.launch_rows for result in results)
+            launches = [result.results["launches"] for result in results if "launches" in chosen]
+            parts = [launch.path for launch in launches if launch.path]
+            tables = build_tables(results, chosen, num_candidates, utilization_bins)
+            launch_rows = sum(launch.rows for launch in launches)
             notes = [note for result in per_file for note in result.notes] + [note for result in results
                                                                               for note in result.notes]
             summary = {
@@ -87,12 +103,14 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
                 "notes": notes,
                 "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
             }
-            tables["kernel_launch_stats"] = None  # (read below from the parts, if few enough for --json)
+            if "launches" in chosen:
+                tables[LAUNCH_TABLE] = None  # (read below from the parts, if few enough for --json)
             with destinations:  # the tables and the page appear together, or none of them
                 write_tables(destinations, tables, parts, targets)
                 if html is not None:
                     destinations.write(html, page.render(summary, files, command), role="HTML report")
-            tables["kernel_launch_stats"] = read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
+            if "launches" in chosen:
+                tables[LAUNCH_TABLE] = read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
         finally:
             for result in per_file:
                 discard(result)
@@ -163,4 +181,4 @@ def _refuse_repeated_ranks(results: list[RankResult]) -> None:
 
 
 
-__all__ = ["AnalyzeIndex", "COLUMNS", "TABLES", "analyze"]
+__all__ = ["ANALYSES", "AnalyzeIndex", "COLUMNS", "TABLES", "analyze"]

@@ -12,6 +12,7 @@ import numpy as np
 from ...algo import sweeps, utilization
 from ...resources import trim_heap
 from .ranks import Chunk, by_step
+from .spec import Swept
 
 BUCKET_ROWS = 1 << 16  # GPU rows per time bucket, the unit of the time-ordered sweeps (about 50 bytes each)
 CONSECUTIVE_KERNEL_DELAY = 30
@@ -94,45 +95,50 @@ def timeline_records(rows: Chunk, launch_ts: np.ndarray, steps: np.ndarray, type
     return records
 
 
-def sweep(buckets: Buckets, lo: float, hi: float, apart: bool) -> tuple[sweeps.Timeline, sweeps.Timeline,
-                                                                           utilization.FineBusy | None, dict,
-                                                                           sweeps.StreamIdle]:
-    """The kept rows on a stream in start order through the rank's timeline, with HTA's times and rules;
-    its kernels, copies and sets through another with the trace's own times (``apart``: HTA's rounding
-    or rows of other kinds make them differ; else one timeline is both), with its busy time in fine bins
-    over ``lo``-``hi``; each step's timeline (as the latter: step_times is not HTA's) and each stream's
-    idle time (HTA's).
+def sweep(buckets: Buckets | None, lo: float, hi: float, apart: bool, wants: frozenset[str]) -> Swept:
+    """The kept rows on a stream in start order through what the analyses ``wants`` (see
+    :data:`~.spec.SWEEPS`): the rank's timeline with HTA's times and rules ("hta"); its kernels, copies
+    and sets through another with the trace's own times ("exact"; ``apart``: HTA's rounding or rows of
+    other kinds make them differ, else one timeline is both), with its busy time in fine bins over
+    ``lo``-``hi`` ("bins"); each step's timeline (as the latter: step_times is not HTA's) and each
+    stream's idle time (HTA's).
     A bucket sorted by the trace's own starts is sorted by HTA's too (rounding a start up keeps the
     order), so both timelines take the buckets in turn."""
+    swept = Swept()
+    if buckets is None:
+        return swept
     bins = None
-    if lo <= hi:
+    if lo <= hi and "bins" in wants:
         width, first, edges = utilization.fine_edges(lo, hi)
         bins = sweeps.BusyBins(edges)
-    exact = sweeps.Timeline(bins)
-    timeline = sweeps.Timeline() if apart else exact
-    step_lines: dict[int, sweeps.Timeline] = {}
-    stream_idle = sweeps.StreamIdle(CONSECUTIVE_KERNEL_DELAY)
+    exact = sweeps.Timeline(bins) if wants & {"exact", "bins"} or ("hta" in wants and not apart) else None
+    timeline = (sweeps.Timeline() if apart else exact) if "hta" in wants else None
+    first_line = timeline if timeline is not None else (None if apart else exact)  # what takes HTA's rows
+    step_lines: dict[int, sweeps.Timeline] | None = {} if "steps" in wants else None
+    stream_idle = sweeps.StreamIdle(CONSECUTIVE_KERNEL_DELAY) if "idle" in wants else None
     for records in buckets.sorted():
         start, end, types = records["start"], records["end"], records["type"]
-        timeline.feed(start, end, types)
+        if first_line is not None:
+            first_line.feed(start, end, types)
         idle = records["idle"]
-        stream_idle.feed(records["stream"][idle], start[idle], end[idle], records["launch"][idle])
+        if stream_idle is not None:
+            stream_idle.feed(records["stream"][idle], start[idle], end[idle], records["launch"][idle])
         own = records
-        if apart:
+        if apart and (exact is not None or step_lines is not None):
             own = records[np.argsort(records["exact_start"], kind="stable")]
             own = own[own["idle"]]
-            exact.feed(own["exact_start"], own["exact_end"], own["type"])
-        for number, mine in by_step(own["step"]):
-            step_lines.setdefault(number, sweeps.Timeline()).feed(own["exact_start"][mine], own["exact_end"][mine],
-                                                                   own["type"][mine])
-        if len(own):
-            for line in step_lines.values():
-                line.settle(float(own["exact_start"][-1]))
+            if exact is not None:
+                exact.feed(own["exact_start"], own["exact_end"], own["type"])
+        if step_lines is not None:
+            for number, mine in by_step(own["step"]):
+                step_lines.setdefault(number, sweeps.Timeline()).feed(own["exact_start"][mine], own["exact_end"][mine],
+                                                                       own["type"][mine])
+            if len(own):
+                for line in step_lines.values():
+                    line.settle(float(own["exact_start"][-1]))
         trim_heap()
-    timeline.finish()
-    if apart:
-        exact.finish()
-    for line in step_lines.values():
+    for line in {id(line): line for line in (first_line, exact, *(step_lines or {}).values()) if line is not None}.values():
         line.finish()
-    busy = None if bins is None else utilization.FineBusy(width, first, bins.busy, lo, hi)
-    return timeline, exact, busy, step_lines, stream_idle
+    swept.timeline, swept.exact, swept.step_lines, swept.stream_idle = timeline, exact, step_lines or {}, stream_idle
+    swept.busy = None if bins is None else utilization.FineBusy(width, first, bins.busy, lo, hi)
+    return swept
