@@ -10,7 +10,7 @@ import shutil
 from ...io import report as page
 from ...io.destinations import Destinations
 from .launches import open_part
-from .registry import ANALYSES, COLUMNS, TABLES, tables_of
+from .registry import ANALYSES, columns_of, tables_of
 from .spec import RankResult, Run
 
 LAUNCH_TABLE = "kernel_launch_stats"  # its rows are in the ranks' part files (one per launched kernel)
@@ -23,7 +23,7 @@ def build_tables(results: list[RankResult], analyses: tuple[str, ...], num_candi
     found: dict[str, list[dict]] = {}
     for name in analyses:
         found.update(ANALYSES[name].combine(run))
-    return {table: found[table] for table in TABLES if table in found and table != LAUNCH_TABLE}
+    return {table: found[table] for table in tables_of(analyses) if table != LAUNCH_TABLE}
 
 
 def claim_outputs(destinations: Destinations, out_dir: str | os.PathLike | None, html: str | os.PathLike | None,
@@ -52,13 +52,14 @@ def write_tables(destinations: Destinations, tables: dict, parts: list[str], tar
     for name, path in targets.items():
         with destinations.open(path, role="table") as raw:
             out = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-            csv.writer(out).writerow(COLUMNS[name])
+            columns = columns_of(name)
+            csv.writer(out).writerow(columns)
             if name == LAUNCH_TABLE:
                 out.flush()
                 for part in parts:
                     with open_part(part) as rows:
                         shutil.copyfileobj(rows, raw)
             else:
-                csv.writer(out).writerows([_csv_value(row[column]) for column in COLUMNS[name]] for row in tables[name])
+                csv.writer(out).writerows([_csv_value(row[column]) for column in columns] for row in tables[name])
             out.flush()
             out.detach()  # the stream is the destination's to close
