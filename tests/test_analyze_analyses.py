@@ -8,6 +8,7 @@ runs through ``analyze`` and matches plain code over ``json.load``.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 from pathlib import Path
 
@@ -112,3 +113,9 @@ def test_the_worked_example_runs_through_analyze(tmp_path, monkeypatch):
         assert [{k: int(v) for k, v in row.items()} for row in csv.DictReader(handle)] == expected
     everything = streamtrace.analyze(files, jobs=1)
     assert "kernel_count" in everything["tables"]  # a registered analysis runs by default too
+
+
+def test_a_declaration_naming_what_the_sweep_does_not_feed_is_refused():
+    example = _worked_example()["ANALYSIS"]
+    with pytest.raises(ValueError, match="kernel_count: the sweep feeds .* not stream_gaps"):
+        dataclasses.replace(example, sweeps=frozenset({"idle", "stream_gaps"}))

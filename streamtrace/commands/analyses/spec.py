@@ -135,3 +135,8 @@ class Analysis:
     combine: Callable[[Run], dict[str, list[dict]]]
     sweeps: frozenset[str] = frozenset()
     needs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.sweeps <= SWEEPS:
+            raise ValueError(f"analysis {self.name}: the sweep feeds {', '.join(sorted(SWEEPS))}, "
+                             f"not {', '.join(sorted(self.sweeps - SWEEPS))}")

@@ -20,17 +20,7 @@ from ...resources import buffers_from_os
 from .buckets import Buckets, sweep, timeline_records
 from .index import NO_ID, AnalyzeIndex
 from .launches import discard_part
-from .ranks import (
-    Frame,
-    PlainFacts,
-    RankInput,
-    first_row_times,
-    frame_of,
-    kept_times,
-    plain_facts,
-    ranks_of_slots,
-    split_by_rank,
-)
+from .ranks import Frame, PlainFacts, RankInput, first_row_times, frame_of, kept_times, plain_facts, ranks_of_slots, split_by_rank
 from .registry import ANALYSES
 from .spec import ChunkView, RankContext, RankPart, RankResult
 
