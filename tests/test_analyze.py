@@ -22,7 +22,7 @@ from conftest import TRACES, events_of, load_json
 
 import streamtrace
 from streamtrace.algo import analysis as hta
-from streamtrace.commands import analyze as analyze_module
+from streamtrace.commands.analyses import index as index_module
 from streamtrace.commands.analyze import COLUMNS, TABLES
 from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_merged, write_traces
@@ -296,7 +296,7 @@ def test_ranges_projection_and_spilled_rows_give_the_same_tables(tmp_path, monke
     assert path.stat().st_size >= 16 << 20  # large enough for pass-1 workers
     one = streamtrace.analyze(path, jobs=1)
     two = streamtrace.analyze(path, jobs=2)
-    monkeypatch.setattr(analyze_module, "PLAIN_BLOCK", 64)
+    monkeypatch.setattr(index_module, "PLAIN_BLOCK", 64)
     spilled = streamtrace.analyze(path, jobs=2)
     assert comparable(one["tables"]) == comparable(two["tables"]) == comparable(spilled["tables"])
     assert one["read"]["events"] == two["read"]["events"]

@@ -18,7 +18,9 @@ import pytest
 from conftest import TRACES
 
 import streamtrace
-from streamtrace.commands import analyze as analyze_module
+from streamtrace.commands.analyses import buckets as buckets_module
+from streamtrace.commands.analyses import index as index_module
+from streamtrace.commands.analyses import launches as launches_module
 from streamtrace.synth import SynthConfig, write_traces
 
 DLRM_RANK = TRACES / "dlrm_8ranks"
@@ -53,23 +55,24 @@ def small_rank(tmp_path_factory):
 def test_tiny_blocks_buckets_and_batches_give_the_same_tables(which, small_rank, monkeypatch):
     source = str(DLRM_RANK) if which == "dlrm" else str(next(small_rank.glob("merged*")))
     expected = streamtrace.analyze(source, jobs=1)["tables"]
-    for name, size in (("WORK_BLOCK", 101), ("BUCKET_ROWS", 37), ("JOIN_ROWS", 53), ("PLAIN_BLOCK", 401)):
-        monkeypatch.setattr(analyze_module, name, size)
+    for module, name, size in ((index_module, "WORK_BLOCK", 101), (buckets_module, "BUCKET_ROWS", 37),
+                               (launches_module, "JOIN_ROWS", 53), (index_module, "PLAIN_BLOCK", 401)):
+        monkeypatch.setattr(module, name, size)
     found = streamtrace.analyze(source, jobs=1)["tables"]
     assert sum(len(rows or ()) for rows in expected.values()) > 100
     _same(expected, found)
 
 
 def test_the_index_holds_one_block_of_work_rows():
-    index = analyze_module.AnalyzeIndex()
-    count = analyze_module.WORK_BLOCK * 2 + 123
+    index = index_module.AnalyzeIndex()
+    count = index_module.WORK_BLOCK * 2 + 123
     for n in range(count):
         index.visit({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": n, "dur": 1,
                      "args": {"stream": 7, "correlation": n, "rank": n % 3} if n % 2 else {"stream": 7, "correlation": n}})
     try:
-        assert len(index.ts) < analyze_module.WORK_BLOCK
+        assert len(index.ts) < index_module.WORK_BLOCK
         blocks = list(index.work_blocks())
-        assert [base for base, _ in blocks] == [0, analyze_module.WORK_BLOCK, 2 * analyze_module.WORK_BLOCK]
+        assert [base for base, _ in blocks] == [0, index_module.WORK_BLOCK, 2 * index_module.WORK_BLOCK]
         assert [int(ts) for _, block in blocks for ts in block["ts"]] == list(range(count))
         ranked = [(int(at), int(rank)) for _, block in blocks for at, rank in zip(block["ranked"], block["ranks"])]
         assert ranked == [(n, n % 3) for n in range(1, count, 2)]
@@ -127,16 +130,16 @@ def test_crowded_time_buckets_are_cut_again(tmp_path, monkeypatch):
                        "args": {"stream": 7 + n % 3, "correlation": n}})
     path.write_text(json.dumps({"traceEvents": events}))
     expected = streamtrace.analyze(str(path), jobs=1)["tables"]
-    monkeypatch.setattr(analyze_module, "BUCKET_ROWS", 8)
+    monkeypatch.setattr(buckets_module, "BUCKET_ROWS", 8)
     sizes = []
-    sort = analyze_module._Buckets.sorted
+    sort = buckets_module.Buckets.sorted
 
     def sizes_of(buckets):
         for records in sort(buckets):
             sizes.append(len(records))
             yield records
 
-    monkeypatch.setattr(analyze_module._Buckets, "sorted", sizes_of)
+    monkeypatch.setattr(buckets_module.Buckets, "sorted", sizes_of)
     found = streamtrace.analyze(str(path), jobs=1)["tables"]
     _same(expected, found)
     assert max(sizes) <= 4 * 8  # (the cut buckets pass through both levels: sizes holds them twice)

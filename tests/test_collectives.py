@@ -14,7 +14,7 @@ import pytest
 from tracelens_cases import CASES, HEATMAP, REFERENCE, SYNTH, case_files
 
 from streamtrace.algo import collectives as algo
-from streamtrace.commands import analyze as analyze_module
+from streamtrace.commands.analyses import index as analyze_index
 from streamtrace.commands.analyze import analyze
 
 SORTED_BY = {  # TraceLens sorts these tables on one column with numpy's quicksort: ties come in any order
@@ -98,7 +98,7 @@ def test_merged_file_gives_the_tables_of_its_rank_files(inputs, tmp_path, case):
 
 def test_dict_reading_gives_the_same_tables(inputs, tmp_path, monkeypatch):
     """Chunks the projection refuses are read as dicts: the same kernels are collected."""
-    monkeypatch.setattr(analyze_module, "projected_events", lambda text: None)
+    monkeypatch.setattr(analyze_index, "projected_events", lambda text: None)
     analyze(inputs["synth_fsdp4"], tmp_path / "t", all2allv_heatmap=True)
     assert_tables_match(tmp_path / "t", "synth_fsdp4")
 

@@ -273,11 +273,12 @@ def test_a_directory_made_for_files_written_together_goes_if_they_do(tmp_path, s
 
 def test_analyze_stopped_while_writing_its_tables_leaves_no_directory(tmp_path, monkeypatch):
     from streamtrace.commands import analyze as analyze_module
+    from streamtrace.commands.analyses import tables as tables_module
 
     def stop(value):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(analyze_module, "_csv_value", stop)  # called for every cell, inside the tables' block
+    monkeypatch.setattr(tables_module, "_csv_value", stop)  # called for every cell, inside the tables' block
     with pytest.raises(KeyboardInterrupt):
         analyze_module.analyze(SMALL, str(tmp_path / "out" / "tables"))
     assert os.listdir(tmp_path) == []

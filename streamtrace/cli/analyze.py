@@ -8,6 +8,9 @@ import shlex
 from .options import cluster_option, common_options, paragraphs, reading
 from .report import Rows, listed, ms, report, view
 
+# analyze's analyses (commands/analyses/registry.py; named here so that --help imports no command)
+ANALYSIS_NAMES = ("temporal", "kernels", "idle", "launches", "steps", "stragglers", "utilization")
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """``analyze``'s options."""
@@ -20,9 +23,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "step), stragglers (HTA's candidates and each rank's lag per step), and utilization (each rank's GPU "
             "busy fraction per time bin, not HTA's). As HTA, the last profiler step is left out unless "
             "--include-last-step.",
-            "Inputs with collective kernels also give TraceLens's multi-rank collective report (nccl_long, "
-            "nccl_implicit_sync, their summaries, all_to_allv tables, straggler_summary: who arrives last, who "
-            "waits) and collective_bandwidth and straggler_causes beside it.",
             "Inputs are what 'merge' takes (rank files, globs, directories, archives, URLs) or one merged "
             "multi-rank file (ranks found as relink finds them). One task per input (-j, --dask). "
             "docs/analyze.md states each rule, and where it departs from HTA."),
@@ -40,13 +40,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0-3,7")
     cmd.add_argument("--candidates", type=int, default=2, metavar="N", help="straggler candidates (HTA's "
                      "num_candidates, default 2)")
+    cmd.add_argument("--only", metavar="NAME[,NAME]", help="run only these analyses (of " + ", ".join(ANALYSIS_NAMES)
+                     + "; default: all)")
+    cmd.add_argument("--skip", metavar="NAME[,NAME]", help="do not run these analyses: no table, no cost")
     cmd.add_argument("--ops", action="store_true", help="also TraceLens's perf-report tables (gpu_timeline, "
                      "ops_summary, kernel_summary, short kernels, ...) per input under DIR/ops/ (needs -o)")
     cmd.add_argument("--gpu-spec", metavar="FILE", help="with --ops: the GPU's peaks in TraceLens's arch JSON form "
                      "(mem_bw_gbps, max_achievable_tflops), for the sheets' roofline columns")
-    cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
     cmd.add_argument("--all2allv-heatmap", action="store_true", help="with collective kernels: also TraceLens's "
                      "nccl_all2allv_heatmap (bytes each rank sent each rank in all_to_allv)")
+    cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
     cluster_option(cmd)
     common_options(cmd)
     cmd.set_defaults(run=run)
@@ -59,7 +62,9 @@ def run(args: argparse.Namespace) -> None:
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
-                      ops=args.ops, gpu_spec=args.gpu_spec, all2allv_heatmap=args.all2allv_heatmap, **reading(args))
+                      only=args.only, skip=args.skip, ops=args.ops, gpu_spec=args.gpu_spec,
+                      all2allv_heatmap=args.all2allv_heatmap,
+                      **reading(args))
     report("analyze", summary, args)
 
 
@@ -69,24 +74,25 @@ TOP = 5
 @view("analyze")
 def rows(summary: dict) -> Rows:
     """Per rank its GPU time (the trace's own times, as inspect counts them; HTA's rounded share where it
-    differs), the ranks that arrive last at collectives, the longest steps, the top kernels, the notes."""
+    differs), the ranks that arrive last at collectives, the longest steps, the top kernels, the notes (of the
+    analyses run: a table left out by --only/--skip gives no line)."""
     from ..commands.analyses.collectives import report_rows as collective_rows
 
-    tables = summary["tables"]
-    rounded = {row["rank"]: row for row in tables["temporal_breakdown"]}
-    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables["comm_comp_overlap"]}
+    tables = {name: rows or [] for name, rows in summary["tables"].items()}
+    rounded = {row["rank"]: row for row in tables.get("temporal_breakdown", ())}
+    overlap = {row["rank"]: row["comp_comm_overlap_pctg"] for row in tables.get("comm_comp_overlap", ())}
     rows: Rows = [(f"rank {row['rank']}", _gpu_time(row, rounded.get(row["rank"]), overlap.get(row["rank"])))
-                  for row in tables["gpu_time"]]
-    late = sorted({row["rank"] for row in tables["stragglers"] if row["potential_straggler"]})
+                  for row in tables.get("gpu_time", ())]
+    late = sorted({row["rank"] for row in tables.get("stragglers", ()) if row["potential_straggler"]})
     if late:
         rows.append(("late ranks", ", ".join(map(str, late)) + ": their communication kernels start last (HTA's "
                      "straggler candidates), the other ranks wait for them"))
-    lags = sorted((row for row in tables["stragglers"] if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
+    lags = sorted((row for row in tables.get("stragglers", ()) if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
     if lags:
         rows.append(("longest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{ms(row['lag(us)'])}"
                                                 for row in lags[:TOP])
                      + " (beyond the shortest rank's; a rank waiting in a collective for a late one takes long too)"))
-    for n, row in enumerate(tables["kernel_totals"][:TOP]):
+    for n, row in enumerate(tables.get("kernel_totals", [])[:TOP]):
         rows.append(("top kernels" if n == 0 else "", f"{ms(row['sum (us)'])} {row['count']:,}x {row['name'][:90]}"))
     rows.extend(collective_rows(summary))
     rows.extend(("note", note) for note in summary["notes"])
