@@ -82,7 +82,7 @@ def test_the_page_needs_the_analyses_it_draws(tmp_path):
 
 
 def test_the_command_line_names_every_analysis():
-    assert analyze_cli.ANALYSIS_NAMES == tuple(registry.ANALYSES)
+    assert analyze_cli.ANALYSIS_NAMES == (*registry.ANALYSES, *registry.REPORTS)
 
 
 def _worked_example() -> dict:
@@ -119,3 +119,15 @@ def test_a_declaration_naming_what_the_sweep_does_not_feed_is_refused():
     example = _worked_example()["ANALYSIS"]
     with pytest.raises(ValueError, match="kernel_count: the sweep feeds .* not stream_gaps"):
         dataclasses.replace(example, sweeps=frozenset({"idle", "stream_gaps"}))
+
+
+def test_the_collective_report_is_chosen_by_name_too(full, tmp_path):
+    """TraceLens's collective report (its own tables beside the registry's) runs, or not, as --only/--skip say."""
+    collective_tables = [table for table in full if table not in TABLES]
+    assert "nccl_long" in collective_tables  # the DLRM ranks hold NCCL kernels
+    alone = streamtrace.analyze(DLRM, str(tmp_path / "alone"), jobs=1, only="collectives")
+    assert list(alone["tables"]) == collective_tables
+    assert sorted(path.name for path in (tmp_path / "alone").iterdir()) == sorted(f"{t}.csv" for t in collective_tables
+                                                                                 if full[t] is not None)
+    skipped = streamtrace.analyze(DLRM, jobs=1, skip="collectives")
+    assert list(skipped["tables"]) == [table for table in full if table in TABLES]

@@ -9,7 +9,7 @@ from .options import cluster_option, common_options, paragraphs, reading
 from .report import Rows, listed, ms, report, view
 
 # analyze's analyses (commands/analyses/registry.py; named here so that --help imports no command)
-ANALYSIS_NAMES = ("temporal", "kernels", "idle", "launches", "steps", "stragglers", "utilization")
+ANALYSIS_NAMES = ("temporal", "kernels", "idle", "launches", "steps", "stragglers", "utilization", "collectives")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -66,7 +66,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     if num_candidates < 1:
         raise TraceError(f"--candidates (num_candidates) must be at least 1, not {num_candidates}")
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
-    chosen = selected(only, skip)
+    picked = selected(only, skip)
+    chosen = tuple(name for name in picked if name in ANALYSES)
     missing = [name for name in PAGE_ANALYSES if name not in chosen]
     if html is not None and missing:
         raise TraceError(f"--html draws the tables of {', '.join(PAGE_ANALYSES)}: it needs them all, and "
@@ -74,7 +75,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     files = _inputs(specs)
     destinations = Destinations(files, overwrite=overwrite, summary=summary_file)
     targets = claim_outputs(destinations, out_dir, html, chosen)
-    collective_targets = collectives.claim(destinations, out_dir)
+    collective_targets = collectives.claim(destinations, out_dir) if "collectives" in picked else {}
     if gpu_spec is not None and not ops:
         raise TraceError("--gpu-spec gives the roofline of the ops tables: add --ops")
     ops_spec = ops_analysis.prepare(destinations, out_dir, gpu_spec) if ops else None
@@ -99,7 +100,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             parts = [launch.path for launch in launches if launch.path]
             tables = build_tables(results, chosen, num_candidates, utilization_bins)
             collective = collectives.collective_report([result.collectives for result in sorted(results, key=lambda r: r.rank)
-                                                        if result.collectives is not None], all2allv_heatmap)
+                                                        if result.collectives is not None and "collectives" in picked],
+                                                       all2allv_heatmap)
             collectives.add_causes(collective, tables)
             tables.update(collectives.as_records(collective))
             launch_rows = sum(launch.rows for launch in launches)

@@ -21,6 +21,9 @@ ANALYSES: dict[str, Analysis] = {analysis.name: analysis for analysis in (
     stragglers.ANALYSIS,
     utilization.ANALYSIS,
 )}
+REPORTS = ("collectives",)
+"""Analyses that keep their own tables and writer beside the registry's (TraceLens's collective report, whose
+columns depend on the trace: :mod:`.collectives`), chosen by name like the others."""
 # The order tables are written in (CSV files, the summary): HTA's and their companions as analyze has always
 # written them, then the other analyses' tables in the registry's order.
 _FIRST = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap", "idle_time_breakdown",
@@ -32,25 +35,27 @@ def _names(given: str | Iterable[str] | None, option: str) -> list[str]:
     if given is None:
         return []
     names = [name.strip() for part in ([given] if isinstance(given, str) else given) for name in part.split(",")]
-    unknown = [name for name in names if name not in ANALYSES]
+    unknown = [name for name in names if name not in ANALYSES and name not in REPORTS]
     if unknown:
         raise TraceError(f"{option}: no analysis named {', '.join(map(repr, unknown))}; the analyses are "
-                         f"{', '.join(ANALYSES)}")
+                         f"{', '.join((*ANALYSES, *REPORTS))}")
     return names
 
 
 def selected(only: str | Iterable[str] | None = None, skip: str | Iterable[str] | None = None) -> tuple[str, ...]:
-    """The analyses a run asks for, in the registry's order: all, or ``only`` these, less ``skip``."""
-    wanted = set(_names(only, "--only")) if only is not None else set(ANALYSES)
+    """The analyses a run asks for, in the registry's order (then :data:`REPORTS`): all, or ``only`` these,
+    less ``skip``."""
+    known = (*ANALYSES, *REPORTS)
+    wanted = set(_names(only, "--only")) if only is not None else set(known)
     wanted -= set(_names(skip, "--skip"))
     if not wanted:
-        raise TraceError("--only/--skip leave no analysis to run; the analyses are " + ", ".join(ANALYSES))
-    return tuple(name for name in ANALYSES if name in wanted)
+        raise TraceError("--only/--skip leave no analysis to run; the analyses are " + ", ".join(known))
+    return tuple(name for name in known if name in wanted)
 
 
 def with_needs(names: Iterable[str]) -> tuple[str, ...]:
     """The analyses to compute per rank: those asked for and those whose results they read."""
-    found = set(names)
+    found = {name for name in names if name in ANALYSES}
     while True:
         more = {need for name in found for need in ANALYSES[name].needs} - found
         if not more:
