@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from tracelens_cases import CASES, HEATMAP, REFERENCE, SYNTH, case_files
 
+from streamtrace.algo import collectivereport
 from streamtrace.algo import collectives as algo
 from streamtrace.commands.analyses import index as analyze_index
 from streamtrace.commands.analyze import analyze
@@ -124,7 +125,7 @@ def test_differing_args_are_left_out_with_a_note():
         meta = ("0", "[0, 1]", "allreduce", 2, "Float", nelems, nelems, "[]", "[]", 7)
         return algo.RankKernels(n, np.array([10.0, 50.0]), np.array([5.0, 5.0]), np.array([0, 1], dtype=np.int32),
                                 [meta, (*meta[:5], 64, 64, *meta[7:])])
-    report = algo.report([rank(0, 32), rank(1, 16)])
+    report = collectivereport.report([rank(0, 32), rank(1, 16)])
     assert report.tables["nccl_implicit_sync"].column("collective_id") == ["0_1"]
     assert "0_0" in report.notes[0]
 
@@ -134,7 +135,7 @@ def test_groups_sharing_a_name_are_told_apart():
     def rank(n: int, members: str, start: float) -> algo.RankKernels:
         meta = ("1", members, "allreduce", 2, "Float", 8, 8, "[]", "[]", 7)
         return algo.RankKernels(n, np.array([start]), np.array([4.0]), np.array([0], dtype=np.int32), [meta])
-    report = algo.report([rank(0, "[0, 1]", 10.0), rank(1, "[0, 1]", 12.0), rank(2, "[2, 3]", 30.0),
+    report = collectivereport.report([rank(0, "[0, 1]", 10.0), rank(1, "[0, 1]", 12.0), rank(2, "[2, 3]", 30.0),
                           rank(3, "[2, 3]", 31.0)])
     table = report.tables["nccl_implicit_sync"]
     assert table.column("Process Group Ranks") == ["[0, 1]", "[2, 3]"]
@@ -217,7 +218,7 @@ def test_missing_rank_and_uneven_sequences_are_noted(inputs):
         meta = ("0", "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7)
         return algo.RankKernels(n, np.arange(count, dtype=np.float64) * 10, np.ones(count), np.zeros(count, np.int32),
                                 [meta])
-    notes = algo.report([rank(0, 3), rank(1, 2)]).notes
+    notes = collectivereport.report([rank(0, 3), rank(1, 2)]).notes
     assert any("group 0 has different numbers of kernels per rank (rank 0: 3, rank 1: 2)" in note for note in notes)
 
 
@@ -234,7 +235,7 @@ def test_odd_args_give_tables_not_tracebacks(field):
     count = len(metas)
     ranks = [algo.RankKernels(rank, np.arange(count, dtype=np.float64) * 10 + rank, np.full(count, 2.0),
                               np.arange(count, dtype=np.int32), metas) for rank in (0, 1)]
-    report = algo.report(ranks, gpus_per_node=1, heatmap=True)
+    report = collectivereport.report(ranks, gpus_per_node=1, heatmap=True)
     assert len(report.tables["nccl_long"].rows) == 2 * count
 
 
@@ -269,7 +270,7 @@ def test_straggler_causes_more_work_and_idle():
                for rank, total in ((0, 100.0), (1, 200.0), (2, 100.0))]
     kernels.append({"name": "others", "kernel_type": "COMPUTATION", "rank": 2, "sum (us)": 5.0, "mean (us)": 1.0})
     temporal = [{"rank": rank, "idle_time_pctg": idle} for rank, idle in ((0, 10.0), (1, 10.0), (2, 30.0))]
-    table = algo.straggler_causes(stragglers, kernels, temporal)
+    table = collectivereport.straggler_causes(stragglers, kernels, temporal)
     why = dict(zip(table.column("rank"), table.column("why")))
     assert table.column("gpu_speed_score") == [1.0, 1.0, 1.0] and table.column("work_ratio") == [1.0, 2.0, 1.0]
     assert why[0] == "" and "more work (2.00x" in why[1] and "host-bound" not in why[1]  # (rank 1 idles as rank 0)  # (rank 1 idles as rank 0)
@@ -308,9 +309,9 @@ def test_clocks_that_disagree_are_noted(inputs):
     def rank(n: int, start: float) -> algo.RankKernels:
         meta = ("0", "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7)
         return algo.RankKernels(n, np.array([start, start + 100.0]), np.array([5.0, 5.0]), np.zeros(2, np.int32), [meta])
-    notes = algo.report([rank(0, 10.0), rank(1, 30.0)]).notes
+    notes = collectivereport.report([rank(0, 10.0), rank(1, 30.0)]).notes
     assert any("2 of 2 matched collectives end on one rank before they start on another (by up to 15.0 us, at 0_0"
                in note for note in notes)
-    assert not algo.report([rank(0, 10.0), rank(1, 12.0)]).notes
+    assert not collectivereport.report([rank(0, 10.0), rank(1, 12.0)]).notes
     for case in SYNTH:
         assert not [note for note in analyze(inputs[case])["notes"] if "clock" in note]

@@ -215,7 +215,7 @@ def _write(root: Path, relative: str, text: str) -> None:
     ("io/reader.py", "from ..commands.compact import compact\n", "io io.reader -> commands commands.compact"),
     ("engine/passes.py", "from ..commands import compact\n", "engine engine.passes -> commands commands.compact"),
     ("errors.py", "import streamtrace.algo.lanes\n", "base errors -> algo algo.lanes"),
-    ("synth/__init__.py", "from ..io import sink\n", "synth synth -> io io.sink"),
+    ("synth/__init__.py", "from ..io import sink\n", "synth synth.__init__ -> io io.sink"),
     ("commands/inspect.py", "from ..cli.report import human_report\n", "commands commands.inspect -> face cli.report"),
     ("__init__.py", "from .cli import main\n", "face __init__ -> face cli"),
 ]))

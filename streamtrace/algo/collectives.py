@@ -128,7 +128,7 @@ def _count(value: object) -> int | float | None:
     return value if value.__class__ in (int, float) and math.isfinite(value) else None
 
 
-def _missing(value: object) -> bool:
+def missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
@@ -136,7 +136,7 @@ def _missing(value: object) -> bool:
 
 
 @dataclass
-class _Long:
+class Long:
     """nccl_long's rows (rank order, then file order) and each row's match key."""
 
     table: Table
@@ -156,19 +156,19 @@ def _sizes(meta: tuple) -> tuple[float | None, float | None]:
     return nelems * size / MIB, None if out is None else out * size / MIB
 
 
-def _long(ranks: Sequence[RankKernels]) -> _Long:
+def long_rows(ranks: Sequence[RankKernels]) -> Long:
     ranks = sorted(ranks, key=lambda kernels: kernels.rank)
     metas: list[tuple] = [kernels.metas[at] for kernels in ranks for at in kernels.meta.tolist()]
     rank_of = [kernels.rank for kernels in ranks for _ in range(len(kernels.ts))]
     ts = [value for kernels in ranks for value in _numbers(kernels.ts)]
     dur = [value for kernels in ranks for value in _numbers(kernels.dur)]
-    pg_missing = all(_missing(meta[PG_NAME]) or meta[PG_NAME] == UNKNOWN_GROUP for meta in metas)
+    pg_missing = all(missing(meta[PG_NAME]) or meta[PG_NAME] == UNKNOWN_GROUP for meta in metas)
     streams: dict[int, set] = {}
     for rank, meta in zip(rank_of, metas):
-        if not _missing(meta[STREAM]):
+        if not missing(meta[STREAM]):
             streams.setdefault(rank, set()).add(meta[STREAM])
     simplified = pg_missing and all(len(found) <= 1 for found in streams.values())
-    groups = ["all" if simplified else (UNKNOWN_GROUP if _missing(meta[PG_NAME]) else meta[PG_NAME]) for meta in metas]
+    groups = ["all" if simplified else (UNKNOWN_GROUP if missing(meta[PG_NAME]) else meta[PG_NAME]) for meta in metas]
     index = _order_in_groups(ts, [rank if simplified else (group, rank) for group, rank in zip(groups, rank_of)])
     ids = [str(n) if simplified else f"{group}_{n}" for group, n in zip(groups, index)]
     rows = []
@@ -180,7 +180,7 @@ def _long(ranks: Sequence[RankKernels]) -> _Long:
                "Group size", "dtype", "In msg nelems", "In msg size (MB)", "Out msg nelems", "Out msg size (MB)",
                "In split size", "Out split size", "stream", "ts", "dur"]
     keys = [(cid, None if simplified else meta[PG_RANKS]) for cid, meta in zip(ids, metas)]
-    return _Long(Table(columns, rows), keys, rank_of, ts, dur, metas, simplified)
+    return Long(Table(columns, rows), keys, rank_of, ts, dur, metas, simplified)
 
 
 def _numbers(values: np.ndarray) -> list:
@@ -200,7 +200,7 @@ def _order_in_groups(ts: list, groups: list) -> list[int]:
     return index
 
 
-def _by_collective(long: _Long) -> dict[tuple, list[int]]:
+def by_collective(long: Long) -> dict[tuple, list[int]]:
     """Each collective's rows (first appearance order; rows in rank order)."""
     found: dict[tuple, list[int]] = {}
     for row, key in enumerate(long.keys):
@@ -213,9 +213,9 @@ def _number(value: object) -> object:
     return math.nan if _count(value) is None else value
 
 
-def _same(values: list) -> bool:
+def same(values: list) -> bool:
     first = values[0]
-    return all(value == first or (_missing(value) and _missing(first)) for value in values[1:])
+    return all(value == first or (missing(value) and missing(first)) for value in values[1:])
 
 
 # ---------------------------------------------------------------- per collective
@@ -244,14 +244,14 @@ IMPLICIT_GENERAL = ["collective_id", *IMPLICIT_META, "Full msg size (MB)", "comm
                     "earliest arrival rank", "avg_wait_time", "skew in end time", "algo bw (GB/s)", "bus bw (GB/s)"]
 
 
-def _implicit_sync(long: _Long, notes: list[str]) -> Table:
+def implicit_sync(long: Long, notes: list[str]) -> Table:
     """nccl_implicit_sync (detailed): a row per all-reduce, reduce-scatter, all-gather or all-to-all."""
     table = long.table
     columns = _Columns()
     rows = []
     meta_at = [table.columns.index(name) for name in IMPLICIT_META]
     mismatched = []
-    for (cid, _), members in _by_collective(long).items():
+    for (cid, _), members in by_collective(long).items():
         name = table.rows[members[0]][5]
         kind = TYPE_OF.get(name) if isinstance(name, str) else None
         if long.simplified:
@@ -260,7 +260,7 @@ def _implicit_sync(long: _Long, notes: list[str]) -> Table:
         elif kind not in IMPLICIT_SYNC:
             continue
         meta = [table.rows[members[0]][at] for at in meta_at]
-        if not long.simplified and not all(_same([table.rows[row][at] for row in members]) for at in meta_at):
+        if not long.simplified and not all(same([table.rows[row][at] for row in members]) for at in meta_at):
             mismatched.append(cid)
             continue
         row: dict = {"collective_id": cid, **dict(zip(IMPLICIT_META, meta))}
@@ -303,7 +303,7 @@ ALL2ALLV_GENERAL = ["collective_id", *ALL2ALLV_META, "total data communicated (M
                     "skew in end time"]
 
 
-def _all2allv(long: _Long, notes: list[str]) -> Table:
+def all2allv_table(long: Long, notes: list[str]) -> Table:
     """nccl_all2allv (detailed): a row per all_to_allv, the biggest first."""
     table = long.table
     columns = _Columns()
@@ -311,10 +311,10 @@ def _all2allv(long: _Long, notes: list[str]) -> Table:
     meta_at = [table.columns.index(name) for name in ALL2ALLV_META]
     per_rank_at = [table.columns.index(name) for name in ALL2ALLV_PER_RANK]
     mismatched = []
-    for (cid, _), members in _by_collective(long).items():
+    for (cid, _), members in by_collective(long).items():
         if table.rows[members[0]][5] != "all_to_allv":
             continue
-        if not all(_same([table.rows[row][at] for row in members]) for at in meta_at):
+        if not all(same([table.rows[row][at] for row in members]) for at in meta_at):
             mismatched.append(cid)
             continue
         row: dict = {"collective_id": cid, **{name: table.rows[members[0]][at] for name, at in zip(ALL2ALLV_META, meta_at)}}
@@ -371,7 +371,7 @@ def _aggregate(how: str, values: list) -> object:
     """One of pandas' groupby aggregates over a group's values (missing ones left out, as pandas does)."""
     if how == "size":
         return len(values)
-    present = [value for value in values if not _missing(value)]
+    present = [value for value in values if not missing(value)]
     if how == "first":
         return present[0] if present else None
     if how == "count":
@@ -405,7 +405,7 @@ def _groups(table: Table, keys: Sequence[str], dropna: bool = True) -> list[tupl
     found: dict[tuple, list[list]] = {}
     for row in table.rows:
         key = tuple(row[n] for n in at)
-        if dropna and any(_missing(value) for value in key):
+        if dropna and any(missing(value) for value in key):
             continue
         found.setdefault(key, []).append(row)
     try:
@@ -417,8 +417,8 @@ def _groups(table: Table, keys: Sequence[str], dropna: bool = True) -> list[tupl
 def _sorted(table: Table, column: str, descending: bool) -> Table:
     """pandas' sort_values on one column: ties keep their order, missing values last."""
     at = table.columns.index(column)
-    present = [row for row in table.rows if not _missing(row[at])]
-    absent = [row for row in table.rows if _missing(row[at])]
+    present = [row for row in table.rows if not missing(row[at])]
+    absent = [row for row in table.rows if missing(row[at])]
     present.sort(key=lambda row: -row[at] if descending else row[at])
     return Table(table.columns, present + absent)
 
@@ -444,24 +444,24 @@ SUMMARY_LONG_KEYS = ("rank", "Process Group Name", "Process Group Ranks", "Colle
                      "In msg nelems", "Out msg nelems", "In split size", "Out split size", "stream")
 
 
-def _summary_long(long: Table) -> Table:
+def summary_long(long: Table) -> Table:
     plan = [("In msg size (MB)", "first", "In msg size (MB)_first"), ("Out msg size (MB)", "first", "Out msg size (MB)_first")]
     plan += [("dur", how, f"dur_{how}") for how in ("sum", *LONG_AGGREGATES)]
     plan.append(("collective_id", "count", "operation_count"))
     return _sorted(_summary(long, SUMMARY_LONG_KEYS, plan), "dur_sum", descending=True)
 
 
-def _summary_implicit_sync(detailed: Table) -> Table:
+def summary_implicit_sync(detailed: Table) -> Table:
     if not detailed.rows:
         return Table([], [])
     metrics = ["comm_latency", "skew in start time", "skew in end time"]
-    metrics += [name for name in ("algo bw (GB/s)", "bus bw (GB/s)") if not all(map(_missing, detailed.column(name)))]
+    metrics += [name for name in ("algo bw (GB/s)", "bus bw (GB/s)") if not all(map(missing, detailed.column(name)))]
     keys = ("Collective name", "dtype", "In msg nelems")
     filled = Table(detailed.columns, [list(row) for row in detailed.rows])
     for key in keys:
         at = filled.columns.index(key)
         for row in filled.rows:
-            if _missing(row[at]):
+            if missing(row[at]):
                 row[at] = "Unknown"
     plan = [(name, how, f"{name}_{how}") for name in metrics for how in AGGREGATES]
     plan += [("comm_latency", "size", "count"), ("comm_latency", "total_ms", "Total comm latency (ms)")]
@@ -482,11 +482,11 @@ def _summary_implicit_sync(detailed: Table) -> Table:
 
 def _series_sum(values: list) -> float:
     """pandas' Series.sum: numpy's (pairwise) sum, missing values as 0."""
-    return np.array([0.0 if _missing(value) else value for value in values], dtype=np.float64).sum().item() \
+    return np.array([0.0 if missing(value) else value for value in values], dtype=np.float64).sum().item() \
         if any(isinstance(value, float) for value in values) else sum(value for value in values if value is not None)
 
 
-def _summary_all2allv(detailed: Table) -> Table:
+def summary_all2allv(detailed: Table) -> Table:
     general = _select(detailed, [name for name in detailed.columns if not name.startswith("rank_")])
     plan = [("total data communicated (MB)", how, f"total data communicated (MB)_{how}") for how in AGGREGATES]
     plan += [("wall_time (us)", how, f"wall_time (us)_{how}") for how in AGGREGATES]
@@ -503,7 +503,7 @@ def _summary_all2allv(detailed: Table) -> Table:
     return _sorted(table, "Total wall_time (ms)", descending=True)
 
 
-def _heatmap(long: _Long, world_size: int, notes: list[str]) -> Table:
+def heatmap_table(long: Long, world_size: int, notes: list[str]) -> Table:
     """nccl_all2allv_heatmap: bytes each rank sent each rank over the all_to_allv (``In split size``)."""
     columns = ["src_rank", "dst_rank", "total_sent_MB", "avg_sent_MB", "count"]
     if world_size > HEATMAP_MAX_WORLD:
@@ -547,7 +547,7 @@ def split_sizes(value: object) -> list[int] | None:
 # ---------------------------------------------------------------- straggler summary
 
 
-def _straggler_summary(detailed: Table, long: _Long) -> Table:
+def straggler_summary(detailed: Table, long: Long) -> Table:
     """A row per rank: its wait summed and averaged over the collectives of nccl_implicit_sync, how often it
     arrived last (least wait) and first, its collective kernels' time; the least waiting (the straggler) first."""
     columns = ["rank", "total_wait_time_us", "mean_wait_time_us", "times_arrived_last", "times_arrived_first",
@@ -558,7 +558,7 @@ def _straggler_summary(detailed: Table, long: _Long) -> Table:
     at = [detailed.columns.index(name) for name in waits]
     last = []
     for row in detailed.rows:  # pandas' idxmin: the first least wait, in column order, missing ones left out
-        present = [(row[n], name) for n, name in zip(at, waits) if not _missing(row[n])]
+        present = [(row[n], name) for n, name in zip(at, waits) if not missing(row[n])]
         least = min(value for value, _ in present)
         last.append(next(name for value, name in present if value == least))
     first_rank = detailed.column("earliest arrival rank")
@@ -570,7 +570,7 @@ def _straggler_summary(detailed: Table, long: _Long) -> Table:
     for rank in sorted(int(name[5:-10]) for name in waits):
         name = f"rank_{rank}_wait_time"
         values = [row[detailed.columns.index(name)] for row in detailed.rows]
-        present = [value for value in values if not _missing(value)]
+        present = [value for value in values if not missing(value)]
         total = _series_sum(values)
         mean = total / len(present) if present else math.nan
         times_last = sum(1 for found in last if found == name)
@@ -601,7 +601,7 @@ def pg_ranks(value: object) -> list[int]:
     return []
 
 
-def _with_nodes(table: Table, gpus_per_node: int, world_size: int) -> Table:
+def with_nodes(table: Table, gpus_per_node: int, world_size: int) -> Table:
     """TraceLens's ``node_id`` (rank // gpus per node, ranks below the world size) and ``node_span``
     (intra_node when a group's ranks are on one node, inter_node, unknown without ranks)."""
     if not table.rows:
@@ -626,216 +626,3 @@ def _with_nodes(table: Table, gpus_per_node: int, world_size: int) -> Table:
     return Table(columns, rows)
 
 
-# ---------------------------------------------------------------- beyond TraceLens
-
-
-NCCL_TESTS_TYPES = {**TYPE_OF, "broadcast": "broadcast", "_broadcast_oop": "broadcast", "reduce": "reduce",
-                    "_reduce_oop": "reduce"}
-"""Collective names -> kinds the bandwidth table covers (TraceLens's, with broadcast and reduce)."""
-NCCL_TESTS_FACTORS: dict[str, Callable[[int], float]] = {
-    **BUS_FACTORS, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0,
-}
-"""nccl-tests' bus bandwidth factors (its PERFORMANCE.md): the data each rank moves over the slowest link
-per byte of the collective's size."""
-BANDWIDTH_COLUMNS = ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name", "dtype",
-                     "Group size", "ranks", "ranks missing", "size (bytes)", "latency (us)", "last arrival rank",
-                     "wait for last (us)", "algo bw (GB/s, 1e9)", "bus factor", "bus bw (GB/s, 1e9)"]
-
-
-def _bandwidth(long: _Long) -> Table:
-    """collective_bandwidth (not TraceLens's): every matched collective of a kind nccl-tests measures,
-    broadcast and reduce included: its size in bytes (the out size of an all-gather, else the in size),
-    TraceLens's latency (least duration), the rank arriving last and how long the first waited for it,
-    and nccl-tests' algorithm and bus bandwidths in SI units (10^9 bytes/s).  all_to_allv (sizes per
-    rank) and send/recv (matched by order, not by peer) have no row."""
-    table = long.table
-    rows = []
-    meta_at = [table.columns.index(name) for name in IMPLICIT_META]
-    for (cid, _), members in _by_collective(long).items():
-        first = table.rows[members[0]]
-        kind = NCCL_TESTS_TYPES.get(first[5]) if isinstance(first[5], str) else None
-        if kind not in NCCL_TESTS_FACTORS or not all(_same([table.rows[row][at] for row in members]) for at in meta_at):
-            continue
-        ranks = [long.ranks[member] for member in members]
-        ts = [long.ts[member] for member in members]
-        latency = min(long.dur[member] for member in members)
-        last = max(ts)
-        listed = pg_ranks(first[4])
-        size = _size_bytes(first, kind)
-        algo = size / (latency / 1e6) / 1e9 if size is not None and latency > 0 else math.nan
-        factor = NCCL_TESTS_FACTORS[kind](first[6]) if isinstance(first[6], int) and first[6] > 0 else math.nan
-        rows.append([cid, first[3], first[4], first[5], first[7], first[6], len(ranks),
-                     len(set(listed) - set(ranks)) if listed else None, size, latency,
-                     ranks[ts.index(last)], last - min(ts), algo, factor, algo * factor])
-    return Table(list(BANDWIDTH_COLUMNS), rows)
-
-
-def _size_bytes(row: list, kind: str) -> int | None:
-    """nccl-tests' size of a collective: an all-gather's output, any other's input, in bytes."""
-    nelems = row[10] if kind == "allgather" else row[8]
-    width = DTYPE_BYTES.get(row[7]) if isinstance(row[7], str) else None
-    return nelems * width if isinstance(nelems, int) and width is not None else None
-
-
-def _sequence_notes(long: _Long, notes: list[str]) -> None:
-    """Say where matching by order can pair different collectives: a group whose ranks hold different
-    numbers of its collective kernels (a rank traced over another window, a collective missing on one
-    rank), and group members absent from the inputs."""
-    counts: dict[tuple, dict[int, int]] = {}
-    listed: dict[tuple, object] = {}
-    for (cid, members), rank, meta in zip(long.keys, long.ranks, long.metas):
-        if meta[NAME] not in NCCL_TESTS_TYPES:
-            continue  # (point-to-point: each rank of a group sends and receives its own number)
-        group = (cid.rsplit("_", 1)[0] if not long.simplified else "all", members)
-        per_rank = counts.setdefault(group, {})
-        per_rank[rank] = per_rank.get(rank, 0) + 1
-        listed[group] = members
-    present = set(long.ranks)
-    for (name, _), per_rank in counts.items():
-        if len(set(per_rank.values())) > 1:
-            spread = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(per_rank.items()))
-            notes.append(f"collectives: group {name} has different numbers of kernels per rank ({spread}); "
-                         "they are matched by order (as TraceLens), so later collectives of the group may pair "
-                         "kernels of different collectives")
-    absent = sorted({rank for members in listed.values() for rank in pg_ranks(members)} - present)
-    if absent:
-        notes.append(f"collectives: process groups list ranks the inputs do not hold ({_ranges(absent)}): "
-                     "their collectives are matched over the ranks present")
-
-
-def _clock_notes(long: _Long, notes: list[str]) -> None:
-    """Say when a matched collective ends on one rank before it starts on another, which one clock cannot
-    show (NCCL's ranks finish a collective together): the ranks' clocks disagree, or order matching paired
-    different collectives; TraceLens's waits and skews carry that error."""
-    table = long.table
-    late = []
-    count = 0
-    for (cid, _), members in _by_collective(long).items():
-        name = table.rows[members[0]][5]
-        if len(members) < 2 or not isinstance(name, str) or name not in NCCL_TESTS_TYPES:
-            continue
-        count += 1
-        gap = max(long.ts[member] for member in members) - min(long.ts[member] + long.dur[member] for member in members)
-        if gap > 0:
-            late.append((gap, cid))
-    if late:
-        gap, cid = max(late, key=lambda item: item[0])  # (the first of the largest)
-        notes.append(f"collectives: {len(late):,} of {count:,} matched collectives end on one rank before they start on "
-                     f"another (by up to {gap:,.1f} us, at {cid}), which one clock cannot show: the ranks' clocks "
-                     "disagree, or matching by order paired different collectives; waits and skews carry that error")
-
-
-def _ranges(ranks: list[int]) -> str:
-    """``0-3, 7`` for [0, 1, 2, 3, 7]."""
-    spans: list[list[int]] = []
-    for rank in ranks:
-        if spans and rank == spans[-1][1] + 1:
-            spans[-1][1] = rank
-        else:
-            spans.append([rank, rank])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
-# ---------------------------------------------------------------- why the straggler is late
-
-
-SLOWER_GPU = 0.9  # a speed score below this: its compute kernels run 10 % or more slower than the fastest rank's
-MORE_WORK = 1.05  # a work ratio above this: it runs more compute than the median rank
-MORE_IDLE_POINTS = 5.0  # GPU idle this many percentage points above the median rank's: waiting on its host
-CAUSE_COLUMNS = ["rank", "times_arrived_last", "pct_arrived_last", "gpu_speed_score", "work_ratio", "idle_time_pctg",
-                 "median_idle_time_pctg", "why"]
-
-
-def straggler_causes(stragglers: list[dict], kernels: list[dict], temporal: list[dict]) -> Table:
-    """straggler_causes (not TraceLens's): per rank of straggler_summary, from HTA's kernel_breakdown and
-    temporal_breakdown rows, why it would arrive late.
-
-    ``gpu_speed_score``: over the compute kernels every rank ran (HTA's named ones), the fastest rank's
-    mean duration over this rank's, weighted by this rank's time in each (NVIDIA's straggler detection
-    takes medians; HTA's breakdown gives means): 1 is as fast as the fastest rank on every kernel.
-    ``work_ratio``: this rank's count of each such kernel at the median rank's mean duration, over the
-    median rank's.  ``why`` (ranks that arrive last at least once): slower GPU, more work, else
-    host-bound (GPU idle more than the median rank's: only when speed and work do not explain it, as
-    the ranks waiting for it count that wait as GPU time), or none of them."""
-    compute = [row for row in kernels if row["kernel_type"] == "COMPUTATION" and row["name"] != "others"]
-    ranks = sorted({row["rank"] for row in stragglers})
-    by_name: dict[str, dict[int, dict]] = {}
-    for row in compute:
-        if row["rank"] in ranks and row["mean (us)"] and row["mean (us)"] > 0:
-            by_name.setdefault(row["name"], {})[row["rank"]] = row
-    shared = {name: per_rank for name, per_rank in by_name.items() if len(per_rank) == len(ranks)}
-    speed: dict[int, float] = {}
-    work: dict[int, float] = {}
-    for rank in ranks:
-        time = sum(per_rank[rank]["sum (us)"] for per_rank in shared.values())
-        fastest = sum(per_rank[rank]["sum (us)"] * min(row["mean (us)"] for row in per_rank.values()) /
-                      per_rank[rank]["mean (us)"] for per_rank in shared.values())
-        speed[rank] = fastest / time if time > 0 else math.nan
-        work[rank] = sum(per_rank[rank]["sum (us)"] / per_rank[rank]["mean (us)"] *
-                         float(np.median([row["mean (us)"] for row in per_rank.values()])) for per_rank in shared.values())
-    median_work = float(np.median(list(work.values()))) if work else math.nan
-    idle = {row["rank"]: row["idle_time_pctg"] for row in temporal}
-    known_idle = [idle[rank] for rank in ranks if not _missing(idle.get(rank))]
-    median_idle = float(np.median(known_idle)) if known_idle else math.nan
-    rows = []
-    for row in sorted(stragglers, key=lambda row: row["rank"]):
-        rank = row["rank"]
-        ratio = work[rank] / median_work if median_work > 0 else math.nan
-        why = _why(row, speed[rank], ratio, idle.get(rank), median_idle) if row["times_arrived_last"] else ""
-        rows.append([rank, row["times_arrived_last"], row["pct_arrived_last"], speed[rank], ratio, idle.get(rank),
-                     median_idle, why])
-    return Table(list(CAUSE_COLUMNS), rows)
-
-
-def _why(row: dict, speed: float, work: float, idle: object, median_idle: float) -> str:
-    causes = []
-    if speed < SLOWER_GPU:
-        causes.append(f"slower GPU (its compute kernels run at {speed:.2f} of the fastest rank's speed)")
-    if work > MORE_WORK:
-        causes.append(f"more work ({work:.2f}x the median rank's compute)")
-    if not causes and not _missing(idle) and idle - median_idle >= MORE_IDLE_POINTS:  # type: ignore[operator]
-        causes.append(f"host-bound (its GPU idles {idle:.1f}% of the time, the median rank's {median_idle:.1f}%)")
-    found = "; ".join(causes) if causes else "no cause found in GPU speed, work or GPU idle time"
-    return f"rank {row['rank']} arrives last at {row['times_arrived_last']} of {row['num_collectives']} collectives: {found}"
-
-
-# ---------------------------------------------------------------- the report
-
-
-def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world_size: int | None = None,
-           heatmap: bool = False) -> Report:
-    """TraceLens's tables for these ranks' collective kernels (none without kernels), by its file stems.
-
-    ``gpus_per_node``: adds its node columns (TraceLens takes the first rank file's deviceProperties
-    count); ``world_size``: the ranks it counts (default: the highest rank + 1); ``heatmap``: the
-    all2allv heat map too (its ``--all2allv_heatmap``)."""
-    notes: list[str] = []
-    if not any(len(kernels.ts) for kernels in ranks):
-        return Report({}, notes)
-    long = _long([kernels for kernels in ranks if len(kernels.ts)])
-    world = world_size if world_size is not None else max(long.ranks) + 1
-    implicit = _implicit_sync(long, notes)
-    all2allv = _all2allv(long, notes)
-    tables = {"nccl_summary_implicit_sync": _summary_implicit_sync(implicit),
-              "nccl_summary_long": _summary_long(long.table)}
-    if all2allv.rows:
-        tables["nccl_summary_all2allv"] = _summary_all2allv(all2allv)
-    if heatmap:
-        found = _heatmap(long, world, notes)
-        if found.rows:
-            tables["nccl_all2allv_heatmap"] = found
-    tables["nccl_long"] = long.table
-    tables["nccl_implicit_sync"] = implicit if implicit.rows else Table([], [])
-    if all2allv.rows:
-        tables["nccl_all2allv"] = all2allv
-    stragglers = _straggler_summary(implicit, long)
-    if stragglers.rows:
-        tables["straggler_summary"] = stragglers
-    bandwidth = _bandwidth(long)
-    if bandwidth.rows:
-        tables["collective_bandwidth"] = bandwidth
-    _sequence_notes(long, notes)
-    _clock_notes(long, notes)
-    if gpus_per_node:
-        tables = {name: _with_nodes(table, gpus_per_node, world) for name, table in tables.items()}
-    return Report(tables, notes)

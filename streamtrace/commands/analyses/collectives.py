@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...algo import collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
 from ...io.destinations import Destinations
@@ -133,7 +134,7 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False) -> R
     first rank's file, as TraceLens takes them from its first file."""
     if not inputs:
         return Report({}, [])
-    return tables.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
+    return collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
                          world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap)
 
 
@@ -141,7 +142,7 @@ def add_causes(report: Report, hta_tables: dict) -> None:
     """The report's straggler_causes, from its straggler summary and HTA's kernel and temporal breakdowns."""
     stragglers = report.tables.get("straggler_summary")
     if stragglers is not None:
-        report.tables["straggler_causes"] = tables.straggler_causes(
+        report.tables["straggler_causes"] = collectivereport.straggler_causes(
             _records(stragglers), hta_tables.get("kernel_breakdown") or [], hta_tables.get("temporal_breakdown") or [])
 
 
