@@ -115,7 +115,9 @@ def test_subtract_intervals() -> None:
 
 @pytest.mark.parametrize("monotonic", [True, False])
 def test_group_sums_are_pandas_sums(monotonic: bool) -> None:
-    pandas = pytest.importorskip("pandas")
+    """As pandas 3 sums groups: the version TraceLens's reference CSVs were made with (pandas 2 sums rows
+    that come in group order another way; the reference tables above check the sums whatever is installed)."""
+    pandas = pytest.importorskip("pandas", minversion="3")
     rng = np.random.default_rng(5)
     values = np.round(rng.uniform(0, 5000, 400) * rng.choice([1, 1e-3], 400), 3)
     labels = np.sort(rng.integers(0, 4, 400)) if monotonic else rng.integers(0, 4, 400)
