@@ -75,9 +75,11 @@ def test_disk_full_leaves_no_partial_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name, flag, magic", [
     ("o.json.gz", None, b"\x1f\x8b"), ("o.json.zst", None, b"\x28\xb5\x2f\xfd"),
-    ("o.json", None, b"{"), ("o.json", "gzip", b"\x1f\x8b"), ("o.json.gz", "none", b"{"),
+    ("o.json", None, b"{"), ("o.json", "gzip", b"\x1f\x8b"), ("o.json", "zstd", b"\x28\xb5\x2f\xfd"),
 ])
 def test_compression_from_suffix_or_flag(tmp_path, name, flag, magic):
+    """The suffix names the compression, or the flag does where the name names none (a flag that contradicts
+    a .gz or .zst name is refused: test_destinations)."""
     out = tmp_path / name
     streamtrace.convert(write(tmp_path, "in.json"), out, compress=flag)
     assert out.read_bytes().startswith(magic)
