@@ -36,6 +36,7 @@ from ..io.projection import Projection
 from ..io.source import InputSource
 from ..io.spool import ColumnSpill
 from ..resources import peak_rss_mb
+from .analyses.index import stream_of
 from .mergerank import discover_inputs, header_rank
 
 OUTPUTS = ("trace_diff.csv", "ops_diff.csv")
@@ -60,16 +61,6 @@ _PLAIN = {int, float, type(None)}  # the times visit_chunk takes (others: the or
 _NAMES = {str, int, float, type(None)}  # the names it takes (an array or object name: the ordinary reading)
 _PROJECTION = Projection({"ts": None, "dur": None, "cat": None, "name": None,
                           "args": {"stream": None, "correlation": None}})  # what DiffIndex reads of an event
-
-
-def _stream(value: Any) -> int:
-    """HTA's ``int(stream)``; what int() refuses is no stream."""
-    if value.__class__ is int:
-        return value
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return tracediff.NO_ID
 
 
 def _correlation(value: Any) -> int:
@@ -137,7 +128,7 @@ class DiffIndex:
         corrs = [tracediff.NO_ID if value is None else value for value in
                  (None if arg is None else arg.correlation for arg in args)]
         if set(map(type, streams)) != {int}:
-            streams = [_stream(value) for value in streams]
+            streams = [stream_of(value) for value in streams]
         if set(map(type, corrs)) != {int}:
             corrs = [_correlation(value) for value in corrs]
         if not (ID_LOW <= min(streams) and max(streams) < ID_HIGH and ID_LOW <= min(corrs) and max(corrs) < ID_HIGH):
@@ -179,7 +170,7 @@ class DiffIndex:
             if cat is not None and cat != "Trace":
                 self.skipped += 1
             return
-        stream = tracediff.NO_ID if stream_value is None else _stream(stream_value)
+        stream = tracediff.NO_ID if stream_value is None else stream_of(stream_value)
         corr = tracediff.NO_ID if corr_value is None else _correlation(corr_value)
         if not (ID_LOW <= stream < ID_HIGH and ID_LOW <= corr < ID_HIGH):
             stream, corr = (value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in (stream, corr))

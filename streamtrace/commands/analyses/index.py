@@ -36,7 +36,7 @@ def _plain_event(event: object) -> dict:
     return {key: get(key) for key in ("ph", "ts", "dur", "cat", "pid")}
 
 
-def _stream_of(value: object) -> int:
+def stream_of(value: object) -> int:
     """HTA's ``int(stream)``; what int() refuses counts as no stream (-1)."""
     if value.__class__ is int:
         return value  # type: ignore[return-value]
@@ -214,7 +214,7 @@ class AnalyzeIndex:
         corrs = [NO_ID if event.args is None or event.args.correlation is None else event.args.correlation
                  for event in events]
         if set(map(type, streams)) - {int}:
-            streams = [value if value.__class__ is int else _stream_of(value) for value in streams]
+            streams = [value if value.__class__ is int else stream_of(value) for value in streams]
         if set(map(type, corrs)) - {int}:
             corrs = [value if value.__class__ is int else _id_of(value) for value in corrs]
         if events and not (ID_LOW <= min(streams) and max(streams) < ID_HIGH and ID_LOW <= min(corrs) and max(corrs) < ID_HIGH):
@@ -394,7 +394,7 @@ class AnalyzeIndex:
                 if value is None:
                     value = args.get("stream")
                 if value is not None:
-                    stream = value if value.__class__ is int else _stream_of(value)
+                    stream = value if value.__class__ is int else stream_of(value)
                 value = args.get("correlation")
                 if value is not None:
                     corr = value if value.__class__ is int else _id_of(value)
