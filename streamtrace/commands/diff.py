@@ -18,12 +18,13 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ..algo import tracediff
-from ..algo.analysis import StepOf, hta_times, step_number
+from ..algo.analysis import StepOf, step_number
+from ..algo.rankmap import PidEvidence
 from ..algo.ranks import rank_from_file_name
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
@@ -36,7 +37,9 @@ from ..io.projection import Projection
 from ..io.source import InputSource
 from ..io.spool import ColumnSpill
 from ..resources import peak_rss_mb
-from .analyses.index import stream_of
+from .analyses.index import RANK_EVIDENCE_CATEGORIES, stream_of
+from .analyses.ranks import RankInput, joined_columns, ranks_of_slots, split_by_rank
+from .mergedindex import note_process_name
 from .mergerank import discover_inputs, header_rank
 
 OUTPUTS = ("trace_diff.csv", "ops_diff.csv")
@@ -56,11 +59,13 @@ STEP_TIME = "step_time_per_rank"  # each rank's mean step, both runs (from step_
 STEP_COLUMNS = ("rank", "steps", "mean_step(us)")
 SYNC_NAMES = ("Event Sync", "Context Sync")  # HTA's device synchronisations: GPU side whatever their stream
 ID_LOW, ID_HIGH = -(1 << 63), 1 << 63
+NO_RANK = -1
 NUMBERS = (int, float)
 _PLAIN = {int, float, type(None)}  # the times visit_chunk takes (others: the ordinary reading)
 _NAMES = {str, int, float, type(None)}  # the names it takes (an array or object name: the ordinary reading)
-_PROJECTION = Projection({"ts": None, "dur": None, "cat": None, "name": None,
-                          "args": {"stream": None, "correlation": None}})  # what DiffIndex reads of an event
+_PROJECTION = Projection({"ph": None, "ts": None, "dur": None, "cat": None, "name": None, "pid": None,
+                          "args": {"stream": None, "original_stream": None, "correlation": None, "rank": None,
+                                   "name": None}})  # what DiffIndex reads of an event
 
 
 def _correlation(value: Any) -> int:
@@ -70,36 +75,67 @@ def _correlation(value: Any) -> int:
     return value if value.__class__ is int else tracediff.NO_ID
 
 
+def _ids(streams: list, corrs: list) -> tuple[list[int], list[int]]:
+    """HTA's stream and correlation ids of some rows (what an int64 cannot hold: no id)."""
+    if set(map(type, streams)) != {int}:
+        streams = [stream_of(value) for value in streams]
+    if set(map(type, corrs)) != {int}:
+        corrs = [_correlation(value) for value in corrs]
+    if streams and not (ID_LOW <= min(streams) and max(streams) < ID_HIGH and ID_LOW <= min(corrs) and max(corrs) < ID_HIGH):
+        streams = [value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in streams]
+        corrs = [value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in corrs]
+    return streams, corrs
+
+
 class DiffIndex:
     """Pass-1 visitor: per event HTA reads, its start, duration, stream,
-    correlation id and name id (columns spilled to disk), and the spans of
-    the ``ProfilerStep`` events.  Pass-1 workers index ranges of the events
-    from a projection of the five members it reads (:meth:`visit_chunk`)
-    and send their rows in parts (:meth:`take_part`, :meth:`absorb`)."""
+    correlation id, name id, category id and pid slot, and its own
+    ``args.rank`` (columns spilled to disk); per pid, the rank evidence
+    ``relink`` reads (as ``analyze``'s index: a merged file's ranks are told
+    apart by the same rules, :func:`.analyses.ranks.ranks_of_slots`).  The
+    rows come back as ``analyze``'s work blocks (:meth:`work_blocks`).
+    Pass-1 workers index ranges of the events from a projection of the
+    members it reads (:meth:`visit_chunk`) and send their rows in parts
+    (:meth:`take_part`, :meth:`absorb`)."""
 
     splits_by_ranges = True
     partial = False  # True where it indexes parts (a worker's): its rows go in parts, never to the file
-    _COLUMNS = "ddqqi"  # ts, dur, stream, correlation, name id
+    _COLUMNS = "ddqqiiii"  # ts, dur, stream, correlation, name id, category id, pid slot, own rank (-1: none)
+    _BLOCK = ("ts", "dur", "stream", "corr", "name", "cat", "slot")
 
     def __init__(self, spool_dir: str | None = None) -> None:
         self.rows = ColumnSpill(self._COLUMNS, spool_dir)
         self.names: dict[object, int] = {}
-        self.step_symbols: set[str] = set()  # names and categories starting with ProfilerStep (HTA's iterations)
-        self.spans: list[tuple[float, float, int]] = []  # (ts, dur, name id) of ProfilerStep rows, in event order
-        self.fractional = False  # some ts is not an integer (or missing): HTA rounds every event's times
+        self.cats: dict[object, int] = {}
+        self.pid_slots: dict[object, int] = {}
+        self.pids: list[PidEvidence] = []
+        self.unranked = bytearray()  # per pid slot: some launch or GPU event lacks args.rank
+        self.fractional = [False]  # some ts is not an integer (or missing): HTA rounds every event's times
         self.first_kept = False  # the trace's event 0 is row 0 (HTA never links a kernel to it)
         self.skipped = 0
         self.events = 0  # events seen (in a worker: since its last part)
-        self._listed = 0  # names already in a part
-        self._maps: dict[int, array] = {}  # per worker: its name ids -> ours
+        self._listed = (0, 0)  # names and categories already in a part
+        self._maps: dict[int, tuple[array, array, array]] = {}  # per worker: its name, category and pid ids -> ours
+
+    def slot_of(self, pid: object) -> int:
+        """A pid's slot (pids are ints or strings, anything else by its text, as relink)."""
+        found = self.pid_slots.get(pid)
+        if found is None:
+            if pid.__class__ not in (int, str):
+                return self.slot_of(str(pid))
+            found = self.pid_slots[pid] = len(self.pids)
+            self.pids.append(PidEvidence(pid))
+            self.unranked.append(0)
+        return found
 
     def visit(self, event: dict) -> None:
         get = event.get
         args = get("args")
-        if args.__class__ is dict:
-            self._add(get("ts"), get("dur"), get("cat"), get("name"), args.get("stream"), args.get("correlation"))
-        else:
-            self._add(get("ts"), get("dur"), get("cat"), get("name"), None, None)
+        if args.__class__ is not dict:
+            args = {}
+        stream = args.get("original_stream")  # (compact and merge move a GPU event's stream to a drawing lane)
+        self._add(event, get("ts"), get("dur"), get("cat"), get("name"), get("pid"),
+                  args.get("stream") if stream is None else stream, args.get("correlation"), args.get("rank"))
 
     def visit_chunk(self, text: bytes) -> int | None:
         """Index a chunk's events as :meth:`visit` would, from their projection, a
@@ -112,7 +148,12 @@ class DiffIndex:
         cats, names = [event.cat for event in events], [event.name for event in events]
         if not (set(map(type, ts)) <= _PLAIN and set(map(type, dur)) <= _PLAIN and set(map(type, names)) <= _NAMES):
             return None
-        self.fractional = self.fractional or set(map(type, ts)) != {int}
+        self.fractional[0] = self.fractional[0] or set(map(type, ts)) != {int}
+        for event, start, length in zip(events, ts, dur):
+            if (start is None or length is None) and event.ph == "M":
+                args = event.args
+                note_process_name({"name": event.name, "pid": event.pid, "args": None if args is None else
+                                   {"name": args.name, "rank": args.rank}}, self.pids, self.slot_of)
         kept = [at for at, (start, length, cat) in enumerate(zip(ts, dur, cats))
                 if start is not None and length is not None and cat.__class__ is str and cat != "Trace"]
         if set(map(type, cats)) - {str, type(None)}:  # categories that are not text: counted, as visit counts them
@@ -123,46 +164,49 @@ class DiffIndex:
         if not kept:
             return len(events)
         args = [events[at].args for at in kept]
-        streams = [tracediff.NO_ID if value is None else value for value in
-                   (None if arg is None else arg.stream for arg in args)]
-        corrs = [tracediff.NO_ID if value is None else value for value in
-                 (None if arg is None else arg.correlation for arg in args)]
-        if set(map(type, streams)) != {int}:
-            streams = [stream_of(value) for value in streams]
-        if set(map(type, corrs)) != {int}:
-            corrs = [_correlation(value) for value in corrs]
-        if not (ID_LOW <= min(streams) and max(streams) < ID_HIGH and ID_LOW <= min(corrs) and max(corrs) < ID_HIGH):
-            streams = [value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in streams]
-            corrs = [value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in corrs]
-        ids = self.names
-        name_ids = [ids.setdefault(names[at], len(ids)) for at in kept]
-        for at in kept:
-            name = names[at]
-            if name.__class__ is str and name.startswith("ProfilerStep"):
-                self.step_symbols.add(name)
-                self.spans.append((float(ts[at]), float(dur[at]), ids[name]))
-        self.step_symbols.update(cat for cat in {cats[at] for at in kept} if cat.startswith("ProfilerStep"))
-        ts_column, dur_column, stream_column, corr_column, name_column = self.rows.columns
-        ts_column.extend([float(ts[at]) for at in kept])
-        dur_column.extend([float(dur[at]) for at in kept])
-        stream_column.extend(streams)
-        corr_column.extend(corrs)
-        name_column.extend(name_ids)
+        streams, corrs = _ids([None if arg is None else arg.stream if arg.original_stream is None else arg.original_stream
+                               for arg in args], [None if arg is None else arg.correlation for arg in args])
+        slots = [self.slot_of(events[at].pid) for at in kept]
+        own = [self._rank_evidence(cats[at], names[at], slot, stream, corr, None if arg is None else arg.rank)
+               for at, slot, stream, corr, arg in zip(kept, slots, streams, corrs, args)]
+        name_ids, cat_ids = self.names, self.cats
+        columns = self.rows.columns
+        for column, values in zip(columns, ([float(ts[at]) for at in kept], [float(dur[at]) for at in kept], streams,
+                                            corrs, [name_ids.setdefault(names[at], len(name_ids)) for at in kept],
+                                            [cat_ids.setdefault(cats[at], len(cat_ids)) for at in kept], slots, own)):
+            column.extend(values)
         if self.rows.full() and not self.partial:
             self.rows.flush()
         return len(events)
 
-    def _add(self, ts: Any, dur: Any, cat: Any, name: Any, stream_value: Any, corr_value: Any) -> None:
+    def _rank_evidence(self, cat: str, name: object, slot: int, stream: int, corr: int, rank: object) -> int:
+        """A row's own rank (-1: none), noted as its pid's evidence: ``args.rank``
+        of a launch or GPU event that analyze keeps as a work row."""
+        if cat not in RANK_EVIDENCE_CATEGORIES or (stream == tracediff.NO_ID and corr == tracediff.NO_ID
+                                                   and not (name.__class__ is str and "ProfilerStep" in name)):
+            return NO_RANK
+        if rank.__class__ is int and rank >= 0:
+            self.pids[slot].arg_ranks.add(rank)
+            return rank
+        self.unranked[slot] = 1
+        return NO_RANK
+
+    def _add(self, event: dict, ts: Any, dur: Any, cat: Any, name: Any, pid: Any, stream_value: Any, corr_value: Any,
+             rank: Any) -> None:
         """One event: a row when HTA reads it (a numeric ts and dur, a category other than Trace)."""
         first = self.events == 0
         self.events += 1
         if ts.__class__ is not int:
-            self.fractional = True
+            self.fractional[0] = True
             if ts.__class__ is Decimal:  # (exact mode reads fractions as Decimals)
                 ts = float(ts)
             elif ts.__class__ is not float:
+                if event.get("ph") == "M":
+                    note_process_name(event, self.pids, self.slot_of)
                 return
         if dur is None:
+            if event.get("ph") == "M":
+                note_process_name(event, self.pids, self.slot_of)
             return
         if dur.__class__ is Decimal:
             dur = float(dur)
@@ -170,53 +214,71 @@ class DiffIndex:
             if cat is not None and cat != "Trace":
                 self.skipped += 1
             return
-        stream = tracediff.NO_ID if stream_value is None else stream_of(stream_value)
-        corr = tracediff.NO_ID if corr_value is None else _correlation(corr_value)
-        if not (ID_LOW <= stream < ID_HIGH and ID_LOW <= corr < ID_HIGH):
-            stream, corr = (value if ID_LOW <= value < ID_HIGH else tracediff.NO_ID for value in (stream, corr))
-        name_id = self.names.setdefault(name, len(self.names))
-        if name.__class__ is str and name.startswith("ProfilerStep"):
-            self.step_symbols.add(name)
-            self.spans.append((float(ts), float(dur), name_id))
-        if cat.startswith("ProfilerStep"):
-            self.step_symbols.add(cat)
+        (stream,), (corr,) = _ids([stream_value], [corr_value])
+        slot = self.slot_of(pid)
+        own = self._rank_evidence(cat, name, slot, stream, corr, rank)
         self.first_kept = self.first_kept or first
-        for column, value in zip(self.rows.columns, (ts, dur, stream, corr, name_id)):
+        values = (ts, dur, stream, corr, self.names.setdefault(name, len(self.names)),
+                  self.cats.setdefault(cat, len(self.cats)), slot, own)
+        for column, value in zip(self.rows.columns, values):
             column.append(value)
         if self.rows.full() and not self.partial:
             self.rows.flush()
 
     def take_part(self) -> dict:
-        """What was indexed since the last part: rows, spans and flags (names by
-        this visitor's ids, the new names listed)."""
-        part = {"rows": [column.tobytes() for column in self.rows.columns], "names": list(self.names)[self._listed:],
-                "spans": self.spans[:], "step_symbols": set(self.step_symbols), "fractional": self.fractional,
-                "skipped": self.skipped, "first_kept": self.first_kept, "events": self.events}
+        """What was indexed since the last part: rows, pid evidence and flags (names,
+        categories and pids by this visitor's ids, the new ones listed)."""
+        part = {"rows": [column.tobytes() for column in self.rows.columns], "names": list(self.names)[self._listed[0]:],
+                "cats": list(self.cats)[self._listed[1]:], "pids": self.pids[:], "unranked": bytes(self.unranked),
+                "fractional": self.fractional[0], "skipped": self.skipped, "first_kept": self.first_kept,
+                "events": self.events}
         for column in self.rows.columns:
             del column[:]
-        self._listed = len(self.names)
-        self.spans.clear()
-        self.step_symbols.clear()
-        self.fractional, self.first_kept, self.skipped, self.events = False, False, 0, 0
+        self._listed = (len(self.names), len(self.cats))
+        self.pids[:] = [PidEvidence(facts.pid) for facts in self.pids]
+        self.unranked[:] = bytes(len(self.unranked))
+        self.fractional[0], self.first_kept, self.skipped, self.events = False, False, 0, 0
         return part
 
     def absorb(self, part: dict, source: int, first_event: int) -> None:
-        """Append a worker's part (parts come in event order), its name ids made ours."""
-        ids = self._maps.setdefault(source, array("i"))
+        """Append a worker's part (parts come in event order), its ids made ours."""
+        maps = self._maps.setdefault(source, (array("i"), array("i"), array("i")))
         for name in part["names"]:
-            ids.append(self.names.setdefault(name, len(self.names)))
-        ours = np.frombuffer(ids, dtype=np.int32) if ids else np.empty(0, np.int32)
-        names = ours[np.frombuffer(part["rows"][-1], dtype=np.int32)].astype(np.int32)
+            maps[0].append(self.names.setdefault(name, len(self.names)))
+        for cat in part["cats"]:
+            maps[1].append(self.cats.setdefault(cat, len(self.cats)))
+        for local, facts in enumerate(part["pids"]):
+            if local == len(maps[2]):
+                maps[2].append(self.slot_of(facts.pid))
+            slot = maps[2][local]
+            self.pids[slot].arg_ranks |= facts.arg_ranks
+            self.pids[slot].name_ranks |= facts.name_ranks
+            if part["unranked"][local]:
+                self.unranked[slot] = 1
+        rows = list(part["rows"])
+        for at, ids in ((4, maps[0]), (5, maps[1]), (6, maps[2])):
+            ours = np.frombuffer(ids, dtype=np.int32) if ids else np.empty(0, np.int32)
+            rows[at] = ours[np.frombuffer(rows[at], dtype=np.int32)].astype(np.int32).tobytes()
         self.first_kept = self.first_kept or (first_event == 0 and part["first_kept"])
-        for column, data in zip(self.rows.columns, (*part["rows"][:-1], names.tobytes())):
+        for column, data in zip(self.rows.columns, rows):
             column.frombytes(data)
         if self.rows.full():
             self.rows.flush()
-        self.spans += [(ts, dur, int(ours[name])) for ts, dur, name in part["spans"]]
-        self.step_symbols |= part["step_symbols"]
-        self.fractional = self.fractional or part["fractional"]
+        self.fractional[0] = self.fractional[0] or part["fractional"]
         self.skipped += part["skipped"]
         self.events = first_event + part["events"]
+
+    def work_blocks(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """The rows as analyze's work blocks, in event order: (the block's first row
+        number, its columns; ``ranked``: the rows with their own rank, ``ranks``: those ranks)."""
+        base = 0
+        for columns in self.rows.chunks():
+            block = dict(zip(self._BLOCK, columns))
+            own = columns[-1]
+            ranked = np.flatnonzero(own >= 0)
+            block["ranked"], block["ranks"] = ranked + base, own[ranked]
+            yield base, block
+            base += len(own)
 
 
 @dataclass
@@ -229,12 +291,13 @@ class Side:
     iteration: int | None
     file: str = ""
     iterations: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)  # the ranks its file holds
     totals: dict[str, tuple[int, float]] = field(default_factory=dict)
     full_totals: dict[str, tuple[int, float]] = field(default_factory=dict)  # by full name: ops_diff's (HTA's own)
     read: dict = field(default_factory=dict)
 
     def describe(self) -> dict:
-        return {"input": self.spec, "file": self.file, "rank": self.rank, "iteration": self.iteration,
+        return {"input": self.spec, "file": self.file, "rank": self.rank, "ranks": self.ranks, "iteration": self.iteration,
                 "iterations": self.iterations, "names": len(self.totals), "read": self.read}
 
 
@@ -286,6 +349,7 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
         "test": sides[1].describe(),
         "output": targets,
         "changes": {change: len(names) for change, names in changes.items()},
+        "notes": _notes(sides),
         "trace_diff": rows,
         "ops_diff": changes,
         "tables": {name: table_rows for name, (_, table_rows) in joined.items()},
@@ -301,6 +365,25 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()
     return destinations.finish(summary)
+
+
+def _notes(sides: list[Side]) -> list[str]:
+    """What one run has and the other lacks (ranks, iterations): compared on what they share."""
+    control, test = sides
+    notes = []
+    for what, mine, theirs, where in (("ranks", control.ranks, test.ranks, ""),
+                                      ("iterations", control.iterations, test.iterations,
+                                       f" (control rank {control.rank}, test rank {test.rank})")):
+        alone = [f"{what} {_listed(sorted(set(one) - set(other)))} only in the {label} run" for label, one, other in
+                 (("control", mine, theirs), ("test", theirs, mine)) if set(one) - set(other)]
+        if alone:
+            notes.append("; ".join(alone) + where)
+    for side in sides if control.file != test.file else [control]:
+        if side.read.get("rows_without_rank"):
+            notes.append(f"{side.file}: {side.read['rows_without_rank']:,} events on pids that no rule places in a "
+                         "rank are left out (as analyze leaves them); give them a rank with args.rank or a "
+                         "process_name such as 'rank 3'")
+    return notes
 
 
 def _joined_tables(sides: list[Side], options: dict) -> dict[str, tuple[list[str], list[dict]]]:
@@ -343,6 +426,7 @@ def _rank_file(side: Side) -> tuple[str, int | None]:
         if rank in ranks:
             raise TraceError(f"{ranks[rank]} and {path} are both rank {rank}; give one of them", path=side.spec)
         ranks[rank] = path
+    side.ranks = sorted(ranks)
     rank = min(ranks) if side.rank is None else side.rank
     if rank not in ranks:
         raise TraceError(f"no rank {rank} among the {side.label.lower()} traces (ranks {_listed(sorted(ranks))})",
@@ -369,7 +453,7 @@ def _file_rank(path: str, stated: object) -> int:
 
 
 def _read_sides(path: str, sides: list[Side], device: str, short_names: bool, options: dict) -> None:
-    """Pass 1 over one file, then each side's selection and totals."""
+    """Pass 1 over one file, its ranks told apart as analyze tells them, then each side's selection and totals."""
     with InputSource(path, spool_dir=options["spool_dir"], reread_remote=options["reread_remote"]) as source:
         meter = Progress(source.size, enabled=options["progress"])
         result = index_pass(source, lambda: DiffIndex(options["spool_dir"]), keep_events=False,
@@ -377,63 +461,80 @@ def _read_sides(path: str, sides: list[Side], device: str, short_names: bool, op
         location = source.name
     index: DiffIndex = result.visitor  # type: ignore[assignment]
     try:
-        info = member_value(result.stats.header + result.stats.trailer, "distributedInfo")
-        rank = _file_rank(path, info.get("rank") if isinstance(info, dict) else None)
+        members = result.stats.header + result.stats.trailer
+        found, unplaced = split_by_rank(index, ranks_of_slots(path, index, members))
+        ranks: dict[int, RankInput | None] = dict(found)
+        if not ranks:  # no row: the file's own rank, with nothing in it
+            info = member_value(members, "distributedInfo")
+            ranks[_file_rank(path, info.get("rank") if isinstance(info, dict) else None)] = None
         names = [name if name.__class__ is str else str(name) for name in index.names]
-        iterations = _iterations(location, index)
-        steps = _step_of(location, index)
+        cats = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
         sync_ids = np.array([at for at, name in enumerate(names) if name in SYNC_NAMES], dtype=np.int32)
         for side in sides:
-            if side.rank is not None and side.rank != rank:
-                raise TraceError(f"{side.label.lower()} trace is rank {rank}, not {side.rank}", path=location)
-            side.rank, side.iterations = rank, iterations
+            rank = min(ranks) if side.rank is None else side.rank
+            if rank not in ranks:
+                if len(ranks) == 1:
+                    raise TraceError(f"{side.label.lower()} trace is rank {next(iter(ranks))}, not {rank}", path=location)
+                raise TraceError(f"no rank {rank} in the {side.label.lower()} trace (its ranks: "
+                                 f"{_listed(sorted(ranks))})", path=location)
+            data = ranks[rank]
+            iterations, steps = _steps(location, data, names, cats)
+            side.rank, side.ranks, side.iterations = rank, side.ranks or sorted(ranks), iterations
             side.read = {**result.stats.as_dict(), "events_skipped": index.skipped,
                          "pass1_seconds": round(result.seconds, 3)}
-            if not iterations:
-                raise TraceError(f"no ProfilerStep#N event: the {side.label.lower()} trace has no iteration to "
-                                 "compare", path=location)
+            if unplaced:
+                side.read["rows_without_rank"] = unplaced
+            if data is None or not iterations:
+                raise TraceError(f"no ProfilerStep#N event: the {side.label.lower()} trace has no iteration to compare"
+                                 + (f" on rank {rank}" if len(ranks) > 1 else ""), path=location)
             side.iteration = iterations[0] if side.iteration is None else side.iteration
             if side.iteration not in iterations:
-                raise TraceError(f"no iteration {side.iteration} in the {side.label.lower()} trace (its iterations: "
-                                 f"{_listed(iterations)})", path=location)
-            selection = tracediff.Selection(steps, np.array([side.iteration]), device, sync_ids, bool(index.first_kept))
-            totals = _totals(index, selection)
+                raise TraceError(f"no iteration {side.iteration} in the {side.label.lower()} trace"
+                                 f"{f' (rank {rank})' if len(ranks) > 1 else ''} (its iterations: {_listed(iterations)})",
+                                 path=location)
+            # HTA never links a kernel to its row 0: a rank's own file's event 0 when it is a row; in a file of
+            # several ranks, each rank's first row (as analyze: the first event of its own file)
+            selection = tracediff.Selection(steps, np.array([side.iteration]), device, sync_ids,
+                                            len(ranks) > 1 or index.first_kept)
+            totals = _totals(data, selection)
             side.totals = totals.by_name(names, short_names)
             side.full_totals = totals.by_name(names, False) if short_names else side.totals
     finally:
         index.rows.close()
 
 
-def _iterations(location: str, index: DiffIndex) -> list[int]:
-    """HTA's iterations: the numbers of the ``ProfilerStep#N`` names (and categories)."""
-    numbers = {symbol: step_number(symbol) for symbol in index.step_symbols}
+def _steps(location: str, data: RankInput | None, names: list[str], cats: list[str]) -> tuple[list[int], StepOf]:
+    """HTA's iterations of one rank (the numbers of its ``ProfilerStep#N`` names and
+    categories) and its iteration of a time: the last ``ProfilerStep`` span (in
+    event order) holding it, HTA's times."""
+    step_names = np.array([at for at, name in enumerate(names) if name.startswith("ProfilerStep")], dtype=np.int32)
+    step_cats = np.array([at for at, cat in enumerate(cats) if cat.startswith("ProfilerStep")], dtype=np.int32)
+    symbols: set[str] = set()
+    spans: list[tuple[np.ndarray, ...]] = []
+    for chunk in ([] if data is None else data.chunks()):
+        rows = np.flatnonzero(np.isin(chunk.name, step_names))
+        spans.append((chunk.ts[rows], chunk.dur[rows], chunk.name[rows]))
+        symbols.update(names[at] for at in np.unique(chunk.name[rows]).tolist())
+        symbols.update(cats[at] for at in np.intersect1d(chunk.cat, step_cats).tolist())
+    numbers = {symbol: step_number(symbol) for symbol in symbols}
     odd = sorted(symbol for symbol, number in numbers.items() if number is None)
     if odd:
         raise TraceError(f"the step name {odd[0]!r} has no number (HTA reads ProfilerStep#N)", path=location)
-    return sorted(set(numbers.values()))  # type: ignore[arg-type]
+    starts, durations, ids = joined_columns(spans, (np.float64, np.float64, np.int32))
+    steps = np.array([numbers[names[at]] for at in ids.astype(np.int64).tolist()], dtype=np.int64)
+    return sorted(set(numbers.values())), StepOf(starts, starts + durations, steps)  # type: ignore[arg-type]
 
 
-def _step_of(location: str, index: DiffIndex) -> StepOf:
-    """HTA's iteration of a time: the last ``ProfilerStep`` span (in event order) holding it, HTA's times."""
-    spans = np.array(index.spans, dtype=np.float64).reshape(-1, 3)
-    starts, durations = hta_times(spans[:, 0].copy(), spans[:, 1].copy(), index.fractional)
-    names = list(index.names)
-    numbers = np.array([step_number(names[int(at)]) for at in spans[:, 2]], dtype=np.int64)
-    return StepOf(starts, starts + durations, numbers)
-
-
-def _totals(index: DiffIndex, selection: tracediff.Selection) -> tracediff.NameTotals:
-    """Two sweeps over the rows: the chosen iteration's launches, then the totals of the rows kept."""
+def _totals(data: RankInput, selection: tracediff.Selection) -> tracediff.NameTotals:
+    """Two sweeps over a rank's rows: the chosen iteration's launches, then the totals of the rows kept."""
     start = 0
-    for ts, dur, stream, corr, name in index.rows.chunks():
-        ts, _ = hta_times(ts, dur, index.fractional)
-        selection.note_launches(start, ts, stream, corr, name)
-        start += len(ts)
+    for chunk in data.chunks():
+        selection.note_launches(start, chunk.ts, chunk.stream, chunk.corr, chunk.name)
+        start += len(chunk.ts)
     totals = tracediff.NameTotals()
-    for ts, dur, stream, corr, name in index.rows.chunks():
-        ts, dur = hta_times(ts, dur, index.fractional)
-        kept = selection.rows(ts, stream, corr, name)
-        totals.add(name[kept], dur[kept])
+    for chunk in data.chunks():
+        kept = selection.rows(chunk.ts, chunk.stream, chunk.corr, chunk.name)
+        totals.add(chunk.name[kept], chunk.dur[kept])
     return totals
 
 
@@ -457,6 +558,7 @@ def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
     rows = [(side, f"{summary[side]['file']} rank {summary[side]['rank']} iteration {summary[side]['iteration']}")
             for side in ("control", "test")]
     rows.append(("ops", ", ".join(f"{count:,} {change}" for change, count in summary["changes"].items())))
+    rows += [("note", note) for note in summary.get("notes") or ()]
     tables = summary.get("tables") or {}
     moved = sorted((row for row in summary["trace_diff"] if row["diff_duration"]),
                    key=lambda row: -abs(row["diff_duration"]))[:2 if tables else top]
