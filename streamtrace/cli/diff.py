@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from .options import common_options, paragraphs, reading
 from .report import Rows, listed, report, view
@@ -38,6 +39,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      help="also analyze both runs (every rank) and write each of analyze's tables side by side "
                           "(<column>__Control, __Test, __diff, __pct; 'present': both, control or test), and each "
                           "rank's mean step in both (step_time_per_rank.csv)")
+    cmd.add_argument("--html", metavar="FILE",
+                     help="also write a self-contained report page: the step-time shift per rank, both runs per rank "
+                          "side by side, the top changes (implies --tables; needs streamtrace[report])")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, summary)")
     common_options(cmd)
     cmd.set_defaults(run=run)
@@ -49,7 +53,7 @@ def run(args: argparse.Namespace) -> None:
     summary = diff(args.control, args.test, args.output, device=args.device, control_rank=args.control_rank,
                    test_rank=args.test_rank, control_iteration=args.control_iteration,
                    test_iteration=args.test_iteration, short_names=args.short_names, tables=args.tables,
-                   overwrite=args.overwrite,
+                   overwrite=args.overwrite, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
                    **reading(args))
     report("diff", summary, args)
 

@@ -22,13 +22,16 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..algo import tracediff
+from ..algo import difffigures, tracediff
 from ..algo.analysis import StepOf, step_number
+from ..algo.difffigures import change
 from ..algo.rankmap import PidEvidence
 from ..algo.ranks import rank_from_file_name
+from ..algo.reportfigures import Figure
 from ..engine.jobs import resolve_jobs
 from ..engine.passes import index_pass
 from ..errors import TraceError
+from ..io import report as page
 from ..io.destinations import Destinations
 from ..io.inputs import trace_files_in
 from ..io.jsonscan import member_value
@@ -306,7 +309,8 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
          control_iteration: int | None = None, test_iteration: int | None = None, short_names: bool = False,
          overwrite: bool = False, salvage: bool = False, spool_dir: str | None = None, reread_remote: bool = False,
          tables: bool = False, progress: bool | str | None = False, jobs: int | str | None = None,
-         summary_file: str | os.PathLike | None = None) -> dict:
+         summary_file: str | os.PathLike | None = None, html: str | os.PathLike | None = None,
+         command: str | None = None) -> dict:
     """HTA's ``TraceDiff.compare_traces`` and ``ops_diff`` of two traces;
     returns the summary (``trace_diff``: the rows, ``ops_diff``: names per change).
 
@@ -316,11 +320,14 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
     trace's first.  ``out_dir``: ``trace_diff.csv`` and ``ops_diff.csv``.
     ``tables``: also ``analyze`` both runs (every rank) and join each table
     (``tables`` in the summary, ``<table>.csv`` in ``out_dir``), with each
-    rank's mean step in both runs (``step_time_per_rank``).
+    rank's mean step in both runs (``step_time_per_rank``).  ``html``: also
+    the report page there (needs ``streamtrace[report]``; implies
+    ``tables``), its header naming ``command`` as what made it.
     """
     started = time.perf_counter()
     if device not in tracediff.DEVICES:
         raise TraceError(f"device must be one of {', '.join(tracediff.DEVICES)}, not {device!r}")
+    tables = tables or html is not None  # (the page draws the joined tables)
     sides = [Side(label, os.fspath(spec), rank, iteration) for label, spec, rank, iteration in
              zip(tracediff.LABELS, (control, test), (control_rank, test_rank), (control_iteration, test_iteration))]
     for side in sides:
@@ -333,6 +340,9 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
         names = [*OUTPUTS, *(f"{name}.csv" for name in (*TABLE_KEYS, STEP_TIME) if tables)]
         targets = [os.path.join(directory, name) for name in names]
         destinations.claim_all(targets, role="table")
+    if html is not None:
+        page.require_plotly()
+        destinations.claim(html, role="HTML report", holds="HTML")
     options = dict(salvage=salvage, spool_dir=spool_dir, reread_remote=reread_remote, progress=progress,
                    jobs=resolve_jobs(jobs))
     for file in dict.fromkeys(side.file for side in sides):  # a file on both sides is read once
@@ -347,14 +357,14 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
         "short_names": short_names,
         "control": sides[0].describe(),
         "test": sides[1].describe(),
-        "output": targets,
+        "output": targets + ([os.fspath(html)] if html is not None else []),
         "changes": {change: len(names) for change, names in changes.items()},
         "notes": _notes(sides),
         "trace_diff": rows,
         "ops_diff": changes,
         "tables": {name: table_rows for name, (_, table_rows) in joined.items()},
     }
-    if targets:
+    if targets or html is not None:
         files = [(tracediff.diff_columns(), [list(row.values()) for row in rows]),
                  (("category", "name"), [(change, name) for change, names in changes.items() for name in names]),
                  *((header, [[row[column] for column in header] for row in table_rows])
@@ -362,6 +372,13 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
         with destinations:  # every file appears, or none
             for target, (header, lines) in zip(targets, files):
                 destinations.write(target, _csv(header, lines), role="table")
+            if html is not None:
+                shown = difffigures.figures(summary)
+                ranks = len(summary["tables"]["step_time_per_rank"])
+                destinations.write(html, page.page("streamtrace diff", f"{summary['control']['file']} vs "
+                                                   f"{summary['test']['file']}", difffigures.facts(summary, command),
+                                                   shown, {figure.key: _height(figure, ranks) for figure in shown}),
+                                   role="HTML report")
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()
     return destinations.finish(summary)
@@ -574,24 +591,24 @@ def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
     if len(steps) > 3 or alone:
         rows.append(("step time", "; ".join([f"{len(steps)} ranks"] + alone)))
     for row in _most_moved(tables["kernel_breakdown"], "sum (us)", 2):
-        rows.append(("kernel", f"{_change(row, 'sum (us)'):+,.0f} us  {row['name'][:70]} (rank {row['rank']}"
+        rows.append(("kernel", f"{change(row, 'sum (us)'):+,.0f} us  {row['name'][:70]} (rank {row['rank']}"
                                f"{'' if row['present'] == 'both' else ', only in the ' + row['present'] + ' run'})"))
     for row in _most_moved(tables["idle_time_breakdown"], "idle_time", 2):
-        rows.append(("idle", f"{_change(row, 'idle_time'):+,.0f} us  rank {row['rank']} stream {row['stream']} "
+        rows.append(("idle", f"{change(row, 'idle_time'):+,.0f} us  rank {row['rank']} stream {row['stream']} "
                              f"{row['idle_category']}"))
     return rows
 
 
-def _change(row: dict, column: str) -> float:
-    """How much a joined row's ``column`` moved: its difference, or all of it where one run lacks the row."""
-    if row["present"] == "both":
-        return row[f"{column}__diff"] or 0
-    return (row[f"{column}__Test"] or 0) - (row[f"{column}__Control"] or 0)
-
-
 def _most_moved(rows: list[dict], column: str, count: int) -> list[dict]:
     """The joined rows whose ``column`` moved most, leaving out those that did not move."""
-    return sorted((row for row in rows if _change(row, column)), key=lambda row: -abs(_change(row, column)))[:count]
+    return sorted((row for row in rows if change(row, column)), key=lambda row: -abs(change(row, column)))[:count]
+
+
+def _height(figure: Figure, ranks: int) -> int:
+    """A figure's height on the page: the change bars by their count, the rank bars by the ranks."""
+    if figure.key in ("top-changes", "kernel-changes"):
+        return 120 + 22 * sum(len(trace["y"]) for trace in figure.traces)
+    return int(min(700, max(360, 200 + 4 * ranks)))
 
 
 def _signed(pct: float | None) -> str:

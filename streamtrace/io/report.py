@@ -1,4 +1,4 @@
-"""The analyze report page: one self-contained HTML file.
+"""The report pages (analyze's, diff's): one self-contained HTML file each.
 
 plotly.js (from the ``plotly`` package, the ``report`` extra) is inlined
 once; each figure's data sits in one JSON block, its number arrays as
@@ -131,20 +131,27 @@ def _facts(summary: dict, inputs: list[str], command: str | None) -> list[tuple[
 
 def render(summary: dict, inputs: list[str], command: str | None = None) -> bytes:
     """The page for an analyze summary (its ``tables``)."""
-    javascript = plotly_js()
     shown = figures(summary)
     ranks = len(summary["ranks"])
+    return page("streamtrace analyze", f"{ranks:,} ranks", _facts(summary, inputs, command), shown,
+                {figure.key: _height(figure, ranks) for figure in shown})
+
+
+def page(heading: str, subject: str, facts: list[tuple[str, str]], shown: list[Figure], heights: dict[str, int]) -> bytes:
+    """A report page: ``heading``, the facts table (the one labelled "made by" as code), then each
+    figure (``heights``: its height in pixels by key) with its title, caption, call-out or what it misses."""
+    javascript = plotly_js()
     drawn = [{"key": figure.key, "traces": _typed(figure.traces), "layout": _typed(figure.layout),
-              "height": _height(figure, ranks)} for figure in shown if not figure.missing]
+              "height": heights[figure.key]} for figure in shown if not figure.missing]
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>streamtrace analyze: {ranks:,} ranks</title><style>{STYLE}</style></head><body>",
-             f"<h1>streamtrace analyze</h1><p class=\"caption\">Made {made}. Figures are interactive: hover for values, "
+             f"<title>{html.escape(heading)}: {html.escape(subject)}</title><style>{STYLE}</style></head><body>",
+             f"<h1>{html.escape(heading)}</h1><p class=\"caption\">Made {made}. Figures are interactive: hover for values, "
              "drag to zoom, double-click to reset.</p>", '<table class="facts">']
-    for label, text in _facts(summary, inputs, command):
+    for label, text in facts:
         value = f"<code>{html.escape(text)}</code>" if label == "made by" else html.escape(text)
-        parts.append(f"<tr><td>{label}</td><td>{value}</td></tr>")
+        parts.append(f"<tr><td>{html.escape(label)}</td><td>{value}</td></tr>")
     parts.append("</table>")
     for figure in shown:
         parts.append(f'<h2>{html.escape(figure.title)}</h2><p class="caption">{html.escape(figure.caption)}</p>')
