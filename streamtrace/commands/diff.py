@@ -63,6 +63,7 @@ STEP_COLUMNS = ("rank", "steps", "mean_step(us)")
 SYNC_NAMES = ("Event Sync", "Context Sync")  # HTA's device synchronisations: GPU side whatever their stream
 ID_LOW, ID_HIGH = -(1 << 63), 1 << 63
 NO_RANK = -1
+NO_ID = tracediff.NO_ID
 NUMBERS = (int, float)
 _PLAIN = {int, float, type(None)}  # the times visit_chunk takes (others: the ordinary reading)
 _NAMES = {str, int, float, type(None)}  # the names it takes (an array or object name: the ordinary reading)
@@ -152,11 +153,12 @@ class DiffIndex:
         if not (set(map(type, ts)) <= _PLAIN and set(map(type, dur)) <= _PLAIN and set(map(type, names)) <= _NAMES):
             return None
         self.fractional[0] = self.fractional[0] or set(map(type, ts)) != {int}
-        for event, start, length in zip(events, ts, dur):
-            if (start is None or length is None) and event.ph == "M":
-                args = event.args
-                note_process_name({"name": event.name, "pid": event.pid, "args": None if args is None else
-                                   {"name": args.name, "rank": args.rank}}, self.pids, self.slot_of)
+        if None in ts or None in dur:  # (metadata events have no dur)
+            for event in (events[at] for at, (start, length) in enumerate(zip(ts, dur)) if start is None or length is None):
+                if event.ph == "M":
+                    args = event.args
+                    note_process_name({"name": event.name, "pid": event.pid, "args": None if args is None else
+                                       {"name": args.name, "rank": args.rank}}, self.pids, self.slot_of)
         kept = [at for at, (start, length, cat) in enumerate(zip(ts, dur, cats))
                 if start is not None and length is not None and cat.__class__ is str and cat != "Trace"]
         if set(map(type, cats)) - {str, type(None)}:  # categories that are not text: counted, as visit counts them
@@ -167,11 +169,19 @@ class DiffIndex:
         if not kept:
             return len(events)
         args = [events[at].args for at in kept]
-        streams, corrs = _ids([None if arg is None else arg.stream if arg.original_stream is None else arg.original_stream
-                               for arg in args], [None if arg is None else arg.correlation for arg in args])
-        slots = [self.slot_of(events[at].pid) for at in kept]
-        own = [self._rank_evidence(cats[at], names[at], slot, stream, corr, None if arg is None else arg.rank)
-               for at, slot, stream, corr, arg in zip(kept, slots, streams, corrs, args)]
+        streams = [None if arg is None else arg.stream if arg.original_stream is None else arg.original_stream
+                   for arg in args]
+        streams, corrs = _ids([NO_ID if value is None else value for value in streams],
+                              [NO_ID if arg is None or arg.correlation is None else arg.correlation for arg in args])
+        pid_slots = self.pid_slots
+        slots = [pid_slots.get(events[at].pid) for at in kept]
+        if None in slots:
+            slots = [self.slot_of(events[at].pid) for at in kept]
+        own = [NO_RANK] * len(kept)
+        for row in [row for row, at in enumerate(kept) if cats[at] in RANK_EVIDENCE_CATEGORIES]:
+            arg = args[row]
+            own[row] = self._rank_evidence(cats[kept[row]], names[kept[row]], slots[row], streams[row], corrs[row],
+                                           None if arg is None else arg.rank)
         name_ids, cat_ids = self.names, self.cats
         columns = self.rows.columns
         for column, values in zip(columns, ([float(ts[at]) for at in kept], [float(dur[at]) for at in kept], streams,
