@@ -18,7 +18,9 @@ from test_diff import edge_events, write_trace
 
 import streamtrace
 from streamtrace import cli
+from streamtrace.commands.diff import DiffIndex
 from streamtrace.errors import TraceError
+from streamtrace.io.spool import ColumnSpill
 from streamtrace.synth import SynthConfig, write_traces
 
 DLRM = TRACES / "dlrm_8ranks"
@@ -189,3 +191,32 @@ def test_a_merged_rank_without_steps_or_that_iteration_is_named(tmp_path, merged
     with pytest.raises(TraceError, match="the test trace has no iteration to compare on rank 1"):
         streamtrace.diff(two, two, test_rank=1)
 
+
+
+def test_the_index_holds_one_block_of_rows_and_gives_analyze_blocks():
+    """Memory: pass 1 keeps at most one block of rows in memory (the rest on disk), each row's own
+    args.rank beside it, as analyze's work blocks."""
+    index = DiffIndex()
+    block = ColumnSpill.CHUNK
+    count = 2 * block + 123
+    for n in range(count):
+        index.visit({"ph": "X", "cat": "kernel", "name": f"k{n % 5}", "pid": n % 2, "tid": 7, "ts": n, "dur": 1,
+                     "args": {"stream": 7, "correlation": n, "rank": n % 3} if n % 2 else {"stream": 7, "correlation": n}})
+    try:
+        assert len(index.rows.columns[0]) < block and len(index.names) == 5 and len(index.pids) == 2
+        blocks = list(index.work_blocks())
+        assert [base for base, _ in blocks] == [0, block, 2 * block]
+        assert [int(ts) for _, columns in blocks for ts in columns["ts"]] == list(range(count))
+        ranked = [(int(at), int(rank)) for _, columns in blocks for at, rank in zip(columns["ranked"], columns["ranks"])]
+        assert ranked == [(n, n % 3) for n in range(1, count, 2)]
+        assert index.pids[1].arg_ranks == {0, 1, 2} and index.unranked[0] == 1
+    finally:
+        index.rows.close()
+
+
+def test_small_blocks_give_the_same_diff(merged_dlrm, monkeypatch):
+    """A merged file read in blocks far smaller than a rank: the same rows."""
+    expected = streamtrace.diff(merged_dlrm, DLRM, control_rank=6, test_rank=6, jobs=1)
+    monkeypatch.setattr(ColumnSpill, "CHUNK", 97)
+    found = streamtrace.diff(merged_dlrm, DLRM, control_rank=6, test_rank=6, jobs=1)
+    assert found["trace_diff"] == expected["trace_diff"] and only_unchanged(found)
