@@ -18,8 +18,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "its labels Control and Test), and the names added, deleted, increased, decreased and unchanged "
             "(ops_diff.csv). As HTA: the first rank and the first iteration of each run unless told, durations "
             "in whole microseconds, a kernel in the iteration of its launch.",
-            "Each side is a trace file, or rank files (a directory, a glob, an archive) of which one rank is "
-            "read. docs/diff.md states HTA's rules."),
+            "Each side is a trace file, rank files (a directory, a glob, an archive) or a merged multi-rank file "
+            "(its ranks told apart as analyze does), of which one rank is read. docs/diff.md states HTA's rules."),
         epilog="examples:\n  streamtrace diff yesterday/ today/ -o diff/\n"
                "  streamtrace diff run.json.gz run.json.gz --control-iteration 5 --test-iteration 6 --device gpu",
         formatter_class=argparse.RawDescriptionHelpFormatter,

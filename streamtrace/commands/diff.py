@@ -1,13 +1,16 @@
 """``diff``: what changed between two runs, as HTA 0.5.0's ``TraceDiff`` says (SPEC 18).
 
-Each side is one rank's trace (a file, or the file of the chosen rank among
-rank files).  Pass 1 with :class:`DiffIndex` keeps, per event HTA reads
-(events with a ``dur`` and a ``cat``), start, duration, stream, correlation
-id and name id in columns spilled to disk; then two sweeps over those
-columns (:mod:`streamtrace.algo.tracediff`) find the launches of the chosen
-iteration and total each name's count and duration.  Memory holds the
-distinct names, the step spans and one iteration's launch ids.  A file on
-both sides (two iterations of one run) is read once.
+Each side is one rank: a rank file (among rank files, the chosen rank's),
+or the chosen rank of a merged multi-rank file, its ranks told apart as
+``analyze`` tells them (:mod:`.analyses.ranks`).  Pass 1 with
+:class:`DiffIndex` keeps, per event HTA reads (events with a ``dur`` and a
+``cat``), start, duration, stream, correlation id, name, category, pid and
+own rank in columns spilled to disk; then sweeps over the chosen rank's
+rows (:mod:`streamtrace.algo.tracediff`) find its step spans, the launches
+of the chosen iteration and each name's count and duration.  Memory holds
+one block of rows, the distinct names, the step spans and one iteration's
+launch ids.  A file on both sides (two iterations or two ranks of one run)
+is read once.
 """
 from __future__ import annotations
 
@@ -324,8 +327,9 @@ def diff(control: str | os.PathLike, test: str | os.PathLike, out_dir: str | os.
     """HTA's ``TraceDiff.compare_traces`` and ``ops_diff`` of two traces;
     returns the summary (``trace_diff``: the rows, ``ops_diff``: names per change).
 
-    ``control`` / ``test``: a trace file, or rank files (a directory, a glob,
-    an archive) of which the rank asked for (default: the first) is read.
+    ``control`` / ``test``: a trace file, rank files (a directory, a glob,
+    an archive) or a merged multi-rank file, of which the rank asked for
+    (default: the first) is read.
     ``device``: ``cpu``, ``gpu`` or ``all``.  Iterations default to each
     trace's first.  ``out_dir``: ``trace_diff.csv`` and ``ops_diff.csv``.
     ``tables``: also ``analyze`` both runs (every rank) and join each table
