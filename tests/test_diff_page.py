@@ -11,27 +11,19 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TRACES
+from conftest import TRACES
+from test_report import report_screenshots  # (skips where test_report skips: no plotly, Playwright or Chromium)
 
 import streamtrace
+from streamtrace.errors import TraceError
 from streamtrace.synth import SynthConfig, write_traces
 
 pytestmark = pytest.mark.slow  # a browser: CI runs it, the quick loop does not
-
-report_screenshots = pytest.importorskip("report_screenshots")
-pytest.importorskip("plotly")
-pytest.importorskip("playwright")
-
-if not os.access(report_screenshots.CHROMIUM, os.X_OK):
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"{report_screenshots.CHROMIUM} is missing: .ci/run installs Debian's chromium")
-    pytest.skip(f"no Chromium at {report_screenshots.CHROMIUM} (apt-get install chromium)", allow_module_level=True)
 
 SLOW_RANK = 2
 TOLERANCE = dict(rel=1e-9, abs=1e-9)
@@ -163,14 +155,8 @@ def test_cli_html_refusals(slow_pair, tmp_path):
     assert list(tmp_path.iterdir()) == [page]  # no temporary file left beside it
 
 
-def test_without_plotly_html_names_the_extra(tmp_path, slow_pair):
-    hide = tmp_path / "hide"
-    (hide / "plotly").mkdir(parents=True)
-    (hide / "plotly" / "__init__.py").write_text("raise ImportError('hidden for the test')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
-    done = subprocess.run([sys.executable, "-m", "streamtrace", "diff", *map(str, slow_pair), "--html",
-                           str(tmp_path / "d.html")], capture_output=True, text=True, env=env)
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == ["streamtrace: error: --html needs plotly (the report extra): "
-                                                "pip install 'streamtrace[report]'"]
-    assert not (tmp_path / "d.html").exists()
+def test_without_plotly_html_names_the_extra_before_reading(tmp_path, slow_pair, monkeypatch):
+    monkeypatch.setitem(sys.modules, "plotly", None)  # (import plotly then fails)
+    with pytest.raises(TraceError, match=r"--html needs plotly \(the report extra\)"):
+        streamtrace.diff(*slow_pair, tmp_path / "out", html=tmp_path / "d.html", test_iteration=99)
+    assert list(tmp_path.iterdir()) == []  # (refused before the missing iteration is found)

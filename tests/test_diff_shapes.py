@@ -19,6 +19,7 @@ from test_diff import edge_events, write_trace
 import streamtrace
 from streamtrace import cli
 from streamtrace.commands.diff import DiffIndex
+from streamtrace.engine import indexworkers, parseproc
 from streamtrace.errors import TraceError
 from streamtrace.io.spool import ColumnSpill
 from streamtrace.synth import SynthConfig, write_traces
@@ -220,3 +221,17 @@ def test_small_blocks_give_the_same_diff(merged_dlrm, monkeypatch):
     monkeypatch.setattr(ColumnSpill, "CHUNK", 97)
     found = streamtrace.diff(merged_dlrm, DLRM, control_rank=6, test_rank=6, jobs=1)
     assert found["trace_diff"] == expected["trace_diff"] and only_unchanged(found)
+
+
+@pytest.mark.parametrize("style", ["process-name", "rank-arg"])
+def test_pass1_workers_read_a_merged_file_as_the_ordinary_reading(tmp_path, monkeypatch, style):
+    """A merged file cut into 4 KiB ranges read by two workers (names, categories and pids sent in parts,
+    process_name events among the chunks) against the event-by-event reading (--salvage) and the rank file."""
+    write_traces(SynthConfig(ranks=2, pp_stages=1, steps=2, graph_kernels=3, eager_kernels=2), tmp_path,
+                 compress="none", merged_style=style)
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 4 << 10)
+    merged, rank_file = tmp_path / "merged_trace.json", tmp_path / "rank1_trace.json"
+    ranges = streamtrace.diff(merged, rank_file, control_rank=1, jobs=2)
+    events = streamtrace.diff(merged, rank_file, control_rank=1, salvage=True)
+    assert ranges["trace_diff"] == events["trace_diff"] and only_unchanged(ranges)

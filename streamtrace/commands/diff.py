@@ -43,7 +43,7 @@ from ..io.projection import Projection
 from ..io.source import InputSource
 from ..io.spool import ColumnSpill
 from ..resources import peak_rss_mb
-from .analyses.index import RANK_EVIDENCE_CATEGORIES, stream_of
+from .analyses.index import RANK_EVIDENCE_CATEGORIES, absorb_ids, stream_of
 from .analyses.ranks import RankInput, joined_columns, ranks_of_slots, split_by_rank
 from .mergedindex import note_process_name
 from .mergerank import discover_inputs, header_rank
@@ -259,18 +259,7 @@ class DiffIndex:
     def absorb(self, part: dict, source: int, first_event: int) -> None:
         """Append a worker's part (parts come in event order), its ids made ours."""
         maps = self._maps.setdefault(source, (array("i"), array("i"), array("i")))
-        for name in part["names"]:
-            maps[0].append(self.names.setdefault(name, len(self.names)))
-        for cat in part["cats"]:
-            maps[1].append(self.cats.setdefault(cat, len(self.cats)))
-        for local, facts in enumerate(part["pids"]):
-            if local == len(maps[2]):
-                maps[2].append(self.slot_of(facts.pid))
-            slot = maps[2][local]
-            self.pids[slot].arg_ranks |= facts.arg_ranks
-            self.pids[slot].name_ranks |= facts.name_ranks
-            if part["unranked"][local]:
-                self.unranked[slot] = 1
+        absorb_ids(self, part, maps)  # type: ignore[arg-type]  # (the members it reads, as AnalyzeIndex's)
         rows = list(part["rows"])
         for at, ids in ((4, maps[0]), (5, maps[1]), (6, maps[2])):
             ours = np.frombuffer(ids, dtype=np.int32) if ids else np.empty(0, np.int32)

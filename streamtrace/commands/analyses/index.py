@@ -62,6 +62,23 @@ def _id_of(value: object) -> int:
     return NO_ID
 
 
+def absorb_ids(index: AnalyzeIndex, part: dict, maps: tuple[array, array, array]) -> None:
+    """A pass-1 worker's new names, categories and pids made the joined index's
+    (``maps``: the worker's name, category and pid ids -> ours), with its pids' rank evidence."""
+    for name in part["names"]:
+        maps[0].append(index.names.setdefault(name, len(index.names)))
+    for cat in part["cats"]:
+        maps[1].append(index.cats.setdefault(cat, len(index.cats)))
+    for local, facts in enumerate(part["pids"]):
+        if local == len(maps[2]):
+            maps[2].append(index.slot_of(facts.pid))
+        slot = maps[2][local]
+        index.pids[slot].arg_ranks |= facts.arg_ranks
+        index.pids[slot].name_ranks |= facts.name_ranks
+        if part["unranked"][local]:
+            index.unranked[slot] = 1
+
+
 class AnalyzeIndex:
     """Pass-1 visitor: per event HTA reads, a few typed-array entries.
 
@@ -131,18 +148,7 @@ class AnalyzeIndex:
     def absorb(self, part: dict, source: int, first_event: int) -> None:
         """Append a worker's part (parts come in event order)."""
         maps = self._part_maps.setdefault(source, (array("i"), array("i"), array("i")))
-        for name in part["names"]:
-            maps[0].append(self.names.setdefault(name, len(self.names)))
-        for cat in part["cats"]:
-            maps[1].append(self.cats.setdefault(cat, len(self.cats)))
-        for local, facts in enumerate(part["pids"]):
-            if local == len(maps[2]):
-                maps[2].append(self.slot_of(facts.pid))
-            slot = maps[2][local]
-            self.pids[slot].arg_ranks |= facts.arg_ranks
-            self.pids[slot].name_ranks |= facts.name_ranks
-            if part["unranked"][local]:
-                self.unranked[slot] = 1
+        absorb_ids(self, part, maps)
         extend_converted(self.ranked_rows, shifted(part["ranked_rows"], self.spilled_rows[0] + len(self.ts)))
         for name in self._PART_ARRAYS:
             getattr(self, name).extend(part[name])
