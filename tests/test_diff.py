@@ -268,15 +268,15 @@ def test_tables_join_on_their_key_with_tracelens_columns():
     ]
 
 
-def kernel_run(path: Path, k1_dur: float, with_k2: bool, step: int = 100) -> Path:
+def kernel_run(path: Path, k1_dur: float, with_k2: bool, step: int = 100, rank: int = 0, k1: str = "k1") -> Path:
     """Two steps (analyze keeps the first, ``step`` us long): k1 launched in step 1, and k2 when asked."""
     events = [x("ProfilerStep#1", 0, step, "user_annotation"), x("ProfilerStep#2", step, 100, "user_annotation"),
               x("cudaLaunchKernel", 10, 2, "cuda_runtime", correlation=1),
-              x("k1", 20, k1_dur, "kernel", stream=7, correlation=1)]
+              x(k1, 20, k1_dur, "kernel", stream=7, correlation=1)]
     if with_k2:
         events += [x("cudaLaunchKernel", 30, 2, "cuda_runtime", correlation=2), x("k2", 50, 4, "kernel", stream=7,
                                                                                  correlation=2)]
-    return write_trace(path, events)
+    return write_trace(path, events, rank)
 
 
 def test_tables_side_by_side_on_a_hand_worked_pair(tmp_path, capsys):
@@ -305,6 +305,18 @@ def test_tables_side_by_side_on_a_hand_worked_pair(tmp_path, capsys):
     assert cli.main(["diff", str(control), str(test), "--tables", "-q"]) == 0
     report = capsys.readouterr().out
     assert "step time  rank 0: 100 -> 130 us (+30.0%)" in report and "kernel     +5 us  k1 (rank 0)" in report
+
+
+def test_the_collective_that_waited_longer_over_all_ranks(tmp_path, capsys):
+    """A communication kernel's time summed over the ranks, and the ranks where it grew."""
+    allreduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096u>)"
+    for run, durations in (("control", (10, 10, 10)), ("test", (40, 12, 9))):
+        for rank, duration in enumerate(durations):
+            kernel_run(tmp_path / run / f"rank{rank}_trace.json", duration, False, rank=rank, k1=allreduce)
+    assert cli.main(["diff", str(tmp_path / "control"), str(tmp_path / "test"), "--tables", "-q"]) == 0
+    report = capsys.readouterr().out
+    said = [line.split(None, 1)[1] for line in report.splitlines() if line.startswith("comms ")]
+    assert said == [f"+31 us  {allreduce[:60]} (longer on ranks 0, 1)"]
 
 
 def test_the_ordinary_reading_gives_the_same_diff(edge_pair):

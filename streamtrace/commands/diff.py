@@ -596,10 +596,25 @@ def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
     for row in _most_moved(tables["kernel_breakdown"], "sum (us)", 2):
         rows.append(("kernel", f"{change(row, 'sum (us)'):+,.0f} us  {row['name'][:70]} (rank {row['rank']}"
                                f"{'' if row['present'] == 'both' else ', only in the ' + row['present'] + ' run'})"))
+    collectives = _by_name([row for row in tables["kernel_breakdown"] if row["kernel_type"] == "COMMUNICATION"])
+    for name, (moved, ranks) in collectives[:1]:
+        rows.append(("comms", f"{moved:+,.0f} us  {name[:60]} ({'longer' if moved > 0 else 'shorter'} on "
+                                   f"ranks {_listed(ranks)})"))
     for row in _most_moved(tables["idle_time_breakdown"], "idle_time", 2):
         rows.append(("idle", f"{change(row, 'idle_time'):+,.0f} us  rank {row['rank']} stream {row['stream']} "
                              f"{row['idle_category']}"))
     return rows
+
+
+def _by_name(rows: list[dict]) -> list[tuple[str, tuple[float, list[int]]]]:
+    """Kernels by how much their time moved over all ranks (``kernel_breakdown``'s
+    ``sum (us)``), each with the ranks where it moved that way; those that did not move left out."""
+    moved: dict[str, float] = {}
+    for row in rows:
+        moved[row["name"]] = moved.get(row["name"], 0.0) + change(row, "sum (us)")
+    ranks = {name: sorted({row["rank"] for row in rows if row["name"] == name
+                           and change(row, "sum (us)") * moved[name] > 0}) for name in moved if moved[name]}
+    return sorted(((name, (moved[name], ranks[name])) for name in ranks), key=lambda item: -abs(item[1][0]))
 
 
 def _most_moved(rows: list[dict], column: str, count: int) -> list[dict]:
