@@ -142,6 +142,20 @@ def test_a_merged_file_against_its_rank_files_shows_no_change(chromium, tmp_path
     assert found["figures"]["step-shift"]["traces"][0]["y"] == [0] * 8
 
 
+def test_runs_of_other_rank_counts_show_what_they_share(chromium, tmp_path):
+    for name, ranks in (("two", 2), ("four", 4)):
+        write_traces(SynthConfig(ranks=ranks, pp_stages=1, steps=2, graph_kernels=3, eager_kernels=2, seed=ranks),
+                     tmp_path / name, compress="none", merged=False)
+    page, out = tmp_path / "ranks.html", tmp_path / "out"
+    streamtrace.diff(tmp_path / "two", tmp_path / "four", out, html=page)
+    found = report_screenshots.open_report(chromium, page)
+    check_page(found, out)
+    assert found["texts"]["callout-step-shift"].endswith("Ranks 2, 3 only in the test run.")
+    assert found["facts"]["note"] == "ranks 2, 3 only in the test run"
+    bars = found["figures"]["ranks"]["traces"][0]["y"]
+    assert math.isnan(bars[4]) and bars[5] > 0  # rank 2: no control bar, a test bar
+
+
 def test_cli_html_refusals(slow_pair, tmp_path):
     page = tmp_path / "diff.html"
     page.write_text("mine")

@@ -75,7 +75,8 @@ def step_shift(rows: list[dict]) -> Figure:
     alone = [f"ranks {', '.join(str(row['rank']) for row in rows if row['present'] == run)} only in the {run} run"
              for run in ("control", "test") if any(row["present"] == run for row in rows)]
     if alone:
-        figure.callout = " ".join(filter(None, [figure.callout, "; ".join(alone).capitalize() + "."]))
+        said = "; ".join(alone)
+        figure.callout = " ".join(filter(None, [figure.callout, said[0].upper() + said[1:] + "."]))
     return figure
 
 
