@@ -235,3 +235,15 @@ def test_pass1_workers_read_a_merged_file_as_the_ordinary_reading(tmp_path, monk
     ranges = streamtrace.diff(merged, rank_file, control_rank=1, jobs=2)
     events = streamtrace.diff(merged, rank_file, control_rank=1, salvage=True)
     assert ranges["trace_diff"] == events["trace_diff"] and only_unchanged(ranges)
+
+
+def test_a_rank_file_is_the_rank_it_was_picked_as(tmp_path):
+    """Among rank files, a file is its named rank even where its events' args.rank say another
+    (one rank per file: nothing to tell apart)."""
+    for rank in (0, 1):
+        events = [{**event, "args": {**event["args"], "rank": 0}} if event.get("cat") == "cuda_runtime" else event
+                  for event in edge_events(extra=rank)]
+        write_trace(tmp_path / "run" / f"rank{rank}_trace.json", events, rank=None)
+    summary = streamtrace.diff(tmp_path / "run", tmp_path / "run", test_rank=1, device="cpu")
+    assert (summary["control"]["rank"], summary["test"]["rank"]) == (0, 1)
+    assert summary["ops_diff"]["increased"] == ["aten::mm", "cudaLaunchKernel"]

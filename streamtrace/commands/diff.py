@@ -491,13 +491,17 @@ def _read_sides(path: str, sides: list[Side], device: str, short_names: bool, op
         cats = [cat if cat.__class__ is str else str(cat) for cat in index.cats]
         sync_ids = np.array([at for at, name in enumerate(names) if name in SYNC_NAMES], dtype=np.int32)
         for side in sides:
-            rank = min(ranks) if side.rank is None else side.rank
-            if rank not in ranks:
-                if len(ranks) == 1:
-                    raise TraceError(f"{side.label.lower()} trace is rank {next(iter(ranks))}, not {rank}", path=location)
-                raise TraceError(f"no rank {rank} in the {side.label.lower()} trace (its ranks: "
-                                 f"{_listed(sorted(ranks))})", path=location)
-            data = ranks[rank]
+            if len(ranks) == 1 and side.ranks:  # a file picked among rank files: the rank it was picked as
+                rank, data = side.rank, next(iter(ranks.values()))
+            else:
+                rank = min(ranks) if side.rank is None else side.rank
+                if rank not in ranks:
+                    if len(ranks) == 1:
+                        raise TraceError(f"{side.label.lower()} trace is rank {next(iter(ranks))}, not {rank}",
+                                         path=location)
+                    raise TraceError(f"no rank {rank} in the {side.label.lower()} trace (its ranks: "
+                                     f"{_listed(sorted(ranks))})", path=location)
+                data = ranks[rank]
             iterations, steps = _steps(location, data, names, cats)
             side.rank, side.ranks, side.iterations = rank, side.ranks or sorted(ranks), iterations
             side.read = {**result.stats.as_dict(), "events_skipped": index.skipped,
