@@ -126,6 +126,8 @@ def test_a_slower_rank_page_matches_the_csv_files(chromium, slow_pair, tmp_path)
     shift = found["figures"]["step-shift"]["traces"][0]["y"]
     assert max(range(4), key=lambda at: shift[at]) == SLOW_RANK and shift[SLOW_RANK] > 0
     assert found["facts"]["made by"] == command
+    collectives = found["texts"]["callout-kernel-changes"]
+    assert collectives.startswith("Collectives that moved most") and "ncclDevKernel" in collectives
     assert found["facts"]["control"].endswith(f"rank {SLOW_RANK} of 4 · iteration {summary['control']['iteration']}")
     assert (tmp_path / "page.png").stat().st_size > 5_000
 

@@ -139,22 +139,46 @@ def top_changes(rows: list[dict], control: dict, test: dict) -> Figure:
                         [f"count {row['Control_counts']:,} → {row['Test_counts']:,}" for row in moved])
 
 
+def listed(numbers: list[int], limit: int = 8) -> str:
+    """Numbers in words: the first ``limit``, then the last and how many."""
+    shown = ", ".join(map(str, numbers[:limit]))
+    return shown + (f" ... {numbers[-1]} ({len(numbers)})" if len(numbers) > limit else "")
+
+
+def moved_by_name(rows: list[dict]) -> list[tuple[str, float, list[int]]]:
+    """``kernel_breakdown``'s joined rows by kernel: how much its ``sum (us)`` moved over
+    all ranks, and the ranks where it moved that way; the largest first, those that did not move left out."""
+    moved: dict[str, float] = {}
+    per_rank: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        amount = change(row, "sum (us)")
+        moved[row["name"]] = moved.get(row["name"], 0.0) + amount
+        per_rank.setdefault(row["name"], []).append((row["rank"], amount))
+    found = [(name, total, sorted({rank for rank, amount in per_rank[name] if amount * total > 0}))
+             for name, total in moved.items() if total]
+    return sorted(found, key=lambda item: -abs(item[1]))
+
+
+def where_moved(moved: float, ranks: list[int]) -> str:
+    return f"{'longer' if moved > 0 else 'shorter'} on ranks {listed(ranks)}"
+
+
 def kernel_changes(rows: list[dict]) -> Figure:
     figure = Figure("kernel-changes", "Kernels that moved most, all ranks",
                     f"The {TOP_CHANGES} kernels whose GPU time summed over all ranks and the whole trace moved most "
                     "(ms, test − control; HTA's kernel_breakdown, as kernel_breakdown.csv has it per rank, a kernel "
-                    "one run lacks counting whole): red grew, green shrank.")
-    totals: dict[str, float] = {}
-    ranks: dict[str, int] = {}
-    for row in rows:
-        totals[row["name"]] = totals.get(row["name"], 0.0) + change(row, "sum (us)")
-        ranks[row["name"]] = ranks.get(row["name"], 0) + 1
-    moved = sorted((name for name, value in totals.items() if value), key=lambda name: -abs(totals[name]))[:TOP_CHANGES]
+                    "one run lacks counting whole): red grew, green shrank; hover for the ranks.")
+    moved = moved_by_name(rows)[:TOP_CHANGES]
     if not moved:
         figure.missing = "no kernel's GPU time moved"
         return figure
-    return _change_bars(figure, moved, [totals[name] for name in moved],
-                        [f"{ranks[name]:,} rank rows" for name in moved])
+    collectives = moved_by_name([row for row in rows if row["kernel_type"] == "COMMUNICATION"])[:CALLED_OUT]
+    if collectives:
+        figure.callout = "Collectives that moved most (a collective waiting for a late rank takes longer): " + \
+            "; ".join(f"{name[:NAME_CHARS]} {_signed_ms(total)} ({where_moved(total, ranks)})"
+                      for name, total, ranks in collectives) + "."
+    return _change_bars(figure, [name for name, _, _ in moved], [total for _, total, _ in moved],
+                        [where_moved(total, ranks) for _, total, ranks in moved])
 
 
 def facts(summary: dict, command: str | None) -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..algo import difffigures, tracediff
 from ..algo.analysis import StepOf, step_number
-from ..algo.difffigures import change
+from ..algo.difffigures import change, listed, moved_by_name, where_moved
 from ..algo.rankmap import PidEvidence
 from ..algo.ranks import rank_from_file_name
 from ..algo.reportfigures import Figure
@@ -394,7 +394,7 @@ def _notes(sides: list[Side]) -> list[str]:
     for what, mine, theirs, where in (("ranks", control.ranks, test.ranks, ""),
                                       ("iterations", control.iterations, test.iterations,
                                        f" (control rank {control.rank}, test rank {test.rank})")):
-        alone = [f"{what} {_listed(sorted(set(one) - set(other)))} only in the {label} run" for label, one, other in
+        alone = [f"{what} {listed(sorted(set(one) - set(other)))} only in the {label} run" for label, one, other in
                  (("control", mine, theirs), ("test", theirs, mine)) if set(one) - set(other)]
         if alone:
             notes.append("; ".join(alone) + where)
@@ -449,7 +449,7 @@ def _rank_file(side: Side) -> tuple[str, int | None]:
     side.ranks = sorted(ranks)
     rank = min(ranks) if side.rank is None else side.rank
     if rank not in ranks:
-        raise TraceError(f"no rank {rank} among the {side.label.lower()} traces (ranks {_listed(sorted(ranks))})",
+        raise TraceError(f"no rank {rank} among the {side.label.lower()} traces (ranks {listed(sorted(ranks))})",
                          path=side.spec)
     return ranks[rank], rank
 
@@ -500,7 +500,7 @@ def _read_sides(path: str, sides: list[Side], device: str, short_names: bool, op
                         raise TraceError(f"{side.label.lower()} trace is rank {next(iter(ranks))}, not {rank}",
                                          path=location)
                     raise TraceError(f"no rank {rank} in the {side.label.lower()} trace (its ranks: "
-                                     f"{_listed(sorted(ranks))})", path=location)
+                                     f"{listed(sorted(ranks))})", path=location)
                 data = ranks[rank]
             iterations, steps = _steps(location, data, names, cats)
             side.rank, side.ranks, side.iterations = rank, side.ranks or sorted(ranks), iterations
@@ -514,7 +514,7 @@ def _read_sides(path: str, sides: list[Side], device: str, short_names: bool, op
             side.iteration = iterations[0] if side.iteration is None else side.iteration
             if side.iteration not in iterations:
                 raise TraceError(f"no iteration {side.iteration} in the {side.label.lower()} trace"
-                                 f"{f' (rank {rank})' if len(ranks) > 1 else ''} (its iterations: {_listed(iterations)})",
+                                 f"{f' (rank {rank})' if len(ranks) > 1 else ''} (its iterations: {listed(iterations)})",
                                  path=location)
             # HTA never links a kernel to its row 0: a rank's own file's event 0 when it is a row; in a file of
             # several ranks, each rank's first row (as analyze: the first event of its own file)
@@ -570,11 +570,6 @@ def _csv(header: Sequence[str], rows: list) -> bytes:
     return text.getvalue().encode()
 
 
-def _listed(numbers: list[int], limit: int = 8) -> str:
-    shown = ", ".join(map(str, numbers[:limit]))
-    return shown + (f" ... {numbers[-1]} ({len(numbers)})" if len(numbers) > limit else "")
-
-
 def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
     """The default report: what each side is, the changes, the names whose
     duration moved most; with the tables, each rank's step time in both runs
@@ -593,32 +588,20 @@ def report_rows(summary: dict, top: int = 5) -> list[tuple[str, str]]:
     for row in _most_moved([row for row in steps if row["present"] == "both"], "mean_step(us)", 3):
         rows.append(("step time", f"rank {row['rank']}: {row['mean_step(us)__Control']:,.0f} -> "
                                   f"{row['mean_step(us)__Test']:,.0f} us ({_signed(row['mean_step(us)__pct'])})"))
-    alone = [f"ranks {_listed([row['rank'] for row in steps if row['present'] == run])} only in the {run} run"
+    alone = [f"ranks {listed([row['rank'] for row in steps if row['present'] == run])} only in the {run} run"
              for run in ("control", "test") if any(row["present"] == run for row in steps)]
     if len(steps) > 3 or alone:
         rows.append(("step time", "; ".join([f"{len(steps)} ranks"] + alone)))
     for row in _most_moved(tables["kernel_breakdown"], "sum (us)", 2):
         rows.append(("kernel", f"{change(row, 'sum (us)'):+,.0f} us  {row['name'][:70]} (rank {row['rank']}"
                                f"{'' if row['present'] == 'both' else ', only in the ' + row['present'] + ' run'})"))
-    collectives = _by_name([row for row in tables["kernel_breakdown"] if row["kernel_type"] == "COMMUNICATION"])
-    for name, (moved, ranks) in collectives[:1]:
-        rows.append(("comms", f"{moved:+,.0f} us  {name[:60]} ({'longer' if moved > 0 else 'shorter'} on "
-                                   f"ranks {_listed(ranks)})"))
+    collectives = moved_by_name([row for row in tables["kernel_breakdown"] if row["kernel_type"] == "COMMUNICATION"])
+    for name, moved, ranks in collectives[:1]:
+        rows.append(("comms", f"{moved:+,.0f} us  {name[:60]} ({where_moved(moved, ranks)})"))
     for row in _most_moved(tables["idle_time_breakdown"], "idle_time", 2):
         rows.append(("idle", f"{change(row, 'idle_time'):+,.0f} us  rank {row['rank']} stream {row['stream']} "
                              f"{row['idle_category']}"))
     return rows
-
-
-def _by_name(rows: list[dict]) -> list[tuple[str, tuple[float, list[int]]]]:
-    """Kernels by how much their time moved over all ranks (``kernel_breakdown``'s
-    ``sum (us)``), each with the ranks where it moved that way; those that did not move left out."""
-    moved: dict[str, float] = {}
-    for row in rows:
-        moved[row["name"]] = moved.get(row["name"], 0.0) + change(row, "sum (us)")
-    ranks = {name: sorted({row["rank"] for row in rows if row["name"] == name
-                           and change(row, "sum (us)") * moved[name] > 0}) for name in moved if moved[name]}
-    return sorted(((name, (moved[name], ranks[name])) for name in ranks), key=lambda item: -abs(item[1][0]))
 
 
 def _most_moved(rows: list[dict], column: str, count: int) -> list[dict]:
