@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import numpy as np
 import orjson
 
+from ..algo.opsfigures import ops_figures
 from ..algo.reportfigures import Figure, figures
 from ..errors import TraceError
 
@@ -132,7 +133,7 @@ def _facts(summary: dict, inputs: list[str], command: str | None) -> list[tuple[
 def render(summary: dict, inputs: list[str], command: str | None = None) -> bytes:
     """The page for an analyze summary (its ``tables``)."""
     javascript = plotly_js()
-    shown = figures(summary)
+    shown = figures(summary) + ops_figures(summary)
     ranks = len(summary["ranks"])
     drawn = [{"key": figure.key, "traces": _typed(figure.traces), "layout": _typed(figure.layout),
               "height": _height(figure, ranks)} for figure in shown if not figure.missing]
