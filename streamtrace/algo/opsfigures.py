@@ -50,7 +50,7 @@ def page_part(tables: dict[str, Table], spec: dict | None, how: str) -> dict:
         for name, intensity, gflops, mean_us, compute, pct in columns:
             if _positive(intensity) and _positive(gflops) and _positive(mean_us):
                 part["points"].append({"sheet": stem, "name": name, "intensity": intensity,
-                                       "tflops": gflops / mean_us * 1e-3, "compute": compute, "pct": pct})
+                                       "tflops": gflops / mean_us * 1e3, "compute": compute, "pct": pct})
     return part
 
 
