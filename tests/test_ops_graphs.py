@@ -4,6 +4,8 @@ trace cannot tell which ops launched the replayed kernels, how many there
 are and where they were counted."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 from conftest import TRACES, events_of, load_json
@@ -37,9 +39,9 @@ def _kernel(name: str, corr: int, ts: float) -> dict:
             "args": {"correlation": corr, "stream": 7}}
 
 
-def test_capture_in_the_trace_is_said_and_replay_kept_as_tracelens(tmp_path) -> None:
-    """A capture (two ops whose launches run no kernel) and its replay (three kernels under one
-    correlation, inside CUDAGraph::replay): ops_summary gives the kernels to CUDAGraph::replay."""
+def test_capture_without_kernel_names_is_said_and_replay_kept_as_tracelens(tmp_path) -> None:
+    """A CUDA capture (two ops whose launches run no kernel and name none) and its replay (three kernels
+    under one correlation, inside CUDAGraph::replay): ops_summary gives the kernels to CUDAGraph::replay."""
     events = [
         _event("cudaStreamBeginCapture", 0, 1, "cuda_runtime", correlation=1),
         _event("aten::mm", 2, 5), _event("cudaLaunchKernel", 3, 1, "cuda_runtime", correlation=2),
@@ -57,7 +59,8 @@ def test_capture_in_the_trace_is_said_and_replay_kept_as_tracelens(tmp_path) -> 
     tables, notes = ops_tables(str(path))
     (note,) = _graph_note(notes)
     assert note.startswith("3 GPU events ran in 1 graph replay (cudaGraphLaunch)")
-    assert "it holds 1 graph capture, but no link from a replayed kernel" in note and "(3 to CUDAGraph::replay)" in note
+    assert "it holds 1 graph capture, but the captured launch calls do not name their kernels" in note
+    assert "(3 to CUDAGraph::replay)" in note and "graph_replay_ops" not in tables
     summary = [line.split(",")[:2] for line in tables["ops_summary"].decode().split("\n")[1:] if line]
     assert summary == [["CUDAGraph::replay", "6"], ["aten::relu", "2"]]  # the captured ops get none of it
 
@@ -65,3 +68,52 @@ def test_capture_in_the_trace_is_said_and_replay_kept_as_tracelens(tmp_path) -> 
 def test_no_graph_no_note() -> None:
     _, notes = ops_tables(str(TRACES / "kineto_small.json"))
     assert _graph_note(notes) == []
+
+
+def _flow(corr: int, ts: float) -> list[dict]:
+    return [{"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 1, "tid": 1, "ts": ts},
+            {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 0, "tid": 7, "ts": ts + 1, "bp": "e"}]
+
+
+def _gpu(name: str, corr: int, ts: float, dur: float, stream: int, cat: str = "kernel") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"correlation": corr, "stream": stream}}
+
+
+def test_rocm_capture_gives_replayed_kernels_to_the_captured_ops(tmp_path) -> None:
+    """ROCm names a launch's kernel (args.kernel): a replay running the captured kernels (reordered across
+    two streams) is given back to the ops captured; a replay of kernels no capture launched is not."""
+    events = [
+        _event("hipStreamBeginCapture", 0, 1, "cuda_runtime", correlation=1),
+        _event("aten::mm", 2, 4, **{"Input Dims": [[8, 16], [16, 4]]}),
+        _event("hipLaunchKernel", 3, 1, "cuda_runtime", correlation=2, kernel="gemm"),
+        _event("aten::add", 7, 3, **{"Input Dims": [[8, 4], [8, 4]]}),
+        _event("hipLaunchKernel", 8, 1, "cuda_runtime", correlation=3, kernel="add"),
+        _event("aten::copy_", 11, 3), _event("hipMemcpyAsync", 12, 1, "cuda_runtime", correlation=4),
+        _event("aten::add", 15, 3, **{"Input Dims": [[8, 4], [8, 4]]}),
+        _event("hipLaunchKernel", 16, 1, "cuda_runtime", correlation=5, kernel="add"),
+        _event("hipStreamEndCapture", 20, 1, "cuda_runtime", correlation=6),
+        _event("CUDAGraph::replay", 30, 10), _event("hipGraphLaunch", 31, 5, "cuda_runtime", correlation=7),
+        _gpu("gemm", 7, 40, 10, 1), _gpu("add", 7, 41, 3, 2), _gpu("Memcpy DtoD (Device -> Device)", 7, 50, 2, 1,
+                                                                     "gpu_memcpy"),
+        _gpu("add", 7, 52, 5, 1),
+        _event("CUDAGraph::replay", 60, 10), _event("hipGraphLaunch", 61, 5, "cuda_runtime", correlation=8),
+        _gpu("other", 8, 70, 4, 1),
+        _event("aten::relu", 80, 5), _event("hipLaunchKernel", 81, 1, "cuda_runtime", correlation=9, kernel="relu"),
+        _gpu("relu", 9, 90, 1, 1), *_flow(9, 81),
+    ]
+    path = tmp_path / "rocm_graph.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tables, notes = ops_tables(str(path))
+    (note,) = _graph_note(notes)
+    assert note.startswith("5 GPU events ran in 2 graph replays (hipGraphLaunch): 4 given back to the ops captured")
+    assert "1 match no capture of the trace" in note and "(1 to CUDAGraph::replay)" in note
+    rows = list(csv.reader(io.StringIO(tables["graph_replay_ops"].decode())))
+    assert rows[0] == ["name", "Input Dims", "captured_ops", "replayed_gpu_events", "replayed_time_us", "Percentage (%)"]
+    # the two adds (3 + 5 us) in order of the streams' kernels, the gemm 10 us, the copy 2 us; of 20 us replayed
+    assert [row[2:5] for row in rows[1:]] == [["1", "1", "10.0"], ["2", "2", "8.0"], ["1", "1", "2.0"]]
+    assert [row[:2] for row in rows[1:]] == [["aten::mm", "((8, 16), (16, 4))"], ["aten::add", "((8, 4), (8, 4))"],
+                                             ["aten::copy_", ""]]
+    assert [float(row[-1]) for row in rows[1:]] == [50.0, 40.0, 10.0]
+    summary = [line.split(",")[:2] for line in tables["ops_summary"].decode().splitlines()[1:]]
+    assert summary[0] == ["CUDAGraph::replay", "21"]  # as TraceLens has it: the unions [40, 57) and [70, 74)

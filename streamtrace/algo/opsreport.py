@@ -20,7 +20,9 @@ def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Ta
     tables = {"gpu_timeline": timeline[0]}
     total_us = timeline[1]
     tree = opstables.OpTree(facts)
-    notes += opsgraphs.graph_notes(tree)
+    graph_tables, graph_notes = opsgraphs.graph_report(tree)  # (beyond TraceLens: replays given to captured ops)
+    tables.update(graph_tables)
+    notes += graph_notes
     if facts.has_cpu_ops:
         rows = opstables.ops_rows(tree)
         if rows:

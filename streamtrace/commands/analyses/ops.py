@@ -78,7 +78,7 @@ class OpsCollector:
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
         self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q",
-                             seq="q")
+                             seq="q", kernel="q")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
                             place="q", corr="q", ext="q")
         self.flow_starts = array("q")
@@ -156,7 +156,8 @@ class OpsCollector:
                 self.link_key = 0 if "correlation" in args else 1
             self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
                           sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext,
-                          seq=self._link(args.get("Sequence number")))
+                          seq=self._link(args.get("Sequence number")),
+                          kernel=self._name(args["kernel"]) if isinstance(args.get("kernel"), str) else -1)
             return
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
@@ -171,7 +172,8 @@ class OpsCollector:
             names=names, h_thread=h("thread"), h_ts=h("ts"), h_end=h("end"), h_kind=h("kind"), h_name=h("name"),
             h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
             g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
-            h_uid=h("uid"), h_seq=h("seq"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
+            h_uid=h("uid"), h_seq=h("seq"), h_kernel=h("kernel"), threads=list(self.places), metadata=self.metadata,
+            signatures=list(self.signatures),
             signature_values=self.signature_values,
             has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
         key = "ext" if self.link_key == 1 else "corr"
