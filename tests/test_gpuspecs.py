@@ -181,3 +181,23 @@ def test_text_report_names_the_spec_or_says_the_gpu_is_unknown(tmp_path) -> None
     assert "GPU unknown: 'AMD Radeon Graphics'" in report and "--gpu-spec" in report
     header = (tmp_path / "mi250" / "ops" / "rank0" / "GEMM.csv").read_text().split("\n")[0]
     assert "roofline" not in header.lower()  # no spec: TraceLens's columns only
+
+
+def test_docs_table_is_the_built_in_table() -> None:
+    """docs/analyze.md lists every entry with its figures and source, as the code has them."""
+    text = (ROOT / "docs" / "analyze.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| GPU | GB/s |"))
+    keys = [cell.strip().replace(" ", "_") for cell in header.strip("|").split("|")[2:]]
+    sources = dict(re.findall(r"^(\d+)\. (.+)$", text, re.MULTILINE))
+    listed = {}
+    for line in text.splitlines():
+        match = re.match(r"\| (.+?) \[(\d+)\] \| ([\d.]+) \|(.*)\|$", line)
+        if match:
+            cells = [cell.strip() for cell in match.group(4).split("|")]
+            listed[match.group(1)] = (float(match.group(3)), {k: float(c) for k, c in zip(keys, cells) if c},
+                                      sources[match.group(2)])
+    assert set(listed) == set(gpuspecs.BY_NAME)
+    for name, spec in gpuspecs.BY_NAME.items():
+        bandwidth, peaks, source = listed[name]
+        assert (bandwidth, peaks) == (spec.mem_bw_gbps, dict(spec.peaks)), name
+        assert source.startswith(spec.document) and all(url in source for url in spec.url.split(", ")), name
