@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 GIB = 1 << 30
 
@@ -191,7 +191,6 @@ class Identified:
 
     spec: GpuSpec | None
     how: str
-    devices: tuple[Device, ...] = field(default=())
 
 
 def _match(device: Device) -> tuple[GpuSpec | None, str]:
@@ -225,8 +224,8 @@ def identify(device_properties: object) -> Identified:
     specs = {spec.name if spec else None for spec, _ in found}
     if len(specs) > 1:
         listed = "; ".join(how for _, how in found)
-        return Identified(None, f"deviceProperties lists different GPUs ({listed})", devices)
+        return Identified(None, f"deviceProperties lists different GPUs ({listed})")
     spec, how = found[0]
     if spec is None and devices[0].arch == "gfx90a" and devices[0].sms == 104:
         how += " (an MI210 or one GCD of an MI250 have 104 CUs: the name does not tell which)"
-    return Identified(spec, how, devices)
+    return Identified(spec, how)
