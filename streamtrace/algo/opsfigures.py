@@ -9,6 +9,7 @@ travel in the run's summary); :func:`ops_figures` draws them.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -58,11 +59,17 @@ def ops_figures(summary: dict) -> list[Figure]:
     """The ops section: two figures per input (the first :data:`INPUTS_DRAWN`)."""
     parts = summary.get("ops") or {}
     out: list[Figure] = []
-    for n, (label, part) in enumerate(sorted(parts.items())[:INPUTS_DRAWN]):
+    for n, (label, part) in enumerate(sorted(parts.items(), key=lambda item: _label_order(item[0]))[:INPUTS_DRAWN]):
         out += [top_ops(label, part, n), roofline_scatter(label, part, n)]
     if len(parts) > INPUTS_DRAWN:
         out[-1].caption += f" The page draws the first {INPUTS_DRAWN} of {len(parts)} inputs; DIR/ops/ has them all."
     return out
+
+
+def _label_order(label: str) -> tuple:
+    """rank2 before rank10; other labels after the ranks, by name."""
+    match = re.fullmatch(r"rank(\d+)", label)
+    return (0, int(match.group(1)), "") if match else (1, 0, label)
 
 
 def top_ops(label: str, part: dict, n: int) -> Figure:
