@@ -82,8 +82,10 @@ def _gpu(name: str, corr: int, ts: float, dur: float, stream: int, cat: str = "k
 
 def test_rocm_capture_gives_replayed_kernels_to_the_captured_ops(tmp_path) -> None:
     """ROCm names a launch's kernel (args.kernel): a replay running the captured kernels (reordered across
-    two streams) is given back to the ops captured; a replay of kernels no capture launched is not."""
+    two streams) is given back to the ops captured; a replay of kernels no capture launched is not; an End
+    call before any Begin (the profile began inside a capture) closes nothing."""
     events = [
+        _event("hipStreamEndCapture", -10, 1, "cuda_runtime", correlation=10),  # (profiling began inside a capture)
         _event("hipStreamBeginCapture", 0, 1, "cuda_runtime", correlation=1),
         _event("aten::mm", 2, 4, **{"Input Dims": [[8, 16], [16, 4]]}),
         _event("hipLaunchKernel", 3, 1, "cuda_runtime", correlation=2, kernel="gemm"),

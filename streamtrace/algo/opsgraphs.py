@@ -21,6 +21,7 @@ The pairs give ``graph_replay_ops``, beyond TraceLens: per captured op
 """
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass
 
@@ -51,7 +52,7 @@ class Capture:
 
 
 def captures(tree: OpTree) -> list[Capture]:
-    """Each thread's capture windows (Begin and End calls paired in order),
+    """Each thread's capture windows (from a Begin call's end to the next End call's start),
     with the launch, copy and set calls inside, in time order."""
     f = tree.f
     runtime = np.flatnonzero(f.h_kind == RUNTIME)
@@ -64,7 +65,11 @@ def captures(tree: OpTree) -> list[Capture]:
         begins = [f.h_end[h] for h, name in zip(mine.tolist(), names) if BEGIN in name]
         ends = [f.h_ts[h] for h, name in zip(mine.tolist(), names) if END in name]
         starts = f.h_ts[mine]
-        for start, stop in zip(begins, ends):
+        for start in begins:  # (each Begin closed by the first End after it: a trace may start inside a capture)
+            after = bisect.bisect_left(ends, start)
+            if after == len(ends):
+                continue
+            stop = ends[after]
             inside = range(int(np.searchsorted(starts, start, "left")), int(np.searchsorted(starts, stop, "right")))
             calls = [int(mine[at]) for at in inside if f.h_end[mine[at]] <= stop and _dispatch(names[at])]
             found.append(Capture(calls, [_call_label(tree, h) for h in calls]))
