@@ -2,7 +2,8 @@
 when there is nothing to draw."""
 from __future__ import annotations
 
-from streamtrace.algo.opsfigures import ops_figures
+from streamtrace.algo.opsfigures import ops_figures, page_part
+from streamtrace.algo.opstables import Table
 
 
 def _part(spec: dict | None = None) -> dict:
@@ -20,3 +21,17 @@ def test_ranks_in_rank_order_and_the_rest_said() -> None:
 
 def test_no_ops_no_section() -> None:
     assert ops_figures({"tables": {}}) == []
+
+
+def test_a_spec_file_without_a_name_is_drawn_unnamed() -> None:
+    """--gpu-spec needs only mem_bw_gbps and max_achievable_tflops (TraceLens's reading)."""
+    sheet = Table([["name", "FLOPS/Byte_first", "GFLOPS_first", "Kernel Time (µs)_mean", "Compute Spec",
+                    "roofline time (us)", "roofline bound", "% of roofline"]],
+                  [["aten::mm", 10.0, 2.0, 4.0, "matrix_bf16", 1.0, "COMPUTE_BOUND", 25.0]])
+    part = page_part({"GEMM": sheet}, {"mem_bw_gbps": 1000, "max_achievable_tflops": {"matrix_bf16": 100}},
+                     "from the file s.json (--gpu-spec)")
+    assert part["spec"]["name"] == "(unnamed)"
+    assert part["points"] == [{"sheet": "GEMM", "name": "aten::mm", "intensity": 10.0, "tflops": 2.0 / 4.0 * 1e3,
+                               "compute": "matrix_bf16", "pct": 25.0}]  # 2 GFLOP in 4 us: 500 TFLOP/s
+    _, roofline = ops_figures({"ops": {"rank0": part}})
+    assert "(unnamed)" in roofline.caption and not roofline.missing

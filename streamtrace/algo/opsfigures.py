@@ -36,8 +36,9 @@ def page_part(tables: dict[str, Table], spec: dict | None, how: str) -> dict:
     direct kernel time in ms and share), its sheet rows as roofline points
     (FLOPS/Byte_first, and GFLOPS_first over the mean kernel time, TFLOP/s)
     and the spec (or the words saying there is none)."""
-    part: dict = {"spec": None if spec is None else {key: spec[key] for key in ("name", "mem_bw_gbps",
-                                                                                 "max_achievable_tflops")},
+    part: dict = {"spec": None if spec is None else {"name": spec.get("name", "(unnamed)"),
+                                                     "mem_bw_gbps": spec["mem_bw_gbps"],
+                                                     "max_achievable_tflops": spec["max_achievable_tflops"]},
                   "how": how, "top_ops": [], "points": []}
     summary = tables.get("ops_summary")
     if summary is not None:
