@@ -78,7 +78,7 @@ class OpsCollector:
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
         self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q",
-                             seq="q", kernel="q")
+                             seq="q", kernel="i")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
                             place="q", corr="q", ext="q")
         self.flow_starts = array("q")
