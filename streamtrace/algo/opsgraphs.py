@@ -119,7 +119,7 @@ def replays(tree: OpTree) -> tuple[dict[int, int], list[int], list[Capture]]:
     runs, starts = np.unique(f.link_run, return_index=True)
     bounds = dict(zip(runs.tolist(), zip(starts.tolist(), [*starts[1:].tolist(), len(f.link_run)])))
     given: dict[int, int] = {}
-    for launch in launches:
+    for launch in launches if found else ():  # (no capture: nothing to pair)
         lo, hi = bounds.get(launch, (0, 0))
         gpu = sorted(set(f.link_gpu[lo:hi].tolist()), key=lambda g: (f.g_ts[g], g))
         labels = [_kind(f.names[f.g_name[g]]) or f.names[f.g_name[g]] for g in gpu]
