@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import numpy as np
 import orjson
 
+from ..algo.opsfigures import ops_figures
 from ..algo.reportfigures import Figure, figures
 from ..errors import TraceError
 
@@ -131,7 +132,7 @@ def _facts(summary: dict, inputs: list[str], command: str | None) -> list[tuple[
 
 def render(summary: dict, inputs: list[str], command: str | None = None) -> bytes:
     """The page for an analyze summary (its ``tables``)."""
-    shown = figures(summary)
+    shown = figures(summary) + ops_figures(summary)
     ranks = len(summary["ranks"])
     return page("streamtrace analyze", f"{ranks:,} ranks", _facts(summary, inputs, command), shown,
                 {figure.key: _height(figure, ranks) for figure in shown})
