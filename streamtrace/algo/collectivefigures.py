@@ -94,9 +94,13 @@ def page(summary: dict) -> tuple[str, list[Figure]]:
                           "only, not drawn")
         return "", [figure]
     waits = Waits.of(rows)
-    if not waits.ranks or waits.wait.shape[1] < 2:
-        figure.missing = ("no collective is matched across two ranks or more (all-reduce, reduce-scatter, all-gather "
-                          "or all_to_all, by TraceLens's order within a process group), so no rank waits for another")
+    if len(waits.ranks) == 1:
+        figure.missing = (f"the collectives are one rank's (rank {waits.ranks[0]}): who waits for whom needs the "
+                          "other ranks' traces too")
+    elif not waits.ranks:
+        figure.missing = ("no collective is matched across ranks (an all-reduce, reduce-scatter, all-gather or "
+                          "all_to_all, by TraceLens's order within a process group), so no rank waits for another")
+    if figure.missing:
         return "", [figure]
     order = RankOrder.of(summary.get("rank_info") or [], summary["ranks"])
     return lead(tables, waits), [wait_map(waits, order), wait_bars(waits, order), slowest(tables, waits),
