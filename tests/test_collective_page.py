@@ -236,3 +236,19 @@ def test_the_page_opens_with_the_lead_and_its_numbers(slow_run, tmp_path):
     assert table[1][0] == str(SLOW_RANK) and table[1][-1].startswith("slower GPU")
     assert len(table) - 1 == len(costs_of(collectives)) == 1  # (rank 5 alone makes the others wait)
     assert summary["tables"]["straggler_summary"][0]["rank"] == SLOW_RANK
+
+
+def test_ranks_that_start_together_are_said_to(tmp_path):
+    """Data-parallel ranks in lockstep (synth without a slow rank): no rank waits, said in the lead and instead
+    of the per-rank and why figures; the heat map is all zeros."""
+    config = SynthConfig(ranks=4, pp_stages=1, microbatches=1, steps=3, graph_kernels=0, eager_kernels=2, python_noise=0,
+                         graph_streams=1, big_ints=False)
+    write_traces(config, tmp_path / "dp", compress="none", merged=False)
+    _, lead, shown = run(tmp_path / "dp", tmp_path / "out")
+    collectives = collectives_of(tmp_path / "out")
+    assert collectives and all(c.lost == 0 for c in collectives)
+    assert lead == f"At the {len(collectives)} matched collectives, no rank waits for another: every rank starts each " \
+                   "matched collective at the same time."
+    assert shown["collective-waits"].traces[0]["z"].tolist() == [[0.0] * len(collectives)] * 4
+    for key in ("collective-wait-ranks", "collective-why"):
+        assert shown[key].missing.startswith("no rank waits for another") and not shown[key].traces

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .reportfigures import CALLED_OUT, Figure, RankOrder
+from .reportfigures import CALLED_OUT, Figure, RankOrder, _rank_axis
 
 HEATMAP_COLLECTIVES = 100  # columns of the wait heat map: the collectives with the most wait summed over ranks
 SLOWEST = 20  # collectives in the latency figure
@@ -26,6 +26,7 @@ WAIT_COLUMN = re.compile(r"rank_(\d+)_wait_time$")
 WAITED_COLORS = ("#e45756", "#f58518", "#eeca3b")  # the ranks waited for most, then the rest in grey
 OTHERS_COLOR = "#bab0ac"
 NO_RANK = -1
+NO_WAIT = "no rank waits for another: every rank starts each matched collective at the same time"
 
 
 @dataclass
@@ -35,7 +36,8 @@ class Waits:
     rows: list[dict]
     labels: list[str]  # one per row, unique: collective id and name
     ranks: list[int]  # the ranks of the wait columns
-    wait: np.ndarray  # (rows, ranks) us; NaN where the rank is not in the collective
+    wait: np.ndarray  # (rows, ranks) us; NaN where the rank is not in the collective (8 bytes a cell the summary
+    # already holds as a dict entry, so bounded by the summary's own table)
     last: np.ndarray  # per row the rank starting last (NO_RANK without waits)
     lost: np.ndarray  # per row the wait summed over its ranks: what the others lose waiting for the last
 
@@ -117,8 +119,7 @@ def lead(tables: dict, waits: Waits) -> str:
     total = float(waits.lost.sum())
     matched = len(waits.rows)
     if not costs:
-        return (f"No rank waits for another at the {matched:,} matched collectives: every rank starts each of them "
-                "at the same time.")
+        return f"At the {matched:,} matched collectives, {NO_WAIT}."
     named = list(costs)[:CALLED_OUT]
     first = named[0]
     words = [f"Rank {first} arrives last at {counts[first]:,} of {matched:,} matched collectives, and the other ranks "
@@ -166,8 +167,7 @@ def wait_map(waits: Waits, order: RankOrder) -> Figure:
                       "customdata": [str(waits.last[at]) for at in shown],
                       "hovertemplate": "rank %{y}<br>%{x}<br>waits %{z:.3f} ms for rank %{customdata}<extra></extra>"}]
     figure.layout = {"xaxis": {"title": {"text": "collective (id, name)"}, "type": "category", "automargin": True},
-                     "yaxis": {"title": {"text": "rank"}, "type": "category", "categoryorder": "array",
-                               "categoryarray": order.labels, "autorange": "reversed"}}
+                     "yaxis": _rank_axis(order, downwards=True)}
     figure.height = int(min(900, max(300, 160 + 6 * len(order.ranks))))
     return figure
 
@@ -190,9 +190,9 @@ def wait_bars(waits: Waits, order: RankOrder) -> Figure:
             continue  # (collectives at which every rank starts together)
         figure.traces.append({"type": "bar", "name": name, "x": order.labels, "marker": {"color": color},
                               "y": np.array([math.nan if at is None else per_rank[at] for at in rows])})
-    figure.layout = {"barmode": "stack", "yaxis": {"title": {"text": "ms"}},
-                     "xaxis": {"title": {"text": "rank"}, "type": "category", "categoryorder": "array",
-                               "categoryarray": order.labels}}
+    figure.layout = {"barmode": "stack", "yaxis": {"title": {"text": "ms"}}, "xaxis": _rank_axis(order)}
+    if not figure.traces:
+        figure.missing = NO_WAIT
     return figure
 
 
@@ -246,6 +246,9 @@ def why_table(tables: dict, waits: Waits) -> Figure:
                     "one sentence: slower GPU, more work, host-bound, or no cause found.")
     causes = {row["rank"]: row for row in tables.get("straggler_causes") or []}
     costs, counts = waits.cost(), waits.times_last()
+    if not costs:
+        figure.missing = NO_WAIT
+        return figure
     if len(costs) > WHY_ROWS:
         figure.caption += f" The {WHY_ROWS} of {len(costs):,} such ranks that cost the most (straggler_causes has every rank)."
     figure.table = [["rank", "arrives last at", "others wait for it", "GPU speed score", "work ratio", "GPU idle (median rank)",
