@@ -164,8 +164,7 @@ def wait_map(waits: Waits, order: RankOrder) -> Figure:
             matrix[at] = waits.wait[shown, column[rank]] / 1e3
     figure.traces = [{"type": "heatmap", "x": [waits.labels[at] for at in shown], "y": order.labels, "z": matrix,
                       "colorscale": "YlOrRd", "reversescale": True, "zmin": 0, "colorbar": {"title": {"text": "wait, ms"}},
-                      "customdata": [str(waits.last[at]) for at in shown],
-                      "hovertemplate": "rank %{y}<br>%{x}<br>waits %{z:.3f} ms for rank %{customdata}<extra></extra>"}]
+                      "hovertemplate": "rank %{y}<br>%{x}<br>waits %{z:.3f} ms<extra></extra>"}]
     figure.layout = {"xaxis": {"title": {"text": "collective (id, name)"}, "type": "category", "automargin": True},
                      "yaxis": _rank_axis(order, downwards=True)}
     figure.height = int(min(900, max(300, 160 + 6 * len(order.ranks))))
