@@ -252,3 +252,19 @@ def test_ranks_that_start_together_are_said_to(tmp_path):
     assert shown["collective-waits"].traces[0]["z"].tolist() == [[0.0] * len(collectives)] * 4
     for key in ("collective-wait-ranks", "collective-why"):
         assert shown[key].missing.startswith("no rank waits for another") and not shown[key].traces
+
+
+def test_what_the_matching_cannot_vouch_for_is_said_over_the_heat_map(tmp_path):
+    """Pipeline send/recv without collective args, matched by order alone (TraceLens's rule): some pairs end on
+    one rank before they start on another, which the summary's note says; the heat map says it too."""
+    config = SynthConfig(ranks=4, pp_stages=2, microbatches=2, steps=3, graph_kernels=0, eager_kernels=2, python_noise=0,
+                         graph_streams=1, big_ints=False, slow_rank=1, slow_factor=1.6)
+    write_traces(config, tmp_path / "pp", compress="none", merged=False)
+    summary, _, shown = run(tmp_path / "pp", tmp_path / "out")
+    collectives = collectives_of(tmp_path / "out")
+    crossed = [c for c in collectives if max(c.ts.values()) > min(ts + c.dur[rank] for rank, ts in c.ts.items())]
+    assert crossed
+    callout = shown["collective-waits"].callout
+    assert callout.startswith(f"Collectives: {len(crossed)} of {len(collectives)} matched collectives end on one rank "
+                              "before they start on another")
+    assert "waits and skews carry that error" in callout

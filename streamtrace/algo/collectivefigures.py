@@ -105,8 +105,10 @@ def page(summary: dict) -> tuple[str, list[Figure]]:
     if figure.missing:
         return "", [figure]
     order = RankOrder.of(summary.get("rank_info") or [], summary["ranks"])
-    return lead(tables, waits), [wait_map(waits, order), wait_bars(waits, order), slowest(tables, waits),
-                                 why_table(tables, waits)]
+    heat = wait_map(waits, order)
+    heat.callout = " ".join(note[0].upper() + note[1:] + "." for note in summary.get("notes") or ()
+                            if note.startswith("collectives: "))  # (what the matching could not vouch for)
+    return lead(tables, waits), [heat, wait_bars(waits, order), slowest(tables, waits), why_table(tables, waits)]
 
 
 def _ms(us: float) -> str:
