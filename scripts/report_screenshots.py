@@ -2,8 +2,8 @@
 
     python scripts/report_screenshots.py [TRACES_DIR] [--out docs/images]
 
-writes ``analyze_report.png`` (the page's top: header, run at a glance,
-stragglers) and ``analyze_utilization.png`` (the utilization heat map) for
+writes ``analyze_report.png`` (the page's top: the lead on collectives, the
+header, the wait heat map) and ``analyze_utilization.png`` (the utilization heat map) for
 the README and docs.  The browser is Debian's ``chromium`` driven by
 Playwright (``pip install -e '.[dev]'``); the tests open pages the same way
 (:func:`browser`, :func:`open_report`).
