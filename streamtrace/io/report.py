@@ -149,7 +149,7 @@ def render(summary: dict, inputs: list[str], command: str | None = None) -> byte
     shown = [*collective, *figures(summary)]
     ranks = len(summary["ranks"])
     drawn = [{"key": figure.key, "traces": _typed(figure.traces), "layout": _typed(figure.layout),
-              "height": _height(figure, ranks)} for figure in shown if figure.traces]
+              "height": _height(figure, ranks)} for figure in shown if not figure.missing and not figure.table]
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
