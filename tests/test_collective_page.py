@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import TRACES
 
@@ -85,7 +86,7 @@ def nan_equal(got: list, expected: list) -> bool:
         else a is not None and a == pytest.approx(b, **TOLERANCE) for a, b in zip(got, expected))
 
 
-def run(inputs: Path, out: Path) -> tuple[dict, str, dict]:
+def run(inputs: Path | list[Path], out: Path) -> tuple[dict, str, dict]:
     summary = streamtrace.analyze(inputs, out_dir=str(out), jobs=1)
     lead, shown = collectivefigures.page(summary)
     return summary, lead, {figure.key: figure for figure in shown}
@@ -97,9 +98,20 @@ def slow_run(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("slow")
     config = SynthConfig(ranks=8, pp_stages=2, microbatches=2, steps=3, graph_kernels=4, eager_kernels=3, python_noise=0,
                          graph_streams=2, big_ints=False, slow_rank=SLOW_RANK, slow_factor=1.5, collectives=True)
-    write_traces(config, directory, compress="none", merged=False)
+    write_traces(config, directory, compress="none", merged=True)
     assert json.loads((directory / "truth.json").read_text())["slow_rank"]["rank"] == SLOW_RANK
     return directory
+
+
+def trace_ranks(trace: dict, axis: str) -> list[int]:
+    """The ranks of a rank axis (labels ``5`` or ``5 · PP1``); [] for another axis."""
+    labels = trace[axis]
+    return [int(text.split()[0]) for text in labels] if labels and isinstance(labels, list) and all(
+        text.split()[0].isdigit() and (len(text.split()) == 1 or text.split()[1] == "·") for text in labels) else []
+
+
+def rank_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("rank*_trace.json"))
 
 
 def check_figures(summary: dict, out: Path, shown: dict, collectives: list[Collective]) -> None:
@@ -164,7 +176,7 @@ def test_dlrm_page_names_rank_7_and_what_the_others_lose(tmp_path):
 
 @pytest.mark.slow
 def test_slow_rank_is_named_first_with_its_cause(slow_run, tmp_path):
-    summary, lead, shown = run(slow_run, tmp_path)
+    summary, lead, shown = run(rank_files(slow_run), tmp_path)
     collectives = collectives_of(tmp_path)
     assert lead.startswith(f"Rank {SLOW_RANK} arrives last at ")
     assert f"lose {costs_of(collectives)[SLOW_RANK] / 1e3:,.1f} ms waiting for it" in lead
@@ -183,11 +195,26 @@ def test_slow_rank_is_named_first_with_its_cause(slow_run, tmp_path):
         factor = 2 * (n - 1) / n if "allreduce" in c.name else (n - 1) / n  # nccl-tests' bus factors
         assert bus == pytest.approx(size / (min(c.dur.values()) / 1e6) / 1e9 * factor, rel=1e-9), text
 
+    _, merged_lead, merged = run(slow_run / "merged_trace.json", tmp_path / "merged")  # the same run in one file
+    assert merged_lead == lead
+    for key, figure in shown.items():
+        assert (merged[key].caption, merged[key].table, len(merged[key].traces)) == (figure.caption, figure.table,
+                                                                                     len(figure.traces)), key
+        for mine, theirs in zip(figure.traces, merged[key].traces):
+            assert set(mine) == set(theirs), key
+            for name, value in mine.items():
+                if hasattr(value, "tolist"):
+                    np.testing.assert_array_equal(value, theirs[name])
+                elif name in ("x", "y") and trace_ranks(mine, name):  # (a merged file states no pipeline stages)
+                    assert trace_ranks(mine, name) == trace_ranks(theirs, name), key
+                else:
+                    assert value == theirs[name], (key, name)
+
 
 @pytest.mark.slow
 def test_heat_map_keeps_the_collectives_with_the_most_wait(slow_run, tmp_path, monkeypatch):
     monkeypatch.setattr(collectivefigures, "HEATMAP_COLLECTIVES", 5)
-    summary, _, shown = run(slow_run, tmp_path)
+    summary, _, shown = run(rank_files(slow_run), tmp_path)
     collectives = collectives_of(tmp_path)
     most = sorted(range(len(collectives)), key=lambda at: -collectives[at].lost)[:5]
     assert shown["collective-waits"].traces[0]["x"] == [label(collectives[at]) for at in sorted(most)]
@@ -216,7 +243,7 @@ def test_the_page_opens_with_the_lead_and_its_numbers(slow_run, tmp_path):
     if not os.access(report_screenshots.CHROMIUM, os.X_OK):
         pytest.skip(f"no Chromium at {report_screenshots.CHROMIUM}")
     page = tmp_path / "page.html"
-    summary = streamtrace.analyze(slow_run, out_dir=str(tmp_path / "out"), html=str(page), jobs=1)
+    summary = streamtrace.analyze(rank_files(slow_run), out_dir=str(tmp_path / "out"), html=str(page), jobs=1)
     collectives = collectives_of(tmp_path / "out")
     with report_screenshots.browser() as chromium:
         found = report_screenshots.open_report(chromium, page)
