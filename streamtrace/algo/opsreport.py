@@ -3,7 +3,7 @@ performance model (:mod:`.opstables`) and its performance-model sheets
 (:mod:`.opsheets`), by file stem, with notes on what it leaves out."""
 from __future__ import annotations
 
-from . import opstables
+from . import opsgraphs, opstables
 from .opsheets import model_sheets
 from .opstables import OpsFacts, Table
 
@@ -20,6 +20,9 @@ def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Ta
     tables = {"gpu_timeline": timeline[0]}
     total_us = timeline[1]
     tree = opstables.OpTree(facts)
+    graph_tables, graph_notes = opsgraphs.graph_report(tree)  # (beyond TraceLens: replays given to captured ops)
+    tables.update(graph_tables)
+    notes += graph_notes
     if facts.has_cpu_ops:
         rows = opstables.ops_rows(tree)
         if rows:

@@ -65,6 +65,7 @@ class OpsFacts:
     metadata: dict[tuple, object]  # (pid, tid, process_name|process_labels|thread_name) -> value
     signatures: list[tuple[str | None, ...]]  # str() of Input Dims, Input type, Input Strides, Concrete Inputs
     signature_values: list[list]  # the same four lists and Output type as the trace gives them (None: absent)
+    h_kernel: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # a call's args.kernel name, or -1
     link_run: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # (runtime call, GPU event) links
     link_gpu: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     g_parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))

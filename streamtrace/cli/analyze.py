@@ -46,7 +46,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ops", action="store_true", help="also TraceLens's perf-report tables (gpu_timeline, "
                      "ops_summary, kernel_summary, short kernels, ...) per input under DIR/ops/ (needs -o)")
     cmd.add_argument("--gpu-spec", metavar="FILE", help="with --ops: the GPU's peaks in TraceLens's arch JSON form "
-                     "(mem_bw_gbps, max_achievable_tflops), for the sheets' roofline columns")
+                     "(mem_bw_gbps, max_achievable_tflops), for the sheets' roofline columns, instead of the "
+                     "built-in spec of the GPU the trace's deviceProperties name")
     cmd.add_argument("--all2allv-heatmap", action="store_true", help="with collective kernels: also TraceLens's "
                      "nccl_all2allv_heatmap (bytes each rank sent each rank in all_to_allv)")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")

@@ -90,7 +90,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
                           analyses=with_needs(chosen))
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
-        ops_files, ops_notes = ({}, []) if not ops else ops_analysis.run(
+        ops_files, ops_notes, ops_parts = ({}, [], {}) if not ops else ops_analysis.run(
             files, [[rank.rank for rank in result.ranks] for result in per_file], salvage=salvage, spec=ops_spec)
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
@@ -122,6 +122,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
                 "notes": notes,
                 "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
             }
+            if ops:
+                summary["ops"] = ops_parts  # (what the page draws of each input's ops tables)
             if "launches" in chosen:
                 tables[LAUNCH_TABLE] = None  # (read below from the parts, if few enough for --json)
             with destinations:  # the tables and the page appear together, or none of them

@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from ..algo import collectivefigures
+from ..algo.opsfigures import ops_figures
 from ..algo.reportfigures import Figure, figures
 from ..errors import TraceError
 
@@ -146,7 +147,7 @@ def render(summary: dict, inputs: list[str], command: str | None = None) -> byte
     """The page for an analyze summary (its ``tables``)."""
     javascript = plotly_js()
     lead, collective = collectivefigures.page(summary)
-    shown = [*collective, *figures(summary)]
+    shown = [*collective, *figures(summary), *ops_figures(summary)]
     ranks = len(summary["ranks"])
     drawn = [{"key": figure.key, "traces": _typed(figure.traces), "layout": _typed(figure.layout),
               "height": _height(figure, ranks)} for figure in shown if not figure.missing and not figure.table]

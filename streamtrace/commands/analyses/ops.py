@@ -14,12 +14,14 @@ from decimal import Decimal
 import numpy as np
 import orjson
 
-from ...algo import opsreport, opstables, optree
+from ...algo import gpuspecs, opsfigures, opsreport, opsroofline, opstables, optree
 from ...algo.opstables import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, OpsFacts, Table
 from ...algo.optree import NO_LINK
 from ...engine.passes import read_with_retries
 from ...errors import TraceError
+from ...io.configfiles import load_spec
 from ...io.destinations import Destinations
+from ...io.jsonscan import member_value
 from ...io.reader import TraceReader
 from ...io.source import InputSource
 
@@ -76,7 +78,7 @@ class OpsCollector:
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
         self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q",
-                             seq="q")
+                             seq="q", kernel="i")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
                             place="q", corr="q", ext="q")
         self.flow_starts = array("q")
@@ -154,7 +156,8 @@ class OpsCollector:
                 self.link_key = 0 if "correlation" in args else 1
             self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
                           sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext,
-                          seq=self._link(args.get("Sequence number")))
+                          seq=self._link(args.get("Sequence number")),
+                          kernel=self._name(args["kernel"]) if isinstance(args.get("kernel"), str) else -1)
             return
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
@@ -169,7 +172,8 @@ class OpsCollector:
             names=names, h_thread=h("thread"), h_ts=h("ts"), h_end=h("end"), h_kind=h("kind"), h_name=h("name"),
             h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
             g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
-            h_uid=h("uid"), h_seq=h("seq"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
+            h_uid=h("uid"), h_seq=h("seq"), h_kernel=h("kernel"), threads=list(self.places), metadata=self.metadata,
+            signatures=list(self.signatures),
             signature_values=self.signature_values,
             has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
         key = "ext" if self.link_key == 1 else "corr"
@@ -183,15 +187,22 @@ class OpsCollector:
         return facts
 
 
-def collect(path: str, *, salvage: bool = False) -> OpsFacts:
-    """Read ``path`` once for the ops tables."""
-    def attempt(reader: TraceReader) -> OpsCollector:
+def read_input(path: str, *, salvage: bool = False) -> tuple[OpsFacts, object]:
+    """Read ``path`` once for the ops tables: their facts, and the trace's
+    ``deviceProperties`` (the GPU the roofline is of)."""
+    def attempt(reader: TraceReader) -> tuple[OpsCollector, object]:
         collector = OpsCollector()
         for event in reader.events():
             collector.visit(event)
-        return collector
+        return collector, member_value(reader.stats.header + reader.stats.trailer, "deviceProperties")
 
-    return read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops").facts()
+    collector, devices = read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
+    return collector.facts(), devices
+
+
+def collect(path: str, *, salvage: bool = False) -> OpsFacts:
+    """Read ``path`` once for the ops tables."""
+    return read_input(path, salvage=salvage)[0]
 
 
 def _cell(value: object) -> object:
@@ -223,24 +234,51 @@ def input_label(path: str, ranks: list[int]) -> str:
 
 
 def run(files: list[str], ranks_of_files: list[list[int]], *, salvage: bool = False,
-        spec: dict | None = None) -> tuple[dict, list[str]]:
-    """Every input's tables as ``{relative path: CSV bytes}`` (``ops/<label>/<stem>.csv``), and notes.
+        spec: dict | None = None) -> tuple[dict, list[str], dict]:
+    """Every input's tables as ``{relative path: CSV bytes}`` (``ops/<label>/<stem>.csv``), notes, and
+    what the page draws of each input (by label).
 
+    ``spec`` (``--gpu-spec``) gives TraceLens's roofline columns; it, or
+    else the built-in spec of the GPU the input's deviceProperties names,
+    gives the roofline columns appended after them (:mod:`...algo.opsroofline`).
     TraceLens reads one trace: a merged multi-rank file gets one set of
     tables over all its ranks, as TraceLens would give (noted).
     """
     files_out: dict[str, bytes] = {}
-    notes = [] if spec is None else [f"ops: the sheets' roofline from the GPU spec {spec.get('name', '(unnamed)')!r} "
-                                     "(--gpu-spec)"]
+    notes: list[str] = []
+    parts: dict[str, dict] = {}
+    spec_words: dict[str, list[str]] = {}  # what each input's roofline is of -> its labels
     for path, ranks in zip(files, ranks_of_files):
         label = input_label(path, ranks)
-        tables, found = ops_tables(path, salvage=salvage, spec=spec)
+        facts, devices = read_input(path, salvage=salvage)
+        tables, found = opsreport.perf_tables(facts, spec)
+        used, how, words = _spec_for(spec, devices)
+        if used is not None:
+            found += opsroofline.add_roofline(tables, used)
+        spec_words.setdefault(words, []).append(label)
+        parts[label] = opsfigures.page_part(tables, used, how)
         if len(ranks) > 1:
             found.append(f"{len(ranks)} ranks in one file: one set of tables over all of them, as TraceLens reads it")
         notes += [f"ops, {label}: {note}" for note in found]
-        for stem, data in tables.items():
-            files_out[os.path.join("ops", label, f"{stem}.csv")] = data
-    return files_out, notes
+        for stem, table in tables.items():
+            files_out[os.path.join("ops", label, f"{stem}.csv")] = table_csv(table)
+    notes = [f"ops, {', '.join(labels)}: {words}" for words, labels in spec_words.items()] + notes
+    return files_out, notes, parts
+
+
+def _spec_for(spec: dict | None, devices: object) -> tuple[dict | None, str, str]:
+    """The spec of an input's roofline (the given one, else the built-in one
+    of its GPU, else none), how it was chosen, and the report's words on it."""
+    if spec is not None:
+        how = f"from {spec['source']}"
+        return spec, how, f"roofline from the GPU spec {spec.get('name', '(unnamed)')!r} {how}"
+    found = gpuspecs.identify(devices)
+    if found.spec is None:
+        return None, found.how, (f"GPU unknown: {found.how}; the sheets have no roofline columns (give --gpu-spec "
+                                 "FILE, TraceLens's arch JSON form)")
+    arch = found.spec.arch()
+    return arch, found.how, (f"roofline columns ({', '.join(opsroofline.COLUMNS)}, after TraceLens's) from the "
+                             f"built-in spec {found.spec.name!r}, picked {found.how}; figures from {arch['source']}")
 
 
 def prepare(destinations: Destinations, out_dir: str | None, gpu_spec: str | None) -> dict | None:
@@ -249,30 +287,7 @@ def prepare(destinations: Destinations, out_dir: str | None, gpu_spec: str | Non
     if out_dir is None:
         raise TraceError("--ops writes TraceLens's tables as CSV files: give -o DIR")
     destinations.directory(os.path.join(out_dir, "ops"), writes="the ops tables", existing=r".+")
-    return None if gpu_spec is None else load_spec(gpu_spec)
-
-
-def load_spec(path: str) -> dict:
-    """A GPU spec in TraceLens's arch JSON form: ``mem_bw_gbps`` and
-    ``max_achievable_tflops`` by compute spec (``matrix_bf16``, ...)."""
-    try:
-        with open(path, "rb") as handle:
-            spec = orjson.loads(handle.read())
-    except OSError as exc:
-        raise TraceError(f"cannot read the GPU spec: {exc.strerror}", path=path) from None
-    except orjson.JSONDecodeError as exc:
-        raise TraceError(f"the GPU spec is no JSON: {exc}", path=path) from None
-    peaks = spec.get("max_achievable_tflops") if isinstance(spec, dict) else None
-    bandwidth = spec.get("mem_bw_gbps") if isinstance(spec, dict) else None
-    if not isinstance(peaks, dict) or not all(_positive(v) for v in peaks.values()) or not _positive(bandwidth):
-        raise TraceError("a GPU spec is an object with mem_bw_gbps (a positive number) and max_achievable_tflops "
-                         "(compute spec such as matrix_bf16 -> positive TFLOP/s), as TraceLens's arch files",
-                         path=path)
-    return spec
-
-
-def _positive(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return None if gpu_spec is None else {**load_spec(gpu_spec), "source": f"the file {gpu_spec} (--gpu-spec)"}
 
 
 def write(destinations: Destinations, out_dir: str, files: dict[str, bytes]) -> list[str]:
