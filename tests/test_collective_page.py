@@ -146,6 +146,8 @@ def check_figures(summary: dict, out: Path, shown: dict, collectives: list[Colle
     latency = sorted(((min(c.dur.values()), label(c)) for c in collectives), key=lambda item: -item[0])[:20]
     assert bars["y"] == [text for _, text in latency]
     assert bars["x"].tolist() == pytest.approx([value for value, _ in latency], **TOLERANCE)
+    cut = f"The 20 of {len(collectives)} matched" if len(collectives) > 20 else f"The {len(collectives)} matched"
+    assert shown["collective-slowest"].caption.startswith(cut + " collectives with the longest latency")
 
     table = shown["collective-why"].table
     assert [int(row[0]) for row in table[1:]] == sorted(costs, key=lambda rank: (-costs[rank], rank))

@@ -198,13 +198,15 @@ def wait_bars(waits: Waits, order: RankOrder) -> Figure:
 
 
 def slowest(tables: dict, waits: Waits) -> Figure:
+    shown = min(SLOWEST, len(waits.rows))
+    which = f"The {shown:,} of {len(waits.rows):,}" if shown < len(waits.rows) else f"The {shown:,}"
     figure = Figure("collective-slowest", "Slowest collectives: latency and bus bandwidth",
-                    f"The {SLOWEST} matched collectives with the longest latency: the least duration of their kernel "
+                    f"{which} matched collectives with the longest latency: the least duration of their kernel "
                     "over their ranks (TraceLens's comm_latency: the transfer once every rank is there, without the "
                     "wait), us, bars; dots: the bus bandwidth nccl-tests would report for it (collective_bandwidth's "
                     "bus bw, 10^9 bytes/s, top axis). Hover for the size and the wait for the last rank.")
     bandwidth = {(row["collective_id"], row["Process Group Ranks"]): row for row in tables.get("collective_bandwidth") or []}
-    picked = sorted(range(len(waits.rows)), key=lambda at: -waits.rows[at]["comm_latency"])[:SLOWEST]
+    picked = sorted(range(len(waits.rows)), key=lambda at: -waits.rows[at]["comm_latency"])[:shown]
     labels = [waits.labels[at] for at in picked]
     latency = np.array([waits.rows[at]["comm_latency"] for at in picked], dtype=np.float64)
     found = [bandwidth.get((waits.rows[at]["collective_id"], waits.rows[at]["Process Group Ranks"])) or {} for at in picked]
