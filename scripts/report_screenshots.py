@@ -2,8 +2,8 @@
 
     python scripts/report_screenshots.py [TRACES_DIR] [--out docs/images]
 
-writes ``analyze_report.png`` (the page's top: header, run at a glance,
-stragglers) and ``analyze_utilization.png`` (the utilization heat map) for
+writes ``analyze_report.png`` (the page's top: the lead on collectives, the
+header, the wait heat map) and ``analyze_utilization.png`` (the utilization heat map) for
 the README and docs.  The browser is Debian's ``chromium`` driven by
 Playwright (``pip install -e '.[dev]'``); the tests open pages the same way
 (:func:`browser`, :func:`open_report`).
@@ -55,7 +55,7 @@ def browser() -> Iterator[object]:
 def open_report(chromium: object, path: Path, screenshots: dict[str, Path] | None = None) -> dict:
     """Open a report page; returns what the tests check: console errors,
     requests, seconds until every figure is drawn, each figure's data as
-    plotly holds it, the call-outs and the 'missing' notes.  ``screenshots``:
+    plotly holds it, the lead, call-outs and 'missing' notes, the tables' cells.  ``screenshots``:
     element selector (or "page") -> PNG path."""
     page = chromium.new_page(viewport=VIEWPORT)  # type: ignore[attr-defined]
     errors: list[str] = []
@@ -71,7 +71,9 @@ def open_report(chromium: object, path: Path, screenshots: dict[str, Path] | Non
         "errors": errors, "requests": [url for url in requests if url != path.resolve().as_uri()], "seconds": seconds,
         "figures": {figure["id"][len("fig-"):]: figure for figure in page.evaluate(FIGURE_DATA)},
         "texts": page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll(
-            "p.callout, p.missing")).map(p => [p.id, p.textContent]))"""),
+            "p.callout, p.missing, p.lead")).map(p => [p.id, p.textContent]))"""),
+        "tables": page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll("table.data")).map(
+            table => [table.id, Array.from(table.rows, row => Array.from(row.cells, cell => cell.textContent))]))"""),
         "facts": page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll(
             "table.facts tr")).map(tr => [tr.cells[0].textContent, tr.cells[1].textContent]))"""),
     }

@@ -162,6 +162,8 @@ def test_dlrm_page_matches_the_tables_and_screenshots(chromium, tmp_path):
     assert found["facts"]["devices"] == "Tesla V100-SXM2-32GB"
     assert found["facts"]["made by"] == f"streamtrace analyze dlrm_8ranks/ --html {page.name}"
     assert "ranks 2, 7" in found["texts"]["callout-step-duration"]  # HTA's candidates, as the table has them
+    assert found["texts"]["lead-collectives"].startswith("Rank 7 arrives last at 5 of 8 matched collectives")
+    assert list(found["figures"])[0] == "collective-waits" and found["tables"]["table-collective-why"][1][0] == "7"
     for shot in shots.values():
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5_000
 

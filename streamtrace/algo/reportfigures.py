@@ -30,6 +30,8 @@ class Figure:
     layout: dict = field(default_factory=dict)
     callout: str = ""
     missing: str = ""
+    height: int = 0  # pixels; 0: the page's default for the figure
+    table: list[list[str]] = field(default_factory=list)  # a table instead of a plot: the header row, then rows
 
 
 @dataclass

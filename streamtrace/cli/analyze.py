@@ -85,9 +85,13 @@ def rows(summary: dict) -> Rows:
     rows: Rows = [(f"rank {row['rank']}", _gpu_time(row, rounded.get(row["rank"]), overlap.get(row["rank"])))
                   for row in tables.get("gpu_time", ())]
     late = sorted({row["rank"] for row in tables.get("stragglers", ()) if row["potential_straggler"]})
+    late_all = sorted({row["rank"] for row in tables.get("stragglers_nccl_all", ()) if row["potential_straggler"]})
     if late:
         rows.append(("late ranks", ", ".join(map(str, late)) + ": their communication kernels start last (HTA's "
                      "straggler candidates), the other ranks wait for them"))
+    elif late_all:
+        rows.append(("late ranks", ", ".join(map(str, late_all)) + ": their communication kernels start last (HTA's "
+                     "straggler rule over ncclDevKernel... kernels too: stragglers_nccl_all; HTA's own sees none)"))
     lags = sorted((row for row in tables.get("stragglers", ()) if row["lag(us)"] > 0), key=lambda row: -row["lag(us)"])
     if lags:
         rows.append(("longest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{ms(row['lag(us)'])}"

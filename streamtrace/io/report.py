@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import numpy as np
 import orjson
 
+from ..algo import collectivefigures
 from ..algo.opsfigures import ops_figures
 from ..algo.reportfigures import Figure, figures
 from ..errors import TraceError
@@ -32,6 +33,9 @@ code { font: 12px ui-monospace, monospace; background: #f4f4f4; padding: 1px 4px
 p.caption { color: #555; margin: 2px 0 6px; } p.callout { background: #fff4e5; border-left: 4px solid #f58518;
             padding: 6px 10px; margin: 6px 0; } p.missing { color: #8a4b00; font-style: italic; }
 div.figure { width: 100%; }
+p.lead { font-size: 16px; background: #fdecea; border-left: 4px solid #e45756; padding: 8px 12px; margin: 10px 0; }
+table.data { border-collapse: collapse; margin: 6px 0 12px; } table.data th, table.data td { padding: 3px 10px;
+             border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; } table.data th { background: #f4f4f4; }
 """
 
 SCRIPT = """
@@ -93,6 +97,8 @@ def _json_block(element_id: str, value: object) -> str:
 
 
 def _height(figure: Figure, ranks: int) -> int:
+    if figure.height:
+        return figure.height
     if figure.key in ("step-duration", "step-idle", "utilization"):
         return int(min(900, max(260, 120 + 6 * ranks)))
     if figure.key == "kernels":
@@ -130,26 +136,39 @@ def _facts(summary: dict, inputs: list[str], command: str | None) -> list[tuple[
     ]
 
 
+def _table(figure: Figure) -> str:
+    header, *rows = figure.table
+    cells = ["<tr>" + "".join(f"<th>{html.escape(cell)}</th>" for cell in header) + "</tr>"]
+    cells += ["<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows]
+    return f'<table class="data" id="table-{figure.key}">{"".join(cells)}</table>'
+
+
 def render(summary: dict, inputs: list[str], command: str | None = None) -> bytes:
     """The page for an analyze summary (its ``tables``)."""
-    shown = figures(summary) + ops_figures(summary)
+    lead, collective = collectivefigures.page(summary)
+    shown = [*collective, *figures(summary), *ops_figures(summary)]
     ranks = len(summary["ranks"])
     return page("streamtrace analyze", f"{ranks:,} ranks", _facts(summary, inputs, command), shown,
-                {figure.key: _height(figure, ranks) for figure in shown})
+                {figure.key: _height(figure, ranks) for figure in shown}, lead=lead)
 
 
-def page(heading: str, subject: str, facts: list[tuple[str, str]], shown: list[Figure], heights: dict[str, int]) -> bytes:
-    """A report page: ``heading``, the facts table (the one labelled "made by" as code), then each
-    figure (``heights``: its height in pixels by key) with its title, caption, call-out or what it misses."""
+def page(heading: str, subject: str, facts: list[tuple[str, str]], shown: list[Figure], heights: dict[str, int],
+         lead: str = "") -> bytes:
+    """A report page: ``heading``, the ``lead`` paragraph if any, the facts table (the one labelled
+    "made by" as code), then each figure (``heights``: its height in pixels by key) with its title,
+    caption, call-out, data table or what it misses."""
     javascript = plotly_js()
     drawn = [{"key": figure.key, "traces": _typed(figure.traces), "layout": _typed(figure.layout),
-              "height": heights[figure.key]} for figure in shown if not figure.missing]
+              "height": heights[figure.key]} for figure in shown if not figure.missing and not figure.table]
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{html.escape(heading)}: {html.escape(subject)}</title><style>{STYLE}</style></head><body>",
              f"<h1>{html.escape(heading)}</h1><p class=\"caption\">Made {made}. Figures are interactive: hover for values, "
-             "drag to zoom, double-click to reset.</p>", '<table class="facts">']
+             "drag to zoom, double-click to reset.</p>"]
+    if lead:
+        parts.append(f'<p class="lead" id="lead-collectives">{html.escape(lead)}</p>')
+    parts.append('<table class="facts">')
     for label, text in facts:
         value = f"<code>{html.escape(text)}</code>" if label == "made by" else html.escape(text)
         parts.append(f"<tr><td>{html.escape(label)}</td><td>{value}</td></tr>")
@@ -160,6 +179,8 @@ def page(heading: str, subject: str, facts: list[tuple[str, str]], shown: list[F
             parts.append(f'<p class="callout" id="callout-{figure.key}">{html.escape(figure.callout)}</p>')
         if figure.missing:
             parts.append(f'<p class="missing" id="missing-{figure.key}">{html.escape(figure.missing)}.</p>')
+        elif figure.table:
+            parts.append(_table(figure))
         else:
             parts.append(f'<div class="figure" id="fig-{figure.key}"></div>')
     parts += [_json_block("figure-data", drawn), _json_block("figure-template", _template()),

@@ -27,7 +27,8 @@ columns depend on the trace: :mod:`.collectives`), chosen by name like the other
 # The order tables are written in (CSV files, the summary): HTA's and their companions as analyze has always
 # written them, then the other analyses' tables in the registry's order.
 _FIRST = ("temporal_breakdown", "kernel_type_breakdown", "kernel_breakdown", "comm_comp_overlap", "idle_time_breakdown",
-          "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "utilization", "gpu_time", "kernel_totals")
+          "kernel_launch_stats", "profiler_steps", "step_times", "stragglers", "stragglers_nccl_all", "utilization", "gpu_time",
+          "kernel_totals")
 
 
 def _names(given: str | Iterable[str] | None, option: str) -> list[str]:
