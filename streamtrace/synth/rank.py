@@ -380,11 +380,12 @@ class RankGen:
 
     def _comms_op(self, comm: dict, pg: str) -> dict | None:
         """record_param_comms's args (None without SynthConfig.collectives): the collective's, the
-        group's first rank and stride, this rank, and the op's number among its group's (``Seq``)."""
+        group's first rank and stride, this rank, and the op's number among its group's (``Seq``, which
+        Kineto copies onto the op's kernel: added to ``comm``)."""
         if not self.cfg.collectives:
             return None
         ranks = process_groups(self.cfg, self.rank)[pg]["ranks"]
-        seq = self.seq[pg] = self.seq.get(pg, 0) + 1
+        seq = comm["Seq"] = self.seq[pg] = self.seq.get(pg, 0) + 1
         stride = ranks[1] - ranks[0] if len(ranks) > 1 else 1
         return {**comm, "Rank": self.rank, "Global rank start": ranks[0], "Global rank stride": stride, "Seq": seq}
 
