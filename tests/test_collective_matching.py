@@ -234,6 +234,44 @@ def test_truncated_group_ranks_rebuilt_from_pg_config(tmp_path):
     assert collectivematch.group_ranks("[3, 5]", 2, {}, "0") == (3, 5)
 
 
+@pytest.mark.parametrize("reading", ["projected", "dict"])
+def test_truncated_group_ranks_rebuilt_from_global_rank_stride(tmp_path, monkeypatch, reading):
+    """No pg_config: the record_param_comms op's Global rank start and stride (64 ranks 0, 2, ..., 126)
+    rebuild the truncated list, whichever way the pass reads the events."""
+    from streamtrace.commands.analyses import index as analyze_index
+
+    if reading == "dict":
+        monkeypatch.setattr(analyze_index, "projected_events", lambda text: None)
+    members = list(range(0, 128, 2))
+    shown = "[" + ", ".join(map(str, members[:29])) + ", ..., 126]"
+    comms = {"Collective name": "allreduce", "Process Group Name": "7", "Process Group Ranks": shown, "Group size": 64,
+             "dtype": "Float", "In msg nelems": 1024, "Out msg nelems": 1024, "In split size": "[]",
+             "Out split size": "[]"}
+    for rank in (0, 2):
+        op = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 100, "tid": 100, "ts": 5.0, "dur": 1.0,
+              "args": {**comms, "External id": 3, "Global rank start": 0, "Global rank stride": 2, "Rank": rank}}
+        kernel = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+                  "ts": 10.0 + rank, "dur": 5.0, "args": {**comms, "stream": 7, "correlation": 1, "External id": 3}}
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({
+            "distributedInfo": {"rank": rank}, "deviceProperties": [{"id": n} for n in range(8)],
+            "traceEvents": [op, kernel]}))
+    row = analyze([tmp_path / "rank0.json", tmp_path / "rank2.json"])["tables"]["collective_matches"][0]
+    assert row["Process Group Ranks"] == str(members) and row["ranks missing"] == 62
+    assert row["missing ranks"] == ", ".join(str(rank) for rank in members if rank not in (0, 2))
+    assert collectivematch.strided_ranks(0, 0, 4) is None and collectivematch.strided_ranks(3, 1, 2) == (3, 4)
+
+
+def test_dict_reading_gives_the_same_matches(fsdp, pipeline, monkeypatch):
+    """Chunks the projection refuses are read as dicts: the same Seq, peers and tables."""
+    from streamtrace.commands.analyses import index as analyze_index
+
+    projected = [analyze(files)["tables"] for files in (fsdp, pipeline)]
+    monkeypatch.setattr(analyze_index, "projected_events", lambda text: None)
+    read = [analyze(files)["tables"] for files in (fsdp, pipeline)]
+    for ours, theirs in zip(projected, read):
+        assert ours["collective_matches"] == theirs["collective_matches"] and ours.get("p2p_pairs") == theirs.get("p2p_pairs")
+
+
 def test_clocks_aligned_on_collective_ends(tmp_path):
     """Ranks whose clocks start 3 ms apart (synth's --base-skew-ns: rank r's times read r x 3 ms early):
     collectives end on one rank before they start on another, a note offers --align-clocks; aligned, the

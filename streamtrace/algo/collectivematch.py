@@ -60,9 +60,9 @@ def truncated_ranks(value: object) -> tuple[list[int], list[int]] | None:
 
 
 def group_ranks(value: object, size: object, known: dict[str, tuple[int, ...]], name: object) -> tuple[int, ...] | None:
-    """A group's ranks: its ``Process Group Ranks`` when whole; when Kineto truncated it, the ranks the
-    files' pg_config lists for the group's name, if they agree with what is shown and with ``Group
-    size``; else None (not guessed from the ranks shown)."""
+    """A group's ranks: its ``Process Group Ranks`` when whole; when Kineto truncated it, the ranks
+    the files' pg_config or record_param_comms ops (first rank, stride) give for the group's name, if
+    they agree with what is shown and with ``Group size``; else None (not guessed from the ranks shown)."""
     whole_list = listed_ranks(value)
     if whole_list is not None:
         return whole_list
@@ -86,6 +86,11 @@ def pg_config_ranks(info: object) -> dict[str, tuple[int, ...]]:
             if ranks is not None:
                 found[config["pg_name"]] = ranks
     return found
+
+
+def strided_ranks(start: int, stride: int, size: int) -> tuple[int, ...] | None:
+    """A group's ranks from record_param_comms's ``Global rank start``, ``Global rank stride`` and ``Group size``."""
+    return tuple(range(start, start + stride * size, stride)) if stride > 0 and 0 < size <= 2**20 else None
 
 
 def known_groups(ranks: Sequence[RankKernels]) -> dict[str, tuple[int, ...]]:

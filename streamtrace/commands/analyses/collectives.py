@@ -30,6 +30,9 @@ JSON_ROWS = 100_000  # beyond this a table is left to -o DIR (as dicts 100,000 r
 _ATTRIBUTES = [attribute(key) for key in META]  # the projected args' attributes, in META's order
 PEER_ARGS = {"send": "Dst Rank", "recv": "Src Rank"}  # the arg naming a send's or recv's peer (global rank)
 _PEER_ATTRIBUTES = {name: attribute(key) for name, key in PEER_ARGS.items()}
+COMMS_OP = "record_param_comms"  # the CPU op c10d wraps a collective's launch in
+STRIDE_ARGS = ("Process Group Name", "Global rank start", "Global rank stride", "Group size")  # its args naming its group
+_STRIDE_ATTRIBUTES = [attribute(key) for key in STRIDE_ARGS]
 
 
 @dataclass
@@ -50,6 +53,7 @@ class KernelCollector:
         self.ts, self.dur = array("d"), array("d")
         self.slot, self.rank, self.meta, self.peer = array("i"), array("i"), array("i"), array("i")
         self.seq = array("q")
+        self.strides: dict[str, tuple | None] = {}  # group name -> (first rank, stride, size) its comms ops state
         self.metas: dict[tuple, int] = {}
         self._listed = 0  # metadata rows already in a part
         self._names: dict[object, bool] = {}
@@ -68,6 +72,29 @@ class KernelCollector:
         if args.__class__ is dict and (args.get("correlation") is not None or args.get("External id") is not None):
             self._add([args.get(key) for key in META], event.get("name"), ts, dur, slot, args.get("rank"),
                       args.get("Seq"), {name: args.get(key) for name, key in PEER_ARGS.items()})
+
+    def add_comms_op(self, event: dict) -> None:
+        """A record_param_comms op, as parsed: its group's first global rank, stride and size."""
+        args = event.get("args")
+        if args.__class__ is dict:
+            self._stride([args.get(key) for key in STRIDE_ARGS])
+
+    def add_projected_comms_ops(self, events: list, cats: list) -> None:
+        """The record_param_comms ops among a chunk's projected events (``cats``: their categories)."""
+        for at, cat in enumerate(cats):
+            if cat == "cpu_op" and events[at].name == COMMS_OP and events[at].args is not None:
+                self._stride([getattr(events[at].args, name) for name in _STRIDE_ATTRIBUTES])
+
+    def _stride(self, values: list) -> None:
+        name, found = values[0], tuple(collectivematch.whole(value) for value in values[1:])
+        if name.__class__ is str and collectivematch.NO_VALUE not in found:
+            self._merge({name: found})
+
+    def _merge(self, strides: dict) -> None:
+        """Groups' strides; a name stated with two strides is dropped (None): its ranks are not known."""
+        for name, found in strides.items():
+            if self.strides.setdefault(name, found) != found:
+                self.strides[name] = None
 
     def kernels(self, events: list, cats: list) -> list:
         """The collective kernels among a chunk's projected events (``cats``: their categories)."""
@@ -109,12 +136,14 @@ class KernelCollector:
         for name in part:
             del getattr(self, name)[:]
         part["metas"] = list(self.metas)[self._listed:]
+        part["strides"], self.strides = self.strides, {}
         self._listed = len(self.metas)
         return part
 
     def absorb(self, part: dict, source: int, slots: array) -> None:
         """Worker ``source``'s part, its pid slots mapped by ``slots``."""
         metas = self._part_metas.setdefault(source, array("i"))
+        self._merge(part["strides"])
         for meta in part["metas"]:
             metas.append(self.metas.setdefault(meta, len(self.metas)))
         self.ts.extend(part["ts"])
@@ -127,7 +156,7 @@ class KernelCollector:
 
     def of_rank(self, rank: int, slot_ranks: list[int], devices: int, groups: dict | None = None) -> CollectiveInput:
         """A rank's kernels (a kernel's own args.rank, else its pid's), in file order; ``groups``: its
-        file's pg_config (group name -> ranks)."""
+        file's pg_config (group name -> ranks), with the groups the comms ops state by stride besides."""
         ranks = np.array(slot_ranks + [NO_RANK], dtype=np.int64)[np.frombuffer(self.slot, dtype=np.int32)]
         own = np.frombuffer(self.rank, dtype=np.int32)
         rows = np.flatnonzero(np.where(own >= 0, own, ranks) == rank)
@@ -135,7 +164,13 @@ class KernelCollector:
         meta = np.frombuffer(self.meta, dtype=np.int32)
         seq, peer = np.frombuffer(self.seq, dtype=np.int64), np.frombuffer(self.peer, dtype=np.int32)
         return CollectiveInput(RankKernels(rank, ts[rows].copy(), dur[rows].copy(), meta[rows].copy(), list(self.metas),
-                                           seq[rows].copy(), peer[rows].copy(), groups or {}), devices)
+                                           seq[rows].copy(), peer[rows].copy(), {**self._strided(), **(groups or {})}),
+                               devices)
+
+    def _strided(self) -> dict[str, tuple[int, ...]]:
+        """Group name -> its ranks, from the comms ops' first rank, stride and size."""
+        return {name: found for name, found in ((name, collectivematch.strided_ranks(*value))
+                for name, value in self.strides.items() if value is not None) if found is not None}
 
 
 def device_count(members: list, member_value) -> int:
