@@ -109,7 +109,7 @@ def test_a_kernel_missing_on_one_rank_shifts_nothing(fsdp, tmp_path):
 
 
 def test_without_seq_order_rows_only_where_counts_agree(fsdp, tmp_path):
-    """No Seq (traces before PyTorch 2.6): matched by order; a group whose ranks hold different numbers
+    """No Seq (older traces): matched by order; a group whose ranks hold different numbers
     of kernels is left out of collective_matches with a note rather than paired wrong."""
     files = [tmp_path / path.name for path in fsdp]
     for source, target in zip(fsdp, files):
@@ -315,7 +315,7 @@ def test_odd_seq_and_peer_args_give_notes_not_tracebacks(tmp_path):
 
 @pytest.mark.parametrize("trace", ["nccl_rank0.json.gz", "b200_eager.json.gz", "dlrm_8ranks"])
 def test_real_traces(trace):
-    """The real traces carry no Seq (PyTorch before 2.6): matched by order, as TraceLens; DLRM's SendRecv
+    """The real traces carry no Seq (older PyTorch): matched by order, as TraceLens; DLRM's SendRecv
     kernels have no args, so no pair."""
     summary = analyze(Path(__file__).parents[2] / "shared" / "traces" / trace)
     rows = summary["tables"]["collective_matches"]

@@ -363,8 +363,8 @@ def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: li
         for index, (send, recv) in enumerate(zip(sent, received)):
             rows.append(_pair(long, group, src, dst, index, send, recv, shift))
     if no_peer:
-        notes.append(f"collectives: {no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (PyTorch writes them "
-                     "from 2.6 on) are not paired with their peer")
+        notes.append(f"collectives: {no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (older PyTorch does not "
+                     "write them) are not paired with their peer")
     if absent:
         notes.append(f"collectives: {absent:,} send/recv kernels whose peer rank the inputs do not hold are not paired")
     if uneven:
