@@ -411,14 +411,17 @@ def ranges(ranks: list[int]) -> str:
 def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_clocks: bool,
            notes: list[str]) -> dict[str, Table]:
     """collective_matches (its ``match`` column names the rule), p2p_pairs and, with ``align_clocks``,
-    clock_offsets; notes say what was left unmatched and whether the clocks needed aligning."""
-    before = impossible(matching.collectives, long, {})
+    clock_offsets; notes say what was left unmatched and whether the clocks needed aligning (judged, and
+    aligned, on the collectives of collective_matches only: a doubtful match would mislead both)."""
+    reliable = [found for found in matching.collectives
+                if group_of(long, found.rows[0]) in matching.trusted and consistent(long, found.rows)]
+    before = impossible(reliable, long, {})
     shift: dict[int, float] = {}
     found: dict[str, Table] = {}
     if align_clocks:
-        offsets = clock_offsets(matching.collectives, long)
+        offsets = clock_offsets(reliable, long)
         shift = {rank: offset for rank, (offset, _) in offsets.items()}
-        after = impossible(matching.collectives, long, shift)
+        after = impossible(reliable, long, shift)
         largest = max(offsets.items(), key=lambda item: abs(item[1][0]), default=(None, (0.0, 0)))
         notes.append(f"collectives: clocks aligned on collective ends for collective_matches and p2p_pairs "
                      f"(largest offset {largest[1][0]:,.1f} us, rank {largest[0]}); collectives ending on one rank "

@@ -81,9 +81,9 @@ class KernelCollector:
 
     def add_projected_comms_ops(self, events: list, cats: list) -> None:
         """The record_param_comms ops among a chunk's projected events (``cats``: their categories)."""
-        for at, cat in enumerate(cats):
-            if cat == "cpu_op" and events[at].name == COMMS_OP and events[at].args is not None:
-                self._stride([getattr(events[at].args, name) for name in _STRIDE_ATTRIBUTES])
+        for event in [events[at] for at, cat in enumerate(cats) if cat == "cpu_op"]:
+            if event.name == COMMS_OP and event.args is not None:
+                self._stride([getattr(event.args, name) for name in _STRIDE_ATTRIBUTES])
 
     def _stride(self, values: list) -> None:
         name, found = values[0], tuple(collectivematch.whole(value) for value in values[1:])
