@@ -261,6 +261,26 @@ def test_truncated_group_ranks_rebuilt_from_global_rank_stride(tmp_path, monkeyp
     assert collectivematch.strided_ranks(0, 0, 4) is None and collectivematch.strided_ranks(3, 1, 2) == (3, 4)
 
 
+@pytest.mark.slow
+def test_32_ranks_truncated_by_kineto_rebuilt_in_merged_and_rank_files(tmp_path):
+    """32 generated ranks: Kineto's truncated lists on the kernels, the whole group rebuilt from pg_config,
+    or without distributedInfo from the record_param_comms ops' stride; the merged file read by two
+    processes gives the rank files' tables."""
+    truth = write_traces(SynthConfig(**{**SMALL, "ranks": 32, "pp_stages": 1, "seed": 2}), tmp_path, compress="none")
+    merged = tmp_path / truth["merged"]["file"]
+    doc = load(merged)
+    shown = {event["args"]["Process Group Ranks"] for event in nccl(doc)}
+    assert all(", ..., 31]" in value for value in shown)
+    tables = analyze(merged, jobs=2)["tables"]
+    assert {row["Process Group Ranks"] for row in tables["collective_matches"]} == {str(list(range(32)))}
+    assert {row["ranks missing"] for row in tables["collective_matches"]} == {0}
+    files = [tmp_path / rank["file"] for rank in truth["ranks"]]
+    assert analyze(files)["tables"]["collective_matches"] == tables["collective_matches"]
+    del doc["distributedInfo"]
+    merged.write_text(json.dumps(doc))
+    assert analyze(merged, jobs=2)["tables"]["collective_matches"] == tables["collective_matches"]
+
+
 def test_dict_reading_gives_the_same_matches(fsdp, pipeline, monkeypatch):
     """Chunks the projection refuses are read as dicts: the same Seq, peers and tables."""
     from streamtrace.commands.analyses import index as analyze_index

@@ -44,6 +44,7 @@ from .plan import (
     Costs,
     all_to_allv_splits,
     collective_sizes,
+    kineto_ranks,
     plan_step,
     pp_action_name,
     process_groups,
@@ -100,7 +101,7 @@ class RankGen:
             "world": ("0", "default_pg", cfg.ranks, str(list(range(cfg.ranks))), 2),
         }
         if cfg.collectives:
-            self.pg = {kind: (g["pg_name"], g["pg_desc"], g["pg_size"], str(g["ranks"]), at)
+            self.pg = {kind: (g["pg_name"], g["pg_desc"], g["pg_size"], kineto_ranks(g["ranks"]), at)
                        for at, (kind, g) in enumerate(process_groups(cfg, rank).items())}
         self.truth = RankTruth(
             rank=rank, file=None, pp_rank=self.stage, pp_stage=self.stage, pp_group=self.group,
