@@ -108,6 +108,24 @@ def test_a_kernel_missing_on_one_rank_shifts_nothing(fsdp, tmp_path):
     assert lines["matched"].startswith(f"{len(oracle)} collectives by Seq")
 
 
+def test_a_rank_from_another_step_or_missing_is_never_paired_wrong(fsdp, tmp_path):
+    """Rank 3 traced over a later window (its Seqs 100 further on): no collective pairs its kernels with the
+    others', each of its collectives is a row of its own (the others' lack it); without rank 3 at all, every
+    collective of the world and FSDP groups says rank 3 is missing."""
+    files = [tmp_path / path.name for path in fsdp]
+    for source, target in zip(fsdp, files):
+        target.write_text(source.read_text())
+    edit(files[3], change=lambda event: event["args"].update(Seq=event["args"]["Seq"] + 100))
+    rows = analyze(files)["tables"]["collective_matches"]
+    oracle = by_seq(fsdp)
+    assert len(rows) == 2 * len(oracle)
+    for row in rows:
+        alone = row["Seq"] > 100
+        assert (row["ranks"], row["missing ranks"]) == ((1, "0-2") if alone else (3, "3"))
+    rows = analyze(fsdp[:3])["tables"]["collective_matches"]
+    assert len(rows) == len(oracle) and {(row["ranks"], row["missing ranks"]) for row in rows} == {(3, "3")}
+
+
 def test_without_seq_order_rows_only_where_counts_agree(fsdp, tmp_path):
     """No Seq (older traces): matched by order; a group whose ranks hold different numbers
     of kernels is left out of collective_matches with a note rather than paired wrong."""
@@ -232,6 +250,9 @@ def test_truncated_group_ranks_rebuilt_from_pg_config(tmp_path):
     assert collectivematch.group_ranks(shown, 40, {"0": tuple(range(1, 41))}, "0") is None  # (disagrees with the shown)
     assert collectivematch.group_ranks(shown, 41, {"0": tuple(members)}, "0") is None
     assert collectivematch.group_ranks("[3, 5]", 2, {}, "0") == (3, 5)
+    known = {"0": tuple(members)}
+    for odd in ("[1, 2", "[0, x]", "[-1, 2]", "[0, 1, ...]", "[..., 39]", "{'ranks': [0]}", 7, None, [0, "1"]):
+        assert collectivematch.group_ranks(odd, 40, known, "0") is None, odd
 
 
 @pytest.mark.parametrize("reading", ["projected", "dict"])

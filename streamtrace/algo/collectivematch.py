@@ -41,7 +41,7 @@ def listed_ranks(value: object) -> tuple[int, ...] | None:
     """A whole list of ranks (a JSON list, or its text), None if it is truncated or not a list of ranks."""
     if isinstance(value, (list, tuple)):
         items = list(value)
-    elif isinstance(value, str) and value.strip().startswith("[") and "..." not in value:
+    elif isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]") and "..." not in value:
         items = [item.strip() for item in value.strip()[1:-1].split(",") if item.strip()]
         items = [int(item) if item.lstrip("-").isdigit() else item for item in items]
     else:
@@ -56,7 +56,7 @@ def truncated_ranks(value: object) -> tuple[list[int], list[int]] | None:
         return None
     head = [int(item) for item in found.group(1).split(",") if item.strip()]
     tail = [int(item) for item in found.group(2).split(",") if item.strip()]
-    return head, tail
+    return (head, tail) if head and tail else None
 
 
 def group_ranks(value: object, size: object, known: dict[str, tuple[int, ...]], name: object) -> tuple[int, ...] | None:
@@ -71,7 +71,7 @@ def group_ranks(value: object, size: object, known: dict[str, tuple[int, ...]], 
     if shown is None or listed is None:
         return None
     head, tail = shown
-    agrees = list(listed[:len(head)]) == head and (not tail or list(listed[-len(tail):]) == tail)
+    agrees = list(listed[:len(head)]) == head and list(listed[-len(tail):]) == tail
     sized = size.__class__ is not int or size == len(listed)
     return listed if agrees and sized and len(listed) > len(head) + len(tail) else None
 
