@@ -365,3 +365,6 @@ def test_real_traces(trace):
     if trace == "dlrm_8ranks":
         waits = [row["wait for last (us)"] for row in rows]
         assert rows[0]["last arrival rank"] == 7 and statistics.median(waits) > 0
+        summary = analyze(Path(__file__).parents[2] / "shared" / "traces" / trace, align_clocks=True)
+        assert "clock_offsets" not in summary["tables"]  # (DLRM's kernels have no Collective name)
+        assert any("the clocks of ranks 0-7 are not aligned" in note for note in summary["notes"])

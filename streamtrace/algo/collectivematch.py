@@ -422,11 +422,17 @@ def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_c
         offsets = clock_offsets(reliable, long)
         shift = {rank: offset for rank, (offset, _) in offsets.items()}
         after = impossible(reliable, long, shift)
-        largest = max(offsets.items(), key=lambda item: abs(item[1][0]), default=(None, (0.0, 0)))
-        notes.append(f"collectives: clocks aligned on collective ends for collective_matches and p2p_pairs "
-                     f"(largest offset {largest[1][0]:,.1f} us, rank {largest[0]}); collectives ending on one rank "
-                     f"before they start on another: {before:,} before, {after:,} after"
-                     + ("" if before else " (the clocks did not need it)"))
+        alone = sorted(set(long.ranks) - set(offsets))
+        if offsets:
+            rank, (largest, _) = max(offsets.items(), key=lambda item: abs(item[1][0]))
+            notes.append(f"collectives: clocks aligned on collective ends for collective_matches and p2p_pairs "
+                         f"(largest offset {largest:,.1f} us, rank {rank}); collectives ending on one rank before they "
+                         f"start on another: {before:,} before, {after:,} after"
+                         + ("" if before else " (the clocks did not need it)"))
+        if alone:
+            notes.append(f"collectives: the clocks of rank{'s' if len(alone) > 1 else ''} {ranges(alone)} are not aligned: "
+                         "they share no matched all-reduce, reduce-scatter, all-gather or all-to-all (with a Collective "
+                         "name) with another rank")
         found["clock_offsets"] = offsets_table(offsets)
     elif before:
         notes.append("collectives: --align-clocks aligns the ranks' clocks on collective ends for collective_matches "
