@@ -162,6 +162,7 @@ def test_seq_refused_where_it_would_mislead():
     cases = {
         "kernels of one Seq whose args differ": ([ALLREDUCE, bigger], [1, 2], [bigger, ALLREDUCE], [1, 2]),
         "a rank holding one Seq twice": ([ALLREDUCE, ALLREDUCE], [1, 1], [ALLREDUCE, ALLREDUCE], [1, 2]),
+        "Seq on 3 of 4 kernels": ([ALLREDUCE, ALLREDUCE], [1, 2], [ALLREDUCE, ALLREDUCE], [1, -1]),
     }
     for words, (metas0, seqs0, metas1, seqs1) in cases.items():
         report = collectivereport.report([rank_kernels(0, metas0, seqs0), rank_kernels(1, metas1, seqs1)])
@@ -201,6 +202,7 @@ def test_send_recv_paired_with_their_peer(pipeline):
     oracle = p2p_oracle(pipeline)
     rows = analyze(pipeline)["tables"]["p2p_pairs"]
     assert len(rows) == len(oracle) > 0
+    assert {row["node_span"] for row in rows} == {"intra_node"}  # (4 GPUs per node in the generated files)
     for row in rows:
         send, recv = oracle[(row["src rank"], row["dst rank"], row["index"])]
         assert (row["send ts"], row["recv ts"]) == (send["ts"], recv["ts"])
@@ -208,6 +210,13 @@ def test_send_recv_paired_with_their_peer(pipeline):
         assert row["waiting rank"] == (row["src rank"] if send["ts"] < recv["ts"] else row["dst rank"])
         assert row["size (bytes)"] == send["args"]["In msg nelems"] * 2  # BFloat16
         assert row["latency (us)"] == min(send["dur"], recv["dur"])
+
+
+@pytest.mark.slow
+def test_send_recv_across_nodes(tmp_path):
+    """16 ranks in 2 stages, 8 GPUs per file: each pipeline joins rank r and r + 8, on two nodes."""
+    rows = analyze(generate(tmp_path, ranks=16, pp_stages=2, seed=4))["tables"]["p2p_pairs"]
+    assert rows and all(abs(row["src rank"] - row["dst rank"]) == 8 and row["node_span"] == "inter_node" for row in rows)
 
 
 def test_uneven_send_recv_left_unpaired(pipeline, tmp_path):

@@ -326,10 +326,13 @@ P2P_COLUMNS = ["Process Group Name", "src rank", "dst rank", "index", "send ts",
                "recv dur (us)", "size (bytes)", "waiting rank", "wait (us)", "latency (us)", "bw (GB/s, 1e9)"]
 
 
-def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: list[str]) -> Table:
+def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: list[str],
+              gpus_per_node: int | None = None) -> Table:
     """p2p_pairs: the k-th send from rank a to rank b (``Dst Rank``) of a group paired with the k-th recv
     on b from a (``Src Rank``), in start order (NCCL runs a pair's transfers in order); a pair of ranks
-    whose send and recv counts differ is left out, as a wrong pairing could not be told apart."""
+    whose send and recv counts differ is left out, as a wrong pairing could not be told apart.  With
+    ``gpus_per_node`` (TraceLens's node rule: rank // GPUs per node), ``node_span`` says whether the
+    two ranks share a node."""
     sends: dict[tuple, list[int]] = {}
     recvs: dict[tuple, list[int]] = {}
     no_peer = 0
@@ -360,8 +363,9 @@ def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: li
             continue
         sent.sort(key=lambda row: long.ts[row])
         received.sort(key=lambda row: long.ts[row])
+        span = [] if not gpus_per_node else ["intra_node" if src // gpus_per_node == dst // gpus_per_node else "inter_node"]
         for index, (send, recv) in enumerate(zip(sent, received)):
-            rows.append(_pair(long, group, src, dst, index, send, recv, shift))
+            rows.append(_pair(long, group, src, dst, index, send, recv, shift) + span)
     if no_peer:
         notes.append(f"collectives: {no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (older PyTorch does not "
                      "write them) are not paired with their peer")
@@ -371,7 +375,7 @@ def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: li
         notes.append(f"collectives: send/recv between {len(uneven):,} pairs of ranks are not paired, their counts differ "
                      f"(a rank traced over another window, or a transfer missing): {', '.join(uneven[:5])}"
                      f"{' ...' if len(uneven) > 5 else ''}")
-    return Table(list(P2P_COLUMNS), rows)
+    return Table(P2P_COLUMNS + (["node_span"] if gpus_per_node else []), rows)
 
 
 def _pair(long: Long, group: tuple, src: int, dst: int, index: int, send: int, recv: int,
@@ -408,8 +412,8 @@ def ranges(ranks: list[int]) -> str:
 # ---------------------------------------------------------------- put together
 
 
-def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_clocks: bool,
-           notes: list[str]) -> dict[str, Table]:
+def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_clocks: bool, notes: list[str],
+           gpus_per_node: int | None = None) -> dict[str, Table]:
     """collective_matches (its ``match`` column names the rule), p2p_pairs and, with ``align_clocks``,
     clock_offsets; notes say what was left unmatched and whether the clocks needed aligning (judged, and
     aligned, on the collectives of collective_matches only: a doubtful match would mislead both)."""
@@ -438,5 +442,5 @@ def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_c
         notes.append("collectives: --align-clocks aligns the ranks' clocks on collective ends for collective_matches "
                      "and p2p_pairs")
     found["collective_matches"] = matches_table(matching, long, known_groups(ranks), shift, notes)
-    found["p2p_pairs"] = p2p_pairs(matching, long, shift, notes)
+    found["p2p_pairs"] = p2p_pairs(matching, long, shift, notes, gpus_per_node)
     return {name: table for name, table in found.items() if table.rows}

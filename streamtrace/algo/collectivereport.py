@@ -239,7 +239,7 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
         tables["collective_bandwidth"] = bandwidth
     _sequence_notes(long, notes)
     _clock_notes(long, notes)
-    tables.update(collectivematch.tables(ranks, long, matching, align_clocks, notes))
+    tables.update(collectivematch.tables(ranks, long, matching, align_clocks, notes, gpus_per_node))
     if gpus_per_node:
         tables = {name: with_nodes(table, gpus_per_node, world) for name, table in tables.items()}
     return Report(tables, notes)
