@@ -174,6 +174,18 @@ def test_seq_refused_where_it_would_mislead():
                                       rank_kernels(1, [ALLREDUCE, recv, ALLREDUCE], [1, 2, 3], [-1, 0, -1])])
     assert any("send/recv counted in the same Seq" in note for note in report.notes)
     assert report.tables["p2p_pairs"].rows[0][1:4] == [0, 1, 0]
+    # a shared count, the send before the first all-reduce: ranks 0 and 1 number their all-reduces 2, 3, rank 2 1, 2
+    group = ("0", "[0, 1, 2]", "allreduce", 3, "Float", 8, 8, "[]", "[]", 7)
+    send, recv = ("0", "[0, 1, 2]", "send") + group[3:], ("0", "[0, 1, 2]", "recv") + group[3:]
+    report = collectivereport.report([rank_kernels(0, [send, group, group], [1, 2, 3], [1, -1, -1]),
+                                      rank_kernels(1, [recv, group, group], [1, 2, 3], [0, -1, -1]),
+                                      rank_kernels(2, [group, group], [1, 2])])
+    assert {row[3] for row in report.tables["collective_matches"].rows} == {"order"}
+    assert any("whose ranks hold different Seqs" in note for note in report.notes)
+    separate = collectivereport.report([rank_kernels(0, [send, group, group], [1, 1, 2], [1, -1, -1]),
+                                        rank_kernels(1, [recv, group, group], [1, 1, 2], [0, -1, -1]),
+                                        rank_kernels(2, [group, group], [1, 2])])  # (send/recv counted apart)
+    assert {row[3] for row in separate.tables["collective_matches"].rows} == {"Seq"}
 
 
 @pytest.fixture(scope="module")

@@ -119,21 +119,19 @@ class Collective:
 
 @dataclass
 class Matching:
-    """The matched collectives (send/recv left out: :func:`p2p_pairs`), each group's rule, and per
-    nccl_long row its ``Seq`` and peer."""
+    """The matched collectives (send/recv left out: :func:`p2p_pairs`), the groups whose matching can be
+    trusted, and per nccl_long row its send's or recv's peer."""
 
     collectives: list[Collective]
-    rules: dict[tuple, str]
     trusted: set[tuple]  # groups matched by Seq, or by order with the same count of kernels on each rank
-    seq: np.ndarray
     peer: np.ndarray
 
 
-def _args(ranks: Sequence[RankKernels], name: str, count: int) -> np.ndarray:
+def _args(ranks: Sequence[RankKernels], name: str) -> np.ndarray:
     """A per-kernel arg over every rank, in nccl_long's row order (rank order, then file order)."""
     parts = [getattr(kernels, name) if getattr(kernels, name) is not None else np.full(len(kernels.ts), NO_VALUE)
              for kernels in sorted(ranks, key=lambda kernels: kernels.rank)]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(count, np.int64)
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
 def group_of(long: Long, row: int) -> tuple:
@@ -144,13 +142,12 @@ def group_of(long: Long, row: int) -> tuple:
 def match(ranks: Sequence[RankKernels], long: Long, notes: list[str]) -> Matching:
     """Each group's collectives by ``Seq`` where :func:`_seq_fails` finds nothing against it, else by
     order (TraceLens's ids); send/recv are not collectives here."""
-    seq, peer = _args(ranks, "seq", len(long.ranks)), _args(ranks, "peer", len(long.ranks))
+    seq, peer = _args(ranks, "seq"), _args(ranks, "peer")
     members: dict[tuple, list[int]] = {}
     p2p: dict[tuple, list[int]] = {}
     for row, meta in enumerate(long.metas):
         (p2p if meta[NAME] in P2P else members).setdefault(group_of(long, row), []).append(row)
     collectives: list[Collective] = []
-    rules: dict[tuple, str] = {}
     trusted: set[tuple] = set()
     reasons: dict[str, list[str]] = {}
     for group, rows in members.items():
@@ -160,11 +157,9 @@ def match(ranks: Sequence[RankKernels], long: Long, notes: list[str]) -> Matchin
         if not reason:
             reason = "a rank holding one Seq twice" if found is None else _seq_fails(long, found, seq, p2p.get(group, []))
         if found is not None and not reason:
-            rules[group] = SEQ
             collectives += [Collective(SEQ, key, found[key]) for key in sorted(found)]
             trusted.add(group)
             continue
-        rules[group] = ORDER
         if have:
             reasons.setdefault(reason, []).append(str(group[0]))
         by_key: dict[tuple, list[int]] = {}
@@ -180,7 +175,7 @@ def match(ranks: Sequence[RankKernels], long: Long, notes: list[str]) -> Matchin
         notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
                      f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
     collectives.sort(key=lambda found: found.rows[0])  # (first appearance: the lowest rank's kernels in file order)
-    return Matching(collectives, rules, trusted, seq, peer)
+    return Matching(collectives, trusted, peer)
 
 
 def _by_seq(long: Long, rows: list[int], seq: np.ndarray) -> dict[int, list[int]] | None:
@@ -194,17 +189,25 @@ def _by_seq(long: Long, rows: list[int], seq: np.ndarray) -> dict[int, list[int]
     return found
 
 
+AGREED = ("Process Group Ranks", "Collective name", "Group size", "dtype")
+"""The nccl_long columns a collective's kernels agree on (and, but for all_to_allv, :data:`SIZES`)."""
+SIZES = ("In msg nelems", "Out msg nelems")
+
+
 def consistent(long: Long, rows: list[int]) -> bool:
     """Do a collective's kernels agree on its group ranks, name, group size, dtype and (but for
     all_to_allv, whose sizes are per rank) in and out elements."""
-    columns = (4, 5, 6, 7) if long.metas[rows[0]][NAME] == "all_to_allv" else (4, 5, 6, 7, 8, 10)
+    names = AGREED if long.metas[rows[0]][NAME] == "all_to_allv" else AGREED + SIZES
+    columns = [long.table.columns.index(name) for name in names]
     return all(same([long.table.rows[row][at] for row in rows]) for at in columns)
 
 
 def _seq_fails(long: Long, found: dict[int, list[int]], seq: np.ndarray, p2p: list[int]) -> str:
     """Why Seq cannot match a group's collectives ("" if it can): kernels of one Seq whose args differ
-    across ranks (:func:`consistent`), a rank whose Seqs do not rise with its kernels' starts, or send/recv of the group
-    counted in the same sequence (their number differs per rank, so the Seqs of later collectives do)."""
+    across ranks (:func:`consistent`), a rank whose Seqs do not rise with its kernels' starts, or send/recv
+    of the group that may be counted in the same sequence (older c10d; their number differs per rank, so
+    the Seqs of later collectives do): a send/recv Seq in a gap of its rank's collective Seqs, or ranks
+    holding different collective Seqs in a group with send/recv Seqs."""
     if not all(consistent(long, rows) for rows in found.values()):
         return "kernels of one Seq whose args differ across ranks"
     per_rank: dict[int, list[tuple]] = {}
@@ -215,10 +218,13 @@ def _seq_fails(long: Long, found: dict[int, list[int]], seq: np.ndarray, p2p: li
         numbers = [number for _, number in sorted(pairs)]
         if numbers != sorted(numbers):
             return "Seqs that do not rise with the kernels' starts"
-    for row in p2p:
-        numbers = [number for _, number in per_rank.get(long.ranks[row], [])]
-        if numbers and seq[row] != NO_VALUE and min(numbers) <= seq[row] <= max(numbers):
+    counted = [row for row in p2p if seq[row] != NO_VALUE]
+    for row in counted:
+        numbers = {number for _, number in per_rank.get(long.ranks[row], [])}
+        if numbers and min(numbers) < seq[row] < max(numbers) and seq[row] not in numbers:
             return "send/recv counted in the same Seq"
+    if counted and len({frozenset(number for _, number in pairs) for pairs in per_rank.values()}) > 1:
+        return "send/recv with Seqs in the group, whose ranks hold different Seqs"
     return ""
 
 
