@@ -93,7 +93,7 @@ def test_cli_writes_one_csv_per_table_and_refuses_to_overwrite(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "rank 7" in run.stdout and "top kernels" in run.stdout
     collective = {"nccl_long", "nccl_implicit_sync", "nccl_summary_long", "nccl_summary_implicit_sync", "straggler_summary",
-                  "straggler_causes"}
+                  "straggler_causes", "collective_matches"}
     assert sorted(path.name for path in out.iterdir()) == sorted(f"{name}.csv" for name in (*TABLES, *collective))
     summary = streamtrace.analyze(DLRM, jobs=1)
     for name in TABLES:
@@ -114,7 +114,8 @@ def test_cli_json_carries_every_table():
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert set(summary["tables"]) == set(TABLES) | {"nccl_long", "nccl_implicit_sync", "nccl_summary_long",
-                                                    "nccl_summary_implicit_sync", "straggler_summary", "straggler_causes"}
+                                                    "nccl_summary_implicit_sync", "straggler_summary", "straggler_causes",
+                                                    "collective_matches"}
     assert summary["tables"]["profiler_steps"] == [{"step": 10}]
 
 

@@ -7,6 +7,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import collectivematch
+from .collectivematch import Collective, group_ranks, known_groups, ranges
 from .collectives import (
     BUS_FACTORS,
     DTYPE_BYTES,
@@ -48,17 +50,20 @@ BANDWIDTH_COLUMNS = ["collective_id", "Process Group Name", "Process Group Ranks
                      "wait for last (us)", "algo bw (GB/s, 1e9)", "bus factor", "bus bw (GB/s, 1e9)"]
 
 
-def _bandwidth(long: Long) -> Table:
+def _bandwidth(long: Long, collectives: list[Collective], known: dict[str, tuple[int, ...]]) -> Table:
     """collective_bandwidth (not TraceLens's): every matched collective of a kind nccl-tests measures,
     broadcast and reduce included: its size in bytes (the out size of an all-gather, else the in size),
     TraceLens's latency (least duration), the rank arriving last and how long the first waited for it,
-    and nccl-tests' algorithm and bus bandwidths in SI units (10^9 bytes/s).  all_to_allv (sizes per
-    rank) and send/recv (matched by order, not by peer) have no row."""
+    and nccl-tests' algorithm and bus bandwidths in SI units (10^9 bytes/s).  Collectives as
+    :func:`collectivematch.match` matches them (by Seq where it can, else TraceLens's order; the id is
+    TraceLens's on the lowest rank).  all_to_allv (sizes per rank) and send/recv (p2p_pairs) have no row."""
     table = long.table
     rows = []
     meta_at = [table.columns.index(name) for name in IMPLICIT_META]
-    for (cid, _), members in by_collective(long).items():
+    for found in collectives:
+        members = found.rows
         first = table.rows[members[0]]
+        cid = first[0]
         kind = NCCL_TESTS_TYPES.get(first[5]) if isinstance(first[5], str) else None
         if kind not in NCCL_TESTS_FACTORS or not all(same([table.rows[row][at] for row in members]) for at in meta_at):
             continue
@@ -66,12 +71,12 @@ def _bandwidth(long: Long) -> Table:
         ts = [long.ts[member] for member in members]
         latency = min(long.dur[member] for member in members)
         last = max(ts)
-        listed = pg_ranks(first[4])
+        listed = group_ranks(first[4], first[6], known, first[3])
         size = _size_bytes(first, kind)
         algo = size / (latency / 1e6) / 1e9 if size is not None and latency > 0 else math.nan
         factor = NCCL_TESTS_FACTORS[kind](first[6]) if isinstance(first[6], int) and first[6] > 0 else math.nan
         rows.append([cid, first[3], first[4], first[5], first[7], first[6], len(ranks),
-                     len(set(listed) - set(ranks)) if listed else None, size, latency,
+                     len(set(listed) - set(ranks)) if listed is not None else None, size, latency,
                      ranks[ts.index(last)], last - min(ts), algo, factor, algo * factor])
     return Table(list(BANDWIDTH_COLUMNS), rows)
 
@@ -105,7 +110,7 @@ def _sequence_notes(long: Long, notes: list[str]) -> None:
                          "kernels of different collectives")
     absent = sorted({rank for members in listed.values() for rank in pg_ranks(members)} - present)
     if absent:
-        notes.append(f"collectives: process groups list ranks the inputs do not hold ({_ranges(absent)}): "
+        notes.append(f"collectives: process groups list ranks the inputs do not hold ({ranges(absent)}): "
                      "their collectives are matched over the ranks present")
 
 
@@ -129,17 +134,6 @@ def _clock_notes(long: Long, notes: list[str]) -> None:
         notes.append(f"collectives: {len(late):,} of {count:,} matched collectives end on one rank before they start on "
                      f"another (by up to {gap:,.1f} us, at {cid}), which one clock cannot show: the ranks' clocks "
                      "disagree, or matching by order paired different collectives; waits and skews carry that error")
-
-
-def _ranges(ranks: list[int]) -> str:
-    """``0-3, 7`` for [0, 1, 2, 3, 7]."""
-    spans: list[list[int]] = []
-    for rank in ranks:
-        if spans and rank == spans[-1][1] + 1:
-            spans[-1][1] = rank
-        else:
-            spans.append([rank, rank])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 # ---------------------------------------------------------------- why the straggler is late
@@ -209,16 +203,18 @@ def _why(row: dict, speed: float, work: float, idle: object, median_idle: float)
 
 
 def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world_size: int | None = None,
-           heatmap: bool = False) -> Report:
+           heatmap: bool = False, align_clocks: bool = False) -> Report:
     """TraceLens's tables for these ranks' collective kernels (none without kernels), by its file stems.
 
     ``gpus_per_node``: adds its node columns (TraceLens takes the first rank file's deviceProperties
     count); ``world_size``: the ranks it counts (default: the highest rank + 1); ``heatmap``: the
-    all2allv heat map too (its ``--all2allv_heatmap``)."""
+    all2allv heat map too (its ``--all2allv_heatmap``); ``align_clocks``: the tables beyond TraceLens's
+    on the ranks' clocks aligned on collective ends."""
     notes: list[str] = []
     if not any(len(kernels.ts) for kernels in ranks):
         return Report({}, notes)
-    long = long_rows([kernels for kernels in ranks if len(kernels.ts)])
+    ranks = [kernels for kernels in ranks if len(kernels.ts)]
+    long = long_rows(ranks)
     world = world_size if world_size is not None else max(long.ranks) + 1
     implicit = implicit_sync(long, notes)
     all2allv = all2allv_table(long, notes)
@@ -237,11 +233,13 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     stragglers = straggler_summary(implicit, long)
     if stragglers.rows:
         tables["straggler_summary"] = stragglers
-    bandwidth = _bandwidth(long)
+    matching = collectivematch.match(ranks, long, notes)
+    bandwidth = _bandwidth(long, matching.collectives, known_groups(ranks))
     if bandwidth.rows:
         tables["collective_bandwidth"] = bandwidth
     _sequence_notes(long, notes)
     _clock_notes(long, notes)
+    tables.update(collectivematch.tables(ranks, long, matching, align_clocks, notes, gpus_per_node))
     if gpus_per_node:
         tables = {name: with_nodes(table, gpus_per_node, world) for name, table in tables.items()}
     return Report(tables, notes)

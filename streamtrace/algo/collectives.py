@@ -64,7 +64,8 @@ MIB = 1024 ** 2
 TRACELENS_TABLES = ("nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
                     "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary")
 """TraceLens's file stems, in the order its report makes them."""
-TABLE_NAMES = (*TRACELENS_TABLES, "collective_bandwidth", "straggler_causes")
+TABLE_NAMES = (*TRACELENS_TABLES, "collective_bandwidth", "straggler_causes", "collective_matches", "p2p_pairs",
+               "clock_offsets")
 """The report's tables: TraceLens's, then those it does not have."""
 
 
@@ -78,6 +79,9 @@ class RankKernels:
     dur: np.ndarray
     meta: np.ndarray
     metas: list[tuple] = field(default_factory=list)
+    seq: np.ndarray | None = None  # each kernel's Seq arg (-1: none), for matching beyond TraceLens's order
+    peer: np.ndarray | None = None  # a send's Dst Rank, a recv's Src Rank (-1: none)
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # its file's pg_config: group name -> ranks
 
 
 @dataclass

@@ -50,6 +50,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      "built-in spec of the GPU the trace's deviceProperties name")
     cmd.add_argument("--all2allv-heatmap", action="store_true", help="with collective kernels: also TraceLens's "
                      "nccl_all2allv_heatmap (bytes each rank sent each rank in all_to_allv)")
+    cmd.add_argument("--align-clocks", action="store_true", help="with collective kernels: align the ranks' clocks "
+                     "on collective ends for collective_matches and p2p_pairs (TraceLens's tables keep raw times)")
     cmd.add_argument("--overwrite", action="store_true", help="replace existing files it writes (CSVs, page, summary)")
     cluster_option(cmd)
     common_options(cmd)
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> None:
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
                       only=args.only, skip=args.skip, ops=args.ops, gpu_spec=args.gpu_spec,
-                      all2allv_heatmap=args.all2allv_heatmap,
+                      all2allv_heatmap=args.all2allv_heatmap, align_clocks=args.align_clocks,
                       **reading(args))
     report("analyze", summary, args)
 

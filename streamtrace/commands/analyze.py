@@ -47,7 +47,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             reread_remote: bool = False, utilization_bins: int = UTILIZATION_BINS, html: str | os.PathLike | None = None,
             command: str | None = None, summary_file: str | os.PathLike | None = None,
             only: str | Sequence[str] | None = None, skip: str | Sequence[str] | None = None,
-            all2allv_heatmap: bool = False, ops: bool = False, gpu_spec: str | None = None) -> dict:
+            all2allv_heatmap: bool = False, ops: bool = False, gpu_spec: str | None = None,
+            align_clocks: bool = False) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
@@ -58,7 +59,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     the analyses to run, or not (names, or ``NAME[,NAME]``; all by default):
     a skipped analysis writes no table and reads nothing of the input.
     Inputs with collective kernels also give TraceLens's collective tables
-    (:mod:`.analyses.collectives`; ``all2allv_heatmap``: its heat map too).  ``ops``: also TraceLens's
+    (:mod:`.analyses.collectives`; ``all2allv_heatmap``: its heat map too; ``align_clocks``: the
+    tables beyond TraceLens's on clocks aligned on collective ends).  ``ops``: also TraceLens's
     perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`), with the roofline
     of ``gpu_spec`` (TraceLens's arch JSON form) if given.
     """
@@ -101,7 +103,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             tables = build_tables(results, chosen, num_candidates, utilization_bins)
             collective = collectives.collective_report([result.collectives for result in sorted(results, key=lambda r: r.rank)
                                                         if result.collectives is not None and "collectives" in picked],
-                                                       all2allv_heatmap)
+                                                       all2allv_heatmap, align_clocks)
             collectives.add_causes(collective, tables)
             tables.update(collectives.as_records(collective))
             launch_rows = sum(launch.rows for launch in launches)

@@ -211,11 +211,13 @@ _RETURN_TO_SPACE = bytes(32 if byte == 13 else byte for byte in range(256))
 
 
 COLLECTIVE_ARGS = ("External id", "Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
-                   "In msg nelems", "Out msg nelems", "In split size", "Out split size")
+                   "In msg nelems", "Out msg nelems", "In split size", "Out split size", "Seq", "Src Rank", "Dst Rank")
 """The args of a collective kernel that analyze's collective report reads (besides ``stream`` and ``rank``)."""
+COMMS_OP_ARGS = ("Global rank start", "Global rank stride")
+"""And those of the record_param_comms op (its group's ranks, with its group name and size)."""
 _ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": None, "dur": None,
                     "args": {"stream": None, "original_stream": None, "correlation": None, "rank": None, "name": None,
-                             **dict.fromkeys(COLLECTIVE_ARGS)}}
+                             **dict.fromkeys(COLLECTIVE_ARGS + COMMS_OP_ARGS)}}
 _ANALYSIS = Projection(_ANALYSIS_FIELDS)
 
 

@@ -232,6 +232,17 @@ def process_groups(cfg: SynthConfig, rank: int) -> dict[str, dict]:
     }
 
 
+KINETO_LIST_MAX = 30  # Kineto writes longer lists of ranks truncated
+
+
+def kineto_ranks(ranks: list[int]) -> str:
+    """A ``Process Group Ranks`` value as Kineto writes it: the list's text, or beyond 30 ranks its first 29,
+    ``...`` and its last (``[0, 1, ..., 28, ..., 63]``)."""
+    if len(ranks) <= KINETO_LIST_MAX:
+        return str(ranks)
+    return "[" + ", ".join(map(str, ranks[:KINETO_LIST_MAX - 1])) + f", ..., {ranks[-1]}]"
+
+
 def collective_sizes(coll: str, size: int, i: int) -> tuple[int, int, str]:
     """In and out element counts and dtype of a collective: an all-gather's input is a shard of its output,
     a reduce-scatter's output a shard of its input; the i-th all-gather of an unshard is bigger."""

@@ -44,6 +44,7 @@ from .plan import (
     Costs,
     all_to_allv_splits,
     collective_sizes,
+    kineto_ranks,
     plan_step,
     pp_action_name,
     process_groups,
@@ -100,7 +101,7 @@ class RankGen:
             "world": ("0", "default_pg", cfg.ranks, str(list(range(cfg.ranks))), 2),
         }
         if cfg.collectives:
-            self.pg = {kind: (g["pg_name"], g["pg_desc"], g["pg_size"], str(g["ranks"]), at)
+            self.pg = {kind: (g["pg_name"], g["pg_desc"], g["pg_size"], kineto_ranks(g["ranks"]), at)
                        for at, (kind, g) in enumerate(process_groups(cfg, rank).items())}
         self.truth = RankTruth(
             rank=rank, file=None, pp_rank=self.stage, pp_stage=self.stage, pp_group=self.group,
@@ -380,11 +381,12 @@ class RankGen:
 
     def _comms_op(self, comm: dict, pg: str) -> dict | None:
         """record_param_comms's args (None without SynthConfig.collectives): the collective's, the
-        group's first rank and stride, this rank, and the op's number among its group's (``Seq``)."""
+        group's first rank and stride, this rank, and the op's number among its group's (``Seq``, which
+        Kineto copies onto the op's kernel: added to ``comm``)."""
         if not self.cfg.collectives:
             return None
         ranks = process_groups(self.cfg, self.rank)[pg]["ranks"]
-        seq = self.seq[pg] = self.seq.get(pg, 0) + 1
+        seq = comm["Seq"] = self.seq[pg] = self.seq.get(pg, 0) + 1
         stride = ranks[1] - ranks[0] if len(ranks) > 1 else 1
         return {**comm, "Rank": self.rank, "Global rank start": ranks[0], "Global rank stride": stride, "Seq": seq}
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...algo import collectivereport
+from ...algo import collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
 from ...io.destinations import Destinations
@@ -28,11 +28,17 @@ from ...io.projection import attribute
 NO_RANK = -1
 JSON_ROWS = 100_000  # beyond this a table is left to -o DIR (as dicts 100,000 rows take about 100 MB)
 _ATTRIBUTES = [attribute(key) for key in META]  # the projected args' attributes, in META's order
+PEER_ARGS = {"send": "Dst Rank", "recv": "Src Rank"}  # the arg naming a send's or recv's peer (global rank)
+_PEER_ATTRIBUTES = {name: attribute(key) for name, key in PEER_ARGS.items()}
+COMMS_OP = "record_param_comms"  # the CPU op c10d wraps a collective's launch in
+STRIDE_ARGS = ("Process Group Name", "Global rank start", "Global rank stride", "Group size")  # its args naming its group
+_STRIDE_ATTRIBUTES = [attribute(key) for key in STRIDE_ARGS]
 
 
 @dataclass
 class CollectiveInput:
-    """One rank's collective kernels and its file's deviceProperties count (TraceLens's GPUs per node)."""
+    """One rank's collective kernels (with its file's pg_config) and its file's deviceProperties count
+    (TraceLens's GPUs per node)."""
 
     kernels: RankKernels
     devices: int
@@ -40,11 +46,14 @@ class CollectiveInput:
 
 class KernelCollector:
     """Pass 1's collective kernels: TraceLens's (category ``kernel``, a NCCL/RCCL name, a correlation or
-    External id), each with its start, duration, pid slot, own ``args.rank`` and collective args."""
+    External id), each with its start, duration, pid slot, own ``args.rank``, collective args, ``Seq``
+    and a send's or recv's peer."""
 
     def __init__(self) -> None:
         self.ts, self.dur = array("d"), array("d")
-        self.slot, self.rank, self.meta = array("i"), array("i"), array("i")
+        self.slot, self.rank, self.meta, self.peer = array("i"), array("i"), array("i"), array("i")
+        self.seq = array("q")
+        self.strides: dict[str, tuple | None] = {}  # group name -> (first rank, stride, size) its comms ops state
         self.metas: dict[tuple, int] = {}
         self._listed = 0  # metadata rows already in a part
         self._names: dict[object, bool] = {}
@@ -61,7 +70,31 @@ class KernelCollector:
         """A kernel whose name :meth:`wanted`, as parsed (a dict)."""
         args = event.get("args")
         if args.__class__ is dict and (args.get("correlation") is not None or args.get("External id") is not None):
-            self._add([args.get(key) for key in META], event.get("name"), ts, dur, slot, args.get("rank"))
+            self._add([args.get(key) for key in META], event.get("name"), ts, dur, slot, args.get("rank"),
+                      args.get("Seq"), {name: args.get(key) for name, key in PEER_ARGS.items()})
+
+    def add_comms_op(self, event: dict) -> None:
+        """A record_param_comms op, as parsed: its group's first global rank, stride and size."""
+        args = event.get("args")
+        if args.__class__ is dict:
+            self._stride([args.get(key) for key in STRIDE_ARGS])
+
+    def add_projected_comms_ops(self, events: list, cats: list) -> None:
+        """The record_param_comms ops among a chunk's projected events (``cats``: their categories)."""
+        for event in [events[at] for at, cat in enumerate(cats) if cat == "cpu_op"]:
+            if event.name == COMMS_OP and event.args is not None:
+                self._stride([getattr(event.args, name) for name in _STRIDE_ATTRIBUTES])
+
+    def _stride(self, values: list) -> None:
+        name, found = values[0], tuple(collectivematch.whole(value) for value in values[1:])
+        if name.__class__ is str and collectivematch.NO_VALUE not in found:
+            self._merge({name: found})
+
+    def _merge(self, strides: dict) -> None:
+        """Groups' strides; a name stated with two strides is dropped (None): its ranks are not known."""
+        for name, found in strides.items():
+            if self.strides.setdefault(name, found) != found:
+                self.strides[name] = None
 
     def kernels(self, events: list, cats: list) -> list:
         """The collective kernels among a chunk's projected events (``cats``: their categories)."""
@@ -77,9 +110,11 @@ class KernelCollector:
             ts, dur = event.ts, event.dur
             if ts.__class__ in (int, float) and dur.__class__ in (int, float):
                 self._add([getattr(args, name) for name in _ATTRIBUTES], event.name, float(ts), float(dur),
-                          slot_of(event.pid), args.rank)
+                          slot_of(event.pid), args.rank, args.Seq,
+                          {name: getattr(args, key) for name, key in _PEER_ATTRIBUTES.items()})
 
-    def _add(self, values: list, name: str, ts: float, dur: float, slot: int, rank: object) -> None:
+    def _add(self, values: list, name: str, ts: float, dur: float, slot: int, rank: object, seq: object,
+             peers: dict) -> None:
         values = [tables.hashable(value) for value in values]
         values[tables.NAME] = tables.collective_name(values[tables.NAME], name)
         meta = tuple(values)
@@ -91,36 +126,51 @@ class KernelCollector:
         self.slot.append(slot)
         self.rank.append(rank if rank.__class__ is int and 0 <= rank < 2**31 else NO_RANK)
         self.meta.append(at)
+        self.seq.append(collectivematch.whole(seq))
+        self.peer.append(collectivematch.whole(peers.get(values[tables.NAME])) if values[tables.NAME] in peers
+                         else collectivematch.NO_VALUE)
 
     def take_part(self) -> dict:
         """What was collected since the last part; metadata rows new since then are listed."""
-        part = {name: getattr(self, name)[:] for name in ("ts", "dur", "slot", "rank", "meta")}
+        part = {name: getattr(self, name)[:] for name in ("ts", "dur", "slot", "rank", "meta", "seq", "peer")}
         for name in part:
             del getattr(self, name)[:]
         part["metas"] = list(self.metas)[self._listed:]
+        part["strides"], self.strides = self.strides, {}
         self._listed = len(self.metas)
         return part
 
     def absorb(self, part: dict, source: int, slots: array) -> None:
         """Worker ``source``'s part, its pid slots mapped by ``slots``."""
         metas = self._part_metas.setdefault(source, array("i"))
+        self._merge(part["strides"])
         for meta in part["metas"]:
             metas.append(self.metas.setdefault(meta, len(self.metas)))
         self.ts.extend(part["ts"])
         self.dur.extend(part["dur"])
         self.rank.extend(part["rank"])
+        self.seq.extend(part["seq"])
+        self.peer.extend(part["peer"])
         self.slot.extend(array("i", [slots[slot] for slot in part["slot"]]))
         self.meta.extend(array("i", [metas[meta] for meta in part["meta"]]))
 
-    def of_rank(self, rank: int, slot_ranks: list[int], devices: int) -> CollectiveInput:
-        """A rank's kernels (a kernel's own args.rank, else its pid's), in file order."""
+    def of_rank(self, rank: int, slot_ranks: list[int], devices: int, groups: dict | None = None) -> CollectiveInput:
+        """A rank's kernels (a kernel's own args.rank, else its pid's), in file order; ``groups``: its
+        file's pg_config (group name -> ranks), with the groups the comms ops state by stride besides."""
         ranks = np.array(slot_ranks + [NO_RANK], dtype=np.int64)[np.frombuffer(self.slot, dtype=np.int32)]
         own = np.frombuffer(self.rank, dtype=np.int32)
         rows = np.flatnonzero(np.where(own >= 0, own, ranks) == rank)
         ts, dur = np.frombuffer(self.ts, dtype=np.float64), np.frombuffer(self.dur, dtype=np.float64)
         meta = np.frombuffer(self.meta, dtype=np.int32)
-        return CollectiveInput(RankKernels(rank, ts[rows].copy(), dur[rows].copy(), meta[rows].copy(), list(self.metas)),
+        seq, peer = np.frombuffer(self.seq, dtype=np.int64), np.frombuffer(self.peer, dtype=np.int32)
+        return CollectiveInput(RankKernels(rank, ts[rows].copy(), dur[rows].copy(), meta[rows].copy(), list(self.metas),
+                                           seq[rows].copy(), peer[rows].copy(), {**self._strided(), **(groups or {})}),
                                devices)
+
+    def _strided(self) -> dict[str, tuple[int, ...]]:
+        """Group name -> its ranks, from the comms ops' first rank, stride and size."""
+        return {name: found for name, found in ((name, collectivematch.strided_ranks(*value))
+                for name, value in self.strides.items() if value is not None) if found is not None}
 
 
 def device_count(members: list, member_value) -> int:
@@ -129,13 +179,18 @@ def device_count(members: list, member_value) -> int:
     return len(devices) if isinstance(devices, list) else 0
 
 
-def collective_report(inputs: list[CollectiveInput], heatmap: bool = False) -> Report:
+def pg_config(members: list, member_value) -> dict[str, tuple[int, ...]]:
+    """The file's ``distributedInfo.pg_config``: group name -> its ranks (whole lists only)."""
+    return collectivematch.pg_config_ranks(member_value(members, "distributedInfo"))
+
+
+def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, align_clocks: bool = False) -> Report:
     """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
     first rank's file, as TraceLens takes them from its first file."""
     if not inputs:
         return Report({}, [])
     return collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
-                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap)
+                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap, align_clocks=align_clocks)
 
 
 def add_causes(report: Report, hta_tables: dict) -> None:
@@ -194,7 +249,7 @@ def _missing(value: object) -> bool:
 
 def report_rows(summary: dict) -> list[tuple[str, str]]:
     """The default report's lines on collectives: who arrives last and what the others lose waiting,
-    why, and the collective waited on longest."""
+    how the collectives were matched (collective_matches), why, and the collective waited on longest."""
     found = summary["tables"]
     stragglers = found.get("straggler_summary")
     if not stragglers:
@@ -203,6 +258,11 @@ def report_rows(summary: dict) -> list[tuple[str, str]]:
     waited = sum(row["total_wait_time_us"] for row in stragglers[1:])
     rows = [("collectives", f"rank {last['rank']} arrives last at {last['times_arrived_last']} of "
                             f"{last['num_collectives']} collectives; the other ranks wait {waited / 1e3:,.1f} ms in all")]
+    matched = found.get("collective_matches") or []
+    if matched:
+        rules = {rule: sum(1 for row in matched if row["match"] == rule) for rule in ("Seq", "order")}
+        rows.append(("matched", ", ".join(f"{count:,} collectives by {rule}" for rule, count in rules.items() if count)
+                     + " (TraceLens's tables: by order)"))
     causes = {row["rank"]: row["why"] for row in found.get("straggler_causes") or []}
     if causes.get(last["rank"]):
         rows.append(("why", causes[last["rank"]].split(": ", 1)[1]))

@@ -196,6 +196,7 @@ class AnalyzeIndex:
         timed_events = [events[at] for at in timed.tolist()]
         cats = [event.cat for event in timed_events]
         kernels = self.collectives.kernels(timed_events, cats)  # collectives
+        self.collectives.add_projected_comms_ops(timed_events, cats)  # collectives
         if set(map(type, cats)) - {str}:
             self.skipped[0] += sum(1 for cat in cats if cat is not None and cat.__class__ is not str)
             timed_events = [event for event, cat in zip(timed_events, cats) if cat.__class__ is str]
@@ -356,6 +357,7 @@ class AnalyzeIndex:
         plain_ts, plain_dur, plain_slot = self.plain_ts.append, self.plain_dur.append, self.plain_slot.append
         plain_rows, spill = self.plain_ts, self.spill
         collective, add_collective = self.collectives.wanted, self.collectives.add  # collectives
+        add_comms_op = self.collectives.add_comms_op  # collectives
         evidence_cats = RANK_EVIDENCE_CATEGORIES
 
         def visit(event: dict) -> None:
@@ -393,6 +395,8 @@ class AnalyzeIndex:
             name = get("name")
             if cat == "kernel" and collective(name):  # collectives
                 add_collective(event, ts, dur, slot)
+            elif cat == "cpu_op" and name == collectives.COMMS_OP:  # collectives
+                add_comms_op(event)
             args = get("args")
             stream = corr = NO_ID
             if args.__class__ is dict:

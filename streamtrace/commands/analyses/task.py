@@ -86,7 +86,8 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
             for rank, data in inputs:
                 out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
                                          cat_strings, step_names, first.get(rank, math.nan), options))
-                out[-1].collectives = index.collectives.of_rank(rank, ranks, collectives.device_count(members, member_value))
+                out[-1].collectives = index.collectives.of_rank(rank, ranks, collectives.device_count(members, member_value),
+                                                                collectives.pg_config(members, member_value))
         except BaseException:
             discard(FileResult(out, {}, 0, 0.0, set(), False))
             raise

@@ -1,0 +1,452 @@
+"""Collectives matched across ranks beyond TraceLens's rule (which pairs the k-th kernel of a process
+group on every rank): by Kineto's ``Seq`` arg when every kernel of a group carries one and the result
+is consistent, send/recv paired with their peer (``Dst Rank``/``Src Rank``), group ranks that Kineto
+truncated rebuilt from the files' ``distributedInfo.pg_config``, and the ranks' clocks aligned on
+collective ends on request.  Where the inputs cannot support a match (a rank missing, a rank traced
+over another window, args missing or odd) the collective or pair is left out and a note says so:
+never a wrong match.  TraceLens's own tables are not touched (docs/analyze.md)."""
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .collectives import DTYPE, DTYPE_BYTES, IMPLICIT_SYNC, IN_NELEMS, NAME, TYPE_OF, Long, RankKernels, Table, same
+
+NO_VALUE = -1
+"""``Seq`` and peer arrays: no usable value (absent, not a whole number, negative)."""
+P2P = ("send", "recv")
+SEQ, ORDER = "Seq", "order"
+SYNC_ENDS = IMPLICIT_SYNC | {"alltoallv"}
+"""Kinds whose kernels end together on every rank (each rank's kernel waits for every other's data)."""
+TRUNCATED = re.compile(r"^\[?((?:\s*-?\d+\s*,)*)\s*\.\.\.\s*,((?:\s*-?\d+\s*,?)*)\]?$")
+"""Kineto's truncated list (``[0, 1, ..., 28, ..., 63]``: its first 29 entries, ``...``, its last)."""
+
+
+def whole(value: object) -> int:
+    """An arg as a non-negative whole number (an int, or its text as c10d may write it), else NO_VALUE."""
+    if value.__class__ is str and value.strip().isdigit():
+        value = int(value.strip())
+    return value if value.__class__ is int and 0 <= value < 2**62 else NO_VALUE
+
+
+# ---------------------------------------------------------------- group ranks
+
+
+def listed_ranks(value: object) -> tuple[int, ...] | None:
+    """A whole list of ranks (a JSON list, or its text), None if it is truncated or not a list of ranks."""
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    elif isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]") and "..." not in value:
+        items = [item.strip() for item in value.strip()[1:-1].split(",") if item.strip()]
+        items = [int(item) if item.lstrip("-").isdigit() else item for item in items]
+    else:
+        return None
+    return tuple(items) if all(item.__class__ is int and item >= 0 for item in items) else None
+
+
+def truncated_ranks(value: object) -> tuple[list[int], list[int]] | None:
+    """The ranks shown before and after Kineto's ``...`` (None if the value is not such a list)."""
+    found = TRUNCATED.match(value.strip()) if isinstance(value, str) else None
+    if found is None:
+        return None
+    head = [int(item) for item in found.group(1).split(",") if item.strip()]
+    tail = [int(item) for item in found.group(2).split(",") if item.strip()]
+    return (head, tail) if head and tail else None
+
+
+def group_ranks(value: object, size: object, known: dict[str, tuple[int, ...]], name: object) -> tuple[int, ...] | None:
+    """A group's ranks: its ``Process Group Ranks`` when whole; when Kineto truncated it, the ranks
+    the files' pg_config or record_param_comms ops (first rank, stride) give for the group's name, if
+    they agree with what is shown and with ``Group size``; else None (not guessed from the ranks shown)."""
+    whole_list = listed_ranks(value)
+    if whole_list is not None:
+        return whole_list
+    shown = truncated_ranks(value)
+    listed = known.get(name) if isinstance(name, str) else None
+    if shown is None or listed is None:
+        return None
+    head, tail = shown
+    agrees = list(listed[:len(head)]) == head and list(listed[-len(tail):]) == tail
+    sized = size.__class__ is not int or size == len(listed)
+    return listed if agrees and sized and len(listed) > len(head) + len(tail) else None
+
+
+def pg_config_ranks(info: object) -> dict[str, tuple[int, ...]]:
+    """Group name -> its ranks, from a file's ``distributedInfo.pg_config`` (whole lists only)."""
+    found: dict[str, tuple[int, ...]] = {}
+    configs = info.get("pg_config") if isinstance(info, dict) else None
+    for config in configs if isinstance(configs, list) else []:
+        if isinstance(config, dict) and isinstance(config.get("pg_name"), str):
+            ranks = listed_ranks(config.get("ranks"))
+            if ranks is not None:
+                found[config["pg_name"]] = ranks
+    return found
+
+
+def strided_ranks(start: int, stride: int, size: int) -> tuple[int, ...] | None:
+    """A group's ranks from record_param_comms's ``Global rank start``, ``Global rank stride`` and ``Group size``."""
+    return tuple(range(start, start + stride * size, stride)) if stride > 0 and 0 < size <= 2**20 else None
+
+
+def known_groups(ranks: Sequence[RankKernels]) -> dict[str, tuple[int, ...]]:
+    """The files' pg_config lists merged; a name listed with different ranks by two files is left out."""
+    found: dict[str, tuple[int, ...]] = {}
+    clashing: set[str] = set()
+    for kernels in ranks:
+        for name, members in kernels.groups.items():
+            if found.setdefault(name, members) != members:
+                clashing.add(name)
+    return {name: members for name, members in found.items() if name not in clashing}
+
+
+# ---------------------------------------------------------------- matching
+
+
+@dataclass
+class Collective:
+    """One collective matched across ranks: its nccl_long rows (rank order), the rule that matched them
+    and the key under it (``Seq``, or TraceLens's collective id)."""
+
+    rule: str
+    key: object
+    rows: list[int]
+
+
+@dataclass
+class Matching:
+    """The matched collectives (send/recv left out: :func:`p2p_pairs`), the groups whose matching can be
+    trusted, and per nccl_long row its send's or recv's peer."""
+
+    collectives: list[Collective]
+    trusted: set[tuple]  # groups matched by Seq, or by order with the same count of kernels on each rank
+    peer: np.ndarray
+
+
+def _args(ranks: Sequence[RankKernels], name: str) -> np.ndarray:
+    """A per-kernel arg over every rank, in nccl_long's row order (rank order, then file order)."""
+    parts = [getattr(kernels, name) if getattr(kernels, name) is not None else np.full(len(kernels.ts), NO_VALUE)
+             for kernels in sorted(ranks, key=lambda kernels: kernels.rank)]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def group_of(long: Long, row: int) -> tuple:
+    """A row's process group as TraceLens tells groups apart: its name (or ``all``) and its ranks arg."""
+    return long.table.rows[row][3], long.keys[row][1]
+
+
+def match(ranks: Sequence[RankKernels], long: Long, notes: list[str]) -> Matching:
+    """Each group's collectives by ``Seq`` where :func:`_seq_fails` finds nothing against it, else by
+    order (TraceLens's ids); send/recv are not collectives here."""
+    seq, peer = _args(ranks, "seq"), _args(ranks, "peer")
+    members: dict[tuple, list[int]] = {}
+    p2p: dict[tuple, list[int]] = {}
+    for row, meta in enumerate(long.metas):
+        (p2p if meta[NAME] in P2P else members).setdefault(group_of(long, row), []).append(row)
+    collectives: list[Collective] = []
+    trusted: set[tuple] = set()
+    reasons: dict[str, list[str]] = {}
+    for group, rows in members.items():
+        have = int((seq[rows] != NO_VALUE).sum())
+        reason = "" if have == len(rows) else f"Seq on {have:,} of {len(rows):,} kernels" if have else "no Seq args"
+        found = _by_seq(long, rows, seq) if not reason else None
+        if not reason:
+            reason = "a rank holding one Seq twice" if found is None else _seq_fails(long, found, seq, p2p.get(group, []))
+        if found is not None and not reason:
+            collectives += [Collective(SEQ, key, found[key]) for key in sorted(found)]
+            trusted.add(group)
+            continue
+        if have:
+            reasons.setdefault(reason, []).append(str(group[0]))
+        by_key: dict[tuple, list[int]] = {}
+        for row in rows:
+            by_key.setdefault(long.keys[row], []).append(row)
+        collectives += [Collective(ORDER, key[0], found_rows) for key, found_rows in by_key.items()]
+        counts: dict[int, int] = {}
+        for row in rows:
+            counts[long.ranks[row]] = counts.get(long.ranks[row], 0) + 1
+        if len(set(counts.values())) == 1:
+            trusted.add(group)
+    for reason, names in reasons.items():
+        notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
+                     f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
+    collectives.sort(key=lambda found: found.rows[0])  # (first appearance: the lowest rank's kernels in file order)
+    return Matching(collectives, trusted, peer)
+
+
+def _by_seq(long: Long, rows: list[int], seq: np.ndarray) -> dict[int, list[int]] | None:
+    """A group's rows by Seq (None if a rank holds a Seq twice: not one collective per Seq)."""
+    found: dict[int, list[int]] = {}
+    for row in rows:
+        members = found.setdefault(int(seq[row]), [])
+        if members and long.ranks[members[-1]] == long.ranks[row]:
+            return None
+        members.append(row)
+    return found
+
+
+AGREED = ("Process Group Ranks", "Collective name", "Group size", "dtype")
+"""The nccl_long columns a collective's kernels agree on (and, but for all_to_allv, :data:`SIZES`)."""
+SIZES = ("In msg nelems", "Out msg nelems")
+
+
+def consistent(long: Long, rows: list[int]) -> bool:
+    """Do a collective's kernels agree on its group ranks, name, group size, dtype and (but for
+    all_to_allv, whose sizes are per rank) in and out elements."""
+    names = AGREED if long.metas[rows[0]][NAME] == "all_to_allv" else AGREED + SIZES
+    columns = [long.table.columns.index(name) for name in names]
+    return all(same([long.table.rows[row][at] for row in rows]) for at in columns)
+
+
+def _seq_fails(long: Long, found: dict[int, list[int]], seq: np.ndarray, p2p: list[int]) -> str:
+    """Why Seq cannot match a group's collectives ("" if it can): kernels of one Seq whose args differ
+    across ranks (:func:`consistent`), a rank whose Seqs do not rise with its kernels' starts, or send/recv
+    of the group that may be counted in the same sequence (older c10d; their number differs per rank, so
+    the Seqs of later collectives do): a send/recv Seq in a gap of its rank's collective Seqs, or ranks
+    holding different collective Seqs in a group with send/recv Seqs."""
+    if not all(consistent(long, rows) for rows in found.values()):
+        return "kernels of one Seq whose args differ across ranks"
+    per_rank: dict[int, list[tuple]] = {}
+    for number, rows in found.items():
+        for row in rows:
+            per_rank.setdefault(long.ranks[row], []).append((long.ts[row], number))
+    for pairs in per_rank.values():
+        numbers = [number for _, number in sorted(pairs)]
+        if numbers != sorted(numbers):
+            return "Seqs that do not rise with the kernels' starts"
+    counted = [row for row in p2p if seq[row] != NO_VALUE]
+    for row in counted:
+        numbers = {number for _, number in per_rank.get(long.ranks[row], [])}
+        if numbers and min(numbers) < seq[row] < max(numbers) and seq[row] not in numbers:
+            return "send/recv counted in the same Seq"
+    if counted and len({frozenset(number for _, number in pairs) for pairs in per_rank.values()}) > 1:
+        return "send/recv with Seqs in the group, whose ranks hold different Seqs"
+    return ""
+
+
+# ---------------------------------------------------------------- clocks
+
+
+def impossible(collectives: list[Collective], long: Long, shift: dict[int, float]) -> int:
+    """Collectives (of kinds whose ranks end together) that end on one rank before they start on another."""
+    count = 0
+    for found in _synced(collectives, long):
+        starts = [long.ts[row] - shift.get(long.ranks[row], 0.0) for row in found.rows]
+        ends = [long.ts[row] + long.dur[row] - shift.get(long.ranks[row], 0.0) for row in found.rows]
+        count += max(starts) > min(ends)
+    return count
+
+
+def _synced(collectives: list[Collective], long: Long) -> list[Collective]:
+    return [found for found in collectives if len(found.rows) > 1
+            and TYPE_OF.get(long.metas[found.rows[0]][NAME]) in SYNC_ENDS]  # type: ignore[arg-type]
+
+
+def clock_offsets(collectives: list[Collective], long: Long) -> dict[int, tuple[float, int]]:
+    """Each rank's clock against the lowest rank it shares collectives with (directly or through others):
+    the median, over the collectives two ranks share, of the difference of their kernels' ends (all-reduce,
+    reduce-scatter, all-gather and all-to-all kernels end together on every rank), added along the
+    shortest chain of ranks; with the number of collectives behind each rank's link."""
+    diffs: dict[tuple[int, int], list[float]] = {}
+    for found in _synced(collectives, long):
+        ends = {long.ranks[row]: long.ts[row] + long.dur[row] for row in found.rows}
+        first = min(ends)
+        for rank, end in ends.items():
+            if rank != first:
+                diffs.setdefault((first, rank), []).append(end - ends[first])
+    links: dict[int, list[tuple[int, float, int]]] = {}
+    for (a, b), values in diffs.items():
+        middle = statistics.median(values)
+        links.setdefault(a, []).append((b, middle, len(values)))
+        links.setdefault(b, []).append((a, -middle, len(values)))
+    offsets: dict[int, tuple[float, int]] = {}
+    for root in sorted(links):
+        if root in offsets:
+            continue
+        offsets[root] = (0.0, 0)
+        queue = [root]
+        for rank in queue:
+            for other, diff, count in sorted(links[rank]):
+                if other not in offsets:
+                    offsets[other] = (offsets[rank][0] + diff, count)
+                    queue.append(other)
+    return offsets
+
+
+# ---------------------------------------------------------------- tables
+
+
+MATCH_COLUMNS = ["Process Group Name", "Process Group Ranks", "Collective name", "match", "Seq", "collective_id",
+                 "ranks", "ranks missing", "missing ranks", "first arrival rank", "last arrival rank", "wait for last (us)",
+                 "latency (us)", "skew in end time (us)"]
+
+
+def matches_table(matching: Matching, long: Long, known: dict[str, tuple[int, ...]], shift: dict[int, float],
+                  notes: list[str]) -> Table:
+    """collective_matches: one row per collective of a trusted group whose kernels agree on its args
+    (send/recv: :func:`p2p_pairs`)."""
+    table = long.table
+    rows = []
+    untrusted: set[str] = set()
+    differing = 0
+    for found in matching.collectives:
+        first = table.rows[found.rows[0]]
+        group = group_of(long, found.rows[0])
+        if group not in matching.trusted:
+            untrusted.add(str(group[0]))
+            continue
+        if not consistent(long, found.rows):
+            differing += 1
+            continue
+        ranks = [long.ranks[row] for row in found.rows]
+        starts = [long.ts[row] - shift.get(rank, 0.0) for row, rank in zip(found.rows, ranks)]
+        ends = [start + long.dur[row] for start, row in zip(starts, found.rows)]
+        members = group_ranks(first[4], first[6], known, first[3])
+        absent = sorted(set(members) - set(ranks)) if members is not None else None
+        rows.append([first[3], _text(members, first[4]), first[5], found.rule,
+                     found.key if found.rule == SEQ else None, first[0], len(ranks),
+                     None if absent is None else len(absent), None if absent is None else ranges(absent),
+                     ranks[starts.index(min(starts))],
+                     ranks[starts.index(max(starts))], max(starts) - min(starts),
+                     min(long.dur[row] for row in found.rows), max(ends) - min(ends)])
+    if differing:
+        notes.append(f"collectives: {differing:,} collectives whose kernels' args differ across ranks are left out of "
+                     "collective_matches")
+    if untrusted:
+        notes.append(f"collectives: group{'s' if len(untrusted) > 1 else ''} {', '.join(sorted(untrusted)[:5])} "
+                     "(no Seq, different numbers of kernels per rank) left out of collective_matches: matching "
+                     "by order there may pair different collectives")
+    return Table(list(MATCH_COLUMNS), rows)
+
+
+def _text(members: tuple[int, ...] | None, value: object) -> object:
+    """The group's ranks as a list's text when rebuilt, else the arg as it is."""
+    return str(list(members)) if members is not None else value
+
+
+P2P_COLUMNS = ["Process Group Name", "src rank", "dst rank", "index", "send ts", "recv ts", "send dur (us)",
+               "recv dur (us)", "size (bytes)", "waiting rank", "wait (us)", "latency (us)", "bw (GB/s, 1e9)"]
+
+
+def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: list[str],
+              gpus_per_node: int | None = None) -> Table:
+    """p2p_pairs: the k-th send from rank a to rank b (``Dst Rank``) of a group paired with the k-th recv
+    on b from a (``Src Rank``), in start order (NCCL runs a pair's transfers in order); a pair of ranks
+    whose send and recv counts differ is left out, as a wrong pairing could not be told apart.  With
+    ``gpus_per_node`` (TraceLens's node rule: rank // GPUs per node), ``node_span`` says whether the
+    two ranks share a node."""
+    sends: dict[tuple, list[int]] = {}
+    recvs: dict[tuple, list[int]] = {}
+    no_peer = 0
+    for row, meta in enumerate(long.metas):
+        if meta[NAME] not in P2P:
+            continue
+        peer = int(matching.peer[row])
+        if peer == NO_VALUE:
+            no_peer += 1
+            continue
+        rank, group = long.ranks[row], group_of(long, row)
+        if meta[NAME] == "send":
+            sends.setdefault((group, rank, peer), []).append(row)
+        else:
+            recvs.setdefault((group, peer, rank), []).append(row)
+    present = set(long.ranks)
+    rows = []
+    uneven: list[str] = []
+    absent = 0
+    for key in sorted(set(sends) | set(recvs), key=repr):
+        group, src, dst = key
+        sent, received = sends.get(key, []), recvs.get(key, [])
+        if src not in present or dst not in present:
+            absent += len(sent) + len(received)
+            continue
+        if len(sent) != len(received):
+            uneven.append(f"{src}->{dst} ({len(sent)} sends, {len(received)} recvs)")
+            continue
+        sent.sort(key=lambda row: long.ts[row])
+        received.sort(key=lambda row: long.ts[row])
+        span = [] if not gpus_per_node else ["intra_node" if src // gpus_per_node == dst // gpus_per_node else "inter_node"]
+        for index, (send, recv) in enumerate(zip(sent, received)):
+            rows.append(_pair(long, group, src, dst, index, send, recv, shift) + span)
+    if no_peer:
+        notes.append(f"collectives: {no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (older PyTorch does not "
+                     "write them) are not paired with their peer")
+    if absent:
+        notes.append(f"collectives: {absent:,} send/recv kernels whose peer rank the inputs do not hold are not paired")
+    if uneven:
+        notes.append(f"collectives: send/recv between {len(uneven):,} pairs of ranks are not paired, their counts differ "
+                     f"(a rank traced over another window, or a transfer missing): {', '.join(uneven[:5])}"
+                     f"{' ...' if len(uneven) > 5 else ''}")
+    return Table(P2P_COLUMNS + (["node_span"] if gpus_per_node else []), rows)
+
+
+def _pair(long: Long, group: tuple, src: int, dst: int, index: int, send: int, recv: int,
+          shift: dict[int, float]) -> list:
+    """A p2p_pairs row: the rank that starts first waits for the other; the transfer takes the shorter kernel."""
+    send_ts, recv_ts = long.ts[send] - shift.get(src, 0.0), long.ts[recv] - shift.get(dst, 0.0)
+    meta = long.metas[send]
+    width = DTYPE_BYTES.get(meta[DTYPE]) if isinstance(meta[DTYPE], str) else None
+    nelems = meta[IN_NELEMS]
+    size = nelems * width if nelems.__class__ is int and width is not None else None
+    latency = min(long.dur[send], long.dur[recv])
+    bw = size / (latency / 1e6) / 1e9 if size is not None and latency > 0 else math.nan
+    return [group[0], src, dst, index, send_ts, recv_ts, long.dur[send], long.dur[recv], size,
+            src if send_ts < recv_ts else dst, abs(send_ts - recv_ts), latency, bw]
+
+
+def offsets_table(offsets: dict[int, tuple[float, int]]) -> Table:
+    """clock_offsets: the shift taken off each rank's times (us) and the collectives it rests on."""
+    return Table(["rank", "clock offset (us)", "collectives"],
+                 [[rank, offset, count] for rank, (offset, count) in sorted(offsets.items())])
+
+
+def ranges(ranks: list[int]) -> str:
+    """``0-3, 7`` for [0, 1, 2, 3, 7]."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+# ---------------------------------------------------------------- put together
+
+
+def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_clocks: bool, notes: list[str],
+           gpus_per_node: int | None = None) -> dict[str, Table]:
+    """collective_matches (its ``match`` column names the rule), p2p_pairs and, with ``align_clocks``,
+    clock_offsets; notes say what was left unmatched and whether the clocks needed aligning (judged, and
+    aligned, on the collectives of collective_matches only: a doubtful match would mislead both)."""
+    reliable = [found for found in matching.collectives
+                if group_of(long, found.rows[0]) in matching.trusted and consistent(long, found.rows)]
+    before = impossible(reliable, long, {})
+    shift: dict[int, float] = {}
+    found: dict[str, Table] = {}
+    if align_clocks:
+        offsets = clock_offsets(reliable, long)
+        shift = {rank: offset for rank, (offset, _) in offsets.items()}
+        after = impossible(reliable, long, shift)
+        alone = sorted(set(long.ranks) - set(offsets))
+        if offsets:
+            rank, (largest, _) = max(offsets.items(), key=lambda item: abs(item[1][0]))
+            notes.append(f"collectives: clocks aligned on collective ends for collective_matches and p2p_pairs "
+                         f"(largest offset {largest:,.1f} us, rank {rank}); collectives ending on one rank before they "
+                         f"start on another: {before:,} before, {after:,} after"
+                         + ("" if before else " (the clocks did not need it)"))
+        if alone:
+            notes.append(f"collectives: the clocks of rank{'s' if len(alone) > 1 else ''} {ranges(alone)} are not aligned: "
+                         "they share no matched all-reduce, reduce-scatter, all-gather or all-to-all (with a Collective "
+                         "name) with another rank")
+        found["clock_offsets"] = offsets_table(offsets)
+    elif before:
+        notes.append("collectives: --align-clocks aligns the ranks' clocks on collective ends for collective_matches "
+                     "and p2p_pairs")
+    found["collective_matches"] = matches_table(matching, long, known_groups(ranks), shift, notes)
+    found["p2p_pairs"] = p2p_pairs(matching, long, shift, notes, gpus_per_node)
+    return {name: table for name, table in found.items() if table.rows}
