@@ -1,6 +1,7 @@
 """Make the reference tables for ``analyze --ops``: TraceLens's PyTorch perf
 report, as ``TraceLens_generate_perf_report_pytorch`` writes it, for the shared
-traces and a generated one.
+traces and generated ones (a synth rank; a hand-built trace of attention,
+convolution and norm ops with their shapes, scripts/model_ops_trace.py).
 
 TraceLens is not on the package index: install it from its source
 (AMD-AGI/TraceLens) in a separate virtualenv and point ``--tracelens`` at its
@@ -23,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 
+import model_ops_trace
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TRACES = os.path.join(ROOT, "..", "shared", "traces")
 OUT = os.path.join(ROOT, "tests", "reference", "tracelens_perf")
 
-# case -> trace under the shared traces (None: the generated trace below)
+# case -> trace under the shared traces (None: a generated trace, GENERATED below)
 CASES = {
     "kineto_small": "kineto_small.json",
     "mi250_minitoy": "mi250_minitoy.json.gz",
@@ -39,6 +42,7 @@ CASES = {
     "mi210_gpu_only": "mi210_gpu_only.json.gz",
     "dlrm_worker0": "dlrm_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
     "synth_rank0": None,
+    "model_ops": None,
 }
 # cases run with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
 SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy.json.gz", "b200_eager_spec": "b200_eager.json.gz"}
@@ -71,6 +75,14 @@ def synth_trace(work: str) -> str:
     subprocess.run([sys.executable, "-m", "streamtrace", "synth", work, *SYNTH_ARGS, "-q"], check=True,
                    env={**os.environ, "PYTHONPATH": ROOT})
     return os.path.join(work, "rank0_trace.json")
+
+
+def model_ops(work: str) -> str:
+    """The hand-built trace of ops with shapes TraceLens models (attention, convolution, norms), made in ``work``."""
+    return model_ops_trace.write(os.path.join(work, "model_ops.json"))
+
+
+GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops}
 
 
 def run_case(report: str, trace: str, dest: str, extra: tuple = ()) -> list[str]:
@@ -107,7 +119,7 @@ def main() -> None:
                                  ("--gpu_arch_json_path", SPEC))
                 print(f"{case}: {', '.join(stems)}")
                 continue
-            trace = synth_trace(work) if CASES[case] is None else os.path.join(TRACES, CASES[case])
+            trace = GENERATED[case](work) if CASES[case] is None else os.path.join(TRACES, CASES[case])
             stems = run_case(args.tracelens, trace, os.path.join(OUT, case))
             print(f"{case}: {', '.join(stems)}")
 

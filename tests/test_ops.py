@@ -14,9 +14,12 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, TRACES
-from tracelens_perf_reference import CASES, SPEC, SPEC_CASES, SYNTH_ARGS
+from tracelens_perf_reference import CASES, GENERATED, SPEC, SPEC_CASES
 
 from streamtrace.algo import opsheets, optree, perfmodel
+from streamtrace.algo import perfmodels_attention as attention
+from streamtrace.algo import perfmodels_conv as conv
+from streamtrace.algo import perfmodels_norm as norm
 from streamtrace.algo.opcategories import CATEGORY_OF_OP, op_category
 from streamtrace.algo.opsheets import SHEET_OPS
 from streamtrace.commands.analyses.ops import load_spec, ops_tables
@@ -24,7 +27,7 @@ from streamtrace.commands.analyses.ops import load_spec, ops_tables
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
          "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise",
-         "Reduce_fwd", "Reduce_bwd")
+         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization")
 SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
 
 
@@ -33,9 +36,7 @@ def _trace(case: str, tmp_path_factory: pytest.TempPathFactory) -> str:
         return str(TRACES / SPEC_CASES[case])
     if CASES[case] is not None:
         return str(TRACES / CASES[case])
-    work = tmp_path_factory.mktemp("synth")
-    subprocess.run([sys.executable, "-m", "streamtrace", "synth", str(work), *SYNTH_ARGS, "-q"], check=True)
-    return str(work / "rank0_trace.json")
+    return GENERATED[case](str(tmp_path_factory.mktemp(case)))
 
 
 def _reference(case: str, stem: str) -> list[str] | None:
@@ -348,3 +349,52 @@ def test_a_sheet_with_an_op_not_modelled_here_is_left_out_and_said(tmp_path) -> 
     tables, notes = ops_tables(_write(tmp_path / "t.json", events))
     assert "GEMM" not in tables and "ops_summary" in tables
     assert notes == ["GEMM sheet not written: no model here yet for aten::_scaled_mm"]
+
+
+def test_attention_models_by_hand() -> None:
+    shape = [2, 8, 128, 64]
+    args = {"Input Dims": [shape, [2, 2, 128, 64], [2, 2, 128, 64], [], [], [], []],
+            "Input type": ["c10::Half", "c10::Half", "c10::Half", "Scalar", "Scalar", "Scalar", ""],
+            "Concrete Inputs": ["", "", "", "0.1", "True", "False", ""]}
+    params, flops, moved, spec = attention.sdpa("aten::_scaled_dot_product_flash_attention", args, [])
+    assert (params["H_Q"], params["H_KV"], params["dropout"], params["causal"]) == (8, 2, 0.1, True)
+    assert flops == 2 * 8 * (2 * 128 * 128 * 64) * 2 / 2  # QK^T and PV, halved: causal
+    assert moved == 2 * (2 * 8 * 128 * 64 * 2 + 2 * 2 * 128 * 64 * 2)  # 2 bytes an element whatever the dtype
+    assert spec == "matrix_fp16"
+    _, backward, moved_backward, _ = attention.sdpa_backward("aten::_scaled_dot_product_flash_attention", args, [])
+    gqa = 2 * 128 * 64 * (8 // 2 - 1)
+    assert backward == (5 * 2 * 8 * (2 * 128 * 128 * 64) + 2 * gqa) / 2  # recompute, dV, dP, dQ, dK
+    assert moved_backward == 2 * (3 * 2 * 8 * 128 * 64 + 4 * 2 * 2 * 128 * 64)
+    with pytest.raises(ValueError):  # causal with lengths that differ: TraceLens leaves the op out
+        attention.sdpa("aten::_scaled_dot_product_flash_attention",
+                       {**args, "Input Dims": [[2, 8, 64, 64], shape, shape]}, [])
+
+
+def test_convolution_models_by_hand() -> None:
+    args = {"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], [], [], []],
+            "Input type": ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList",
+                           "Scalar"], "Input Strides": [[3072, 1024, 32, 1], [27, 9, 3, 1], [1], [], [], [], [], [], []],
+            "Concrete Inputs": ["", "", "", "[2]", "[0, 1]", "[1, 1]", "False", "[0, 0]", "1"]}
+    params, flops, moved, spec = conv.conv("aten::convolution", args, [])
+    assert params["stride"] == (2, 2) and params["bias"] is False  # nine inputs: never a bias (TraceLens's test)
+    out = (8, 16, 15, 16)  # int((32 - 2 - 1) / 2 + 1), int((32 + 2 - 2 - 1) / 2 + 1)
+    assert conv.output_shape(params) == out
+    assert flops == 8 * 16 * 15 * 16 * 2 * 27 and spec == "matrix_fp32"
+    assert moved == 4 * (8 * 3 * 32 * 32 + 16 * 27 + 8 * 16 * 15 * 16)
+    with pytest.raises(SyntaxError):  # no concrete inputs: TraceLens's eval of "" fails, no row
+        conv.conv("aten::convolution", {**args, "Concrete Inputs": [""] * 9}, [])
+
+
+def test_norm_models_by_hand() -> None:
+    args = {"Input Dims": [[4, 16, 8], [], [8], [8], []], "Input type": ["c10::BFloat16", "", "c10::BFloat16",
+                                                                        "c10::BFloat16", "Double"],
+            "Input Strides": [[128, 8, 1], [], [1], [1], []], "Concrete Inputs": ["", "[8]", "", "", "1e-05"]}
+    params, flops, moved, spec = norm.norm("aten::native_layer_norm", args, [])
+    assert params["num_channels"] == 8 and params["is_affine"] and params["has_bias"]
+    assert flops == 8 * 3 + 512 * 3 + 8 * 3 + 2 * 512  # statistics (training), per channel, the elements
+    assert moved == 512 * 2 * 2 + 6 * 8 * 2 and spec == "vector_bf16"  # mean, var, weight, bias, running stats
+    batch = {"Input Dims": [[4, 16, 8], [16], [16], [16], [16], [], [], []], "Input type": ["float"] * 8,
+             "Input Strides": [[128, 8, 1]] + [[1]] * 7, "Concrete Inputs": ["", "", "", "", "", "False", "0.1", ""]}
+    assert norm.norm("aten::native_batch_norm", batch, [])[0]["is_training"]  # bool("False"): TraceLens's test
+    with pytest.raises(NotImplementedError):  # TraceLens's instance-norm backward model declines: no row
+        norm.norm("aten::native_instance_norm_backward", batch, [])

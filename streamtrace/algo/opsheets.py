@@ -1,5 +1,6 @@
-"""TraceLens's performance-model sheets ``GEMM``, ``UnaryElementwise`` and
-``BinaryElementwise``: one row per op name and distinct parameters, with its
+"""TraceLens's performance-model sheets (``GEMM``, ``UnaryElementwise``,
+``BinaryElementwise``, ``Reduce_*``, ``SDPA_*``, ``CONV_*``,
+``Normalization``): one row per op name and distinct parameters, with its
 FLOPs, bytes moved, achieved TFLOP/s and TB/s over the kernels of its
 subtree (``build_df_perf_metrics`` then ``summarize_df_perf_metrics``).
 
@@ -11,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import optree, perfmodel
+from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_norm
 from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
@@ -27,11 +28,25 @@ from .opstables import (
     welford_std,
 )
 
+# sheet -> op name -> model (see perfmodel.Model), and the backward models of the split sheets
+MODELS: dict[str, dict[str, perfmodel.Model]] = {
+    **perfmodel.MODELS, "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
+    "Normalization": perfmodels_norm.MODELS}
+BACKWARD_MODELS: dict[str, perfmodel.Model] = {**perfmodels_attention.BACKWARD_MODELS,
+                                               **perfmodels_conv.BACKWARD_MODELS}
+SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
+                           "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
+                           "CONV": perfmodels_conv.SHEET_OPS_BEYOND_MODELS,
+                           "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV"}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
-    **{sheet: frozenset(models) | frozenset(perfmodel.SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
-       for sheet, models in perfmodel.MODELS.items() if sheet != "GEMM"},
+    **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
+       for sheet, models in MODELS.items() if sheet != "GEMM"},
 }
+# what a model raising any of these means: TraceLens's model failed on the op, which gets no row
+MODEL_FAILURES = (KeyError, IndexError, TypeError, ValueError, AttributeError, SyntaxError, ArithmeticError,
+                  NotImplementedError)
 ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  # (then "Output type")
 RATE_STATS = ("mean", "median", "std", "min", "max")
 
@@ -92,14 +107,32 @@ def model_sheets(tree: OpTree, signature_values: list[list], spec: dict | None =
     for sheet in SHEET_OPS:
         table, note = model_sheet(tree, sheet, signature_values, spec)
         notes += note
-        if table is not None and sheet in perfmodel.SPLIT_SHEETS:
-            sheets[f"{sheet}_fwd"] = table
+        if table is not None and sheet in SPLIT_SHEETS:
             backward, _ = model_sheet(tree, sheet, signature_values, spec, backward=True)
-            if backward is not None:
-                sheets[f"{sheet}_bwd"] = backward
+            forward, backward = _split(table, backward)
+            sheets.update({f"{sheet}_{part}": split for part, split in (("fwd", forward), ("bwd", backward))
+                           if split is not None})
         elif table is not None:
             sheets[sheet] = table
     return sheets, notes
+
+
+def _split(forward: Table, backward: Table | None) -> tuple[Table | None, Table | None]:
+    """TraceLens's fix-up of a split sheet: the rows of backward ops it models
+    as forward ones (``aten::convolution_backward`` ...) move from the
+    ``_fwd`` sheet to the end of the ``_bwd`` one, forward convolutions leave
+    the ``_bwd`` sheet; a sheet left without rows is not written."""
+    moved = [row for row in forward.rows if row[0] in perfmodels_conv.MOVED_TO_BACKWARD]
+    kept = Table(forward.header, [row for row in forward.rows if row[0] not in perfmodels_conv.MOVED_TO_BACKWARD])
+    if backward is None:
+        backward_rows, header = [], forward.header[0]
+    else:
+        backward_rows = [row for row in backward.rows if row[0] not in perfmodels_conv.FORWARD_ONLY]
+        header = backward.header[0] + [column for column in forward.header[0] if column not in backward.header[0]]
+    places = {column: at for at, column in enumerate(forward.header[0])}
+    moved = [[row[places[column]] if column in places else NA for column in header] for row in moved]
+    joined = Table([header], backward_rows + moved)
+    return (kept if kept.rows else None), (joined if joined.rows else None)
 
 
 def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: dict | None = None,
@@ -107,15 +140,17 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     """One sheet, or None (and a note) when TraceLens writes none or the
     trace has ops of it whose model is not here yet.  ``backward``: the
     ``_bwd`` sheet, over the ops linked to backward ops and the kernels of
-    those (the models' backward FLOPs and bytes equal their forward ones for
-    the sheets split here)."""
+    those, with the op's backward model where it has one (a reduction's
+    backward FLOPs and bytes equal its forward ones))."""
     f = tree.f
     names = np.array([name in SHEET_OPS[sheet] for name in f.names] or [False])
     ops = np.flatnonzero(names[f.h_name]).tolist()
     if not ops:
         return None, []
-    models = perfmodel.MODELS[sheet]
+    models = MODELS[sheet]
     other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
+    if backward:
+        models = {name: BACKWARD_MODELS.get(name, model) for name, model in models.items()}
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
     kernels_of = _backward_links(tree, ops) if backward else tree.links_below(ops)
@@ -131,7 +166,7 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
         name = f.names[f.h_name[h]]
         try:
             params, flops, moved, compute = models[name](name, args, [d["name"] for d in details])
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        except MODEL_FAILURES:
             continue  # TraceLens leaves the op out (its perf model fails on it)
         busy, integral = tree.busy(kernels_of[h]) if gpu else (0, True)
         gflops = flops / 1e9
