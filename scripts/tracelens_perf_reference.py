@@ -51,7 +51,7 @@ SPEC = os.path.join(OUT, "spec_fixture.json")
 # frames (TraceLens's kernel tables refuse traces with a Python stack).
 SYNTH_ARGS = ["--ranks", "2", "--pp-stages", "2", "--steps", "2", "--python-noise", "0", "--graph-kernels", "8",
               "--graph-streams", "4", "--eager-kernels", "6", "--no-merged", "--compress", "none", "--seed", "3"]
-REPORT_FLAGS = ["--enable_kernel_summary", "--short_kernel_study", "--disable_coll_analysis"]
+REPORT_FLAGS = ["--enable_kernel_summary", "--short_kernel_study"]
 
 DUMP_REGISTRY = """
 import json, sys

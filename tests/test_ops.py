@@ -27,7 +27,7 @@ from streamtrace.commands.analyses.ops import load_spec, ops_tables
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
          "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise",
-         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization")
+         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization", "coll_analysis")
 SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
 
 

@@ -14,7 +14,7 @@ from decimal import Decimal
 import numpy as np
 import orjson
 
-from ...algo import opsreport, opstables, optree
+from ...algo import collectives, opsreport, opstables, optree
 from ...algo.opstables import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, OpsFacts, Table
 from ...algo.optree import NO_LINK
 from ...engine.passes import read_with_retries
@@ -22,6 +22,7 @@ from ...errors import TraceError
 from ...io.destinations import Destinations
 from ...io.reader import TraceReader
 from ...io.source import InputSource
+from .collectives import KernelCollector, csv_text
 
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
 GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
@@ -87,6 +88,7 @@ class OpsCollector:
         self.has_cpu_ops = False
         self.python_stack = False
         self.untimed = 0
+        self.collectives = KernelCollector()  # (for TraceLens's coll_analysis)
 
     def _link(self, value: object) -> int:
         value = _key(value)
@@ -156,6 +158,8 @@ class OpsCollector:
                           sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext,
                           seq=self._link(args.get("Sequence number")))
             return
+        if gpu_cat == KERNEL and self.collectives.wanted(name):
+            self.collectives.add(event, ts, dur, 0)
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
         self.gpu.add(ts=ts, end=ts + dur, dur=dur, integral=isinstance(ts, int) and isinstance(dur, int), cat=gpu_cat,
@@ -183,7 +187,7 @@ class OpsCollector:
         return facts
 
 
-def collect(path: str, *, salvage: bool = False) -> OpsFacts:
+def collect(path: str, *, salvage: bool = False) -> OpsCollector:
     """Read ``path`` once for the ops tables."""
     def attempt(reader: TraceReader) -> OpsCollector:
         collector = OpsCollector()
@@ -191,7 +195,20 @@ def collect(path: str, *, salvage: bool = False) -> OpsFacts:
             collector.visit(event)
         return collector
 
-    return read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops").facts()
+    return read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
+
+
+def coll_analysis(kernels: KernelCollector) -> bytes | None:
+    """TraceLens's ``coll_analysis``: its collective analyser's ``nccl_summary_long`` over this one trace,
+    every collective kernel as rank 0 (the trace's place in the analyser's list of one); None without a row
+    (no collective kernel, or every one with a missing key, which pandas' grouping drops)."""
+    if not len(kernels.ts):
+        return None
+    rank = collectives.RankKernels(0, np.frombuffer(kernels.ts, dtype=np.float64).copy(),
+                                   np.frombuffer(kernels.dur, dtype=np.float64).copy(),
+                                   np.frombuffer(kernels.meta, dtype=np.int32).copy(), list(kernels.metas))
+    summary = collectives.summary_long(collectives.long_rows([rank]).table)
+    return csv_text(summary).encode("utf-8") if summary.rows else None
 
 
 def _cell(value: object) -> object:
@@ -212,9 +229,15 @@ def table_csv(table: Table) -> bytes:
 def ops_tables(path: str, *, salvage: bool = False, spec: dict | None = None) -> tuple[dict[str, bytes], list[str]]:
     """TraceLens's perf-report CSVs for one trace, by file stem, and notes;
     ``spec`` (TraceLens's arch JSON form) adds the roofline columns."""
-    facts = collect(path, salvage=salvage)
+    collector = collect(path, salvage=salvage)
+    facts = collector.facts()
     tables, notes = opsreport.perf_tables(facts, spec)
-    return {stem: table_csv(table) for stem, table in tables.items()}, notes
+    written = {stem: table_csv(table) for stem, table in tables.items()}
+    if tables and facts.has_cpu_ops:  # (TraceLens's report stopped before, or is GPU-only: no collective table)
+        summary = coll_analysis(collector.collectives)
+        if summary is not None:
+            written["coll_analysis"] = summary
+    return written, notes
 
 
 def input_label(path: str, ranks: list[int]) -> str:
