@@ -27,8 +27,11 @@ from streamtrace.commands.analyses.ops import load_spec, ops_tables
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
          "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise",
-         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization", "coll_analysis")
+         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization", "coll_analysis", "unified_perf_summary")
 SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
+# tables analyze leaves out of a case, saying why: an op of it needs a model not here yet (Inductor's kernels)
+NOT_YET = {("b200_eager", "unified_perf_summary"): "no model here yet for triton_poi_",
+           ("b200_eager_spec", "unified_perf_summary"): "no model here yet for triton_poi_"}
 
 
 def _trace(case: str, tmp_path_factory: pytest.TempPathFactory) -> str:
@@ -48,11 +51,14 @@ def _reference(case: str, stem: str) -> list[str] | None:
                                   for c in [*CASES, *SPEC_CASES]])
 def test_tables_equal_tracelens_row_by_row(case: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     spec = load_spec(SPEC) if case in SPEC_CASES else None  # (TraceLens run with --gpu_arch_json_path: roofline)
-    tables, _ = ops_tables(_trace(case, tmp_path_factory), spec=spec)
+    tables, notes = ops_tables(_trace(case, tmp_path_factory), spec=spec)
     for stem in STEMS:
         expected = _reference(case, stem)
         if expected is None:  # TraceLens writes no such table for this trace
             assert stem not in tables, stem
+            continue
+        if (case, stem) in NOT_YET:
+            assert stem not in tables and any(NOT_YET[case, stem] in note for note in notes), stem
             continue
         assert stem in tables, stem
         got = tables[stem].decode("utf-8").split("\n")
@@ -90,12 +96,13 @@ def test_nesting_by_time_per_thread_with_tracelens_bleed_rule() -> None:
     thread = np.array([0, 0, 0, 0, 1, 0])
     ts = np.array([0.0, 1.0, 4.5, 5.5, 2.0, 9.0])
     end = np.array([10.0, 5.0, 6.0, 20.0, 3.0, 30.0])
-    parent = optree.nest_host_events(thread, ts, end)
+    parent, in_tree, _ = optree.host_tree(thread, ts, end)
     assert parent.tolist() == [-1, 0, 0, 0, -1, -1]
+    assert in_tree.tolist() == [True, True, True, True, True, False]  # F: no parent and not a root either
 
 
 def test_bleed_at_the_top_level_leaves_the_event_out() -> None:
-    parent = optree.nest_host_events(np.array([0, 0, 0]), np.array([0.0, 9.5, 11.0]), np.array([10.0, 12.0, 13.0]))
+    parent = optree.host_tree(np.array([0, 0, 0]), np.array([0.0, 9.5, 11.0]), np.array([10.0, 12.0, 13.0]))[0]
     assert parent.tolist() == [-1, -1, -1]
 
 
@@ -348,7 +355,8 @@ def test_a_sheet_with_an_op_not_modelled_here_is_left_out_and_said(tmp_path) -> 
     events += [*_launch(1, 1), *_kernel(1, 100, 4), *_launch(2, 11), *_kernel(2, 110, 4)]
     tables, notes = ops_tables(_write(tmp_path / "t.json", events))
     assert "GEMM" not in tables and "ops_summary" in tables
-    assert notes == ["GEMM sheet not written: no model here yet for aten::_scaled_mm"]
+    assert notes == ["unified_perf_summary not written: no model here yet for aten::_scaled_mm",
+                     "GEMM sheet not written: no model here yet for aten::_scaled_mm"]
 
 
 def test_attention_models_by_hand() -> None:

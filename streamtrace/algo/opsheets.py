@@ -73,7 +73,7 @@ def backward_ops(tree: OpTree) -> dict[int, list[int]]:
     return links
 
 
-def _backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
+def backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
     """The GPU events of the backward ops of each op linked to some: its own
     and its descendants' backward ops, each with its whole subtree."""
     links = backward_ops(tree)
@@ -88,7 +88,7 @@ def _backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
     return {h: [g for b in sorted(backward[h]) for g in below[b]] for h in ops if h in owned}
 
 
-def _rate_stats(values: list[float]) -> dict[str, object]:
+def rate_stats(values: list[float]) -> dict[str, object]:
     """median, std, min, max of one group's rates, skipping missing ones as pandas does."""
     present = [v for v in values if not math.isnan(v)]
     if not present:
@@ -153,37 +153,49 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
         models = {name: BACKWARD_MODELS.get(name, model) for name, model in models.items()}
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
-    kernels_of = _backward_links(tree, ops) if backward else tree.links_below(ops)
+    kernels_of = backward_links(tree, ops) if backward else tree.links_below(ops)
     rows = []
     for h in ops:
         if h not in kernels_of:  # (no backward op linked to it)
             continue
-        gpu = sorted(kernels_of[h], key=lambda g: f.g_ts[g])
-        details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
-                    "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
-        values = signature_values[f.h_sig[h]]
-        args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
         name = f.names[f.h_name[h]]
         try:
-            params, flops, moved, compute = models[name](name, args, [d["name"] for d in details])
+            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec))
         except MODEL_FAILURES:
             continue  # TraceLens leaves the op out (its perf model fails on it)
-        busy, integral = tree.busy(kernels_of[h]) if gpu else (0, True)
-        gflops = flops / 1e9
-        rows.append({
-            "h": h, "name": name, "params": params, "values": values, "details": details,
-            "GFLOPS": gflops, "busy": busy, "busy_int": integral,
-            "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
-            "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
-            "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
-            "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
-            "Compute Spec": compute,
-        })
-        if spec is not None:
-            rows[-1].update(roofline(spec, compute, gflops, moved, busy))
     if not rows:
         return None, []
     return _summarize(tree, rows), []
+
+
+def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], signature_values: list[list],
+               spec: dict | None) -> dict:
+    """TraceLens's ``compute_perf_metrics`` of op ``h`` over the GPU events
+    ``gpu`` (its subtree's, or its backward ops'): the model's parameters,
+    GFLOPS, bytes and rates over their busy time (raises what the model
+    raises on the op's arguments)."""
+    f = tree.f
+    ordered = sorted(gpu, key=lambda g: f.g_ts[g])
+    details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
+                "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in ordered]
+    values = signature_values[f.h_sig[h]]
+    args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
+    name = f.names[f.h_name[h]]
+    params, flops, moved, compute = model(name, args, [d["name"] for d in details])
+    busy, integral = tree.busy(gpu) if gpu else (0, True)
+    gflops = flops / 1e9
+    row = {
+        "h": h, "name": name, "params": params, "values": values, "details": details,
+        "GFLOPS": gflops, "busy": busy, "busy_int": integral,
+        "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
+        "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
+        "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
+        "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
+        "Compute Spec": compute,
+    }
+    if spec is not None:
+        row.update(roofline(spec, compute, gflops, moved, busy))
+    return row
 
 
 def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: float) -> dict:
@@ -202,7 +214,7 @@ def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: f
             "Pct Roofline": (bound / busy) * 100 if busy > 0 else math.nan}
 
 
-def _group_means(groups, values: list[float]) -> list[object]:
+def group_means(groups, values: list[float]) -> list[object]:
     """pandas' grouped mean of a column with missing values (skipped; then added row by row)."""
     array = np.array(values, dtype=np.float64)
     present = ~np.isnan(array)
@@ -233,7 +245,7 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     counts = groups.counts()
     with_roofline = any("Roofline Time (µs)" in r for r in rows)
     rated = ("TB/s", "TFLOPS/s", *(["Pct Roofline"] if with_roofline else []))
-    rate_means = {column: _group_means(groups, [r.get(column, math.nan) for r in rows]) for column in rated}
+    rate_means = {column: group_means(groups, [r.get(column, math.nan) for r in rows]) for column in rated}
     header = ["name", *[f"param: {p}" for p in param_names], "GFLOPS_first", "Data Moved (MB)_first",
               "FLOPS/Byte_first"]
     header += [f"TB/s_{s}" for s in RATE_STATS] + [f"TFLOPS/s_{s}" for s in RATE_STATS]
@@ -251,13 +263,13 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
         for column in ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte"):
             record.append(next((r[column] for r in group if not math.isnan(r[column])), NA))
         for column in ("TB/s", "TFLOPS/s"):
-            stats = _rate_stats([r[column] for r in group])
+            stats = rate_stats([r[column] for r in group])
             stats["mean"] = rate_means[column][k]
             record += [stats[s] for s in RATE_STATS]
         record += [*process_and_thread(f, first["h"]), first["Compute Spec"]]
         if with_roofline:
             record += [next((r[c] for r in group if c in r), NA) for c in ("Roofline Time (µs)", "Roofline Bound")]
-            stats = _rate_stats([r.get("Pct Roofline", math.nan) for r in group])
+            stats = rate_stats([r.get("Pct Roofline", math.nan) for r in group])
             stats["mean"] = rate_means["Pct Roofline"][k]
             record += [stats[s] for s in RATE_STATS]
         summary = kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \

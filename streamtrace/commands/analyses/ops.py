@@ -77,7 +77,7 @@ class OpsCollector:
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
         self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q",
-                             seq="q")
+                             seq="q", dur="d", dur_int="b", driver="b")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
                             place="q", corr="q", ext="q")
         self.flow_starts = array("q")
@@ -156,7 +156,8 @@ class OpsCollector:
                 self.link_key = 0 if "correlation" in args else 1
             self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
                           sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext,
-                          seq=self._link(args.get("Sequence number")))
+                          seq=self._link(args.get("Sequence number")), dur=dur, dur_int=isinstance(dur, int),
+                          driver=cat == "cuda_driver")
             return
         if gpu_cat == KERNEL and self.collectives.wanted(name):
             self.collectives.add(event, ts, dur, 0)
@@ -175,7 +176,8 @@ class OpsCollector:
             g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
             h_uid=h("uid"), h_seq=h("seq"), threads=list(self.places), metadata=self.metadata, signatures=list(self.signatures),
             signature_values=self.signature_values,
-            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
+            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed, h_dur=h("dur"),
+            h_dur_int=h("dur_int").astype(bool), h_driver=h("driver").astype(bool), events=self.events)
         key = "ext" if self.link_key == 1 else "corr"
         graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
         runtime = facts.h_kind == RUNTIME
