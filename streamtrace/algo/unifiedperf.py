@@ -85,21 +85,52 @@ class _Unified:
 
     def __init__(self, tree: OpTree, signature_values: list[list], spec: dict | None) -> None:
         self.tree, self.f, self.values, self.spec = tree, tree.f, signature_values, spec
-        f = self.f
-        self.children: dict[int, list[int]] = {}
-        for h in tree.order:
-            if tree.in_tree[h] and tree.parent[h] != optree.NO_PARENT:
-                self.children.setdefault(int(tree.parent[h]), []).append(h)
-        self.gpu = {h: gpu for h, gpu in tree.links_below(range(len(f.h_ts))).items() if gpu}
-        self.launches = set(np.unique(f.link_run).tolist())
+        f, parent = self.f, tree.parent
+        count = len(f.h_ts)
+        place = np.empty(count, dtype=np.int64)
+        place[np.array(tree.order, dtype=np.int64)] = np.arange(count)
+        below = np.flatnonzero(tree.in_tree & (parent != optree.NO_PARENT))
+        self._child = below[np.lexsort((place[below], parent[below]))]  # children by parent, in the order taken
+        parents = parent[self._child]
+        self._child_lo = np.searchsorted(parents, np.arange(count), "left")
+        self._child_hi = np.searchsorted(parents, np.arange(count), "right")
+        self._runs, self._run_lo = np.unique(f.link_run, return_index=True)
+        self._run_hi = np.append(self._run_lo[1:], len(f.link_run))
+        self.launch = np.zeros(count, dtype=bool)
+        self.launch[self._runs] = True
+        self.has_gpu = np.zeros(count, dtype=bool)  # some GPU event linked below (TraceLens's gpu_events)
+        for run in self._runs.tolist():
+            while run != optree.NO_PARENT and not self.has_gpu[run]:
+                self.has_gpu[run] = True
+                run = int(parent[run])
+        self._gpu: dict[int, list[int]] = {}
         self.forward_of: dict[int, int] = {}
         for forward, backwards in opsheets.backward_ops(tree).items():
             for backward in backwards:
                 self.forward_of[backward] = forward
         self.roots = [h for h in tree.order if tree.in_tree[h] and f.h_kind[h] == CPU_OP
-                      and all(f.h_kind[a] != CPU_OP for a in ancestors(tree.parent, int(tree.parent[h])))]
+                      and all(f.h_kind[a] != CPU_OP for a in ancestors(parent, int(parent[h])))]
         self._model: dict[int, bool] = {}
         self._sole: dict[int, dict | None] = {}
+
+    def children(self, h: int) -> list[int]:
+        return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
+
+    def gpu(self, h: int) -> list[int]:
+        """The GPU events below ``h`` in TraceLens's order (by launch call, in file order)."""
+        found = self._gpu.get(h)
+        if found is None:
+            calls, stack = [], [h]
+            while stack:
+                node = stack.pop()
+                if self.launch[node]:
+                    calls.append(node)
+                stack.extend(self.children(node))
+            at = np.searchsorted(self._runs, sorted(calls))
+            link_gpu = self.f.link_gpu
+            found = self._gpu[h] = [g for i in at.tolist()
+                                    for g in link_gpu[self._run_lo[i]:self._run_hi[i]].tolist()]
+        return found
 
     def name(self, h: int) -> str:
         return self.f.names[self.f.h_name[h]]
@@ -165,22 +196,22 @@ class _Unified:
 
     def _count_main(self, h: int, main: str | None) -> int:
         count = 0
-        for child in self.children.get(h, ()):
+        for child in self.children(h):
             if self.is_cpu_op(child):
-                count += int(child in self.gpu and (main is None or self.name(child) == main))
+                count += int(self.has_gpu[child] and (main is None or self.name(child) == main))
                 count += self._count_main(child, main)
         return count
 
     def _owns_model_below(self, h: int) -> bool:
         """Some cpu op below ``h`` with a model and GPU work (``_has_descendant_cpu_op_with_own_perf_model``)."""
-        stack = list(self.children.get(h, ()))
+        stack = self.children(h)
         while stack:
             node = stack.pop()
             if not self.is_cpu_op(node):
                 continue
-            if self.op_has_model(node) and node in self.gpu:
+            if self.op_has_model(node) and self.has_gpu[node]:
                 return True
-            stack.extend(self.children.get(node, ()))
+            stack.extend(self.children(node))
         return False
 
     def _launches_directly(self, h: int, depth: int = 10) -> bool:
@@ -188,9 +219,9 @@ class _Unified:
         if depth <= 0:
             return False
         f = self.f
-        for child in self.children.get(h, ()):
+        for child in self.children(h):
             if f.h_kind[child] == RUNTIME and not f.h_driver[child]:
-                if child in self.launches or self._launches_directly(child, depth - 1):
+                if self.launch[child] or self._launches_directly(child, depth - 1):
                     return True
         return False
 
@@ -205,28 +236,27 @@ class _Unified:
         if h in visited:
             return
         visited.add(h)
-        if not self.is_cpu_op(h) or h not in self.gpu:
+        if not self.is_cpu_op(h) or not self.has_gpu[h]:
             return
         if self.op_has_model(h):
             collected.append(h)
             return
         if self.sole_backward(int(self.tree.parent[h])) is not None or self._owns_model_below(h):
             if self._owns_model_below(h):
-                for child in self.children.get(h, ()):
+                for child in self.children(h):
                     self._visit(child, collected, visited)
             else:
                 collected.append(h)
             return
         if self._launches_directly(h):
-            modelled = [c for c in self.children.get(h, ()) if self.is_cpu_op(c) and self.op_has_model(c)
-                        and c in self.gpu]
+            modelled = [c for c in self.children(h) if self.is_cpu_op(c) and self.op_has_model(c) and self.has_gpu[c]]
             if modelled:
                 for child in modelled:
                     self._visit(child, collected, visited)
-            elif not any(self.tree.communication[self.f.g_name[g]] for g in self.gpu[h]):
+            elif not any(self.tree.communication[self.f.g_name[g]] for g in self.gpu(h)):
                 collected.append(h)
             return
-        for child in self.children.get(h, ()):
+        for child in self.children(h):
             self._visit(child, collected, visited)
 
     def synthetic(self, collected: list[int]) -> list[tuple[int, int]]:
@@ -234,11 +264,13 @@ class _Unified:
         first those with no cpu op above (by their launch call, the call's
         first kernel first), then those with one (with the nearest cpu op)."""
         f, tree = self.f, self.tree
-        held = {g for h in collected for g in self.gpu[h]}
+        held = np.zeros(len(f.g_ts), dtype=bool)
+        for h in collected:
+            held[self.gpu(h)] = True
         by_call: dict[int, list[int]] = {}
         with_cpu_op: list[tuple[int, int]] = []
         for g in range(len(f.g_ts)):
-            if g in held or tree.communication[f.g_name[g]]:
+            if held[g] or tree.communication[f.g_name[g]]:
                 continue
             call = int(f.g_parent[g])
             if call == optree.NO_PARENT:
@@ -267,7 +299,7 @@ def _rows(walk: _Unified) -> list[dict]:
     collected = walk.collect()
     rows = []
     for h in collected:
-        row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu[h], int(f.h_uid[h]))
+        row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu(h), int(f.h_uid[h]))
         if row is not None:
             rows.append(row)
     next_uid = f.events
