@@ -406,3 +406,23 @@ def test_norm_models_by_hand() -> None:
     assert norm.norm("aten::native_batch_norm", batch, [])[0]["is_training"]  # bool("False"): TraceLens's test
     with pytest.raises(NotImplementedError):  # TraceLens's instance-norm backward model declines: no row
         norm.norm("aten::native_instance_norm_backward", batch, [])
+
+
+def test_unified_summary_rows_from_a_hand_built_trace(tmp_path) -> None:
+    def op(name: str, ts: int, corr: int, kernel: str, dur: int, args: dict | None = None) -> list[dict]:
+        return [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 5, "args": args or {}},
+                *_launch(corr, ts + 1), *_kernel(corr, 100 + ts, dur, name=kernel)]
+
+    events = [*op("my::op", 0, 1, "k1", 4), *op("nccl:all_reduce", 10, 2, "ncclDevKernel_AllReduce_Sum_f32", 6),
+              *op("aten::mm", 20, 3, "gemm", 3, {"Input Dims": [[16]], "Input type": ["float"]}),  # odd: the model fails
+              *_launch(4, 40), *_kernel(4, 140, 2, name="k4")]  # a launch with no cpu op above
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    rows = _csv_rows(tables["unified_perf_summary"])
+    got = [dict(zip(rows[0], row)) for row in rows[1:]]
+    assert notes == []
+    assert [(r["name"], r["op category"], r["Kernel Time (µs)_sum"], r["has_perf_model"]) for r in got] == [
+        ("my::op", "other", "4", "False"), ("aten::mm", "GEMM", "3", "True"),
+        ("cudaLaunchKernel->k4 (Synthetic Op)", "other", "2", "False")]  # the collective's op: no row
+    assert got[2]["ex_UID"] == str(len(events))  # synthetic ops numbered after the trace's events
+    assert got[1]["perf_params"] == "" and got[1]["total_duration_us"] == "5"
+    assert got[0]["Percentage (%)"] == repr(4 / 9 * 100)
