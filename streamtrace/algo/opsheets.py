@@ -21,6 +21,7 @@ from .opstables import (
     Table,
     ancestors,
     cell_number,
+    gpu_details,
     grouped,
     kernel_stats,
     process_and_thread,
@@ -175,9 +176,7 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     GFLOPS, bytes and rates over their busy time (raises what the model
     raises on the op's arguments)."""
     f = tree.f
-    ordered = sorted(gpu, key=lambda g: f.g_ts[g])
-    details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
-                "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in ordered]
+    details = gpu_details(f, sorted(gpu, key=lambda g: f.g_ts[g]))
     values = signature_values[f.h_sig[h]]
     args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
     name = f.names[f.h_name[h]]

@@ -299,15 +299,15 @@ STATS = ("mean", "median", "std", "min", "max", "sum")
 TRUNCATE_KERNEL_NAME = 64
 
 
+def gpu_details(f: OpsFacts, gpu: Sequence[int]) -> list[dict]:
+    """GPU events as TraceLens's ``kernel_details`` lists them: name, raw duration, stream."""
+    return [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
+             "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
+
+
 def _kernel_details(tree: OpTree, h: int) -> list[dict]:
-    """An op's kernels as TraceLens lists them: by start, with raw duration and stream."""
-    f = tree.f
-    details = []
-    for g in sorted(tree.direct[h], key=lambda g: f.g_ts[g]):
-        stream = float(f.g_stream[g])
-        details.append({"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
-                        "stream": None if math.isnan(stream) else int(stream)})
-    return details
+    """An op's kernels as TraceLens lists them: by start."""
+    return gpu_details(tree.f, sorted(tree.direct[h], key=lambda g: tree.f.g_ts[g]))
 
 
 def kernel_stats(lists: list[list[dict]]) -> list[dict]:

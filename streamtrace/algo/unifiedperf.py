@@ -24,6 +24,7 @@ from .opstables import (
     Table,
     ancestors,
     cell_number,
+    gpu_details,
     grouped,
     kernel_stats,
     percentages,
@@ -384,7 +385,7 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
         for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
             cells[column] = next((rows[i][column] for i in group if _present(rows[i].get(column))), NA)
         cells["Roofline Time (µs)_first"] = cells["Roofline Time (µs)"]
-        summary = kernel_stats([_details(f, rows[i]["gpu"]) for i in group])
+        summary = kernel_stats([gpu_details(f, rows[i]["gpu"]) for i in group])
         params = next((rows[i]["params"] for i in group if rows[i].get("params")), None)
         cells.update({"kernel_details_summary": repr(summary), "trunc_kernel_details": truncated(summary),
                       "perf_params": NA if params is None else str(params), "has_perf_model": first["has_perf_model"]})
@@ -418,8 +419,3 @@ def _stats(groups, members: list[list[int]], values: list[float], integral: bool
         out["max"].append(cell_number(stats["max"], integral) if present else NA)
         out["sum"].append(cell_number(sums[k], integral))
     return out
-
-
-def _details(f, gpu: list[int]) -> list[dict]:
-    return [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
-             "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
