@@ -44,8 +44,8 @@ CASES = {
     "synth_rank0": None,
     "model_ops": None,
 }
-# cases run with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
-SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy.json.gz", "b200_eager_spec": "b200_eager.json.gz"}
+# cases run again with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
+SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy", "b200_eager_spec": "b200_eager", "model_ops_spec": "model_ops"}
 SPEC = os.path.join(OUT, "spec_fixture.json")
 # The generated case: synth is deterministic for a seed; no python_function
 # frames (TraceLens's kernel tables refuse traces with a Python stack).
@@ -85,6 +85,12 @@ def model_ops(work: str) -> str:
 GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops}
 
 
+def trace_of(case: str, work: str) -> str:
+    """A case's trace (a spec case's: its base case's), made in ``work`` when it is a generated one."""
+    base = SPEC_CASES.get(case, case)
+    return GENERATED[base](work) if CASES[base] is None else os.path.join(TRACES, CASES[base])
+
+
 def run_case(report: str, trace: str, dest: str, extra: tuple = ()) -> list[str]:
     """TraceLens's CSVs for ``trace``, gzipped into ``dest``; their stems."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,13 +120,8 @@ def main() -> None:
             out.write(text + "\n")
     with tempfile.TemporaryDirectory() as work:
         for case in args.cases:
-            if case in SPEC_CASES:
-                stems = run_case(args.tracelens, os.path.join(TRACES, SPEC_CASES[case]), os.path.join(OUT, case),
-                                 ("--gpu_arch_json_path", SPEC))
-                print(f"{case}: {', '.join(stems)}")
-                continue
-            trace = GENERATED[case](work) if CASES[case] is None else os.path.join(TRACES, CASES[case])
-            stems = run_case(args.tracelens, trace, os.path.join(OUT, case))
+            extra = ("--gpu_arch_json_path", SPEC) if case in SPEC_CASES else ()
+            stems = run_case(args.tracelens, trace_of(case, work), os.path.join(OUT, case), extra)
             print(f"{case}: {', '.join(stems)}")
 
 

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, TRACES
-from tracelens_perf_reference import CASES, GENERATED, SPEC, SPEC_CASES
+from tracelens_perf_reference import CASES, SPEC, SPEC_CASES, trace_of
 
 from streamtrace.algo import opsheets, optree, perfmodel
 from streamtrace.algo import perfmodels_attention as attention
@@ -35,11 +35,7 @@ NOT_YET = {("b200_eager", "unified_perf_summary"): "no model here yet for triton
 
 
 def _trace(case: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if case in SPEC_CASES:
-        return str(TRACES / SPEC_CASES[case])
-    if CASES[case] is not None:
-        return str(TRACES / CASES[case])
-    return GENERATED[case](str(tmp_path_factory.mktemp(case)))
+    return trace_of(case, str(tmp_path_factory.mktemp(case)))
 
 
 def _reference(case: str, stem: str) -> list[str] | None:
