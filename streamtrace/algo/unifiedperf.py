@@ -242,12 +242,14 @@ class _Unified:
         if self.op_has_model(h):
             collected.append(h)
             return
-        if self.sole_backward(int(self.tree.parent[h])) is not None or self._owns_model_below(h):
-            if self._owns_model_below(h):
-                for child in self.children(h):
-                    self._visit(child, collected, visited)
-            else:
-                collected.append(h)
+        sole = self.sole_backward(int(self.tree.parent[h])) is not None
+        owns = self._owns_model_below(h)
+        if owns:  # (a backward op computed through its forward op yields to a modelled op below it)
+            for child in self.children(h):
+                self._visit(child, collected, visited)
+            return
+        if sole:
+            collected.append(h)
             return
         if self._launches_directly(h):
             modelled = [c for c in self.children(h) if self.is_cpu_op(c) and self.op_has_model(c) and self.has_gpu[c]]
@@ -270,12 +272,9 @@ class _Unified:
             held[self.gpu(h)] = True
         by_call: dict[int, list[int]] = {}
         with_cpu_op: list[tuple[int, int]] = []
-        for g in range(len(f.g_ts)):
-            if held[g] or tree.communication[f.g_name[g]]:
-                continue
-            call = int(f.g_parent[g])
-            if call == optree.NO_PARENT:
-                continue
+        communication = np.array(tree.communication + [False])[f.g_name]
+        left = np.flatnonzero(~held & ~communication & (f.g_parent != optree.NO_PARENT))
+        for g, call in zip(left.tolist(), f.g_parent[left].tolist()):
             cpu_op = tree.cpu_op_above(call)
             if cpu_op == optree.NO_PARENT:
                 by_call.setdefault(call, []).append(g)
