@@ -1,6 +1,7 @@
 """A small hand-built Kineto trace of a training step whose ops carry their
 shapes: attention (``aten::_scaled_dot_product_flash_attention`` and
-``_efficient_attention``), convolution, batch, layer, group and RMS norm,
+``_efficient_attention``, flash-attn's ``flash_attn::_flash_attn_forward``
+under ``FlashAttnFunc``), convolution, batch, layer, group and RMS norm,
 each forward op linked by its autograd sequence number to the backward op
 that runs on the autograd thread.  None of the shared real traces has these
 ops with ``record_shapes`` on; TraceLens's performance-model sheets for them
@@ -31,6 +32,12 @@ FLASH_BWD_CONVERT = ("void pytorch_flash::flash_bwd_convert_dq_kernel<Flash_bwd_
                      ">(pytorch_flash::Flash_bwd_params)")
 EFFICIENT_FWD = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t, " \
     "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)"
+FA_FWD = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t, "
+          "Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, false, true, false, "
+          "false>(flash::Flash_fwd_params)")
+FA_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8, 4, 4, 4, "
+          "false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 8, cutlass::bfloat16_t> >, false, true, "
+          "false, false, false, true, false, false>(flash::Flash_bwd_params)")
 CONV_FWD = "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, true, true>(int, int, int, " \
     "float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, int, " \
     "float const*, float const*, bool, int, int)"
@@ -95,6 +102,21 @@ def efficient_attention(batch: int, heads: int, length: int, dim: int) -> list[t
     q = [batch, heads, length, dim]
     return [_tensor(q, BF16), _tensor(q, BF16), _tensor(q, BF16), NONE, _scalar("True"), _scalar("0."),
             _scalar("False"), NONE]
+
+
+def flash_attn(batch: int, length: int, heads: int, dim: int) -> list[tuple]:
+    """flash-attn 2's ``_flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, ...)``, q/k/v [B, N, H, d]."""
+    q = [batch, length, heads, dim]
+    return [_tensor(q, BF16), _tensor(q, BF16), _tensor(q, BF16), _scalar("0."), _scalar("0.125"), _scalar("True"),
+            _scalar("-1"), _scalar("-1"), _scalar("0."), NONE, _scalar("False")]
+
+
+def flash_attn_backward(batch: int, length: int, heads: int, dim: int) -> list[tuple]:
+    """``_flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal, ...)``."""
+    q = [batch, length, heads, dim]
+    return [*[_tensor(q, BF16)] * 5, _tensor([batch, heads, length], F32), *[_tensor(q, BF16)] * 3, _scalar("0."),
+            _scalar("0.125"), _scalar("True"), _scalar("-1"), _scalar("-1"), _scalar("0."), NONE, _scalar("False"),
+            _tensor([2], "long int")]
 
 
 def convolution(x: list[int], w: list[int], stride: int, padding: int, bias: bool) -> list[tuple]:
@@ -268,6 +290,9 @@ def build() -> dict:
             ([("aten::scaled_dot_product_attention", [*efficient[:3], NONE, _scalar("0."), _scalar("False"), NONE,
                                                        _scalar("False")])],
              "aten::_scaled_dot_product_efficient_attention", efficient, [(EFFICIENT_FWD, 21.0)], None),
+            ([("FlashAttnFunc", None)], "flash_attn::_flash_attn_forward", flash_attn(2, length, 8, 64),
+             [(FA_FWD, 27.0 + length / 32)], ("FlashAttnFuncBackward", "flash_attn::_flash_attn_backward",
+                                              flash_attn_backward(2, length, 8, 64), [(FA_BWD, 61.5)])),
         ]
         if step == 1:  # odd shapes: TraceLens's models fail on these and it leaves them out of its sheets
             odd_conv = convolution(batch_x, conv_w, 1, 1, False)

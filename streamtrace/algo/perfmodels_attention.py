@@ -1,18 +1,25 @@
 """TraceLens's attention models (``SDPA``) for PyTorch's fused attention ops
 ``aten::_scaled_dot_product_flash_attention``, ``_efficient_attention`` and
-``_cudnn_attention``: batch, heads, lengths and head dims from the query,
-key and value shapes ([B, H, N, d]), dropout and causality from the
-concrete inputs.
+``_cudnn_attention`` (query, key and value shapes [B, H, N, d]) and
+flash-attn's ``FlashAttnFunc``, ``flash_attn::_flash_attn_forward`` and
+``_flash_attn_backward`` ([B, N, H, d]; the backward op's tensors after the
+output gradient): batch, heads, lengths and head dims from the shapes,
+dropout and causality from the concrete inputs.
 
 Forward FLOPs: 2·B·H_Q·N_Q·N_KV·(d_qk + d_v), halved when causal.  Backward
 FLOPs: the four matrix products of the gradients (plus the QK recompute of
 a flash kernel and the GQA head reductions), halved when causal.  Bytes: Q,
 K, V read and O written (backward: Q, K, V, dO read, dQ, dK, dV written),
-*accident kept:* at 2 bytes an element whatever the dtype.
+*accident kept:* at 2 bytes an element whatever the dtype (but flash-attn's
+backward op at its dtype's size).  *Accident kept:* flash-attn's backward op
+reads its dropout and causality two places off (``dv`` and
+``softmax_scale``), so a scale counts as causal.
 """
 from __future__ import annotations
 
-from .perfmodel import compute_spec
+import ast
+
+from .perfmodel import compute_spec, size_of
 
 BYTES_PER_ELEMENT = 2  # (TraceLens's default, the op's dtype unread)
 # op name -> (index of dropout_p among the concrete inputs, flash kernel: recomputes QK^T in backward)
@@ -33,21 +40,44 @@ def _optional_float(value: object) -> float:
         return 0.0
 
 
-def sdpa_params(name: str, args: dict) -> dict:
-    """The parameters of an attention op (raises on shapes that disagree, as TraceLens does)."""
-    dropout_at, flash = SDPA_OPS[name]
-    dims, concrete = args["Input Dims"], args["Concrete Inputs"]
+def _shapes(dims: list, first: int, order: tuple[int, int, int, int]) -> dict:
+    """B, N, H, d of the query, key and value (inputs ``first`` on; ``order``: where B, H, N, d sit)."""
     (batch_q, heads_q, length_q, dim_q), (batch_k, heads_k, length_k, dim_k), (batch_v, heads_v, length_v, dim_v) = (
-        tuple(dims[i][j] for j in range(4)) for i in range(3))
+        tuple(dims[first + i][j] for j in order) for i in range(3))
     if batch_q != batch_k or batch_q != batch_v:
         raise ValueError("batch sizes differ")
     if heads_k != heads_v or length_k != length_v or dim_q != dim_k:
         raise ValueError("key and value shapes differ")
+    return {"B": batch_q, "N_Q": length_q, "H_Q": heads_q, "N_KV": length_k, "H_KV": heads_k, "d_h_qk": dim_q,
+            "d_h_v": dim_v}
+
+
+def sdpa_params(name: str, args: dict) -> dict:
+    """The parameters of a PyTorch attention op (raises on shapes that disagree, as TraceLens does)."""
+    dropout_at, flash = SDPA_OPS[name]
+    concrete = args["Concrete Inputs"]
+    shapes = _shapes(args["Input Dims"], 0, (0, 1, 2, 3))
     causal_text = concrete[dropout_at + 1]
     causal = causal_text.lower() == "true" if causal_text not in ("", "None") else False
-    return {"B": batch_q, "N_Q": length_q, "H_Q": heads_q, "N_KV": length_k, "H_KV": heads_k, "d_h_qk": dim_q,
-            "d_h_v": dim_v, "dropout": _optional_float(concrete[dropout_at]), "causal": causal, "flash_impl": flash,
+    return {**shapes, "dropout": _optional_float(concrete[dropout_at]), "causal": causal, "flash_impl": flash,
             "dtype_A_B": tuple(args["Input type"][:2])}
+
+
+def flash_attn_params(name: str, args: dict) -> dict:
+    """The parameters of a flash-attn op: q, k, v [B, N, H, d] (after ``dout`` in the backward op)."""
+    first = 1 if name == FLASH_BACKWARD else 0
+    shapes = _shapes(args["Input Dims"], first, (0, 2, 1, 3))
+    strides = args["Input Strides"]
+    q_stride, k_stride, v_stride = (tuple(strides[first + i]) for i in range(3))
+    if name == FLASH_BACKWARD:
+        concrete = args.get("Concrete Inputs", [])
+        dropout = float(concrete[8]) if len(concrete) > 8 and concrete[8] else 0.0
+        causal = ast.literal_eval(concrete[10]) if len(concrete) > 10 and concrete[10] else True
+    else:
+        dropout = float(args["Concrete Inputs"][3])
+        causal = ast.literal_eval(args["Concrete Inputs"][5])
+    return {**shapes, "q_stride": q_stride, "k_stride": k_stride, "v_stride": v_stride, "dropout": dropout,
+            "causal": causal, "flash_impl": True, "dtype_A_B": tuple(args["Input type"][:2])}
 
 
 def _causal(total: int, params: dict) -> int | float:
@@ -79,29 +109,36 @@ def sdpa_flops_backward(p: dict) -> int | float:
     return _causal(total, p)
 
 
-def sdpa_bytes_backward(p: dict) -> int:
+def sdpa_bytes_backward(p: dict, size: int | None = BYTES_PER_ELEMENT) -> int:
     b, n_q, h_q, n_kv, h_kv, d_qk, d_v = (p[k] for k in ("B", "N_Q", "H_Q", "N_KV", "H_KV", "d_h_qk", "d_h_v"))
     reads = b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v + b * n_q * h_q * d_v
     writes = b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v
-    return (reads + writes) * BYTES_PER_ELEMENT
+    return (reads + writes) * size  # (no size: TypeError, the op's model fails, as TraceLens's)
+
+
+FLASH_BACKWARD = "flash_attn::_flash_attn_backward"
+PARAMS = {**dict.fromkeys(SDPA_OPS, sdpa_params),
+          **dict.fromkeys(("FlashAttnFunc", "flash_attn::_flash_attn_forward", FLASH_BACKWARD), flash_attn_params)}
 
 
 def sdpa(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, int, str]:
-    params = sdpa_params(name, args)
+    params = PARAMS[name](name, args)
+    if name == FLASH_BACKWARD:  # (a backward op TraceLens models as a forward one, its row in SDPA_fwd)
+        return params, sdpa_flops_backward(params), sdpa_bytes_backward(params, size_of(params["dtype_A_B"][0])), \
+            compute_spec(params)
     return params, sdpa_flops(params), sdpa_bytes(params), compute_spec(params)
 
 
 def sdpa_backward(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, int, str]:
-    """The forward op's row in the ``SDPA_bwd`` sheet: its backward FLOPs and bytes."""
-    params = sdpa_params(name, args)
+    """The forward op's row in the ``SDPA_bwd`` sheet: its backward FLOPs and bytes (at 2 bytes)."""
+    params = PARAMS[name](name, args)
     return params, sdpa_flops_backward(params), sdpa_bytes_backward(params), compute_spec(params)
 
 
-MODELS = dict.fromkeys(SDPA_OPS, sdpa)
-BACKWARD_MODELS = dict.fromkeys(SDPA_OPS, sdpa_backward)
-# the sheet's other ops (flash-attn, aiter, Evoformer: no model here yet)
-SHEET_OPS_BEYOND_MODELS = ("EvoformerAttention", "FlashAttnFunc", "aiter::_flash_attn_backward",
-                           "aiter::_flash_attn_forward", "aiter::fmha_v3_fwd", "aiter::mha_bwd", "aiter::mha_fwd",
-                           "aiter::wrapper_fmha_v3_bwd", "aiter::wrapper_fmha_v3_fwd", "flash_attn::_flash_attn_backward",
-                           "flash_attn::_flash_attn_forward", "flash_attn::_flash_attn_varlen_backward",
+MODELS = dict.fromkeys(PARAMS, sdpa)
+BACKWARD_MODELS = dict.fromkeys(PARAMS, sdpa_backward)
+# the sheet's other ops (varlen flash-attn, aiter, Evoformer: no model here yet)
+SHEET_OPS_BEYOND_MODELS = ("EvoformerAttention", "aiter::_flash_attn_backward", "aiter::_flash_attn_forward",
+                           "aiter::fmha_v3_fwd", "aiter::mha_bwd", "aiter::mha_fwd", "aiter::wrapper_fmha_v3_bwd",
+                           "aiter::wrapper_fmha_v3_fwd", "flash_attn::_flash_attn_varlen_backward",
                            "flash_attn::_flash_attn_varlen_forward", "flash_attn_3::fwd")
