@@ -1,11 +1,13 @@
 """A small hand-built Kineto trace of a training step whose ops carry their
 shapes: attention (``aten::_scaled_dot_product_flash_attention`` and
 ``_efficient_attention``, flash-attn's ``flash_attn::_flash_attn_forward``
-under ``FlashAttnFunc``), convolution, batch, layer, group and RMS norm,
+under ``FlashAttnFunc``), an fp8 ``aten::_scaled_mm``, convolution, batch,
+layer, group and RMS norm,
 each forward op linked by its autograd sequence number to the backward op
 that runs on the autograd thread.  None of the shared real traces has these
 ops with ``record_shapes`` on; TraceLens's performance-model sheets for them
-(``SDPA_fwd``, ``SDPA_bwd``, ``CONV_fwd``, ``CONV_bwd``, ``Normalization``)
+(``SDPA_fwd``, ``SDPA_bwd``, ``CONV_fwd``, ``CONV_bwd``, ``Normalization``,
+``GEMM``)
 are made from this one (scripts/tracelens_perf_reference.py), and the tests
 compare analyze --ops with them.
 
@@ -38,6 +40,8 @@ FA_FWD = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4,
 FA_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8, 4, 4, 4, "
           "false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 8, cutlass::bfloat16_t> >, false, true, "
           "false, false, false, true, false, false>(flash::Flash_bwd_params)")
+FP8 = "c10::Float8_e4m3fn"
+SCALED_MM = "nvjet_qqtst_128x128_128x6_1x1_h_bz_coopA_TNT"
 CONV_FWD = "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, true, true>(int, int, int, " \
     "float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, int, " \
     "float const*, float const*, bool, int, int)"
@@ -117,6 +121,12 @@ def flash_attn_backward(batch: int, length: int, heads: int, dim: int) -> list[t
     return [*[_tensor(q, BF16)] * 5, _tensor([batch, heads, length], F32), *[_tensor(q, BF16)] * 3, _scalar("0."),
             _scalar("0.125"), _scalar("True"), _scalar("-1"), _scalar("-1"), _scalar("0."), NONE, _scalar("False"),
             _tensor([2], "long int")]
+
+
+def scaled_mm(m: int, k: int, n: int) -> list[tuple]:
+    """``_scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)``, B column-major."""
+    return [_tensor([m, k], FP8), ([k, n], FP8, [1, k], ""), _tensor([], F32), _tensor([], F32), NONE, NONE,
+            _scalar("15"), _scalar("False")]
 
 
 def convolution(x: list[int], w: list[int], stride: int, padding: int, bias: bool) -> list[tuple]:
@@ -290,6 +300,7 @@ def build() -> dict:
             ([("aten::scaled_dot_product_attention", [*efficient[:3], NONE, _scalar("0."), _scalar("False"), NONE,
                                                        _scalar("False")])],
              "aten::_scaled_dot_product_efficient_attention", efficient, [(EFFICIENT_FWD, 21.0)], None),
+            ([], "aten::_scaled_mm", scaled_mm(4 * length, 256, 512), [(SCALED_MM, 9.25)], None),
             ([("FlashAttnFunc", None)], "flash_attn::_flash_attn_forward", flash_attn(2, length, 8, 64),
              [(FA_FWD, 27.0 + length / 32)], ("FlashAttnFuncBackward", "flash_attn::_flash_attn_backward",
                                               flash_attn_backward(2, length, 8, 64), [(FA_BWD, 61.5)])),

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_norm
+from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_gemm, perfmodels_norm
 from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
@@ -31,7 +31,8 @@ from .opstables import (
 
 # sheet -> op name -> model (see perfmodel.Model), and the backward models of the split sheets
 MODELS: dict[str, dict[str, perfmodel.Model]] = {
-    **perfmodel.MODELS, "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
+    **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
+    "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
     "Normalization": perfmodels_norm.MODELS}
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {**perfmodels_attention.BACKWARD_MODELS,
                                                **perfmodels_conv.BACKWARD_MODELS}

@@ -65,10 +65,10 @@ def gemm_params(name: str, args: dict, kernels: list[str]) -> dict:
     params = {"B": batch} if batched else {}
     params.update({"M": m, "N": n, "K": k, "bias": first == 1, "stride_A": stride_a, "stride_B": stride_b,
                    "dtype_A_B": dtypes})
-    return _gemm_common(params, kernels)
+    return gemm_common(params, kernels)
 
 
-def _gemm_common(params: dict, kernels: list[str]) -> dict:
+def gemm_common(params: dict, kernels: list[str]) -> dict:
     """What TraceLens's GEMM base adds to every model's parameters: a batch
     of 1 when none, the transpose flags of the first kernel name telling them."""
     params.setdefault("B", 1)
@@ -119,7 +119,7 @@ def vllm_unquantized_gemm(name: str, args: dict, kernels: list[str]) -> tuple[di
     else the weight's does."""
     dims, types = args["Input Dims"], args["Input type"]
     bias = len(dims) > 2 and len(dims[2]) > 0
-    params = _gemm_common({"M": dims[0][0], "N": dims[1][0], "K": dims[0][1], "bias": bias,
+    params = gemm_common({"M": dims[0][0], "N": dims[1][0], "K": dims[0][1], "bias": bias,
                            "dtype_A_B": (types[0], types[1], types[2] if len(types) > 2 else "")}, kernels)
     m, n, k = params["M"], params["N"], params["K"]
     size_a, size_b = size_of(types[0]), size_of(types[1])
