@@ -1,7 +1,8 @@
 """A small hand-built Kineto trace of a training step whose ops carry their
 shapes: attention (``aten::_scaled_dot_product_flash_attention`` and
 ``_efficient_attention``, flash-attn's ``flash_attn::_flash_attn_forward``
-under ``FlashAttnFunc``), an fp8 ``aten::_scaled_mm``, convolution, batch,
+under ``FlashAttnFunc`` and its packed ``_varlen_`` form), an fp8
+``aten::_scaled_mm``, convolution, batch,
 layer, group and RMS norm,
 each forward op linked by its autograd sequence number to the backward op
 that runs on the autograd thread.  None of the shared real traces has these
@@ -127,6 +128,25 @@ def scaled_mm(m: int, k: int, n: int) -> list[tuple]:
     """``_scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)``, B column-major."""
     return [_tensor([m, k], FP8), ([k, n], FP8, [1, k], ""), _tensor([], F32), _tensor([], F32), NONE, NONE,
             _scalar("15"), _scalar("False")]
+
+
+def flash_attn_varlen(tokens: int, sequences: int, longest: int, heads: int, dim: int) -> list[tuple]:
+    """``_flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+    softmax_scale, causal, ...)``, q/k/v [T, H, d]."""
+    q = [tokens, heads, dim]
+    return [_tensor(q, BF16), _tensor(q, BF16), _tensor(q, BF16), _tensor([sequences + 1], "int"),
+            _tensor([sequences + 1], "int"), _scalar(str(longest)), _scalar(str(longest)), _scalar("0."),
+            _scalar("0.125"), _scalar("True"), _scalar("-1"), _scalar("-1"), _scalar("0."), NONE, _scalar("False")]
+
+
+def flash_attn_varlen_backward(tokens: int, sequences: int, longest: int, heads: int, dim: int) -> list[tuple]:
+    """``_flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, ...)``."""
+    q = [tokens, heads, dim]
+    return [*[_tensor(q, BF16)] * 5, _tensor([heads, tokens], F32), *[_tensor(q, BF16)] * 3,
+            _tensor([sequences + 1], "int"), _tensor([sequences + 1], "int"), _scalar(str(longest)),
+            _scalar(str(longest)), _scalar("0."), _scalar("0.125"), _scalar("True"), _scalar("-1"), _scalar("-1"),
+            _scalar("0."), NONE, _scalar("False"), _tensor([2], "long int")]
 
 
 def convolution(x: list[int], w: list[int], stride: int, padding: int, bias: bool) -> list[tuple]:
@@ -301,6 +321,10 @@ def build() -> dict:
                                                        _scalar("False")])],
              "aten::_scaled_dot_product_efficient_attention", efficient, [(EFFICIENT_FWD, 21.0)], None),
             ([], "aten::_scaled_mm", scaled_mm(4 * length, 256, 512), [(SCALED_MM, 9.25)], None),
+            ([("FlashAttnVarlenFunc", None)], "flash_attn::_flash_attn_varlen_forward",
+             flash_attn_varlen(length + 172, 3, length, 8, 64), [(FA_FWD, 33.5)],
+             ("FlashAttnVarlenFuncBackward", "flash_attn::_flash_attn_varlen_backward",
+              flash_attn_varlen_backward(length + 172, 3, length, 8, 64), [(FA_BWD, 70.25)])),
             ([("FlashAttnFunc", None)], "flash_attn::_flash_attn_forward", flash_attn(2, length, 8, 64),
              [(FA_FWD, 27.0 + length / 32)], ("FlashAttnFuncBackward", "flash_attn::_flash_attn_backward",
                                               flash_attn_backward(2, length, 8, 64), [(FA_BWD, 61.5)])),

@@ -224,9 +224,14 @@ def group_means(groups, values: list[float]) -> list[object]:
     return [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
 
 
-def _param_text(value: object) -> object:
-    """A parameter as pandas 3's ``astype(str)`` writes it (missing stays missing)."""
-    return NA if value is None else str(value)
+def _param_texts(values: list) -> list:
+    """A parameter column as pandas 3's ``astype(str)`` writes it (missing
+    stays missing): numbers in a column with a missing value or a float are
+    a float column (``3`` written ``3.0``)."""
+    present = [value for value in values if value is not None]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+    floats = numbers and bool(present) and (len(present) < len(values) or any(isinstance(v, float) for v in present))
+    return [NA if value is None else str(float(value)) if floats else str(value) for value in values]
 
 
 def _summarize(tree: OpTree, rows: list[dict]) -> Table:
@@ -234,7 +239,8 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     param_names: list[str] = []
     for row in rows:
         param_names += [key for key in row["params"] if key not in param_names]
-    keys = [(row["name"], *(_param_text(row["params"].get(p)) for p in param_names)) for row in rows]
+    columns = [_param_texts([row["params"].get(p) for row in rows]) for p in param_names]
+    keys = [(row["name"], *(column[i] for column in columns)) for i, row in enumerate(rows)]
     groups = grouped(keys)
     members: list[list[int]] = [[] for _ in groups.keys]
     for i, code in enumerate(groups.codes.tolist()):

@@ -18,6 +18,7 @@ reads its dropout and causality two places off (``dv`` and
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from .perfmodel import compute_spec, size_of
 
@@ -88,6 +89,38 @@ def _causal(total: int, params: dict) -> int | float:
     return total / 2
 
 
+VARLEN_FORWARD, VARLEN_BACKWARD = "flash_attn::_flash_attn_varlen_forward", "flash_attn::_flash_attn_varlen_backward"
+
+
+def varlen_params(name: str, args: dict) -> dict:
+    """flash-attn's packed (varlen) ops: q, k, v [T, H, d] (after ``dout`` in the backward op), batch 1,
+    the sequence counts from ``cu_seqlens``, the longest lengths, dropout and causality."""
+    first = 1 if name == VARLEN_BACKWARD else 0
+    dims, concrete = args["Input Dims"], args["Concrete Inputs"]
+    (heads_q, length_q, dim_q), (heads_k, length_k, dim_k), (heads_v, length_v, dim_v) = (
+        tuple(dims[first + i][j] for j in (1, 0, 2)) for i in range(3))
+    if heads_k != heads_v or length_k != length_v or dim_q != dim_k:
+        raise ValueError("key and value shapes differ")
+    strides = args["Input Strides"]
+    q_stride, k_stride, v_stride = (tuple(strides[first + i]) for i in range(3))
+    at = 9 if first else 3  # (cu_seqlens_q)
+    return {"B": 1, "N_Q": length_q, "H_Q": heads_q, "N_KV": length_k, "H_KV": heads_k, "d_h_qk": dim_q,
+            "d_h_v": dim_v, "q_stride": q_stride, "k_stride": k_stride, "v_stride": v_stride,
+            "dropout": float(concrete[at + 4]), "causal": ast.literal_eval(concrete[at + 6]), "flash_impl": True,
+            "dtype_A_B": tuple(args["Input type"][:2]), "num_seqs_q": dims[at][0] - 1, "num_seqs_kv": dims[at + 1][0] - 1,
+            "max_seqlen_q": float(concrete[at + 2]), "max_seqlen_kv": float(concrete[at + 3])}
+
+
+def varlen_flops(p: dict, flops: Callable[[dict], int | float]) -> int | float:
+    """TraceLens's lower bound for packed sequences: the longest pair, and the others at the mean of the rest."""
+    total = flops({**p, "N_Q": p["max_seqlen_q"], "N_KV": p["max_seqlen_kv"]})
+    if p["num_seqs_q"] > 1:
+        rest = {**p, "N_Q": (p["N_Q"] - p["max_seqlen_q"]) // (p["num_seqs_q"] - 1),
+                "N_KV": (p["N_KV"] - p["max_seqlen_kv"]) // (p["num_seqs_kv"] - 1)}
+        total += (p["num_seqs_q"] - 1) * flops(rest)
+    return total
+
+
 def sdpa_flops(p: dict) -> int | float:
     return _causal(p["B"] * p["H_Q"] * (2 * p["N_Q"] * p["N_KV"] * p["d_h_qk"])
                    + p["B"] * p["H_Q"] * (2 * p["N_Q"] * p["d_h_v"] * p["N_KV"]), p)
@@ -118,7 +151,8 @@ def sdpa_bytes_backward(p: dict, size: int | None = BYTES_PER_ELEMENT) -> int:
 
 FLASH_BACKWARD = "flash_attn::_flash_attn_backward"
 PARAMS = {**dict.fromkeys(SDPA_OPS, sdpa_params),
-          **dict.fromkeys(("FlashAttnFunc", "flash_attn::_flash_attn_forward", FLASH_BACKWARD), flash_attn_params)}
+          **dict.fromkeys(("FlashAttnFunc", "flash_attn::_flash_attn_forward", FLASH_BACKWARD), flash_attn_params),
+          **dict.fromkeys((VARLEN_FORWARD, VARLEN_BACKWARD), varlen_params)}
 
 
 def sdpa(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, int, str]:
@@ -126,6 +160,10 @@ def sdpa(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, 
     if name == FLASH_BACKWARD:  # (a backward op TraceLens models as a forward one, its row in SDPA_fwd)
         return params, sdpa_flops_backward(params), sdpa_bytes_backward(params, size_of(params["dtype_A_B"][0])), \
             compute_spec(params)
+    if name == VARLEN_BACKWARD:  # (the same, its row moved to SDPA_bwd)
+        return params, varlen_flops(params, sdpa_flops_backward), sdpa_bytes_backward(params), compute_spec(params)
+    if name == VARLEN_FORWARD:
+        return params, varlen_flops(params, sdpa_flops), sdpa_bytes(params), compute_spec(params)
     return params, sdpa_flops(params), sdpa_bytes(params), compute_spec(params)
 
 
@@ -137,8 +175,7 @@ def sdpa_backward(name: str, args: dict, kernels: list[str]) -> tuple[dict, int 
 
 MODELS = dict.fromkeys(PARAMS, sdpa)
 BACKWARD_MODELS = dict.fromkeys(PARAMS, sdpa_backward)
-# the sheet's other ops (varlen flash-attn, aiter, Evoformer: no model here yet)
+# the sheet's other ops (aiter's, flash-attn 3's, Evoformer: no model here yet)
 SHEET_OPS_BEYOND_MODELS = ("EvoformerAttention", "aiter::_flash_attn_backward", "aiter::_flash_attn_forward",
                            "aiter::fmha_v3_fwd", "aiter::mha_bwd", "aiter::mha_fwd", "aiter::wrapper_fmha_v3_bwd",
-                           "aiter::wrapper_fmha_v3_fwd", "flash_attn::_flash_attn_varlen_backward",
-                           "flash_attn::_flash_attn_varlen_forward", "flash_attn_3::fwd")
+                           "aiter::wrapper_fmha_v3_fwd", "flash_attn_3::fwd")
