@@ -1,7 +1,8 @@
 """A small hand-built Kineto trace of a training step whose ops carry their
 shapes: attention (``aten::_scaled_dot_product_flash_attention`` and
 ``_efficient_attention``, flash-attn's ``flash_attn::_flash_attn_forward``
-under ``FlashAttnFunc`` and its packed ``_varlen_`` form), an fp8
+under ``FlashAttnFunc`` and its packed ``_varlen_`` form, aiter's and
+flash-attn 3's ops), an fp8
 ``aten::_scaled_mm``, convolution, batch,
 layer, group and RMS norm,
 each forward op linked by its autograd sequence number to the backward op
@@ -41,6 +42,8 @@ FA_FWD = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4,
 FA_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8, 4, 4, 4, "
           "false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 8, cutlass::bfloat16_t> >, false, true, "
           "false, false, false, true, false, false>(flash::Flash_bwd_params)")
+AITER_FWD = "_ZN5aiter25fmha_fwd_hd128_bf16_causalE"
+AITER_BWD = "_ZN5aiter25fmha_bwd_hd128_bf16_causal_a32E"
 FP8 = "c10::Float8_e4m3fn"
 SCALED_MM = "nvjet_qqtst_128x128_128x6_1x1_h_bz_coopA_TNT"
 CONV_FWD = "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, true, true>(int, int, int, " \
@@ -147,6 +150,17 @@ def flash_attn_varlen_backward(tokens: int, sequences: int, longest: int, heads:
             _tensor([sequences + 1], "int"), _tensor([sequences + 1], "int"), _scalar(str(longest)),
             _scalar(str(longest)), _scalar("0."), _scalar("0.125"), _scalar("True"), _scalar("-1"), _scalar("-1"),
             _scalar("0."), NONE, _scalar("False"), _tensor([2], "long int")]
+
+
+def aiter_attention(length: int, first: int, dropout_at: int | None, causal_at: int, count: int) -> list[tuple]:
+    """aiter's (and flash-attn 3's) attention ops: ``count`` inputs, q/k/v [B, N, H, d] from ``first`` on
+    (tensors before them shaped alike), dropout_p and is_causal where each op's signature has them."""
+    q = [2, length, 8, 128]
+    args = [_tensor(q, BF16) if at < first + 3 else _scalar("") for at in range(count)]
+    if dropout_at is not None:
+        args[dropout_at] = _scalar("0.0")
+    args[causal_at] = _scalar("True")
+    return args
 
 
 def convolution(x: list[int], w: list[int], stride: int, padding: int, bias: bool) -> list[tuple]:
@@ -321,6 +335,12 @@ def build() -> dict:
                                                        _scalar("False")])],
              "aten::_scaled_dot_product_efficient_attention", efficient, [(EFFICIENT_FWD, 21.0)], None),
             ([], "aten::_scaled_mm", scaled_mm(4 * length, 256, 512), [(SCALED_MM, 9.25)], None),
+            ([("FlashAttnFunc", None), ("aiter::_flash_attn_forward", aiter_attention(length, 0, 3, 5, 12))],
+             "aiter::mha_fwd", aiter_attention(length, 0, 3, 5, 14), [(AITER_FWD, 24.0)],
+             ("FlashAttnFuncBackward", "aiter::mha_bwd", aiter_attention(length, 1, 6, 8, 16), [(AITER_BWD, 55.0)])),
+            *[([], name, aiter_attention(length, *layout), [(AITER_FWD, 20.5)], None) for name, layout in (
+                ("aiter::_flash_attn_backward", (0, 10, 12, 18)), ("aiter::wrapper_fmha_v3_fwd", (1, 4, 6, 12)),
+                ("aiter::wrapper_fmha_v3_bwd", (1, 7, 9, 16)), ("flash_attn_3::fwd", (0, None, 24, 30)))],
             ([("FlashAttnVarlenFunc", None)], "flash_attn::_flash_attn_varlen_forward",
              flash_attn_varlen(length + 172, 3, length, 8, 64), [(FA_FWD, 33.5)],
              ("FlashAttnVarlenFuncBackward", "flash_attn::_flash_attn_varlen_backward",

@@ -121,6 +121,27 @@ def varlen_flops(p: dict, flops: Callable[[dict], int | float]) -> int | float:
     return total
 
 
+# aiter's and flash-attn 3's ops: name -> (index of q, of dropout_p (None: 0.0), of is_causal, a backward op)
+AITER_OPS = {
+    "aiter::_flash_attn_forward": (0, 3, 5, False), "aiter::_flash_attn_backward": (0, 10, 12, True),
+    "aiter::mha_fwd": (0, 3, 5, False), "aiter::fmha_v3_fwd": (0, 3, 5, False), "aiter::mha_bwd": (1, 6, 8, True),
+    "aiter::wrapper_fmha_v3_fwd": (1, 4, 6, False), "aiter::wrapper_fmha_v3_bwd": (1, 7, 9, True),
+    "flash_attn_3::fwd": (0, None, 24, False),
+}
+
+
+def aiter_params(name: str, args: dict) -> dict:
+    """aiter's attention ops (and flash-attn 3's): q, k, v [B, N, H, d] from input ``first`` on, no dtype read
+    (*accident kept:* ``aiter::_flash_attn_backward``'s q, k, v are read from its first three inputs)."""
+    first, dropout_at, causal_at, _ = AITER_OPS[name]
+    concrete = args["Concrete Inputs"]
+    shapes = _shapes(args["Input Dims"], first, (0, 2, 1, 3))
+    causal_text = concrete[causal_at]
+    causal = causal_text.lower() == "true" if causal_text not in ("", "None") else False
+    return {**shapes, "dropout": 0.0 if dropout_at is None else _optional_float(concrete[dropout_at]),
+            "causal": causal, "flash_impl": True}
+
+
 def sdpa_flops(p: dict) -> int | float:
     return _causal(p["B"] * p["H_Q"] * (2 * p["N_Q"] * p["N_KV"] * p["d_h_qk"])
                    + p["B"] * p["H_Q"] * (2 * p["N_Q"] * p["d_h_v"] * p["N_KV"]), p)
@@ -152,30 +173,35 @@ def sdpa_bytes_backward(p: dict, size: int | None = BYTES_PER_ELEMENT) -> int:
 FLASH_BACKWARD = "flash_attn::_flash_attn_backward"
 PARAMS = {**dict.fromkeys(SDPA_OPS, sdpa_params),
           **dict.fromkeys(("FlashAttnFunc", "flash_attn::_flash_attn_forward", FLASH_BACKWARD), flash_attn_params),
-          **dict.fromkeys((VARLEN_FORWARD, VARLEN_BACKWARD), varlen_params)}
+          **dict.fromkeys((VARLEN_FORWARD, VARLEN_BACKWARD), varlen_params), **dict.fromkeys(AITER_OPS, aiter_params)}
+
+
+def _spec(params: dict) -> str:
+    """``matrix_<precision>``; empty for the ops whose parameters hold no dtype (aiter's)."""
+    return compute_spec(params) if "dtype_A_B" in params else ""
 
 
 def sdpa(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, int, str]:
     params = PARAMS[name](name, args)
     if name == FLASH_BACKWARD:  # (a backward op TraceLens models as a forward one, its row in SDPA_fwd)
         return params, sdpa_flops_backward(params), sdpa_bytes_backward(params, size_of(params["dtype_A_B"][0])), \
-            compute_spec(params)
+            _spec(params)
     if name == VARLEN_BACKWARD:  # (the same, its row moved to SDPA_bwd)
-        return params, varlen_flops(params, sdpa_flops_backward), sdpa_bytes_backward(params), compute_spec(params)
+        return params, varlen_flops(params, sdpa_flops_backward), sdpa_bytes_backward(params), _spec(params)
     if name == VARLEN_FORWARD:
-        return params, varlen_flops(params, sdpa_flops), sdpa_bytes(params), compute_spec(params)
-    return params, sdpa_flops(params), sdpa_bytes(params), compute_spec(params)
+        return params, varlen_flops(params, sdpa_flops), sdpa_bytes(params), _spec(params)
+    if name in AITER_OPS and AITER_OPS[name][3]:  # (aiter's backward ops: as flash-attn's, at 2 bytes)
+        return params, sdpa_flops_backward(params), sdpa_bytes_backward(params), _spec(params)
+    return params, sdpa_flops(params), sdpa_bytes(params), _spec(params)
 
 
 def sdpa_backward(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, int, str]:
     """The forward op's row in the ``SDPA_bwd`` sheet: its backward FLOPs and bytes (at 2 bytes)."""
     params = PARAMS[name](name, args)
-    return params, sdpa_flops_backward(params), sdpa_bytes_backward(params), compute_spec(params)
+    return params, sdpa_flops_backward(params), sdpa_bytes_backward(params), _spec(params)
 
 
 MODELS = dict.fromkeys(PARAMS, sdpa)
 BACKWARD_MODELS = dict.fromkeys(PARAMS, sdpa_backward)
-# the sheet's other ops (aiter's, flash-attn 3's, Evoformer: no model here yet)
-SHEET_OPS_BEYOND_MODELS = ("EvoformerAttention", "aiter::_flash_attn_backward", "aiter::_flash_attn_forward",
-                           "aiter::fmha_v3_fwd", "aiter::mha_bwd", "aiter::mha_fwd", "aiter::wrapper_fmha_v3_bwd",
-                           "aiter::wrapper_fmha_v3_fwd", "flash_attn_3::fwd")
+# the sheet's other op (DeepSpeed's Evoformer: no model here yet)
+SHEET_OPS_BEYOND_MODELS = ("EvoformerAttention",)
