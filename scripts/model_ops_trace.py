@@ -374,9 +374,38 @@ def build() -> dict:
             "traceEvents": trace.events, "traceName": "model_ops"}
 
 
-def write(path: str) -> str:
+# the modelled ops the odd trace calls with odd arguments
+ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+           "aten::_scaled_dot_product_cudnn_attention", "FlashAttnFunc", "flash_attn::_flash_attn_forward",
+           "flash_attn::_flash_attn_backward", "flash_attn::_flash_attn_varlen_forward",
+           "flash_attn::_flash_attn_varlen_backward", "aiter::mha_fwd", "aiter::mha_bwd", "aiter::_flash_attn_backward",
+           "flash_attn_3::fwd", "aten::convolution", "aten::convolution_backward", "aten::native_batch_norm",
+           "aten::cudnn_batch_norm_backward", "aten::native_batch_norm_backward", "aten::native_layer_norm",
+           "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::native_group_norm_backward",
+           "aten::instance_norm", "aten::native_instance_norm_backward", "aten::_fused_rms_norm",
+           "aten::_fused_rms_norm_backward", "aten::_scaled_mm", "aten::mm", "aten::add", "aten::sum")
+# argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
+ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
+              ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])
+
+
+def build_odd() -> dict:
+    """A trace of the modelled ops called with odd argument lists, each launching one kernel."""
+    trace = Trace()
+    keys = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+    ts = 0.0
+    for number, name in enumerate(ODD_OPS):
+        for first in range(len(ODD_VALUES)):
+            values = [ODD_VALUES[(first + i) % len(ODD_VALUES)] for i in range(len(keys))]
+            trace.wrapped(1, ts, [], name, None, [(f"kernel_{number}", 3.0)])
+            trace.events[-5]["args"].update({key: value for key, value in zip(keys, values) if value is not None})
+            ts += 20.0
+    return {"traceEvents": trace.events}
+
+
+def write(path: str, odd: bool = False) -> str:
     with open(path, "w") as out:
-        json.dump(build(), out)
+        json.dump(build_odd() if odd else build(), out)
     return path
 
 

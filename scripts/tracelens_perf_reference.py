@@ -43,6 +43,7 @@ CASES = {
     "dlrm_worker0": "dlrm_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
     "synth_rank0": None,
     "model_ops": None,
+    "odd_ops": None,
 }
 # cases run again with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
 SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy", "b200_eager_spec": "b200_eager", "model_ops_spec": "model_ops"}
@@ -82,7 +83,12 @@ def model_ops(work: str) -> str:
     return model_ops_trace.write(os.path.join(work, "model_ops.json"))
 
 
-GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops}
+def odd_ops(work: str) -> str:
+    """The hand-built trace of modelled ops called with odd argument lists, made in ``work``."""
+    return model_ops_trace.write(os.path.join(work, "odd_ops.json"), odd=True)
+
+
+GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops, "odd_ops": odd_ops}
 
 
 def trace_of(case: str, work: str) -> str:

@@ -87,7 +87,7 @@ def gemm_flops(params: dict) -> int:
 
 def gemm_bytes(params: dict) -> int | None:
     """Bytes moved, None when the first input's dtype has no known size."""
-    size = BYTES_PER_ELEMENT.get(str(params["dtype_A_B"][0]).lower())
+    size = size_of(params["dtype_A_B"][0])
     if size is None:
         return None
     m, n, k = params["M"], params["N"], params["K"]
@@ -96,7 +96,7 @@ def gemm_bytes(params: dict) -> int | None:
 
 def spec_of(kind: str, dtype: object) -> str:
     """TraceLens's "Compute Spec" (``<matrix|vector>_<precision>``), empty when unknown."""
-    precision = PRECISION.get(str(dtype).lower()) if dtype else None
+    precision = PRECISION.get(dtype.lower()) if dtype else None  # (not text: AttributeError, as TraceLens)
     return f"{kind}_{precision}" if precision else ""
 
 
@@ -105,7 +105,7 @@ def compute_spec(params: dict) -> str:
 
 
 def size_of(dtype: object) -> int | None:
-    return None if dtype is None else BYTES_PER_ELEMENT.get(str(dtype).lower())
+    return None if dtype is None else BYTES_PER_ELEMENT.get(dtype.lower())  # (not text: AttributeError, as TraceLens)
 
 
 def gemm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
