@@ -17,7 +17,10 @@ Some ops are odd on purpose, as profilers and models give them: a
 convolution without concrete inputs, a causal attention with query and key
 lengths that differ, a norm with no shapes at all.
 
-    python scripts/model_ops_trace.py OUT.json
+    python scripts/model_ops_trace.py OUT.json [--odd]
+
+``--odd``: instead, the modelled ops called with odd argument lists (absent,
+strings, nested or empty lists, zeros, lists as dtypes), one kernel each.
 """
 from __future__ import annotations
 
@@ -410,4 +413,4 @@ def write(path: str, odd: bool = False) -> str:
 
 
 if __name__ == "__main__":
-    write(sys.argv[1])
+    write(sys.argv[1], odd="--odd" in sys.argv[2:])
