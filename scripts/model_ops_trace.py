@@ -47,6 +47,7 @@ FA_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_ke
           "false, false, false, true, false, false>(flash::Flash_bwd_params)")
 AITER_FWD = "_ZN5aiter25fmha_fwd_hd128_bf16_causalE"
 AITER_BWD = "_ZN5aiter25fmha_bwd_hd128_bf16_causal_a32E"
+EVOFORMER = "void attention_kernel<cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 64>(AttentionKernel::Params)"
 FP8 = "c10::Float8_e4m3fn"
 SCALED_MM = "nvjet_qqtst_128x128_128x6_1x1_h_bz_coopA_TNT"
 CONV_FWD = "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, true, true>(int, int, int, " \
@@ -164,6 +165,13 @@ def aiter_attention(length: int, first: int, dropout_at: int | None, causal_at: 
         args[dropout_at] = _scalar("0.0")
     args[causal_at] = _scalar("True")
     return args
+
+
+def evoformer(depth: int) -> list[tuple]:
+    """DeepSpeed's ``EvoformerAttention(Q, K, V, res_mask, pair_bias)``, Q/K/V [B, N_seq, N_res, H, d]."""
+    q = [1, depth, 64, 4, 32]
+    return [_tensor(q, BF16), _tensor(q, BF16), _tensor(q, BF16), _tensor([1, depth, 1, 1, 64], BF16),
+            _tensor([1, 1, 4, 64, 64], BF16)]
 
 
 def convolution(x: list[int], w: list[int], stride: int, padding: int, bias: bool) -> list[tuple]:
@@ -344,6 +352,7 @@ def build() -> dict:
             *[([], name, aiter_attention(length, *layout), [(AITER_FWD, 20.5)], None) for name, layout in (
                 ("aiter::_flash_attn_backward", (0, 10, 12, 18)), ("aiter::wrapper_fmha_v3_fwd", (1, 4, 6, 12)),
                 ("aiter::wrapper_fmha_v3_bwd", (1, 7, 9, 16)), ("flash_attn_3::fwd", (0, None, 24, 30)))],
+            ([], "EvoformerAttention", evoformer(length // 32), [(EVOFORMER, 15.75)], None),
             ([("FlashAttnVarlenFunc", None)], "flash_attn::_flash_attn_varlen_forward",
              flash_attn_varlen(length + 172, 3, length, 8, 64), [(FA_FWD, 33.5)],
              ("FlashAttnVarlenFuncBackward", "flash_attn::_flash_attn_varlen_backward",
@@ -382,7 +391,8 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "aten::_scaled_dot_product_cudnn_attention", "FlashAttnFunc", "flash_attn::_flash_attn_forward",
            "flash_attn::_flash_attn_backward", "flash_attn::_flash_attn_varlen_forward",
            "flash_attn::_flash_attn_varlen_backward", "aiter::mha_fwd", "aiter::mha_bwd", "aiter::_flash_attn_backward",
-           "flash_attn_3::fwd", "aten::convolution", "aten::convolution_backward", "aten::native_batch_norm",
+           "flash_attn_3::fwd", "EvoformerAttention", "aten::convolution", "aten::convolution_backward",
+           "aten::native_batch_norm",
            "aten::cudnn_batch_norm_backward", "aten::native_batch_norm_backward", "aten::native_layer_norm",
            "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::native_group_norm_backward",
            "aten::instance_norm", "aten::native_instance_norm_backward", "aten::_fused_rms_norm",

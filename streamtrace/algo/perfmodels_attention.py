@@ -3,7 +3,9 @@
 ``_cudnn_attention`` (query, key and value shapes [B, H, N, d]) and
 flash-attn's ``FlashAttnFunc``, ``flash_attn::_flash_attn_forward`` and
 ``_flash_attn_backward`` ([B, N, H, d]; the backward op's tensors after the
-output gradient): batch, heads, lengths and head dims from the shapes,
+output gradient), its packed (varlen) ops, aiter's and flash-attn 3's ops
+and DeepSpeed's ``EvoformerAttention`` (every op of TraceLens's sheet):
+batch, heads, lengths and head dims from the shapes,
 dropout and causality from the concrete inputs.
 
 Forward FLOPs: 2·B·H_Q·N_Q·N_KV·(d_qk + d_v), halved when causal.  Backward
@@ -142,6 +144,15 @@ def aiter_params(name: str, args: dict) -> dict:
             "causal": causal, "flash_impl": True}
 
 
+def evoformer_params(name: str, args: dict) -> dict:
+    """DeepSpeed's ``EvoformerAttention(Q, K, V, res_mask, pair_bias)``: Q [B, N_seq, N_res, H, d], the MSA
+    depth folded into the batch, attention over the residues, never causal."""
+    batch, depth, residues, heads, dim = args["Input Dims"][0]
+    types = args.get("Input type", [])
+    return {"B": batch * depth, "N_Q": residues, "H_Q": heads, "N_KV": residues, "H_KV": heads, "d_h_qk": dim,
+            "d_h_v": dim, "causal": False, "flash_impl": False, "dtype_A_B": [types[0] if types else None]}
+
+
 def sdpa_flops(p: dict) -> int | float:
     return _causal(p["B"] * p["H_Q"] * (2 * p["N_Q"] * p["N_KV"] * p["d_h_qk"])
                    + p["B"] * p["H_Q"] * (2 * p["N_Q"] * p["d_h_v"] * p["N_KV"]), p)
@@ -173,7 +184,8 @@ def sdpa_bytes_backward(p: dict, size: int | None = BYTES_PER_ELEMENT) -> int:
 FLASH_BACKWARD = "flash_attn::_flash_attn_backward"
 PARAMS = {**dict.fromkeys(SDPA_OPS, sdpa_params),
           **dict.fromkeys(("FlashAttnFunc", "flash_attn::_flash_attn_forward", FLASH_BACKWARD), flash_attn_params),
-          **dict.fromkeys((VARLEN_FORWARD, VARLEN_BACKWARD), varlen_params), **dict.fromkeys(AITER_OPS, aiter_params)}
+          **dict.fromkeys((VARLEN_FORWARD, VARLEN_BACKWARD), varlen_params), **dict.fromkeys(AITER_OPS, aiter_params),
+          "EvoformerAttention": evoformer_params}
 
 
 def _spec(params: dict) -> str:
@@ -203,5 +215,4 @@ def sdpa_backward(name: str, args: dict, kernels: list[str]) -> tuple[dict, int 
 
 MODELS = dict.fromkeys(PARAMS, sdpa)
 BACKWARD_MODELS = dict.fromkeys(PARAMS, sdpa_backward)
-# the sheet's other op (DeepSpeed's Evoformer: no model here yet)
-SHEET_OPS_BEYOND_MODELS = ("EvoformerAttention",)
+SHEET_OPS_BEYOND_MODELS: tuple[str, ...] = ()  # (every op of TraceLens's sheet has its model here)
