@@ -30,11 +30,6 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text[1:-1].split(","))
 
 
-def _literal(text: str) -> object:
-    """The ``transposed`` flag as TraceLens's ``eval`` reads it (here: Python literals only)."""
-    return ast.literal_eval(text)
-
-
 def conv_params(name: str, args: dict) -> dict:
     """The parameters of a convolution (raises where TraceLens's model does)."""
     first = CONV_OPS[name]
@@ -48,7 +43,7 @@ def conv_params(name: str, args: dict) -> dict:
     at = first + 2  # (the bias, or bias_sizes)
     stride, padding, dilation = (_ints(concrete[at + i + 1]) if concrete[at + i + 1] != "" else default
                                  for i, default in enumerate(((1,) * ndims, (0,) * ndims, (1,) * ndims)))
-    transposed = _literal(concrete[at + 4])
+    transposed = ast.literal_eval(concrete[at + 4])  # (TraceLens eval()s it: here Python literals only)
     output_padding = _ints(concrete[at + 5]) if concrete[at + 5] != "" else (0,) * ndims
     groups = int(concrete[at + 6])
     stride, padding, dilation, output_padding = (value * ndims if len(value) == 1 else value
@@ -118,20 +113,22 @@ def conv_bytes_backward(p: dict) -> int | None:
     return _bytes(out, w, x, False, size) + _bytes(out, x, w, False, size) + (prod(out) + out[1] if p["bias"] else 0)
 
 
-def conv(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
-    """``aten::convolution`` forward; ``convolution_backward`` (its own kernels) with the backward formulas."""
-    params = conv_params(name, args)
-    params_spec = {"dtype_A_B": params["dtype_input_weight"]}
-    if name == "aten::convolution_backward":
-        return params, conv_flops_backward(params), conv_bytes_backward(params), compute_spec(params_spec)
-    return params, conv_flops(params), conv_bytes(params), compute_spec(params_spec)
+def _spec(params: dict) -> str:
+    return compute_spec({"dtype_A_B": params["dtype_input_weight"]})
 
 
 def conv_backward(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
-    """A convolution's row in the ``CONV_bwd`` sheet over its backward op's kernels."""
+    """The backward formulas: a convolution's row in the ``CONV_bwd`` sheet over its backward op's kernels,
+    and ``convolution_backward``'s own (over its kernels)."""
     params = conv_params(name, args)
-    return params, conv_flops_backward(params), conv_bytes_backward(params), \
-        compute_spec({"dtype_A_B": params["dtype_input_weight"]})
+    return params, conv_flops_backward(params), conv_bytes_backward(params), _spec(params)
+
+
+def conv(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    if name == "aten::convolution_backward":
+        return conv_backward(name, args, kernels)
+    params = conv_params(name, args)
+    return params, conv_flops(params), conv_bytes(params), _spec(params)
 
 
 MODELS = dict.fromkeys(CONV_OPS, conv)
