@@ -27,7 +27,8 @@ from streamtrace.commands.analyses.ops import load_spec, ops_tables
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
          "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise",
-         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization", "coll_analysis", "unified_perf_summary")
+         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization", "RMSNorm_fwd",
+         "RMSNorm_bwd", "coll_analysis", "unified_perf_summary")
 SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
 # tables analyze leaves out of a case, saying why: an op of it needs a model not here yet (Inductor's kernels)
 NOT_YET = {("b200_eager", "unified_perf_summary"): "no model here yet for triton_poi_",
@@ -48,6 +49,7 @@ def _reference(case: str, stem: str) -> list[str] | None:
 def test_tables_equal_tracelens_row_by_row(case: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     spec = load_spec(SPEC) if case in SPEC_CASES else None  # (TraceLens run with --gpu_arch_json_path: roofline)
     tables, notes = ops_tables(_trace(case, tmp_path_factory), spec=spec)
+    assert {path.name[:-len(".csv.gz")] for path in (REFERENCE / case).glob("*.csv.gz")} <= set(STEMS)
     for stem in STEMS:
         expected = _reference(case, stem)
         if expected is None:  # TraceLens writes no such table for this trace

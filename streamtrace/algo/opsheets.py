@@ -33,14 +33,16 @@ from .opstables import (
 MODELS: dict[str, dict[str, perfmodel.Model]] = {
     **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
-    "Normalization": perfmodels_norm.MODELS}
+    "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS}
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {**perfmodels_attention.BACKWARD_MODELS,
-                                               **perfmodels_conv.BACKWARD_MODELS}
+                                               **perfmodels_conv.BACKWARD_MODELS,
+                                               **perfmodels_norm.RMS_BACKWARD_MODELS}
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
                            "CONV": perfmodels_conv.SHEET_OPS_BEYOND_MODELS,
-                           "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS}
-SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV"}
+                           "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
+                           "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm"}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))

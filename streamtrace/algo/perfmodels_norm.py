@@ -206,5 +206,31 @@ def norm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, 
 
 
 MODELS = dict.fromkeys([*KIND_OF_OP, *DECLINED], norm)
+
+
+def aiter_rms_norm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int | float, int, str]:
+    """aiter's RMS norms (TraceLens's extension, sheet ``RMSNorm``): ``rms_norm(x, weight, eps)`` and
+    ``rmsnorm2d_fwd_ck`` alike, ``rmsnorm(out, input, weight, eps)`` one place on; the channels are the
+    weight's length, always affine, RMS norm's formulas."""
+    at = 1 if name == "aiter::rmsnorm" else 0
+    dims = args["Input Dims"]
+    params = {**_common(args, at), "num_channels": dims[at + 1][0], "has_bias": False, "is_affine": True,
+              "is_training": False}
+    return params, rms_flops(params), rms_bytes(params), spec_of("vector", params["dtype_in_out"][0])
+
+
+def declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
+    """A backward model TraceLens's class declines (NotImplementedError): no row."""
+    raise NotImplementedError(name)
+
+
+RMS_MODELS = dict.fromkeys(("aiter::rms_norm", "aiter::rmsnorm2d_fwd_ck", "aiter::rmsnorm"), aiter_rms_norm)
+RMS_BACKWARD_MODELS = dict.fromkeys(RMS_MODELS, declined)
+# the RMSNorm sheet's other ops (fused with add or quantization: no model here yet)
+RMS_SHEET_OPS_BEYOND_MODELS = (
+    "aiter::_fuse_rmsnorm_fp4_quant", "aiter::add_rmsnorm", "aiter::fused_add_rmsnorm_pad_",
+    "aiter::rmsnorm2d_fwd_with_add_ck", "aiter::rmsnorm2d_fwd_with_dynamicquant_ck", "aiter::rmsnorm_quant",
+    "sglang_profiler::fused_mxfp4_quant_fused_rms_mxfp4_quant", "vllm::rocm_aiter_rmsnorm_fp8_group_quant",
+    "vllm::rocm_aiter_rmsnorm_with_add_fp8_group_quant", "vllm::rocm_aiter_triton_add_rmsnorm_pad")
 # the sheet's other ops (TraceLens's extensions' models, none here)
 SHEET_OPS_BEYOND_MODELS = ("aiter::_groupnorm_run", "primus::fused_ln_modulate", "primus::fused_ln_modulate_backward")
