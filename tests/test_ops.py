@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, TRACES
 from tracelens_perf_reference import CASES, SPEC, SPEC_CASES, trace_of
 
-from streamtrace.algo import opsheets, optree, perfmodel
+from streamtrace.algo import opsheets, optree, perfmodel, unifiedperf
 from streamtrace.algo import perfmodels_attention as attention
 from streamtrace.algo import perfmodels_conv as conv
 from streamtrace.algo import perfmodels_norm as norm
@@ -448,3 +448,11 @@ def test_models_on_odd_arguments_fail_as_a_model_or_give_a_row(name: str) -> Non
                         model(name, given, [])
                     except opsheets.MODEL_FAILURES:
                         pass
+
+
+def test_unified_summary_knows_every_op_tracelens_models() -> None:
+    """An op with a TraceLens model is modelled here or listed as not here yet (then no unified summary)."""
+    sheets = json.loads((REFERENCE / "op_sheets.json").read_text())
+    tracelens = set().union(*map(set, sheets.values()))
+    here = set().union(*SHEET_OPS.values())
+    assert not here & unifiedperf.OTHER_MODEL_OPS and here | unifiedperf.OTHER_MODEL_OPS == tracelens
