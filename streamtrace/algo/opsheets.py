@@ -1,6 +1,6 @@
 """TraceLens's performance-model sheets (``GEMM``, ``UnaryElementwise``,
 ``BinaryElementwise``, ``Reduce_*``, ``SDPA_*``, ``CONV_*``,
-``Normalization``): one row per op name and distinct parameters, with its
+``Normalization``, ``RMSNorm_fwd``): one row per op name and distinct parameters, with its
 FLOPs, bytes moved, achieved TFLOP/s and TB/s over the kernels of its
 subtree (``build_df_perf_metrics`` then ``summarize_df_perf_metrics``).
 
@@ -145,7 +145,7 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     trace has ops of it whose model is not here yet.  ``backward``: the
     ``_bwd`` sheet, over the ops linked to backward ops and the kernels of
     those, with the op's backward model where it has one (a reduction's
-    backward FLOPs and bytes equal its forward ones))."""
+    backward FLOPs and bytes equal its forward ones)."""
     f = tree.f
     names = np.array([name in SHEET_OPS[sheet] for name in f.names] or [False])
     ops = np.flatnonzero(names[f.h_name]).tolist()
