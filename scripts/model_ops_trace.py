@@ -4,7 +4,8 @@ shapes: attention (``aten::_scaled_dot_product_flash_attention`` and
 under ``FlashAttnFunc`` and its packed ``_varlen_`` form, aiter's and
 flash-attn 3's ops), an fp8
 ``aten::_scaled_mm``, convolution, batch,
-layer, group and RMS norm (aiter's too),
+layer, group and RMS norm (aiter's too), TransformerEngine's fused rotary
+embedding and cross entropy,
 each forward op linked by its autograd sequence number to the backward op
 that runs on the autograd thread.  None of the shared real traces has these
 ops with ``record_shapes`` on; TraceLens's performance-model sheets for them
@@ -48,6 +49,8 @@ FA_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_ke
 AITER_FWD = "_ZN5aiter25fmha_fwd_hd128_bf16_causalE"
 AITER_BWD = "_ZN5aiter25fmha_bwd_hd128_bf16_causal_a32E"
 EVOFORMER = "void attention_kernel<cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 64>(AttentionKernel::Params)"
+ROPE = "void transformer_engine::fused_rope_forward_kernel<__nv_bfloat16, float>(__nv_bfloat16 const*, float const*)"
+XENT = "void transformer_engine::cross_entropy_kernel<__nv_bfloat16>(__nv_bfloat16 const*, long const*, float*)"
 AITER_RMS = "_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdE"
 FP8 = "c10::Float8_e4m3fn"
 SCALED_MM = "nvjet_qqtst_128x128_128x6_1x1_h_bz_coopA_TNT"
@@ -354,6 +357,10 @@ def build() -> dict:
                 ("aiter::_flash_attn_backward", (0, 10, 12, 18)), ("aiter::wrapper_fmha_v3_fwd", (1, 4, 6, 12)),
                 ("aiter::wrapper_fmha_v3_bwd", (1, 7, 9, 16)), ("flash_attn_3::fwd", (0, None, 24, 30)))],
             ([], "EvoformerAttention", evoformer(length // 32), [(EVOFORMER, 15.75)], None),
+            ([], "FusedRoPEFunc", [_tensor([length, 2, 8, 64], BF16), _tensor([length, 1, 1, 64], F32)],
+             [(ROPE, 3.75)], None),
+            ([], "CrossEntropyFunction", [_tensor([8, 1, 32000], BF16), _tensor([8, 1], "long int")], [(XENT, 11.5)],
+             None),
             ([], "aiter::rms_norm", [_tensor(hidden, BF16), _tensor([256], BF16), _scalar("1e-06", "Double")],
              [(AITER_RMS, 4.5)], None),
             ([], "aiter::rmsnorm2d_fwd_ck", [_tensor(hidden, BF16), _tensor([256], BF16), _scalar("1e-06", "Double")],
@@ -404,7 +411,7 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::native_group_norm_backward",
            "aten::instance_norm", "aten::native_instance_norm_backward", "aten::_fused_rms_norm",
            "aten::_fused_rms_norm_backward", "aiter::rms_norm", "aiter::rmsnorm", "aten::_scaled_mm", "aten::mm",
-           "aten::add", "aten::sum")
+           "aten::add", "aten::sum", "FusedRoPEFunc", "CrossEntropyFunction")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

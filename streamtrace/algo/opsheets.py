@@ -1,6 +1,6 @@
 """TraceLens's performance-model sheets (``GEMM``, ``UnaryElementwise``,
 ``BinaryElementwise``, ``Reduce_*``, ``SDPA_*``, ``CONV_*``,
-``Normalization``, ``RMSNorm_fwd``): one row per op name and distinct parameters, with its
+``Normalization``, ``RMSNorm_fwd``, ``RoPE_fwd``, ``CrossEntropy_fwd``): one row per op name and distinct parameters, with its
 FLOPs, bytes moved, achieved TFLOP/s and TB/s over the kernels of its
 subtree (``build_df_perf_metrics`` then ``summarize_df_perf_metrics``).
 
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_gemm, perfmodels_norm
+from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_gemm, perfmodels_norm, perfmodels_te
 from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
@@ -33,16 +33,21 @@ from .opstables import (
 MODELS: dict[str, dict[str, perfmodel.Model]] = {
     **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
-    "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS}
+    "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS,
+    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS}
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {**perfmodels_attention.BACKWARD_MODELS,
                                                **perfmodels_conv.BACKWARD_MODELS,
-                                               **perfmodels_norm.RMS_BACKWARD_MODELS}
+                                               **perfmodels_norm.RMS_BACKWARD_MODELS,
+                                               **dict.fromkeys([*perfmodels_te.ROPE_MODELS,
+                                                                *perfmodels_te.CROSS_ENTROPY_MODELS],
+                                                               perfmodels_norm.declined)}
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
                            "CONV": perfmodels_conv.SHEET_OPS_BEYOND_MODELS,
                            "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
-                           "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS}
-SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm"}
+                           "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS,
+                           "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy"}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
