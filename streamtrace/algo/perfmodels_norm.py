@@ -219,13 +219,7 @@ def aiter_rms_norm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int
     return params, rms_flops(params), rms_bytes(params), spec_of("vector", params["dtype_in_out"][0])
 
 
-def declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
-    """A backward model TraceLens's class declines (NotImplementedError): no row."""
-    raise NotImplementedError(name)
-
-
 RMS_MODELS = dict.fromkeys(("aiter::rms_norm", "aiter::rmsnorm2d_fwd_ck", "aiter::rmsnorm"), aiter_rms_norm)
-RMS_BACKWARD_MODELS = dict.fromkeys(RMS_MODELS, declined)
 # the RMSNorm sheet's other ops (fused with add or quantization: no model here yet)
 RMS_SHEET_OPS_BEYOND_MODELS = (
     "aiter::_fuse_rmsnorm_fp4_quant", "aiter::add_rmsnorm", "aiter::fused_add_rmsnorm_pad_",
