@@ -1,6 +1,7 @@
 """Make the reference tables for ``analyze --ops``: TraceLens's PyTorch perf
 report, as ``TraceLens_generate_perf_report_pytorch`` writes it, for the shared
-traces and a generated one.
+traces and generated ones (a synth rank; a hand-built trace of attention,
+convolution and norm ops with their shapes, scripts/model_ops_trace.py).
 
 TraceLens is not on the package index: install it from its source
 (AMD-AGI/TraceLens) in a separate virtualenv and point ``--tracelens`` at its
@@ -23,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 
+import model_ops_trace
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TRACES = os.path.join(ROOT, "..", "shared", "traces")
 OUT = os.path.join(ROOT, "tests", "reference", "tracelens_perf")
 
-# case -> trace under the shared traces (None: the generated trace below)
+# case -> trace under the shared traces (None: a generated trace, GENERATED below)
 CASES = {
     "kineto_small": "kineto_small.json",
     "mi250_minitoy": "mi250_minitoy.json.gz",
@@ -39,15 +42,17 @@ CASES = {
     "mi210_gpu_only": "mi210_gpu_only.json.gz",
     "dlrm_worker0": "dlrm_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
     "synth_rank0": None,
+    "model_ops": None,
+    "odd_ops": None,
 }
-# cases run with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
-SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy.json.gz", "b200_eager_spec": "b200_eager.json.gz"}
+# cases run again with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
+SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy", "b200_eager_spec": "b200_eager", "model_ops_spec": "model_ops"}
 SPEC = os.path.join(OUT, "spec_fixture.json")
 # The generated case: synth is deterministic for a seed; no python_function
 # frames (TraceLens's kernel tables refuse traces with a Python stack).
 SYNTH_ARGS = ["--ranks", "2", "--pp-stages", "2", "--steps", "2", "--python-noise", "0", "--graph-kernels", "8",
               "--graph-streams", "4", "--eager-kernels", "6", "--no-merged", "--compress", "none", "--seed", "3"]
-REPORT_FLAGS = ["--enable_kernel_summary", "--short_kernel_study", "--disable_coll_analysis"]
+REPORT_FLAGS = ["--enable_kernel_summary", "--short_kernel_study"]
 
 DUMP_REGISTRY = """
 import json, sys
@@ -71,6 +76,25 @@ def synth_trace(work: str) -> str:
     subprocess.run([sys.executable, "-m", "streamtrace", "synth", work, *SYNTH_ARGS, "-q"], check=True,
                    env={**os.environ, "PYTHONPATH": ROOT})
     return os.path.join(work, "rank0_trace.json")
+
+
+def model_ops(work: str) -> str:
+    """The hand-built trace of ops with shapes TraceLens models (attention, convolution, norms), made in ``work``."""
+    return model_ops_trace.write(os.path.join(work, "model_ops.json"))
+
+
+def odd_ops(work: str) -> str:
+    """The hand-built trace of modelled ops called with odd argument lists, made in ``work``."""
+    return model_ops_trace.write(os.path.join(work, "odd_ops.json"), odd=True)
+
+
+GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops, "odd_ops": odd_ops}
+
+
+def trace_of(case: str, work: str) -> str:
+    """A case's trace (a spec case's: its base case's), made in ``work`` when it is a generated one."""
+    base = SPEC_CASES.get(case, case)
+    return GENERATED[base](work) if CASES[base] is None else os.path.join(TRACES, CASES[base])
 
 
 def run_case(report: str, trace: str, dest: str, extra: tuple = ()) -> list[str]:
@@ -102,13 +126,8 @@ def main() -> None:
             out.write(text + "\n")
     with tempfile.TemporaryDirectory() as work:
         for case in args.cases:
-            if case in SPEC_CASES:
-                stems = run_case(args.tracelens, os.path.join(TRACES, SPEC_CASES[case]), os.path.join(OUT, case),
-                                 ("--gpu_arch_json_path", SPEC))
-                print(f"{case}: {', '.join(stems)}")
-                continue
-            trace = synth_trace(work) if CASES[case] is None else os.path.join(TRACES, CASES[case])
-            stems = run_case(args.tracelens, trace, os.path.join(OUT, case))
+            extra = ("--gpu_arch_json_path", SPEC) if case in SPEC_CASES else ()
+            stems = run_case(args.tracelens, trace_of(case, work), os.path.join(OUT, case), extra)
             print(f"{case}: {', '.join(stems)}")
 
 

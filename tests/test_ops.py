@@ -14,9 +14,12 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, TRACES
-from tracelens_perf_reference import CASES, SPEC, SPEC_CASES, SYNTH_ARGS
+from tracelens_perf_reference import CASES, SPEC, SPEC_CASES, trace_of
 
-from streamtrace.algo import opsheets, optree, perfmodel
+from streamtrace.algo import opsheets, optree, perfmodel, unifiedperf
+from streamtrace.algo import perfmodels_attention as attention
+from streamtrace.algo import perfmodels_conv as conv
+from streamtrace.algo import perfmodels_norm as norm
 from streamtrace.algo.opcategories import CATEGORY_OF_OP, op_category
 from streamtrace.algo.opsheets import SHEET_OPS
 from streamtrace.commands.analyses.ops import ops_tables
@@ -25,18 +28,17 @@ from streamtrace.io.configfiles import load_spec
 REFERENCE = ROOT / "tests" / "reference" / "tracelens_perf"
 STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summary", "short_kernel_histogram",
          "short_kernels_summary", "ops_unique_args", "GEMM", "UnaryElementwise", "BinaryElementwise",
-         "Reduce_fwd", "Reduce_bwd")
+         "Reduce_fwd", "Reduce_bwd", "SDPA_fwd", "SDPA_bwd", "CONV_fwd", "CONV_bwd", "Normalization", "RMSNorm_fwd",
+         "RMSNorm_bwd", "RoPE_fwd", "RoPE_bwd", "CrossEntropy_fwd", "CrossEntropy_bwd", "coll_analysis",
+         "unified_perf_summary")
 SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
+# tables analyze leaves out of a case, saying why: an op of it needs a model not here yet (Inductor's kernels)
+NOT_YET = {("b200_eager", "unified_perf_summary"): "no model here yet for triton_poi_",
+           ("b200_eager_spec", "unified_perf_summary"): "no model here yet for triton_poi_"}
 
 
 def _trace(case: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if case in SPEC_CASES:
-        return str(TRACES / SPEC_CASES[case])
-    if CASES[case] is not None:
-        return str(TRACES / CASES[case])
-    work = tmp_path_factory.mktemp("synth")
-    subprocess.run([sys.executable, "-m", "streamtrace", "synth", str(work), *SYNTH_ARGS, "-q"], check=True)
-    return str(work / "rank0_trace.json")
+    return trace_of(case, str(tmp_path_factory.mktemp(case)))
 
 
 def _reference(case: str, stem: str) -> list[str] | None:
@@ -48,11 +50,15 @@ def _reference(case: str, stem: str) -> list[str] | None:
                                   for c in [*CASES, *SPEC_CASES]])
 def test_tables_equal_tracelens_row_by_row(case: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     spec = load_spec(SPEC) if case in SPEC_CASES else None  # (TraceLens run with --gpu_arch_json_path: roofline)
-    tables, _ = ops_tables(_trace(case, tmp_path_factory), spec=spec)
+    tables, notes = ops_tables(_trace(case, tmp_path_factory), spec=spec)
+    assert {path.name[:-len(".csv.gz")] for path in (REFERENCE / case).glob("*.csv.gz")} <= set(STEMS)
     for stem in STEMS:
         expected = _reference(case, stem)
         if expected is None:  # TraceLens writes no such table for this trace
             assert stem not in tables, stem
+            continue
+        if (case, stem) in NOT_YET:
+            assert stem not in tables and any(NOT_YET[case, stem] in note for note in notes), stem
             continue
         assert stem in tables, stem
         got = tables[stem].decode("utf-8").split("\n")
@@ -90,12 +96,13 @@ def test_nesting_by_time_per_thread_with_tracelens_bleed_rule() -> None:
     thread = np.array([0, 0, 0, 0, 1, 0])
     ts = np.array([0.0, 1.0, 4.5, 5.5, 2.0, 9.0])
     end = np.array([10.0, 5.0, 6.0, 20.0, 3.0, 30.0])
-    parent = optree.nest_host_events(thread, ts, end)
+    parent, in_tree, _ = optree.host_tree(thread, ts, end)
     assert parent.tolist() == [-1, 0, 0, 0, -1, -1]
+    assert in_tree.tolist() == [True, True, True, True, True, False]  # F: no parent and not a root either
 
 
 def test_bleed_at_the_top_level_leaves_the_event_out() -> None:
-    parent = optree.nest_host_events(np.array([0, 0, 0]), np.array([0.0, 9.5, 11.0]), np.array([10.0, 12.0, 13.0]))
+    parent = optree.host_tree(np.array([0, 0, 0]), np.array([0.0, 9.5, 11.0]), np.array([10.0, 12.0, 13.0]))[0]
     assert parent.tolist() == [-1, -1, -1]
 
 
@@ -346,8 +353,110 @@ def test_backward_sheet_takes_the_kernels_of_the_linked_backward_op(tmp_path) ->
 def test_a_sheet_with_an_op_not_modelled_here_is_left_out_and_said(tmp_path) -> None:
     events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 5,
                "args": {"Input Dims": [[16, 32], [32, 8]], "Input type": ["float", "float"]}}
-              for name, ts in (("aten::mm", 0), ("aten::_scaled_mm", 10))]
+              for name, ts in (("aten::mm", 0), ("aiter::gemm_a8w8_ck", 10))]
     events += [*_launch(1, 1), *_kernel(1, 100, 4), *_launch(2, 11), *_kernel(2, 110, 4)]
     tables, notes = ops_tables(_write(tmp_path / "t.json", events))
     assert "GEMM" not in tables and "ops_summary" in tables
-    assert notes == ["GEMM sheet not written: no model here yet for aten::_scaled_mm"]
+    assert notes == ["unified_perf_summary not written: no model here yet for aiter::gemm_a8w8_ck",
+                     "GEMM sheet not written: no model here yet for aiter::gemm_a8w8_ck"]
+
+
+def test_attention_models_by_hand() -> None:
+    shape = [2, 8, 128, 64]
+    args = {"Input Dims": [shape, [2, 2, 128, 64], [2, 2, 128, 64], [], [], [], []],
+            "Input type": ["c10::Half", "c10::Half", "c10::Half", "Scalar", "Scalar", "Scalar", ""],
+            "Concrete Inputs": ["", "", "", "0.1", "True", "False", ""]}
+    params, flops, moved, spec = attention.sdpa("aten::_scaled_dot_product_flash_attention", args, [])
+    assert (params["H_Q"], params["H_KV"], params["dropout"], params["causal"]) == (8, 2, 0.1, True)
+    assert flops == 2 * 8 * (2 * 128 * 128 * 64) * 2 / 2  # QK^T and PV, halved: causal
+    assert moved == 2 * (2 * 8 * 128 * 64 * 2 + 2 * 2 * 128 * 64 * 2)  # 2 bytes an element whatever the dtype
+    assert spec == "matrix_fp16"
+    _, backward, moved_backward, _ = attention.sdpa_backward("aten::_scaled_dot_product_flash_attention", args, [])
+    gqa = 2 * 128 * 64 * (8 // 2 - 1)
+    assert backward == (5 * 2 * 8 * (2 * 128 * 128 * 64) + 2 * gqa) / 2  # recompute, dV, dP, dQ, dK
+    assert moved_backward == 2 * (3 * 2 * 8 * 128 * 64 + 4 * 2 * 2 * 128 * 64)
+    with pytest.raises(ValueError):  # causal with lengths that differ: TraceLens leaves the op out
+        attention.sdpa("aten::_scaled_dot_product_flash_attention",
+                       {**args, "Input Dims": [[2, 8, 64, 64], shape, shape]}, [])
+
+
+def test_convolution_models_by_hand() -> None:
+    args = {"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], [], [], []],
+            "Input type": ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList",
+                           "Scalar"], "Input Strides": [[3072, 1024, 32, 1], [27, 9, 3, 1], [1], [], [], [], [], [], []],
+            "Concrete Inputs": ["", "", "", "[2]", "[0, 1]", "[1, 1]", "False", "[0, 0]", "1"]}
+    params, flops, moved, spec = conv.conv("aten::convolution", args, [])
+    assert params["stride"] == (2, 2) and params["bias"] is False  # nine inputs: never a bias (TraceLens's test)
+    out = (8, 16, 15, 16)  # int((32 - 2 - 1) / 2 + 1), int((32 + 2 - 2 - 1) / 2 + 1)
+    assert conv.output_shape(params) == out
+    assert flops == 8 * 16 * 15 * 16 * 2 * 27 and spec == "matrix_fp32"
+    assert moved == 4 * (8 * 3 * 32 * 32 + 16 * 27 + 8 * 16 * 15 * 16)
+    with pytest.raises(SyntaxError):  # no concrete inputs: TraceLens's eval of "" fails, no row
+        conv.conv("aten::convolution", {**args, "Concrete Inputs": [""] * 9}, [])
+
+
+def test_norm_models_by_hand() -> None:
+    args = {"Input Dims": [[4, 16, 8], [], [8], [8], []], "Input type": ["c10::BFloat16", "", "c10::BFloat16",
+                                                                        "c10::BFloat16", "Double"],
+            "Input Strides": [[128, 8, 1], [], [1], [1], []], "Concrete Inputs": ["", "[8]", "", "", "1e-05"]}
+    params, flops, moved, spec = norm.norm("aten::native_layer_norm", args, [])
+    assert params["num_channels"] == 8 and params["is_affine"] and params["has_bias"]
+    assert flops == 8 * 3 + 512 * 3 + 8 * 3 + 2 * 512  # statistics (training), per channel, the elements
+    assert moved == 512 * 2 * 2 + 6 * 8 * 2 and spec == "vector_bf16"  # mean, var, weight, bias, running stats
+    batch = {"Input Dims": [[4, 16, 8], [16], [16], [16], [16], [], [], []], "Input type": ["float"] * 8,
+             "Input Strides": [[128, 8, 1]] + [[1]] * 7, "Concrete Inputs": ["", "", "", "", "", "False", "0.1", ""]}
+    assert norm.norm("aten::native_batch_norm", batch, [])[0]["is_training"]  # bool("False"): TraceLens's test
+    with pytest.raises(NotImplementedError):  # TraceLens's instance-norm backward model declines: no row
+        norm.norm("aten::native_instance_norm_backward", batch, [])
+
+
+def test_unified_summary_rows_from_a_hand_built_trace(tmp_path) -> None:
+    def op(name: str, ts: int, corr: int, kernel: str, dur: int, args: dict | None = None) -> list[dict]:
+        return [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 5, "args": args or {}},
+                *_launch(corr, ts + 1), *_kernel(corr, 100 + ts, dur, name=kernel)]
+
+    events = [*op("my::op", 0, 1, "k1", 4), *op("nccl:all_reduce", 10, 2, "ncclDevKernel_AllReduce_Sum_f32", 6),
+              *op("aten::mm", 20, 3, "gemm", 3, {"Input Dims": [[16]], "Input type": ["float"]}),  # odd: the model fails
+              *_launch(4, 40), *_kernel(4, 140, 2, name="k4")]  # a launch with no cpu op above
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    rows = _csv_rows(tables["unified_perf_summary"])
+    got = [dict(zip(rows[0], row)) for row in rows[1:]]
+    assert notes == []
+    assert [(r["name"], r["op category"], r["Kernel Time (µs)_sum"], r["has_perf_model"]) for r in got] == [
+        ("my::op", "other", "4", "False"), ("aten::mm", "GEMM", "3", "True"),
+        ("cudaLaunchKernel->k4 (Synthetic Op)", "other", "2", "False")]  # the collective's op: no row
+    assert got[2]["ex_UID"] == str(len(events))  # synthetic ops numbered after the trace's events
+    assert got[1]["perf_params"] == "" and got[1]["total_duration_us"] == "5"
+    assert got[0]["Percentage (%)"] == repr(4 / 9 * 100)
+
+
+ODD_VALUES = [None, "weird", 7, [], [[]], [None], [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
+              ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 2, [[2, 2], [2]], [[1.5, 2], [2, 0.5]]]
+
+
+@pytest.mark.parametrize("name", sorted(opsheets.MODELS["SDPA"] | opsheets.MODELS["CONV"]
+                                        | opsheets.MODELS["Normalization"]))
+def test_models_on_odd_arguments_fail_as_a_model_or_give_a_row(name: str) -> None:
+    """Shapes missing, strings, nested or empty lists, zeros: the op gets no row (a model failure, as
+    TraceLens's), or numbers; never another exception."""
+    models = [opsheets.MODELS[sheet][name] for sheet in ("SDPA", "CONV", "Normalization") if name in opsheets.MODELS[sheet]]
+    models += [opsheets.BACKWARD_MODELS[name]] if name in opsheets.BACKWARD_MODELS else []
+    keys = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+    for model in models:
+        for n, value in enumerate(ODD_VALUES):
+            for key in keys:
+                args = {k: ODD_VALUES[(n + i) % len(ODD_VALUES)] for i, k in enumerate(keys)}
+                args[key] = value
+                for given in (args, {k: v for k, v in args.items() if k != key}):
+                    try:
+                        model(name, given, [])
+                    except opsheets.MODEL_FAILURES:
+                        pass
+
+
+def test_unified_summary_knows_every_op_tracelens_models() -> None:
+    """An op with a TraceLens model is modelled here or listed as not here yet (then no unified summary)."""
+    sheets = json.loads((REFERENCE / "op_sheets.json").read_text())
+    tracelens = set().union(*map(set, sheets.values()))
+    here = set().union(*SHEET_OPS.values())
+    assert not here & unifiedperf.OTHER_MODEL_OPS and here | unifiedperf.OTHER_MODEL_OPS == tracelens

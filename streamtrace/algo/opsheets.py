@@ -1,5 +1,6 @@
-"""TraceLens's performance-model sheets ``GEMM``, ``UnaryElementwise`` and
-``BinaryElementwise``: one row per op name and distinct parameters, with its
+"""TraceLens's performance-model sheets (``GEMM``, ``UnaryElementwise``,
+``BinaryElementwise``, ``Reduce_*``, ``SDPA_*``, ``CONV_*``,
+``Normalization``, ``RMSNorm_fwd``, ``RoPE_fwd``, ``CrossEntropy_fwd``): one row per op name and distinct parameters, with its
 FLOPs, bytes moved, achieved TFLOP/s and TB/s over the kernels of its
 subtree (``build_df_perf_metrics`` then ``summarize_df_perf_metrics``).
 
@@ -11,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import optree, perfmodel
+from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_gemm, perfmodels_norm, perfmodels_te
 from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
@@ -20,6 +21,7 @@ from .opstables import (
     Table,
     ancestors,
     cell_number,
+    gpu_details,
     grouped,
     kernel_stats,
     process_and_thread,
@@ -27,11 +29,38 @@ from .opstables import (
     welford_std,
 )
 
+# sheet -> op name -> model (see perfmodel.Model), and the backward models of the split sheets
+MODELS: dict[str, dict[str, perfmodel.Model]] = {
+    **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
+    "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
+    "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS,
+    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS}
+
+
+def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
+    """The backward model of a class that has none (TraceLens's NotImplementedError or AttributeError): no row."""
+    raise NotImplementedError(name)
+
+
+BACKWARD_MODELS: dict[str, perfmodel.Model] = {
+    **perfmodels_attention.BACKWARD_MODELS, **perfmodels_conv.BACKWARD_MODELS,
+    **dict.fromkeys([*perfmodels_norm.RMS_MODELS, *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS],
+                    _declined)}
+SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
+                           "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
+                           "CONV": perfmodels_conv.SHEET_OPS_BEYOND_MODELS,
+                           "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
+                           "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS,
+                           "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy"}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
-    **{sheet: frozenset(models) | frozenset(perfmodel.SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
-       for sheet, models in perfmodel.MODELS.items() if sheet != "GEMM"},
+    **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
+       for sheet, models in MODELS.items() if sheet != "GEMM"},
 }
+# what a model raising any of these means: TraceLens's model failed on the op, which gets no row
+MODEL_FAILURES = (KeyError, IndexError, TypeError, ValueError, AttributeError, SyntaxError, ArithmeticError,
+                  NotImplementedError)
 ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  # (then "Output type")
 RATE_STATS = ("mean", "median", "std", "min", "max")
 
@@ -58,7 +87,7 @@ def backward_ops(tree: OpTree) -> dict[int, list[int]]:
     return links
 
 
-def _backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
+def backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
     """The GPU events of the backward ops of each op linked to some: its own
     and its descendants' backward ops, each with its whole subtree."""
     links = backward_ops(tree)
@@ -73,7 +102,7 @@ def _backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
     return {h: [g for b in sorted(backward[h]) for g in below[b]] for h in ops if h in owned}
 
 
-def _rate_stats(values: list[float]) -> dict[str, object]:
+def rate_stats(values: list[float]) -> dict[str, object]:
     """median, std, min, max of one group's rates, skipping missing ones as pandas does."""
     present = [v for v in values if not math.isnan(v)]
     if not present:
@@ -92,14 +121,32 @@ def model_sheets(tree: OpTree, signature_values: list[list], spec: dict | None =
     for sheet in SHEET_OPS:
         table, note = model_sheet(tree, sheet, signature_values, spec)
         notes += note
-        if table is not None and sheet in perfmodel.SPLIT_SHEETS:
-            sheets[f"{sheet}_fwd"] = table
+        if table is not None and sheet in SPLIT_SHEETS:
             backward, _ = model_sheet(tree, sheet, signature_values, spec, backward=True)
-            if backward is not None:
-                sheets[f"{sheet}_bwd"] = backward
+            forward, backward = _split(table, backward)
+            sheets.update({f"{sheet}_{part}": split for part, split in (("fwd", forward), ("bwd", backward))
+                           if split is not None})
         elif table is not None:
             sheets[sheet] = table
     return sheets, notes
+
+
+def _split(forward: Table, backward: Table | None) -> tuple[Table | None, Table | None]:
+    """TraceLens's fix-up of a split sheet: the rows of backward ops it models
+    as forward ones (``aten::convolution_backward`` ...) move from the
+    ``_fwd`` sheet to the end of the ``_bwd`` one, forward convolutions leave
+    the ``_bwd`` sheet; a sheet left without rows is not written."""
+    moved = [row for row in forward.rows if row[0] in perfmodels_conv.MOVED_TO_BACKWARD]
+    kept = Table(forward.header, [row for row in forward.rows if row[0] not in perfmodels_conv.MOVED_TO_BACKWARD])
+    if backward is None:
+        backward_rows, header = [], forward.header[0]
+    else:
+        backward_rows = [row for row in backward.rows if row[0] not in perfmodels_conv.FORWARD_ONLY]
+        header = backward.header[0] + [column for column in forward.header[0] if column not in backward.header[0]]
+    places = {column: at for at, column in enumerate(forward.header[0])}
+    moved = [[row[places[column]] if column in places else NA for column in header] for row in moved]
+    joined = Table([header], backward_rows + moved)
+    return (kept if kept.rows else None), (joined if joined.rows else None)
 
 
 def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: dict | None = None,
@@ -107,48 +154,60 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     """One sheet, or None (and a note) when TraceLens writes none or the
     trace has ops of it whose model is not here yet.  ``backward``: the
     ``_bwd`` sheet, over the ops linked to backward ops and the kernels of
-    those (the models' backward FLOPs and bytes equal their forward ones for
-    the sheets split here)."""
+    those, with the op's backward model where it has one (a reduction's
+    backward FLOPs and bytes equal its forward ones)."""
     f = tree.f
     names = np.array([name in SHEET_OPS[sheet] for name in f.names] or [False])
     ops = np.flatnonzero(names[f.h_name]).tolist()
     if not ops:
         return None, []
-    models = perfmodel.MODELS[sheet]
+    models = MODELS[sheet]
     other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
+    if backward:
+        models = {name: BACKWARD_MODELS.get(name, model) for name, model in models.items()}
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
-    kernels_of = _backward_links(tree, ops) if backward else tree.links_below(ops)
+    kernels_of = backward_links(tree, ops) if backward else tree.links_below(ops)
     rows = []
     for h in ops:
         if h not in kernels_of:  # (no backward op linked to it)
             continue
-        gpu = sorted(kernels_of[h], key=lambda g: f.g_ts[g])
-        details = [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
-                    "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
-        values = signature_values[f.h_sig[h]]
-        args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
         name = f.names[f.h_name[h]]
         try:
-            params, flops, moved, compute = models[name](name, args, [d["name"] for d in details])
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec))
+        except MODEL_FAILURES:
             continue  # TraceLens leaves the op out (its perf model fails on it)
-        busy, integral = tree.busy(kernels_of[h]) if gpu else (0, True)
-        gflops = flops / 1e9
-        rows.append({
-            "h": h, "name": name, "params": params, "values": values, "details": details,
-            "GFLOPS": gflops, "busy": busy, "busy_int": integral,
-            "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
-            "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
-            "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
-            "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
-            "Compute Spec": compute,
-        })
-        if spec is not None:
-            rows[-1].update(roofline(spec, compute, gflops, moved, busy))
     if not rows:
         return None, []
     return _summarize(tree, rows), []
+
+
+def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], signature_values: list[list],
+               spec: dict | None) -> dict:
+    """TraceLens's ``compute_perf_metrics`` of op ``h`` over the GPU events
+    ``gpu`` (its subtree's, or its backward ops'): the model's parameters,
+    GFLOPS, bytes and rates over their busy time (raises what the model
+    raises on the op's arguments)."""
+    f = tree.f
+    details = gpu_details(f, sorted(gpu, key=lambda g: f.g_ts[g]))
+    values = signature_values[f.h_sig[h]]
+    args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
+    name = f.names[f.h_name[h]]
+    params, flops, moved, compute = model(name, args, [d["name"] for d in details])
+    busy, integral = tree.busy(gpu) if gpu else (0, True)
+    gflops = flops / 1e9
+    row = {
+        "h": h, "name": name, "params": params, "values": values, "details": details,
+        "GFLOPS": gflops, "busy": busy, "busy_int": integral,
+        "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
+        "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
+        "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
+        "TB/s": ((moved / 1e12) / (busy / 1e6) if busy > 0 else math.nan) if moved is not None else math.nan,
+        "Compute Spec": compute,
+    }
+    if spec is not None:
+        row.update(roofline(spec, compute, gflops, moved, busy))
+    return row
 
 
 def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: float) -> dict:
@@ -167,7 +226,7 @@ def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: f
             "Pct Roofline": (bound / busy) * 100 if busy > 0 else math.nan}
 
 
-def _group_means(groups, values: list[float]) -> list[object]:
+def group_means(groups, values: list[float]) -> list[object]:
     """pandas' grouped mean of a column with missing values (skipped; then added row by row)."""
     array = np.array(values, dtype=np.float64)
     present = ~np.isnan(array)
@@ -177,9 +236,14 @@ def _group_means(groups, values: list[float]) -> list[object]:
     return [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
 
 
-def _param_text(value: object) -> object:
-    """A parameter as pandas 3's ``astype(str)`` writes it (missing stays missing)."""
-    return NA if value is None else str(value)
+def _param_texts(values: list) -> list:
+    """A parameter column as pandas 3's ``astype(str)`` writes it (missing
+    stays missing): numbers in a column with a missing value or a float are
+    a float column (``3`` written ``3.0``)."""
+    present = [value for value in values if value is not None]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+    floats = numbers and bool(present) and (len(present) < len(values) or any(isinstance(v, float) for v in present))
+    return [NA if value is None else str(float(value)) if floats else str(value) for value in values]
 
 
 def _summarize(tree: OpTree, rows: list[dict]) -> Table:
@@ -187,7 +251,8 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     param_names: list[str] = []
     for row in rows:
         param_names += [key for key in row["params"] if key not in param_names]
-    keys = [(row["name"], *(_param_text(row["params"].get(p)) for p in param_names)) for row in rows]
+    columns = [_param_texts([row["params"].get(p) for row in rows]) for p in param_names]
+    keys = [(row["name"], *(column[i] for column in columns)) for i, row in enumerate(rows)]
     groups = grouped(keys)
     members: list[list[int]] = [[] for _ in groups.keys]
     for i, code in enumerate(groups.codes.tolist()):
@@ -198,7 +263,7 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     counts = groups.counts()
     with_roofline = any("Roofline Time (µs)" in r for r in rows)
     rated = ("TB/s", "TFLOPS/s", *(["Pct Roofline"] if with_roofline else []))
-    rate_means = {column: _group_means(groups, [r.get(column, math.nan) for r in rows]) for column in rated}
+    rate_means = {column: group_means(groups, [r.get(column, math.nan) for r in rows]) for column in rated}
     header = ["name", *[f"param: {p}" for p in param_names], "GFLOPS_first", "Data Moved (MB)_first",
               "FLOPS/Byte_first"]
     header += [f"TB/s_{s}" for s in RATE_STATS] + [f"TFLOPS/s_{s}" for s in RATE_STATS]
@@ -216,13 +281,13 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
         for column in ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte"):
             record.append(next((r[column] for r in group if not math.isnan(r[column])), NA))
         for column in ("TB/s", "TFLOPS/s"):
-            stats = _rate_stats([r[column] for r in group])
+            stats = rate_stats([r[column] for r in group])
             stats["mean"] = rate_means[column][k]
             record += [stats[s] for s in RATE_STATS]
         record += [*process_and_thread(f, first["h"]), first["Compute Spec"]]
         if with_roofline:
             record += [next((r[c] for r in group if c in r), NA) for c in ("Roofline Time (µs)", "Roofline Bound")]
-            stats = _rate_stats([r.get("Pct Roofline", math.nan) for r in group])
+            stats = rate_stats([r.get("Pct Roofline", math.nan) for r in group])
             stats["mean"] = rate_means["Pct Roofline"][k]
             record += [stats[s] for s in RATE_STATS]
         summary = kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \

@@ -1,11 +1,13 @@
 """TraceLens's PyTorch perf report for one trace: its tables that need no
-performance model (:mod:`.opstables`) and its performance-model sheets
-(:mod:`.opsheets`), by file stem, with notes on what it leaves out."""
+performance model (:mod:`.opstables`), its performance-model sheets
+(:mod:`.opsheets`) and unified summary (:mod:`.unifiedperf`), by file
+stem, with notes on what it leaves out."""
 from __future__ import annotations
 
 from . import opsgraphs, opstables
 from .opsheets import model_sheets
 from .opstables import OpsFacts, Table
+from .unifiedperf import unified_perf_summary
 
 
 def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Table], list[str]]:
@@ -29,6 +31,10 @@ def perf_tables(facts: OpsFacts, spec: dict | None = None) -> tuple[dict[str, Ta
             tables["ops_summary_by_category"] = opstables.ops_summary_by_category(rows)
             tables["ops_summary"] = opstables.ops_summary(rows)
             tables["ops_unique_args"] = opstables.ops_unique_args(tree, rows)
+        unified, more = unified_perf_summary(tree, facts.signature_values, spec)
+        if unified is not None:
+            tables["unified_perf_summary"] = unified
+        notes += more
         sheets, more = model_sheets(tree, facts.signature_values, spec)
         tables.update(sheets)
         notes += more

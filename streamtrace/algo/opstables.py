@@ -72,6 +72,10 @@ class OpsFacts:
     has_cpu_ops: bool = True
     python_stack: bool = False
     untimed: int = 0  # host and GPU events without a numeric ts or dur (left out)
+    h_dur: np.ndarray = field(default_factory=lambda: np.empty(0))  # dur as the trace gives it
+    h_dur_int: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # ... an integer there
+    h_driver: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # a cuda_driver event
+    events: int = 0  # traceEvents' length (TraceLens's next UID)
 
 
 def cell_number(value: float, integral: bool) -> object:
@@ -95,7 +99,7 @@ class OpTree:
 
     def __init__(self, facts: OpsFacts) -> None:
         self.f = facts
-        self.parent = optree.nest_host_events(facts.h_thread, facts.h_ts, facts.h_end)
+        self.parent, self.in_tree, self.order = optree.host_tree(facts.h_thread, facts.h_ts, facts.h_end)
         self.communication = [optree.is_communication(name) for name in facts.names]
         self.launcher_of = np.full(len(facts.g_ts), optree.NO_PARENT, dtype=np.int64)
         self.direct: dict[int, list[int]] = {}
@@ -239,7 +243,7 @@ def grouped(keys: list, *, sort: bool = True, dropna: bool = False) -> _Groups:
     return _Groups(present, np.array([number.get(key, -1) for key in keys], dtype=np.int64))
 
 
-def _percentages(ms: list[float]) -> tuple[list[float], list[float]]:
+def percentages(ms: list[float]) -> tuple[list[float], list[float]]:
     total = float(np.sum(np.array(ms, dtype=np.float64)))
     pct = [(x / total) * 100 for x in ms]
     return pct, np.cumsum(np.array(pct, dtype=np.float64)).tolist()
@@ -259,7 +263,7 @@ def ops_summary(rows: list[dict]) -> Table:
     d_sum = [cell_number(direct[i], direct_int) for i in order]
     s_sum = [cell_number(subtree[i], subtree_int) for i in order]
     d_ms = [v / 1000 for v in d_sum]
-    pct, cumulative = _percentages(d_ms)
+    pct, cumulative = percentages(d_ms)
     header = ["name", "total_direct_kernel_time_sum", "total_subtree_kernel_time_sum", "total_direct_kernel_time_ms",
               "total_subtree_kernel_time_ms", "Count", "Categories", "Percentage (%)", "Cumulative Percentage (%)"]
     table = Table([header])
@@ -277,7 +281,7 @@ def ops_summary_by_category(rows: list[dict]) -> Table:
     counts = groups.counts()
     order = optree.descending(direct.tolist())
     ms = [cell_number(direct[i], direct_int) / 1000 for i in order]
-    pct, cumulative = _percentages(ms)
+    pct, cumulative = percentages(ms)
     table = Table([["op category", "Count", "total_direct_kernel_time_ms", "Percentage (%)",
                     "Cumulative Percentage (%)"]])
     for j, i in enumerate(order):
@@ -296,15 +300,15 @@ STATS = ("mean", "median", "std", "min", "max", "sum")
 TRUNCATE_KERNEL_NAME = 64
 
 
+def gpu_details(f: OpsFacts, gpu: Sequence[int]) -> list[dict]:
+    """GPU events as TraceLens's ``kernel_details`` lists them: name, raw duration, stream."""
+    return [{"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
+             "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
+
+
 def _kernel_details(tree: OpTree, h: int) -> list[dict]:
-    """An op's kernels as TraceLens lists them: by start, with raw duration and stream."""
-    f = tree.f
-    details = []
-    for g in sorted(tree.direct[h], key=lambda g: f.g_ts[g]):
-        stream = float(f.g_stream[g])
-        details.append({"name": f.names[f.g_name[g]], "dur": int(f.g_dur[g]) if f.g_dur_int[g] else float(f.g_dur[g]),
-                        "stream": None if math.isnan(stream) else int(stream)})
-    return details
+    """An op's kernels as TraceLens lists them: by start."""
+    return gpu_details(tree.f, sorted(tree.direct[h], key=lambda g: tree.f.g_ts[g]))
 
 
 def kernel_stats(lists: list[list[dict]]) -> list[dict]:
@@ -381,7 +385,7 @@ def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
         }
     order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], int(f.h_uid[rows[first[k]]["h"]])))
     sums = [stats["direct"]["sum"][k] for k in order]
-    pct, cumulative = _percentages([float(x) for x in sums])
+    pct, cumulative = percentages([float(x) for x in sums])
     header = [*UNIQUE_ARGS_KEYS, "operation_count"]
     for stat in STATS:
         header += [f"total_direct_kernel_time_{stat}", f"total_subtree_kernel_time_{stat}"]

@@ -28,8 +28,9 @@ def is_communication(name: str) -> bool:
     return bool(name) and COMMUNICATION.search(name) is not None
 
 
-def nest_host_events(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Parent (an index into the arrays, or ``NO_PARENT``) of each host event.
+def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Parent (an index into the arrays, or ``NO_PARENT``) of each host event,
+    whether it is in the tree, and the order the events were taken in.
 
     Events are taken by start time (ties in array order) with a stack per
     thread: entries that ended at or before the start are popped; an event
@@ -38,9 +39,11 @@ def nest_host_events(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.
     the tree (no parent, never a parent): TraceLens's rules.
     """
     parent = np.full(len(ts), NO_PARENT, dtype=np.int64)
+    in_tree = np.zeros(len(ts), dtype=bool)
     stacks: dict[int, list[int]] = {}
     ts_list, end_list, thread_list = ts.tolist(), end.tolist(), thread.tolist()
-    for i in np.argsort(ts, kind="stable").tolist():
+    order = np.argsort(ts, kind="stable").tolist()
+    for i in order:
         stack = stacks.setdefault(thread_list[i], [])
         start = ts_list[i]
         while stack and start >= end_list[stack[-1]]:
@@ -52,8 +55,9 @@ def nest_host_events(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.
                 continue
         if stack:
             parent[i] = stack[-1]
+        in_tree[i] = True
         stack.append(i)
-    return parent
+    return parent, in_tree, order
 
 
 NO_LINK = -(1 << 63)

@@ -65,10 +65,10 @@ def gemm_params(name: str, args: dict, kernels: list[str]) -> dict:
     params = {"B": batch} if batched else {}
     params.update({"M": m, "N": n, "K": k, "bias": first == 1, "stride_A": stride_a, "stride_B": stride_b,
                    "dtype_A_B": dtypes})
-    return _gemm_common(params, kernels)
+    return gemm_common(params, kernels)
 
 
-def _gemm_common(params: dict, kernels: list[str]) -> dict:
+def gemm_common(params: dict, kernels: list[str]) -> dict:
     """What TraceLens's GEMM base adds to every model's parameters: a batch
     of 1 when none, the transpose flags of the first kernel name telling them."""
     params.setdefault("B", 1)
@@ -87,25 +87,25 @@ def gemm_flops(params: dict) -> int:
 
 def gemm_bytes(params: dict) -> int | None:
     """Bytes moved, None when the first input's dtype has no known size."""
-    size = BYTES_PER_ELEMENT.get(str(params["dtype_A_B"][0]).lower())
+    size = size_of(params["dtype_A_B"][0])
     if size is None:
         return None
     m, n, k = params["M"], params["N"], params["K"]
     return params["B"] * (m * k * size + k * n * size + m * n * size + (n if params["bias"] else 0) * size)
 
 
-def _spec(kind: str, dtype: object) -> str:
+def spec_of(kind: str, dtype: object) -> str:
     """TraceLens's "Compute Spec" (``<matrix|vector>_<precision>``), empty when unknown."""
-    precision = PRECISION.get(str(dtype).lower()) if dtype else None
+    precision = PRECISION.get(dtype.lower()) if dtype else None  # (not text: AttributeError, as TraceLens)
     return f"{kind}_{precision}" if precision else ""
 
 
 def compute_spec(params: dict) -> str:
-    return _spec("matrix", params["dtype_A_B"][0] if params["dtype_A_B"] else None)
+    return spec_of("matrix", params["dtype_A_B"][0] if params["dtype_A_B"] else None)
 
 
-def _size(dtype: object) -> int | None:
-    return None if dtype is None else BYTES_PER_ELEMENT.get(str(dtype).lower())
+def size_of(dtype: object) -> int | None:
+    return None if dtype is None else BYTES_PER_ELEMENT.get(dtype.lower())  # (not text: AttributeError, as TraceLens)
 
 
 def gemm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
@@ -119,11 +119,11 @@ def vllm_unquantized_gemm(name: str, args: dict, kernels: list[str]) -> tuple[di
     else the weight's does."""
     dims, types = args["Input Dims"], args["Input type"]
     bias = len(dims) > 2 and len(dims[2]) > 0
-    params = _gemm_common({"M": dims[0][0], "N": dims[1][0], "K": dims[0][1], "bias": bias,
+    params = gemm_common({"M": dims[0][0], "N": dims[1][0], "K": dims[0][1], "bias": bias,
                            "dtype_A_B": (types[0], types[1], types[2] if len(types) > 2 else "")}, kernels)
     m, n, k = params["M"], params["N"], params["K"]
-    size_a, size_b = _size(types[0]), _size(types[1])
-    size_out = _size(params["dtype_A_B"][2]) if bias else size_b
+    size_a, size_b = size_of(types[0]), size_of(types[1])
+    size_out = size_of(params["dtype_A_B"][2]) if bias else size_b
     moved = None if None in (size_a, size_b, size_out) else (
         m * k * size_a + k * n * size_b + m * n * size_out + (n if bias else 0) * size_out)
     return params, 2 * m * n * k + (m * n if bias else 0), moved, compute_spec(params)
@@ -137,10 +137,10 @@ def unary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | N
     params = {"op_shape": shape, "dtype_in_out": (dtype_in, dtype_out), "stride_input": stride_in,
               "stride_output": stride_out}
     count = prod(shape)
-    size_in = _size(dtype_in)
-    size_out = _size(dtype_out) if dtype_out is not None else size_in
+    size_in = size_of(dtype_in)
+    size_out = size_of(dtype_out) if dtype_out is not None else size_in
     moved = None if size_in is None or size_out is None else count * size_in + count * size_out
-    return params, count, moved, _spec("vector", dtype_in)
+    return params, count, moved, spec_of("vector", dtype_in)
 
 
 def _broadcast(first: tuple, second: tuple) -> tuple:
@@ -161,15 +161,15 @@ def binary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | 
     params = {"shape_in1": shape1, "shape_in2": shape2, "dtype_in1_in2_out": (types[0], types[1], dtype_out),
               "stride_input1": tuple(strides[0]), "stride_input2": tuple(strides[1]), "stride_output": stride_out}
     out = prod(_broadcast(shape1, shape2))
-    size1, size2 = _size(types[0]), _size(types[1])
+    size1, size2 = size_of(types[0]), size_of(types[1])
     if dtype_out is not None:
-        size_out = _size(dtype_out)
+        size_out = size_of(dtype_out)
     elif size1 and size2:
         size_out = max(size1, size2) if shape1 != () and shape2 != () else size1
     else:
         size_out = None
     moved = None if None in (size1, size2, size_out) else prod(shape1) * size1 + prod(shape2) * size2 + out * size_out
-    return params, out, moved, _spec("vector", types[0])
+    return params, out, moved, spec_of("vector", types[0])
 
 
 def _reduced_dims(concrete: list) -> tuple[list[int] | None, bool]:
@@ -228,13 +228,13 @@ def reduce(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | 
     kind = next((k for k in ("mean", "max", "min", "norm") if k in name), "sum")
     params = {"num_input_elems": count, "num_output_elems": out, "dtype_in_out": (dtype_in, dtype_out),
               "reduce_type": kind}
-    size_in = _size(dtype_in) if isinstance(dtype_in, str) and dtype_in else None
+    size_in = size_of(dtype_in) if isinstance(dtype_in, str) and dtype_in else None
     if dtype_out is None:
         size_out = size_in
     else:
-        size_out = _size(dtype_out) if isinstance(dtype_out, str) and dtype_out else None
+        size_out = size_of(dtype_out) if isinstance(dtype_out, str) and dtype_out else None
     moved = None if size_in is None or size_out is None else count * size_in + out * size_out
-    return params, count, moved, _spec("vector", dtype_in)
+    return params, count, moved, spec_of("vector", dtype_in)
 
 
 Model = Callable[[str, dict, list[str]], tuple[dict, int, "int | None", str]]

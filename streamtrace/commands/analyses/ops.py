@@ -14,7 +14,7 @@ from decimal import Decimal
 import numpy as np
 import orjson
 
-from ...algo import gpuspecs, opsfigures, opsreport, opsroofline, opstables, optree
+from ...algo import collectives, gpuspecs, opsfigures, opsreport, opsroofline, opstables, optree
 from ...algo.opstables import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, OpsFacts, Table
 from ...algo.optree import NO_LINK
 from ...engine.passes import read_with_retries
@@ -24,6 +24,7 @@ from ...io.destinations import Destinations
 from ...io.jsonscan import member_value
 from ...io.reader import TraceReader
 from ...io.source import InputSource
+from .collectives import KernelCollector, csv_text
 
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
 GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
@@ -78,7 +79,7 @@ class OpsCollector:
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
         self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q",
-                             seq="q", kernel="i")
+                             seq="q", kernel="i", dur="d", dur_int="b", driver="b")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
                             place="q", corr="q", ext="q")
         self.flow_starts = array("q")
@@ -89,6 +90,7 @@ class OpsCollector:
         self.has_cpu_ops = False
         self.python_stack = False
         self.untimed = 0
+        self.collectives = KernelCollector()  # (for TraceLens's coll_analysis)
 
     def _link(self, value: object) -> int:
         value = _key(value)
@@ -157,8 +159,11 @@ class OpsCollector:
             self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
                           sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext,
                           seq=self._link(args.get("Sequence number")),
-                          kernel=self._name(args["kernel"]) if isinstance(args.get("kernel"), str) else -1)
+                          kernel=self._name(args["kernel"]) if isinstance(args.get("kernel"), str) else -1,
+                          dur=dur, dur_int=isinstance(dur, int), driver=cat == "cuda_driver")
             return
+        if gpu_cat == KERNEL and self.collectives.wanted(name):
+            self.collectives.add(event, ts, dur, 0)
         stream = args.get("stream")
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
         self.gpu.add(ts=ts, end=ts + dur, dur=dur, integral=isinstance(ts, int) and isinstance(dur, int), cat=gpu_cat,
@@ -175,7 +180,8 @@ class OpsCollector:
             h_uid=h("uid"), h_seq=h("seq"), h_kernel=h("kernel"), threads=list(self.places), metadata=self.metadata,
             signatures=list(self.signatures),
             signature_values=self.signature_values,
-            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
+            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed, h_dur=h("dur"),
+            h_dur_int=h("dur_int").astype(bool), h_driver=h("driver").astype(bool), events=self.events)
         key = "ext" if self.link_key == 1 else "corr"
         graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
         runtime = facts.h_kind == RUNTIME
@@ -187,22 +193,43 @@ class OpsCollector:
         return facts
 
 
-def read_input(path: str, *, salvage: bool = False) -> tuple[OpsFacts, object]:
-    """Read ``path`` once for the ops tables: their facts, and the trace's
-    ``deviceProperties`` (the GPU the roofline is of)."""
+def read_input(path: str, *, salvage: bool = False) -> tuple[OpsCollector, object]:
+    """Read ``path`` once for the ops tables: what they are made of, and the
+    trace's ``deviceProperties`` (the GPU the roofline is of)."""
     def attempt(reader: TraceReader) -> tuple[OpsCollector, object]:
         collector = OpsCollector()
         for event in reader.events():
             collector.visit(event)
         return collector, member_value(reader.stats.header + reader.stats.trailer, "deviceProperties")
 
-    collector, devices = read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
-    return collector.facts(), devices
+    return read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
 
 
-def collect(path: str, *, salvage: bool = False) -> OpsFacts:
+def collect(path: str, *, salvage: bool = False) -> OpsCollector:
     """Read ``path`` once for the ops tables."""
     return read_input(path, salvage=salvage)[0]
+
+
+def coll_analysis(kernels: KernelCollector) -> bytes | None:
+    """TraceLens's ``coll_analysis``: its collective analyser's ``nccl_summary_long`` over this one trace,
+    every collective kernel as rank 0 (the trace's place in the analyser's list of one); None without a row
+    (no collective kernel, or every one with a missing key, which pandas' grouping drops)."""
+    if not len(kernels.ts):
+        return None
+    rank = collectives.RankKernels(0, np.frombuffer(kernels.ts, dtype=np.float64).copy(),
+                                   np.frombuffer(kernels.dur, dtype=np.float64).copy(),
+                                   np.frombuffer(kernels.meta, dtype=np.int32).copy(), list(kernels.metas))
+    summary = collectives.summary_long(collectives.long_rows([rank]).table)
+    return csv_text(summary).encode("utf-8") if summary.rows else None
+
+
+def collective_csv(collector: OpsCollector, tables: dict, facts: OpsFacts) -> dict[str, bytes]:
+    """``coll_analysis`` by its stem, when TraceLens writes it: not when its
+    report stopped before (no tables) or the trace is GPU-only."""
+    if not tables or not facts.has_cpu_ops:
+        return {}
+    summary = coll_analysis(collector.collectives)
+    return {} if summary is None else {"coll_analysis": summary}
 
 
 def _cell(value: object) -> object:
@@ -223,9 +250,10 @@ def table_csv(table: Table) -> bytes:
 def ops_tables(path: str, *, salvage: bool = False, spec: dict | None = None) -> tuple[dict[str, bytes], list[str]]:
     """TraceLens's perf-report CSVs for one trace, by file stem, and notes;
     ``spec`` (TraceLens's arch JSON form) adds the roofline columns."""
-    facts = collect(path, salvage=salvage)
+    collector = collect(path, salvage=salvage)
+    facts = collector.facts()
     tables, notes = opsreport.perf_tables(facts, spec)
-    return {stem: table_csv(table) for stem, table in tables.items()}, notes
+    return {**{stem: table_csv(table) for stem, table in tables.items()}, **collective_csv(collector, tables, facts)}, notes
 
 
 def input_label(path: str, ranks: list[int]) -> str:
@@ -250,7 +278,8 @@ def run(files: list[str], ranks_of_files: list[list[int]], *, salvage: bool = Fa
     spec_words: dict[str, list[str]] = {}  # what each input's roofline is of -> its labels
     for path, ranks in zip(files, ranks_of_files):
         label = input_label(path, ranks)
-        facts, devices = read_input(path, salvage=salvage)
+        collector, devices = read_input(path, salvage=salvage)
+        facts = collector.facts()
         tables, found = opsreport.perf_tables(facts, spec)
         used, how, words = _spec_for(spec, devices)
         if used is not None:
@@ -260,8 +289,9 @@ def run(files: list[str], ranks_of_files: list[list[int]], *, salvage: bool = Fa
         if len(ranks) > 1:
             found.append(f"{len(ranks)} ranks in one file: one set of tables over all of them, as TraceLens reads it")
         notes += [f"ops, {label}: {note}" for note in found]
-        for stem, table in tables.items():
-            files_out[os.path.join("ops", label, f"{stem}.csv")] = table_csv(table)
+        written = {**{stem: table_csv(table) for stem, table in tables.items()}, **collective_csv(collector, tables, facts)}
+        for stem, data in written.items():
+            files_out[os.path.join("ops", label, f"{stem}.csv")] = data
     notes = [f"ops, {', '.join(labels)}: {words}" for words, labels in spec_words.items()] + notes
     return files_out, notes, parts
 

@@ -1,0 +1,417 @@
+"""TraceLens's ``unified_perf_summary``: one row per op that stands for
+GPU work (an op with a performance model, a backward op computed through
+its forward op's model, else the innermost launcher), and per GPU event
+under none of them a synthetic op, grouped by name, category, process,
+thread and argument lists (``build_df_unified_perf_table`` then
+``summarize_df_unified_perf_table``).
+
+docs/analyze.md states the rules and TraceLens's accidents.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import opsheets, optree
+from .opcategories import op_category
+from .opstables import (
+    CPU_OP,
+    NA,
+    RUNTIME,
+    UNIQUE_ARGS_KEYS,
+    OpTree,
+    Table,
+    ancestors,
+    cell_number,
+    gpu_details,
+    grouped,
+    kernel_stats,
+    percentages,
+    process_and_thread,
+    truncated,
+)
+
+# TraceLens's ops with a performance model in the sheets analyze does not write yet
+OTHER_MODEL_OPS = frozenset({
+    "DaoAILab::_causal_conv1d_fwd_cpp", "MambaSplitConv1dScanCombinedFn", "MoECombine", "MoEDispatch",
+    "_C_custom_ar::all_reduce", "_C_custom_ar::qr_all_reduce", "aiter::all_gather_reg",
+    "aiter::biased_grouped_topk_hip", "aiter::ck_moe_stage1", "aiter::ck_moe_stage2",
+    "aiter::dynamic_per_group_scaled_quant_fp4", "aiter::fmha_v3_varlen_fwd", "aiter::fmoe_fp8_blockscale_g1u1",
+    "aiter::fmoe_g1u1", "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_",
+    "aiter::fused_dynamic_mx_quant_moe_sort_hip", "aiter::fused_dynamic_mxfp4_quant_moe_sort_hip",
+    "aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla",
+    "aiter::linear_attention_with_output_base", "aiter::mha_batch_prefill", "aiter::mha_varlen_fwd",
+    "aiter::mhc_fused_post_pre_gemm_sqrsum", "aiter::mhc_post", "aiter::mhc_pre_big_fuse_rmsnorm",
+    "aiter::mhc_pre_gemm_sqrsum", "aiter::mixed_sample_outer_exponential", "aiter::moe_cktile2stages_gemm1_ck",
+    "aiter::moe_cktile2stages_gemm2_ck", "aiter::moe_sorting_fwd", "aiter::mxfp4_moe_sort_hip",
+    "aiter::pa_decode_gluon", "aiter::pa_sparse_prefill_opus_fwd", "aiter::reduce_scatter",
+    "aiter::topk_softplus", "primus_turbo::grouped_gemm", "primus_turbo::grouped_gemm_impl",
+    "primus_turbo::grouped_gemm_variable_k", "primus_turbo::grouped_gemm_variable_k_impl",
+    "primus_turbo_cpp_extension::ck_grouped_gemm", "primus_turbo_cpp_extension::ck_grouped_gemm_variable_k",
+    "primus_turbo_cpp_extension::grouped_gemm", "primus_turbo_cpp_extension::grouped_gemm_variable_k",
+    "pseudo_mla_decode_fwd", "pseudo_mla_prefill_fwd", "pseudo_op::moe_aiter_fused_1stage",
+    "pseudo_op::moe_flydsl_stage1", "pseudo_op::moe_flydsl_stage2", "pseudo_op::moe_gptq_awq_down",
+    "pseudo_op::moe_gptq_awq_up", "pseudo_op::moe_triton_unfused_down", "pseudo_op::moe_triton_unfused_up",
+    "pseudo_v4_paged_decode_csa", "pseudo_v4_paged_decode_hca", "pseudo_v4_paged_decode_swa",
+    "sgl_kernel::all_reduce_reg", "sgl_kernel::qr_all_reduce", "sglang::reg_all_gather_into_tensor",
+    "sglang::store_cache", "sglang_profiler::attention_paged_attention_ragged",
+    "sglang_profiler::fused_moe_triton_kernels_fused_append_shared_experts",
+    "sglang_profiler::fused_moe_triton_kernels_invoke_fused_moe_kernel",
+    "sglang_profiler::fused_mxfp4_quant_fused_flatten_mxfp4_quant", "sglang_profiler::quant_dynamic_mxfp4_quant",
+    "sglang_profiler::tilelang_kernel_tilelang_sparse_fwd", "vllm::gdn_attention_core",
+    "vllm::unified_attention_with_output",
+})
+KNOWN = {name: model for models in opsheets.MODELS.values() for name, model in models.items()}
+UNKNOWN = frozenset().union(*opsheets.SHEET_OPS.values(), OTHER_MODEL_OPS).difference(KNOWN)
+# Inductor's compiled kernels: TraceLens models them from their concrete inputs (not here yet)
+TRITON_COMPILED = ("triton_poi_", "triton_red_", "triton_per_")
+# a forward op's model with backward formulas -> the category of the backward op computed through it
+BACKWARD_CATEGORY = {name: f"{sheet}_bwd" for sheet in ("SDPA", "CONV") for name in opsheets.MODELS[sheet]}
+FIRST = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec")
+RATES = ("TB/s", "TFLOPS/s")
+STATS = ("mean", "median", "std", "min", "max")
+KERNEL_TIME = "Kernel Time (µs)"
+
+
+class UnknownModel(Exception):
+    """An op TraceLens has a performance model for that is not here yet: the table cannot be made."""
+
+
+class _Unified:
+    """TraceLens's walk of the op tree for the table (``collect_unified_perf_events``)."""
+
+    def __init__(self, tree: OpTree, signature_values: list[list], spec: dict | None) -> None:
+        self.tree, self.f, self.values, self.spec = tree, tree.f, signature_values, spec
+        f, parent = self.f, tree.parent
+        count = len(f.h_ts)
+        place = np.empty(count, dtype=np.int64)
+        place[np.array(tree.order, dtype=np.int64)] = np.arange(count)
+        below = np.flatnonzero(tree.in_tree & (parent != optree.NO_PARENT))
+        self._child = below[np.lexsort((place[below], parent[below]))]  # children by parent, in the order taken
+        parents = parent[self._child]
+        self._child_lo = np.searchsorted(parents, np.arange(count), "left")
+        self._child_hi = np.searchsorted(parents, np.arange(count), "right")
+        self._runs, self._run_lo = np.unique(f.link_run, return_index=True)
+        self._run_hi = np.append(self._run_lo[1:], len(f.link_run))
+        self.launch = np.zeros(count, dtype=bool)
+        self.launch[self._runs] = True
+        self.has_gpu = np.zeros(count, dtype=bool)  # some GPU event linked below (TraceLens's gpu_events)
+        for run in self._runs.tolist():
+            while run != optree.NO_PARENT and not self.has_gpu[run]:
+                self.has_gpu[run] = True
+                run = int(parent[run])
+        self._gpu: dict[int, list[int]] = {}
+        self.forward_of: dict[int, int] = {}
+        for forward, backwards in opsheets.backward_ops(tree).items():
+            for backward in backwards:
+                self.forward_of[backward] = forward
+        self.roots = [h for h in tree.order if tree.in_tree[h] and f.h_kind[h] == CPU_OP
+                      and all(f.h_kind[a] != CPU_OP for a in ancestors(parent, int(parent[h])))]
+        self._model: dict[int, bool] = {}
+        self._sole: dict[int, dict | None] = {}
+
+    def children(self, h: int) -> list[int]:
+        return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
+
+    def gpu(self, h: int) -> list[int]:
+        """The GPU events below ``h`` in TraceLens's order (by launch call, in file order)."""
+        found = self._gpu.get(h)
+        if found is None:
+            calls, stack = [], [h]
+            while stack:
+                node = stack.pop()
+                if self.launch[node]:
+                    calls.append(node)
+                stack.extend(self.children(node))
+            at = np.searchsorted(self._runs, sorted(calls))
+            link_gpu = self.f.link_gpu
+            found = self._gpu[h] = [g for i in at.tolist()
+                                    for g in link_gpu[self._run_lo[i]:self._run_hi[i]].tolist()]
+        return found
+
+    def name(self, h: int) -> str:
+        return self.f.names[self.f.h_name[h]]
+
+    def is_cpu_op(self, h: int) -> bool:
+        return bool(self.f.h_kind[h] == CPU_OP)
+
+    def has_model(self, name: str, sig: int) -> bool:
+        """TraceLens's ``_has_perf_model`` (raises :class:`UnknownModel` for one not here)."""
+        if name in KNOWN:
+            return True
+        if name in UNKNOWN:
+            raise UnknownModel(name)
+        if name.startswith(TRITON_COMPILED):
+            values = self.values[sig]
+            if values[3] and values[0] and values[1]:
+                raise UnknownModel(name)
+        return False
+
+    def op_has_model(self, h: int) -> bool:
+        found = self._model.get(h)
+        if found is None:
+            found = self._model[h] = self.has_model(self.name(h), int(self.f.h_sig[h]))
+        return found
+
+    def sole_backward(self, first_parent: int) -> dict | None:
+        """The backward metrics of the forward op linked to the autograd
+        wrapper within 5 levels above, when the wrapper holds exactly one
+        kernel-launching op of the wrapper's function name and the forward
+        op's model has backward formulas (``_is_sole_bwd_with_fwd_perf_model``)."""
+        if first_parent in self._sole:
+            return self._sole[first_parent]
+        found = self._sole[first_parent] = self._sole_backward(first_parent)
+        return found
+
+    def _sole_backward(self, first_parent: int) -> dict | None:
+        f, tree = self.f, self.tree
+        wrapper, current = None, first_parent
+        for _ in range(5):
+            if current == optree.NO_PARENT:
+                break
+            forward = self.forward_of.get(current)
+            if forward is not None and f.h_uid[forward] != 0:
+                wrapper = current
+                break
+            current = int(tree.parent[current])
+        if wrapper is None or not self.op_has_model(forward):
+            return None
+        text = self.name(wrapper)
+        main = text.split(": ", 1)[1] if ": " in text else None
+        if self._count_main(wrapper, main) != 1:
+            return None
+        name = self.name(forward)
+        model = opsheets.BACKWARD_MODELS.get(name)
+        if model is None:  # (no backward category, or a norm whose backward model declines)
+            return None
+        gpu = opsheets.backward_links(tree, [forward]).get(forward, [])
+        try:
+            metrics = opsheets.op_metrics(tree, forward, model, gpu, self.values, self.spec)
+        except opsheets.MODEL_FAILURES:
+            return None
+        return {**metrics, "category": BACKWARD_CATEGORY[name]}
+
+    def _count_main(self, h: int, main: str | None) -> int:
+        count = 0
+        for child in self.children(h):
+            if self.is_cpu_op(child):
+                count += int(self.has_gpu[child] and (main is None or self.name(child) == main))
+                count += self._count_main(child, main)
+        return count
+
+    def _owns_model_below(self, h: int) -> bool:
+        """Some cpu op below ``h`` with a model and GPU work (``_has_descendant_cpu_op_with_own_perf_model``)."""
+        stack = self.children(h)
+        while stack:
+            node = stack.pop()
+            if not self.is_cpu_op(node):
+                continue
+            if self.op_has_model(node) and self.has_gpu[node]:
+                return True
+            stack.extend(self.children(node))
+        return False
+
+    def _launches_directly(self, h: int, depth: int = 10) -> bool:
+        """A runtime call (not a driver call) below ``h`` with a GPU event (``_is_leaf_cpu_op``)."""
+        if depth <= 0:
+            return False
+        f = self.f
+        for child in self.children(h):
+            if f.h_kind[child] == RUNTIME and not f.h_driver[child]:
+                if self.launch[child] or self._launches_directly(child, depth - 1):
+                    return True
+        return False
+
+    def collect(self) -> list[int]:
+        collected: list[int] = []
+        visited: set[int] = set()
+        for root in self.roots:
+            self._visit(root, collected, visited)
+        return collected
+
+    def _visit(self, h: int, collected: list[int], visited: set[int]) -> None:
+        if h in visited:
+            return
+        visited.add(h)
+        if not self.is_cpu_op(h) or not self.has_gpu[h]:
+            return
+        if self.op_has_model(h):
+            collected.append(h)
+            return
+        sole = self.sole_backward(int(self.tree.parent[h])) is not None
+        owns = self._owns_model_below(h)
+        if owns:  # (a backward op computed through its forward op yields to a modelled op below it)
+            for child in self.children(h):
+                self._visit(child, collected, visited)
+            return
+        if sole:
+            collected.append(h)
+            return
+        if self._launches_directly(h):
+            modelled = [c for c in self.children(h) if self.is_cpu_op(c) and self.op_has_model(c) and self.has_gpu[c]]
+            if modelled:
+                for child in modelled:
+                    self._visit(child, collected, visited)
+            elif not any(self.tree.communication[self.f.g_name[g]] for g in self.gpu(h)):
+                collected.append(h)
+            return
+        for child in self.children(h):
+            self._visit(child, collected, visited)
+
+    def synthetic(self, collected: list[int]) -> list[tuple[int, int]]:
+        """(host event, GPU event) of each GPU event no collected op holds:
+        first those with no cpu op above (by their launch call, the call's
+        first kernel first), then those with one (with the nearest cpu op)."""
+        f, tree = self.f, self.tree
+        held = np.zeros(len(f.g_ts), dtype=bool)
+        for h in collected:
+            held[self.gpu(h)] = True
+        by_call: dict[int, list[int]] = {}
+        with_cpu_op: list[tuple[int, int]] = []
+        communication = np.array(tree.communication + [False])[f.g_name]
+        left = np.flatnonzero(~held & ~communication & (f.g_parent != optree.NO_PARENT))
+        for g, call in zip(left.tolist(), f.g_parent[left].tolist()):
+            cpu_op = tree.cpu_op_above(call)
+            if cpu_op == optree.NO_PARENT:
+                by_call.setdefault(call, []).append(g)
+            else:
+                with_cpu_op.append((cpu_op, g))
+        return [(call, g) for call, kernels in by_call.items() for g in kernels] + with_cpu_op
+
+
+def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict | None = None,
+                         ) -> tuple[Table | None, list[str]]:
+    """The table, or None and a note (no op with GPU work; an op whose model is not here)."""
+    walk = _Unified(tree, signature_values, spec)
+    try:
+        rows = _rows(walk)
+    except UnknownModel as exc:
+        return None, [f"unified_perf_summary not written: no model here yet for {exc}"]
+    return (_summarize(tree, rows) if rows else None), []
+
+
+def _rows(walk: _Unified) -> list[dict]:
+    f, tree = walk.f, walk.tree
+    collected = walk.collect()
+    rows = []
+    for h in collected:
+        row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu(h), int(f.h_uid[h]))
+        if row is not None:
+            rows.append(row)
+    next_uid = f.events
+    for source, g in walk.synthetic(collected):
+        name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
+        row = _row(walk, source, name, op_category(name, tree.first_kernel(source)), None, [g], next_uid)
+        next_uid += 1
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, gpu: list[int],
+         uid: int) -> dict | None:
+    """One row of ``build_df_unified_perf_table`` (``h``: the op itself, None for a synthetic op copying
+    ``source``); None when the op's model declines it (TraceLens drops such a row)."""
+    f, tree = walk.f, walk.tree
+    own = walk.has_model(name, int(f.h_sig[source]))
+    sole = walk.sole_backward(int(tree.parent[source]))
+    if not own and sole is not None:
+        category = sole["category"]
+    row = {"h": source, "uid": uid, "name": name, "category": category, "dur": float(f.h_dur[source]),
+           "dur_int": bool(f.h_dur_int[source]), "gpu": gpu, "has_perf_model": own or sole is not None}
+    metrics = None
+    if own and h is not None:
+        try:
+            metrics = opsheets.op_metrics(tree, h, KNOWN[name], gpu, walk.values, walk.spec)
+        except NotImplementedError:
+            return None
+        except opsheets.MODEL_FAILURES:
+            metrics = None
+    elif sole is not None:
+        metrics = sole
+    if metrics is None:
+        row["busy"], row["busy_int"] = tree.busy(gpu)
+        return row
+    row.update({key: value for key, value in metrics.items() if key not in ("h", "name", "values", "details")})
+    return row
+
+
+def _summarize(tree: OpTree, rows: list[dict]) -> Table:
+    f = tree.f
+    keys = [(r["name"], r["category"], *process_and_thread(f, r["h"]), *f.signatures[f.h_sig[r["h"]]]) for r in rows]
+    groups = grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
+    members: list[list[int]] = [[] for _ in groups.keys]
+    for i, code in enumerate(groups.codes.tolist()):
+        members[code].append(i)
+    counts = groups.counts()
+    modelled = any("GFLOPS" in r for r in rows)
+    with_roofline = any("Roofline Time (µs)" in r for r in rows)
+    columns = {
+        "duration": _stats(groups, members, [r["dur"] for r in rows], all(r["dur_int"] for r in rows)),
+        KERNEL_TIME: _stats(groups, members, [r["busy"] for r in rows], all(r["busy_int"] for r in rows)),
+    }
+    for column in (*RATES, *(["Pct Roofline"] if with_roofline else [])):
+        columns[column] = _stats(groups, members, [r.get(column, math.nan) for r in rows], False)
+    header = [*UNIQUE_ARGS_KEYS, "ex_UID", "operation_count", "total_duration_us", "mean_duration_us",
+              "std_duration_us"]
+    if modelled:
+        header += [*FIRST, *(["Roofline Bound"] if with_roofline else []), "TB/s_mean", "TB/s_std", "TFLOPS/s_mean",
+                   "TFLOPS/s_std"]
+    header += [f"{KERNEL_TIME}_mean", f"{KERNEL_TIME}_std", f"{KERNEL_TIME}_sum", "duration_us_median",
+               "duration_us_min", "duration_us_max"]
+    if modelled:
+        header += [f"{rate}_{stat}" for rate in RATES for stat in ("median", "min", "max")]
+    if with_roofline:
+        header += ["Roofline Time (µs)_first", *[f"Pct Roofline_{stat}" for stat in STATS]]
+    header += [f"{KERNEL_TIME}_median", f"{KERNEL_TIME}_min", f"{KERNEL_TIME}_max", "kernel_details_summary",
+               "trunc_kernel_details", "perf_params", "has_perf_model", "Percentage (%)", "Cumulative Percentage (%)"]
+    records = []
+    for k, group in enumerate(members):
+        first = rows[group[0]]
+        cells = {"ex_UID": first["uid"], "operation_count": int(counts[k])}
+        duration = columns["duration"]
+        cells.update({"total_duration_us": duration["sum"][k], "mean_duration_us": duration["mean"][k],
+                      "std_duration_us": duration["std"][k]})
+        for stat in ("median", "min", "max"):
+            cells[f"duration_us_{stat}"] = duration[stat][k]
+        for column in (KERNEL_TIME, *RATES, "Pct Roofline"):
+            for stat, values in columns.get(column, {}).items():
+                cells[f"{column}_{stat}"] = values[k]
+        for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
+            cells[column] = next((rows[i][column] for i in group if _present(rows[i].get(column))), NA)
+        cells["Roofline Time (µs)_first"] = cells["Roofline Time (µs)"]
+        summary = kernel_stats([gpu_details(f, rows[i]["gpu"]) for i in group])
+        params = next((rows[i]["params"] for i in group if rows[i].get("params")), None)
+        cells.update({"kernel_details_summary": repr(summary), "trunc_kernel_details": truncated(summary),
+                      "perf_params": NA if params is None else str(params), "has_perf_model": first["has_perf_model"]})
+        records.append((keys[group[0]], cells))
+    order = sorted(range(len(records)), key=lambda k: (-records[k][1][f"{KERNEL_TIME}_sum"], records[k][1]["ex_UID"]))
+    pct, cumulative = percentages([float(records[k][1][f"{KERNEL_TIME}_sum"]) for k in order])
+    table = Table([header])
+    for j, k in enumerate(order):
+        key, cells = records[k]
+        cells.update({"Percentage (%)": pct[j], "Cumulative Percentage (%)": cumulative[j]})
+        table.rows.append([*key, *(cells[column] for column in header[len(UNIQUE_ARGS_KEYS):])])
+    return table
+
+
+def _present(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _stats(groups, members: list[list[int]], values: list[float], integral: bool) -> dict[str, list]:
+    """pandas' grouped sum, mean, median, std (n-1), min and max of a column, missing values skipped."""
+    array = np.array(values, dtype=np.float64)
+    means = opsheets.group_means(groups, values)
+    out: dict[str, list] = {"mean": means, "median": [], "std": [], "min": [], "max": [], "sum": []}
+    sums = groups.sums(np.nan_to_num(array)) if not np.isnan(array).all() else np.zeros(len(members))
+    for k, group in enumerate(members):
+        present = [v for v in array[group].tolist() if not math.isnan(v)]
+        stats = opsheets.rate_stats(present)
+        out["median"].append(stats["median"])
+        out["std"].append(stats["std"])
+        out["min"].append(cell_number(stats["min"], integral) if present else NA)
+        out["max"].append(cell_number(stats["max"], integral) if present else NA)
+        out["sum"].append(cell_number(sums[k], integral))
+    return out
