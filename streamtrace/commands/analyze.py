@@ -91,7 +91,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
         ops_files, ops_notes, ops_parts = ({}, [], {}) if not ops else ops_analysis.run(
-            files, [[rank.rank for rank in result.ranks] for result in per_file], salvage=salvage, spec=ops_spec)
+            files, [[rank.rank for rank in result.ranks] for result in per_file],
+            [result.pid_ranks for result in per_file], salvage=salvage, spec=ops_spec)
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
                 results = [result for result in results if result.rank in ranks]

@@ -8,6 +8,7 @@ import csv
 import io
 import math
 import os
+import re
 from array import array
 from decimal import Decimal
 
@@ -24,6 +25,7 @@ from ...io.destinations import Destinations
 from ...io.jsonscan import member_value
 from ...io.reader import TraceReader
 from ...io.source import InputSource
+from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
 GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
@@ -31,6 +33,12 @@ SIGNATURE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"
 MODEL_ARGS = (*SIGNATURE_ARGS, "Output type")  # what the performance models read
 # metadata event name -> the args member holding its value (TraceLens reads these three)
 METADATA = {"process_name": "name", "process_labels": "labels", "thread_name": "name"}
+RANK_EVIDENCE = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events whose own args.rank places them (analyze's rule)
+# the names merge gives processes and threads (``rank 3 | process 9 | <the input's name>``), and the input's own name in them
+MERGE_PROCESS_NAME = re.compile(r"(?:PP rank \d+ \(global rank \d+\)|rank \d+) \| (?:GPU|process [^|]*?)(?: \| (?P<own>.*))?",
+                                re.DOTALL)
+MERGE_THREAD_NAME = re.compile(r"(?:PP rank|rank) \d+ \| (?P<own>.*)", re.DOTALL)
+MERGE_TRACE_NAME = "streamtrace merge of "
 
 
 def _number(value: object) -> int | float | None:
@@ -159,13 +167,18 @@ class OpsCollector:
                           seq=self._link(args.get("Sequence number")),
                           kernel=self._name(args["kernel"]) if isinstance(args.get("kernel"), str) else -1)
             return
-        stream = args.get("stream")
+        stream = args.get("original_stream")  # (merge and compact move a slice to a lane: its stream stays here)
+        stream = args.get("stream") if stream is None else stream
         stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
         self.gpu.add(ts=ts, end=ts + dur, dur=dur, integral=isinstance(ts, int) and isinstance(dur, int), cat=gpu_cat,
                      name=self._name(name), stream=stream, dur_int=isinstance(dur, int), place=self._place(event),
                      corr=corr, ext=ext)
 
-    def facts(self) -> OpsFacts:
+    def facts(self, merged: bool = False) -> OpsFacts:
+        """The facts of the events seen; ``merged``: of a file ``merge`` wrote, whose process and thread names
+        are the inputs' own again (as the rank's own file states them)."""
+        if merged:
+            self.metadata = own_names(self.metadata)
         names = list(self.names)
         h, g = self.host.numpy, self.gpu.numpy
         facts = OpsFacts(
@@ -187,17 +200,85 @@ class OpsCollector:
         return facts
 
 
+def own_names(metadata: dict[tuple, object]) -> dict[tuple, object]:
+    """A merge output's process and thread names as its inputs named them: merge names each process
+    ``rank <g> | GPU`` or ``rank <g> | process <pid>`` and then `` | `` and the input's name, if it had one,
+    and prefixes each thread's name with ``rank <g> | `` (``PP rank <r>`` with pipeline stages)."""
+    own: dict[tuple, object] = {}
+    for key, value in metadata.items():
+        pattern = {"process_name": MERGE_PROCESS_NAME, "thread_name": MERGE_THREAD_NAME}.get(key[2])
+        found = pattern.fullmatch(value) if pattern is not None and isinstance(value, str) else None
+        if found is None:
+            own[key] = value
+        elif found["own"] is not None:
+            own[key] = found["own"]
+    return own
+
+
+class RankedReading:
+    """One reading of a file of several ranks, each event given to its rank's collector as analyze places it
+    (a launch's or GPU event's own ``args.rank``, else its pid's rank): each collector numbers its rank's
+    events from 0, as the rank's own file numbers them (TraceLens's UIDs)."""
+
+    def __init__(self, pid_ranks: dict[object, int]) -> None:
+        self.pid_ranks = pid_ranks
+        self.collectors: dict[int, OpsCollector] = {}
+        self.unplaced = 0  # events of no rank (a pid no rule places, an event that is no object)
+
+    def visit(self, event: object) -> None:
+        rank = self._rank_of(event) if isinstance(event, dict) else None
+        if rank is None:
+            self.unplaced += 1
+            return
+        collector = self.collectors.get(rank)
+        if collector is None:
+            collector = self.collectors[rank] = OpsCollector()
+        collector.visit(event)
+
+    def _rank_of(self, event: dict) -> int | None:
+        cat = event.get("cat")
+        if cat.__class__ is str and cat in RANK_EVIDENCE:
+            args = event.get("args")
+            rank = args.get("rank") if isinstance(args, dict) else None
+            if rank.__class__ is int and rank >= 0:
+                return rank
+        pid = event.get("pid")
+        return self.pid_ranks.get(pid if pid.__class__ in (int, str) else str(pid))  # (pids as analyze keys them)
+
+
+def read_ranks(path: str, pid_ranks: dict[object, int], *, salvage: bool = False
+               ) -> tuple[dict[int, OpsFacts], object, int]:
+    """Read a file of several ranks once for the ops tables: each rank's facts, the trace's
+    ``deviceProperties`` and how many events no rank holds."""
+    def attempt(reader: TraceReader) -> tuple[RankedReading, list]:
+        reading = RankedReading(pid_ranks)
+        for event in reader.events():
+            reading.visit(event)
+        return reading, reader.stats.header + reader.stats.trailer
+
+    reading, members = read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
+    merged = _merged(members)
+    return ({rank: collector.facts(merged) for rank, collector in reading.collectors.items()},
+            member_value(members, "deviceProperties"), reading.unplaced)
+
+
 def read_input(path: str, *, salvage: bool = False) -> tuple[OpsFacts, object]:
     """Read ``path`` once for the ops tables: their facts, and the trace's
     ``deviceProperties`` (the GPU the roofline is of)."""
-    def attempt(reader: TraceReader) -> tuple[OpsCollector, object]:
+    def attempt(reader: TraceReader) -> tuple[OpsCollector, list]:
         collector = OpsCollector()
         for event in reader.events():
             collector.visit(event)
-        return collector, member_value(reader.stats.header + reader.stats.trailer, "deviceProperties")
+        return collector, reader.stats.header + reader.stats.trailer
 
-    collector, devices = read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
-    return collector.facts(), devices
+    collector, members = read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
+    return collector.facts(_merged(members)), member_value(members, "deviceProperties")
+
+
+def _merged(members: list) -> bool:
+    """Whether ``merge`` wrote the trace (its process and thread names are then merge's)."""
+    name = member_value(members, "traceName")
+    return isinstance(name, str) and name.startswith(MERGE_TRACE_NAME)
 
 
 def collect(path: str, *, salvage: bool = False) -> OpsFacts:
@@ -233,35 +314,41 @@ def input_label(path: str, ranks: list[int]) -> str:
     return f"rank{ranks[0]}" if len(ranks) == 1 else os.path.basename(path).split(".")[0]
 
 
-def run(files: list[str], ranks_of_files: list[list[int]], *, salvage: bool = False,
-        spec: dict | None = None) -> tuple[dict, list[str], dict]:
+def run(files: list[str], ranks_of_files: list[list[int]], pid_ranks_of_files: list[dict[object, int]], *,
+        salvage: bool = False, spec: dict | None = None) -> tuple[dict, list[str], dict]:
     """Every input's tables as ``{relative path: CSV bytes}`` (``ops/<label>/<stem>.csv``), notes, and
     what the page draws of each input (by label).
 
     ``spec`` (``--gpu-spec``) gives TraceLens's roofline columns; it, or
     else the built-in spec of the GPU the input's deviceProperties names,
     gives the roofline columns appended after them (:mod:`...algo.opsroofline`).
-    TraceLens reads one trace: a merged multi-rank file gets one set of
-    tables over all its ranks, as TraceLens would give (noted).
+    A file of several ranks (``pid_ranks_of_files``: its pids' ranks, as
+    analyze found them) gives each rank its tables, as the rank's own file would.
     """
     files_out: dict[str, bytes] = {}
     notes: list[str] = []
     parts: dict[str, dict] = {}
     spec_words: dict[str, list[str]] = {}  # what each input's roofline is of -> its labels
-    for path, ranks in zip(files, ranks_of_files):
-        label = input_label(path, ranks)
-        facts, devices = read_input(path, salvage=salvage)
-        tables, found = opsreport.perf_tables(facts, spec)
-        used, how, words = _spec_for(spec, devices)
-        if used is not None:
-            found += opsroofline.add_roofline(tables, used)
-        spec_words.setdefault(words, []).append(label)
-        parts[label] = opsfigures.page_part(tables, used, how)
+    for path, ranks, pid_ranks in zip(files, ranks_of_files, pid_ranks_of_files):
         if len(ranks) > 1:
-            found.append(f"{len(ranks)} ranks in one file: one set of tables over all of them, as TraceLens reads it")
-        notes += [f"ops, {label}: {note}" for note in found]
-        for stem, table in tables.items():
-            files_out[os.path.join("ops", label, f"{stem}.csv")] = table_csv(table)
+            readings, devices, unplaced = read_ranks(path, pid_ranks, salvage=salvage)
+            inputs = [(f"rank{rank}", readings[rank]) for rank in sorted(readings) if rank in ranks]
+            notes.append(f"ops, {path}: {len(ranks)} ranks in one file: tables per rank (ops/rank<N>), each rank's "
+                         "events numbered from 0 in file order as its own file numbers them (TraceLens's UIDs)"
+                         + (f"; {unplaced:,} events of no rank left out" if unplaced else ""))
+        else:
+            facts, devices = read_input(path, salvage=salvage)
+            inputs = [(input_label(path, ranks), facts)]
+        for label, facts in inputs:
+            tables, found = opsreport.perf_tables(facts, spec)
+            used, how, words = _spec_for(spec, devices)
+            if used is not None:
+                found += opsroofline.add_roofline(tables, used)
+            spec_words.setdefault(words, []).append(label)
+            parts[label] = opsfigures.page_part(tables, used, how)
+            notes += [f"ops, {label}: {note}" for note in found]
+            for stem, table in tables.items():
+                files_out[os.path.join("ops", label, f"{stem}.csv")] = table_csv(table)
     notes = [f"ops, {', '.join(labels)}: {words}" for words, labels in spec_words.items()] + notes
     return files_out, notes, parts
 

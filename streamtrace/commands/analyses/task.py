@@ -41,6 +41,7 @@ class FileResult:
     filtered: bool  # the decision this reading took
     devices: tuple = ()  # the input's deviceProperties names
     notes: list = field(default_factory=list)  # what the input lacks or what reading it repaired
+    pid_ranks: dict = field(default_factory=dict)  # of a file of several ranks: each placed pid's rank (--ops reads by it)
 
 
 def discard(result: FileResult) -> None:
@@ -111,8 +112,9 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
         notes.append(f"{location}: kernel_launch_stats lists the correlation ids this file of {len(out)} ranks states; "
                      "where merge or relink made them unique per rank ((rank + 1) x 10^k + id) they differ from the rank "
                      "files' (kept in args.correlation_raw), every other table is the rank files'")
+    pid_ranks = {facts.pid: rank for facts, rank in zip(index.pids, ranks) if rank >= 0} if len(out) > 1 else {}
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
-                      _device_names(members), notes)
+                      _device_names(members), notes, pid_ranks)
 
 
 def _reading_notes(location: str, read: dict) -> list[str]:
