@@ -59,6 +59,11 @@ def _key(value: object) -> object:
     return value if isinstance(value, (int, str, float)) and not isinstance(value, bool) else None
 
 
+NUMBERS = (int, float)
+KEYS = (int, str)  # ids kept as they are (anything else by _key)
+LINK_LOW, LINK_HIGH = -(1 << 62), 1 << 62  # ids kept as they are (beyond: numbered above them, by _link)
+
+
 class _Columns:
     """Typed columns appended an event at a time (8 bytes a value, or 1)."""
 
@@ -89,6 +94,8 @@ class OpsCollector:
                              seq="q", kernel="i")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
                             place="q", corr="q", ext="q")
+        self._host_add = [column.append for column in self.host.arrays.values()]  # (in the order above)
+        self._gpu_add = [column.append for column in self.gpu.arrays.values()]
         self.flow_starts = array("q")
         self.flow_ends = _Columns(id="q", place="q")
         self.metadata: dict[tuple, object] = {}  # (pid, tid, process_name|process_labels|thread_name) -> value
@@ -102,7 +109,7 @@ class OpsCollector:
         value = _key(value)
         if value is None:
             return NO_LINK
-        if isinstance(value, int) and -(1 << 62) < value < (1 << 62):
+        if isinstance(value, int) and LINK_LOW < value < LINK_HIGH:
             return value
         return self._other_links.setdefault(value, (1 << 62) + len(self._other_links))
 
@@ -134,45 +141,91 @@ class OpsCollector:
             self._visit(event, uid)
 
     def _visit(self, event: dict, uid: int) -> None:
-        cat = event.get("cat")
-        if event.get("ph") == "M" and event.get("name") in METADATA and isinstance(event.get("args"), dict):
-            member = METADATA[event["name"]]
-            self.metadata[(_key(event.get("pid")), _key(event.get("tid")), event["name"])] = event["args"].get(member)
+        """One event's columns (the hot loop: plain types take the short ways, the rest the helpers)."""
+        get = event.get
+        cat = get("cat")
+        if cat.__class__ is not str:
+            cat = None  # (no category TraceLens knows)
+        if get("ph") == "M":
+            self._metadata(event)
         if cat == "ac2g":
-            if event.get("ph") == "s":
-                self.flow_starts.append(self._link(event.get("id")))
-            elif event.get("ph") == "f":
-                self.flow_ends.add(id=self._link(event.get("id")), place=self._place(event))
+            self._flow(event)
             return
-        if cat in ("cpu_op", "python_func"):
+        if cat == "cpu_op" or cat == "python_func":
             self.has_cpu_ops = True
             self.python_stack = self.python_stack or cat == "python_func"
         kind = HOST_CATS.get(cat)
         gpu_cat = GPU_CATS.get(cat)
         if kind is None and gpu_cat is None:
             return
-        args = event.get("args")
-        args = args if isinstance(args, dict) else {}
-        ts, dur = _number(event.get("ts")), _number(event.get("dur"))
+        args = get("args")
+        if args.__class__ is not dict:
+            args = args if isinstance(args, dict) else {}
+        ts, dur = get("ts"), get("dur")
+        if ts.__class__ not in NUMBERS:
+            ts = _number(ts)
+        if dur.__class__ not in NUMBERS:
+            dur = _number(dur)
         if ts is None or dur is None:
             self.untimed += 1
             return
-        name = event.get("name", "")
-        corr, ext = self._link(args.get("correlation")), self._link(args.get("External id"))
+        name = get("name", "")
+        name_id = self.names.get(name) if name.__class__ is str else None
+        if name_id is None:
+            name_id = self._name(name)
+        link = self._link
+        corr, ext = args.get("correlation"), args.get("External id")
+        corr = corr if corr.__class__ is int and LINK_LOW < corr < LINK_HIGH else link(corr)
+        ext = ext if ext.__class__ is int and LINK_LOW < ext < LINK_HIGH else link(ext)
+        pid, tid = get("pid"), get("tid")
+        place = self.places.get((pid, tid)) if pid.__class__ in KEYS and tid.__class__ in KEYS else None
+        if place is None:
+            place = self._place(event)
         if kind is not None:
             if kind == RUNTIME and self.link_key is None and "launch" in str(name).lower():
                 self.link_key = 0 if "correlation" in args else 1
-            self.host.add(thread=self._place(event), ts=ts, end=ts + dur, kind=kind, name=self._name(name),
-                          sig=self._signature([args.get(key) for key in MODEL_ARGS]), uid=uid, corr=corr, ext=ext,
-                          seq=self._link(args.get("Sequence number")),
-                          kernel=self._name(args["kernel"]) if isinstance(args.get("kernel"), str) else -1)
+            kernel = args.get("kernel")
+            seq = args.get("Sequence number")
+            seq = seq if seq.__class__ is int and LINK_LOW < seq < LINK_HIGH else link(seq)
+            add = self._host_add
+            add[0](place)
+            add[1](ts)
+            add[2](ts + dur)
+            add[3](kind)
+            add[4](name_id)
+            add[5](self._signature([args.get(key) for key in MODEL_ARGS]))
+            add[6](uid)
+            add[7](corr)
+            add[8](ext)
+            add[9](seq)
+            add[10](self._name(kernel) if kernel.__class__ is str else -1)
             return
         stream = args.get("original_stream")  # (merge and compact move a slice to a lane: its stream stays here)
         stream = args.get("stream") if stream is None else stream
-        stream = float(stream) if isinstance(stream, (int, float)) and not isinstance(stream, bool) else math.nan
-        self.gpu.add(ts=ts, end=ts + dur, dur=dur, integral=isinstance(ts, int) and isinstance(dur, int), cat=gpu_cat,
-                     name=self._name(name), stream=stream, dur_int=isinstance(dur, int), place=self._place(event),
-                     corr=corr, ext=ext)
+        stream = float(stream) if stream.__class__ in NUMBERS else math.nan
+        add = self._gpu_add
+        add[0](ts)
+        add[1](ts + dur)
+        add[2](dur)
+        add[3](ts.__class__ is int and dur.__class__ is int)
+        add[4](gpu_cat)
+        add[5](name_id)
+        add[6](stream)
+        add[7](dur.__class__ is int)
+        add[8](place)
+        add[9](corr)
+        add[10](ext)
+
+    def _metadata(self, event: dict) -> None:
+        name, args = event.get("name"), event.get("args")
+        if name.__class__ is str and name in METADATA and isinstance(args, dict):
+            self.metadata[(_key(event.get("pid")), _key(event.get("tid")), name)] = args.get(METADATA[name])
+
+    def _flow(self, event: dict) -> None:
+        if event.get("ph") == "s":
+            self.flow_starts.append(self._link(event.get("id")))
+        elif event.get("ph") == "f":
+            self.flow_ends.add(id=self._link(event.get("id")), place=self._place(event))
 
     def facts(self, merged: bool = False) -> OpsFacts:
         """The facts of the events seen; ``merged``: of a file ``merge`` wrote, whose process and thread names
