@@ -10,6 +10,7 @@ import math
 import os
 import re
 from array import array
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import numpy as np
@@ -367,43 +368,60 @@ def input_label(path: str, ranks: list[int]) -> str:
     return f"rank{ranks[0]}" if len(ranks) == 1 else os.path.basename(path).split(".")[0]
 
 
-def run(files: list[str], ranks_of_files: list[list[int]], pid_ranks_of_files: list[dict[object, int]], *,
-        salvage: bool = False, spec: dict | None = None) -> tuple[dict, list[str], dict]:
-    """Every input's tables as ``{relative path: CSV bytes}`` (``ops/<label>/<stem>.csv``), notes, and
-    what the page draws of each input (by label).
+@dataclass
+class InputOps:
+    """One input's ops tables (``{ops/<label>/<stem>.csv: CSV bytes}``), its notes, what the page draws of
+    each label, and the words on each label's roofline spec (said once for all inputs that share them)."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    parts: dict[str, dict] = field(default_factory=dict)
+    spec_words: dict[str, list[str]] = field(default_factory=dict)
+
+
+def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], *, salvage: bool = False,
+             spec: dict | None = None) -> InputOps:
+    """One input's tables (run in its analyze task, once its ranks are known).
 
     ``spec`` (``--gpu-spec``) gives TraceLens's roofline columns; it, or
     else the built-in spec of the GPU the input's deviceProperties names,
     gives the roofline columns appended after them (:mod:`...algo.opsroofline`).
-    A file of several ranks (``pid_ranks_of_files``: its pids' ranks, as
-    analyze found them) gives each rank its tables, as the rank's own file would.
+    A file of several ranks (``pid_ranks``: its pids' ranks, as analyze
+    found them) gives each rank its tables, as the rank's own file would.
     """
-    files_out: dict[str, bytes] = {}
-    notes: list[str] = []
-    parts: dict[str, dict] = {}
-    spec_words: dict[str, list[str]] = {}  # what each input's roofline is of -> its labels
-    for path, ranks, pid_ranks in zip(files, ranks_of_files, pid_ranks_of_files):
-        if len(ranks) > 1:
-            readings, devices, unplaced = read_ranks(path, pid_ranks, salvage=salvage)
-            inputs = [(f"rank{rank}", readings[rank]) for rank in sorted(readings) if rank in ranks]
-            notes.append(f"ops, {path}: {len(ranks)} ranks in one file: tables per rank (ops/rank<N>), each rank's "
+    out = InputOps()
+    if len(ranks) > 1:
+        readings, devices, unplaced = read_ranks(path, pid_ranks, salvage=salvage)
+        inputs = [(f"rank{rank}", readings[rank]) for rank in sorted(readings) if rank in ranks]
+        out.notes.append(f"ops, {path}: {len(ranks)} ranks in one file: tables per rank (ops/rank<N>), each rank's "
                          "events numbered from 0 in file order as its own file numbers them (TraceLens's UIDs)"
                          + (f"; {unplaced:,} events of no rank left out" if unplaced else ""))
-        else:
-            facts, devices = read_input(path, salvage=salvage)
-            inputs = [(input_label(path, ranks), facts)]
-        for label, facts in inputs:
-            tables, found = opsreport.perf_tables(facts, spec)
-            used, how, words = _spec_for(spec, devices)
-            if used is not None:
-                found += opsroofline.add_roofline(tables, used)
-            spec_words.setdefault(words, []).append(label)
-            parts[label] = opsfigures.page_part(tables, used, how)
-            notes += [f"ops, {label}: {note}" for note in found]
-            for stem, table in tables.items():
-                files_out[os.path.join("ops", label, f"{stem}.csv")] = table_csv(table)
-    notes = [f"ops, {', '.join(labels)}: {words}" for words, labels in spec_words.items()] + notes
-    return files_out, notes, parts
+    else:
+        facts, devices = read_input(path, salvage=salvage)
+        inputs = [(input_label(path, ranks), facts)]
+    for label, facts in inputs:
+        tables, found = opsreport.perf_tables(facts, spec)
+        used, how, words = _spec_for(spec, devices)
+        if used is not None:
+            found += opsroofline.add_roofline(tables, used)
+        out.spec_words.setdefault(words, []).append(label)
+        out.parts[label] = opsfigures.page_part(tables, used, how)
+        out.notes += [f"ops, {label}: {note}" for note in found]
+        for stem, table in tables.items():
+            out.files[os.path.join("ops", label, f"{stem}.csv")] = table_csv(table)
+    return out
+
+
+def combine(inputs: list[InputOps]) -> tuple[dict[str, bytes], list[str], dict[str, dict]]:
+    """Every input's tables together (by relative path), the notes (first what each roofline is of, for
+    all the labels it serves), and what the page draws (by label)."""
+    spec_words: dict[str, list[str]] = {}
+    for one in inputs:
+        for words, labels in one.spec_words.items():
+            spec_words.setdefault(words, []).extend(labels)
+    notes = [f"ops, {', '.join(labels)}: {words}" for words, labels in spec_words.items()]
+    return ({path: data for one in inputs for path, data in one.files.items()},
+            notes + [note for one in inputs for note in one.notes], {k: v for one in inputs for k, v in one.parts.items()})
 
 
 def _spec_for(spec: dict | None, devices: object) -> tuple[dict | None, str, str]:
