@@ -3,7 +3,10 @@ taken as TraceLens would take them, never a traceback)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import streamtrace
 from streamtrace.commands.analyses.ops import ops_tables
 
 
@@ -23,3 +26,22 @@ def test_a_category_or_metadata_name_that_is_a_list_is_no_category(tmp_path) -> 
     tables, _ = ops_tables(str(path))
     kernels = tables["kernel_summary"].decode().strip().split("\n")
     assert kernels[1:] == ["GEMM,aten::mm,k,7,5,1,5.0,5,5,100.0,100.0"]  # the listed category's event is no kernel
+
+
+def test_an_input_read_again_for_the_step_cut_keeps_its_ops_tables(tmp_path) -> None:
+    """An input whose own step names differ from the run's is analyzed again
+    (HTA cuts by every input's names); its ops tables are those of its first task."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    for work, steps in ((one, "1"), (two, "2")):
+        subprocess.run([sys.executable, "-m", "streamtrace", "synth", str(work), "--ranks", "2", "--pp-stages", "1",
+                        "--steps", steps, "--graph-kernels", "4", "--eager-kernels", "4", "--no-merged", "--compress",
+                        "none", "-q"], check=True)
+    alone = tmp_path / "alone"
+    streamtrace.analyze([str(one / "rank0_trace.json")], str(alone), ops=True, only="temporal")
+    both = tmp_path / "both"
+    summary = streamtrace.analyze([str(one / "rank0_trace.json"), str(two / "rank1_trace.json")], str(both),
+                                  ops=True, only="temporal")
+    assert summary["ranks"] == [0, 1]
+    assert sorted(path.name for path in (both / "ops").iterdir()) == ["rank0", "rank1"]
+    for table in (alone / "ops" / "rank0").iterdir():
+        assert (both / "ops" / "rank0" / table.name).read_bytes() == table.read_bytes()
