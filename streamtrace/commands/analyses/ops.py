@@ -75,9 +75,12 @@ class _Columns:
         for name, value in values.items():
             self.arrays[name].append(value)
 
-    def numpy(self, name: str) -> np.ndarray:
-        return np.frombuffer(self.arrays[name], dtype=self.arrays[name].typecode).copy() if len(self.arrays[name]) \
-            else np.empty(0, dtype=self.arrays[name].typecode)
+    def take(self, name: str) -> np.ndarray:
+        """A column as numpy, its typed array emptied (one column at a time is held twice, not all)."""
+        column = self.arrays[name]
+        taken = np.frombuffer(column, dtype=column.typecode).copy() if len(column) else np.empty(0, column.typecode)
+        del column[:]
+        return taken
 
 
 class OpsCollector:
@@ -234,7 +237,7 @@ class OpsCollector:
         if merged:
             self.metadata = own_names(self.metadata)
         names = list(self.names)
-        h, g = self.host.numpy, self.gpu.numpy
+        h, g = self.host.take, self.gpu.take
         facts = OpsFacts(
             names=names, h_thread=h("thread"), h_ts=h("ts"), h_end=h("end"), h_kind=h("kind"), h_name=h("name"),
             h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
@@ -249,7 +252,7 @@ class OpsCollector:
         run_link = np.where(runtime, h(key), NO_LINK)
         flow_starts = np.frombuffer(self.flow_starts, dtype=np.int64) if len(self.flow_starts) else np.empty(0, np.int64)
         run, gpu = optree.launch_links(run_link, runtime & graph_names[facts.h_name], g(key), g("place"), flow_starts,
-                                       self.flow_ends.numpy("id"), self.flow_ends.numpy("place"))
+                                       self.flow_ends.take("id"), self.flow_ends.take("place"))
         opstables.link(facts, run, gpu)
         return facts
 
