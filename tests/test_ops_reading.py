@@ -6,8 +6,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import streamtrace
+from streamtrace.commands.analyses import ops
 from streamtrace.commands.analyses.ops import ops_tables
+from streamtrace.engine import indexworkers, parseproc
 
 
 def test_a_category_or_metadata_name_that_is_a_list_is_no_category(tmp_path) -> None:
@@ -45,3 +49,37 @@ def test_an_input_read_again_for_the_step_cut_keeps_its_ops_tables(tmp_path) -> 
     assert sorted(path.name for path in (both / "ops").iterdir()) == ["rank0", "rank1"]
     for table in (alone / "ops" / "rank0").iterdir():
         assert (both / "ops" / "rank0" / table.name).read_bytes() == table.read_bytes()
+
+
+def _tables_of_pass_1(trace: str, out, jobs: int) -> dict[str, bytes]:
+    streamtrace.analyze([trace], str(out), ops=True, only="temporal", jobs=jobs)
+    folder = next((out / "ops").iterdir())
+    return {path.name[:-4]: path.read_bytes() for path in folder.iterdir()}
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_pass_1_collects_the_tables_a_reading_of_their_own_gives(tmp_path, monkeypatch, jobs: int) -> None:
+    """Collected in analyze's pass 1, in parts of 8 KiB chunks (workers with -j 2), whose names, places,
+    signatures, odd ids and UIDs are renumbered as parts are joined: the tables of one serial reading,
+    including where a chunk is refused (an id beyond 64 bits) and this process reads on from it."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 8 << 10)
+    work = tmp_path / "synth"
+    subprocess.run([sys.executable, "-m", "streamtrace", "synth", str(work), "--ranks", "1", "--pp-stages", "1",
+                    "--steps", "1", "--graph-kernels", "4", "--eager-kernels", "4", "--no-merged", "--compress",
+                    "none", "-q"], check=True)
+    document = json.loads((work / "rank0_trace.json").read_text())
+    events = document["traceEvents"]
+    ops_at = [n for n, event in enumerate(events) if event.get("cat") == "cpu_op"]
+    events[ops_at[len(ops_at) // 2]]["args"]["External id"] = "x1"  # (an id that is no integer: numbered above them)
+    events[ops_at[len(ops_at) // 3]]["args"]["Sequence number"] = 1 << 70
+    trace = tmp_path / "odd.json"
+    trace.write_text(json.dumps(document))
+    expected, _ = ops_tables(str(trace))
+    assert {"ops_summary", "ops_unique_args", "kernel_summary"} <= set(expected)
+
+    def read_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a one-rank input read a second time for the ops tables")
+
+    monkeypatch.setattr(ops, "read_input", read_again)
+    assert _tables_of_pass_1(str(trace), tmp_path / "out", jobs) == expected

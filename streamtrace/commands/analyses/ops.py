@@ -83,6 +83,10 @@ class _Columns:
         return taken
 
 
+def _ints(column: array) -> np.ndarray:
+    return np.frombuffer(column, dtype=np.int64) if len(column) else np.empty(0, np.int64)
+
+
 class OpsCollector:
     """What one reading of a trace keeps for the ops tables: typed columns per
     host and GPU event, interned names, places and op signatures."""
@@ -108,6 +112,77 @@ class OpsCollector:
         self.has_cpu_ops = False
         self.python_stack = False
         self.untimed = 0
+        self._listed = (0, 0, 0, 0)  # names, places, signatures and odd ids already in a part
+        self._part_maps: dict[int, tuple[array, ...]] = {}  # per pass-1 worker: its numbers -> ours
+
+    def take_part(self) -> dict:
+        """What was collected since the last part (in a pass-1 worker): the columns with this collector's
+        numbers, and the names, places, signatures and odd ids it numbered since; its UIDs count from 0."""
+        part: dict = {group: {name: column[:] for name, column in columns.arrays.items()}
+                      for group, columns in (("host", self.host), ("gpu", self.gpu), ("flow_ends", self.flow_ends))}
+        part["flow_starts"] = self.flow_starts[:]
+        for columns in (self.host, self.gpu, self.flow_ends):
+            for column in columns.arrays.values():
+                del column[:]
+        del self.flow_starts[:]
+        names, places, signatures, links = self._listed
+        part["names"] = list(self.names)[names:]
+        part["places"] = list(self.places)[places:]
+        part["signatures"] = [(sig, self.signature_values[number]) for sig, number in
+                              list(self.signatures.items())[signatures:]]
+        part["links"] = list(self._other_links)[links:]
+        self._listed = (len(self.names), len(self.places), len(self.signatures), len(self._other_links))
+        part["metadata"], self.metadata = self.metadata, {}
+        part["flags"] = (self.events, self.link_key, self.has_cpu_ops, self.python_stack, self.untimed)
+        self.events, self.link_key, self.has_cpu_ops, self.python_stack, self.untimed = 0, None, False, False, 0
+        return part
+
+    def absorb(self, part: dict, source: int, first_event: int) -> None:
+        """Append a worker's part (parts come in event order; ``first_event``: the place of its first event)."""
+        maps = self._part_maps.setdefault(source, (array("q"), array("q"), array("q"), array("q")))
+        for name in part["names"]:
+            maps[0].append(self._name(name))
+        for place in part["places"]:
+            maps[1].append(self.places.setdefault(place, len(self.places)))
+        for sig, values in part["signatures"]:
+            number = self.signatures.setdefault(sig, len(self.signatures))
+            if number == len(self.signature_values):
+                self.signature_values.append(values)
+            maps[2].append(number)
+        for value in part["links"]:
+            maps[3].append(self._link(value))
+        names, places, signatures, links = (np.frombuffer(m, dtype=np.int64) if len(m) else np.zeros(1, np.int64)
+                                            for m in maps)
+
+        def linked(column: array) -> np.ndarray:
+            values = np.frombuffer(column, dtype=np.int64) if len(column) else np.empty(0, np.int64)
+            odd = values >= LINK_HIGH
+            return np.where(odd, links[np.where(odd, values - LINK_HIGH, 0)], values)
+
+        host, gpu, ends = part["host"], part["gpu"], part["flow_ends"]
+        kernel = np.frombuffer(host["kernel"], dtype=np.int32) if len(host["kernel"]) else np.empty(0, np.int32)
+        converted = {
+            "host": {"thread": places[_ints(host["thread"])], "name": names[_ints(host["name"])],
+                     "sig": signatures[_ints(host["sig"])], "uid": _ints(host["uid"]) + first_event,
+                     "corr": linked(host["corr"]), "ext": linked(host["ext"]), "seq": linked(host["seq"]),
+                     "kernel": np.where(kernel >= 0, names[np.maximum(kernel, 0)], -1)},
+            "gpu": {"name": names[_ints(gpu["name"])], "place": places[_ints(gpu["place"])], "corr": linked(gpu["corr"]),
+                    "ext": linked(gpu["ext"])},
+            "flow_ends": {"id": linked(ends["id"]), "place": places[_ints(ends["place"])]},
+        }
+        for group, columns in (("host", self.host), ("gpu", self.gpu), ("flow_ends", self.flow_ends)):
+            for name, column in columns.arrays.items():
+                values = converted[group].get(name)
+                column.extend(part[group][name] if values is None else array(column.typecode, values.astype(
+                    column.typecode).tobytes()))
+        self.flow_starts.extend(array("q", linked(part["flow_starts"]).tobytes()))
+        self.metadata.update(part["metadata"])
+        events, link_key, has_cpu_ops, python_stack, untimed = part["flags"]
+        self.events = first_event + events  # (an event visited next, by this collector, has this UID)
+        self.link_key = self.link_key if self.link_key is not None else link_key
+        self.has_cpu_ops = self.has_cpu_ops or has_cpu_ops
+        self.python_stack = self.python_stack or python_stack
+        self.untimed += untimed
 
     def _link(self, value: object) -> int:
         value = _key(value)
@@ -382,9 +457,15 @@ class InputOps:
     spec_words: dict[str, list[str]] = field(default_factory=dict)
 
 
+def collected(collector: OpsCollector, members: list) -> tuple[OpsFacts, object]:
+    """What pass 1 collected of a trace (``members``: its top-level members): the facts, its deviceProperties."""
+    return collector.facts(_merged(members)), member_value(members, "deviceProperties")
+
+
 def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], *, salvage: bool = False,
-             spec: dict | None = None) -> InputOps:
-    """One input's tables (run in its analyze task, once its ranks are known).
+             spec: dict | None = None, collected: tuple[OpsFacts, object] | None = None) -> InputOps:
+    """One input's tables (run in its analyze task, once its ranks are known); ``collected``: the facts and
+    deviceProperties of a one-rank input as pass 1 collected them (else it is read here).
 
     ``spec`` (``--gpu-spec``) gives TraceLens's roofline columns; it, or
     else the built-in spec of the GPU the input's deviceProperties names,
@@ -400,7 +481,7 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], *, salva
                          "events numbered from 0 in file order as its own file numbers them (TraceLens's UIDs)"
                          + (f"; {unplaced:,} events of no rank left out" if unplaced else ""))
     else:
-        facts, devices = read_input(path, salvage=salvage)
+        facts, devices = read_input(path, salvage=salvage) if collected is None else collected
         inputs = [(input_label(path, ranks), facts)]
     for label, facts in inputs:
         tables, found = opsreport.perf_tables(facts, spec)

@@ -70,7 +70,7 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         owner = os.getpid()
-        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner), keep_events=False,
+        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner, ops=options.ops), keep_events=False,
                             salvage=options.salvage, jobs=options.jobs, progress=progress)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
@@ -116,10 +116,12 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
                      "where merge or relink made them unique per rank ((rank + 1) x 10^k + id) they differ from the rank "
                      "files' (kept in args.correlation_raw), every other table is the rank files'")
     ops = None
-    if options.ops:
+    if index.ops is not None:  # (a file of several ranks is read once more, by rank; one rank's, from pass 1)
         pid_ranks = {facts.pid: rank for facts, rank in zip(index.pids, ranks) if rank >= 0} if len(out) > 1 else {}
+        collected = None if len(out) > 1 else ops_analysis.collected(index.ops, members)
+        index.ops = None
         ops = ops_analysis.of_input(path, [rank.rank for rank in out], pid_ranks, salvage=options.salvage,
-                                    spec=options.gpu_spec)
+                                    spec=options.gpu_spec, collected=collected)
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
                       _device_names(members), notes, ops)
 
