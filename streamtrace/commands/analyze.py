@@ -26,7 +26,7 @@ from ..io.destinations import Destinations
 from ..io.inputs import expand_inputs, trace_names_in
 from ..resources import peak_rss_mb
 from .analyses import collectives  # TraceLens's collective report (SPEC 16), from what pass 1 collects
-from .analyses import ops as ops_analysis  # TraceLens's perf report (SPEC 17): read in each input's task
+from .analyses import ops as ops_analysis  # TraceLens's perf report (SPEC 17): made in each input's task
 from .analyses.index import AnalyzeIndex
 from .analyses.launches import read_parts
 from .analyses.registry import ANALYSES, COLUMNS, TABLES, selected, with_needs

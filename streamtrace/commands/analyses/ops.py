@@ -1,6 +1,8 @@
-"""``analyze --ops``: TraceLens's perf-report tables (ops and kernels), one
-reading of each input, kept as typed arrays (a few numbers per host or GPU
-event, interned names and op signatures) rather than event dicts.
+"""``analyze --ops``: TraceLens's perf-report tables (ops and kernels), from
+typed arrays (a few numbers per host or GPU event, interned names and op
+signatures) rather than event dicts, collected in analyze's pass 1
+(:class:`OpsCollector` in :class:`.index.AnalyzeIndex`), or for a file of
+several ranks by one more reading, by rank (:class:`RankedReading`).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from ...io.progress import Meter
 from ...io.source import InputSource
 from ...resources import buffers_from_os
 from . import collectives
-from . import ops as ops_analysis  # TraceLens's perf report (SPEC 17): the input read once more, its ranks known
+from . import ops as ops_analysis  # TraceLens's perf report (SPEC 17): from pass 1 (a merged file: read once more, by rank)
 from .buckets import Buckets, sweep, timeline_records
 from .index import NO_ID, AnalyzeIndex
 from .launches import discard_part
