@@ -2,11 +2,13 @@
 taken as TraceLens would take them, never a traceback)."""
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
 
 import pytest
+from conftest import TRACES
 
 import streamtrace
 from streamtrace.commands.analyses import ops
@@ -83,3 +85,26 @@ def test_pass_1_collects_the_tables_a_reading_of_their_own_gives(tmp_path, monke
 
     monkeypatch.setattr(ops, "read_input", read_again)
     assert _tables_of_pass_1(str(trace), tmp_path / "out", jobs) == expected
+
+
+def test_a_rank_on_stdin_gives_its_tables_and_several_ranks_are_refused_plainly(tmp_path) -> None:
+    """Pass 1 is the one reading of a rank's trace, so stdin serves; a trace of several
+    ranks is read once more, by rank, which stdin cannot give: one line saying so."""
+    trace = TRACES / "mi250_minitoy.json.gz"
+    run = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", "-", "-o", str(tmp_path / "out"), "--ops",
+                          "-q"], input=gzip.decompress(trace.read_bytes()), capture_output=True)
+    assert run.returncode == 0, run.stderr
+    expected, _ = ops_tables(str(trace))
+    folder = next((tmp_path / "out" / "ops").iterdir())
+    assert {path.name[:-4]: path.read_bytes() for path in folder.iterdir()} == expected
+    work = tmp_path / "synth"
+    subprocess.run([sys.executable, "-m", "streamtrace", "synth", str(work), "--ranks", "2", "--pp-stages", "1",
+                    "--steps", "1", "--graph-kernels", "4", "--eager-kernels", "4", "--compress", "none", "-q"],
+                   check=True)
+    run = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", "-", "-o", str(tmp_path / "merged"), "--ops",
+                          "-q"], input=(work / "merged_trace.json").read_bytes(), capture_output=True, text=False)
+    assert run.returncode == 1
+    assert run.stderr.decode().strip().splitlines() == [
+        "streamtrace: error: <stdin>: 2 ranks in one trace: --ops reads such a trace once more, by rank, which stdin "
+        "cannot give: give it as a file"]
+    assert not (tmp_path / "merged").exists()

@@ -476,6 +476,9 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], *, salva
     found them) gives each rank its tables, as the rank's own file would.
     """
     out = InputOps()
+    if len(ranks) > 1 and path == "-":
+        raise TraceError(f"<stdin>: {len(ranks)} ranks in one trace: --ops reads such a trace once more, by rank, "
+                         "which stdin cannot give: give it as a file")
     if len(ranks) > 1:
         readings, devices, unplaced = read_ranks(path, pid_ranks, salvage=salvage)
         inputs = [(f"rank{rank}", readings[rank]) for rank in sorted(readings) if rank in ranks]
