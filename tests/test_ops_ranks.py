@@ -13,7 +13,8 @@ import pytest
 from conftest import TRACES
 
 import streamtrace
-from streamtrace.commands.analyses.ops import own_names
+from streamtrace.commands.analyses.ops import ops_tables, own_names
+from streamtrace.engine import indexworkers, parseproc
 
 DLRM = TRACES / "dlrm_8ranks"
 UID_COLUMNS = ("ex_UID", "UID_first")  # TraceLens's UIDs: an event's place in its file
@@ -103,3 +104,18 @@ def test_merge_names_are_the_inputs_own_again() -> None:
     assert own_names(metadata) == {(1, 0, "process_name"): "python3", (3, 0, "process_name"): "a | b",
                                    (1, 7, "thread_name"): "thread 7 (pt_main_thread)",
                                    (1, 0, "process_labels"): "CPU", (4, 0, "process_name"): "python3"}
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ranks_split_from_pass_1_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
+    """Pass 1 in 8 KiB chunks (workers with -j 2): the runs of each pid that number a rank's events
+    are joined across parts, and each rank's tables are still its own file's."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 8 << 10)
+    work = _synth(tmp_path, "--merged-style", "rank-arg")
+    by_rank = {f"rank{rank}": ops_tables(str(work / f"rank{rank}_trace.json"))[0] for rank in (0, 1)}
+    streamtrace.analyze([str(work / "merged_trace.json")], str(tmp_path / "out"), ops=True, only="temporal",
+                        jobs=jobs)
+    for label, tables in by_rank.items():
+        folder = tmp_path / "out" / "ops" / label
+        assert {path.name[:-4]: path.read_bytes() for path in folder.iterdir()} == tables

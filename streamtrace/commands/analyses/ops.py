@@ -1,8 +1,8 @@
 """``analyze --ops``: TraceLens's perf-report tables (ops and kernels), from
 typed arrays (a few numbers per host or GPU event, interned names and op
 signatures) rather than event dicts, collected in analyze's pass 1
-(:class:`OpsCollector` in :class:`.index.AnalyzeIndex`), or for a file of
-several ranks by one more reading, by rank (:class:`RankedReading`).
+(:class:`OpsCollector` in :class:`.index.AnalyzeIndex`) and split by rank
+once pass 1 has found the ranks.
 """
 from __future__ import annotations
 
@@ -85,6 +85,15 @@ class _Columns:
         return taken
 
 
+_NO_RUN = object()  # (no run counted yet)
+_NO_PID = object()  # (the pid of an element that is no object)
+
+
+def _pid_key(pid: object) -> object:
+    """A pid as analyze keys it (ints and strings as they are, anything else by its text)."""
+    return pid if pid.__class__ in KEYS else str(pid)
+
+
 def _ints(column: array) -> np.ndarray:
     return np.frombuffer(column, dtype=np.int64) if len(column) else np.empty(0, np.int64)
 
@@ -100,48 +109,56 @@ class OpsCollector:
         self._signature_of_text: dict[bytes, int] = {}
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
+        # (launch: -1 no launch call, else the id its args hold: 0 correlation, 1 External id; run: see runs)
         self.host = _Columns(thread="q", ts="d", end="d", kind="b", name="q", sig="q", uid="q", corr="q", ext="q",
-                             seq="q", kernel="i")
+                             seq="q", kernel="i", run="q", launch="b")
         self.gpu = _Columns(ts="d", end="d", dur="d", integral="b", cat="b", name="q", stream="d", dur_int="b",
-                            place="q", corr="q", ext="q")
+                            place="q", corr="q", ext="q", run="q")
         self._host_add = [column.append for column in self.host.arrays.values()]  # (in the order above)
         self._gpu_add = [column.append for column in self.gpu.arrays.values()]
-        self.flow_starts = array("q")
-        self.flow_ends = _Columns(id="q", place="q")
+        self.flow_starts = _Columns(id="q", run="q")
+        self.flow_ends = _Columns(id="q", place="q", run="q")
+        # runs of events of one pid and own args.rank (-1: none; a pid -1: no object), in event order: which
+        # rank an event is of, once pass 1 has found the pids' ranks; flags 1 a cpu_op, 2 a python_func in it
+        self.runs = _Columns(pid="q", own="i", count="q", flags="b", untimed="q")
+        self.pid_keys: dict[object, int] = {}  # pids as analyze keys them -> number
+        self._last: object = _NO_RUN  # (pid, own rank) of the run being counted
+        self._counts, self._at = self.runs.arrays["count"], -1  # (its events, its number)
+        self._launch_names: dict[int, bool] = {}  # name number -> a launch call's name ("launch" in it)
         self.metadata: dict[tuple, object] = {}  # (pid, tid, process_name|process_labels|thread_name) -> value
         self.events = 0  # events seen: TraceLens's UID of the next one
-        self.link_key: int | None = None  # 0 correlation, 1 External id: as the first launch call says
-        self.has_cpu_ops = False
-        self.python_stack = False
-        self.untimed = 0
-        self._listed = (0, 0, 0, 0)  # names, places, signatures and odd ids already in a part
+        self._listed = (0, 0, 0, 0, 0)  # names, places, signatures, odd ids and pids already in a part
         self._part_maps: dict[int, tuple[array, ...]] = {}  # per pass-1 worker: its numbers -> ours
 
     def take_part(self) -> dict:
         """What was collected since the last part (in a pass-1 worker): the columns with this collector's
         numbers, and the names, places, signatures and odd ids it numbered since; its UIDs count from 0."""
+        groups = self._groups()
         part: dict = {group: {name: column[:] for name, column in columns.arrays.items()}
-                      for group, columns in (("host", self.host), ("gpu", self.gpu), ("flow_ends", self.flow_ends))}
-        part["flow_starts"] = self.flow_starts[:]
-        for columns in (self.host, self.gpu, self.flow_ends):
+                      for group, columns in groups.items()}
+        for columns in groups.values():
             for column in columns.arrays.values():
                 del column[:]
-        del self.flow_starts[:]
-        names, places, signatures, links = self._listed
+        names, places, signatures, links, pids = self._listed
         part["names"] = list(self.names)[names:]
         part["places"] = list(self.places)[places:]
         part["signatures"] = [(sig, self.signature_values[number]) for sig, number in
                               list(self.signatures.items())[signatures:]]
         part["links"] = list(self._other_links)[links:]
-        self._listed = (len(self.names), len(self.places), len(self.signatures), len(self._other_links))
+        part["pids"] = list(self.pid_keys)[pids:]
+        self._listed = (len(self.names), len(self.places), len(self.signatures), len(self._other_links),
+                        len(self.pid_keys))
         part["metadata"], self.metadata = self.metadata, {}
-        part["flags"] = (self.events, self.link_key, self.has_cpu_ops, self.python_stack, self.untimed)
-        self.events, self.link_key, self.has_cpu_ops, self.python_stack, self.untimed = 0, None, False, False, 0
+        part["events"], self.events, self._last = self.events, 0, _NO_RUN
         return part
+
+    def _groups(self) -> dict[str, _Columns]:
+        return {"host": self.host, "gpu": self.gpu, "flow_starts": self.flow_starts, "flow_ends": self.flow_ends,
+                "runs": self.runs}
 
     def absorb(self, part: dict, source: int, first_event: int) -> None:
         """Append a worker's part (parts come in event order; ``first_event``: the place of its first event)."""
-        maps = self._part_maps.setdefault(source, (array("q"), array("q"), array("q"), array("q")))
+        maps = self._part_maps.setdefault(source, tuple(array("q") for _ in range(5)))
         for name in part["names"]:
             maps[0].append(self._name(name))
         for place in part["places"]:
@@ -153,38 +170,40 @@ class OpsCollector:
             maps[2].append(number)
         for value in part["links"]:
             maps[3].append(self._link(value))
-        names, places, signatures, links = (np.frombuffer(m, dtype=np.int64) if len(m) else np.zeros(1, np.int64)
-                                            for m in maps)
+        for pid in part["pids"]:
+            maps[4].append(self.pid_keys.setdefault(pid, len(self.pid_keys)))
+        names, places, signatures, links, pids = (np.frombuffer(m, dtype=np.int64) if len(m) else np.zeros(1, np.int64)
+                                                  for m in maps)
+        run_base = len(self.runs.arrays["count"])
 
         def linked(column: array) -> np.ndarray:
             values = np.frombuffer(column, dtype=np.int64) if len(column) else np.empty(0, np.int64)
             odd = values >= LINK_HIGH
             return np.where(odd, links[np.where(odd, values - LINK_HIGH, 0)], values)
 
-        host, gpu, ends = part["host"], part["gpu"], part["flow_ends"]
+        host, gpu, starts, ends = part["host"], part["gpu"], part["flow_starts"], part["flow_ends"]
         kernel = np.frombuffer(host["kernel"], dtype=np.int32) if len(host["kernel"]) else np.empty(0, np.int32)
+        run_pids = _ints(part["runs"]["pid"])
         converted = {
             "host": {"thread": places[_ints(host["thread"])], "name": names[_ints(host["name"])],
                      "sig": signatures[_ints(host["sig"])], "uid": _ints(host["uid"]) + first_event,
                      "corr": linked(host["corr"]), "ext": linked(host["ext"]), "seq": linked(host["seq"]),
-                     "kernel": np.where(kernel >= 0, names[np.maximum(kernel, 0)], -1)},
+                     "kernel": np.where(kernel >= 0, names[np.maximum(kernel, 0)], -1), "run": _ints(host["run"]) + run_base},
             "gpu": {"name": names[_ints(gpu["name"])], "place": places[_ints(gpu["place"])], "corr": linked(gpu["corr"]),
-                    "ext": linked(gpu["ext"])},
-            "flow_ends": {"id": linked(ends["id"]), "place": places[_ints(ends["place"])]},
+                    "ext": linked(gpu["ext"]), "run": _ints(gpu["run"]) + run_base},
+            "flow_starts": {"id": linked(starts["id"]), "run": _ints(starts["run"]) + run_base},
+            "flow_ends": {"id": linked(ends["id"]), "place": places[_ints(ends["place"])],
+                          "run": _ints(ends["run"]) + run_base},
+            "runs": {"pid": np.where(run_pids >= 0, pids[np.maximum(run_pids, 0)], -1)},
         }
-        for group, columns in (("host", self.host), ("gpu", self.gpu), ("flow_ends", self.flow_ends)):
+        for group, columns in self._groups().items():
             for name, column in columns.arrays.items():
                 values = converted[group].get(name)
                 column.extend(part[group][name] if values is None else array(column.typecode, values.astype(
                     column.typecode).tobytes()))
-        self.flow_starts.extend(array("q", linked(part["flow_starts"]).tobytes()))
         self.metadata.update(part["metadata"])
-        events, link_key, has_cpu_ops, python_stack, untimed = part["flags"]
-        self.events = first_event + events  # (an event visited next, by this collector, has this UID)
-        self.link_key = self.link_key if self.link_key is not None else link_key
-        self.has_cpu_ops = self.has_cpu_ops or has_cpu_ops
-        self.python_stack = self.python_stack or python_stack
-        self.untimed += untimed
+        self.events = first_event + part["events"]  # (an event visited next, by this collector, has this UID)
+        self._last = _NO_RUN
 
     def _link(self, value: object) -> int:
         value = _key(value)
@@ -220,6 +239,21 @@ class OpsCollector:
         self.events += 1
         if isinstance(event, dict):
             self._visit(event, uid)
+        else:
+            self._run(_NO_PID, -1)
+
+    def _run(self, pid: object, own: int) -> int:
+        """The run an event of this pid and own rank is counted in (a new one where either changes)."""
+        key = (pid, own)
+        if key == self._last:
+            self._counts[-1] += 1
+            return self._at
+        self._last = key
+        number = -1 if pid is _NO_PID else self.pid_keys.setdefault(_pid_key(pid), len(self.pid_keys))
+        for column, value in zip(self.runs.arrays.values(), (number, own, 1, 0, 0)):
+            column.append(value)
+        self._at = len(self._counts) - 1
+        return self._at
 
     def _visit(self, event: dict, uid: int) -> None:
         """One event's columns (the hot loop: plain types take the short ways, the rest the helpers)."""
@@ -227,14 +261,19 @@ class OpsCollector:
         cat = get("cat")
         if cat.__class__ is not str:
             cat = None  # (no category TraceLens knows)
+        own = -1
+        if cat in RANK_EVIDENCE:  # (its own args.rank places it, as analyze places it)
+            args = get("args")
+            rank = args.get("rank") if isinstance(args, dict) else None
+            own = rank if rank.__class__ is int and rank >= 0 else -1
+        run = self._run(get("pid"), own)
         if get("ph") == "M":
             self._metadata(event)
         if cat == "ac2g":
-            self._flow(event)
+            self._flow(event, run)
             return
         if cat == "cpu_op" or cat == "python_func":
-            self.has_cpu_ops = True
-            self.python_stack = self.python_stack or cat == "python_func"
+            self.runs.arrays["flags"][run] |= 1 if cat == "cpu_op" else 2
         kind = HOST_CATS.get(cat)
         gpu_cat = GPU_CATS.get(cat)
         if kind is None and gpu_cat is None:
@@ -248,7 +287,7 @@ class OpsCollector:
         if dur.__class__ not in NUMBERS:
             dur = _number(dur)
         if ts is None or dur is None:
-            self.untimed += 1
+            self.runs.arrays["untimed"][run] += 1
             return
         name = get("name", "")
         name_id = self.names.get(name) if name.__class__ is str else None
@@ -263,8 +302,13 @@ class OpsCollector:
         if place is None:
             place = self._place(event)
         if kind is not None:
-            if kind == RUNTIME and self.link_key is None and "launch" in str(name).lower():
-                self.link_key = 0 if "correlation" in args else 1
+            launch = -1
+            if kind == RUNTIME:
+                named = self._launch_names.get(name_id)
+                if named is None:
+                    named = self._launch_names[name_id] = "launch" in str(name).lower()
+                if named:
+                    launch = 0 if "correlation" in args else 1
             kernel = args.get("kernel")
             seq = args.get("Sequence number")
             seq = seq if seq.__class__ is int and LINK_LOW < seq < LINK_HIGH else link(seq)
@@ -280,6 +324,8 @@ class OpsCollector:
             add[8](ext)
             add[9](seq)
             add[10](self._name(kernel) if kernel.__class__ is str else -1)
+            add[11](run)
+            add[12](launch)
             return
         stream = args.get("original_stream")  # (merge and compact move a slice to a lane: its stream stays here)
         stream = args.get("stream") if stream is None else stream
@@ -296,40 +342,76 @@ class OpsCollector:
         add[8](place)
         add[9](corr)
         add[10](ext)
+        add[11](run)
 
     def _metadata(self, event: dict) -> None:
         name, args = event.get("name"), event.get("args")
         if name.__class__ is str and name in METADATA and isinstance(args, dict):
             self.metadata[(_key(event.get("pid")), _key(event.get("tid")), name)] = args.get(METADATA[name])
 
-    def _flow(self, event: dict) -> None:
+    def _flow(self, event: dict, run: int) -> None:
         if event.get("ph") == "s":
-            self.flow_starts.append(self._link(event.get("id")))
+            self.flow_starts.add(id=self._link(event.get("id")), run=run)
         elif event.get("ph") == "f":
-            self.flow_ends.add(id=self._link(event.get("id")), place=self._place(event))
+            self.flow_ends.add(id=self._link(event.get("id")), place=self._place(event), run=run)
 
     def facts(self, merged: bool = False) -> OpsFacts:
-        """The facts of the events seen; ``merged``: of a file ``merge`` wrote, whose process and thread names
-        are the inputs' own again (as the rank's own file states them)."""
-        if merged:
-            self.metadata = own_names(self.metadata)
+        """The facts of every event seen (a trace of one rank); ``merged``: of a file ``merge`` wrote, whose
+        process and thread names are the inputs' own again (as the rank's own file states them)."""
+        columns = self._taken()
+        return self._facts(columns, own_names(self.metadata) if merged else self.metadata, columns["host"]["uid"])
+
+    def rank_facts(self, pid_ranks: dict[object, int], merged: bool = False) -> tuple[dict[int, OpsFacts], int]:
+        """The facts of each rank of a trace of several (``pid_ranks``: its pids' ranks, as analyze found
+        them; an event's own args.rank, on a launch or GPU event, first), each rank's events numbered from 0
+        in file order as its own file numbers them (TraceLens's UIDs); and how many events no rank holds."""
+        columns = self._taken()
+        metadata = own_names(self.metadata) if merged else self.metadata
+        runs = columns["runs"]
+        pid_rank = np.array([pid_ranks.get(key, -1) for key in self.pid_keys] + [-1], dtype=np.int64)
+        run_rank = np.where(runs["own"] >= 0, runs["own"], pid_rank[runs["pid"]])  # (no pid, -1: the last, -1)
+        count = runs["count"]
+        first = np.cumsum(count) - count  # each run's first event
+        before = np.zeros(len(count), np.int64)  # the events of the run's rank before it
+        ranks = np.unique(run_rank[run_rank >= 0]).tolist()
+        for rank in ranks:
+            mine = run_rank == rank
+            counted = np.where(mine, count, 0)
+            before[mine] = (np.cumsum(counted) - counted)[mine]
+        out = {}
+        for rank in ranks:
+            subset = {group: {name: values[run_rank[columns[group]["run"]] == rank] for name, values in group_columns.items()}
+                      for group, group_columns in columns.items() if group != "runs"}
+            subset["runs"] = {name: values[run_rank == rank] for name, values in runs.items()}
+            host_runs = subset["host"]["run"]
+            uid = before[host_runs] + subset["host"]["uid"] - first[host_runs]
+            mine = {key: value for key, value in metadata.items() if pid_ranks.get(_pid_key(key[0]), -1) == rank}
+            out[rank] = self._facts(subset, mine, uid)
+        return out, int(count[run_rank < 0].sum())
+
+    def _taken(self) -> dict[str, dict[str, np.ndarray]]:
+        return {group: {name: columns.take(name) for name in list(columns.arrays)}
+                for group, columns in self._groups().items()}
+
+    def _facts(self, columns: dict[str, dict[str, np.ndarray]], metadata: dict, uid: np.ndarray) -> OpsFacts:
+        h, g, runs = columns["host"], columns["gpu"], columns["runs"]
         names = list(self.names)
-        h, g = self.host.take, self.gpu.take
+        flags = int(np.bitwise_or.reduce(runs["flags"])) if len(runs["flags"]) else 0
         facts = OpsFacts(
-            names=names, h_thread=h("thread"), h_ts=h("ts"), h_end=h("end"), h_kind=h("kind"), h_name=h("name"),
-            h_sig=h("sig"), g_ts=g("ts"), g_end=g("end"), g_dur=g("dur"), g_int=g("integral").astype(bool),
-            g_cat=g("cat"), g_name=g("name"), g_stream=g("stream"), g_dur_int=g("dur_int").astype(bool),
-            h_uid=h("uid"), h_seq=h("seq"), h_kernel=h("kernel"), threads=list(self.places), metadata=self.metadata,
-            signatures=list(self.signatures),
-            signature_values=self.signature_values,
-            has_cpu_ops=self.has_cpu_ops, python_stack=self.python_stack, untimed=self.untimed)
-        key = "ext" if self.link_key == 1 else "corr"
+            names=names, h_thread=h["thread"], h_ts=h["ts"], h_end=h["end"], h_kind=h["kind"], h_name=h["name"],
+            h_sig=h["sig"], g_ts=g["ts"], g_end=g["end"], g_dur=g["dur"], g_int=g["integral"].astype(bool),
+            g_cat=g["cat"], g_name=g["name"], g_stream=g["stream"], g_dur_int=g["dur_int"].astype(bool),
+            h_uid=uid, h_seq=h["seq"], h_kernel=h["kernel"], threads=list(self.places), metadata=metadata,
+            signatures=list(self.signatures), signature_values=self.signature_values,
+            has_cpu_ops=bool(flags & 3), python_stack=bool(flags & 2), untimed=int(runs["untimed"].sum()))
+        launches = np.flatnonzero(h["launch"] >= 0)  # (the first launch call says which id links)
+        key = "ext" if len(launches) and h["launch"][launches[0]] == 1 else "corr"
         graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
         runtime = facts.h_kind == RUNTIME
-        run_link = np.where(runtime, h(key), NO_LINK)
-        flow_starts = np.frombuffer(self.flow_starts, dtype=np.int64) if len(self.flow_starts) else np.empty(0, np.int64)
-        run, gpu = optree.launch_links(run_link, runtime & graph_names[facts.h_name], g(key), g("place"), flow_starts,
-                                       self.flow_ends.take("id"), self.flow_ends.take("place"))
+        run_link = np.where(runtime, h[key], NO_LINK)
+        run, gpu = optree.launch_links(run_link, runtime & graph_names[facts.h_name], g[key], g["place"],
+                                       columns["flow_starts"]["id"], columns["flow_ends"]["id"],
+                                       columns["flow_ends"]["place"])
         opstables.link(facts, run, gpu)
         return facts
 
@@ -347,53 +429,6 @@ def own_names(metadata: dict[tuple, object]) -> dict[tuple, object]:
         elif found["own"] is not None:
             own[key] = found["own"]
     return own
-
-
-class RankedReading:
-    """One reading of a file of several ranks, each event given to its rank's collector as analyze places it
-    (a launch's or GPU event's own ``args.rank``, else its pid's rank): each collector numbers its rank's
-    events from 0, as the rank's own file numbers them (TraceLens's UIDs)."""
-
-    def __init__(self, pid_ranks: dict[object, int]) -> None:
-        self.pid_ranks = pid_ranks
-        self.collectors: dict[int, OpsCollector] = {}
-        self.unplaced = 0  # events of no rank (a pid no rule places, an event that is no object)
-
-    def visit(self, event: object) -> None:
-        rank = self._rank_of(event) if isinstance(event, dict) else None
-        if rank is None:
-            self.unplaced += 1
-            return
-        collector = self.collectors.get(rank)
-        if collector is None:
-            collector = self.collectors[rank] = OpsCollector()
-        collector.visit(event)
-
-    def _rank_of(self, event: dict) -> int | None:
-        cat = event.get("cat")
-        if cat.__class__ is str and cat in RANK_EVIDENCE:
-            args = event.get("args")
-            rank = args.get("rank") if isinstance(args, dict) else None
-            if rank.__class__ is int and rank >= 0:
-                return rank
-        pid = event.get("pid")
-        return self.pid_ranks.get(pid if pid.__class__ in (int, str) else str(pid))  # (pids as analyze keys them)
-
-
-def read_ranks(path: str, pid_ranks: dict[object, int], *, salvage: bool = False
-               ) -> tuple[dict[int, OpsFacts], object, int]:
-    """Read a file of several ranks once for the ops tables: each rank's facts, the trace's
-    ``deviceProperties`` and how many events no rank holds."""
-    def attempt(reader: TraceReader) -> tuple[RankedReading, list]:
-        reading = RankedReading(pid_ranks)
-        for event in reader.events():
-            reading.visit(event)
-        return reading, reader.stats.header + reader.stats.trailer
-
-    reading, members = read_with_retries(InputSource(path), attempt, salvage=salvage, label="ops")
-    merged = _merged(members)
-    return ({rank: collector.facts(merged) for rank, collector in reading.collectors.items()},
-            member_value(members, "deviceProperties"), reading.unplaced)
 
 
 def read_input(path: str, *, salvage: bool = False) -> tuple[OpsFacts, object]:
@@ -459,15 +494,10 @@ class InputOps:
     spec_words: dict[str, list[str]] = field(default_factory=dict)
 
 
-def collected(collector: OpsCollector, members: list) -> tuple[OpsFacts, object]:
-    """What pass 1 collected of a trace (``members``: its top-level members): the facts, its deviceProperties."""
-    return collector.facts(_merged(members)), member_value(members, "deviceProperties")
-
-
-def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], *, salvage: bool = False,
-             spec: dict | None = None, collected: tuple[OpsFacts, object] | None = None) -> InputOps:
-    """One input's tables (run in its analyze task, once its ranks are known); ``collected``: the facts and
-    deviceProperties of a one-rank input as pass 1 collected them (else it is read here).
+def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collector: OpsCollector, members: list, *,
+             spec: dict | None = None) -> InputOps:
+    """One input's tables, from what pass 1 collected (``members``: the trace's top-level members), made in
+    its analyze task once its ranks are known.
 
     ``spec`` (``--gpu-spec``) gives TraceLens's roofline columns; it, or
     else the built-in spec of the GPU the input's deviceProperties names,
@@ -476,18 +506,15 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], *, salva
     found them) gives each rank its tables, as the rank's own file would.
     """
     out = InputOps()
-    if len(ranks) > 1 and path == "-":
-        raise TraceError(f"<stdin>: {len(ranks)} ranks in one trace: --ops reads such a trace once more, by rank, "
-                         "which stdin cannot give: give it as a file")
+    devices = member_value(members, "deviceProperties")
     if len(ranks) > 1:
-        readings, devices, unplaced = read_ranks(path, pid_ranks, salvage=salvage)
-        inputs = [(f"rank{rank}", readings[rank]) for rank in sorted(readings) if rank in ranks]
+        by_rank, unplaced = collector.rank_facts(pid_ranks, _merged(members))
+        inputs = [(f"rank{rank}", by_rank[rank]) for rank in sorted(by_rank) if rank in ranks]
         out.notes.append(f"ops, {path}: {len(ranks)} ranks in one file: tables per rank (ops/rank<N>), each rank's "
                          "events numbered from 0 in file order as its own file numbers them (TraceLens's UIDs)"
                          + (f"; {unplaced:,} events of no rank left out" if unplaced else ""))
     else:
-        facts, devices = read_input(path, salvage=salvage) if collected is None else collected
-        inputs = [(input_label(path, ranks), facts)]
+        inputs = [(input_label(path, ranks), collector.facts(_merged(members)))]
     for label, facts in inputs:
         tables, found = opsreport.perf_tables(facts, spec)
         used, how, words = _spec_for(spec, devices)

@@ -18,7 +18,7 @@ from ...io.progress import Meter
 from ...io.source import InputSource
 from ...resources import buffers_from_os
 from . import collectives
-from . import ops as ops_analysis  # TraceLens's perf report (SPEC 17): from pass 1 (a merged file: read once more, by rank)
+from . import ops as ops_analysis  # TraceLens's perf report (SPEC 17): from what pass 1 collects
 from .buckets import Buckets, sweep, timeline_records
 from .index import NO_ID, AnalyzeIndex
 from .launches import discard_part
@@ -116,12 +116,11 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
                      "where merge or relink made them unique per rank ((rank + 1) x 10^k + id) they differ from the rank "
                      "files' (kept in args.correlation_raw), every other table is the rank files'")
     ops = None
-    if index.ops is not None:  # (a file of several ranks is read once more, by rank; one rank's, from pass 1)
+    if index.ops is not None:
         pid_ranks = {facts.pid: rank for facts, rank in zip(index.pids, ranks) if rank >= 0} if len(out) > 1 else {}
-        collected = None if len(out) > 1 else ops_analysis.collected(index.ops, members)
-        index.ops = None
-        ops = ops_analysis.of_input(path, [rank.rank for rank in out], pid_ranks, salvage=options.salvage,
-                                    spec=options.gpu_spec, collected=collected)
+        collector, index.ops = index.ops, None
+        ops = ops_analysis.of_input(path, [rank.rank for rank in out], pid_ranks, collector, members,
+                                    spec=options.gpu_spec)
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
                       _device_names(members), notes, ops)
 
