@@ -73,10 +73,6 @@ class _Columns:
     def __init__(self, **codes: str) -> None:
         self.arrays = {name: array(code) for name, code in codes.items()}
 
-    def add(self, **values: object) -> None:
-        for name, value in values.items():
-            self.arrays[name].append(value)
-
     def take(self, name: str) -> np.ndarray:
         """A column as numpy, its typed array emptied (one column at a time is held twice, not all)."""
         column = self.arrays[name]
@@ -118,6 +114,8 @@ class OpsCollector:
         self._gpu_add = [column.append for column in self.gpu.arrays.values()]
         self.flow_starts = _Columns(id="q", run="q")
         self.flow_ends = _Columns(id="q", place="q", run="q")
+        self._start_add = [column.append for column in self.flow_starts.arrays.values()]
+        self._end_add = [column.append for column in self.flow_ends.arrays.values()]
         # runs of events of one pid and own args.rank (-1: none; a pid -1: no object), in event order: which
         # rank an event is of, once pass 1 has found the pids' ranks; flags 1 a cpu_op, 2 a python_func in it
         self.runs = _Columns(pid="q", own="i", count="q", flags="b", untimed="q")
@@ -297,10 +295,7 @@ class OpsCollector:
         corr, ext = args.get("correlation"), args.get("External id")
         corr = corr if corr.__class__ is int and LINK_LOW < corr < LINK_HIGH else link(corr)
         ext = ext if ext.__class__ is int and LINK_LOW < ext < LINK_HIGH else link(ext)
-        pid, tid = get("pid"), get("tid")
-        place = self.places.get((pid, tid)) if pid.__class__ in KEYS and tid.__class__ in KEYS else None
-        if place is None:
-            place = self._place(event)
+        place = self._place_of(event)
         if kind is not None:
             launch = -1
             if kind == RUNTIME:
@@ -349,11 +344,24 @@ class OpsCollector:
         if name.__class__ is str and name in METADATA and isinstance(args, dict):
             self.metadata[(_key(event.get("pid")), _key(event.get("tid")), name)] = args.get(METADATA[name])
 
+    def _place_of(self, event: dict) -> int:
+        """:meth:`_place`, the short way for int and string ids."""
+        pid, tid = event.get("pid"), event.get("tid")
+        place = self.places.get((pid, tid)) if pid.__class__ in KEYS and tid.__class__ in KEYS else None
+        return self._place(event) if place is None else place
+
     def _flow(self, event: dict, run: int) -> None:
-        if event.get("ph") == "s":
-            self.flow_starts.add(id=self._link(event.get("id")), run=run)
-        elif event.get("ph") == "f":
-            self.flow_ends.add(id=self._link(event.get("id")), place=self._place(event), run=run)
+        ph, ident = event.get("ph"), event.get("id")
+        if ph != "s" and ph != "f":
+            return
+        ident = ident if ident.__class__ is int and LINK_LOW < ident < LINK_HIGH else self._link(ident)
+        if ph == "s":
+            self._start_add[0](ident)
+            self._start_add[1](run)
+        else:
+            self._end_add[0](ident)
+            self._end_add[1](self._place_of(event))
+            self._end_add[2](run)
 
     def facts(self, merged: bool = False) -> OpsFacts:
         """The facts of every event seen (a trace of one rank); ``merged``: of a file ``merge`` wrote, whose
