@@ -95,8 +95,9 @@ def _ints(column: array) -> np.ndarray:
 
 
 class OpsCollector:
-    """What one reading of a trace keeps for the ops tables: typed columns per
-    host and GPU event, interned names, places and op signatures."""
+    """What one reading of a trace keeps for the ops tables (in analyze's pass 1, in parts from its
+    workers): typed columns per host and GPU event, interned names, places and op signatures, and the
+    runs of events per pid that tell each event's rank."""
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}
@@ -440,8 +441,8 @@ def own_names(metadata: dict[tuple, object]) -> dict[tuple, object]:
 
 
 def read_input(path: str, *, salvage: bool = False) -> tuple[OpsFacts, object]:
-    """Read ``path`` once for the ops tables: their facts, and the trace's
-    ``deviceProperties`` (the GPU the roofline is of)."""
+    """Read ``path`` on its own for the ops tables (outside analyze, whose pass 1 collects them): their
+    facts, and the trace's ``deviceProperties`` (the GPU the roofline is of)."""
     def attempt(reader: TraceReader) -> tuple[OpsCollector, list]:
         collector = OpsCollector()
         for event in reader.events():
