@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from tracelens_cases import CASES, HEATMAP, REFERENCE, SYNTH, case_files
 
+import streamtrace
 from streamtrace.algo import collectivereport
 from streamtrace.algo import collectives as algo
 from streamtrace.commands.analyses import index as analyze_index
@@ -95,6 +96,15 @@ def test_merged_file_gives_the_tables_of_its_rank_files(inputs, tmp_path, case):
     merged = inputs[case][0].parent / "merged_trace.json.gz"
     analyze(merged, tmp_path / "t", all2allv_heatmap=case in HEATMAP, jobs=2)
     assert_tables_match(tmp_path / "t", case)
+
+
+def test_streamtrace_merge_output_gives_the_tables_of_its_rank_files(inputs, tmp_path):
+    """merge moves each GPU slice to a display lane, keeping its stream in args.original_stream: the
+    tables' stream column is the one the kernel ran on, as in the rank files."""
+    merged = tmp_path / "merged.json"
+    streamtrace.merge([str(path) for path in inputs["synth_fsdp4"]], str(merged))
+    analyze(merged, tmp_path / "t", all2allv_heatmap="synth_fsdp4" in HEATMAP, jobs=2)
+    assert_tables_match(tmp_path / "t", "synth_fsdp4")
 
 
 def test_dict_reading_gives_the_same_tables(inputs, tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from ..io.destinations import Destinations
 from ..io.inputs import expand_inputs, trace_names_in
 from ..resources import peak_rss_mb
 from .analyses import collectives  # TraceLens's collective report (SPEC 16), from what pass 1 collects
-from .analyses import ops as ops_analysis  # TraceLens's perf report (SPEC 17): its own reading of each input
+from .analyses import ops as ops_analysis  # TraceLens's perf report (SPEC 17): made in each input's task
 from .analyses.index import AnalyzeIndex
 from .analyses.launches import read_parts
 from .analyses.registry import ANALYSES, COLUMNS, TABLES, selected, with_needs
@@ -89,11 +89,10 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         if runner.distributed:
             files = [shared_path(path) for path in files]
         options = Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1,
-                          analyses=with_needs(chosen))
+                          analyses=with_needs(chosen), ops=ops, gpu_spec=ops_spec)
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
-        ops_files, ops_notes, ops_parts = ({}, [], {}) if not ops else ops_analysis.run(
-            files, [[rank.rank for rank in result.ranks] for result in per_file], salvage=salvage, spec=ops_spec)
+        ops_files, ops_notes, ops_parts = ops_analysis.combine([result.ops for result in per_file if result.ops])
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
                 results = [result for result in results if result.rank in ranks]
@@ -180,12 +179,12 @@ def _run(runner: TaskRunner, files: list[str], options: Options) -> list[FileRes
     wanted = len(set().union(*(result.step_names for result in per_file))) > 1
     again = [n for n, result in enumerate(per_file) if result.filtered != wanted]
     if again:
-        forced = dataclasses.replace(options, filter_steps=wanted)
+        forced = dataclasses.replace(options, filter_steps=wanted, ops=False)  # (the ops tables need no step cut)
         for n in again:
             discard(per_file[n])
         redone = _run_tasks(runner, [files[n] for n in again], forced, "inputs redone")
         for n, result in zip(again, redone):
-            per_file[n] = result
+            per_file[n] = dataclasses.replace(result, ops=per_file[n].ops)
     return per_file
 
 

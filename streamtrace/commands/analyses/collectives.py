@@ -30,9 +30,18 @@ JSON_ROWS = 100_000  # beyond this a table is left to -o DIR (as dicts 100,000 r
 _ATTRIBUTES = [attribute(key) for key in META]  # the projected args' attributes, in META's order
 PEER_ARGS = {"send": "Dst Rank", "recv": "Src Rank"}  # the arg naming a send's or recv's peer (global rank)
 _PEER_ATTRIBUTES = {name: attribute(key) for name, key in PEER_ARGS.items()}
+STREAM_AT = META.index("stream")
 COMMS_OP = "record_param_comms"  # the CPU op c10d wraps a collective's launch in
 STRIDE_ARGS = ("Process Group Name", "Global rank start", "Global rank stride", "Group size")  # its args naming its group
 _STRIDE_ATTRIBUTES = [attribute(key) for key in STRIDE_ARGS]
+
+
+def _on_own_stream(values: list, original_stream: object) -> list:
+    """A kernel's args in META's order, its stream the one it ran on where compact or merge moved it
+    to a display lane (``args.original_stream``): a merged file's tables are its rank files'."""
+    if original_stream is not None:
+        values[STREAM_AT] = original_stream
+    return values
 
 
 @dataclass
@@ -70,8 +79,9 @@ class KernelCollector:
         """A kernel whose name :meth:`wanted`, as parsed (a dict)."""
         args = event.get("args")
         if args.__class__ is dict and (args.get("correlation") is not None or args.get("External id") is not None):
-            self._add([args.get(key) for key in META], event.get("name"), ts, dur, slot, args.get("rank"),
-                      args.get("Seq"), {name: args.get(key) for name, key in PEER_ARGS.items()})
+            self._add(_on_own_stream([args.get(key) for key in META], args.get("original_stream")), event.get("name"),
+                      ts, dur, slot, args.get("rank"), args.get("Seq"),
+                      {name: args.get(key) for name, key in PEER_ARGS.items()})
 
     def add_comms_op(self, event: dict) -> None:
         """A record_param_comms op, as parsed: its group's first global rank, stride and size."""
@@ -109,7 +119,8 @@ class KernelCollector:
                 continue
             ts, dur = event.ts, event.dur
             if ts.__class__ in (int, float) and dur.__class__ in (int, float):
-                self._add([getattr(args, name) for name in _ATTRIBUTES], event.name, float(ts), float(dur),
+                self._add(_on_own_stream([getattr(args, name) for name in _ATTRIBUTES], args.original_stream),
+                          event.name, float(ts), float(dur),
                           slot_of(event.pid), args.rank, args.Seq,
                           {name: getattr(args, key) for name, key in _PEER_ATTRIBUTES.items()})
 

@@ -12,10 +12,12 @@ import numpy as np
 
 from ...algo.parts import extend_converted, shifted, translated
 from ...algo.rankmap import PidEvidence
+from ...io.chunkcut import chunk_events
 from ...io.projection import projected_events
 from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..mergedindex import note_process_name
 from . import collectives  # TraceLens's collective report (SPEC 16): its pass-1 hooks are marked "collectives"
+from .ops import OpsCollector  # TraceLens's perf report (SPEC 17, --ops): its pass-1 hooks are marked "ops"
 
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
@@ -34,6 +36,14 @@ def _plain_event(event: object) -> dict:
     """The fields of an event that :func:`_first_row` reads, as a small dict (a projection or a dict)."""
     get = event.get if isinstance(event, dict) else lambda key: getattr(event, key, None)
     return {key: get(key) for key in ("ph", "ts", "dur", "cat", "pid")}
+
+
+def _both(first: Callable[[object], None], second: Callable[[object], None]) -> Callable[[object], None]:
+    """A visit that is two (each event to both, in this order)."""
+    def visit(event: object) -> None:
+        first(event)
+        second(event)
+    return visit
 
 
 def stream_of(value: object) -> int:
@@ -90,7 +100,7 @@ class AnalyzeIndex:
     for the few events that have one.
     """
 
-    def __init__(self, spool_dir: str | None = None, owner: int | None = None) -> None:
+    def __init__(self, spool_dir: str | None = None, owner: int | None = None, ops: bool = False) -> None:
         self.pid_slots: dict[object, int] = {}
         self.pids: list[PidEvidence] = []
         self.unranked = bytearray()  # per pid slot: some launch or GPU event lacks args.rank
@@ -116,6 +126,9 @@ class AnalyzeIndex:
         self._owner = os.getpid() if owner is None else owner  # the process that spills (pass-1 workers send theirs in parts)
         self.spool_dir = spool_dir
         self.visit = self._make_visit()
+        self.ops = OpsCollector() if ops else None  # ops: TraceLens's perf report (--ops) collected in this pass
+        if self.ops is not None:
+            self.visit = _both(self.ops.visit, self.visit)
 
     splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
     partial = False  # True where it indexes parts (in a worker, or beside the joined index): its rows go in parts, unspilled
@@ -143,6 +156,7 @@ class AnalyzeIndex:
         part["first_rows"], self.first_rows[:] = self.first_rows[:], []
         self._first_sent = first is not None
         part["collectives"] = self.collectives.take_part()  # collectives
+        part["ops"] = None if self.ops is None else self.ops.take_part()  # ops
         return part
 
     def absorb(self, part: dict, source: int, first_event: int) -> None:
@@ -165,11 +179,26 @@ class AnalyzeIndex:
         for local, ts, dur in part["first_rows"]:
             self._first_row_of(maps[2][local], ts, dur)
         self.collectives.absorb(part["collectives"], source, maps[2])  # collectives
+        if self.ops is not None:  # ops
+            self.ops.absorb(part["ops"], source, first_event)
 
     def visit_chunk(self, text: bytes) -> int | None:
         """Index a chunk's events as :meth:`visit` would, from a projection
-        decoded with msgspec and a pass over each field; None (refused) when
-        the projection cannot read the chunk or a field has an unusual type."""
+        decoded with msgspec and a pass over each field; None (refused, nothing
+        kept) when the projection cannot read the chunk or a field has an
+        unusual type.  With ops, the chunk's events as dicts go to them too (after
+        the index took the chunk: a refused chunk leaves nothing)."""
+        dicts = None if self.ops is None else chunk_events(text)
+        if self.ops is not None and dicts is None:
+            return None
+        count = self._index_chunk(text)
+        if count is not None and dicts is not None:
+            visit = self.ops.visit  # type: ignore[union-attr]
+            for event in dicts:
+                visit(event)
+        return count
+
+    def _index_chunk(self, text: bytes) -> int | None:
         events = projected_events(text)
         if events is None:
             return None

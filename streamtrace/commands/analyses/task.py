@@ -18,6 +18,7 @@ from ...io.progress import Meter
 from ...io.source import InputSource
 from ...resources import buffers_from_os
 from . import collectives
+from . import ops as ops_analysis  # TraceLens's perf report (SPEC 17): from what pass 1 collects
 from .buckets import Buckets, sweep, timeline_records
 from .index import NO_ID, AnalyzeIndex
 from .launches import discard_part
@@ -41,6 +42,7 @@ class FileResult:
     filtered: bool  # the decision this reading took
     devices: tuple = ()  # the input's deviceProperties names
     notes: list = field(default_factory=list)  # what the input lacks or what reading it repaired
+    ops: ops_analysis.InputOps | None = None  # the ops tables (--ops)
 
 
 def discard(result: FileResult) -> None:
@@ -59,6 +61,8 @@ class Options:
     jobs: int = 1  # pass-1 processes of one input (one input alone: all of -j; several: one task each)
     filter_steps: bool | None = None  # None: as this file's step names say; else as all inputs' say
     analyses: tuple[str, ...] = tuple(ANALYSES)  # the analyses computed per rank (those asked for, those they need)
+    ops: bool = False  # also TraceLens's perf-report tables (--ops)
+    gpu_spec: dict | None = field(default=None, hash=False)  # their roofline's GPU (--gpu-spec), else the trace's
 
 
 @buffers_from_os(SCRATCH_MMAP_THRESHOLD)  # the growing arrays' old copies and numpy scratch must not stay resident
@@ -66,7 +70,7 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         owner = os.getpid()
-        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner), keep_events=False,
+        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner, ops=options.ops), keep_events=False,
                             salvage=options.salvage, jobs=options.jobs, progress=progress)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
@@ -112,8 +116,14 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
         notes.append(f"{location}: kernel_launch_stats lists the correlation ids this file of {len(out)} ranks states; "
                      "where merge or relink made them unique per rank ((rank + 1) x 10^k + id) they differ from the rank "
                      "files' (kept in args.correlation_raw), every other table is the rank files'")
+    ops = None
+    if index.ops is not None:
+        pid_ranks = {facts.pid: rank for facts, rank in zip(index.pids, ranks) if rank >= 0} if len(out) > 1 else {}
+        collector, index.ops = index.ops, None
+        ops = ops_analysis.of_input(path, [rank.rank for rank in out], pid_ranks, collector, members,
+                                    spec=options.gpu_spec)
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
-                      _device_names(members), notes)
+                      _device_names(members), notes, ops)
 
 
 def _reading_notes(location: str, read: dict) -> list[str]:
