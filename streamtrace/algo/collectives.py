@@ -95,6 +95,7 @@ class Table:
 class Report:
     tables: dict[str, Table]
     notes: list[str]
+    sinks: list = field(default_factory=list)  # where its long tables' rows went (their maker closes them)
 
 
 def is_collective_kernel(name: object) -> bool:
@@ -359,10 +360,14 @@ class Rows:
         return len(self.rows)
 
     def table(self, columns: list[str], by_key: bool = False) -> Table:
-        rows = [[row.get(name) for name in columns] if isinstance(row, dict) else row for row in self.rows]
-        if not by_key:
-            return Table(columns, rows)
-        return Table(columns, [rows[at] for at in descending_order(self.keys)])
+        """The table, its rows in the order made or ``by_key``."""
+        return Table(columns, laid_out(self.rows, self.keys, columns, by_key))
+
+
+def laid_out(rows: list, keys: Sequence, columns: list[str], by_key: bool) -> list[list]:
+    """Rows as lists in ``columns``' order (those made as dicts), in the order made or by their keys."""
+    listed = [[row.get(name) for name in columns] if isinstance(row, dict) else row for row in rows]
+    return [listed[at] for at in descending_order(keys)] if by_key else listed
 
 
 def descending_order(keys: Sequence) -> list[int]:

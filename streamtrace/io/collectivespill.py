@@ -1,0 +1,186 @@
+"""The collective report beyond memory: the ranks' kernel records and the rows of its long tables (a row
+per kernel or per collective) go to temporary files, so that ``analyze`` holds, whatever the size and
+number of its inputs, a budget of records and the collective being matched."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import shutil
+import tempfile
+from array import array
+from typing import BinaryIO
+
+import numpy as np
+
+from ..algo.collectives import KERNEL, Rows, laid_out, missing
+from .scratch import spool_writes
+
+SPILL_BYTES = 64 << 20
+"""Kernel records (32 bytes each) kept in memory; beyond, all of them go to one file (tests lower it)."""
+
+
+class SpilledKernels:
+    """Every rank's kernel records (:class:`~streamtrace.algo.collectives.KernelStore`): in memory up to
+    :data:`SPILL_BYTES`, else in one temporary file (one handle whatever the number of ranks), read back
+    as a memory map: the matching reads a rank's block and each collective's kernels, the page cache the rest."""
+
+    def __init__(self, directory: str | None = None, budget: int | None = None) -> None:
+        self.directory = directory
+        self.budget = SPILL_BYTES if budget is None else budget
+        self._parts: list[np.ndarray] = []
+        self._held = 0
+        self._size = 0
+        self._file: BinaryIO | None = None
+
+    def append(self, records: np.ndarray) -> int:
+        offset = self._size
+        self._size += len(records)
+        if self._file is None and self._held + records.nbytes <= self.budget:
+            self._parts.append(records)
+            self._held += records.nbytes
+            return offset
+        with spool_writes(self.directory or tempfile.gettempdir()):
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="streamtrace-collectives-", dir=self.directory)
+                for part in self._parts:
+                    self._file.write(part.tobytes())
+                self._parts, self._held = [], 0
+            self._file.write(records.tobytes())
+        return offset
+
+    @property
+    def spilled(self) -> bool:
+        return self._file is not None
+
+    def seal(self) -> np.ndarray:
+        if self._file is None:
+            return np.concatenate(self._parts) if self._parts else np.empty(0, KERNEL)
+        self._file.flush()
+        return np.memmap(self._file, dtype=KERNEL, mode="r", shape=(self._size,))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._parts = []
+
+
+class RowPart(Rows):
+    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns
+    as name, value pairs, laid out when the columns are known); the first ``keep`` are kept as they are
+    too (the summary's), none if there are more.  A sorted table keeps its sort key and each line's place
+    (16 bytes a row)."""
+
+    def __init__(self, directory: str | None, keep: int) -> None:
+        super().__init__()
+        self.directory, self.keep = directory, keep
+        self.count = 0
+        self.named = False  # rows made as dicts
+        self.kept: list | None = []
+        self._file: BinaryIO | None = None
+        self._size = 0
+        self._line = io.StringIO()
+        self._writer = csv.writer(self._line, lineterminator="\n")
+        self._sort_keys = array("d")
+        self._offsets = array("q")
+
+    def add(self, row: list | dict, key: object = None) -> None:
+        self.named = isinstance(row, dict)
+        if self.named:
+            cells = [cell for name, value in row.items() for cell in (name, _cell(value))]  # type: ignore[union-attr]
+        else:
+            cells = [_cell(value) for value in row]
+        line = _csv_line(self._line, self._writer, cells)
+        with spool_writes(self.directory or tempfile.gettempdir()):
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="streamtrace-table-", dir=self.directory)
+            self._file.write(line)
+        if key is not None:
+            self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+            self._offsets.append(self._size)
+        self._size += len(line)
+        self.count += 1
+        if self.kept is not None:
+            self.kept.append(row)
+            self.keys.append(key)
+            if self.count > self.keep:
+                self.kept = None
+                self.keys = []
+
+    def __len__(self) -> int:
+        return self.count
+
+    def table(self, columns: list[str], by_key: bool = False) -> PartTable:  # type: ignore[override]
+        order = None
+        if by_key:
+            keys = np.frombuffer(self._sort_keys, dtype=np.float64)
+            present = np.flatnonzero(~np.isnan(keys))
+            order = np.concatenate([present[np.argsort(-keys[present], kind="stable")], np.flatnonzero(np.isnan(keys))])
+        rows = None if self.kept is None else laid_out(self.kept, self.keys, columns, by_key)
+        return PartTable(columns, self, order, rows)
+
+    def write(self, out: BinaryIO, columns: list[str], order: np.ndarray | None) -> None:
+        """Copy the rows to ``out`` (in ``order``, the lines' places, if given), named columns laid out."""
+        if self._file is None:
+            return
+        self._file.flush()
+        if not self.named and order is None:
+            self._file.seek(0)
+            shutil.copyfileobj(self._file, out)
+            return
+        text = None
+        if order is not None:
+            rows = csv.reader(self._line_at(int(at)).decode() for at in order)
+        else:
+            self._file.seek(0)
+            text = io.TextIOWrapper(self._file, encoding="utf-8", newline="")
+            rows = csv.reader(text)
+        try:
+            for cells in rows:
+                if self.named:
+                    values = dict(zip(cells[::2], cells[1::2]))
+                    cells = [values.get(name, "") for name in columns]
+                out.write(_csv_line(self._line, self._writer, cells))
+        finally:
+            if text is not None:
+                text.detach()  # (the file stays open: the part's to close)
+
+    def _line_at(self, at: int) -> bytes:
+        assert self._file is not None
+        end = self._offsets[at + 1] if at + 1 < len(self._offsets) else self._size
+        self._file.seek(self._offsets[at])
+        return self._file.read(end - self._offsets[at])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class PartTable:
+    """A table whose rows are in a :class:`RowPart`: its columns, its length, the rows themselves when few
+    (else None)."""
+
+    def __init__(self, columns: list[str], part: RowPart, order: np.ndarray | None, rows: list | None) -> None:
+        self.columns, self.part, self.order, self.rows = columns, part, order, rows
+
+    def __len__(self) -> int:
+        return self.part.count
+
+    def write(self, out: BinaryIO) -> None:
+        """The CSV: header, then every row."""
+        out.write(_csv_line(io.StringIO(), None, self.columns))
+        self.part.write(out, self.columns, self.order)
+
+
+def _csv_line(buffer: io.StringIO, writer, cells: list) -> bytes:
+    """One CSV row (as the csv module writes it, newline ``\\n``), encoded."""
+    buffer.seek(0)
+    buffer.truncate()
+    (writer or csv.writer(buffer, lineterminator="\n")).writerow(cells)
+    return buffer.getvalue().encode()
+
+
+def _cell(value: object) -> object:
+    return "" if missing(value) else value
