@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import shutil
 import tempfile
 from array import array
@@ -18,6 +19,9 @@ from .scratch import spool_writes
 
 SPILL_BYTES = 64 << 20
 """Kernel records (32 bytes each) kept in memory; beyond, all of them go to one file (tests lower it)."""
+
+
+BIG_ROW = 1 << 20  # bytes: after a row this long its CSV writer is replaced, letting go of its buffer
 
 
 class SpilledKernels:
@@ -70,7 +74,8 @@ class RowPart(Rows):
     """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns
     as name, value pairs, laid out when the columns are known); the first ``keep`` are kept as they are
     too (the summary's), none if there are more.  A sorted table keeps its sort key and each line's place
-    (16 bytes a row)."""
+    (16 bytes a row).  One row at a time is in memory (a row of an all_to_allv over 1,024 ranks, every
+    rank's splits, is megabytes)."""
 
     def __init__(self, directory: str | None, keep: int) -> None:
         super().__init__()
@@ -79,9 +84,7 @@ class RowPart(Rows):
         self.named = False  # rows made as dicts
         self.kept: list | None = []
         self._file: BinaryIO | None = None
-        self._size = 0
-        self._line = io.StringIO()
-        self._writer = csv.writer(self._line, lineterminator="\n")
+        self._text: io.TextIOWrapper | None = None
         self._sort_keys = array("d")
         self._offsets = array("q")
 
@@ -91,15 +94,18 @@ class RowPart(Rows):
             cells = [cell for name, value in row.items() for cell in (name, _cell(value))]  # type: ignore[union-attr]
         else:
             cells = [_cell(value) for value in row]
-        line = _csv_line(self._line, self._writer, cells)
         with spool_writes(self.directory or tempfile.gettempdir()):
-            if self._file is None:
+            if self._text is None:
                 self._file = tempfile.TemporaryFile(prefix="streamtrace-table-", dir=self.directory)
-            self._file.write(line)
-        if key is not None:
-            self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
-            self._offsets.append(self._size)
-        self._size += len(line)
+                self._text = io.TextIOWrapper(self._file, encoding="utf-8", newline="", write_through=True)
+                self._writer = csv.writer(self._text, lineterminator="\n")
+            start = self._file.tell()  # type: ignore[union-attr]
+            if key is not None:
+                self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+                self._offsets.append(start)
+            self._writer.writerow(cells)
+            if self._file.tell() - start > BIG_ROW:  # type: ignore[union-attr]
+                self._writer = csv.writer(self._text, lineterminator="\n")  # (a writer keeps its longest row's buffer)
         self.count += 1
         if self.kept is not None:
             self.kept.append(row)
@@ -120,42 +126,39 @@ class RowPart(Rows):
         rows = None if self.kept is None else laid_out(self.kept, self.keys, columns, by_key)
         return PartTable(columns, self, order, rows)
 
-    def write(self, out: BinaryIO, columns: list[str], order: np.ndarray | None) -> None:
+    def write(self, out: io.TextIOWrapper, columns: list[str], order: np.ndarray | None) -> None:
         """Copy the rows to ``out`` (in ``order``, the lines' places, if given), named columns laid out."""
-        if self._file is None:
+        if self._text is None or self._file is None:
             return
-        self._file.flush()
+        self._text.flush()
         if not self.named and order is None:
+            out.flush()
             self._file.seek(0)
-            shutil.copyfileobj(self._file, out)
+            shutil.copyfileobj(self._file, out.buffer)
             return
-        text = None
         if order is not None:
             rows = csv.reader(self._line_at(int(at)).decode() for at in order)
         else:
-            self._file.seek(0)
-            text = io.TextIOWrapper(self._file, encoding="utf-8", newline="")
-            rows = csv.reader(text)
-        try:
-            for cells in rows:
-                if self.named:
-                    values = dict(zip(cells[::2], cells[1::2]))
-                    cells = [values.get(name, "") for name in columns]
-                out.write(_csv_line(self._line, self._writer, cells))
-        finally:
-            if text is not None:
-                text.detach()  # (the file stays open: the part's to close)
+            self._text.seek(0)
+            rows = csv.reader(self._text)
+        writer = csv.writer(out, lineterminator="\n")
+        for cells in rows:
+            if self.named:
+                values = dict(zip(cells[::2], cells[1::2]))
+                cells = [values.get(name, "") for name in columns]
+            writer.writerow(cells)
 
     def _line_at(self, at: int) -> bytes:
         assert self._file is not None
-        end = self._offsets[at + 1] if at + 1 < len(self._offsets) else self._size
+        self._file.seek(0, os.SEEK_END)
+        end = self._offsets[at + 1] if at + 1 < len(self._offsets) else self._file.tell()
         self._file.seek(self._offsets[at])
         return self._file.read(end - self._offsets[at])
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._text is not None:
+            self._text.close()  # (and its file)
+            self._text = self._file = None
 
 
 class PartTable:
@@ -168,18 +171,15 @@ class PartTable:
     def __len__(self) -> int:
         return self.part.count
 
-    def write(self, out: BinaryIO) -> None:
+    def write(self, raw: BinaryIO) -> None:
         """The CSV: header, then every row."""
-        out.write(_csv_line(io.StringIO(), None, self.columns))
-        self.part.write(out, self.columns, self.order)
-
-
-def _csv_line(buffer: io.StringIO, writer, cells: list) -> bytes:
-    """One CSV row (as the csv module writes it, newline ``\\n``), encoded."""
-    buffer.seek(0)
-    buffer.truncate()
-    (writer or csv.writer(buffer, lineterminator="\n")).writerow(cells)
-    return buffer.getvalue().encode()
+        out = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        try:
+            csv.writer(out, lineterminator="\n").writerow(self.columns)
+            self.part.write(out, self.columns, self.order)
+            out.flush()
+        finally:
+            out.detach()  # (the stream is its owner's to close)
 
 
 def _cell(value: object) -> object:
