@@ -4,28 +4,44 @@ pure functions over each rank's collective kernels (SPEC 16).
 
 A rank's kernels come as :class:`RankKernels`: start, duration and a
 metadata row per kernel (file order), the metadata rows (the collective's
-args, see :data:`META`) listed once.  :func:`report` gives TraceLens's
-tables, named by its file stems, with its columns, rows, order and
-rounding; docs/analyze.md states each definition.  Two departures, where
-TraceLens stops with an error: kernels of one collective id whose metadata
-differ across ranks are left out of the per-collective tables (and named in
-the notes) instead of ending the run, and process groups that share a name
-but not their ranks are told apart by their ranks.  Beyond TraceLens:
-``collective_bandwidth`` (nccl-tests' sizes and bus factors, SI units,
-broadcast and reduce included), :func:`straggler_causes`, and notes on
-sequences that order matching may misread.
+args, see :data:`META`) listed once.  :func:`match` turns every rank's into
+typed records (:data:`KERNEL`, 32 bytes a kernel, in a store the caller may
+keep on disk) with their group and place; :func:`walk` reads them rank by
+rank, makes each kernel's nccl_long row and, at a collective's lowest rank,
+gathers the k-th kernel of its group on every rank: the tables are
+consumers of that walk, writing their long tables' rows into a
+:class:`Rows` as they come and keeping their summaries as running
+aggregates (:mod:`.groupagg`).  The report (``collectivereport.report``)
+gives TraceLens's tables, named by its file stems, with its columns, rows,
+order and rounding; docs/analyze.md states each definition.  Two
+departures, where TraceLens stops with an error: kernels of one collective
+id whose metadata differ across ranks are left out of the per-collective
+tables (and named in the notes) instead of ending the run, and process
+groups that share a name but not their ranks are told apart by their ranks.
 """
 from __future__ import annotations
 
 import ast
 import math
 import re
-from array import array
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
+
+from .groupagg import (
+    Running,
+    Table,
+    Values,
+    add_to,
+    by_ascending,
+    by_descending,
+    descending_order,
+    grouped,
+    missing,
+    sorted_groups,
+)
 
 META = ("Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype", "In msg nelems",
         "Out msg nelems", "In split size", "Out split size", "stream")
@@ -82,16 +98,6 @@ class RankKernels:
 
 
 @dataclass
-class Table:
-    columns: list[str]
-    rows: list[list]
-
-    def column(self, name: str) -> list:
-        at = self.columns.index(name)
-        return [row[at] for row in self.rows]
-
-
-@dataclass
 class Report:
     tables: dict[str, Table]
     notes: list[str]
@@ -128,10 +134,6 @@ def hashable(value: object) -> object:
 def _count(value: object) -> int | float | None:
     """A number of elements or ranks, or None for anything else (TraceLens would stop on it)."""
     return value if value.__class__ in (int, float) and math.isfinite(value) else None
-
-
-def missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 # ---------------------------------------------------------------- the kernels, kept as records
@@ -370,13 +372,6 @@ def laid_out(rows: list, keys: Sequence, columns: list[str], by_key: bool) -> li
     return [listed[at] for at in descending_order(keys)] if by_key else listed
 
 
-def descending_order(keys: Sequence) -> list[int]:
-    """pandas' sort_values(ascending=False) on one column: ties keep their order, missing values last."""
-    present = [at for at, key in enumerate(keys) if not missing(key)]
-    present.sort(key=lambda at: -keys[at])
-    return present + [at for at, key in enumerate(keys) if missing(key)]
-
-
 class Nodes:
     """TraceLens's node columns, added to each row as it is made: ``node_id`` (rank // GPUs per node, ranks
     below the world size) and ``node_span`` (intra_node when a group's ranks are on one node, inter_node,
@@ -409,132 +404,6 @@ class Nodes:
                 for row in rows:
                     row.append(value(row[at]))
         return Table(columns, rows)
-
-
-# ---------------------------------------------------------------- pandas' aggregates, kept as they come
-
-
-class Running:
-    """A column of a group, aggregated as its values come, as pandas' groupby aggregates it (missing values
-    left out): first, count, size, sum (compensated when a value is a float), mean, std (n-1, Welford's),
-    min, max (the first least or largest value, as it was)."""
-
-    def __init__(self) -> None:
-        self.size = self.count = 0
-        self.first: object = None
-        self.total = self.compensation = 0.0
-        self.whole = 0  # the sum while every value is an int
-        self.floats = False
-        self.mean = self.squares = 0.0
-        self.low: object = None
-        self.high: object = None
-        self.numbers = True  # every value so far is a number
-
-    def add(self, value: object) -> None:
-        self.size += 1
-        if missing(value):
-            return
-        if self.count == 0:
-            self.first = self.low = self.high = value
-        self.count += 1
-        if not isinstance(value, (int, float)):
-            self.numbers = False  # (a column only taken first or counted)
-        if not self.numbers:
-            return
-        y = value - self.compensation  # type: ignore[operator]
-        t = self.total + y
-        self.compensation = t - self.total - y
-        self.total = t
-        if isinstance(value, float):
-            self.floats = True
-        else:
-            self.whole += value  # type: ignore[operator]
-        old = self.mean
-        self.mean += (value - old) / self.count  # type: ignore[operator]
-        self.squares += (value - self.mean) * (value - old)  # type: ignore[operator]
-        if value < self.low:  # type: ignore[operator]
-            self.low = value
-        if value > self.high:  # type: ignore[operator]
-            self.high = value
-
-    def aggregate(self, how: str) -> object:
-        if how == "size":
-            return self.size
-        if how == "first":
-            return self.first
-        if how == "count":
-            return self.count
-        if not self.count:
-            return 0 if how == "sum" else math.nan
-        if how == "sum":
-            return self.total if self.floats else self.whole
-        if how == "mean":
-            return self.total / self.count
-        if how in ("min", "max"):
-            return self.low if how == "min" else self.high
-        if how == "std":
-            return math.sqrt(self.squares / (self.count - 1)) if self.count > 1 else math.nan
-        raise ValueError(how)
-
-
-class Values(Running):
-    """A column of a group, kept too (8 bytes a value) for what needs them all: the median, and numpy's
-    pairwise sum (pandas' Series.sum)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.values = array("d")
-        self.nan = False  # some value is a float (NaN too): Series.sum is numpy's
-
-    def add(self, value: object) -> None:
-        super().add(value)
-        self.values.append(math.nan if value is None else value)  # type: ignore[arg-type]
-        self.nan = self.nan or isinstance(value, float)
-
-    def aggregate(self, how: str) -> object:
-        if how == "median":
-            present = np.frombuffer(self.values, dtype=np.float64)
-            present = present[~np.isnan(present)]
-            return float(np.median(present)) if len(present) else math.nan
-        return super().aggregate(how)
-
-    def series_sum(self) -> object:
-        """pandas' Series.sum: numpy's (pairwise) sum, missing values as 0, when a value is a float."""
-        if not self.nan:
-            return self.whole
-        return np.nan_to_num(np.frombuffer(self.values, dtype=np.float64), nan=0.0).sum().item()
-
-
-def _sorted_groups(groups: dict) -> list[tuple]:
-    """pandas' groupby order: groups sorted by their keys (keys of several types: as they came)."""
-    try:
-        return sorted(groups.items(), key=lambda item: item[0])
-    except TypeError:
-        return list(groups.items())
-
-
-def _grouped(groups: dict, keys: Sequence[str], plan: list[tuple[str, str, str]]) -> Table:
-    """A summary's rows: per group (sorted by key), ``plan``'s (source column, aggregate, output column)."""
-    rows = [[*key, *(columns[name].aggregate(how) for name, how, _ in plan)] for key, columns in _sorted_groups(groups)]
-    return Table([*keys, *(output for _, _, output in plan)], rows)
-
-
-def _by_descending(table: Table, column: str) -> Table:
-    at = table.columns.index(column)
-    return Table(table.columns, [table.rows[n] for n in descending_order([row[at] for row in table.rows])])
-
-
-def _select(table: Table, columns: Sequence[str]) -> Table:
-    at = [table.columns.index(name) for name in columns]
-    return Table(list(columns), [[row[n] for n in at] for row in table.rows])
-
-
-def _add_to(groups: dict, key: tuple, plan: list[tuple[str, str, str]], row: dict, kept: Sequence[str] = ()) -> None:
-    columns = groups.get(key)
-    if columns is None:
-        columns = groups[key] = {name: Values() if name in kept else Running() for name, _, _ in plan}
-    for name in columns:
-        columns[name].add(row[name])
 
 
 # ---------------------------------------------------------------- nccl_long, nccl_summary_long
@@ -576,7 +445,7 @@ class LongTable(Consumer):
 
     def summary(self) -> Table:
         """nccl_summary_long."""
-        return _by_descending(_grouped(self.groups, SUMMARY_LONG_KEYS, SUMMARY_LONG_PLAN), "dur_sum")
+        return by_descending(grouped(self.groups, SUMMARY_LONG_KEYS, SUMMARY_LONG_PLAN), "dur_sum")
 
 
 # ---------------------------------------------------------------- per collective
@@ -702,7 +571,7 @@ class ImplicitSync(Consumer):
         order = [*SUMMARY_IMPLICIT_KEYS, "Process Group Name", "Group size", "Full msg size (MB)",
                  *(f"{name}_{how}" for name in metrics for how in AGGREGATES), "count", "Total comm latency (ms)"]
         rows = []
-        for key, columns in _sorted_groups(self.groups):
+        for key, columns in sorted_groups(self.groups):
             found = dict(zip(SUMMARY_IMPLICIT_KEYS, key))
             found.update((f"{name}_{how}", columns[name].aggregate(how)) for name in metrics for how in AGGREGATES)
             found.update((name, columns[name].aggregate("first")) for name in ("Process Group Name", "Group size",
@@ -710,7 +579,7 @@ class ImplicitSync(Consumer):
             found["count"] = columns["comm_latency"].aggregate("size")
             found["Total comm latency (ms)"] = columns["comm_latency"].series_sum() / 1000  # type: ignore[attr-defined]
             rows.append([found[name] for name in order])
-        return _by_descending(Table(order, rows), "Total comm latency (ms)")
+        return by_descending(Table(order, rows), "Total comm latency (ms)")
 
     def notes(self, notes: list[str]) -> None:
         _mismatch_note(notes, self.mismatched, "collective ids", "nccl_implicit_sync")
@@ -802,12 +671,12 @@ class All2allv(Consumer):
             row = dict(zip(_SUMMARY_ALL2ALLV_READS, self.general[at]))
             key = (row["Process Group Name"], row["dtype"])
             if not any(missing(value) for value in key):
-                _add_to(groups, key, SUMMARY_ALL2ALLV_PLAN, row, kept=_SUMMARY_ALL2ALLV_KEPT)
-        table = _grouped(groups, ("Process Group Name", "dtype"), SUMMARY_ALL2ALLV_PLAN)
+                add_to(groups, key, SUMMARY_ALL2ALLV_PLAN, row, kept=_SUMMARY_ALL2ALLV_KEPT)
+        table = grouped(groups, ("Process Group Name", "dtype"), SUMMARY_ALL2ALLV_PLAN)
         table.columns.append("Total wall_time (ms)")
         for row in table.rows:
             row.append(row[table.columns.index("Total wall_time (us)")] / 1000)
-        return _by_descending(table, "Total wall_time (ms)")
+        return by_descending(table, "Total wall_time (ms)")
 
     def notes(self, notes: list[str]) -> None:
         _mismatch_note(notes, self.mismatched, "all_to_allv ids", "nccl_all2allv")
@@ -925,13 +794,7 @@ class Stragglers(Consumer):
             rows.append([rank, _round1(total), _round1(mean), times_last, self.first.get(rank, 0),
                          _round1(100.0 * times_last / self.count), self.count,
                          _round1(durations.aggregate("sum") if durations else 0)])
-        return _by_ascending(Table(list(self.COLUMNS), rows), "total_wait_time_us")
-
-
-def _by_ascending(table: Table, column: str) -> Table:
-    at = table.columns.index(column)
-    present = sorted((row for row in table.rows if not missing(row[at])), key=lambda row: row[at])
-    return Table(table.columns, present + [row for row in table.rows if missing(row[at])])
+        return by_ascending(Table(list(self.COLUMNS), rows), "total_wait_time_us")
 
 
 def _round1(value: float | int) -> float | int:
