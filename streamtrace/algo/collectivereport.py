@@ -33,7 +33,6 @@ from .collectives import (
     match,
     missing,
     pg_ranks,
-    same_args,
     walk,
 )
 
@@ -62,17 +61,20 @@ class Bandwidth(Consumer):
 
     def __init__(self, rows: Rows, nodes: Nodes | None) -> None:
         self.rows, self.nodes = rows, nodes
+        self._listed: dict[object, list[int]] = {}  # Process Group Ranks -> the ranks it lists
 
     def collective(self, found: Collective) -> None:
         first = found.rows[0]
         kind = NCCL_TESTS_TYPES.get(first[CNAME]) if isinstance(first[CNAME], str) else None
-        if kind not in NCCL_TESTS_FACTORS or not same_args(found, IMPLICIT_META_AT):
+        if kind not in NCCL_TESTS_FACTORS or not found.same_args(IMPLICIT_META_AT):
             return
         ranks = found.ranks
         ts = [member[TS] for member in found.rows]
         latency = min(member[DUR] for member in found.rows)
         last = max(ts)
-        listed = pg_ranks(first[RANKS])
+        listed = self._listed.get(first[RANKS])
+        if listed is None:
+            listed = self._listed[first[RANKS]] = pg_ranks(first[RANKS])
         size = _size_bytes(first, kind)
         algo = size / (latency / 1e6) / 1e9 if size is not None and latency > 0 else math.nan
         factor = NCCL_TESTS_FACTORS[kind](first[GSIZE]) if isinstance(first[GSIZE], int) and first[GSIZE] > 0 else math.nan
@@ -105,15 +107,18 @@ class Sequences(Consumer):
         self.counts: dict[tuple, dict[int, int]] = {}
         self.present: set[int] = set()
         self.late: list[tuple] = []  # (the first of) the largest gap and its collective
+        self._groups: dict[int, tuple | None] = {}  # metadata row -> its group's key (None: not counted)
         self.gaps = self.matched = 0
 
-    def kernel(self, row: list) -> None:
+    def kernel(self, row: list, meta: int) -> None:
         self.present.add(row[2])
-        if row[CNAME] not in NCCL_TESTS_TYPES:
-            return  # (point-to-point: each rank of a group sends and receives its own number)
-        group = (row[CID].rsplit("_", 1)[0] if not self.simplified else "all", None if self.simplified else row[RANKS])
-        per_rank = self.counts.setdefault(group, {})
-        per_rank[row[2]] = per_rank.get(row[2], 0) + 1
+        group = self._groups.get(meta, False)
+        if group is False:  # (point-to-point: each rank of a group sends and receives its own number)
+            group = self._groups[meta] = None if row[CNAME] not in NCCL_TESTS_TYPES else \
+                ("all", None) if self.simplified else (row[3], row[RANKS])
+        if group is not None:
+            per_rank = self.counts.setdefault(group, {})
+            per_rank[row[2]] = per_rank.get(row[2], 0) + 1
 
     def collective(self, found: Collective) -> None:
         name = found.rows[0][CNAME]

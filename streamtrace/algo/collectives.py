@@ -31,7 +31,9 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .groupagg import (
+    Column,
     Running,
+    Sum,
     Table,
     Values,
     add_to,
@@ -188,6 +190,18 @@ class Matched:
     pg: list[int]  # metadata row -> its Process Group Ranks' code (None without: simplified matching)
     classes: dict[tuple[int, int], list[int]]  # (group, ranks' code) -> positions of the ranks holding one
     simplified: bool
+    _templates: dict[int, list] = field(default_factory=dict)
+
+    def template(self, meta: int) -> list:
+        """The nccl_long columns a kernel's metadata row gives (Process Group Ranks to stream), made once."""
+        found = self._templates.get(meta)
+        if found is None:
+            values = self.metas[meta]
+            in_mb, out_mb = _sizes(values)
+            found = self._templates[meta] = [values[PG_RANKS], values[NAME], values[GROUP_SIZE], values[DTYPE],
+                                             values[IN_NELEMS], in_mb, values[OUT_NELEMS], out_mb, values[IN_SPLIT],
+                                             values[OUT_SPLIT], values[STREAM]]
+        return found
 
     def kernel_at(self, at: int, group: int, place: int, pg: int) -> int:
         """The record of the rank at position ``at`` in this collective, or -1."""
@@ -261,6 +275,12 @@ class Collective:
 
     key: tuple
     rows: list[list]
+    metas: list[int]  # each kernel's metadata row
+
+    def same_args(self, at: Sequence[int]) -> bool:
+        """Do the kernels agree on these columns of their rows (they do if they share their metadata row)."""
+        first = self.metas[0]
+        return all(meta == first for meta in self.metas) or all(same([row[n] for row in self.rows]) for n in at)
 
     @property
     def ranks(self) -> list[int]:
@@ -271,8 +291,8 @@ class Consumer:
     """What the walk feeds: every kernel's nccl_long row (rank by rank, file order), every collective (in
     order of first appearance: the lowest rank's file order)."""
 
-    def kernel(self, row: list) -> None:
-        pass
+    def kernel(self, row: list, meta: int) -> None:
+        """A kernel's row; ``meta``: its metadata row's number (what depends on it alone can be kept by it)."""
 
     def collective(self, found: Collective) -> None:
         pass
@@ -286,11 +306,6 @@ def _sizes(meta: tuple) -> tuple[float | None, float | None]:
     return nelems * size / MIB, None if out is None else out * size / MIB
 
 
-def _number(value: float) -> int | float:
-    """A time as the trace wrote it: a whole number as an int (TraceLens keeps JSON's integers)."""
-    return int(value) if value.is_integer() else value
-
-
 def walk(matched: Matched, consumers: Sequence[Consumer], block: int = 65_536) -> None:
     """Feed every kernel and every collective to ``consumers``, one rank's block of records at a time; a
     collective is gathered (the k-th kernel of its group on every rank holding one) at its lowest rank."""
@@ -302,27 +317,25 @@ def walk(matched: Matched, consumers: Sequence[Consumer], block: int = 65_536) -
                                                    chunk["group"].tolist(), chunk["index"].tolist()):
                 row = _long_row(matched, rank, ts, dur, meta, group, place)
                 for consumer in consumers:
-                    consumer.kernel(row)
+                    consumer.kernel(row, meta)
                 members = _members(matched, at, group, place, matched.pg[meta])
                 if members is not None:
-                    found = Collective((row[CID], None if matched.simplified else row[RANKS]), [row, *members])
+                    found = Collective((row[CID], None if matched.simplified else row[RANKS]), [row, *members[0]],
+                                       [meta, *members[1]])
                     for consumer in consumers:
                         consumer.collective(found)
 
 
 def _long_row(matched: Matched, rank: int, ts: float, dur: float, meta: int, group: int, place: int) -> list:
-    values = matched.metas[meta]
     name = matched.groups[group]
-    in_mb, out_mb = _sizes(values)
-    return [str(place) if matched.simplified else f"{name}_{place}", place, rank, name, values[PG_RANKS], values[NAME],
-            values[GROUP_SIZE], values[DTYPE], values[IN_NELEMS], in_mb, values[OUT_NELEMS], out_mb, values[IN_SPLIT],
-            values[OUT_SPLIT], values[STREAM], _number(ts), _number(dur)]
+    return [str(place) if matched.simplified else f"{name}_{place}", place, rank, name, *matched.template(meta),
+            int(ts) if ts.is_integer() else ts, int(dur) if dur.is_integer() else dur]  # (JSON's integers, as TraceLens)
 
 
-def _members(matched: Matched, at: int, group: int, place: int, pg: int) -> list[list] | None:
-    """The other ranks' rows of the collective whose kernel at rank position ``at`` is this, if ``at`` is its
-    lowest rank (else None: it was gathered there)."""
-    members = []
+def _members(matched: Matched, at: int, group: int, place: int, pg: int) -> tuple[list[list], list[int]] | None:
+    """The other ranks' rows (and metadata rows) of the collective whose kernel at rank position ``at`` is
+    this, if ``at`` is its lowest rank (else None: it was gathered there)."""
+    rows, metas = [], []
     for other in matched.classes[(group, pg)]:
         if other == at:
             continue
@@ -332,9 +345,10 @@ def _members(matched: Matched, at: int, group: int, place: int, pg: int) -> list
         if other < at:
             return None
         found = matched.records[record]
-        members.append(_long_row(matched, matched.ranks[other], float(found["ts"]), float(found["dur"]),
-                                 int(found["meta"]), group, place))
-    return members
+        metas.append(int(found["meta"]))
+        rows.append(_long_row(matched, matched.ranks[other], float(found["ts"]), float(found["dur"]), metas[-1], group,
+                              place))
+    return rows, metas
 
 
 def same(values: list) -> bool:
@@ -412,10 +426,8 @@ class Nodes:
 SUMMARY_LONG_KEYS = ("rank", "Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
                      "In msg nelems", "Out msg nelems", "In split size", "Out split size", "stream")
 _SUMMARY_LONG_AT = [LONG_COLUMNS.index(name) for name in SUMMARY_LONG_KEYS]
-SUMMARY_LONG_PLAN = [("In msg size (MB)", "first", "In msg size (MB)_first"),
-                     ("Out msg size (MB)", "first", "Out msg size (MB)_first"),
-                     *(("dur", how, f"dur_{how}") for how in ("sum", *LONG_AGGREGATES)),
-                     ("collective_id", "count", "operation_count")]
+SUMMARY_LONG_COLUMNS = [*SUMMARY_LONG_KEYS, "In msg size (MB)_first", "Out msg size (MB)_first",
+                        *(f"dur_{how}" for how in ("sum", *LONG_AGGREGATES)), "operation_count"]
 
 
 class LongTable(Consumer):
@@ -424,28 +436,28 @@ class LongTable(Consumer):
 
     def __init__(self, rows: Rows, nodes: Nodes | None) -> None:
         self.rows, self.nodes = rows, nodes
-        self.groups: dict[tuple, dict[str, Running]] = {}
+        self.groups: dict[tuple, list] = {}  # key -> first in and out size (of the metadata), durations, count
+        self._group_of: dict[tuple[int, int], list | None] = {}  # (rank, metadata row) -> its group, None if left out
 
-    def kernel(self, row: list) -> None:
+    def kernel(self, row: list, meta: int) -> None:
         self.rows.add(row if self.nodes is None else [*row, self.nodes.node(row[RANK]), self.nodes.span(row[RANKS])])
-        key = tuple(row[at] for at in _SUMMARY_LONG_AT)
-        if any(missing(value) for value in key):
-            return
-        columns = self.groups.get(key)
-        if columns is None:
-            columns = self.groups[key] = {"In msg size (MB)": Running(), "Out msg size (MB)": Running(),
-                                          "dur": Running(), "collective_id": Running()}
-        columns["In msg size (MB)"].add(row[IN_MB])
-        columns["Out msg size (MB)"].add(row[OUT_MB])
-        columns["dur"].add(row[DUR])
-        columns["collective_id"].add(row[CID])
+        group = self._group_of.get((row[RANK], meta), False)
+        if group is False:
+            key = tuple(row[at] for at in _SUMMARY_LONG_AT)
+            group = self._group_of[(row[RANK], meta)] = None if any(missing(value) for value in key) else \
+                self.groups.setdefault(key, [row[IN_MB], row[OUT_MB], Running(), 0])
+        if group is not None:
+            group[2].add(row[DUR])
+            group[3] += 1
 
     def columns(self) -> list[str]:
         return LONG_COLUMNS + (["node_id", "node_span"] if self.nodes is not None and len(self.rows) else [])
 
     def summary(self) -> Table:
         """nccl_summary_long."""
-        return by_descending(grouped(self.groups, SUMMARY_LONG_KEYS, SUMMARY_LONG_PLAN), "dur_sum")
+        rows = [[*key, first_in, first_out, *(dur.aggregate(how) for how in ("sum", *LONG_AGGREGATES)), count]
+                for key, (first_in, first_out, dur, count) in sorted_groups(self.groups)]
+        return by_descending(Table(SUMMARY_LONG_COLUMNS, rows), "dur_sum")
 
 
 # ---------------------------------------------------------------- per collective
@@ -488,11 +500,6 @@ _BANDWIDTHS = ("algo bw (GB/s)", "bus bw (GB/s)")
 _IMPLICIT_METRICS = ("comm_latency", "skew in start time", "skew in end time", *_BANDWIDTHS)
 
 
-def same_args(found: Collective, at: Sequence[int]) -> bool:
-    """Do the collective's kernels agree on these columns of their rows."""
-    return all(same([row[n] for row in found.rows]) for n in at)
-
-
 class ImplicitSync(Consumer):
     """nccl_implicit_sync (detailed: a row per all-reduce, reduce-scatter, all-gather or all-to-all, written
     as it comes), its summary (per collective name, dtype and size) and straggler_summary."""
@@ -514,7 +521,7 @@ class ImplicitSync(Consumer):
                 return
         elif kind not in IMPLICIT_SYNC:
             return
-        if not self.simplified and not same_args(found, IMPLICIT_META_AT):
+        if not self.simplified and not found.same_args(IMPLICIT_META_AT):
             self.mismatched.append(first[CID])
             return
         row: dict = {"collective_id": first[CID], **{name: first[at] for name, at in zip(IMPLICIT_META, IMPLICIT_META_AT)}}
@@ -552,7 +559,7 @@ class ImplicitSync(Consumer):
         columns = self.groups.get(key)
         if columns is None:
             columns = self.groups[key] = {name: Values() for name in _IMPLICIT_METRICS}
-            columns.update((name, Running()) for name in ("Process Group Name", "Group size", "Full msg size (MB)"))
+            columns.update((name, Sum()) for name in ("Process Group Name", "Group size", "Full msg size (MB)"))
         for name, values in columns.items():
             values.add(row[name])
 
@@ -626,7 +633,7 @@ class All2allv(Consumer):
         first = found.rows[0]
         if first[CNAME] != "all_to_allv":
             return
-        if not same_args(found, ALL2ALLV_META_AT):
+        if not found.same_args(ALL2ALLV_META_AT):
             self.mismatched.append(first[CID])
             return
         row: dict = {"collective_id": first[CID], **{name: first[at] for name, at in zip(ALL2ALLV_META, ALL2ALLV_META_AT)}}
@@ -693,18 +700,23 @@ class Heatmap(Consumer):
     def __init__(self) -> None:
         self.pairs: dict[tuple[int, int], list[int]] = {}
         self.skipped = 0
+        self._splits: dict[int, list[int] | None] = {}  # metadata row -> bytes sent to each rank (None: unreadable)
 
-    def kernel(self, row: list) -> None:
+    def kernel(self, row: list, meta: int) -> None:
         if row[CNAME] != "all_to_allv":
             return
-        splits = split_sizes(row[IN_SP])
-        size = DTYPE_BYTES.get(row[DT]) if isinstance(row[DT], str) else None
-        if splits is None or (row[GSIZE] is not None and len(splits) != row[GSIZE]) or size is None:
+        found = self._splits.get(meta, False)
+        if found is False:
+            splits = split_sizes(row[IN_SP])
+            size = DTYPE_BYTES.get(row[DT]) if isinstance(row[DT], str) else None
+            readable = splits is not None and (row[GSIZE] is None or len(splits) == row[GSIZE]) and size is not None
+            found = self._splits[meta] = [int(count) * size for count in splits] if readable else None  # type: ignore
+        if found is None:
             self.skipped += 1
             return
-        for peer, count in enumerate(splits):
+        for peer, sent in enumerate(found):
             sums = self.pairs.setdefault((row[RANK], peer), [0, 0])
-            sums[0] += int(count) * size
+            sums[0] += sent
             sums[1] += 1
 
     def table(self, world_size: int, notes: list[str]) -> Table:
@@ -747,22 +759,22 @@ class Stragglers(Consumer):
 
     def __init__(self) -> None:
         self.count = 0
-        self.waits: dict[int, Values] = {}
+        self.waits: dict[int, Column] = {}
         self.last: dict[tuple[int, ...], int] = {}  # the ranks with the least wait at a collective -> how often
         self.first: dict[int, int] = {}
-        self.durations: dict[int, Running] = {}
+        self.durations: dict[int, Sum] = {}
 
-    def kernel(self, row: list) -> None:
+    def kernel(self, row: list, meta: int) -> None:
         found = self.durations.get(row[RANK])
         if found is None:
-            found = self.durations[row[RANK]] = Running()
+            found = self.durations[row[RANK]] = Sum()
         found.add(row[DUR])
 
     def add(self, ranks: list[int], waits: list, earliest: int) -> None:
         for rank, wait in zip(ranks, waits):
             values = self.waits.get(rank)
             if values is None:
-                values = self.waits[rank] = Values()
+                values = self.waits[rank] = Column()
                 for _ in range(self.count):
                     values.add(None)
             values.add(wait)

@@ -32,10 +32,9 @@ def descending_order(keys: Sequence) -> list[int]:
     return present + [at for at, key in enumerate(keys) if missing(key)]
 
 
-class Running:
+class Sum:
     """A column of a group, aggregated as its values come, as pandas' groupby aggregates it (missing values
-    left out): first, count, size, sum (compensated when a value is a float), mean, std (n-1, Welford's),
-    min, max (the first least or largest value, as it was)."""
+    left out): first, count, size, sum (compensated when a value is a float), mean."""
 
     def __init__(self) -> None:
         self.size = self.count = 0
@@ -43,22 +42,20 @@ class Running:
         self.total = self.compensation = 0.0
         self.whole = 0  # the sum while every value is an int
         self.floats = False
-        self.mean = self.squares = 0.0
-        self.low: object = None
-        self.high: object = None
         self.numbers = True  # every value so far is a number
 
-    def add(self, value: object) -> None:
+    def add(self, value: object) -> bool:
+        """Take a value; whether it is a number counted (what the other aggregates read)."""
         self.size += 1
-        if missing(value):
-            return
+        if value is None or value != value:  # (missing: None or NaN)
+            return False
         if self.count == 0:
-            self.first = self.low = self.high = value
+            self.first = value
         self.count += 1
         if not isinstance(value, (int, float)):
             self.numbers = False  # (a column only taken first or counted)
         if not self.numbers:
-            return
+            return False
         y = value - self.compensation  # type: ignore[operator]
         t = self.total + y
         self.compensation = t - self.total - y
@@ -67,13 +64,7 @@ class Running:
             self.floats = True
         else:
             self.whole += value  # type: ignore[operator]
-        old = self.mean
-        self.mean += (value - old) / self.count  # type: ignore[operator]
-        self.squares += (value - self.mean) * (value - old)  # type: ignore[operator]
-        if value < self.low:  # type: ignore[operator]
-            self.low = value
-        if value > self.high:  # type: ignore[operator]
-            self.high = value
+        return True
 
     def aggregate(self, how: str) -> object:
         if how == "size":
@@ -88,39 +79,74 @@ class Running:
             return self.total if self.floats else self.whole
         if how == "mean":
             return self.total / self.count
-        if how in ("min", "max"):
-            return self.low if how == "min" else self.high
-        if how == "std":
-            return math.sqrt(self.squares / (self.count - 1)) if self.count > 1 else math.nan
         raise ValueError(how)
 
 
-class Values(Running):
-    """A column of a group, kept too (8 bytes a value) for what needs them all: the median, and numpy's
-    pairwise sum (pandas' Series.sum)."""
+class Running(Sum):
+    """:class:`Sum`'s aggregates and std (n-1, Welford's), min, max (the first least or largest value, as it was)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mean = self.squares = 0.0
+        self.low: object = None
+        self.high: object = None
+
+    def add(self, value: object) -> bool:
+        if not super().add(value):
+            return False
+        if self.count == 1:
+            self.low = self.high = value
+        old = self.mean
+        self.mean += (value - old) / self.count  # type: ignore[operator]
+        self.squares += (value - self.mean) * (value - old)  # type: ignore[operator]
+        if value < self.low:  # type: ignore[operator]
+            self.low = value
+        if value > self.high:  # type: ignore[operator]
+            self.high = value
+        return True
+
+    def aggregate(self, how: str) -> object:
+        if how in ("min", "max", "std") and self.count:
+            if how == "std":
+                return math.sqrt(self.squares / (self.count - 1)) if self.count > 1 else math.nan
+            return self.low if how == "min" else self.high
+        return super().aggregate(how)
+
+
+class Kept:
+    """A column's values kept too (8 bytes a value) for what needs them all: the median, and numpy's
+    pairwise sum (pandas' Series.sum); mixed into :class:`Sum` or :class:`Running`."""
 
     def __init__(self) -> None:
         super().__init__()
         self.values = array("d")
         self.nan = False  # some value is a float (NaN too): Series.sum is numpy's
 
-    def add(self, value: object) -> None:
-        super().add(value)
+    def add(self, value: object) -> bool:
         self.values.append(math.nan if value is None else value)  # type: ignore[arg-type]
         self.nan = self.nan or isinstance(value, float)
+        return super().add(value)  # type: ignore[misc]
 
     def aggregate(self, how: str) -> object:
         if how == "median":
             present = np.frombuffer(self.values, dtype=np.float64)
             present = present[~np.isnan(present)]
             return float(np.median(present)) if len(present) else math.nan
-        return super().aggregate(how)
+        return super().aggregate(how)  # type: ignore[misc]
 
     def series_sum(self) -> object:
         """pandas' Series.sum: numpy's (pairwise) sum, missing values as 0, when a value is a float."""
         if not self.nan:
-            return self.whole
+            return self.whole  # type: ignore[attr-defined]
         return np.nan_to_num(np.frombuffer(self.values, dtype=np.float64), nan=0.0).sum().item()
+
+
+class Values(Kept, Running):
+    """A column of a summary's group: its values kept, every aggregate."""
+
+
+class Column(Kept, Sum):
+    """A column kept for its pairwise sum and count."""
 
 
 def sorted_groups(groups: dict) -> list[tuple]:

@@ -21,6 +21,7 @@ SPILL_BYTES = 64 << 20
 """Kernel records (32 bytes each) kept in memory; beyond, all of them go to one file (tests lower it)."""
 
 
+PENDING_ROWS = 512  # plain rows formatted and written together
 BIG_ROW = 1 << 20  # bytes: after a row this long its CSV writer is replaced, letting go of its buffer
 
 
@@ -87,25 +88,40 @@ class RowPart(Rows):
         self._text: io.TextIOWrapper | None = None
         self._sort_keys = array("d")
         self._offsets = array("q")
+        self._pending: list[list] = []  # plain rows not yet written (written a batch at a time)
+
+    def _flush(self) -> None:
+        if self._pending:
+            batch = io.StringIO()
+            csv.writer(batch, lineterminator="\n").writerows(self._pending)
+            self._pending = []
+            with spool_writes(self.directory or tempfile.gettempdir()):
+                self._text.write(batch.getvalue())  # type: ignore[union-attr]
 
     def add(self, row: list | dict, key: object = None) -> None:
         self.named = isinstance(row, dict)
-        if self.named:
-            cells = [cell for name, value in row.items() for cell in (name, _cell(value))]  # type: ignore[union-attr]
+        if self.named:  # (value == value: all but NaN, written as an empty cell as None is)
+            cells = [cell for name, value in row.items() for cell in (name, value if value == value else "")]  # type: ignore
         else:
-            cells = [_cell(value) for value in row]
+            cells = [value if value == value else "" for value in row]  # type: ignore[union-attr]
         with spool_writes(self.directory or tempfile.gettempdir()):
             if self._text is None:
                 self._file = tempfile.TemporaryFile(prefix="streamtrace-table-", dir=self.directory)
                 self._text = io.TextIOWrapper(self._file, encoding="utf-8", newline="", write_through=True)
                 self._writer = csv.writer(self._text, lineterminator="\n")
-            start = self._file.tell()  # type: ignore[union-attr]
-            if key is not None:
-                self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
-                self._offsets.append(start)
-            self._writer.writerow(cells)
-            if self._file.tell() - start > BIG_ROW:  # type: ignore[union-attr]
-                self._writer = csv.writer(self._text, lineterminator="\n")  # (a writer keeps its longest row's buffer)
+            if not self.named and key is None:
+                self._pending.append(cells)
+                if len(self._pending) >= PENDING_ROWS:
+                    self._flush()
+            else:
+                self._flush()
+                start = self._file.tell()  # type: ignore[union-attr]
+                if key is not None:
+                    self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+                    self._offsets.append(start)
+                self._writer.writerow(cells)
+                if self._file.tell() - start > BIG_ROW:  # type: ignore[union-attr]
+                    self._writer = csv.writer(self._text, lineterminator="\n")  # (it keeps its longest row's buffer)
         self.count += 1
         if self.kept is not None:
             self.kept.append(row)
@@ -130,6 +146,7 @@ class RowPart(Rows):
         """Copy the rows to ``out`` (in ``order``, the lines' places, if given), named columns laid out."""
         if self._text is None or self._file is None:
             return
+        self._flush()
         self._text.flush()
         if not self.named and order is None:
             out.flush()
@@ -180,7 +197,3 @@ class PartTable:
             out.flush()
         finally:
             out.detach()  # (the stream is its owner's to close)
-
-
-def _cell(value: object) -> object:
-    return "" if missing(value) else value
