@@ -6,7 +6,10 @@ Pass 1 keeps, per NCCL/RCCL kernel, its start, duration, pid slot, own
 ``args.rank`` and an index into the distinct collective args seen (a few
 dozen bytes a kernel, whatever the size of the trace); once the file's
 ranks are known each rank's kernels become a :class:`RankKernels`, and the
-coordinator makes the tables from every rank's.
+coordinator makes the tables from every rank's, collective by collective:
+the kernels' records on disk beyond a budget and the long tables' rows
+written to temporary files as they are made, then copied into the CSVs
+(:mod:`streamtrace.io.collectivespill`).
 """
 from __future__ import annotations
 
