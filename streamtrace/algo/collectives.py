@@ -161,6 +161,8 @@ class KernelStore(Protocol):
 
 
 class MemoryKernels:
+    """The records in memory (the report's default store)."""
+
     def __init__(self) -> None:
         self._parts: list[np.ndarray] = []
         self._size = 0
@@ -187,7 +189,7 @@ class Matched:
     metas: list[tuple]
     groups: list[object]
     slices: list[dict[int, tuple[int, int]]]  # per rank: group -> (first position in place order, kernels)
-    pg: list[int]  # metadata row -> its Process Group Ranks' code (None without: simplified matching)
+    pg: list[int]  # metadata row -> its Process Group Ranks' code (-1 for all when matching is simplified)
     classes: dict[tuple[int, int], list[int]]  # (group, ranks' code) -> positions of the ranks holding one
     simplified: bool
     _templates: dict[int, list] = field(default_factory=dict)
