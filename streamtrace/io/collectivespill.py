@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 from array import array
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -22,7 +22,6 @@ SPILL_BYTES = 64 << 20
 
 
 PENDING_ROWS = 512  # plain rows formatted and written together
-BIG_ROW = 1 << 20  # bytes: after a row this long its CSV writer is replaced, letting go of its buffer
 
 
 class SpilledKernels:
@@ -72,11 +71,11 @@ class SpilledKernels:
 
 
 class RowPart(Rows):
-    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns
-    as name, value pairs, laid out when the columns are known); the first ``keep`` are kept as they are
-    too (the summary's), none if there are more.  A sorted table keeps its sort key and each line's place
-    (16 bytes a row).  One row at a time is in memory (a row of an all_to_allv over 1,024 ranks, every
-    rank's splits, is megabytes)."""
+    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns a
+    line per column, name and value, laid out when the columns are known); the first ``keep`` are kept as
+    they are too (the summary's), none if there are more.  A sorted table keeps its sort key and each
+    row's place (16 bytes a row).  No row's whole text is made at once (an all_to_allv's row over 1,024
+    ranks, every rank's splits, is megabytes)."""
 
     def __init__(self, directory: str | None, keep: int) -> None:
         super().__init__()
@@ -115,13 +114,14 @@ class RowPart(Rows):
                     self._flush()
             else:
                 self._flush()
-                start = self._file.tell()  # type: ignore[union-attr]
                 if key is not None:
                     self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
-                    self._offsets.append(start)
-                self._writer.writerow(cells)
-                if self._file.tell() - start > BIG_ROW:  # type: ignore[union-attr]
-                    self._writer = csv.writer(self._text, lineterminator="\n")  # (it keeps its longest row's buffer)
+                    self._offsets.append(self._file.tell())  # type: ignore[union-attr]
+                if self.named:  # a line per column, an empty line after the row
+                    self._writer.writerows(zip(cells[::2], cells[1::2]))
+                    self._writer.writerow([])
+                else:
+                    self._writer.writerow(cells)
         self.count += 1
         if self.kept is not None:
             self.kept.append(row)
@@ -153,17 +153,19 @@ class RowPart(Rows):
             self._file.seek(0)
             shutil.copyfileobj(self._file, out.buffer)
             return
+        if not self.named:
+            writer = csv.writer(out, lineterminator="\n")
+            for at in order:  # type: ignore[union-attr]
+                writer.writerows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline="")))
+            return
         if order is not None:
-            rows = csv.reader(self._line_at(int(at)).decode() for at in order)
+            rows = (_named_rows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline=""))) for at in order)
+            named = (row for found in rows for row in found)
         else:
             self._text.seek(0)
-            rows = csv.reader(self._text)
-        writer = csv.writer(out, lineterminator="\n")
-        for cells in rows:
-            if self.named:
-                values = dict(zip(cells[::2], cells[1::2]))
-                cells = [values.get(name, "") for name in columns]
-            writer.writerow(cells)
+            named = _named_rows(csv.reader(self._text))
+        for values in named:
+            _write_cells(out, [values.get(name, "") for name in columns])
 
     def _line_at(self, at: int) -> bytes:
         assert self._file is not None
@@ -197,3 +199,28 @@ class PartTable:
             out.flush()
         finally:
             out.detach()  # (the stream is its owner's to close)
+
+
+def _named_rows(lines: Iterator[list[str]]) -> Iterator[dict[str, str]]:
+    """Rows written a column a line (name, value), an empty line after each, as dicts."""
+    values: dict[str, str] = {}
+    for line in lines:
+        if line:
+            values[line[0]] = line[1]
+        else:
+            yield values
+            values = {}
+
+
+def _write_cells(out: io.TextIOWrapper, cells: list[str], chunk: int = 256) -> None:
+    """One CSV row as the csv module writes it, formatted ``chunk`` cells at a time (a writer holds its row's
+    text four times over: an all_to_allv's row over 1,024 ranks is megabytes)."""
+    for first in range(0, len(cells), chunk):
+        piece = cells[first:first + chunk]
+        if first:
+            out.write(",")
+        if piece != [""]:  # (a row of one empty cell is written '""': here it is an empty cell)
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerow(piece)
+            out.write(text.getvalue()[:-1])
+    out.write("\n")
