@@ -26,7 +26,8 @@ def csv_bytes(directory: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(directory.glob("*.csv"))}
 
 
-@pytest.mark.parametrize("case", HEATMAP)
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case == "synth_pp16" else case
+                                  for case in HEATMAP])
 def test_spilled_records_and_rows_give_the_same_tables(tmp_path, monkeypatch, case):
     """Records on disk from the first kernel, every long table's rows through its file, none kept for the
     summary: the CSVs are the bytes of the run in memory, and TraceLens's."""
