@@ -219,7 +219,7 @@ def coll_analysis(kernels: KernelCollector) -> bytes | None:
     rank = collectives.RankKernels(0, np.frombuffer(kernels.ts, dtype=np.float64).copy(),
                                    np.frombuffer(kernels.dur, dtype=np.float64).copy(),
                                    np.frombuffer(kernels.meta, dtype=np.int32).copy(), list(kernels.metas))
-    summary = collectives.summary_long(collectives.long_rows([rank]).table)
+    summary = collectives.summary_long([rank])
     return csv_text(summary).encode("utf-8") if summary.rows else None
 
 
