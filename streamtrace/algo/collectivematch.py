@@ -170,18 +170,24 @@ def _args(ranks: Sequence[RankKernels], name: str) -> np.ndarray:
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
-def _segments(kernels: Kernels, rows: np.ndarray) -> list[tuple[tuple, list[int]]]:
+def _split(values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` ordered by ``values`` (ties keep their order), and where each run of one value starts."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    firsts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(rows) else np.zeros(0, np.int64)
+    return rows[order], firsts
+
+
+def _segments(kernels: Kernels, rows: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
     """``rows`` by group (:attr:`Kernels.groups`), groups in order of first appearance, rows ascending."""
     groups: dict[tuple, int] = {}
     code_of = np.array([groups.setdefault(group, len(groups)) for group in kernels.groups] or [0], dtype=np.int32)
     codes = code_of[np.asarray(kernels.matched.records["meta"][rows])] if len(rows) else np.zeros(0, np.int32)
-    order = np.argsort(codes, kind="stable")
-    ordered, in_order = rows[order], codes[order]
-    firsts = np.flatnonzero(np.r_[True, in_order[1:] != in_order[:-1]]) if len(rows) else np.zeros(0, np.int64)
-    names = list(groups)
-    found = [(names[int(in_order[first])], ordered[first:end].tolist())
-             for first, end in zip(firsts.tolist(), [*firsts[1:].tolist(), len(rows)])]
-    return sorted(found, key=lambda item: item[1][0])
+    ordered, firsts = _split(codes, rows)
+    names, ends = list(groups), [*firsts[1:].tolist(), len(rows)]
+    found = [(names[int(code_of[kernels.matched.records["meta"][ordered[first]]])], ordered[first:end])
+             for first, end in zip(firsts.tolist(), ends)]
+    return sorted(found, key=lambda item: int(item[1][0]))
 
 
 # ---------------------------------------------------------------- matching
@@ -199,57 +205,69 @@ class Collective:
 
 @dataclass
 class Matching:
-    """The matched collectives (send/recv left out: :func:`p2p_pairs`) and the groups whose matching can be
-    trusted."""
+    """The matched collectives (send/recv left out: :func:`p2p_pairs`), as arrays: their rows one collective
+    after another (each in rank order, collectives in order of first appearance: the lowest rank's kernels
+    in file order), where each starts (and the end), each one's Seq (NO_VALUE: matched by order); and the
+    groups whose matching can be trusted.  Iterating gives each as a :class:`Collective`."""
 
-    collectives: list[Collective]
+    kernels: Kernels
+    rows: np.ndarray
+    starts: np.ndarray
+    seqs: np.ndarray
     trusted: set[tuple]  # groups matched by Seq, or by order with the same count of kernels on each rank
+
+    def __iter__(self) -> Iterator[Collective]:
+        for at in range(len(self.seqs)):
+            rows = self.rows[self.starts[at]:self.starts[at + 1]].tolist()
+            number = int(self.seqs[at])
+            yield Collective(SEQ, number, rows) if number != NO_VALUE else \
+                Collective(ORDER, self.kernels.cid(rows[0]), rows)
 
 
 def match(kernels: Kernels, notes: list[str]) -> Matching:
     """Each group's collectives by ``Seq`` where :func:`_seq_fails` finds nothing against it, else by
     order (TraceLens's ids); send/recv are not collectives here."""
-    seq = kernels.seq
+    seq, records = kernels.seq, kernels.matched.records
     point = np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
-    is_p2p = point[np.asarray(kernels.matched.records["meta"])] if len(seq) else np.zeros(0, bool)
+    is_p2p = point[np.asarray(records["meta"])] if len(seq) else np.zeros(0, bool)
     p2p = dict(_segments(kernels, np.flatnonzero(is_p2p)))
-    collectives: list[Collective] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per group: rows, each collective's size and Seq
     trusted: set[tuple] = set()
     reasons: dict[str, list[str]] = {}
     for group, rows in _segments(kernels, np.flatnonzero(~is_p2p)):
         have = int((seq[rows] != NO_VALUE).sum())
         reason = "" if have == len(rows) else f"Seq on {have:,} of {len(rows):,} kernels" if have else "no Seq args"
-        found = _by_seq(kernels, rows) if not reason else None
         if not reason:
-            reason = "a rank holding one Seq twice" if found is None else _seq_fails(kernels, found, p2p.get(group, []))
-        if found is not None and not reason:
-            collectives += [Collective(SEQ, key, found[key]) for key in sorted(found)]
-            trusted.add(group)
-            continue
+            ordered, firsts = _split(seq[rows], rows)
+            reason = _seq_fails(kernels, ordered, firsts, p2p.get(group, np.zeros(0, np.int64)))
+            if not reason:
+                parts.append((ordered, np.diff(np.r_[firsts, len(rows)]), seq[ordered[firsts]]))
+                trusted.add(group)
+                continue
         if have:
             reasons.setdefault(reason, []).append(str(group[0]))
-        by_place: dict[int, list[int]] = {}
-        for row, place in zip(rows, kernels.matched.records["index"][rows].tolist()):
-            by_place.setdefault(place, []).append(row)
-        collectives += [Collective(ORDER, kernels.cid(found_rows[0]), found_rows) for found_rows in by_place.values()]
+        ordered, firsts = _split(np.asarray(records["index"][rows]), rows)
+        parts.append((ordered, np.diff(np.r_[firsts, len(rows)]), np.full(len(firsts), NO_VALUE, np.int64)))
         if len(set(np.unique(kernels.rank[rows], return_counts=True)[1].tolist())) == 1:
             trusted.add(group)
     for reason, names in reasons.items():
         notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
                      f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
-    collectives.sort(key=lambda found: found.rows[0])  # (first appearance: the lowest rank's kernels in file order)
-    return Matching(collectives, trusted)
+    return _by_first_row(kernels, parts, trusted)
 
 
-def _by_seq(kernels: Kernels, rows: list[int]) -> dict[int, list[int]] | None:
-    """A group's rows by Seq (None if a rank holds a Seq twice: not one collective per Seq)."""
-    found: dict[int, list[int]] = {}
-    for row, number, rank in zip(rows, kernels.seq[rows].tolist(), kernels.rank[rows].tolist()):
-        members = found.setdefault(number, [])
-        if members and kernels.rank[members[-1]] == rank:
-            return None
-        members.append(row)
-    return found
+def _by_first_row(kernels: Kernels, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                  trusted: set[tuple]) -> Matching:
+    """The groups' collectives put together, in order of their first row."""
+    rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int64)
+    sizes = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0, np.int64)
+    seqs = np.concatenate([part[2] for part in parts]) if parts else np.zeros(0, np.int64)
+    starts = np.r_[0, np.cumsum(sizes)][:-1].astype(np.int64)
+    order = np.argsort(rows[starts], kind="stable")
+    sizes, old = sizes[order], starts[order]
+    ends = np.cumsum(sizes)
+    moved = rows[np.repeat(old - (ends - sizes), sizes) + np.arange(len(rows))]
+    return Matching(kernels, moved, np.r_[0, ends].astype(np.int64), seqs[order], trusted)
 
 
 AGREED = (PG_RANKS, NAME, GROUP_SIZE, DTYPE)
@@ -268,28 +286,38 @@ def consistent(kernels: Kernels, rows: list[int]) -> bool:
     return all(same([meta[at] for meta in metas]) for at in fields)
 
 
-def _seq_fails(kernels: Kernels, found: dict[int, list[int]], p2p: list[int]) -> str:
-    """Why Seq cannot match a group's collectives ("" if it can): kernels of one Seq whose args differ
-    across ranks (:func:`consistent`), a rank whose Seqs do not rise with its kernels' starts, or send/recv
-    of the group that may be counted in the same sequence (older c10d; their number differs per rank, so
-    the Seqs of later collectives do): a send/recv Seq in a gap of its rank's collective Seqs, or ranks
-    holding different collective Seqs in a group with send/recv Seqs."""
-    if not all(consistent(kernels, rows) for rows in found.values()):
+def _seq_fails(kernels: Kernels, ordered: np.ndarray, firsts: np.ndarray, p2p: np.ndarray) -> str:
+    """Why Seq cannot match a group's collectives ("" if it can; ``ordered``: the group's rows by Seq,
+    ``firsts``: where each Seq's start): a rank holding one Seq twice, kernels of one Seq whose args
+    differ across ranks (:func:`consistent`), a rank whose Seqs do not rise with its kernels' starts, or
+    send/recv of the group that may be counted in the same sequence (older c10d; their number differs per
+    rank, so the Seqs of later collectives do): a send/recv Seq in a gap of its rank's collective Seqs, or
+    ranks holding different collective Seqs in a group with send/recv Seqs."""
+    ranks, numbers = kernels.rank[ordered], kernels.seq[ordered]
+    if np.any((numbers[1:] == numbers[:-1]) & (ranks[1:] == ranks[:-1])):
+        return "a rank holding one Seq twice"
+    codes = np.asarray(kernels.matched.records["meta"][ordered])
+    differing = np.flatnonzero(np.minimum.reduceat(codes, firsts) != np.maximum.reduceat(codes, firsts))
+    ends = np.r_[firsts[1:], len(ordered)]
+    if not all(consistent(kernels, ordered[firsts[at]:ends[at]].tolist()) for at in differing.tolist()):
         return "kernels of one Seq whose args differ across ranks"
-    per_rank: dict[int, list[tuple]] = {}
-    for number, rows in found.items():
-        for rank, start in zip(kernels.rank[rows].tolist(), kernels.times(rows)[0]):
-            per_rank.setdefault(rank, []).append((start, number))
-    for pairs in per_rank.values():
-        numbers = [number for _, number in sorted(pairs)]
-        if numbers != sorted(numbers):
-            return "Seqs that do not rise with the kernels' starts"
-    counted = [row for row in p2p if kernels.seq[row] != NO_VALUE]
-    for row in counted:
-        numbers = {number for _, number in per_rank.get(int(kernels.rank[row]), [])}
-        if numbers and min(numbers) < kernels.seq[row] < max(numbers) and kernels.seq[row] not in numbers:
+    by_start = np.lexsort((numbers, np.asarray(kernels.matched.records["ts"][ordered]), ranks))
+    in_rank = ranks[by_start][1:] == ranks[by_start][:-1]
+    if np.any(in_rank & (numbers[by_start][1:] < numbers[by_start][:-1])):
+        return "Seqs that do not rise with the kernels' starts"
+    counted = p2p[kernels.seq[p2p] != NO_VALUE]
+    if not len(counted):
+        return ""
+    by_rank = np.lexsort((numbers, ranks))
+    starts = np.flatnonzero(np.r_[True, ranks[by_rank][1:] != ranks[by_rank][:-1]])
+    held = {int(ranks[by_rank[first]]): np.unique(numbers[by_rank[first:end]])
+            for first, end in zip(starts.tolist(), [*starts[1:].tolist(), len(ordered)])}
+    for rank, number in zip(kernels.rank[counted].tolist(), kernels.seq[counted].tolist()):
+        found = held.get(rank)
+        if found is not None and found[0] < number < found[-1] and number not in set(found.tolist()):
             return "send/recv counted in the same Seq"
-    if counted and len({frozenset(number for _, number in pairs) for pairs in per_rank.values()}) > 1:
+    first = next(iter(held.values()))
+    if any(not np.array_equal(found, first) for found in held.values()):
         return "send/recv with Seqs in the group, whose ranks hold different Seqs"
     return ""
 
@@ -306,7 +334,7 @@ class Span:
     ends: list
 
 
-def _synced(collectives: list[Collective], kernels: Kernels) -> Iterator[Span]:
+def _synced(collectives: Iterable[Collective], kernels: Kernels) -> Iterator[Span]:
     """The collectives of kinds whose ranks end together, with their kernels' ranks, starts and ends (read
     as they are wanted)."""
     for collective in collectives:
@@ -372,7 +400,7 @@ def matches_table(matching: Matching, kernels: Kernels, known: dict[str, tuple[i
     rows = []
     untrusted: set[str] = set()
     differing = 0
-    for found in matching.collectives:
+    for found in matching:
         group = kernels.group(found.rows[0])
         if group not in matching.trusted:
             untrusted.add(str(group[0]))
@@ -502,20 +530,24 @@ def ranges(ranks: list[int]) -> str:
 # ---------------------------------------------------------------- put together
 
 
+def _reliable(matching: Matching) -> Iterator[Collective]:
+    """The collectives of collective_matches: of trusted groups, their kernels agreeing on their args."""
+    return (found for found in matching if matching.kernels.group(found.rows[0]) in matching.trusted
+            and consistent(matching.kernels, found.rows))
+
+
 def tables(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...]], align_clocks: bool,
            notes: list[str], gpus_per_node: int | None = None) -> dict[str, Table]:
     """collective_matches (its ``match`` column names the rule), p2p_pairs and, with ``align_clocks``,
     clock_offsets; notes say what was left unmatched and whether the clocks needed aligning (judged, and
     aligned, on the collectives of collective_matches only: a doubtful match would mislead both)."""
-    reliable = [found for found in matching.collectives
-                if kernels.group(found.rows[0]) in matching.trusted and consistent(kernels, found.rows)]
-    before = impossible(_synced(reliable, kernels), {})
+    before = impossible(_synced(_reliable(matching), kernels), {})
     shift: dict[int, float] = {}
     found: dict[str, Table] = {}
     if align_clocks:
-        offsets = clock_offsets(_synced(reliable, kernels))
+        offsets = clock_offsets(_synced(_reliable(matching), kernels))
         shift = {rank: offset for rank, (offset, _) in offsets.items()}
-        after = impossible(_synced(reliable, kernels), shift)
+        after = impossible(_synced(_reliable(matching), kernels), shift)
         alone = sorted(set(kernels.matched.ranks) - set(offsets))
         if offsets:
             rank, (largest, _) = max(offsets.items(), key=lambda item: abs(item[1][0]))

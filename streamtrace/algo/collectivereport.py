@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import collectivematch
-from .collectivematch import Collective, Kernels, group_ranks, known_groups, ranges
+from .collectivematch import Kernels, Matching, group_ranks, known_groups, ranges
 from .collectives import (
     BUS_FACTORS,
     CNAME,
@@ -24,6 +24,7 @@ from .collectives import (
     TS,
     TYPE_OF,
     All2allv,
+    Collective,
     Consumer,
     Heatmap,
     ImplicitSync,
@@ -56,7 +57,7 @@ BANDWIDTH_COLUMNS = ["collective_id", "Process Group Name", "Process Group Ranks
                      "wait for last (us)", "algo bw (GB/s, 1e9)", "bus factor", "bus bw (GB/s, 1e9)"]
 
 
-def _bandwidth(kernels: Kernels, collectives: list[Collective], known: dict[str, tuple[int, ...]], rows: Rows,
+def _bandwidth(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...]], rows: Rows,
                nodes: Nodes | None) -> list[str]:
     """collective_bandwidth (not TraceLens's) into ``rows``, its columns returned: every matched collective of
     a kind nccl-tests measures, broadcast and reduce included: its size in bytes (the out size of an
@@ -65,7 +66,7 @@ def _bandwidth(kernels: Kernels, collectives: list[Collective], known: dict[str,
     Collectives as :func:`collectivematch.match` matches them (by Seq where it can, else TraceLens's order;
     the id is TraceLens's on the lowest rank).  all_to_allv (sizes per rank) and send/recv (p2p_pairs) have
     no row."""
-    for found in collectives:
+    for found in matching:
         meta = kernels.meta(found.rows[0])
         kind = NCCL_TESTS_TYPES.get(meta[NAME]) if isinstance(meta[NAME], str) else None
         if kind not in NCCL_TESTS_FACTORS or not collectivematch.consistent(kernels, found.rows):
@@ -264,7 +265,7 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     matching = collectivematch.match(kernels, notes)
     known = known_groups(ranks)
     bandwidth = rows("collective_bandwidth")
-    columns = _bandwidth(kernels, matching.collectives, known, bandwidth, nodes)
+    columns = _bandwidth(kernels, matching, known, bandwidth, nodes)
     if len(bandwidth):
         tables["collective_bandwidth"] = bandwidth.table(columns)
     sequences.notes(notes)

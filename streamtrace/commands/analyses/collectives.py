@@ -191,9 +191,10 @@ def pg_config(members: list, member_value) -> dict[str, tuple[int, ...]]:
 def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, align_clocks: bool = False,
                       spool_dir: str | None = None) -> Report:
     """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
-    first rank's file, as TraceLens takes them from its first file.  The kernels' records and the long
-    tables' rows go to temporary files in ``spool_dir`` beyond a budget (:mod:`streamtrace.io.collectivespill`);
-    :func:`close` lets them go."""
+    first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
+    TraceLens's on clocks aligned on collective ends.  The kernels' records and the long tables' rows go to
+    temporary files in ``spool_dir`` beyond a budget (:mod:`streamtrace.io.collectivespill`); :func:`close`
+    lets them go."""
     if not inputs:
         return Report({}, [])
     store = SpilledKernels(spool_dir)
