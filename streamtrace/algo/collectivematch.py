@@ -11,7 +11,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,7 +26,9 @@ from .collectives import (
     PG_RANKS,
     TYPE_OF,
     Matched,
+    Nodes,
     RankKernels,
+    Rows,
     Table,
     same,
 )
@@ -394,10 +396,10 @@ MATCH_COLUMNS = ["Process Group Name", "Process Group Ranks", "Collective name",
 
 
 def matches_table(matching: Matching, kernels: Kernels, known: dict[str, tuple[int, ...]], shift: dict[int, float],
-                  notes: list[str]) -> Table:
-    """collective_matches: one row per collective of a trusted group whose kernels agree on its args
-    (send/recv: :func:`p2p_pairs`)."""
-    rows = []
+                  notes: list[str], rows: Rows, nodes: Nodes | None = None) -> list[str]:
+    """collective_matches into ``rows`` as they are made (``nodes``: TraceLens's node_span besides), its
+    columns returned: one row per collective of a trusted group whose kernels agree on its args (send/recv:
+    :func:`p2p_pairs`)."""
     untrusted: set[str] = set()
     differing = 0
     for found in matching:
@@ -415,12 +417,12 @@ def matches_table(matching: Matching, kernels: Kernels, known: dict[str, tuple[i
         ends = [start + length for start, length in zip(starts, durations)]
         members = group_ranks(meta[PG_RANKS], meta[GROUP_SIZE], known, group[0])
         absent = sorted(set(members) - set(ranks)) if members is not None else None
-        rows.append([group[0], _text(members, meta[PG_RANKS]), meta[NAME], found.rule,
-                     found.key if found.rule == SEQ else None, kernels.cid(found.rows[0]), len(ranks),
-                     None if absent is None else len(absent), None if absent is None else ranges(absent),
-                     ranks[starts.index(min(starts))],
-                     ranks[starts.index(max(starts))], max(starts) - min(starts),
-                     min(durations), max(ends) - min(ends)])
+        listed = _text(members, meta[PG_RANKS])
+        row = [group[0], listed, meta[NAME], found.rule, found.key if found.rule == SEQ else None,
+               kernels.cid(found.rows[0]), len(ranks), None if absent is None else len(absent),
+               None if absent is None else ranges(absent), ranks[starts.index(min(starts))],
+               ranks[starts.index(max(starts))], max(starts) - min(starts), min(durations), max(ends) - min(ends)]
+        rows.add(row if nodes is None else [*row, nodes.span(listed)])
     if differing:
         notes.append(f"collectives: {differing:,} collectives whose kernels' args differ across ranks are left out of "
                      "collective_matches")
@@ -428,7 +430,7 @@ def matches_table(matching: Matching, kernels: Kernels, known: dict[str, tuple[i
         notes.append(f"collectives: group{'s' if len(untrusted) > 1 else ''} {', '.join(sorted(untrusted)[:5])} "
                      "(no Seq, different numbers of kernels per rank) left out of collective_matches: matching "
                      "by order there may pair different collectives")
-    return Table(list(MATCH_COLUMNS), rows)
+    return MATCH_COLUMNS + (["node_span"] if nodes is not None and len(rows) else [])
 
 
 def _text(members: tuple[int, ...] | None, value: object) -> object:
@@ -440,12 +442,13 @@ P2P_COLUMNS = ["Process Group Name", "src rank", "dst rank", "index", "send ts",
                "recv dur (us)", "size (bytes)", "waiting rank", "wait (us)", "latency (us)", "bw (GB/s, 1e9)"]
 
 
-def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], gpus_per_node: int | None = None) -> Table:
-    """p2p_pairs: the k-th send from rank a to rank b (``Dst Rank``) of a group paired with the k-th recv
-    on b from a (``Src Rank``), in start order (NCCL runs a pair's transfers in order); a pair of ranks
-    whose send and recv counts differ is left out, as a wrong pairing could not be told apart.  With
-    ``gpus_per_node`` (TraceLens's node rule: rank // GPUs per node), ``node_span`` says whether the
-    two ranks share a node."""
+def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], rows: Rows,
+              gpus_per_node: int | None = None) -> list[str]:
+    """p2p_pairs into ``rows`` as they are made, its columns returned: the k-th send from rank a to rank b
+    (``Dst Rank``) of a group paired with the k-th recv on b from a (``Src Rank``), in start order (NCCL
+    runs a pair's transfers in order); a pair of ranks whose send and recv counts differ is left out, as a
+    wrong pairing could not be told apart.  With ``gpus_per_node`` (TraceLens's node rule: rank // GPUs per
+    node), ``node_span`` says whether the two ranks share a node."""
     sends: dict[tuple, list[int]] = {}
     recvs: dict[tuple, list[int]] = {}
     no_peer = 0
@@ -462,7 +465,6 @@ def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], gpus_
         else:
             recvs.setdefault((group, peer, rank), []).append(row)
     present = set(kernels.matched.ranks)
-    rows = []
     uneven: list[str] = []
     absent = 0
     for key in sorted(set(sends) | set(recvs), key=repr):
@@ -476,7 +478,7 @@ def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], gpus_
             continue
         span = [] if not gpus_per_node else ["intra_node" if src // gpus_per_node == dst // gpus_per_node else "inter_node"]
         for index, (send, recv) in enumerate(zip(_by_start(kernels, sent), _by_start(kernels, received))):
-            rows.append(_pair(kernels, group, src, dst, index, send, recv, shift) + span)
+            rows.add(_pair(kernels, group, src, dst, index, send, recv, shift) + span)
     if no_peer:
         notes.append(f"collectives: {no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (older PyTorch does not "
                      "write them) are not paired with their peer")
@@ -486,7 +488,7 @@ def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], gpus_
         notes.append(f"collectives: send/recv between {len(uneven):,} pairs of ranks are not paired, their counts differ "
                      f"(a rank traced over another window, or a transfer missing): {', '.join(uneven[:5])}"
                      f"{' ...' if len(uneven) > 5 else ''}")
-    return Table(P2P_COLUMNS + (["node_span"] if gpus_per_node else []), rows)
+    return P2P_COLUMNS + (["node_span"] if gpus_per_node else [])
 
 
 def _by_start(kernels: Kernels, rows: list[int]) -> list[tuple[int, object, object]]:
@@ -537,10 +539,11 @@ def _reliable(matching: Matching) -> Iterator[Collective]:
 
 
 def tables(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...]], align_clocks: bool,
-           notes: list[str], gpus_per_node: int | None = None) -> dict[str, Table]:
-    """collective_matches (its ``match`` column names the rule), p2p_pairs and, with ``align_clocks``,
-    clock_offsets; notes say what was left unmatched and whether the clocks needed aligning (judged, and
-    aligned, on the collectives of collective_matches only: a doubtful match would mislead both)."""
+           notes: list[str], rows: Callable[[str], Rows], nodes: Nodes | None = None) -> dict[str, Table]:
+    """collective_matches (its ``match`` column names the rule), p2p_pairs (their rows into ``rows``' sinks
+    as they are made) and, with ``align_clocks``, clock_offsets; ``nodes``: TraceLens's node columns; notes
+    say what was left unmatched and whether the clocks needed aligning (judged, and aligned, on the
+    collectives of collective_matches only: a doubtful match would mislead both)."""
     before = impossible(_synced(_reliable(matching), kernels), {})
     shift: dict[int, float] = {}
     found: dict[str, Table] = {}
@@ -563,6 +566,12 @@ def tables(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...
     elif before:
         notes.append("collectives: --align-clocks aligns the ranks' clocks on collective ends for collective_matches "
                      "and p2p_pairs")
-    found["collective_matches"] = matches_table(matching, kernels, known, shift, notes)
-    found["p2p_pairs"] = p2p_pairs(kernels, shift, notes, gpus_per_node)
-    return {name: table for name, table in found.items() if table.rows}
+    found = {name: table if nodes is None else nodes.table(table) for name, table in found.items() if table.rows}
+    matched, pairs = rows("collective_matches"), rows("p2p_pairs")
+    columns = matches_table(matching, kernels, known, shift, notes, matched, nodes)
+    if len(matched):
+        found["collective_matches"] = matched.table(columns)
+    columns = p2p_pairs(kernels, shift, notes, pairs, None if nodes is None else nodes.gpus_per_node)
+    if len(pairs):
+        found["p2p_pairs"] = pairs.table(columns)
+    return found

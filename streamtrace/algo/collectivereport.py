@@ -269,6 +269,5 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     if len(bandwidth):
         tables["collective_bandwidth"] = bandwidth.table(columns)
     sequences.notes(notes)
-    beyond = collectivematch.tables(kernels, matching, known, align_clocks, notes, gpus_per_node)
-    tables.update((name, nodes.table(table) if nodes is not None else table) for name, table in beyond.items())
+    tables.update(collectivematch.tables(kernels, matching, known, align_clocks, notes, rows, nodes))
     return Report(tables, notes)
