@@ -11,11 +11,27 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .collectives import DTYPE, DTYPE_BYTES, IMPLICIT_SYNC, IN_NELEMS, NAME, TYPE_OF, Long, RankKernels, Table, same
+from .collectives import (
+    DTYPE,
+    DTYPE_BYTES,
+    GROUP_SIZE,
+    IMPLICIT_SYNC,
+    IN_NELEMS,
+    NAME,
+    OUT_NELEMS,
+    PG_RANKS,
+    TYPE_OF,
+    Matched,
+    Nodes,
+    RankKernels,
+    Rows,
+    Table,
+    same,
+)
 
 NO_VALUE = -1
 """``Seq`` and peer arrays: no usable value (absent, not a whole number, negative)."""
@@ -104,6 +120,78 @@ def known_groups(ranks: Sequence[RankKernels]) -> dict[str, tuple[int, ...]]:
     return {name: members for name, members in found.items() if name not in clashing}
 
 
+# ---------------------------------------------------------------- the kernels as the matching reads them
+
+
+@dataclass
+class Kernels:
+    """Every rank's collective kernels, a row each in nccl_long's order (rank order, then file order): the
+    report's records (:func:`.collectives.match`: a memory map when they are on disk), read a column at a
+    time, with each row's rank, ``Seq`` and peer beside them (a few bytes a kernel; no row is made)."""
+
+    matched: Matched
+    rank: np.ndarray
+    seq: np.ndarray
+    peer: np.ndarray
+    groups: list[tuple]  # per metadata row: its group as TraceLens tells groups apart (name or all, its ranks arg)
+
+    def meta(self, row: int) -> tuple:
+        return self.matched.metas[int(self.matched.records["meta"][row])]
+
+    def group(self, row: int) -> tuple:
+        return self.groups[int(self.matched.records["meta"][row])]
+
+    def cid(self, row: int) -> str:
+        """TraceLens's collective id of the row's kernel."""
+        place = int(self.matched.records["index"][row])
+        return str(place) if self.matched.simplified else f"{self.group(row)[0]}_{place}"
+
+    def times(self, rows: Sequence[int]) -> tuple[list, list]:
+        """The rows' starts and durations as the trace wrote them (whole numbers as ints, as nccl_long)."""
+        found = self.matched.records[np.asarray(rows, dtype=np.int64)]
+        return _numbers(found["ts"]), _numbers(found["dur"])
+
+
+def _numbers(values: np.ndarray) -> list:
+    return [int(value) if value.is_integer() else value for value in values.tolist()]
+
+
+def kernels_of(ranks: Sequence[RankKernels], matched: Matched) -> Kernels:
+    """The matching's view of ``matched`` (the records of ``ranks``)."""
+    ranks = sorted(ranks, key=lambda kernels: kernels.rank)
+    rank = np.repeat(np.array(matched.ranks, dtype=np.int32), matched.counts)
+    groups = [(matched.groups[code], None if matched.simplified else meta[PG_RANKS])
+              for code, meta in zip(matched.meta_groups, matched.metas)]
+    return Kernels(matched, rank, _args(ranks, "seq"), _args(ranks, "peer"), groups)
+
+
+def _args(ranks: Sequence[RankKernels], name: str) -> np.ndarray:
+    """A per-kernel arg over every rank, in nccl_long's row order (rank order, then file order)."""
+    parts = [getattr(kernels, name) if getattr(kernels, name) is not None else np.full(len(kernels.ts), NO_VALUE)
+             for kernels in ranks]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def _split(values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` ordered by ``values`` (ties keep their order), and where each run of one value starts."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    firsts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(rows) else np.zeros(0, np.int64)
+    return rows[order], firsts
+
+
+def _segments(kernels: Kernels, rows: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
+    """``rows`` by group (:attr:`Kernels.groups`), groups in order of first appearance, rows ascending."""
+    groups: dict[tuple, int] = {}
+    code_of = np.array([groups.setdefault(group, len(groups)) for group in kernels.groups] or [0], dtype=np.int32)
+    codes = code_of[np.asarray(kernels.matched.records["meta"][rows])] if len(rows) else np.zeros(0, np.int32)
+    ordered, firsts = _split(codes, rows)
+    names, ends = list(groups), [*firsts[1:].tolist(), len(rows)]
+    found = [(names[int(code_of[kernels.matched.records["meta"][ordered[first]]])], ordered[first:end])
+             for first, end in zip(firsts.tolist(), ends)]
+    return sorted(found, key=lambda item: int(item[1][0]))
+
+
 # ---------------------------------------------------------------- matching
 
 
@@ -119,111 +207,119 @@ class Collective:
 
 @dataclass
 class Matching:
-    """The matched collectives (send/recv left out: :func:`p2p_pairs`), the groups whose matching can be
-    trusted, and per nccl_long row its send's or recv's peer."""
+    """The matched collectives (send/recv left out: :func:`p2p_pairs`), as arrays: their rows one collective
+    after another (each in rank order, collectives in order of first appearance: the lowest rank's kernels
+    in file order), where each starts (and the end), each one's Seq (NO_VALUE: matched by order); and the
+    groups whose matching can be trusted.  Iterating gives each as a :class:`Collective`."""
 
-    collectives: list[Collective]
+    kernels: Kernels
+    rows: np.ndarray
+    starts: np.ndarray
+    seqs: np.ndarray
     trusted: set[tuple]  # groups matched by Seq, or by order with the same count of kernels on each rank
-    peer: np.ndarray
+
+    def __iter__(self) -> Iterator[Collective]:
+        for at in range(len(self.seqs)):
+            rows = self.rows[self.starts[at]:self.starts[at + 1]].tolist()
+            number = int(self.seqs[at])
+            yield Collective(SEQ, number, rows) if number != NO_VALUE else \
+                Collective(ORDER, self.kernels.cid(rows[0]), rows)
 
 
-def _args(ranks: Sequence[RankKernels], name: str) -> np.ndarray:
-    """A per-kernel arg over every rank, in nccl_long's row order (rank order, then file order)."""
-    parts = [getattr(kernels, name) if getattr(kernels, name) is not None else np.full(len(kernels.ts), NO_VALUE)
-             for kernels in sorted(ranks, key=lambda kernels: kernels.rank)]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-
-
-def group_of(long: Long, row: int) -> tuple:
-    """A row's process group as TraceLens tells groups apart: its name (or ``all``) and its ranks arg."""
-    return long.table.rows[row][3], long.keys[row][1]
-
-
-def match(ranks: Sequence[RankKernels], long: Long, notes: list[str]) -> Matching:
+def match(kernels: Kernels, notes: list[str]) -> Matching:
     """Each group's collectives by ``Seq`` where :func:`_seq_fails` finds nothing against it, else by
     order (TraceLens's ids); send/recv are not collectives here."""
-    seq, peer = _args(ranks, "seq"), _args(ranks, "peer")
-    members: dict[tuple, list[int]] = {}
-    p2p: dict[tuple, list[int]] = {}
-    for row, meta in enumerate(long.metas):
-        (p2p if meta[NAME] in P2P else members).setdefault(group_of(long, row), []).append(row)
-    collectives: list[Collective] = []
+    seq, records = kernels.seq, kernels.matched.records
+    point = np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
+    is_p2p = point[np.asarray(records["meta"])] if len(seq) else np.zeros(0, bool)
+    p2p = dict(_segments(kernels, np.flatnonzero(is_p2p)))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per group: rows, each collective's size and Seq
     trusted: set[tuple] = set()
     reasons: dict[str, list[str]] = {}
-    for group, rows in members.items():
+    for group, rows in _segments(kernels, np.flatnonzero(~is_p2p)):
         have = int((seq[rows] != NO_VALUE).sum())
         reason = "" if have == len(rows) else f"Seq on {have:,} of {len(rows):,} kernels" if have else "no Seq args"
-        found = _by_seq(long, rows, seq) if not reason else None
         if not reason:
-            reason = "a rank holding one Seq twice" if found is None else _seq_fails(long, found, seq, p2p.get(group, []))
-        if found is not None and not reason:
-            collectives += [Collective(SEQ, key, found[key]) for key in sorted(found)]
-            trusted.add(group)
-            continue
+            ordered, firsts = _split(seq[rows], rows)
+            reason = _seq_fails(kernels, ordered, firsts, p2p.get(group, np.zeros(0, np.int64)))
+            if not reason:
+                parts.append((ordered, np.diff(np.r_[firsts, len(rows)]), seq[ordered[firsts]]))
+                trusted.add(group)
+                continue
         if have:
             reasons.setdefault(reason, []).append(str(group[0]))
-        by_key: dict[tuple, list[int]] = {}
-        for row in rows:
-            by_key.setdefault(long.keys[row], []).append(row)
-        collectives += [Collective(ORDER, key[0], found_rows) for key, found_rows in by_key.items()]
-        counts: dict[int, int] = {}
-        for row in rows:
-            counts[long.ranks[row]] = counts.get(long.ranks[row], 0) + 1
-        if len(set(counts.values())) == 1:
+        ordered, firsts = _split(np.asarray(records["index"][rows]), rows)
+        parts.append((ordered, np.diff(np.r_[firsts, len(rows)]), np.full(len(firsts), NO_VALUE, np.int64)))
+        if len(set(np.unique(kernels.rank[rows], return_counts=True)[1].tolist())) == 1:
             trusted.add(group)
     for reason, names in reasons.items():
         notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
                      f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
-    collectives.sort(key=lambda found: found.rows[0])  # (first appearance: the lowest rank's kernels in file order)
-    return Matching(collectives, trusted, peer)
+    return _by_first_row(kernels, parts, trusted)
 
 
-def _by_seq(long: Long, rows: list[int], seq: np.ndarray) -> dict[int, list[int]] | None:
-    """A group's rows by Seq (None if a rank holds a Seq twice: not one collective per Seq)."""
-    found: dict[int, list[int]] = {}
-    for row in rows:
-        members = found.setdefault(int(seq[row]), [])
-        if members and long.ranks[members[-1]] == long.ranks[row]:
-            return None
-        members.append(row)
-    return found
+def _by_first_row(kernels: Kernels, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                  trusted: set[tuple]) -> Matching:
+    """The groups' collectives put together, in order of their first row."""
+    rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int64)
+    sizes = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0, np.int64)
+    seqs = np.concatenate([part[2] for part in parts]) if parts else np.zeros(0, np.int64)
+    starts = np.r_[0, np.cumsum(sizes)][:-1].astype(np.int64)
+    order = np.argsort(rows[starts], kind="stable")
+    sizes, old = sizes[order], starts[order]
+    ends = np.cumsum(sizes)
+    moved = rows[np.repeat(old - (ends - sizes), sizes) + np.arange(len(rows))]
+    return Matching(kernels, moved, np.r_[0, ends].astype(np.int64), seqs[order], trusted)
 
 
-AGREED = ("Process Group Ranks", "Collective name", "Group size", "dtype")
-"""The nccl_long columns a collective's kernels agree on (and, but for all_to_allv, :data:`SIZES`)."""
-SIZES = ("In msg nelems", "Out msg nelems")
+AGREED = (PG_RANKS, NAME, GROUP_SIZE, DTYPE)
+"""The args a collective's kernels agree on (and, but for all_to_allv, :data:`SIZES`)."""
+SIZES = (IN_NELEMS, OUT_NELEMS)
 
 
-def consistent(long: Long, rows: list[int]) -> bool:
+def consistent(kernels: Kernels, rows: list[int]) -> bool:
     """Do a collective's kernels agree on its group ranks, name, group size, dtype and (but for
     all_to_allv, whose sizes are per rank) in and out elements."""
-    names = AGREED if long.metas[rows[0]][NAME] == "all_to_allv" else AGREED + SIZES
-    columns = [long.table.columns.index(name) for name in names]
-    return all(same([long.table.rows[row][at] for row in rows]) for at in columns)
+    codes = set(kernels.matched.records["meta"][rows].tolist())
+    if len(codes) == 1:
+        return True
+    metas = [kernels.matched.metas[code] for code in codes]
+    fields = AGREED if metas[0][NAME] == "all_to_allv" else AGREED + SIZES
+    return all(same([meta[at] for meta in metas]) for at in fields)
 
 
-def _seq_fails(long: Long, found: dict[int, list[int]], seq: np.ndarray, p2p: list[int]) -> str:
-    """Why Seq cannot match a group's collectives ("" if it can): kernels of one Seq whose args differ
-    across ranks (:func:`consistent`), a rank whose Seqs do not rise with its kernels' starts, or send/recv
-    of the group that may be counted in the same sequence (older c10d; their number differs per rank, so
-    the Seqs of later collectives do): a send/recv Seq in a gap of its rank's collective Seqs, or ranks
-    holding different collective Seqs in a group with send/recv Seqs."""
-    if not all(consistent(long, rows) for rows in found.values()):
+def _seq_fails(kernels: Kernels, ordered: np.ndarray, firsts: np.ndarray, p2p: np.ndarray) -> str:
+    """Why Seq cannot match a group's collectives ("" if it can; ``ordered``: the group's rows by Seq,
+    ``firsts``: where each Seq's start): a rank holding one Seq twice, kernels of one Seq whose args
+    differ across ranks (:func:`consistent`), a rank whose Seqs do not rise with its kernels' starts, or
+    send/recv of the group that may be counted in the same sequence (older c10d; their number differs per
+    rank, so the Seqs of later collectives do): a send/recv Seq in a gap of its rank's collective Seqs, or
+    ranks holding different collective Seqs in a group with send/recv Seqs."""
+    ranks, numbers = kernels.rank[ordered], kernels.seq[ordered]
+    if np.any((numbers[1:] == numbers[:-1]) & (ranks[1:] == ranks[:-1])):
+        return "a rank holding one Seq twice"
+    codes = np.asarray(kernels.matched.records["meta"][ordered])
+    differing = np.flatnonzero(np.minimum.reduceat(codes, firsts) != np.maximum.reduceat(codes, firsts))
+    ends = np.r_[firsts[1:], len(ordered)]
+    if not all(consistent(kernels, ordered[firsts[at]:ends[at]].tolist()) for at in differing.tolist()):
         return "kernels of one Seq whose args differ across ranks"
-    per_rank: dict[int, list[tuple]] = {}
-    for number, rows in found.items():
-        for row in rows:
-            per_rank.setdefault(long.ranks[row], []).append((long.ts[row], number))
-    for pairs in per_rank.values():
-        numbers = [number for _, number in sorted(pairs)]
-        if numbers != sorted(numbers):
-            return "Seqs that do not rise with the kernels' starts"
-    counted = [row for row in p2p if seq[row] != NO_VALUE]
-    for row in counted:
-        numbers = {number for _, number in per_rank.get(long.ranks[row], [])}
-        if numbers and min(numbers) < seq[row] < max(numbers) and seq[row] not in numbers:
+    by_start = np.lexsort((numbers, np.asarray(kernels.matched.records["ts"][ordered]), ranks))
+    in_rank = ranks[by_start][1:] == ranks[by_start][:-1]
+    if np.any(in_rank & (numbers[by_start][1:] < numbers[by_start][:-1])):
+        return "Seqs that do not rise with the kernels' starts"
+    counted = p2p[kernels.seq[p2p] != NO_VALUE]
+    if not len(counted):
+        return ""
+    by_rank = np.lexsort((numbers, ranks))
+    starts = np.flatnonzero(np.r_[True, ranks[by_rank][1:] != ranks[by_rank][:-1]])
+    held = {int(ranks[by_rank[first]]): np.unique(numbers[by_rank[first:end]])
+            for first, end in zip(starts.tolist(), [*starts[1:].tolist(), len(ordered)])}
+    for rank, number in zip(kernels.rank[counted].tolist(), kernels.seq[counted].tolist()):
+        found = held.get(rank)
+        if found is not None and found[0] < number < found[-1] and number not in set(found.tolist()):
             return "send/recv counted in the same Seq"
-    if counted and len({frozenset(number for _, number in pairs) for pairs in per_rank.values()}) > 1:
+    first = next(iter(held.values()))
+    if any(not np.array_equal(found, first) for found in held.values()):
         return "send/recv with Seqs in the group, whose ranks hold different Seqs"
     return ""
 
@@ -231,29 +327,43 @@ def _seq_fails(long: Long, found: dict[int, list[int]], seq: np.ndarray, p2p: li
 # ---------------------------------------------------------------- clocks
 
 
-def impossible(collectives: list[Collective], long: Long, shift: dict[int, float]) -> int:
+@dataclass
+class Span:
+    """A matched collective's kernels as the clocks read them: ranks, starts and ends."""
+
+    ranks: list[int]
+    starts: list
+    ends: list
+
+
+def _synced(collectives: Iterable[Collective], kernels: Kernels) -> Iterator[Span]:
+    """The collectives of kinds whose ranks end together, with their kernels' ranks, starts and ends (read
+    as they are wanted)."""
+    for collective in collectives:
+        if len(collective.rows) > 1 and TYPE_OF.get(kernels.meta(collective.rows[0])[NAME]) in SYNC_ENDS:
+            starts, durations = kernels.times(collective.rows)
+            yield Span(kernels.rank[collective.rows].tolist(), starts,
+                       [start + length for start, length in zip(starts, durations)])
+
+
+def impossible(spans: Iterable[Span], shift: dict[int, float]) -> int:
     """Collectives (of kinds whose ranks end together) that end on one rank before they start on another."""
     count = 0
-    for found in _synced(collectives, long):
-        starts = [long.ts[row] - shift.get(long.ranks[row], 0.0) for row in found.rows]
-        ends = [long.ts[row] + long.dur[row] - shift.get(long.ranks[row], 0.0) for row in found.rows]
+    for span in spans:
+        starts = [start - shift.get(rank, 0.0) for rank, start in zip(span.ranks, span.starts)]
+        ends = [end - shift.get(rank, 0.0) for rank, end in zip(span.ranks, span.ends)]
         count += max(starts) > min(ends)
     return count
 
 
-def _synced(collectives: list[Collective], long: Long) -> list[Collective]:
-    return [found for found in collectives if len(found.rows) > 1
-            and TYPE_OF.get(long.metas[found.rows[0]][NAME]) in SYNC_ENDS]  # type: ignore[arg-type]
-
-
-def clock_offsets(collectives: list[Collective], long: Long) -> dict[int, tuple[float, int]]:
+def clock_offsets(spans: Iterable[Span]) -> dict[int, tuple[float, int]]:
     """Each rank's clock against the lowest rank it shares collectives with (directly or through others):
     the median, over the collectives two ranks share, of the difference of their kernels' ends (all-reduce,
     reduce-scatter, all-gather and all-to-all kernels end together on every rank), added along the
     shortest chain of ranks; with the number of collectives behind each rank's link."""
     diffs: dict[tuple[int, int], list[float]] = {}
-    for found in _synced(collectives, long):
-        ends = {long.ranks[row]: long.ts[row] + long.dur[row] for row in found.rows}
+    for span in spans:
+        ends = dict(zip(span.ranks, span.ends))
         first = min(ends)
         for rank, end in ends.items():
             if rank != first:
@@ -285,34 +395,34 @@ MATCH_COLUMNS = ["Process Group Name", "Process Group Ranks", "Collective name",
                  "latency (us)", "skew in end time (us)"]
 
 
-def matches_table(matching: Matching, long: Long, known: dict[str, tuple[int, ...]], shift: dict[int, float],
-                  notes: list[str]) -> Table:
-    """collective_matches: one row per collective of a trusted group whose kernels agree on its args
-    (send/recv: :func:`p2p_pairs`)."""
-    table = long.table
-    rows = []
+def matches_table(matching: Matching, kernels: Kernels, known: dict[str, tuple[int, ...]], shift: dict[int, float],
+                  notes: list[str], rows: Rows, nodes: Nodes | None = None) -> list[str]:
+    """collective_matches into ``rows`` as they are made (``nodes``: TraceLens's node_span besides), its
+    columns returned: one row per collective of a trusted group whose kernels agree on its args (send/recv:
+    :func:`p2p_pairs`)."""
     untrusted: set[str] = set()
     differing = 0
-    for found in matching.collectives:
-        first = table.rows[found.rows[0]]
-        group = group_of(long, found.rows[0])
+    for found in matching:
+        group = kernels.group(found.rows[0])
         if group not in matching.trusted:
             untrusted.add(str(group[0]))
             continue
-        if not consistent(long, found.rows):
+        if not consistent(kernels, found.rows):
             differing += 1
             continue
-        ranks = [long.ranks[row] for row in found.rows]
-        starts = [long.ts[row] - shift.get(rank, 0.0) for row, rank in zip(found.rows, ranks)]
-        ends = [start + long.dur[row] for start, row in zip(starts, found.rows)]
-        members = group_ranks(first[4], first[6], known, first[3])
+        meta = kernels.meta(found.rows[0])
+        ranks = kernels.rank[found.rows].tolist()
+        given, durations = kernels.times(found.rows)
+        starts = [start - shift.get(rank, 0.0) for start, rank in zip(given, ranks)]
+        ends = [start + length for start, length in zip(starts, durations)]
+        members = group_ranks(meta[PG_RANKS], meta[GROUP_SIZE], known, group[0])
         absent = sorted(set(members) - set(ranks)) if members is not None else None
-        rows.append([first[3], _text(members, first[4]), first[5], found.rule,
-                     found.key if found.rule == SEQ else None, first[0], len(ranks),
-                     None if absent is None else len(absent), None if absent is None else ranges(absent),
-                     ranks[starts.index(min(starts))],
-                     ranks[starts.index(max(starts))], max(starts) - min(starts),
-                     min(long.dur[row] for row in found.rows), max(ends) - min(ends)])
+        listed = _text(members, meta[PG_RANKS])
+        row = [group[0], listed, meta[NAME], found.rule, found.key if found.rule == SEQ else None,
+               kernels.cid(found.rows[0]), len(ranks), None if absent is None else len(absent),
+               None if absent is None else ranges(absent), ranks[starts.index(min(starts))],
+               ranks[starts.index(max(starts))], max(starts) - min(starts), min(durations), max(ends) - min(ends)]
+        rows.add(row if nodes is None else [*row, nodes.span(listed)])
     if differing:
         notes.append(f"collectives: {differing:,} collectives whose kernels' args differ across ranks are left out of "
                      "collective_matches")
@@ -320,7 +430,7 @@ def matches_table(matching: Matching, long: Long, known: dict[str, tuple[int, ..
         notes.append(f"collectives: group{'s' if len(untrusted) > 1 else ''} {', '.join(sorted(untrusted)[:5])} "
                      "(no Seq, different numbers of kernels per rank) left out of collective_matches: matching "
                      "by order there may pair different collectives")
-    return Table(list(MATCH_COLUMNS), rows)
+    return MATCH_COLUMNS + (["node_span"] if nodes is not None and len(rows) else [])
 
 
 def _text(members: tuple[int, ...] | None, value: object) -> object:
@@ -332,30 +442,29 @@ P2P_COLUMNS = ["Process Group Name", "src rank", "dst rank", "index", "send ts",
                "recv dur (us)", "size (bytes)", "waiting rank", "wait (us)", "latency (us)", "bw (GB/s, 1e9)"]
 
 
-def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: list[str],
-              gpus_per_node: int | None = None) -> Table:
-    """p2p_pairs: the k-th send from rank a to rank b (``Dst Rank``) of a group paired with the k-th recv
-    on b from a (``Src Rank``), in start order (NCCL runs a pair's transfers in order); a pair of ranks
-    whose send and recv counts differ is left out, as a wrong pairing could not be told apart.  With
-    ``gpus_per_node`` (TraceLens's node rule: rank // GPUs per node), ``node_span`` says whether the
-    two ranks share a node."""
+def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], rows: Rows,
+              gpus_per_node: int | None = None) -> list[str]:
+    """p2p_pairs into ``rows`` as they are made, its columns returned: the k-th send from rank a to rank b
+    (``Dst Rank``) of a group paired with the k-th recv on b from a (``Src Rank``), in start order (NCCL
+    runs a pair's transfers in order); a pair of ranks whose send and recv counts differ is left out, as a
+    wrong pairing could not be told apart.  With ``gpus_per_node`` (TraceLens's node rule: rank // GPUs per
+    node), ``node_span`` says whether the two ranks share a node."""
     sends: dict[tuple, list[int]] = {}
     recvs: dict[tuple, list[int]] = {}
     no_peer = 0
-    for row, meta in enumerate(long.metas):
-        if meta[NAME] not in P2P:
-            continue
-        peer = int(matching.peer[row])
+    point = np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
+    found = np.flatnonzero(point[np.asarray(kernels.matched.records["meta"])]) if len(kernels.rank) else []
+    for row, peer, rank in zip(found.tolist() if len(found) else [], kernels.peer[found].tolist() if len(found) else [],
+                               kernels.rank[found].tolist() if len(found) else []):
         if peer == NO_VALUE:
             no_peer += 1
             continue
-        rank, group = long.ranks[row], group_of(long, row)
-        if meta[NAME] == "send":
+        group = kernels.group(row)
+        if kernels.meta(row)[NAME] == "send":
             sends.setdefault((group, rank, peer), []).append(row)
         else:
             recvs.setdefault((group, peer, rank), []).append(row)
-    present = set(long.ranks)
-    rows = []
+    present = set(kernels.matched.ranks)
     uneven: list[str] = []
     absent = 0
     for key in sorted(set(sends) | set(recvs), key=repr):
@@ -367,11 +476,9 @@ def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: li
         if len(sent) != len(received):
             uneven.append(f"{src}->{dst} ({len(sent)} sends, {len(received)} recvs)")
             continue
-        sent.sort(key=lambda row: long.ts[row])
-        received.sort(key=lambda row: long.ts[row])
         span = [] if not gpus_per_node else ["intra_node" if src // gpus_per_node == dst // gpus_per_node else "inter_node"]
-        for index, (send, recv) in enumerate(zip(sent, received)):
-            rows.append(_pair(long, group, src, dst, index, send, recv, shift) + span)
+        for index, (send, recv) in enumerate(zip(_by_start(kernels, sent), _by_start(kernels, received))):
+            rows.add(_pair(kernels, group, src, dst, index, send, recv, shift) + span)
     if no_peer:
         notes.append(f"collectives: {no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (older PyTorch does not "
                      "write them) are not paired with their peer")
@@ -381,20 +488,27 @@ def p2p_pairs(matching: Matching, long: Long, shift: dict[int, float], notes: li
         notes.append(f"collectives: send/recv between {len(uneven):,} pairs of ranks are not paired, their counts differ "
                      f"(a rank traced over another window, or a transfer missing): {', '.join(uneven[:5])}"
                      f"{' ...' if len(uneven) > 5 else ''}")
-    return Table(P2P_COLUMNS + (["node_span"] if gpus_per_node else []), rows)
+    return P2P_COLUMNS + (["node_span"] if gpus_per_node else [])
 
 
-def _pair(long: Long, group: tuple, src: int, dst: int, index: int, send: int, recv: int,
+def _by_start(kernels: Kernels, rows: list[int]) -> list[tuple[int, object, object]]:
+    """Rows (with their start and duration) by start, ties in row order."""
+    starts, durations = kernels.times(rows)
+    return sorted(zip(rows, starts, durations), key=lambda found: found[1])
+
+
+def _pair(kernels: Kernels, group: tuple, src: int, dst: int, index: int, send: tuple, recv: tuple,
           shift: dict[int, float]) -> list:
     """A p2p_pairs row: the rank that starts first waits for the other; the transfer takes the shorter kernel."""
-    send_ts, recv_ts = long.ts[send] - shift.get(src, 0.0), long.ts[recv] - shift.get(dst, 0.0)
-    meta = long.metas[send]
+    (row, send_start, send_dur), (_, recv_start, recv_dur) = send, recv
+    send_ts, recv_ts = send_start - shift.get(src, 0.0), recv_start - shift.get(dst, 0.0)
+    meta = kernels.meta(row)
     width = DTYPE_BYTES.get(meta[DTYPE]) if isinstance(meta[DTYPE], str) else None
     nelems = meta[IN_NELEMS]
     size = nelems * width if nelems.__class__ is int and width is not None else None
-    latency = min(long.dur[send], long.dur[recv])
+    latency = min(send_dur, recv_dur)
     bw = size / (latency / 1e6) / 1e9 if size is not None and latency > 0 else math.nan
-    return [group[0], src, dst, index, send_ts, recv_ts, long.dur[send], long.dur[recv], size,
+    return [group[0], src, dst, index, send_ts, recv_ts, send_dur, recv_dur, size,
             src if send_ts < recv_ts else dst, abs(send_ts - recv_ts), latency, bw]
 
 
@@ -418,21 +532,26 @@ def ranges(ranks: list[int]) -> str:
 # ---------------------------------------------------------------- put together
 
 
-def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_clocks: bool, notes: list[str],
-           gpus_per_node: int | None = None) -> dict[str, Table]:
-    """collective_matches (its ``match`` column names the rule), p2p_pairs and, with ``align_clocks``,
-    clock_offsets; notes say what was left unmatched and whether the clocks needed aligning (judged, and
-    aligned, on the collectives of collective_matches only: a doubtful match would mislead both)."""
-    reliable = [found for found in matching.collectives
-                if group_of(long, found.rows[0]) in matching.trusted and consistent(long, found.rows)]
-    before = impossible(reliable, long, {})
+def _reliable(matching: Matching) -> Iterator[Collective]:
+    """The collectives of collective_matches: of trusted groups, their kernels agreeing on their args."""
+    return (found for found in matching if matching.kernels.group(found.rows[0]) in matching.trusted
+            and consistent(matching.kernels, found.rows))
+
+
+def tables(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...]], align_clocks: bool,
+           notes: list[str], rows: Callable[[str], Rows], nodes: Nodes | None = None) -> dict[str, Table]:
+    """collective_matches (its ``match`` column names the rule), p2p_pairs (their rows into ``rows``' sinks
+    as they are made) and, with ``align_clocks``, clock_offsets; ``nodes``: TraceLens's node columns; notes
+    say what was left unmatched and whether the clocks needed aligning (judged, and aligned, on the
+    collectives of collective_matches only: a doubtful match would mislead both)."""
+    before = impossible(_synced(_reliable(matching), kernels), {})
     shift: dict[int, float] = {}
     found: dict[str, Table] = {}
     if align_clocks:
-        offsets = clock_offsets(reliable, long)
+        offsets = clock_offsets(_synced(_reliable(matching), kernels))
         shift = {rank: offset for rank, (offset, _) in offsets.items()}
-        after = impossible(reliable, long, shift)
-        alone = sorted(set(long.ranks) - set(offsets))
+        after = impossible(_synced(_reliable(matching), kernels), shift)
+        alone = sorted(set(kernels.matched.ranks) - set(offsets))
         if offsets:
             rank, (largest, _) = max(offsets.items(), key=lambda item: abs(item[1][0]))
             notes.append(f"collectives: clocks aligned on collective ends for collective_matches and p2p_pairs "
@@ -447,6 +566,12 @@ def tables(ranks: Sequence[RankKernels], long: Long, matching: Matching, align_c
     elif before:
         notes.append("collectives: --align-clocks aligns the ranks' clocks on collective ends for collective_matches "
                      "and p2p_pairs")
-    found["collective_matches"] = matches_table(matching, long, known_groups(ranks), shift, notes)
-    found["p2p_pairs"] = p2p_pairs(matching, long, shift, notes, gpus_per_node)
-    return {name: table for name, table in found.items() if table.rows}
+    found = {name: table if nodes is None else nodes.table(table) for name, table in found.items() if table.rows}
+    matched, pairs = rows("collective_matches"), rows("p2p_pairs")
+    columns = matches_table(matching, kernels, known, shift, notes, matched, nodes)
+    if len(matched):
+        found["collective_matches"] = matched.table(columns)
+    columns = p2p_pairs(kernels, shift, notes, pairs, None if nodes is None else nodes.gpus_per_node)
+    if len(pairs):
+        found["p2p_pairs"] = pairs.table(columns)
+    return found

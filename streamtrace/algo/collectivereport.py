@@ -8,30 +8,37 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import collectivematch
-from .collectivematch import Collective, group_ranks, known_groups, ranges
+from .collectivematch import Kernels, Matching, group_ranks, known_groups, ranges
 from .collectives import (
     BUS_FACTORS,
+    CNAME,
+    DTYPE,
     DTYPE_BYTES,
-    IMPLICIT_META,
+    DUR,
+    GROUP_SIZE,
+    IN_NELEMS,
     NAME,
+    OUT_NELEMS,
+    PG_RANKS,
+    RANKS,
+    TS,
     TYPE_OF,
-    Long,
+    All2allv,
+    Collective,
+    Consumer,
+    Heatmap,
+    ImplicitSync,
+    KernelStore,
+    LongTable,
+    Nodes,
     RankKernels,
     Report,
+    Rows,
     Table,
-    all2allv_table,
-    by_collective,
-    heatmap_table,
-    implicit_sync,
-    long_rows,
+    match,
     missing,
     pg_ranks,
-    same,
-    straggler_summary,
-    summary_all2allv,
-    summary_implicit_sync,
-    summary_long,
-    with_nodes,
+    walk,
 )
 
 # ---------------------------------------------------------------- beyond TraceLens
@@ -50,90 +57,98 @@ BANDWIDTH_COLUMNS = ["collective_id", "Process Group Name", "Process Group Ranks
                      "wait for last (us)", "algo bw (GB/s, 1e9)", "bus factor", "bus bw (GB/s, 1e9)"]
 
 
-def _bandwidth(long: Long, collectives: list[Collective], known: dict[str, tuple[int, ...]]) -> Table:
-    """collective_bandwidth (not TraceLens's): every matched collective of a kind nccl-tests measures,
-    broadcast and reduce included: its size in bytes (the out size of an all-gather, else the in size),
-    TraceLens's latency (least duration), the rank arriving last and how long the first waited for it,
-    and nccl-tests' algorithm and bus bandwidths in SI units (10^9 bytes/s).  Collectives as
-    :func:`collectivematch.match` matches them (by Seq where it can, else TraceLens's order; the id is
-    TraceLens's on the lowest rank).  all_to_allv (sizes per rank) and send/recv (p2p_pairs) have no row."""
-    table = long.table
-    rows = []
-    meta_at = [table.columns.index(name) for name in IMPLICIT_META]
-    for found in collectives:
-        members = found.rows
-        first = table.rows[members[0]]
-        cid = first[0]
-        kind = NCCL_TESTS_TYPES.get(first[5]) if isinstance(first[5], str) else None
-        if kind not in NCCL_TESTS_FACTORS or not all(same([table.rows[row][at] for row in members]) for at in meta_at):
+def _bandwidth(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...]], rows: Rows,
+               nodes: Nodes | None) -> list[str]:
+    """collective_bandwidth (not TraceLens's) into ``rows``, its columns returned: every matched collective of
+    a kind nccl-tests measures, broadcast and reduce included: its size in bytes (the out size of an
+    all-gather, else the in size), TraceLens's latency (least duration), the rank arriving last and how
+    long the first waited for it, and nccl-tests' algorithm and bus bandwidths in SI units (10^9 bytes/s).
+    Collectives as :func:`collectivematch.match` matches them (by Seq where it can, else TraceLens's order;
+    the id is TraceLens's on the lowest rank).  all_to_allv (sizes per rank) and send/recv (p2p_pairs) have
+    no row."""
+    for found in matching:
+        meta = kernels.meta(found.rows[0])
+        kind = NCCL_TESTS_TYPES.get(meta[NAME]) if isinstance(meta[NAME], str) else None
+        if kind not in NCCL_TESTS_FACTORS or not collectivematch.consistent(kernels, found.rows):
             continue
-        ranks = [long.ranks[member] for member in members]
-        ts = [long.ts[member] for member in members]
-        latency = min(long.dur[member] for member in members)
+        ranks = kernels.rank[found.rows].tolist()
+        ts, dur = kernels.times(found.rows)
+        latency = min(dur)
         last = max(ts)
-        listed = group_ranks(first[4], first[6], known, first[3])
-        size = _size_bytes(first, kind)
+        group = kernels.group(found.rows[0])
+        listed = group_ranks(meta[PG_RANKS], meta[GROUP_SIZE], known, group[0])
+        size = _size_bytes(meta, kind)
         algo = size / (latency / 1e6) / 1e9 if size is not None and latency > 0 else math.nan
-        factor = NCCL_TESTS_FACTORS[kind](first[6]) if isinstance(first[6], int) and first[6] > 0 else math.nan
-        rows.append([cid, first[3], first[4], first[5], first[7], first[6], len(ranks),
-                     len(set(listed) - set(ranks)) if listed is not None else None, size, latency,
-                     ranks[ts.index(last)], last - min(ts), algo, factor, algo * factor])
-    return Table(list(BANDWIDTH_COLUMNS), rows)
+        factor = NCCL_TESTS_FACTORS[kind](meta[GROUP_SIZE]) if isinstance(meta[GROUP_SIZE], int) and \
+            meta[GROUP_SIZE] > 0 else math.nan
+        row = [kernels.cid(found.rows[0]), group[0], meta[PG_RANKS], meta[NAME], meta[DTYPE], meta[GROUP_SIZE],
+               len(ranks), len(set(listed) - set(ranks)) if listed is not None else None, size, latency,
+               ranks[ts.index(last)], last - min(ts), algo, factor, algo * factor]
+        rows.add(row if nodes is None else [*row, nodes.span(meta[PG_RANKS])])
+    return BANDWIDTH_COLUMNS + (["node_span"] if nodes is not None and len(rows) else [])
 
 
-def _size_bytes(row: list, kind: str) -> int | None:
+def _size_bytes(meta: tuple, kind: str) -> int | None:
     """nccl-tests' size of a collective: an all-gather's output, any other's input, in bytes."""
-    nelems = row[10] if kind == "allgather" else row[8]
-    width = DTYPE_BYTES.get(row[7]) if isinstance(row[7], str) else None
+    nelems = meta[OUT_NELEMS] if kind == "allgather" else meta[IN_NELEMS]
+    width = DTYPE_BYTES.get(meta[DTYPE]) if isinstance(meta[DTYPE], str) else None
     return nelems * width if isinstance(nelems, int) and width is not None else None
 
 
-def _sequence_notes(long: Long, notes: list[str]) -> None:
+class Sequences(Consumer):
     """Say where matching by order can pair different collectives: a group whose ranks hold different
     numbers of its collective kernels (a rank traced over another window, a collective missing on one
-    rank), and group members absent from the inputs."""
-    counts: dict[tuple, dict[int, int]] = {}
-    listed: dict[tuple, object] = {}
-    for (cid, members), rank, meta in zip(long.keys, long.ranks, long.metas):
-        if meta[NAME] not in NCCL_TESTS_TYPES:
-            continue  # (point-to-point: each rank of a group sends and receives its own number)
-        group = (cid.rsplit("_", 1)[0] if not long.simplified else "all", members)
-        per_rank = counts.setdefault(group, {})
-        per_rank[rank] = per_rank.get(rank, 0) + 1
-        listed[group] = members
-    present = set(long.ranks)
-    for (name, _), per_rank in counts.items():
-        if len(set(per_rank.values())) > 1:
-            spread = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(per_rank.items()))
-            notes.append(f"collectives: group {name} has different numbers of kernels per rank ({spread}); "
-                         "they are matched by order (as TraceLens), so later collectives of the group may pair "
-                         "kernels of different collectives")
-    absent = sorted({rank for members in listed.values() for rank in pg_ranks(members)} - present)
-    if absent:
-        notes.append(f"collectives: process groups list ranks the inputs do not hold ({ranges(absent)}): "
-                     "their collectives are matched over the ranks present")
+    rank), and group members absent from the inputs; and when a matched collective ends on one rank before
+    it starts on another, which one clock cannot show (NCCL's ranks finish a collective together): the
+    ranks' clocks disagree, or order matching paired different collectives; TraceLens's waits and skews
+    carry that error."""
 
+    def __init__(self, simplified: bool) -> None:
+        self.simplified = simplified
+        self.counts: dict[tuple, dict[int, int]] = {}
+        self.present: set[int] = set()
+        self.late: list[tuple] = []  # (the first of) the largest gap and its collective
+        self._groups: dict[int, tuple | None] = {}  # metadata row -> its group's key (None: not counted)
+        self.gaps = self.matched = 0
 
-def _clock_notes(long: Long, notes: list[str]) -> None:
-    """Say when a matched collective ends on one rank before it starts on another, which one clock cannot
-    show (NCCL's ranks finish a collective together): the ranks' clocks disagree, or order matching paired
-    different collectives; TraceLens's waits and skews carry that error."""
-    table = long.table
-    late = []
-    count = 0
-    for (cid, _), members in by_collective(long).items():
-        name = table.rows[members[0]][5]
-        if len(members) < 2 or not isinstance(name, str) or name not in NCCL_TESTS_TYPES:
-            continue
-        count += 1
-        gap = max(long.ts[member] for member in members) - min(long.ts[member] + long.dur[member] for member in members)
+    def kernel(self, row: list, meta: int) -> None:
+        self.present.add(row[2])
+        group = self._groups.get(meta, False)
+        if group is False:  # (point-to-point: each rank of a group sends and receives its own number)
+            group = self._groups[meta] = None if row[CNAME] not in NCCL_TESTS_TYPES else \
+                ("all", None) if self.simplified else (row[3], row[RANKS])
+        if group is not None:
+            per_rank = self.counts.setdefault(group, {})
+            per_rank[row[2]] = per_rank.get(row[2], 0) + 1
+
+    def collective(self, found: Collective) -> None:
+        name = found.rows[0][CNAME]
+        if len(found.rows) < 2 or not isinstance(name, str) or name not in NCCL_TESTS_TYPES:
+            return
+        self.matched += 1
+        gap = max(row[TS] for row in found.rows) - min(row[TS] + row[DUR] for row in found.rows)
         if gap > 0:
-            late.append((gap, cid))
-    if late:
-        gap, cid = max(late, key=lambda item: item[0])  # (the first of the largest)
-        notes.append(f"collectives: {len(late):,} of {count:,} matched collectives end on one rank before they start on "
-                     f"another (by up to {gap:,.1f} us, at {cid}), which one clock cannot show: the ranks' clocks "
-                     "disagree, or matching by order paired different collectives; waits and skews carry that error")
+            self.gaps += 1
+            if not self.late or gap > self.late[0]:
+                self.late = [gap, found.key[0]]
+
+    def notes(self, notes: list[str]) -> None:
+        for (name, _), per_rank in self.counts.items():
+            if len(set(per_rank.values())) > 1:
+                spread = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(per_rank.items()))
+                notes.append(f"collectives: group {name} has different numbers of kernels per rank ({spread}); "
+                             "they are matched by order (as TraceLens), so later collectives of the group may pair "
+                             "kernels of different collectives")
+        absent = sorted({rank for _, members in self.counts for rank in pg_ranks(members)} - self.present)
+        if absent:
+            notes.append(f"collectives: process groups list ranks the inputs do not hold ({ranges(absent)}): "
+                         "their collectives are matched over the ranks present")
+        if self.gaps:
+            gap, cid = self.late
+            notes.append(f"collectives: {self.gaps:,} of {self.matched:,} matched collectives end on one rank before they "
+                         f"start on another (by up to {gap:,.1f} us, at {cid}), which one clock cannot show: the ranks' "
+                         "clocks disagree, or matching by order paired different collectives; waits and skews carry "
+                         "that error")
 
 
 # ---------------------------------------------------------------- why the straggler is late
@@ -203,43 +218,56 @@ def _why(row: dict, speed: float, work: float, idle: object, median_idle: float)
 
 
 def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world_size: int | None = None,
-           heatmap: bool = False, align_clocks: bool = False) -> Report:
+           heatmap: bool = False, align_clocks: bool = False, store: KernelStore | None = None,
+           rows: Callable[[str], Rows] = lambda name: Rows()) -> Report:
     """TraceLens's tables for these ranks' collective kernels (none without kernels), by its file stems.
 
     ``gpus_per_node``: adds its node columns (TraceLens takes the first rank file's deviceProperties
     count); ``world_size``: the ranks it counts (default: the highest rank + 1); ``heatmap``: the
     all2allv heat map too (its ``--all2allv_heatmap``); ``align_clocks``: the tables beyond TraceLens's
-    on the ranks' clocks aligned on collective ends."""
+    on the ranks' clocks aligned on collective ends.  ``store``: where the kernels' records go (memory
+    by default); ``rows``: where the rows of the long tables (a row per kernel or collective) go as they
+    are made, by table (memory by default; a table whose rows went elsewhere is what its ``table`` gives)."""
     notes: list[str] = []
-    if not any(len(kernels.ts) for kernels in ranks):
-        return Report({}, notes)
     ranks = [kernels for kernels in ranks if len(kernels.ts)]
-    long = long_rows(ranks)
-    world = world_size if world_size is not None else max(long.ranks) + 1
-    implicit = implicit_sync(long, notes)
-    all2allv = all2allv_table(long, notes)
-    tables = {"nccl_summary_implicit_sync": summary_implicit_sync(implicit),
-              "nccl_summary_long": summary_long(long.table)}
-    if all2allv.rows:
-        tables["nccl_summary_all2allv"] = summary_all2allv(all2allv)
-    if heatmap:
-        found = heatmap_table(long, world, notes)
+    if not ranks:
+        return Report({}, notes)
+    matched = match(ranks, store)
+    world = world_size if world_size is not None else matched.ranks[-1] + 1
+    nodes = Nodes(gpus_per_node, world) if gpus_per_node else None
+    long = LongTable(rows("nccl_long"), nodes)
+    implicit = ImplicitSync(rows("nccl_implicit_sync"), nodes, matched.simplified)
+    all2allv = All2allv(rows("nccl_all2allv"), nodes)
+    sequences = Sequences(matched.simplified)
+    consumers: list[Consumer] = [long, implicit.stragglers, implicit, all2allv, sequences]
+    heat = Heatmap() if heatmap else None
+    if heat is not None:
+        consumers.append(heat)
+    walk(matched, consumers)
+    implicit.notes(notes)
+    all2allv.notes(notes)
+    small = {"nccl_summary_implicit_sync": implicit.summary(), "nccl_summary_long": long.summary()}
+    if len(all2allv.rows):
+        small["nccl_summary_all2allv"] = all2allv.summary()
+    if heat is not None:
+        found = heat.table(world, notes)
         if found.rows:
-            tables["nccl_all2allv_heatmap"] = found
-    tables["nccl_long"] = long.table
-    tables["nccl_implicit_sync"] = implicit if implicit.rows else Table([], [])
-    if all2allv.rows:
-        tables["nccl_all2allv"] = all2allv
-    stragglers = straggler_summary(implicit, long)
+            small["nccl_all2allv_heatmap"] = found
+    tables = {name: nodes.table(table) if nodes is not None else table for name, table in small.items()}
+    tables["nccl_long"] = long.rows.table(long.columns())
+    tables["nccl_implicit_sync"] = implicit.rows.table(implicit.columns_of()) if len(implicit.rows) else Table([], [])
+    if len(all2allv.rows):
+        tables["nccl_all2allv"] = all2allv.rows.table(all2allv.columns_of(), by_key=True)
+    stragglers = implicit.stragglers.table(implicit.wait_ranks())
     if stragglers.rows:
-        tables["straggler_summary"] = stragglers
-    matching = collectivematch.match(ranks, long, notes)
-    bandwidth = _bandwidth(long, matching.collectives, known_groups(ranks))
-    if bandwidth.rows:
-        tables["collective_bandwidth"] = bandwidth
-    _sequence_notes(long, notes)
-    _clock_notes(long, notes)
-    tables.update(collectivematch.tables(ranks, long, matching, align_clocks, notes, gpus_per_node))
-    if gpus_per_node:
-        tables = {name: with_nodes(table, gpus_per_node, world) for name, table in tables.items()}
+        tables["straggler_summary"] = nodes.table(stragglers) if nodes is not None else stragglers
+    kernels = collectivematch.kernels_of(ranks, matched)
+    matching = collectivematch.match(kernels, notes)
+    known = known_groups(ranks)
+    bandwidth = rows("collective_bandwidth")
+    columns = _bandwidth(kernels, matching, known, bandwidth, nodes)
+    if len(bandwidth):
+        tables["collective_bandwidth"] = bandwidth.table(columns)
+    sequences.notes(notes)
+    tables.update(collectivematch.tables(kernels, matching, known, align_clocks, notes, rows, nodes))
     return Report(tables, notes)

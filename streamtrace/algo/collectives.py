@@ -4,16 +4,20 @@ pure functions over each rank's collective kernels (SPEC 16).
 
 A rank's kernels come as :class:`RankKernels`: start, duration and a
 metadata row per kernel (file order), the metadata rows (the collective's
-args, see :data:`META`) listed once.  :func:`report` gives TraceLens's
-tables, named by its file stems, with its columns, rows, order and
-rounding; docs/analyze.md states each definition.  Two departures, where
-TraceLens stops with an error: kernels of one collective id whose metadata
-differ across ranks are left out of the per-collective tables (and named in
-the notes) instead of ending the run, and process groups that share a name
-but not their ranks are told apart by their ranks.  Beyond TraceLens:
-``collective_bandwidth`` (nccl-tests' sizes and bus factors, SI units,
-broadcast and reduce included), :func:`straggler_causes`, and notes on
-sequences that order matching may misread.
+args, see :data:`META`) listed once.  :func:`match` turns every rank's into
+typed records (:data:`KERNEL`, 32 bytes a kernel, in a store the caller may
+keep on disk) with their group and place; :func:`walk` reads them rank by
+rank, makes each kernel's nccl_long row and, at a collective's lowest rank,
+gathers the k-th kernel of its group on every rank: the tables are
+consumers of that walk, writing their long tables' rows into a
+:class:`Rows` as they come and keeping their summaries as running
+aggregates (:mod:`.groupagg`).  The report (``collectivereport.report``)
+gives TraceLens's tables, named by its file stems, with its columns, rows,
+order and rounding; docs/analyze.md states each definition.  Two
+departures, where TraceLens stops with an error: kernels of one collective
+id whose metadata differ across ranks are left out of the per-collective
+tables (and named in the notes) instead of ending the run, and process
+groups that share a name but not their ranks are told apart by their ranks.
 """
 from __future__ import annotations
 
@@ -22,9 +26,24 @@ import math
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
+
+from .groupagg import (
+    Column,
+    Running,
+    Sum,
+    Table,
+    Values,
+    add_to,
+    by_ascending,
+    by_descending,
+    descending_order,
+    grouped,
+    missing,
+    sorted_groups,
+)
 
 META = ("Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype", "In msg nelems",
         "Out msg nelems", "In split size", "Out split size", "stream")
@@ -85,19 +104,10 @@ class RankKernels:
 
 
 @dataclass
-class Table:
-    columns: list[str]
-    rows: list[list]
-
-    def column(self, name: str) -> list:
-        at = self.columns.index(name)
-        return [row[at] for row in self.rows]
-
-
-@dataclass
 class Report:
     tables: dict[str, Table]
     notes: list[str]
+    sinks: list = field(default_factory=list)  # where its long tables' rows went (their maker closes them)
 
 
 def is_collective_kernel(name: object) -> bool:
@@ -132,24 +142,167 @@ def _count(value: object) -> int | float | None:
     return value if value.__class__ in (int, float) and math.isfinite(value) else None
 
 
-def missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+# ---------------------------------------------------------------- the kernels, kept as records
 
 
-# ---------------------------------------------------------------- nccl_long
+KERNEL = np.dtype([("ts", "f8"), ("dur", "f8"), ("meta", "i4"), ("group", "i4"), ("index", "i4"), ("sorted", "i4")])
+"""A collective kernel as the report keeps it (32 bytes): start and duration, its metadata row, its group
+(an index into :attr:`Matched.groups`) and its place in the group (TraceLens's ``index_in_group``); the
+``sorted`` of a rank's i-th record is the file position of its i-th kernel in (group, place) order."""
+
+
+class KernelStore(Protocol):
+    """Where the ranks' records go, rank after rank: in memory (:class:`MemoryKernels`), or on disk beyond a
+    budget (analyze's, :mod:`streamtrace.io.collectivespill`)."""
+
+    def append(self, records: np.ndarray) -> int:
+        """Keep a rank's records; the position of the first among all."""
+        ...
+
+    def seal(self) -> np.ndarray:
+        """Every record (an array, or a memory map of the file holding them)."""
+        ...
+
+
+class MemoryKernels:
+    """The records in memory (the report's default store)."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._size = 0
+
+    def append(self, records: np.ndarray) -> int:
+        self._parts.append(records)
+        self._size += len(records)
+        return self._size - len(records)
+
+    def seal(self) -> np.ndarray:
+        return np.concatenate(self._parts) if self._parts else np.empty(0, KERNEL)
 
 
 @dataclass
-class Long:
-    """nccl_long's rows (rank order, then file order) and each row's match key."""
+class Matched:
+    """Every rank's kernels as records, and what matching them reads: each rank's slice of the records and,
+    per group, where its kernels sorted by place start; per (group, group ranks), the ranks holding such
+    kernels. A collective is the k-th kernel of a group on every rank whose k-th kernel has its group ranks."""
 
-    table: Table
-    keys: list[tuple]  # (collective_id, the group's ranks) per row
     ranks: list[int]
-    ts: list
-    dur: list
+    starts: list[int]
+    counts: list[int]
+    records: np.ndarray
     metas: list[tuple]
+    groups: list[object]
+    slices: list[dict[int, tuple[int, int]]]  # per rank: group -> (first position in place order, kernels)
+    pg: list[int]  # metadata row -> its Process Group Ranks' code (-1 for all when matching is simplified)
+    meta_groups: list[int]  # metadata row -> its group
+    classes: dict[tuple[int, int], list[int]]  # (group, ranks' code) -> positions of the ranks holding one
     simplified: bool
+    _templates: dict[int, list] = field(default_factory=dict)
+
+    def template(self, meta: int) -> list:
+        """The nccl_long columns a kernel's metadata row gives (Process Group Ranks to stream), made once."""
+        found = self._templates.get(meta)
+        if found is None:
+            values = self.metas[meta]
+            in_mb, out_mb = _sizes(values)
+            found = self._templates[meta] = [values[PG_RANKS], values[NAME], values[GROUP_SIZE], values[DTYPE],
+                                             values[IN_NELEMS], in_mb, values[OUT_NELEMS], out_mb, values[IN_SPLIT],
+                                             values[OUT_SPLIT], values[STREAM]]
+        return found
+
+    def kernel_at(self, at: int, group: int, place: int, pg: int) -> int:
+        """The record of the rank at position ``at`` in this collective, or -1."""
+        found = self.slices[at].get(group)
+        if found is None or place >= found[1]:
+            return -1
+        start = self.starts[at]
+        record = start + int(self.records["sorted"][start + found[0] + place])
+        return record if self.pg[int(self.records["meta"][record])] == pg else -1
+
+
+def match(ranks: Sequence[RankKernels], store: KernelStore | None = None) -> Matched:
+    """The ranks' kernels as records in ``store`` (memory by default), with their groups and places:
+    TraceLens's matching (group ``all`` and places per rank when no kernel names a group and each rank
+    uses one stream)."""
+    ranks = sorted(ranks, key=lambda kernels: kernels.rank)
+    metas: dict[tuple, int] = {}
+    codes = []
+    for kernels in ranks:  # one table of metadata rows for all ranks, holding the rows a kernel uses
+        remap = np.full(len(kernels.metas), -1, dtype=np.int32)
+        for at in np.unique(kernels.meta).tolist():
+            remap[at] = metas.setdefault(kernels.metas[at], len(metas))
+        codes.append(remap[kernels.meta])
+    rows = list(metas)
+    pg_missing = all(missing(meta[PG_NAME]) or meta[PG_NAME] == UNKNOWN_GROUP for meta in rows)
+    simplified = pg_missing and all(
+        len({rows[at][STREAM] for at in np.unique(used).tolist() if not missing(rows[at][STREAM])}) <= 1 for used in codes)
+    names: dict[object, int] = {}
+    group_of = np.array([names.setdefault("all" if simplified else UNKNOWN_GROUP if missing(meta[PG_NAME])
+                                          else meta[PG_NAME], len(names)) for meta in rows], dtype=np.int32)
+    values: dict[object, int] = {}
+    pg = [-1 if simplified else values.setdefault(None if missing(meta[PG_RANKS]) else meta[PG_RANKS], len(values))
+          for meta in rows]
+    matched = Matched([], [], [], np.empty(0, KERNEL), rows, list(names), [], pg, group_of.tolist(), {}, simplified)
+    store = store if store is not None else MemoryKernels()
+    for kernels, meta in zip(ranks, codes):
+        group = group_of[meta]
+        order = np.lexsort((kernels.ts, group))  # by group, then start, then file order (TraceLens's rank 'first')
+        in_order = group[order]
+        firsts = np.flatnonzero(np.r_[True, in_order[1:] != in_order[:-1]]) if len(order) else np.empty(0, np.int64)
+        sizes = np.diff(np.r_[firsts, len(order)])
+        records = np.empty(len(order), KERNEL)
+        records["ts"], records["dur"], records["meta"], records["group"] = kernels.ts, kernels.dur, meta, group
+        records["index"][order] = np.arange(len(order)) - np.repeat(firsts, sizes)
+        records["sorted"] = order
+        at = len(matched.ranks)
+        matched.ranks.append(kernels.rank)
+        matched.starts.append(store.append(records))
+        matched.counts.append(len(records))
+        matched.slices.append({int(in_order[first]): (int(first), int(size)) for first, size in zip(firsts, sizes)})
+        for first, size in zip(firsts.tolist(), sizes.tolist()):
+            for code in {pg[int(row)] for row in np.unique(meta[order[first:first + size]]).tolist()}:
+                matched.classes.setdefault((int(in_order[first]), code), []).append(at)
+    matched.records = store.seal()
+    return matched
+
+
+# ---------------------------------------------------------------- walking the kernels, collective by collective
+
+
+LONG_COLUMNS = ["collective_id", "index_in_group", "rank", "Process Group Name", "Process Group Ranks", "Collective name",
+                "Group size", "dtype", "In msg nelems", "In msg size (MB)", "Out msg nelems", "Out msg size (MB)",
+                "In split size", "Out split size", "stream", "ts", "dur"]
+CID, PLACE, RANK, GROUP, RANKS, CNAME, GSIZE, DT, IN_N, IN_MB, OUT_N, OUT_MB, IN_SP, OUT_SP, STRM, TS, DUR = range(17)
+
+
+@dataclass
+class Collective:
+    """One collective: its key (id, group ranks; None when matching is simplified) and its kernels'
+    nccl_long rows, in rank order."""
+
+    key: tuple
+    rows: list[list]
+    metas: list[int]  # each kernel's metadata row
+
+    def same_args(self, at: Sequence[int]) -> bool:
+        """Do the kernels agree on these columns of their rows (they do if they share their metadata row)."""
+        first = self.metas[0]
+        return all(meta == first for meta in self.metas) or all(same([row[n] for row in self.rows]) for n in at)
+
+    @property
+    def ranks(self) -> list[int]:
+        return [row[RANK] for row in self.rows]
+
+
+class Consumer:
+    """What the walk feeds: every kernel's nccl_long row (rank by rank, file order), every collective (in
+    order of first appearance: the lowest rank's file order)."""
+
+    def kernel(self, row: list, meta: int) -> None:
+        """A kernel's row; ``meta``: its metadata row's number (what depends on it alone can be kept by it)."""
+
+    def collective(self, found: Collective) -> None:
+        pass
 
 
 def _sizes(meta: tuple) -> tuple[float | None, float | None]:
@@ -160,61 +313,49 @@ def _sizes(meta: tuple) -> tuple[float | None, float | None]:
     return nelems * size / MIB, None if out is None else out * size / MIB
 
 
-def long_rows(ranks: Sequence[RankKernels]) -> Long:
-    ranks = sorted(ranks, key=lambda kernels: kernels.rank)
-    metas: list[tuple] = [kernels.metas[at] for kernels in ranks for at in kernels.meta.tolist()]
-    rank_of = [kernels.rank for kernels in ranks for _ in range(len(kernels.ts))]
-    ts = [value for kernels in ranks for value in _numbers(kernels.ts)]
-    dur = [value for kernels in ranks for value in _numbers(kernels.dur)]
-    pg_missing = all(missing(meta[PG_NAME]) or meta[PG_NAME] == UNKNOWN_GROUP for meta in metas)
-    streams: dict[int, set] = {}
-    for rank, meta in zip(rank_of, metas):
-        if not missing(meta[STREAM]):
-            streams.setdefault(rank, set()).add(meta[STREAM])
-    simplified = pg_missing and all(len(found) <= 1 for found in streams.values())
-    groups = ["all" if simplified else (UNKNOWN_GROUP if missing(meta[PG_NAME]) else meta[PG_NAME]) for meta in metas]
-    index = _order_in_groups(ts, [rank if simplified else (group, rank) for group, rank in zip(groups, rank_of)])
-    ids = [str(n) if simplified else f"{group}_{n}" for group, n in zip(groups, index)]
-    rows = []
-    for cid, n, rank, group, meta, start, length in zip(ids, index, rank_of, groups, metas, ts, dur):
-        in_mb, out_mb = _sizes(meta)
-        rows.append([cid, n, rank, group, meta[PG_RANKS], meta[NAME], meta[GROUP_SIZE], meta[DTYPE], meta[IN_NELEMS],
-                     in_mb, meta[OUT_NELEMS], out_mb, meta[IN_SPLIT], meta[OUT_SPLIT], meta[STREAM], start, length])
-    columns = ["collective_id", "index_in_group", "rank", "Process Group Name", "Process Group Ranks", "Collective name",
-               "Group size", "dtype", "In msg nelems", "In msg size (MB)", "Out msg nelems", "Out msg size (MB)",
-               "In split size", "Out split size", "stream", "ts", "dur"]
-    keys = [(cid, None if simplified else meta[PG_RANKS]) for cid, meta in zip(ids, metas)]
-    return Long(Table(columns, rows), keys, rank_of, ts, dur, metas, simplified)
+def walk(matched: Matched, consumers: Sequence[Consumer], block: int = 65_536) -> None:
+    """Feed every kernel and every collective to ``consumers``, one rank's block of records at a time; a
+    collective is gathered (the k-th kernel of its group on every rank holding one) at its lowest rank."""
+    rows = matched.records
+    for at, rank in enumerate(matched.ranks):
+        for first in range(matched.starts[at], matched.starts[at] + matched.counts[at], block):
+            chunk = rows[first:min(first + block, matched.starts[at] + matched.counts[at])]
+            for ts, dur, meta, group, place in zip(chunk["ts"].tolist(), chunk["dur"].tolist(), chunk["meta"].tolist(),
+                                                   chunk["group"].tolist(), chunk["index"].tolist()):
+                row = _long_row(matched, rank, ts, dur, meta, group, place)
+                for consumer in consumers:
+                    consumer.kernel(row, meta)
+                members = _members(matched, at, group, place, matched.pg[meta])
+                if members is not None:
+                    found = Collective((row[CID], None if matched.simplified else row[RANKS]), [row, *members[0]],
+                                       [meta, *members[1]])
+                    for consumer in consumers:
+                        consumer.collective(found)
 
 
-def _numbers(values: np.ndarray) -> list:
-    """Times as the trace wrote them: whole numbers as ints (TraceLens keeps JSON's integers)."""
-    return [int(value) if value.is_integer() else value for value in values.tolist()]
+def _long_row(matched: Matched, rank: int, ts: float, dur: float, meta: int, group: int, place: int) -> list:
+    name = matched.groups[group]
+    return [str(place) if matched.simplified else f"{name}_{place}", place, rank, name, *matched.template(meta),
+            int(ts) if ts.is_integer() else ts, int(dur) if dur.is_integer() else dur]  # (JSON's integers, as TraceLens)
 
 
-def _order_in_groups(ts: list, groups: list) -> list[int]:
-    """Each row's place by start time among its group's rows (ties: file order), pandas' rank(method='first') - 1."""
-    members: dict[object, list[int]] = {}
-    for row, group in enumerate(groups):
-        members.setdefault(group, []).append(row)
-    index = [0] * len(ts)
-    for rows in members.values():
-        for n, row in enumerate(sorted(rows, key=lambda row: ts[row])):
-            index[row] = n
-    return index
-
-
-def by_collective(long: Long) -> dict[tuple, list[int]]:
-    """Each collective's rows (first appearance order; rows in rank order)."""
-    found: dict[tuple, list[int]] = {}
-    for row, key in enumerate(long.keys):
-        found.setdefault(key, []).append(row)
-    return found
-
-
-def _number(value: object) -> object:
-    """A number, or NaN for anything else (where TraceLens would stop)."""
-    return math.nan if _count(value) is None else value
+def _members(matched: Matched, at: int, group: int, place: int, pg: int) -> tuple[list[list], list[int]] | None:
+    """The other ranks' rows (and metadata rows) of the collective whose kernel at rank position ``at`` is
+    this, if ``at`` is its lowest rank (else None: it was gathered there)."""
+    rows, metas = [], []
+    for other in matched.classes[(group, pg)]:
+        if other == at:
+            continue
+        record = matched.kernel_at(other, group, place, pg)
+        if record < 0:
+            continue
+        if other < at:
+            return None
+        found = matched.records[record]
+        metas.append(int(found["meta"]))
+        rows.append(_long_row(matched, matched.ranks[other], float(found["ts"]), float(found["dur"]), metas[-1], group,
+                              place))
+    return rows, metas
 
 
 def same(values: list) -> bool:
@@ -222,7 +363,130 @@ def same(values: list) -> bool:
     return all(value == first or (missing(value) and missing(first)) for value in values[1:])
 
 
+# ---------------------------------------------------------------- rows as they come
+
+
+class Rows:
+    """A table's rows as they are produced (lists, or dicts naming their columns), kept here in memory;
+    analyze writes them to disk as they come (:mod:`streamtrace.commands.analyses.collectives`)."""
+
+    def __init__(self) -> None:
+        self.rows: list = []
+        self.keys: list = []
+
+    def add(self, row: list | dict, key: object = None) -> None:
+        """A row; ``key``: the value it is sorted by (largest first) when the table is made."""
+        self.rows.append(row)
+        self.keys.append(key)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def table(self, columns: list[str], by_key: bool = False) -> Table:
+        """The table, its rows in the order made or ``by_key``."""
+        return Table(columns, laid_out(self.rows, self.keys, columns, by_key))
+
+
+def laid_out(rows: list, keys: Sequence, columns: list[str], by_key: bool) -> list[list]:
+    """Rows as lists in ``columns``' order (those made as dicts), in the order made or by their keys."""
+    listed = [[row.get(name) for name in columns] if isinstance(row, dict) else row for row in rows]
+    return [listed[at] for at in descending_order(keys)] if by_key else listed
+
+
+class Nodes:
+    """TraceLens's node columns, added to each row as it is made: ``node_id`` (rank // GPUs per node, ranks
+    below the world size) and ``node_span`` (intra_node when a group's ranks are on one node, inter_node,
+    unknown without ranks)."""
+
+    def __init__(self, gpus_per_node: int, world_size: int) -> None:
+        self.gpus_per_node, self.world_size = gpus_per_node, world_size
+        self._spans: dict[object, str] = {}
+
+    def node(self, rank: int) -> int | None:
+        return rank // self.gpus_per_node if 0 <= rank < self.world_size else None
+
+    def span(self, ranks: object) -> str:
+        found = self._spans.get(ranks)
+        if found is None:
+            members = pg_ranks(ranks)
+            nodes = {member // self.gpus_per_node for member in members}
+            found = self._spans[ranks] = "unknown" if not members else "intra_node" if len(nodes) == 1 else "inter_node"
+        return found
+
+    def table(self, table: Table) -> Table:
+        """A whole (small) table's node columns; none without rows."""
+        if not table.rows:
+            return table
+        columns, rows = list(table.columns), [list(row) for row in table.rows]
+        for name, value in (("rank", self.node), ("Process Group Ranks", self.span)):
+            if name in table.columns:
+                at = table.columns.index(name)
+                columns.append("node_id" if name == "rank" else "node_span")
+                for row in rows:
+                    row.append(value(row[at]))
+        return Table(columns, rows)
+
+
+# ---------------------------------------------------------------- nccl_long, nccl_summary_long
+
+
+SUMMARY_LONG_KEYS = ("rank", "Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
+                     "In msg nelems", "Out msg nelems", "In split size", "Out split size", "stream")
+_SUMMARY_LONG_AT = [LONG_COLUMNS.index(name) for name in SUMMARY_LONG_KEYS]
+SUMMARY_LONG_COLUMNS = [*SUMMARY_LONG_KEYS, "In msg size (MB)_first", "Out msg size (MB)_first",
+                        *(f"dur_{how}" for how in ("sum", *LONG_AGGREGATES)), "operation_count"]
+
+
+class LongTable(Consumer):
+    """nccl_long (a row per kernel, rank by rank, in file order, written as it comes) and nccl_summary_long
+    (per rank and collective args: its kernels' durations)."""
+
+    def __init__(self, rows: Rows, nodes: Nodes | None) -> None:
+        self.rows, self.nodes = rows, nodes
+        self.groups: dict[tuple, list] = {}  # key -> first in and out size (of the metadata), durations, count
+        self._group_of: dict[tuple[int, int], list | None] = {}  # (rank, metadata row) -> its group, None if left out
+
+    def kernel(self, row: list, meta: int) -> None:
+        self.rows.add(row if self.nodes is None else [*row, self.nodes.node(row[RANK]), self.nodes.span(row[RANKS])])
+        group = self._group_of.get((row[RANK], meta), False)
+        if group is False:
+            key = tuple(row[at] for at in _SUMMARY_LONG_AT)
+            group = self._group_of[(row[RANK], meta)] = None if any(missing(value) for value in key) else \
+                self.groups.setdefault(key, [row[IN_MB], row[OUT_MB], Running(), 0])
+        if group is not None:
+            group[2].add(row[DUR])
+            group[3] += 1
+
+    def columns(self) -> list[str]:
+        return LONG_COLUMNS + (["node_id", "node_span"] if self.nodes is not None and len(self.rows) else [])
+
+    def summary(self) -> Table:
+        """nccl_summary_long."""
+        rows = [[*key, first_in, first_out, *(dur.aggregate(how) for how in ("sum", *LONG_AGGREGATES)), count]
+                for key, (first_in, first_out, dur, count) in sorted_groups(self.groups)]
+        return by_descending(Table(SUMMARY_LONG_COLUMNS, rows), "dur_sum")
+
+
+class _Dropped(Rows):
+    """Rows let go as they come (a table whose summary alone is wanted)."""
+
+    def add(self, row: list | dict, key: object = None) -> None:
+        pass
+
+
+def summary_long(ranks: Sequence[RankKernels]) -> Table:
+    """nccl_summary_long alone (TraceLens's ``coll_analysis`` over one trace): nccl_long's rows let go."""
+    long = LongTable(_Dropped(), None)
+    walk(match(ranks), [long])
+    return long.summary()
+
+
 # ---------------------------------------------------------------- per collective
+
+
+def _span_column(nodes: Nodes | None, rows: Rows) -> list[str]:
+    """A streamed table's node column (none without rows, as TraceLens)."""
+    return ["node_span"] if nodes is not None and len(rows) else []
 
 
 class _Columns:
@@ -236,41 +500,55 @@ class _Columns:
             self.names.setdefault(name, None)
         return row
 
-    def table(self, general: list[str], rows: list[dict]) -> Table:
-        per_rank = [name for name in self.names if name.startswith("rank_")]
-        columns = general + per_rank
-        return Table(columns, [[row.get(name) for name in columns] for row in rows])
+    def columns(self, general: list[str]) -> list[str]:
+        return general + [name for name in self.names if name.startswith("rank_")]
+
+
+def _mismatch_note(notes: list[str], mismatched: list[str], what: str, table: str) -> None:
+    if mismatched:
+        notes.append(f"collectives: {len(mismatched):,} {what} whose kernels' args differ across ranks "
+                     f"(TraceLens stops there) are left out of {table}: {', '.join(mismatched[:5])}"
+                     f"{' ...' if len(mismatched) > 5 else ''}")
 
 
 IMPLICIT_META = ("Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype", "In msg nelems",
                  "Out msg nelems", "In msg size (MB)", "Out msg size (MB)")
+IMPLICIT_META_AT = [LONG_COLUMNS.index(name) for name in IMPLICIT_META]
 IMPLICIT_GENERAL = ["collective_id", *IMPLICIT_META, "Full msg size (MB)", "comm_latency", "skew in start time",
                     "earliest arrival rank", "avg_wait_time", "skew in end time", "algo bw (GB/s)", "bus bw (GB/s)"]
+SUMMARY_IMPLICIT_KEYS = ("Collective name", "dtype", "In msg nelems")
+_BANDWIDTHS = ("algo bw (GB/s)", "bus bw (GB/s)")
+_IMPLICIT_METRICS = ("comm_latency", "skew in start time", "skew in end time", *_BANDWIDTHS)
 
 
-def implicit_sync(long: Long, notes: list[str]) -> Table:
-    """nccl_implicit_sync (detailed): a row per all-reduce, reduce-scatter, all-gather or all-to-all."""
-    table = long.table
-    columns = _Columns()
-    rows = []
-    meta_at = [table.columns.index(name) for name in IMPLICIT_META]
-    mismatched = []
-    for (cid, _), members in by_collective(long).items():
-        name = table.rows[members[0]][5]
+class ImplicitSync(Consumer):
+    """nccl_implicit_sync (detailed: a row per all-reduce, reduce-scatter, all-gather or all-to-all, written
+    as it comes), its summary (per collective name, dtype and size) and straggler_summary."""
+
+    def __init__(self, rows: Rows, nodes: Nodes | None, simplified: bool) -> None:
+        self.rows, self.nodes, self.simplified = rows, nodes, simplified
+        self.columns = _Columns()
+        self.mismatched: list[str] = []
+        self.groups: dict[tuple, dict[str, Running]] = {}
+        self.bandwidths: set[str] = set()  # the bandwidth columns some row has a value in
+        self.stragglers = Stragglers()
+
+    def collective(self, found: Collective) -> None:
+        first = found.rows[0]
+        name = first[CNAME]
         kind = TYPE_OF.get(name) if isinstance(name, str) else None
-        if long.simplified:
+        if self.simplified:
             if name is not None and kind is not None and kind not in IMPLICIT_SYNC:
-                continue
+                return
         elif kind not in IMPLICIT_SYNC:
-            continue
-        meta = [table.rows[members[0]][at] for at in meta_at]
-        if not long.simplified and not all(same([table.rows[row][at] for row in members]) for at in meta_at):
-            mismatched.append(cid)
-            continue
-        row: dict = {"collective_id": cid, **dict(zip(IMPLICIT_META, meta))}
-        ranks = [long.ranks[member] for member in members]
-        ts = [long.ts[member] for member in members]
-        dur = [long.dur[member] for member in members]
+            return
+        if not self.simplified and not found.same_args(IMPLICIT_META_AT):
+            self.mismatched.append(first[CID])
+            return
+        row: dict = {"collective_id": first[CID], **{name: first[at] for name, at in zip(IMPLICIT_META, IMPLICIT_META_AT)}}
+        ranks = found.ranks
+        ts = [member[TS] for member in found.rows]
+        dur = [member[DUR] for member in found.rows]
         for rank, start, length in zip(ranks, ts, dur):
             row[f"rank_{rank}_ts"] = start
             row[f"rank_{rank}_dur"] = length
@@ -290,44 +568,102 @@ def implicit_sync(long: Long, notes: list[str]) -> Table:
             algo = full / 1024 / (row["comm_latency"] / 1e6) if row["comm_latency"] > 0 else math.nan
             bus = algo * BUS_FACTORS[kind](size) if _count(size) and kind in BUS_FACTORS else math.nan
         row["Full msg size (MB)"], row["algo bw (GB/s)"], row["bus bw (GB/s)"] = full, algo, bus
-        rows.append(columns.add(row))
-    if mismatched:
-        notes.append(f"collectives: {len(mismatched):,} collective ids whose kernels' args differ across ranks "
-                     f"(TraceLens stops there) are left out of nccl_implicit_sync: {', '.join(mismatched[:5])}"
-                     f"{' ...' if len(mismatched) > 5 else ''}")
-    return columns.table(list(IMPLICIT_GENERAL), rows)
+        if self.nodes is not None:
+            row["node_span"] = self.nodes.span(row["Process Group Ranks"])
+        self.rows.add(self.columns.add(row))
+        self._summarize(row)
+        self.stragglers.add(ranks, waits, row["earliest arrival rank"])
+
+    def _summarize(self, row: dict) -> None:
+        key = tuple("Unknown" if missing(row[name]) else row[name] for name in SUMMARY_IMPLICIT_KEYS)
+        self.bandwidths.update(name for name in _BANDWIDTHS if not missing(row[name]))
+        columns = self.groups.get(key)
+        if columns is None:
+            columns = self.groups[key] = {name: Values() for name in _IMPLICIT_METRICS}
+            columns.update((name, Sum()) for name in ("Process Group Name", "Group size", "Full msg size (MB)"))
+        for name, values in columns.items():
+            values.add(row[name])
+
+    def columns_of(self) -> list[str]:
+        return self.columns.columns(list(IMPLICIT_GENERAL)) + _span_column(self.nodes, self.rows)
+
+    def wait_ranks(self) -> list[int]:
+        """The ranks of the wait columns, in column order."""
+        return [int(name[5:-10]) for name in self.columns.names if name.startswith("rank_") and name.endswith("_wait_time")]
+
+    def summary(self) -> Table:
+        """nccl_summary_implicit_sync."""
+        if not len(self.rows):
+            return Table([], [])
+        metrics = [name for name in _IMPLICIT_METRICS if name not in _BANDWIDTHS or name in self.bandwidths]
+        order = [*SUMMARY_IMPLICIT_KEYS, "Process Group Name", "Group size", "Full msg size (MB)",
+                 *(f"{name}_{how}" for name in metrics for how in AGGREGATES), "count", "Total comm latency (ms)"]
+        rows = []
+        for key, columns in sorted_groups(self.groups):
+            found = dict(zip(SUMMARY_IMPLICIT_KEYS, key))
+            found.update((f"{name}_{how}", columns[name].aggregate(how)) for name in metrics for how in AGGREGATES)
+            found.update((name, columns[name].aggregate("first")) for name in ("Process Group Name", "Group size",
+                                                                                "Full msg size (MB)"))
+            found["count"] = columns["comm_latency"].aggregate("size")
+            found["Total comm latency (ms)"] = columns["comm_latency"].series_sum() / 1000  # type: ignore[attr-defined]
+            rows.append([found[name] for name in order])
+        return by_descending(Table(order, rows), "Total comm latency (ms)")
+
+    def notes(self, notes: list[str]) -> None:
+        _mismatch_note(notes, self.mismatched, "collective ids", "nccl_implicit_sync")
 
 
 ALL2ALLV_META = ("Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype", "stream")
+ALL2ALLV_META_AT = [LONG_COLUMNS.index(name) for name in ALL2ALLV_META]
 ALL2ALLV_PER_RANK = ("ts", "dur", "In msg nelems", "Out msg nelems", "In msg size (MB)", "Out msg size (MB)",
                      "In split size", "Out split size")
+ALL2ALLV_PER_RANK_AT = [LONG_COLUMNS.index(name) for name in ALL2ALLV_PER_RANK]
 ALL2ALLV_GENERAL = ["collective_id", *ALL2ALLV_META, "total data communicated (MB)", "total nelems communicated",
                     "wall_time (us)", "max_rank_dur (us)", "min_rank_dur (us)", "avg_rank_dur (us)", "throughput (GB/s)",
                     "max_rank_throughput (GB/s)", "min_rank_throughput (GB/s)", "size_imbalance", "skew in start time",
                     "skew in end time"]
+SUMMARY_ALL2ALLV_PLAN = [
+    *(("total data communicated (MB)", how, f"total data communicated (MB)_{how}") for how in AGGREGATES),
+    *(("wall_time (us)", how, f"wall_time (us)_{how}") for how in AGGREGATES),
+    ("wall_time (us)", "sum", "Total wall_time (us)"),
+    *(("throughput (GB/s)", how, f"throughput (GB/s)_{how}") for how in AGGREGATES),
+    *((name, how, f"{name}_{how}") for name in ("size_imbalance", "max_rank_dur (us)", "skew in start time",
+                                                 "skew in end time") for how in ("mean", "max")),
+    ("collective_id", "count", "count"),
+    *((name, "first", name) for name in ("Process Group Ranks", "Collective name", "Group size"))]
+_SUMMARY_ALL2ALLV_READS = ("total data communicated (MB)", "Process Group Name", "dtype",
+                           *dict.fromkeys(name for name, _, _ in SUMMARY_ALL2ALLV_PLAN if name != "total data communicated (MB)"))
+_SUMMARY_ALL2ALLV_KEPT = ("total data communicated (MB)", "wall_time (us)", "throughput (GB/s)")
 
 
-def all2allv_table(long: Long, notes: list[str]) -> Table:
-    """nccl_all2allv (detailed): a row per all_to_allv, the biggest first."""
-    table = long.table
-    columns = _Columns()
-    rows = []
-    meta_at = [table.columns.index(name) for name in ALL2ALLV_META]
-    per_rank_at = [table.columns.index(name) for name in ALL2ALLV_PER_RANK]
-    mismatched = []
-    for (cid, _), members in by_collective(long).items():
-        if table.rows[members[0]][5] != "all_to_allv":
-            continue
-        if not all(same([table.rows[row][at] for row in members]) for at in meta_at):
-            mismatched.append(cid)
-            continue
-        row: dict = {"collective_id": cid, **{name: table.rows[members[0]][at] for name, at in zip(ALL2ALLV_META, meta_at)}}
-        ranks = [long.ranks[member] for member in members]
-        for rank, member in zip(ranks, members):
-            for name, at in zip(ALL2ALLV_PER_RANK, per_rank_at):
-                row[f"rank_{rank}_{name}"] = table.rows[member][at]
-        ts = [row[f"rank_{rank}_ts"] for rank in ranks]
-        dur = [row[f"rank_{rank}_dur"] for rank in ranks]
+def _numeric(value: object) -> object:
+    """A number, or NaN for anything else (where TraceLens would stop)."""
+    return math.nan if _count(value) is None else value
+
+
+class All2allv(Consumer):
+    """nccl_all2allv (detailed: a row per all_to_allv, written as it comes, the biggest first) and its summary."""
+
+    def __init__(self, rows: Rows, nodes: Nodes | None) -> None:
+        self.rows, self.nodes = rows, nodes
+        self.columns = _Columns()
+        self.mismatched: list[str] = []
+        self.general: list[tuple] = []  # per row what the summary reads (a few numbers per all_to_allv)
+
+    def collective(self, found: Collective) -> None:
+        first = found.rows[0]
+        if first[CNAME] != "all_to_allv":
+            return
+        if not found.same_args(ALL2ALLV_META_AT):
+            self.mismatched.append(first[CID])
+            return
+        row: dict = {"collective_id": first[CID], **{name: first[at] for name, at in zip(ALL2ALLV_META, ALL2ALLV_META_AT)}}
+        ranks = found.ranks
+        for rank, member in zip(ranks, found.rows):
+            for name, at in zip(ALL2ALLV_PER_RANK, ALL2ALLV_PER_RANK_AT):
+                row[f"rank_{rank}_{name}"] = member[at]
+        ts = [member[TS] for member in found.rows]
+        dur = [member[DUR] for member in found.rows]
         ends = [start + length for start, length in zip(ts, dur)]
         earliest_start, latest_end = min(ts), max(ends)
         row["skew in start time"] = max(ts) - earliest_start
@@ -335,9 +671,9 @@ def all2allv_table(long: Long, notes: list[str]) -> Table:
         for rank, start, end in zip(ranks, ts, ends):
             row[f"rank_{rank}_skew in start time"] = start - earliest_start
             row[f"rank_{rank}_skew in end time"] = latest_end - end
-        sizes = [_number(row[f"rank_{rank}_In msg size (MB)"]) for rank in ranks]
+        sizes = [_numeric(member[IN_MB]) for member in found.rows]
         row["total data communicated (MB)"] = sum(sizes)
-        row["total nelems communicated"] = sum(_number(row[f"rank_{rank}_In msg nelems"]) for rank in ranks)
+        row["total nelems communicated"] = sum(_numeric(member[IN_N]) for member in found.rows)
         wall = latest_end - earliest_start
         row["wall_time (us)"] = wall
         row["max_rank_dur (us)"], row["min_rank_dur (us)"] = max(dur), min(dur)
@@ -348,190 +684,72 @@ def all2allv_table(long: Long, notes: list[str]) -> Table:
         row["min_rank_throughput (GB/s)"] = min(rates) if rates else math.nan
         mean = sum(sizes) / len(sizes)
         row["size_imbalance"] = max(sizes) / mean if mean > 0 else math.nan
-        rows.append(columns.add(row))
-    if mismatched:
-        notes.append(f"collectives: {len(mismatched):,} all_to_allv ids whose kernels' args differ across ranks "
-                     f"(TraceLens stops there) are left out of nccl_all2allv: {', '.join(mismatched[:5])}"
-                     f"{' ...' if len(mismatched) > 5 else ''}")
-    detailed = columns.table(list(ALL2ALLV_GENERAL), rows)
-    return _sorted(detailed, "total data communicated (MB)", descending=True)
+        if self.nodes is not None:
+            row["node_span"] = self.nodes.span(row["Process Group Ranks"])
+        self.rows.add(self.columns.add(row), row["total data communicated (MB)"])
+        self.general.append(tuple(row[name] for name in _SUMMARY_ALL2ALLV_READS))
+
+    def columns_of(self) -> list[str]:
+        return self.columns.columns(list(ALL2ALLV_GENERAL)) + _span_column(self.nodes, self.rows)
+
+    def summary(self) -> Table:
+        """nccl_summary_all2allv: over the rows in the table's order (the biggest first), as TraceLens's."""
+        groups: dict[tuple, dict[str, Running]] = {}
+        for at in descending_order([values[0] for values in self.general]):
+            row = dict(zip(_SUMMARY_ALL2ALLV_READS, self.general[at]))
+            key = (row["Process Group Name"], row["dtype"])
+            if not any(missing(value) for value in key):
+                add_to(groups, key, SUMMARY_ALL2ALLV_PLAN, row, kept=_SUMMARY_ALL2ALLV_KEPT)
+        table = grouped(groups, ("Process Group Name", "dtype"), SUMMARY_ALL2ALLV_PLAN)
+        table.columns.append("Total wall_time (ms)")
+        for row in table.rows:
+            row.append(row[table.columns.index("Total wall_time (us)")] / 1000)
+        return by_descending(table, "Total wall_time (ms)")
+
+    def notes(self, notes: list[str]) -> None:
+        _mismatch_note(notes, self.mismatched, "all_to_allv ids", "nccl_all2allv")
 
 
-# ---------------------------------------------------------------- pandas' aggregates
+# ---------------------------------------------------------------- the heat map
 
 
-def _kahan_sum(values: list[float]) -> float:
-    """pandas' groupby sum (compensated), NaN left out."""
-    total = compensation = 0.0
-    for value in values:
-        y = value - compensation
-        t = total + y
-        compensation = t - total - y
-        total = t
-    return total
-
-
-def _aggregate(how: str, values: list) -> object:
-    """One of pandas' groupby aggregates over a group's values (missing ones left out, as pandas does)."""
-    if how == "size":
-        return len(values)
-    present = [value for value in values if not missing(value)]
-    if how == "first":
-        return present[0] if present else None
-    if how == "count":
-        return len(present)
-    if not present:
-        return 0 if how == "sum" else math.nan
-    if how == "sum":
-        return _kahan_sum(present) if any(isinstance(value, float) for value in present) else sum(present)
-    if how == "mean":
-        return _kahan_sum(present) / len(present)
-    if how == "median":
-        return float(np.median(np.array(present, dtype=np.float64)))
-    if how in ("min", "max"):
-        return min(present) if how == "min" else max(present)
-    if how == "std":
-        if len(present) < 2:
-            return math.nan
-        count, mean, squares = 0, 0.0, 0.0
-        for value in present:  # Welford's, as pandas' group_var
-            count += 1
-            old = mean
-            mean += (value - old) / count
-            squares += (value - mean) * (value - old)
-        return math.sqrt(squares / (count - 1))
-    raise ValueError(how)
-
-
-def _groups(table: Table, keys: Sequence[str], dropna: bool = True) -> list[tuple[tuple, list[list]]]:
-    """pandas' groupby(keys): groups sorted by their keys; rows with a missing key left out (``dropna``)."""
-    at = [table.columns.index(key) for key in keys]
-    found: dict[tuple, list[list]] = {}
-    for row in table.rows:
-        key = tuple(row[n] for n in at)
-        if dropna and any(missing(value) for value in key):
-            continue
-        found.setdefault(key, []).append(row)
-    try:
-        return sorted(found.items(), key=lambda item: item[0])
-    except TypeError:  # keys of several types in one column (pandas too leaves them unsorted)
-        return list(found.items())
-
-
-def _sorted(table: Table, column: str, descending: bool) -> Table:
-    """pandas' sort_values on one column: ties keep their order, missing values last."""
-    at = table.columns.index(column)
-    present = [row for row in table.rows if not missing(row[at])]
-    absent = [row for row in table.rows if missing(row[at])]
-    present.sort(key=lambda row: -row[at] if descending else row[at])
-    return Table(table.columns, present + absent)
-
-
-def _summary(table: Table, keys: Sequence[str], plan: list[tuple[str, str, str]], dropna: bool = True) -> Table:
-    """Rows per group of ``keys``: ``plan`` lists (source column, aggregate, output column)."""
-    at = {name: table.columns.index(name) for name, _, _ in plan}
-    rows = []
-    for key, members in _groups(table, keys, dropna):
-        rows.append([*key, *(_aggregate(how, [row[at[name]] for row in members]) for name, how, _ in plan)])
-    return Table([*keys, *(output for _, _, output in plan)], rows)
-
-
-def _select(table: Table, columns: Sequence[str]) -> Table:
-    at = [table.columns.index(name) for name in columns]
-    return Table(list(columns), [[row[n] for n in at] for row in table.rows])
-
-
-# ---------------------------------------------------------------- summaries
-
-
-SUMMARY_LONG_KEYS = ("rank", "Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
-                     "In msg nelems", "Out msg nelems", "In split size", "Out split size", "stream")
-
-
-def summary_long(long: Table) -> Table:
-    plan = [("In msg size (MB)", "first", "In msg size (MB)_first"), ("Out msg size (MB)", "first", "Out msg size (MB)_first")]
-    plan += [("dur", how, f"dur_{how}") for how in ("sum", *LONG_AGGREGATES)]
-    plan.append(("collective_id", "count", "operation_count"))
-    return _sorted(_summary(long, SUMMARY_LONG_KEYS, plan), "dur_sum", descending=True)
-
-
-def summary_implicit_sync(detailed: Table) -> Table:
-    if not detailed.rows:
-        return Table([], [])
-    metrics = ["comm_latency", "skew in start time", "skew in end time"]
-    metrics += [name for name in ("algo bw (GB/s)", "bus bw (GB/s)") if not all(map(missing, detailed.column(name)))]
-    keys = ("Collective name", "dtype", "In msg nelems")
-    filled = Table(detailed.columns, [list(row) for row in detailed.rows])
-    for key in keys:
-        at = filled.columns.index(key)
-        for row in filled.rows:
-            if missing(row[at]):
-                row[at] = "Unknown"
-    plan = [(name, how, f"{name}_{how}") for name in metrics for how in AGGREGATES]
-    plan += [("comm_latency", "size", "count"), ("comm_latency", "total_ms", "Total comm latency (ms)")]
-    plan += [(name, "first", name) for name in ("Process Group Name", "Group size", "Full msg size (MB)")]
-    at = {name: filled.columns.index(name) for name, _, _ in plan}
-    rows = []
-    for key, members in _groups(filled, keys, dropna=False):
-        values = []
-        for name, how, _ in plan:
-            column = [row[at[name]] for row in members]
-            values.append(_series_sum(column) / 1000 if how == "total_ms" else _aggregate(how, column))
-        rows.append([*key, *values])
-    table = _sorted(Table([*keys, *(output for _, _, output in plan)], rows), "Total comm latency (ms)", descending=True)
-    order = [*keys, "Process Group Name", "Group size", "Full msg size (MB)",
-             *(f"{name}_{how}" for name in metrics for how in AGGREGATES), "count", "Total comm latency (ms)"]
-    return _select(table, order)
-
-
-def _series_sum(values: list) -> float:
-    """pandas' Series.sum: numpy's (pairwise) sum, missing values as 0."""
-    return np.array([0.0 if missing(value) else value for value in values], dtype=np.float64).sum().item() \
-        if any(isinstance(value, float) for value in values) else sum(value for value in values if value is not None)
-
-
-def summary_all2allv(detailed: Table) -> Table:
-    general = _select(detailed, [name for name in detailed.columns if not name.startswith("rank_")])
-    plan = [("total data communicated (MB)", how, f"total data communicated (MB)_{how}") for how in AGGREGATES]
-    plan += [("wall_time (us)", how, f"wall_time (us)_{how}") for how in AGGREGATES]
-    plan.append(("wall_time (us)", "sum", "Total wall_time (us)"))
-    plan += [("throughput (GB/s)", how, f"throughput (GB/s)_{how}") for how in AGGREGATES]
-    for name in ("size_imbalance", "max_rank_dur (us)", "skew in start time", "skew in end time"):
-        plan += [(name, how, f"{name}_{how}") for how in ("mean", "max")]
-    plan.append(("collective_id", "count", "count"))
-    plan += [(name, "first", name) for name in ("Process Group Ranks", "Collective name", "Group size")]
-    table = _summary(general, ("Process Group Name", "dtype"), plan)
-    table.columns.append("Total wall_time (ms)")
-    for row in table.rows:
-        row.append(row[table.columns.index("Total wall_time (us)")] / 1000)
-    return _sorted(table, "Total wall_time (ms)", descending=True)
-
-
-def heatmap_table(long: Long, world_size: int, notes: list[str]) -> Table:
+class Heatmap(Consumer):
     """nccl_all2allv_heatmap: bytes each rank sent each rank over the all_to_allv (``In split size``)."""
-    columns = ["src_rank", "dst_rank", "total_sent_MB", "avg_sent_MB", "count"]
-    if world_size > HEATMAP_MAX_WORLD:
-        notes.append(f"collectives: no all2allv heat map beyond {HEATMAP_MAX_WORLD} ranks (as TraceLens)")
-        return Table(columns, [])
-    pairs: dict[tuple[int, int], list[int]] = {}
-    skipped = 0
-    for rank, meta in zip(long.ranks, long.metas):
-        if meta[NAME] != "all_to_allv":
-            continue
-        splits = split_sizes(meta[IN_SPLIT])
-        size = DTYPE_BYTES.get(meta[DTYPE]) if isinstance(meta[DTYPE], str) else None
-        if splits is None or (meta[GROUP_SIZE] is not None and len(splits) != meta[GROUP_SIZE]) or size is None:
-            skipped += 1
-            continue
-        for peer, count in enumerate(splits):
-            sums = pairs.setdefault((rank, peer), [0, 0])
-            sums[0] += int(count) * size
+
+    COLUMNS = ["src_rank", "dst_rank", "total_sent_MB", "avg_sent_MB", "count"]
+
+    def __init__(self) -> None:
+        self.pairs: dict[tuple[int, int], list[int]] = {}
+        self.skipped = 0
+        self._splits: dict[int, list[int] | None] = {}  # metadata row -> bytes sent to each rank (None: unreadable)
+
+    def kernel(self, row: list, meta: int) -> None:
+        if row[CNAME] != "all_to_allv":
+            return
+        found = self._splits.get(meta, False)
+        if found is False:
+            splits = split_sizes(row[IN_SP])
+            size = DTYPE_BYTES.get(row[DT]) if isinstance(row[DT], str) else None
+            readable = splits is not None and (row[GSIZE] is None or len(splits) == row[GSIZE]) and size is not None
+            found = self._splits[meta] = [int(count) * size for count in splits] if readable else None  # type: ignore
+        if found is None:
+            self.skipped += 1
+            return
+        for peer, sent in enumerate(found):
+            sums = self.pairs.setdefault((row[RANK], peer), [0, 0])
+            sums[0] += sent
             sums[1] += 1
-    if skipped:
-        notes.append(f"collectives: {skipped:,} all_to_allv kernels without readable split sizes, group size and "
-                     "dtype are left out of the heat map")
-    rows = [[src, dst, total / MIB, total / MIB / count, count] for (src, dst), (total, count) in sorted(pairs.items())]
-    return Table(columns, rows)
+
+    def table(self, world_size: int, notes: list[str]) -> Table:
+        if world_size > HEATMAP_MAX_WORLD:
+            notes.append(f"collectives: no all2allv heat map beyond {HEATMAP_MAX_WORLD} ranks (as TraceLens)")
+            return Table(list(self.COLUMNS), [])
+        if self.skipped:
+            notes.append(f"collectives: {self.skipped:,} all_to_allv kernels without readable split sizes, group size "
+                         "and dtype are left out of the heat map")
+        rows = [[src, dst, total / MIB, total / MIB / count, count]
+                for (src, dst), (total, count) in sorted(self.pairs.items())]
+        return Table(list(self.COLUMNS), rows)
 
 
 def split_sizes(value: object) -> list[int] | None:
@@ -551,36 +769,65 @@ def split_sizes(value: object) -> list[int] | None:
 # ---------------------------------------------------------------- straggler summary
 
 
-def straggler_summary(detailed: Table, long: Long) -> Table:
-    """A row per rank: its wait summed and averaged over the collectives of nccl_implicit_sync, how often it
-    arrived last (least wait) and first, its collective kernels' time; the least waiting (the straggler) first."""
-    columns = ["rank", "total_wait_time_us", "mean_wait_time_us", "times_arrived_last", "times_arrived_first",
+class Stragglers(Consumer):
+    """straggler_summary: per rank its wait summed and averaged over the collectives of nccl_implicit_sync,
+    how often it arrived last (least wait) and first, its collective kernels' time; the least waiting (the
+    straggler) first.  A rank's waits are kept (8 bytes a collective, whether it is in it or not: pandas'
+    pairwise sum reads them all); the last to arrive at a collective is resolved in column order at the end."""
+
+    COLUMNS = ["rank", "total_wait_time_us", "mean_wait_time_us", "times_arrived_last", "times_arrived_first",
                "pct_arrived_last", "num_collectives", "total_nccl_dur_us"]
-    waits = [name for name in detailed.columns if name.startswith("rank_") and name.endswith("_wait_time")]
-    if not detailed.rows or not waits:
-        return Table([], [])
-    at = [detailed.columns.index(name) for name in waits]
-    last = []
-    for row in detailed.rows:  # pandas' idxmin: the first least wait, in column order, missing ones left out
-        present = [(row[n], name) for n, name in zip(at, waits) if not missing(row[n])]
-        least = min(value for value, _ in present)
-        last.append(next(name for value, name in present if value == least))
-    first_rank = detailed.column("earliest arrival rank")
-    count = len(detailed.rows)
-    durations: dict[int, list] = {}
-    for rank, length in zip(long.ranks, long.dur):
-        durations.setdefault(rank, []).append(length)
-    rows = []
-    for rank in sorted(int(name[5:-10]) for name in waits):
-        name = f"rank_{rank}_wait_time"
-        values = [row[detailed.columns.index(name)] for row in detailed.rows]
-        present = [value for value in values if not missing(value)]
-        total = _series_sum(values)
-        mean = total / len(present) if present else math.nan
-        times_last = sum(1 for found in last if found == name)
-        rows.append([rank, _round1(total), _round1(mean), times_last, sum(1 for found in first_rank if found == rank),
-                     _round1(100.0 * times_last / count), count, _round1(_aggregate("sum", durations.get(rank, [])))])
-    return _sorted(Table(columns, rows), "total_wait_time_us", descending=False)
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.waits: dict[int, Column] = {}
+        self.last: dict[tuple[int, ...], int] = {}  # the ranks with the least wait at a collective -> how often
+        self.first: dict[int, int] = {}
+        self.durations: dict[int, Sum] = {}
+
+    def kernel(self, row: list, meta: int) -> None:
+        found = self.durations.get(row[RANK])
+        if found is None:
+            found = self.durations[row[RANK]] = Sum()
+        found.add(row[DUR])
+
+    def add(self, ranks: list[int], waits: list, earliest: int) -> None:
+        for rank, wait in zip(ranks, waits):
+            values = self.waits.get(rank)
+            if values is None:
+                values = self.waits[rank] = Column()
+                for _ in range(self.count):
+                    values.add(None)
+            values.add(wait)
+        for values in self.waits.values():
+            if values.size == self.count:
+                values.add(None)
+        self.count += 1
+        least = min(waits)
+        tied = tuple(rank for rank, wait in zip(ranks, waits) if wait == least)
+        self.last[tied] = self.last.get(tied, 0) + 1
+        self.first[earliest] = self.first.get(earliest, 0) + 1
+
+    def table(self, wait_columns: list[int]) -> Table:
+        """The table, given the ranks of nccl_implicit_sync's wait columns in their order."""
+        if not self.count:
+            return Table([], [])
+        place = {rank: at for at, rank in enumerate(wait_columns)}
+        last: dict[int, int] = {}
+        for tied, times in self.last.items():  # pandas' idxmin: the first least wait in column order
+            winner = min(tied, key=place.__getitem__)
+            last[winner] = last.get(winner, 0) + times
+        rows = []
+        for rank in sorted(wait_columns):
+            values = self.waits[rank]
+            total = values.series_sum()
+            mean = total / values.count if values.count else math.nan
+            times_last = last.get(rank, 0)
+            durations = self.durations.get(rank)
+            rows.append([rank, _round1(total), _round1(mean), times_last, self.first.get(rank, 0),
+                         _round1(100.0 * times_last / self.count), self.count,
+                         _round1(durations.aggregate("sum") if durations else 0)])
+        return by_ascending(Table(list(self.COLUMNS), rows), "total_wait_time_us")
 
 
 def _round1(value: float | int) -> float | int:
@@ -603,30 +850,3 @@ def pg_ranks(value: object) -> list[int]:
         if isinstance(parsed, (list, tuple)):
             return [item for item in parsed if item.__class__ is int]
     return []
-
-
-def with_nodes(table: Table, gpus_per_node: int, world_size: int) -> Table:
-    """TraceLens's ``node_id`` (rank // gpus per node, ranks below the world size) and ``node_span``
-    (intra_node when a group's ranks are on one node, inter_node, unknown without ranks)."""
-    if not table.rows:
-        return table
-    columns, rows = list(table.columns), [list(row) for row in table.rows]
-    if "rank" in columns:
-        at = columns.index("rank")
-        columns.append("node_id")
-        for row in rows:
-            row.append(row[at] // gpus_per_node if 0 <= row[at] < world_size else None)
-    if "Process Group Ranks" in columns:
-        at = columns.index("Process Group Ranks")
-        columns.append("node_span")
-        spans: dict[object, str] = {}
-        for row in rows:
-            span = spans.get(row[at])
-            if span is None:
-                members = pg_ranks(row[at])
-                nodes = {member // gpus_per_node for member in members}
-                span = spans[row[at]] = "unknown" if not members else "intra_node" if len(nodes) == 1 else "inter_node"
-            row.append(span)
-    return Table(columns, rows)
-
-

@@ -93,6 +93,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
         ops_files, ops_notes, ops_parts = ops_analysis.combine([result.ops for result in per_file if result.ops])
+        collective = None
         try:  # (the launch parts are in the run's directory: done with before it goes)
             if ranks is not None:
                 results = [result for result in results if result.rank in ranks]
@@ -102,7 +103,9 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             tables = build_tables(results, chosen, num_candidates, utilization_bins)
             collective = collectives.collective_report([result.collectives for result in sorted(results, key=lambda r: r.rank)
                                                         if result.collectives is not None and "collectives" in picked],
-                                                       all2allv_heatmap, align_clocks)
+                                                       all2allv_heatmap, align_clocks, _local(spool_dir))
+            for result in results:
+                result.collectives = None  # (their records are the report's now)
             collectives.add_causes(collective, tables)
             tables.update(collectives.as_records(collective))
             launch_rows = sum(launch.rows for launch in launches)
@@ -136,6 +139,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             if "launches" in chosen:
                 tables[LAUNCH_TABLE] = read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
         finally:
+            if collective is not None:
+                collectives.close(collective)
             for result in per_file:
                 discard(result)
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
@@ -193,6 +198,11 @@ def _run_tasks(runner: TaskRunner, files: list[str], options: Options, label: st
         return list(runner.ordered(analyze_file, [(path, options) for path in files], label=label,
                                    work=Work.reading(files)))
     return list(runner.ordered(analyze_file_in_store, [(path, options, runner.store) for path in files], label=label))
+
+
+def _local(spool_dir: str | None) -> str | None:
+    """Where this process keeps temporary files: ``--spool-dir`` unless it is a bucket (a --dask run's)."""
+    return None if spool_dir is None or "://" in spool_dir else spool_dir
 
 
 def _refuse_repeated_ranks(results: list[RankResult]) -> None:

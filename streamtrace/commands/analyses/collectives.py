@@ -6,7 +6,10 @@ Pass 1 keeps, per NCCL/RCCL kernel, its start, duration, pid slot, own
 ``args.rank`` and an index into the distinct collective args seen (a few
 dozen bytes a kernel, whatever the size of the trace); once the file's
 ranks are known each rank's kernels become a :class:`RankKernels`, and the
-coordinator makes the tables from every rank's.
+coordinator makes the tables from every rank's, collective by collective:
+the kernels' records on disk beyond a budget and the long tables' rows
+written to temporary files as they are made, then copied into the CSVs
+(:mod:`streamtrace.io.collectivespill`).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import numpy as np
 from ...algo import collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
+from ...io.collectivespill import PartTable, RowPart, SpilledKernels
 from ...io.destinations import Destinations
 from ...io.projection import attribute
 
@@ -195,13 +199,40 @@ def pg_config(members: list, member_value) -> dict[str, tuple[int, ...]]:
     return collectivematch.pg_config_ranks(member_value(members, "distributedInfo"))
 
 
-def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, align_clocks: bool = False) -> Report:
+def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, align_clocks: bool = False,
+                      spool_dir: str | None = None) -> Report:
     """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
-    first rank's file, as TraceLens takes them from its first file."""
+    first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
+    TraceLens's on clocks aligned on collective ends.  The kernels' records and the long tables' rows go to
+    temporary files in ``spool_dir`` beyond a budget (:mod:`streamtrace.io.collectivespill`); :func:`close`
+    lets them go."""
     if not inputs:
         return Report({}, [])
-    return collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
-                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap, align_clocks=align_clocks)
+    store = SpilledKernels(spool_dir)
+    parts: list[RowPart] = []
+
+    def rows(name: str) -> RowPart:
+        parts.append(RowPart(spool_dir, JSON_ROWS))
+        return parts[-1]
+
+    try:
+        found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
+                                        world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap,
+                                        align_clocks=align_clocks, store=store, rows=rows)
+    except BaseException:
+        for part in parts:
+            part.close()
+        raise
+    finally:
+        store.close()
+    found.sinks = parts
+    return found
+
+
+def close(report: Report) -> None:
+    """Let go of the files holding the report's long tables."""
+    for part in report.sinks:
+        part.close()
 
 
 def add_causes(report: Report, hta_tables: dict) -> None:
@@ -223,11 +254,15 @@ def claim(destinations: Destinations, out_dir: str | os.PathLike | None) -> dict
 
 
 def write(destinations: Destinations, report: Report, targets: dict[str, str]) -> list[str]:
-    """One CSV per table the report holds; returns the paths written."""
+    """One CSV per table the report holds (a long table copied from its file); returns the paths written."""
     written = []
     for name, table in report.tables.items():
         if name in targets:
-            destinations.write(targets[name], csv_text(table).encode(), role="table")
+            with destinations.open(targets[name], role="table") as out:
+                if isinstance(table, PartTable):
+                    table.write(out)
+                else:
+                    out.write(csv_text(table).encode())
             written.append(targets[name])
     return written
 
@@ -247,7 +282,8 @@ def _cell(value: object) -> object:
 def as_records(report: Report) -> dict[str, list[dict] | None]:
     """The tables as lists of rows (column -> value), for the summary (NaN as None); a table longer than
     :data:`JSON_ROWS` is None there (its CSV has it), as analyze's launch statistics."""
-    return {name: None if len(table.rows) > JSON_ROWS else _records(table) for name, table in report.tables.items()}
+    return {name: None if table.rows is None or len(table.rows) > JSON_ROWS else _records(table)
+            for name, table in report.tables.items()}
 
 
 def _records(table: Table) -> list[dict]:

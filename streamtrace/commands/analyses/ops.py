@@ -490,7 +490,7 @@ def coll_analysis(kernels: KernelCollector, rows: np.ndarray | None = None) -> b
     if not len(ts):
         return None
     rank = collectives.RankKernels(0, ts.copy(), dur.copy(), meta.copy(), list(kernels.metas))
-    summary = collectives.summary_long(collectives.long_rows([rank]).table)
+    summary = collectives.summary_long([rank])
     return csv_text(summary).encode("utf-8") if summary.rows else None
 
 

@@ -1,0 +1,226 @@
+"""The collective report beyond memory: the ranks' kernel records and the rows of its long tables (a row
+per kernel or per collective) go to temporary files, so that ``analyze`` holds, whatever the size and
+number of its inputs, a budget of records and the collective being matched."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import shutil
+import tempfile
+from array import array
+from typing import BinaryIO, Iterator
+
+import numpy as np
+
+from ..algo.collectives import KERNEL, Rows, laid_out, missing
+from .scratch import spool_writes
+
+SPILL_BYTES = 64 << 20
+"""Kernel records (32 bytes each) kept in memory; beyond, all of them go to one file (tests lower it)."""
+
+
+PENDING_ROWS = 512  # plain rows formatted and written together
+
+
+class SpilledKernels:
+    """Every rank's kernel records (:class:`~streamtrace.algo.collectives.KernelStore`): in memory up to
+    :data:`SPILL_BYTES`, else in one temporary file (one handle whatever the number of ranks), read back
+    as a memory map: the matching reads a rank's block and each collective's kernels, the page cache the rest."""
+
+    def __init__(self, directory: str | None = None, budget: int | None = None) -> None:
+        self.directory = directory
+        self.budget = SPILL_BYTES if budget is None else budget
+        self._parts: list[np.ndarray] = []
+        self._held = 0
+        self._size = 0
+        self._file: BinaryIO | None = None
+
+    def append(self, records: np.ndarray) -> int:
+        offset = self._size
+        self._size += len(records)
+        if self._file is None and self._held + records.nbytes <= self.budget:
+            self._parts.append(records)
+            self._held += records.nbytes
+            return offset
+        with spool_writes(self.directory or tempfile.gettempdir()):
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="streamtrace-collectives-", dir=self.directory)
+                for part in self._parts:
+                    self._file.write(part.tobytes())
+                self._parts, self._held = [], 0
+            self._file.write(records.tobytes())
+        return offset
+
+    @property
+    def spilled(self) -> bool:
+        return self._file is not None
+
+    def seal(self) -> np.ndarray:
+        if self._file is None:
+            return np.concatenate(self._parts) if self._parts else np.empty(0, KERNEL)
+        self._file.flush()
+        return np.memmap(self._file, dtype=KERNEL, mode="r", shape=(self._size,))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._parts = []
+
+
+class RowPart(Rows):
+    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns a
+    line per column, name and value, laid out when the columns are known); the first ``keep`` are kept as
+    they are too (the summary's), none if there are more.  A sorted table keeps its sort key and each
+    row's place (16 bytes a row).  No row's whole text is made at once (an all_to_allv's row over 1,024
+    ranks, every rank's splits, is megabytes)."""
+
+    def __init__(self, directory: str | None, keep: int) -> None:
+        super().__init__()
+        self.directory, self.keep = directory, keep
+        self.count = 0
+        self.named = False  # rows made as dicts
+        self.kept: list | None = []
+        self._file: BinaryIO | None = None
+        self._text: io.TextIOWrapper | None = None
+        self._sort_keys = array("d")
+        self._offsets = array("q")
+        self._pending: list[list] = []  # plain rows not yet written (written a batch at a time)
+
+    def _flush(self) -> None:
+        if self._pending:
+            batch = io.StringIO()
+            csv.writer(batch, lineterminator="\n").writerows(self._pending)
+            self._pending = []
+            with spool_writes(self.directory or tempfile.gettempdir()):
+                self._text.write(batch.getvalue())  # type: ignore[union-attr]
+
+    def add(self, row: list | dict, key: object = None) -> None:
+        self.named = isinstance(row, dict)
+        if self.named:  # (value == value: all but NaN, written as an empty cell as None is)
+            cells = [cell for name, value in row.items() for cell in (name, value if value == value else "")]  # type: ignore
+        else:
+            cells = [value if value == value else "" for value in row]  # type: ignore[union-attr]
+        with spool_writes(self.directory or tempfile.gettempdir()):
+            if self._text is None:
+                self._file = tempfile.TemporaryFile(prefix="streamtrace-table-", dir=self.directory)
+                self._text = io.TextIOWrapper(self._file, encoding="utf-8", newline="", write_through=True)
+                self._writer = csv.writer(self._text, lineterminator="\n")
+            if not self.named and key is None:
+                self._pending.append(cells)
+                if len(self._pending) >= PENDING_ROWS:
+                    self._flush()
+            else:
+                self._flush()
+                if key is not None:
+                    self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+                    self._offsets.append(self._file.tell())  # type: ignore[union-attr]
+                if self.named:  # a line per column, an empty line after the row
+                    self._writer.writerows(zip(cells[::2], cells[1::2]))
+                    self._writer.writerow([])
+                else:
+                    self._writer.writerow(cells)
+        self.count += 1
+        if self.kept is not None:
+            self.kept.append(row)
+            self.keys.append(key)
+            if self.count > self.keep:
+                self.kept = None
+                self.keys = []
+
+    def __len__(self) -> int:
+        return self.count
+
+    def table(self, columns: list[str], by_key: bool = False) -> PartTable:  # type: ignore[override]
+        order = None
+        if by_key:
+            keys = np.frombuffer(self._sort_keys, dtype=np.float64)
+            present = np.flatnonzero(~np.isnan(keys))
+            order = np.concatenate([present[np.argsort(-keys[present], kind="stable")], np.flatnonzero(np.isnan(keys))])
+        rows = None if self.kept is None else laid_out(self.kept, self.keys, columns, by_key)
+        return PartTable(columns, self, order, rows)
+
+    def write(self, out: io.TextIOWrapper, columns: list[str], order: np.ndarray | None) -> None:
+        """Copy the rows to ``out`` (in ``order``, the lines' places, if given), named columns laid out."""
+        if self._text is None or self._file is None:
+            return
+        self._flush()
+        self._text.flush()
+        if not self.named and order is None:
+            out.flush()
+            self._file.seek(0)
+            shutil.copyfileobj(self._file, out.buffer)
+            return
+        if not self.named:
+            writer = csv.writer(out, lineterminator="\n")
+            for at in order:  # type: ignore[union-attr]
+                writer.writerows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline="")))
+            return
+        if order is not None:
+            rows = (_named_rows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline=""))) for at in order)
+            named = (row for found in rows for row in found)
+        else:
+            self._text.seek(0)
+            named = _named_rows(csv.reader(self._text))
+        for values in named:
+            _write_cells(out, [values.get(name, "") for name in columns])
+
+    def _line_at(self, at: int) -> bytes:
+        assert self._file is not None
+        self._file.seek(0, os.SEEK_END)
+        end = self._offsets[at + 1] if at + 1 < len(self._offsets) else self._file.tell()
+        self._file.seek(self._offsets[at])
+        return self._file.read(end - self._offsets[at])
+
+    def close(self) -> None:
+        if self._text is not None:
+            self._text.close()  # (and its file)
+            self._text = self._file = None
+
+
+class PartTable:
+    """A table whose rows are in a :class:`RowPart`: its columns, its length, the rows themselves when few
+    (else None)."""
+
+    def __init__(self, columns: list[str], part: RowPart, order: np.ndarray | None, rows: list | None) -> None:
+        self.columns, self.part, self.order, self.rows = columns, part, order, rows
+
+    def __len__(self) -> int:
+        return self.part.count
+
+    def write(self, raw: BinaryIO) -> None:
+        """The CSV: header, then every row."""
+        out = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        try:
+            csv.writer(out, lineterminator="\n").writerow(self.columns)
+            self.part.write(out, self.columns, self.order)
+            out.flush()
+        finally:
+            out.detach()  # (the stream is its owner's to close)
+
+
+def _named_rows(lines: Iterator[list[str]]) -> Iterator[dict[str, str]]:
+    """Rows written a column a line (name, value), an empty line after each, as dicts."""
+    values: dict[str, str] = {}
+    for line in lines:
+        if line:
+            values[line[0]] = line[1]
+        else:
+            yield values
+            values = {}
+
+
+def _write_cells(out: io.TextIOWrapper, cells: list[str], chunk: int = 256) -> None:
+    """One CSV row as the csv module writes it, formatted ``chunk`` cells at a time (a writer holds its row's
+    text four times over: an all_to_allv's row over 1,024 ranks is megabytes)."""
+    for first in range(0, len(cells), chunk):
+        piece = cells[first:first + chunk]
+        if first:
+            out.write(",")
+        if piece != [""]:  # (a row of one empty cell is written '""': here it is an empty cell)
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerow(piece)
+            out.write(text.getvalue()[:-1])
+    out.write("\n")
