@@ -30,6 +30,7 @@ task on another worker).
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import shutil
@@ -414,6 +415,9 @@ def _connect(address: str) -> Any:
         from distributed import Client
     except ImportError:
         raise TraceError("--dask needs the 'dask' extra: pip install 'streamtrace[dask]'") from None
+    collecting = gc.isenabled()
+    gc.disable()  # (a Client that failed to start, finalized by the collector while this one starts, waits forever
+    #                 on distributed's loop lock: found with two --dask runs in one process)
     try:
         return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError) as exc:
@@ -421,3 +425,6 @@ def _connect(address: str) -> Any:
     except (ValueError, AssertionError) as exc:  # Dask's words for an address it cannot parse
         raise TraceError(f"--dask {address}: not a scheduler address such as tcp://host:8786 "
                          f"({exc or 'bad port'})") from None
+    finally:
+        if collecting:
+            gc.enable()
