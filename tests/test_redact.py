@@ -24,6 +24,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import streamtrace
+from streamtrace.algo import secrets as secrets_module
 from streamtrace.algo.secrets import DEFAULT_SECRETS_RULES_TOML, Pseudonyms, SecretFinder, fold, parse_secrets_rules
 from streamtrace.errors import TraceError
 from streamtrace.io.redact import load_secret_rules
@@ -427,3 +428,17 @@ def test_inspect_reads_the_input_text_of_a_batch_when_it_has_no_escape(tmp_path)
     assert texts and None not in texts and any(GOOGLE.encode() in text for text in texts)
     found = streamtrace.inspect(trace, jobs=1)["secrets_found"]
     assert found == {"google-api-key": {"count": 1, "paths": ["traceEvents[7].args.note"]}}
+
+
+@pytest.mark.parametrize("offset", range(0, 48, 5))
+def test_the_screen_finds_a_hint_wherever_its_windows_are_cut(offset, monkeypatch):
+    """The pre-filter splits the text a window at a time, each cut at a ``}``: a
+    token placed at any distance from a window's end is still seen, and the
+    same events without it are still clean (windows of 64 bytes here)."""
+    monkeypatch.setattr(secrets_module, "SCREEN_WINDOW", 64)
+    clean = b",".join(b'{"name": "kernel %d", "args": {"a": "%s"}}' % (n, b"x" * (n % 50)) for n in range(40))
+    token = b"hf_" + b"A1" * 20
+    events = b'[%s, {"name": "%s%s", "args": {}}, %s]' % (clean, b"y" * offset, token, clean)
+    finder = SecretFinder(load_secret_rules(None))
+    assert not finder.suspicious(b"[%s, %s]" % (clean, clean))
+    assert SecretFinder(load_secret_rules(None)).suspicious(events)

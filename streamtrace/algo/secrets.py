@@ -118,6 +118,7 @@ _ANCHORS = re.compile(r"(?<!\\)[$^]|\\[AZbB]")
 PSEUDONYM_KINDS = ("hosts", "users", "paths")
 MAX_PSEUDONYMS = 1_000_000  # distinct values per kind: bounds memory on hostile input
 MAX_PATHS = 100  # JSON paths kept per kind in a summary (all are counted)
+SCREEN_WINDOW = 1 << 16  # bytes of folded text split at once by the screen's pre-filter
 CLEAN_CACHE_BYTES = 32 << 20  # pieces remembered as clean, at most (then forgotten, and relearned)
 
 _HOST_KEYS = frozenset({"host", "hostname", "host_name", "nodename", "node_name", "master_addr", "hostaddr"})
@@ -330,7 +331,22 @@ class SecretFinder:
         return bool(self._unhinted) and self._unhinted_hit(bytes(text))
 
     def _hinted(self, folded: bytes) -> bool:
-        """Does a hint occur in ``folded`` text?  (No hint holds a digit or ``}``.)"""
+        """Does a hint occur in ``folded`` text?  (No hint holds a digit or ``}``.)
+        Looked at a window of :data:`SCREEN_WINDOW` bytes at a time, each cut
+        at a ``}``: the pieces are those of the whole text, and the copies
+        splitting makes stay in the processor's cache instead of evicting
+        what the command reads next (a whole chunk at once slowed the
+        command's own decoding by more than the screen's own time)."""
+        start, size = 0, len(folded)
+        while start < size:
+            end = folded.find(b"}", start + SCREEN_WINDOW) if start + SCREEN_WINDOW < size else -1
+            end = size if end < 0 else end
+            if self._hinted_window(folded[start:end]):
+                return True
+            start = end + 1
+        return False
+
+    def _hinted_window(self, folded: bytes) -> bool:
         new = set(folded.split(b"}")).difference(self._clean)
         if not new:
             return False
