@@ -127,6 +127,7 @@ def test_an_archive_of_rank_files_is_rank_files(tmp_path, kind):
 
 
 def test_urls_of_a_merged_file_and_of_a_rank_file(merged_dlrm):
+    pytest.importorskip("aiohttp", reason="the http extra")
     with object_server() as server:
         server.objects["/merged.json"] = merged_dlrm.read_bytes()
         server.objects["/rank2.json.gz"] = DLRM_FILES[2].read_bytes()
