@@ -14,7 +14,7 @@ import pytest
 from tracelens_cases import CASES, HEATMAP, REFERENCE, SYNTH, case_files
 
 import streamtrace
-from streamtrace.algo import collectivereport
+from streamtrace.algo import collectivereport, collectivetables
 from streamtrace.algo import collectives as algo
 from streamtrace.commands.analyses import index as analyze_index
 from streamtrace.commands.analyze import analyze
@@ -153,8 +153,8 @@ def test_groups_sharing_a_name_are_told_apart():
 
 
 def test_split_sizes_and_group_ranks_readings():
-    assert algo.split_sizes("[1024, 2048]") == [1024, 2048] and algo.split_sizes([3, 4]) == [3, 4]
-    assert algo.split_sizes("[]") == [] and algo.split_sizes("n/a") is None and algo.split_sizes(None) is None
+    assert collectivetables.split_sizes("[1024, 2048]") == [1024, 2048] and collectivetables.split_sizes([3, 4]) == [3, 4]
+    assert collectivetables.split_sizes("[]") == [] and collectivetables.split_sizes("n/a") is None and collectivetables.split_sizes(None) is None
     assert algo.pg_ranks("[0, 1, 2]") == [0, 1, 2] and algo.pg_ranks("0 1 x") == [0, 1] and algo.pg_ranks(None) == []
 
 

@@ -23,11 +23,8 @@ from .collectives import (
     RANKS,
     TS,
     TYPE_OF,
-    All2allv,
     Collective,
     Consumer,
-    Heatmap,
-    ImplicitSync,
     KernelStore,
     LongTable,
     Nodes,
@@ -40,6 +37,7 @@ from .collectives import (
     pg_ranks,
     walk,
 )
+from .collectivetables import All2allv, Heatmap, ImplicitSync
 
 # ---------------------------------------------------------------- beyond TraceLens
 
