@@ -180,10 +180,7 @@ class InspectVisitor:
         ts, dur = event.get("ts"), event.get("dur")
         if event.get("ph") == "X" and ts.__class__ in NUMBER_TYPES and dur.__class__ in NUMBER_TYPES and dur >= 0:
             self._time_slice(pid, event, float(ts), float(dur))
-        args = event.get("args")
-        if args.__class__ is not dict:
-            return
-        correlation = args.get("correlation")
+        correlation = _correlation(event)
         if correlation is None:
             return
         if correlation in self.graph_correlations:
@@ -220,10 +217,7 @@ class InspectVisitor:
 
     def _runtime(self, event: dict) -> None:
         self._rank_evidence(event)
-        args = event.get("args")
-        if args.__class__ is not dict:
-            return
-        correlation = args.get("correlation")
+        correlation = _correlation(event)
         if correlation is None:
             return
         pid = event.get("pid")
@@ -641,6 +635,12 @@ class _Undecided:
         self.positions.append(self._last[1])
         self.correlations.append(correlation)
         self.launched.append(launched)
+
+
+def _correlation(event: dict) -> object:
+    """A parsed event's ``args.correlation`` (None without an args object or that member)."""
+    args = event.get("args")
+    return args.get("correlation") if args.__class__ is dict else None
 
 
 def _last_end(phases: list, starts: list, events: list["ChunkEvent"]) -> object:
