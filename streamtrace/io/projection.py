@@ -25,6 +25,15 @@ from .eventtext import has_int_beyond_fast_reading
 ABSENT = msgspec.UNSET
 """A declared field's default that tells an absent member from ``null``."""
 
+
+class _RawText:
+    """The marker of :data:`RAW`."""
+
+
+RAW = _RawText()
+"""A declared field read as its text (``msgspec.Raw``; None when absent): a
+member whose value is only compared, and decoded once per distinct text."""
+
 _ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
@@ -32,7 +41,7 @@ class Projection:
     """A typed decoder for the members of an event a visitor reads.
 
     ``fields`` maps each member to its default when absent (None, a value,
-    or :data:`ABSENT`), or to a mapping of the same kind: an object member
+    or :data:`ABSENT`), :data:`RAW`, or to a mapping of the same kind: an object member
     (such as ``args``) and the members of it that are read; absent or
     ``null``, it is None, and any other value refuses the chunk.
     A member whose name is not a Python identifier (``"Collective name"``)
@@ -149,10 +158,12 @@ def _struct(name: str, fields: Mapping[str, object]) -> type:
     for key, default in fields.items():
         if isinstance(default, Mapping):
             members.append((key, Optional[_struct(f"{name}_{key}", default)], None))
-        elif key.isidentifier():
-            members.append((key, Any, default))
+            continue
+        kind, default = (msgspec.Raw, None) if default is RAW else (Any, default)
+        if key.isidentifier():
+            members.append((key, kind, default))
         else:
-            members.append((attribute(key), Any, msgspec.field(default=default, name=key)))
+            members.append((attribute(key), kind, msgspec.field(default=default, name=key)))
     return msgspec.defstruct(name, members, gc=False)
 
 
@@ -219,8 +230,14 @@ _ANALYSIS_FIELDS = {"ph": None, "cat": None, "name": None, "pid": None, "ts": No
                     "args": {"stream": None, "original_stream": None, "correlation": None, "rank": None, "name": None,
                              **dict.fromkeys(COLLECTIVE_ARGS + COMMS_OP_ARGS)}}
 _ANALYSIS = Projection(_ANALYSIS_FIELDS)
+OP_SIGNATURE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs", "Output type")
+"""The args of a host op that TraceLens's perf report groups by and its performance models read (as text)."""
+_OPS = Projection({**_ANALYSIS_FIELDS, "tid": None, "id": None,
+                   "args": {**_ANALYSIS_FIELDS["args"], "Sequence number": None, "kernel": None, "labels": None,
+                            **dict.fromkeys(OP_SIGNATURE_ARGS, RAW)}})
 
 
-def projected_events(text: bytes) -> list | None:
-    """The events of a chunk with the members the analyses read (see :class:`Projection`)."""
-    return _ANALYSIS.decode(text)
+def projected_events(text: bytes, ops: bool = False) -> list | None:
+    """The events of a chunk with the members the analyses read (see :class:`Projection`);
+    ``ops``: and those ``analyze --ops`` reads (its op signatures as text, :data:`RAW`)."""
+    return (_OPS if ops else _ANALYSIS).decode(text)

@@ -18,6 +18,7 @@ from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..mergedindex import note_process_name
 from . import collectives  # TraceLens's collective report (SPEC 16): its pass-1 hooks are marked "collectives"
 from .ops import OpsCollector  # TraceLens's perf report (SPEC 17, --ops): its pass-1 hooks are marked "ops"
+from .opsprojected import accepts_chunk, collect_chunk  # ops
 
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
@@ -186,22 +187,30 @@ class AnalyzeIndex:
         """Index a chunk's events as :meth:`visit` would, from a projection
         decoded with msgspec and a pass over each field; None (refused, nothing
         kept) when the projection cannot read the chunk or a field has an
-        unusual type.  With ops, the chunk's events as dicts go to them too (after
-        the index took the chunk: a refused chunk leaves nothing)."""
-        dicts = None if self.ops is None else chunk_events(text)
-        if self.ops is not None and dicts is None:
+        unusual type.  With ops, the same projection (with the members they
+        read) goes to them too, after the index took the chunk (a refused chunk
+        leaves nothing); or the chunk's events as dicts, where the projection
+        could read them differently (:func:`.opsprojected.accepts_chunk`)."""
+        events = projected_events(text, ops=self.ops is not None)
+        if events is None:
             return None
-        count = self._index_chunk(text)
-        if count is not None and dicts is not None:
-            visit = self.ops.visit  # type: ignore[union-attr]
+        dicts = None
+        if self.ops is not None and not accepts_chunk(events):
+            dicts = chunk_events(text)
+            if dicts is None:
+                return None
+        count = self._index_chunk(events)
+        if count is None or self.ops is None:
+            return count
+        if dicts is None:
+            collect_chunk(self.ops, events)
+        else:
+            visit = self.ops.visit
             for event in dicts:
                 visit(event)
         return count
 
-    def _index_chunk(self, text: bytes) -> int | None:
-        events = projected_events(text)
-        if events is None:
-            return None
+    def _index_chunk(self, events: list) -> int | None:
         ts = [event.ts for event in events]
         dur = [event.dur for event in events]
         ts_types, dur_types = set(map(type, ts)), set(map(type, dur))

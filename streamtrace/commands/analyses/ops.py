@@ -26,6 +26,7 @@ from ...errors import TraceError
 from ...io.configfiles import load_spec
 from ...io.destinations import Destinations
 from ...io.jsonscan import member_value
+from ...io.projection import OP_SIGNATURE_ARGS
 from ...io.reader import TraceReader
 from ...io.source import InputSource
 from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
@@ -33,8 +34,8 @@ from .collectives import KernelCollector, csv_text
 
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
 GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
-SIGNATURE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
-MODEL_ARGS = (*SIGNATURE_ARGS, "Output type")  # what the performance models read
+MODEL_ARGS = OP_SIGNATURE_ARGS  # what the performance models read
+SIGNATURE_ARGS = MODEL_ARGS[:4]  # what ops_unique_args groups by
 # metadata event name -> the args member holding its value (TraceLens reads these three)
 METADATA = {"process_name": "name", "process_labels": "labels", "thread_name": "name"}
 RANK_EVIDENCE = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events whose own args.rank places them (analyze's rule)
@@ -105,6 +106,7 @@ class OpsCollector:
         self.places: dict[tuple, int] = {}  # (pid, tid) -> number
         self.signatures: dict[tuple, int] = {}
         self._signature_of_text: dict[bytes, int] = {}
+        self.signature_of_raw: dict[bytes, int] = {}  # (the same, by the texts of a projected event's lists)
         self.signature_values: list[list] = []
         self._other_links: dict[object, int] = {}  # ids that are no 63-bit integers -> numbers above them
         # (launch: -1 no launch call, else the id its args hold: 0 correlation, 1 External id; run: see runs)

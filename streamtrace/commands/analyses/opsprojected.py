@@ -1,0 +1,241 @@
+"""``analyze --ops``'s pass-1 collection from a chunk's projected events
+(:func:`...io.projection.projected_events` with ``ops``): the columns
+:meth:`.ops.OpsCollector.visit` keeps per event, taken a field at a time
+over the whole chunk, from the one decoding the index reads too (no event
+dict, no second parse).  Op signatures come as their text and are decoded
+once per distinct text.  A chunk whose projection could read differently
+from its dicts (:func:`accepts_chunk`) goes the dict way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from ...algo.opstables import KERNEL
+from ...io.projection import OP_SIGNATURE_ARGS, attribute
+from .ops import (
+    GPU_CATS,
+    HOST_CATS,
+    KEYS,
+    LINK_HIGH,
+    LINK_LOW,
+    METADATA,
+    NUMBERS,
+    RANK_EVIDENCE,
+    RUNTIME,
+    OpsCollector,
+    _key,
+    _number,
+    _pid_key,
+)
+
+_SIGNATURE_ATTRIBUTES = [attribute(key) for key in OP_SIGNATURE_ARGS]
+_RUN_FLAGS = {"cpu_op": 1, "python_func": 2}  # (OpsCollector.runs' flags)
+_NOT_A_SIGNATURE = b"\0"  # (joins a signature's texts: no JSON text holds it)
+
+
+def accepts_chunk(events: list) -> bool:
+    """Whether the projected events read as their dicts would: every host or GPU event is named by a
+    string (the dict way names one without a name ""), and every launch call's args say whether they
+    hold a correlation (the projection reads an absent one and a null one alike)."""
+    for event in events:
+        cat = event.cat
+        if cat.__class__ is not str or (cat not in HOST_CATS and cat not in GPU_CATS):
+            continue
+        name = event.name
+        if name.__class__ is not str:
+            return False
+        if (HOST_CATS.get(cat) == RUNTIME and event.args is not None and event.args.correlation is None
+                and "launch" in name.lower()):
+            return False
+    return True
+
+
+def collect_chunk(c: OpsCollector, events: list) -> None:
+    """A chunk's events into the collector's columns (:func:`accepts_chunk` said yes), as its ``visit``
+    of each event's dict would."""
+    first_uid = c.events
+    c.events += len(events)
+    if not events:
+        return
+    cats = [cat if cat.__class__ is str else None for cat in [event.cat for event in events]]
+    owns = [_own_rank(event.args) if cat in RANK_EVIDENCE else -1 for event, cat in zip(events, cats)]
+    starts, numbers = _runs(c, [event.pid for event in events], owns)
+    run_of = np.repeat(np.array(numbers, dtype=np.int64), np.diff(np.append(starts, len(events))))
+    flags = np.bitwise_or.reduceat(np.array([_RUN_FLAGS.get(cat, 0) for cat in cats], dtype=np.int8), starts)
+    run_flags = c.runs.arrays["flags"]
+    for at in np.flatnonzero(flags).tolist():
+        run_flags[numbers[at]] |= int(flags[at])
+    phases = [event.ph for event in events]
+    if "M" in phases:
+        for at in [at for at, ph in enumerate(phases) if ph == "M"]:
+            _metadata(c, events[at])
+    if "ac2g" in cats:
+        _flows(c, events, [at for at, cat in enumerate(cats) if cat == "ac2g"], run_of)
+    wanted = [at for at, cat in enumerate(cats) if cat in HOST_CATS or cat in GPU_CATS]
+    if not wanted:
+        return
+    ts = _numbers([events[at].ts for at in wanted])
+    dur = _numbers([events[at].dur for at in wanted])
+    if None in ts or None in dur:
+        untimed = c.runs.arrays["untimed"]
+        for at, start, length in zip(wanted, ts, dur):
+            if start is None or length is None:
+                untimed[int(run_of[at])] += 1
+        timed = [(at, start, length) for at, start, length in zip(wanted, ts, dur)
+                 if start is not None and length is not None]
+        wanted, ts, dur = [at for at, _, _ in timed], [start for _, start, _ in timed], [length for _, _, length in timed]
+    names = c.names
+    name_ids = [names.setdefault(name, len(names)) for name in [events[at].name for at in wanted]]
+    places = _places(c, [events[at] for at in wanted])
+    host = [k for k, at in enumerate(wanted) if cats[at] in HOST_CATS]
+    if host:
+        _host(c, events, cats, wanted, host, ts, dur, name_ids, places, run_of, first_uid)
+    if len(host) != len(wanted):
+        chosen = set(host)
+        _gpu(c, events, cats, wanted, [k for k in range(len(wanted)) if k not in chosen], ts, dur, name_ids,
+             places, run_of)
+
+
+def _own_rank(args: object) -> int:
+    rank = None if args is None else args.rank
+    return rank if rank.__class__ is int and rank >= 0 else -1
+
+
+def _numbers(values: list) -> list:
+    """Times as the dict way reads them (None: absent or no number)."""
+    if set(map(type, values)) <= {int, float}:
+        return values
+    return [value if value.__class__ in NUMBERS else _number(value) for value in values]
+
+
+def _runs(c: OpsCollector, pids: list, owns: list) -> tuple[np.ndarray, list[int]]:
+    """The runs (of one pid and own rank) the events are counted in: where each starts in the chunk,
+    and its number (the first continues the collector's last run where the key is the same)."""
+    keys = list(zip(pids, owns))
+    starts = [0, *[at for at, (before, key) in enumerate(zip(keys, keys[1:]), 1) if key != before]]
+    lengths = np.diff(np.append(starts, len(keys))).tolist()
+    runs = c.runs.arrays
+    counts = runs["count"]
+    numbers = []
+    for start, length in zip(starts, lengths):
+        key = keys[start]
+        if key != c._last:
+            c._last = key
+            for column, value in zip(runs.values(), (c.pid_keys.setdefault(_pid_key(key[0]), len(c.pid_keys)),
+                                                     key[1], 0, 0, 0)):
+                column.append(value)
+            c._at = len(counts) - 1
+        counts[c._at] += length
+        numbers.append(c._at)
+    return np.array(starts, dtype=np.int64), numbers
+
+
+def _metadata(c: OpsCollector, event: object) -> None:
+    name, args = event.name, event.args
+    if name.__class__ is str and name in METADATA and args is not None:
+        c.metadata[(_key(event.pid), _key(event.tid), name)] = getattr(args, METADATA[name])
+
+
+def _places(c: OpsCollector, events: list) -> list[int]:
+    """Each event's (pid, tid) number, as the dict way numbers them."""
+    places = c.places
+    out = []
+    for event in events:
+        pid, tid = event.pid, event.tid
+        key = (pid, tid) if pid.__class__ in KEYS and tid.__class__ in KEYS else (_key(pid), _key(tid))
+        out.append(places.setdefault(key, len(places)))
+    return out
+
+
+def _links(c: OpsCollector, values: list) -> list[int]:
+    link = c._link
+    return [value if value.__class__ is int and LINK_LOW < value < LINK_HIGH else link(value) for value in values]
+
+
+def _flows(c: OpsCollector, events: list, flows: list[int], run_of: np.ndarray) -> None:
+    for at in flows:
+        event = events[at]
+        if event.ph != "s" and event.ph != "f":
+            continue
+        ident = _links(c, [event.id])[0]
+        if event.ph == "s":
+            c._start_add[0](ident)
+            c._start_add[1](int(run_of[at]))
+        else:
+            c._end_add[0](ident)
+            c._end_add[1](_places(c, [event])[0])
+            c._end_add[2](int(run_of[at]))
+
+
+def _arg(events: list, name: str) -> list:
+    return [None if args is None else getattr(args, name) for args in [event.args for event in events]]
+
+
+def _host(c: OpsCollector, events: list, cats: list, wanted: list[int], rows: list[int], ts: list, dur: list,
+          name_ids: list[int], places: list[int], run_of: np.ndarray, first_uid: int) -> None:
+    chosen = [events[wanted[k]] for k in rows]
+    kinds = [HOST_CATS[cats[wanted[k]]] for k in rows]
+    names = [name_ids[k] for k in rows]
+    corrs = _arg(chosen, "correlation")
+    launch = []
+    for kind, name, event, corr in zip(kinds, names, chosen, corrs):
+        if kind != RUNTIME:
+            launch.append(-1)
+            continue
+        named = c._launch_names.get(name)
+        if named is None:
+            named = c._launch_names[name] = "launch" in event.name.lower()
+        launch.append((0 if corr is not None else 1) if named else -1)
+    kernels = [c._name(kernel) if kernel.__class__ is str else -1 for kernel in _arg(chosen, "kernel")]
+    columns = c.host.arrays
+    starts, lengths = [ts[k] for k in rows], [dur[k] for k in rows]
+    for column, values in (
+            ("thread", [places[k] for k in rows]), ("ts", starts),
+            ("end", [start + length for start, length in zip(starts, lengths)]), ("kind", kinds), ("name", names),
+            ("sig", _signatures(c, chosen)), ("uid", [first_uid + wanted[k] for k in rows]),
+            ("corr", _links(c, corrs)), ("ext", _links(c, _arg(chosen, "External_id"))),
+            ("seq", _links(c, _arg(chosen, "Sequence_number"))), ("kernel", kernels),
+            ("run", run_of[[wanted[k] for k in rows]].tolist()), ("launch", launch), ("dur", lengths),
+            ("dur_int", [length.__class__ is int for length in lengths]),
+            ("driver", [cats[wanted[k]] == "cuda_driver" for k in rows])):
+        columns[column].extend(values)
+
+
+def _signatures(c: OpsCollector, events: list) -> list[int]:
+    """Each host event's signature number: its argument lists' texts, decoded once per distinct text."""
+    known = c.signature_of_raw
+    out = []
+    for args in [event.args for event in events]:
+        raws = [None] * len(_SIGNATURE_ATTRIBUTES) if args is None else [getattr(args, name) for name in
+                                                                         _SIGNATURE_ATTRIBUTES]
+        text = _NOT_A_SIGNATURE.join(b"" if raw is None else bytes(raw) for raw in raws)
+        number = known.get(text)
+        if number is None:
+            number = known[text] = c._signature([None if raw is None else orjson.loads(bytes(raw)) for raw in raws])
+        out.append(number)
+    return out
+
+
+def _gpu(c: OpsCollector, events: list, cats: list, wanted: list[int], rows: list[int], ts: list, dur: list,
+         name_ids: list[int], places: list[int], run_of: np.ndarray) -> None:
+    chosen = [events[wanted[k]] for k in rows]
+    starts, lengths = [ts[k] for k in rows], [dur[k] for k in rows]
+    gpu_cats = [GPU_CATS[cats[wanted[k]]] for k in rows]
+    runs = run_of[[wanted[k] for k in rows]].tolist()
+    streams = [stream if original is None else original
+               for original, stream in zip(_arg(chosen, "original_stream"), _arg(chosen, "stream"))]
+    columns = c.gpu.arrays
+    for column, values in (
+            ("ts", starts), ("end", [start + length for start, length in zip(starts, lengths)]), ("dur", lengths),
+            ("integral", [start.__class__ is int and length.__class__ is int for start, length in zip(starts, lengths)]),
+            ("cat", gpu_cats), ("name", [name_ids[k] for k in rows]),
+            ("stream", [float(stream) if stream.__class__ in NUMBERS else np.nan for stream in streams]),
+            ("dur_int", [length.__class__ is int for length in lengths]), ("place", [places[k] for k in rows]),
+            ("corr", _links(c, _arg(chosen, "correlation"))), ("ext", _links(c, _arg(chosen, "External_id"))),
+            ("run", runs)):
+        columns[column].extend(values)
+    wanted_kernel = c.collectives.wanted
+    for event, cat, run in zip(chosen, gpu_cats, runs):
+        if cat == KERNEL and wanted_kernel(event.name):
+            c.collectives.add_projected([event], lambda _pid, slot=run: slot)

@@ -1,0 +1,115 @@
+"""analyze --ops in pass 1: a chunk's projected events give the columns their dicts give
+(:mod:`streamtrace.commands.analyses.opsprojected` against ``OpsCollector.visit``), odd fields
+included; the chunks a projection could read differently go the dict way."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamtrace.commands.analyses.ops import OpsCollector
+from streamtrace.commands.analyses.opsprojected import accepts_chunk, collect_chunk
+from streamtrace.io.projection import projected_events
+
+LAUNCH = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 5, "dur": 2,
+          "args": {"correlation": 7, "External id": 3}}
+EVENTS = [
+    {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+    {"ph": "M", "name": "process_labels", "pid": 1, "tid": 0, "args": {"labels": ["a", 1]}},
+    {"ph": "M", "name": "thread_name", "pid": "gpu", "tid": 7, "args": {"name": "stream 7"}},
+    {"ph": "X", "cat": "python_func", "name": "f", "pid": 1, "tid": 2, "ts": 0, "dur": 50},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 1, "dur": 20.5,
+     "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"], "Input Strides": [[3, 1], [4, 1]],
+              "Concrete Inputs": ["", ""], "Output type": ["float"], "Sequence number": 9, "External id": 3}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 30, "dur": 2,
+     "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"], "Input Strides": [[3, 1], [4, 1]],
+              "Concrete Inputs": ["", ""], "Output type": ["float"], "Sequence number": 1 << 63}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 2, "ts": 33, "dur": 1, "args": None},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::odd", "pid": 1, "tid": 2, "ts": "34", "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::odd", "pid": 1, "tid": 2, "ts": 35, "dur": True},
+    LAUNCH,
+    {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 1, "tid": 2, "ts": 8, "dur": 1,
+     "args": {"correlation": "c8", "kernel": "k2"}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 2, "ts": 9, "dur": 1,
+     "args": {"correlation": 11}},
+    {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 7, "pid": 1, "tid": 2, "ts": 5},
+    {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": "7", "pid": "gpu", "tid": 7, "ts": 100, "bp": "e"},
+    {"ph": "t", "cat": "ac2g", "name": "ac2g", "id": 7, "pid": 1, "tid": 2, "ts": 5},
+    {"ph": "X", "cat": "kernel", "name": "k1", "pid": "gpu", "tid": 7, "ts": 100, "dur": 5,
+     "args": {"correlation": 7, "stream": 7, "rank": 3}},
+    {"ph": "X", "cat": "kernel", "name": "k1", "pid": "gpu", "tid": 7, "ts": 106.5, "dur": 5,
+     "args": {"correlation": 8, "original_stream": 9, "stream": 2, "rank": 3}},
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": "gpu", "tid": 7,
+     "ts": 120, "dur": 9, "args": {"correlation": 9, "stream": "s", "Collective name": "allreduce",
+                                   "In msg nelems": 4, "Process Group Name": "0", "Group size": 2}},
+    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": "gpu", "tid": 8, "ts": 130, "dur": 1,
+     "args": {"correlation": 10}},
+    {"ph": "X", "cat": "gpu_memset", "name": "Memset", "pid": 2.5, "tid": None, "ts": 131, "dur": 1, "args": {}},
+    {"ph": "X", "cat": ["kernel"], "name": "odd", "pid": "gpu", "tid": 7, "ts": 200, "dur": 5, "args": {}},
+    {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 1, "tid": 2, "ts": 0, "dur": 300},
+]
+
+
+def _view(collector: OpsCollector) -> dict:
+    """What the tables read of a collector, its numbers (of names, places, signatures, odd ids) resolved
+    to what they stand for, the rest as bytes (NaN equals NaN there)."""
+    runs = {name: column.tolist() for name, column in collector.runs.arrays.items()}
+    pids = list(collector.pid_keys) + [None]
+    runs["pid"] = [pids[number] for number in runs["pid"]]
+    kernels = collector.collectives
+    collectives = {name: getattr(kernels, name).tobytes() for name in ("ts", "dur", "slot", "rank", "seq", "peer")}
+    collectives["meta"] = [list(kernels.metas)[at] for at in kernels.meta]
+    odd = {number: value for value, number in collector._other_links.items()}
+    facts = collector.facts()
+    names, signatures = facts.names, facts.signatures
+    view: dict = {"runs": runs, "collectives": collectives, "metadata": facts.metadata, "events": facts.events}
+    for field, values in vars(facts).items():
+        if field.startswith(("h_", "g_", "link_")):
+            view[field] = values.tobytes()
+    view["h_name"] = [names[at] for at in facts.h_name]
+    view["g_name"] = [names[at] for at in facts.g_name]
+    view["h_kernel"] = [names[at] if at >= 0 else None for at in facts.h_kernel]
+    view["h_thread"] = [facts.threads[at] for at in facts.h_thread]
+    view["h_sig"] = [(signatures[at], facts.signature_values[at]) for at in facts.h_sig]
+    view["h_seq"] = [odd.get(at, at) for at in facts.h_seq.tolist()]
+    return view
+
+
+def _chunk(events: list[dict]) -> bytes:
+    return ",".join(json.dumps(event, indent=1) for event in events).encode()
+
+
+def _both(events: list[dict]) -> tuple[dict, dict]:
+    by_dicts, projected = OpsCollector(), OpsCollector()
+    for event in events:
+        by_dicts.visit(event)
+    decoded = projected_events(_chunk(events), ops=True)
+    assert decoded is not None and accepts_chunk(decoded)
+    half = len(decoded) // 2  # (two chunks: the runs and names carry over)
+    collect_chunk(projected, decoded[:half])
+    collect_chunk(projected, decoded[half:])
+    return _view(by_dicts), _view(projected)
+
+
+def test_projected_events_give_the_columns_their_dicts_give() -> None:
+    by_dicts, projected = _both(EVENTS)
+    assert len(by_dicts["h_name"]) == 6 and len(by_dicts["g_name"]) == 5
+    assert projected == by_dicts
+
+
+def test_runs_of_alternating_pids_and_ranks_are_counted_alike() -> None:
+    events = [{**event, "pid": pid} for event in EVENTS for pid in (1, 2)]
+    by_dicts, projected = _both(events)
+    assert len(by_dicts["runs"]["count"]) > 30
+    assert projected == by_dicts
+
+
+@pytest.mark.parametrize("odd", [
+    {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 2, "ts": 1, "dur": 1},  # no name: the dict way names it ""
+    {"ph": "X", "cat": "kernel", "name": None, "pid": 1, "tid": 2, "ts": 1, "dur": 1},
+    {**LAUNCH, "args": {"External id": 3}},  # a launch without a correlation: absent and null project alike
+])
+def test_a_chunk_the_projection_could_read_otherwise_goes_the_dict_way(odd: dict) -> None:
+    decoded = projected_events(_chunk([EVENTS[4], odd]), ops=True)
+    assert decoded is not None
+    assert not accepts_chunk(decoded)
