@@ -102,34 +102,63 @@ class OpTree:
         self.parent, self.in_tree, self.order = optree.host_tree(facts.h_thread, facts.h_ts, facts.h_end)
         self.communication = [optree.is_communication(name) for name in facts.names]
         self.launcher_of = np.full(len(facts.g_ts), optree.NO_PARENT, dtype=np.int64)
+        communication = np.array(self.communication + [False])[facts.g_name]
+        kept = np.flatnonzero((facts.g_parent != optree.NO_PARENT) & ~communication)
+        calls, call_of = np.unique(facts.g_parent[kept], return_inverse=True)
+        self.launcher_of[kept] = np.array([self._launcher(r) for r in calls.tolist()], dtype=np.int64
+                                          )[call_of.reshape(-1)] if len(kept) else kept
+        # each launcher's GPU events (in event order), launchers in the order their first one comes
+        by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
+        owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
+        firsts = by_launcher[first]
         self.direct: dict[int, list[int]] = {}
-        for g in range(len(facts.g_ts)):
-            if self._skipped(g):
-                continue
-            launcher = self._launcher(int(facts.g_parent[g]))
-            self.launcher_of[g] = launcher
-            self.direct.setdefault(launcher, []).append(g)
+        for at in np.argsort(firsts, kind="stable").tolist():
+            self.direct[int(owners[at])] = by_launcher[first[at]:first[at] + count[at]].tolist()
         self.launchers = sorted(self.direct, key=lambda h: facts.h_ts[h])
+        self.by_start: dict[int, list[int]] = {}  # the same by start (ties in event order), as TraceLens lists them
+        by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))]
+        for owner, lo, size in zip(owners.tolist(), first.tolist(), count.tolist()):
+            self.by_start[owner] = by_start[lo:lo + size].tolist()
         self._categories: dict[int, str] = {}
         self._cpu_op_above: dict[int, int] = {}
-        self.subtree = {h: set(gpu) for h, gpu in self.links_below(list(self.direct)).items()}
 
     def links_below(self, ops: list[int]) -> dict[int, list[int]]:
         """Each op's GPU events: every link of every runtime call below it (a
         GPU event linked twice counts twice), as TraceLens walks the children."""
-        wanted = set(ops)
         found: dict[int, list[int]] = {h: [] for h in ops}
-        f = self.f
-        runs, starts = np.unique(f.link_run, return_index=True)
-        for runtime, lo, hi in zip(runs.tolist(), starts.tolist(), [*starts[1:].tolist(), len(f.link_run)]):
-            for h in ancestors(self.parent, runtime):
-                if h in wanted:
-                    found[h].extend(f.link_gpu[lo:hi].tolist())
+        op, gpu = self.link_pairs(np.array(ops, dtype=np.int64))
+        heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
+        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(op)]):
+            found[int(op[lo])] = gpu[lo:hi].tolist()
         return found
 
-    def _skipped(self, g: int) -> bool:
+    def link_pairs(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`links_below` as (op, GPU event) pairs, by op, then by runtime call, then by link."""
         f = self.f
-        return f.g_parent[g] == optree.NO_PARENT or self.communication[f.g_name[g]]
+        wanted = np.zeros(len(f.h_ts) + 1, dtype=bool)  # (the last: no parent)
+        wanted[ops] = True
+        runs, lo = np.unique(f.link_run, return_index=True)
+        hi = np.append(lo[1:], len(f.link_run))
+        pair_op, pair_run = [], []
+        current, at = runs.copy(), np.arange(len(runs))
+        while len(current):  # (a level of ancestors at a time, from each call itself up)
+            mine = wanted[current]
+            pair_op.append(current[mine])
+            pair_run.append(at[mine])
+            up = self.parent[current]
+            current, at = up[up != optree.NO_PARENT], at[up != optree.NO_PARENT]
+        op, run = np.concatenate([np.empty(0, np.int64), *pair_op]), np.concatenate([np.empty(0, np.int64), *pair_run])
+        order = np.lexsort((run, op))
+        op, run = op[order], run[order]
+        sizes = (hi - lo)[run]
+        starts = np.repeat(lo[run] - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        return np.repeat(op, sizes), f.link_gpu[starts]
+
+    def busy_many(self, group: np.ndarray, gpu: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`busy` of many groups of GPU events at once (``group``: each GPU event's group)."""
+        f = self.f
+        busy = optree.busy_groups(group, f.g_ts[gpu], f.g_end[gpu], count)
+        return busy, np.bincount(group[~f.g_int[gpu]], minlength=count) == 0
 
     def _launcher(self, runtime: int) -> int:
         """The cpu op above a runtime call (skipping ``execute``), else the call."""
@@ -145,12 +174,8 @@ class OpTree:
 
     def first_kernel(self, h: int) -> str | None:
         """The name of the earliest kernel ``h`` launched directly (None if none)."""
-        kernels = self.direct.get(h)
-        if not kernels:
-            return None
-        starts = self.f.g_ts[kernels]
-        first = kernels[int(np.argmin(starts))]  # (the first of equal starts)
-        return self.f.names[self.f.g_name[first]]
+        kernels = self.by_start.get(h)
+        return self.f.names[self.f.g_name[kernels[0]]] if kernels else None
 
     def category(self, h: int) -> str:
         category = self._categories.get(h)
@@ -206,13 +231,20 @@ def _timeline_kind(cat: int, name: str) -> int:
 
 
 def ops_rows(tree: OpTree) -> list[dict]:
-    rows = []
-    for h in tree.launchers:
-        direct, direct_int = tree.busy(tree.direct[h])
-        subtree, subtree_int = tree.busy(list(tree.subtree[h]))
-        rows.append({"h": h, "name": tree.f.names[tree.f.h_name[h]], "category": tree.category(h), "direct": direct,
-                     "direct_int": direct_int, "subtree": subtree, "subtree_int": subtree_int})
-    return rows
+    """Each launcher's row: its name, category, and the busy time of its own GPU events and of every
+    GPU event linked below it."""
+    f = tree.f
+    launchers = np.array(tree.launchers, dtype=np.int64)
+    position = np.full(len(f.h_ts), -1, dtype=np.int64)
+    position[launchers] = np.arange(len(launchers))
+    own = np.flatnonzero(tree.launcher_of != optree.NO_PARENT)
+    direct, direct_int = tree.busy_many(position[tree.launcher_of[own]], own, len(launchers))
+    op, gpu = tree.link_pairs(launchers)
+    subtree, subtree_int = tree.busy_many(position[op], gpu, len(launchers))
+    return [{"h": h, "name": f.names[f.h_name[h]], "category": tree.category(h), "direct": d, "direct_int": di,
+             "subtree": s, "subtree_int": si}
+            for h, d, di, s, si in zip(tree.launchers, direct.tolist(), direct_int.tolist(), subtree.tolist(),
+                                       subtree_int.tolist())]
 
 
 @dataclass
@@ -306,11 +338,6 @@ def gpu_details(f: OpsFacts, gpu: Sequence[int]) -> list[dict]:
              "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
 
 
-def _kernel_details(tree: OpTree, h: int) -> list[dict]:
-    """An op's kernels as TraceLens lists them: by start."""
-    return gpu_details(tree.f, sorted(tree.direct[h], key=lambda g: tree.f.g_ts[g]))
-
-
 def kernel_stats(lists: list[list[dict]]) -> list[dict]:
     """TraceLens's ``_summarize_kernel_stats``: per kernel position of the
     first row's list (rows of another length left out), numpy's statistics;
@@ -321,10 +348,27 @@ def kernel_stats(lists: list[list[dict]]) -> list[dict]:
         if len(kernels) == len(template):
             for i, kernel in enumerate(kernels):
                 durations[i].append(kernel["dur"])
+    return _summary([(kernel["name"], kernel["stream"]) for kernel in template],
+                    [np.array(values) for values in durations])
+
+
+def kernel_stats_of(f: OpsFacts, lists: list[list[int]]) -> list[dict]:
+    """:func:`kernel_stats` of the GPU events' :func:`gpu_details` (lists of GPU events, each in its
+    details' order), from the columns: each position's durations an integer array where all are
+    integers in the trace, as numpy makes one of them."""
+    template = lists[0]
+    same = np.array([kernels for kernels in lists if len(kernels) == len(template)], dtype=np.int64)
+    same = same.reshape(-1, len(template))
+    durations, integral = f.g_dur[same], f.g_dur_int[same].all(axis=0)
+    return _summary([(details["name"], details["stream"]) for details in gpu_details(f, template)],
+                    [durations[:, i].astype(np.int64) if integral[i] else durations[:, i]
+                     for i in range(len(template))])
+
+
+def _summary(template: list[tuple[str, int | None]], durations: list[np.ndarray]) -> list[dict]:
     summary = []
-    for kernel, values in zip(template, durations):
-        array = np.array(values)
-        summary.append({"name": kernel["name"], "stream": kernel["stream"], "count": len(array),
+    for (name, stream), array in zip(template, durations):
+        summary.append({"name": name, "stream": stream, "count": len(array),
                         "total_duration_us": np.sum(array), "mean_duration_us": np.mean(array),
                         "median_duration_us": np.median(array), "std_dev_duration_us": np.std(array),
                         "min_duration_us": np.min(array), "max_duration_us": np.max(array)})
@@ -395,7 +439,7 @@ def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
         row = [*keys[first[k]], int(counts[k])]
         for stat in STATS:
             row += [stats["direct"][stat][k], stats["subtree"][stat][k]]
-        summary = kernel_stats([_kernel_details(tree, rows[i]["h"]) for i in members[k]])
+        summary = kernel_stats_of(f, [tree.by_start[rows[i]["h"]] for i in members[k]])
         row += [int(f.h_uid[rows[first[k]]["h"]]), repr(summary), truncated(summary), pct[j], cumulative[j]]
         table.rows.append(row)
     return table

@@ -150,6 +150,43 @@ def busy_of(starts: list[float], ends: list[float]) -> float:
     return total + (last_end - last_start)
 
 
+SMALL_GROUP = 32  # merged intervals a group adds column-wise (more: its own left-to-right cumsum)
+
+
+def busy_groups(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, count: int) -> np.ndarray:
+    """:func:`busy_of` of many groups of intervals at once (``group``: each interval's group, 0 to
+    ``count - 1``; a group without one: 0.0), with the same arithmetic: per group the intervals by
+    start, merged where one starts at or before the reach of those before, the merged lengths added
+    left to right from 0.0."""
+    totals = np.zeros(count, dtype=np.float64)
+    if not len(group):
+        return totals
+    order = np.lexsort((starts, group))
+    g, s, e = group[order].astype(np.int64), starts[order], ends[order]
+    # the reach (running maximum of the ends) within each group: by the ends' ranks, offset by the group
+    values, rank = np.unique(e, return_inverse=True)
+    width = len(values)
+    reach = values[np.maximum.accumulate(g * width + rank.reshape(-1)) - g * width]
+    head = np.ones(len(g), dtype=bool)
+    head[1:] = (g[1:] != g[:-1]) | (s[1:] > reach[:-1])
+    heads = np.flatnonzero(head)
+    lengths = reach[np.append(heads[1:], len(g)) - 1] - s[heads]
+    owner = g[heads]
+    firsts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    sizes = np.diff(np.append(firsts, len(owner)))
+    small = np.repeat(sizes <= SMALL_GROUP, sizes)
+    position = np.arange(len(owner)) - np.repeat(firsts, sizes)
+    by_position = np.flatnonzero(small)[np.argsort(position[small], kind="stable")]
+    bounds = np.searchsorted(position[by_position], np.arange(SMALL_GROUP + 2))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if lo < hi:  # (each group once: its k-th merged interval added after its first k)
+            at = by_position[lo:hi]
+            totals[owner[at]] += lengths[at]
+    for first, size in zip(firsts[sizes > SMALL_GROUP].tolist(), sizes[sizes > SMALL_GROUP].tolist()):
+        totals[owner[first]] = np.cumsum(lengths[first:first + size])[-1]
+    return totals
+
+
 def subtract(cut: tuple[np.ndarray, np.ndarray], base: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """``base`` minus ``cut``, both sorted disjoint intervals (TraceLens's
     ``subtract_intervalsA_from_B``)."""

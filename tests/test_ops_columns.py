@@ -1,0 +1,29 @@
+"""The ops tables' column arithmetic against the plain per-op arithmetic it
+replaces (TraceLens's numbers come from the latter's order of operations)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtrace.algo import optree
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_busy_of_many_groups_at_once_is_each_groups_busy_of(seed: int) -> None:
+    """Unions of intervals per group (touching, nested, tied starts, one group of hundreds beyond the
+    column-wise rounds, empty groups) summed as busy_of sums each group, to the last bit."""
+    rng = np.random.default_rng(seed)
+    count = 40
+    group = rng.integers(0, count - 5, 3000)
+    group[:500] = 7  # (a group of many merged intervals)
+    if seed % 2:
+        starts = rng.integers(0, 20_000, len(group)).astype(np.float64)
+        ends = starts + rng.integers(0, 30, len(group))
+    else:
+        starts = 1.7e12 + rng.random(len(group)) * 1e4
+        ends = starts + rng.random(len(group)) * rng.choice([0.01, 3.0, 40.0], len(group))
+    got = optree.busy_groups(group, starts, ends, count)
+    for k in range(count):
+        mine = np.flatnonzero(group == k)
+        expected = optree.busy_of(starts[mine].tolist(), ends[mine].tolist()) if len(mine) else 0.0
+        assert got[k] == expected
