@@ -24,9 +24,8 @@ from .opstables import (
     Table,
     ancestors,
     cell_number,
-    gpu_details,
     grouped,
-    kernel_stats,
+    kernel_stats_of,
     percentages,
     process_and_thread,
     truncated,
@@ -92,8 +91,7 @@ class _Unified:
         parents = parent[self._child]
         self._child_lo = np.searchsorted(parents, np.arange(count), "left")
         self._child_hi = np.searchsorted(parents, np.arange(count), "right")
-        self._runs, self._run_lo = np.unique(f.link_run, return_index=True)
-        self._run_hi = np.append(self._run_lo[1:], len(f.link_run))
+        self._runs = np.unique(f.link_run)
         self.launch = np.zeros(count, dtype=bool)
         self.launch[self._runs] = True
         self.has_gpu = np.zeros(count, dtype=bool)  # some GPU event linked below (TraceLens's gpu_events)
@@ -102,6 +100,7 @@ class _Unified:
                 self.has_gpu[run] = True
                 run = int(parent[run])
         self._gpu: dict[int, list[int]] = {}
+        self.communication_below = self._marked_above(np.array(tree.communication + [False])[f.g_name[f.link_gpu]])
         self.forward_of: dict[int, int] = {}
         for forward, backwards in opsheets.backward_ops(tree).items():
             for backward in backwards:
@@ -114,21 +113,32 @@ class _Unified:
     def children(self, h: int) -> list[int]:
         return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
 
+    def _marked_above(self, links: np.ndarray) -> np.ndarray:
+        """Each host event with one of the marked links' calls at or below it."""
+        marked = np.zeros(len(self.f.h_ts), dtype=bool)
+        current = np.unique(self.f.link_run[links])
+        while len(current):  # (a tree level at a time)
+            marked[current] = True
+            current = self.tree.parent[current]
+            current = current[(current != optree.NO_PARENT)]
+            current = current[~marked[current]]
+        return marked
+
+    def gather(self, ops: list[int]) -> None:
+        """Find the GPU events below each of ``ops`` at once (:meth:`gpu`)."""
+        wanted = np.unique(np.array([h for h in ops if h not in self._gpu], dtype=np.int64))
+        op, gpu = self.tree.link_pairs(wanted)
+        heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
+        for h in wanted.tolist():
+            self._gpu[h] = []
+        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(op)]):
+            self._gpu[int(op[lo])] = gpu[lo:hi].tolist()
+
     def gpu(self, h: int) -> list[int]:
         """The GPU events below ``h`` in TraceLens's order (by launch call, in file order)."""
-        found = self._gpu.get(h)
-        if found is None:
-            calls, stack = [], [h]
-            while stack:
-                node = stack.pop()
-                if self.launch[node]:
-                    calls.append(node)
-                stack.extend(self.children(node))
-            at = np.searchsorted(self._runs, sorted(calls))
-            link_gpu = self.f.link_gpu
-            found = self._gpu[h] = [g for i in at.tolist()
-                                    for g in link_gpu[self._run_lo[i]:self._run_hi[i]].tolist()]
-        return found
+        if h not in self._gpu:
+            self.gather([h])
+        return self._gpu[h]
 
     def name(self, h: int) -> str:
         return self.f.names[self.f.h_name[h]]
@@ -253,7 +263,7 @@ class _Unified:
             if modelled:
                 for child in modelled:
                     self._visit(child, collected, visited)
-            elif not any(self.tree.communication[self.f.g_name[g]] for g in self.gpu(h)):
+            elif not self.communication_below[h]:
                 collected.append(h)
             return
         for child in self.children(h):
@@ -294,6 +304,7 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
 def _rows(walk: _Unified) -> list[dict]:
     f, tree = walk.f, walk.tree
     collected = walk.collect()
+    walk.gather(collected)
     rows = []
     for h in collected:
         row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu(h), int(f.h_uid[h]))
@@ -306,6 +317,12 @@ def _rows(walk: _Unified) -> list[dict]:
         next_uid += 1
         if row is not None:
             rows.append(row)
+    timed = [row for row in rows if "busy" not in row]
+    sizes = [len(row["gpu"]) for row in timed]
+    gpu = np.array([g for row in timed for g in row["gpu"]], dtype=np.int64)
+    busy, integral = tree.busy_many(np.repeat(np.arange(len(timed)), sizes), gpu, len(timed))
+    for row, value, whole in zip(timed, busy.tolist(), integral.tolist()):
+        row["busy"], row["busy_int"] = value, whole
     return rows
 
 
@@ -330,8 +347,7 @@ def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, g
             metrics = None
     elif sole is not None:
         metrics = sole
-    if metrics is None:
-        row["busy"], row["busy_int"] = tree.busy(gpu)
+    if metrics is None:  # (its kernel time: by _rows, for all such rows at once)
         return row
     row.update({key: value for key, value in metrics.items() if key not in ("h", "name", "values", "details")})
     return row
@@ -381,7 +397,7 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
         for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
             cells[column] = next((rows[i][column] for i in group if _present(rows[i].get(column))), NA)
         cells["Roofline Time (µs)_first"] = cells["Roofline Time (µs)"]
-        summary = kernel_stats([gpu_details(f, rows[i]["gpu"]) for i in group])
+        summary = kernel_stats_of(f, [rows[i]["gpu"] for i in group])
         params = next((rows[i]["params"] for i in group if rows[i].get("params")), None)
         cells.update({"kernel_details_summary": repr(summary), "trunc_kernel_details": truncated(summary),
                       "perf_params": NA if params is None else str(params), "has_perf_model": first["has_perf_model"]})

@@ -8,10 +8,14 @@ from its dicts (:func:`accepts_chunk`) goes the dict way.
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
+import msgspec
 import numpy as np
 import orjson
 
 from ...algo.opstables import KERNEL
+from ...algo.optree import NO_LINK
 from ...io.projection import OP_SIGNATURE_ARGS, attribute
 from .ops import (
     GPU_CATS,
@@ -31,7 +35,10 @@ from .ops import (
 
 _SIGNATURE_ATTRIBUTES = [attribute(key) for key in OP_SIGNATURE_ARGS]
 _RUN_FLAGS = {"cpu_op": 1, "python_func": 2}  # (OpsCollector.runs' flags)
-_NOT_A_SIGNATURE = b"\0"  # (joins a signature's texts: no JSON text holds it)
+_PLAIN_IDS = {int, type(None)}
+_signature_of = attrgetter(*_SIGNATURE_ATTRIBUTES)
+_encode = msgspec.json.encode
+_NO_SIGNATURE = _encode((None,) * len(_SIGNATURE_ATTRIBUTES))
 
 
 def accepts_chunk(events: list) -> bool:
@@ -59,7 +66,8 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
     if not events:
         return
     cats = [cat if cat.__class__ is str else None for cat in [event.cat for event in events]]
-    owns = [_own_rank(event.args) if cat in RANK_EVIDENCE else -1 for event, cat in zip(events, cats)]
+    owns = [rank if cat in RANK_EVIDENCE and (args := event.args) is not None and (rank := args.rank).__class__ is int
+            and rank >= 0 else -1 for event, cat in zip(events, cats)]
     starts, numbers = _runs(c, [event.pid for event in events], owns)
     run_of = np.repeat(np.array(numbers, dtype=np.int64), np.diff(np.append(starts, len(events))))
     flags = np.bitwise_or.reduceat(np.array([_RUN_FLAGS.get(cat, 0) for cat in cats], dtype=np.int8), starts)
@@ -97,11 +105,6 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
              places, run_of)
 
 
-def _own_rank(args: object) -> int:
-    rank = None if args is None else args.rank
-    return rank if rank.__class__ is int and rank >= 0 else -1
-
-
 def _numbers(values: list) -> list:
     """Times as the dict way reads them (None: absent or no number)."""
     if set(map(type, values)) <= {int, float}:
@@ -118,16 +121,23 @@ def _runs(c: OpsCollector, pids: list, owns: list) -> tuple[np.ndarray, list[int
     runs = c.runs.arrays
     counts = runs["count"]
     numbers = []
-    for start, length in zip(starts, lengths):
-        key = keys[start]
-        if key != c._last:
-            c._last = key
-            for column, value in zip(runs.values(), (c.pid_keys.setdefault(_pid_key(key[0]), len(c.pid_keys)),
-                                                     key[1], 0, 0, 0)):
-                column.append(value)
-            c._at = len(counts) - 1
-        counts[c._at] += length
+    if keys[0] == c._last:  # (the run before goes on)
+        counts[c._at] += lengths[0]
         numbers.append(c._at)
+        starts_new, lengths_new = starts[1:], lengths[1:]
+    else:
+        starts_new, lengths_new = starts, lengths
+    if starts_new:
+        new = [keys[start] for start in starts_new]
+        pid_keys = c.pid_keys
+        first = len(counts)
+        runs["pid"].extend([pid_keys.setdefault(_pid_key(pid), len(pid_keys)) for pid, _ in new])
+        runs["own"].extend([own for _, own in new])
+        counts.extend(lengths_new)
+        runs["flags"].extend([0] * len(new))
+        runs["untimed"].extend([0] * len(new))
+        numbers.extend(range(first, first + len(new)))
+        c._last, c._at = new[-1], first + len(new) - 1
     return np.array(starts, dtype=np.int64), numbers
 
 
@@ -140,36 +150,43 @@ def _metadata(c: OpsCollector, event: object) -> None:
 def _places(c: OpsCollector, events: list) -> list[int]:
     """Each event's (pid, tid) number, as the dict way numbers them."""
     places = c.places
-    out = []
-    for event in events:
-        pid, tid = event.pid, event.tid
-        key = (pid, tid) if pid.__class__ in KEYS and tid.__class__ in KEYS else (_key(pid), _key(tid))
-        out.append(places.setdefault(key, len(places)))
+    pids, tids = [event.pid for event in events], [event.tid for event in events]
+    if set(map(type, pids)) | set(map(type, tids)) <= {int, str}:
+        keys = list(zip(pids, tids))
+    else:
+        keys = [(pid, tid) if pid.__class__ in KEYS and tid.__class__ in KEYS else (_key(pid), _key(tid))
+                for pid, tid in zip(pids, tids)]
+    out = [places.get(key) for key in keys]
+    if None in out:
+        out = [places.setdefault(key, len(places)) for key in keys]
     return out
 
 
 def _links(c: OpsCollector, values: list) -> list[int]:
+    """Ids as the collector numbers them (the short way when all are plain integers or None)."""
+    kinds = set(map(type, values))
+    if kinds <= _PLAIN_IDS:
+        present = values if type(None) not in kinds else [value for value in values if value is not None]
+        if not present or (LINK_LOW < min(present) and max(present) < LINK_HIGH):
+            return values if len(present) == len(values) else [NO_LINK if value is None else value for value in values]
     link = c._link
     return [value if value.__class__ is int and LINK_LOW < value < LINK_HIGH else link(value) for value in values]
 
 
 def _flows(c: OpsCollector, events: list, flows: list[int], run_of: np.ndarray) -> None:
-    for at in flows:
-        event = events[at]
-        if event.ph != "s" and event.ph != "f":
-            continue
-        ident = _links(c, [event.id])[0]
-        if event.ph == "s":
-            c._start_add[0](ident)
-            c._start_add[1](int(run_of[at]))
-        else:
-            c._end_add[0](ident)
-            c._end_add[1](_places(c, [event])[0])
-            c._end_add[2](int(run_of[at]))
+    starts = [at for at in flows if events[at].ph == "s"]
+    ends = [at for at in flows if events[at].ph == "f"]
+    for columns, chosen in ((c.flow_starts.arrays, starts), (c.flow_ends.arrays, ends)):
+        columns["id"].extend(_links(c, [events[at].id for at in chosen]))
+        columns["run"].extend(run_of[chosen].tolist())
+    c.flow_ends.arrays["place"].extend(_places(c, [events[at] for at in ends]))
 
 
 def _arg(events: list, name: str) -> list:
-    return [None if args is None else getattr(args, name) for args in [event.args for event in events]]
+    args = [event.args for event in events]
+    if None not in args:
+        return list(map(attrgetter(name), args))
+    return [None if one is None else getattr(one, name) for one in args]
 
 
 def _host(c: OpsCollector, events: list, cats: list, wanted: list[int], rows: list[int], ts: list, dur: list,
@@ -203,17 +220,17 @@ def _host(c: OpsCollector, events: list, cats: list, wanted: list[int], rows: li
 
 
 def _signatures(c: OpsCollector, events: list) -> list[int]:
-    """Each host event's signature number: its argument lists' texts, decoded once per distinct text."""
+    """Each host event's signature number: its argument lists as one text (absent and null alike:
+    None either way), decoded once per distinct text."""
     known = c.signature_of_raw
-    out = []
-    for args in [event.args for event in events]:
-        raws = [None] * len(_SIGNATURE_ATTRIBUTES) if args is None else [getattr(args, name) for name in
-                                                                         _SIGNATURE_ATTRIBUTES]
-        text = _NOT_A_SIGNATURE.join(b"" if raw is None else bytes(raw) for raw in raws)
-        number = known.get(text)
-        if number is None:
-            number = known[text] = c._signature([None if raw is None else orjson.loads(bytes(raw)) for raw in raws])
-        out.append(number)
+    texts = [_NO_SIGNATURE if args is None else _encode(_signature_of(args)) for args in [event.args for event in events]]
+    out = [known.get(text) for text in texts]
+    if None in out:
+        for at in [at for at, number in enumerate(out) if number is None]:
+            number = known.get(texts[at])
+            if number is None:
+                number = known[texts[at]] = c._signature(orjson.loads(texts[at]))
+            out[at] = number
     return out
 
 
