@@ -34,7 +34,14 @@ from .ops import (
 )
 
 _SIGNATURE_ATTRIBUTES = [attribute(key) for key in OP_SIGNATURE_ARGS]
-_RUN_FLAGS = {"cpu_op": 1, "python_func": 2}  # (OpsCollector.runs' flags)
+# a category's code: 0 none of these, then python_func, ac2g, the categories whose own args.rank places an
+# event but that the ops keep not ("Kernel"), and those they keep (from _FIRST_WANTED)
+_KEPT = [*HOST_CATS, *GPU_CATS]
+_CODES = {"python_func": 1, "ac2g": 2, **dict.fromkeys(RANK_EVIDENCE - set(_KEPT), 3),
+          **{cat: 4 + at for at, cat in enumerate(_KEPT)}}
+_FLOW, _FIRST_WANTED = 2, 4
+_FLAGS = np.array([0, 2, 0, 0, *(1 if cat == "cpu_op" else 0 for cat in _KEPT)], dtype=np.int8)  # (runs' flags)
+_EVIDENCE = np.array([False, False, False, True, *(cat in RANK_EVIDENCE for cat in _KEPT)])
 _PLAIN_IDS = {int, type(None)}
 _signature_of = attrgetter(*_SIGNATURE_ATTRIBUTES)
 _encode = msgspec.json.encode
@@ -66,11 +73,17 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
     if not events:
         return
     cats = [cat if cat.__class__ is str else None for cat in [event.cat for event in events]]
-    owns = [rank if cat in RANK_EVIDENCE and (args := event.args) is not None and (rank := args.rank).__class__ is int
-            and rank >= 0 else -1 for event, cat in zip(events, cats)]
+    codes = np.array([_CODES.get(cat, 0) for cat in cats], dtype=np.int8)
+    owns = [-1] * len(events)
+    evidence = np.flatnonzero(_EVIDENCE[codes]).tolist()
+    ranks = [None if args is None else args.rank for args in [events[at].args for at in evidence]]
+    if set(map(type, ranks)) - {type(None)}:
+        for at, rank in zip(evidence, ranks):
+            if rank.__class__ is int and rank >= 0:
+                owns[at] = rank
     starts, numbers = _runs(c, [event.pid for event in events], owns)
     run_of = np.repeat(np.array(numbers, dtype=np.int64), np.diff(np.append(starts, len(events))))
-    flags = np.bitwise_or.reduceat(np.array([_RUN_FLAGS.get(cat, 0) for cat in cats], dtype=np.int8), starts)
+    flags = np.bitwise_or.reduceat(_FLAGS[codes], starts)
     run_flags = c.runs.arrays["flags"]
     for at in np.flatnonzero(flags).tolist():
         run_flags[numbers[at]] |= int(flags[at])
@@ -78,9 +91,10 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
     if "M" in phases:
         for at in [at for at, ph in enumerate(phases) if ph == "M"]:
             _metadata(c, events[at])
-    if "ac2g" in cats:
-        _flows(c, events, [at for at, cat in enumerate(cats) if cat == "ac2g"], run_of)
-    wanted = [at for at, cat in enumerate(cats) if cat in HOST_CATS or cat in GPU_CATS]
+    flows = np.flatnonzero(codes == _FLOW).tolist()
+    if flows:
+        _flows(c, events, flows, run_of)
+    wanted = np.flatnonzero(codes >= _FIRST_WANTED).tolist()
     if not wanted:
         return
     ts = _numbers([events[at].ts for at in wanted])
@@ -115,20 +129,25 @@ def _numbers(values: list) -> list:
 def _runs(c: OpsCollector, pids: list, owns: list) -> tuple[np.ndarray, list[int]]:
     """The runs (of one pid and own rank) the events are counted in: where each starts in the chunk,
     and its number (the first continues the collector's last run where the key is the same)."""
-    keys = list(zip(pids, owns))
-    starts = [0, *[at for at, (before, key) in enumerate(zip(keys, keys[1:]), 1) if key != before]]
-    lengths = np.diff(np.append(starts, len(keys))).tolist()
+    if set(map(type, pids)) == {int} and -(1 << 63) <= min(pids) and max(pids) < 1 << 63:
+        pid, own = np.array(pids, dtype=np.int64), np.array(owns, dtype=np.int64)
+        starts = [0, *(np.flatnonzero((pid[1:] != pid[:-1]) | (own[1:] != own[:-1])) + 1).tolist()]
+        keys = [(pids[start], owns[start]) for start in starts]
+    else:
+        keyed = list(zip(pids, owns))
+        starts = [0, *[at for at, (before, key) in enumerate(zip(keyed, keyed[1:]), 1) if key != before]]
+        keys = [keyed[start] for start in starts]
+    lengths = np.diff(np.append(starts, len(pids))).tolist()
     runs = c.runs.arrays
     counts = runs["count"]
     numbers = []
     if keys[0] == c._last:  # (the run before goes on)
         counts[c._at] += lengths[0]
         numbers.append(c._at)
-        starts_new, lengths_new = starts[1:], lengths[1:]
+        new, lengths_new = keys[1:], lengths[1:]
     else:
-        starts_new, lengths_new = starts, lengths
-    if starts_new:
-        new = [keys[start] for start in starts_new]
+        new, lengths_new = keys, lengths
+    if new:
         pid_keys = c.pid_keys
         first = len(counts)
         runs["pid"].extend([pid_keys.setdefault(_pid_key(pid), len(pid_keys)) for pid, _ in new])
