@@ -27,3 +27,17 @@ def test_busy_of_many_groups_at_once_is_each_groups_busy_of(seed: int) -> None:
         mine = np.flatnonzero(group == k)
         expected = optree.busy_of(starts[mine].tolist(), ends[mine].tolist()) if len(mine) else 0.0
         assert got[k] == expected
+
+
+@pytest.mark.parametrize("high", [5, 1 << 40])
+def test_distinct_rows_are_numpys_unique_rows(high: int) -> None:
+    """One integer per row (or numpy's row sort where the digits overflow): the same rows, first places
+    and row numbers as np.unique(axis=0)."""
+    from streamtrace.algo.opstables import _distinct_rows
+
+    rng = np.random.default_rng(high)
+    columns = [rng.integers(-3, high, 500), rng.integers(0, 7, 500), rng.integers(-(1 << 30), 1 << 30, 500) % 11]
+    expected = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+    got = _distinct_rows(columns)
+    for mine, theirs in zip(got, expected):
+        assert np.array_equal(mine, theirs.reshape(mine.shape))

@@ -482,12 +482,30 @@ def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: b
     """:func:`grouped` over integer columns, making a key only per distinct row."""
     if not len(columns[0]):
         return _Groups([], np.empty(0, dtype=np.int64))
-    distinct, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+    distinct, first, inverse = _distinct_rows(columns)
     keys = [key_of(row) for row in distinct.tolist()]
     groups = grouped([keys[i] for i in np.argsort(first, kind="stable").tolist()], sort=sort, dropna=dropna)
     number = {key: i for i, key in enumerate(groups.keys)}
     remap = np.array([number.get(key, -1) for key in keys], dtype=np.int64)
     return _Groups(groups.keys, remap[inverse.reshape(-1)])
+
+
+def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_index=True, return_inverse=True)`` of the columns' rows: by one
+    integer per row (the columns as digits of a mixed radix, which keeps their order) where it fits."""
+    lows = [int(column.min()) for column in columns]
+    widths = [int(column.max()) - low + 1 for column, low in zip(columns, lows)]
+    if math.prod(widths) >= 1 << 62:
+        return np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for column, low, width in zip(columns, lows, widths):
+        key = key * width + (column.astype(np.int64) - low)
+    values, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    digits = []
+    for low, width in zip(lows[::-1], widths[::-1]):
+        digits.append(values % width + low)
+        values = values // width
+    return np.stack(digits[::-1], axis=1), first, inverse.reshape(-1)
 
 
 def _stream_codes(streams: np.ndarray) -> tuple[np.ndarray, list]:
