@@ -8,7 +8,9 @@ from its dicts (:func:`accepts_chunk`) goes the dict way.
 """
 from __future__ import annotations
 
-from operator import attrgetter
+from itertools import repeat
+from operator import add, attrgetter
+from types import SimpleNamespace
 
 import msgspec
 import numpy as np
@@ -39,10 +41,17 @@ _SIGNATURE_ATTRIBUTES = [attribute(key) for key in OP_SIGNATURE_ARGS]
 _KEPT = [*HOST_CATS, *GPU_CATS]
 _CODES = {"python_func": 1, "ac2g": 2, **dict.fromkeys(RANK_EVIDENCE - set(_KEPT), 3),
           **{cat: 4 + at for at, cat in enumerate(_KEPT)}}
-_FLOW, _FIRST_WANTED = 2, 4
+_FLOW, _FIRST_HOST, _FIRST_GPU = 2, 4, 4 + len(HOST_CATS)
 _FLAGS = np.array([0, 2, 0, 0, *(1 if cat == "cpu_op" else 0 for cat in _KEPT)], dtype=np.int8)  # (runs' flags)
 _EVIDENCE = np.array([False, False, False, True, *(cat in RANK_EVIDENCE for cat in _KEPT)])
 _PLAIN_IDS = {int, type(None)}
+_TEXT_OR_NONE = {str, type(None)}
+_CHUNK_FIELDS = [attrgetter(name) for name in ("cat", "ph", "pid")]
+_EVENT_FIELDS = [attrgetter(name) for name in ("ts", "dur", "name", "pid", "tid", "args")]
+_HOST_ARG_NAMES = ("correlation", "External_id", "Sequence_number", "kernel")
+_GPU_ARG_NAMES = ("correlation", "External_id", "original_stream", "stream")
+_HOST_ARGS, _GPU_ARGS = ([attrgetter(name) for name in names] for names in (_HOST_ARG_NAMES, _GPU_ARG_NAMES))
+_NO_ARGS = SimpleNamespace(**dict.fromkeys(_HOST_ARG_NAMES + _GPU_ARG_NAMES))  # (an event without args)
 _signature_of = attrgetter(*_SIGNATURE_ATTRIBUTES)
 _encode = msgspec.json.encode
 _NO_SIGNATURE = _encode((None,) * len(_SIGNATURE_ATTRIBUTES))
@@ -72,8 +81,10 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
     c.events += len(events)
     if not events:
         return
-    cats = [cat if cat.__class__ is str else None for cat in [event.cat for event in events]]
-    codes = np.array([_CODES.get(cat, 0) for cat in cats], dtype=np.int8)
+    raw_cats, phases, pids = (list(map(getter, events)) for getter in _CHUNK_FIELDS)
+    cats = raw_cats if set(map(type, raw_cats)) <= _TEXT_OR_NONE else [
+        cat if cat.__class__ is str else None for cat in raw_cats]
+    codes = np.array(list(map(_CODES.get, cats, repeat(0))), dtype=np.int8)
     owns = [-1] * len(events)
     evidence = np.flatnonzero(_EVIDENCE[codes]).tolist()
     ranks = [None if args is None else args.rank for args in [events[at].args for at in evidence]]
@@ -81,42 +92,55 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
         for at, rank in zip(evidence, ranks):
             if rank.__class__ is int and rank >= 0:
                 owns[at] = rank
-    starts, numbers = _runs(c, [event.pid for event in events], owns)
+    starts, numbers = _runs(c, pids, owns)
     run_of = np.repeat(np.array(numbers, dtype=np.int64), np.diff(np.append(starts, len(events))))
     flags = np.bitwise_or.reduceat(_FLAGS[codes], starts)
     run_flags = c.runs.arrays["flags"]
     for at in np.flatnonzero(flags).tolist():
         run_flags[numbers[at]] |= int(flags[at])
-    phases = [event.ph for event in events]
     if "M" in phases:
         for at in [at for at, ph in enumerate(phases) if ph == "M"]:
             _metadata(c, events[at])
     flows = np.flatnonzero(codes == _FLOW).tolist()
     if flows:
         _flows(c, events, flows, run_of)
-    wanted = np.flatnonzero(codes >= _FIRST_WANTED).tolist()
-    if not wanted:
-        return
-    ts = _numbers([events[at].ts for at in wanted])
-    dur = _numbers([events[at].dur for at in wanted])
+    for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, len(_FLAGS), _gpu)):
+        chosen = np.flatnonzero((codes >= first) & (codes < last)).tolist()
+        if chosen:
+            timed = _timed(c, events, chosen, run_of)
+            if timed is not None:
+                take(c, events, [cats[at] for at in timed[0]], *timed, first_uid)
+
+
+def _timed(c: OpsCollector, events: list, chosen: list[int], run_of: np.ndarray) -> tuple | None:
+    """The events with a numeric ts and dur (the others counted, per run), with their fields: places,
+    runs, ts, dur, name numbers and args; None if none."""
+    at = chosen
+    chosen_events = list(map(events.__getitem__, chosen))
+    ts, dur, names, pids, tids, args = (list(map(getter, chosen_events)) for getter in _EVENT_FIELDS)
+    ts, dur = _numbers(ts), _numbers(dur)
     if None in ts or None in dur:
         untimed = c.runs.arrays["untimed"]
-        for at, start, length in zip(wanted, ts, dur):
+        timed = []
+        for k, (start, length) in enumerate(zip(ts, dur)):
             if start is None or length is None:
-                untimed[int(run_of[at])] += 1
-        timed = [(at, start, length) for at, start, length in zip(wanted, ts, dur)
-                 if start is not None and length is not None]
-        wanted, ts, dur = [at for at, _, _ in timed], [start for _, start, _ in timed], [length for _, _, length in timed]
-    names = c.names
-    name_ids = [names.setdefault(name, len(names)) for name in [events[at].name for at in wanted]]
-    places = _places(c, [events[at] for at in wanted])
-    host = [k for k, at in enumerate(wanted) if cats[at] in HOST_CATS]
-    if host:
-        _host(c, events, cats, wanted, host, ts, dur, name_ids, places, run_of, first_uid)
-    if len(host) != len(wanted):
-        chosen = set(host)
-        _gpu(c, events, cats, wanted, [k for k in range(len(wanted)) if k not in chosen], ts, dur, name_ids,
-             places, run_of)
+                untimed[int(run_of[chosen[k]])] += 1
+            else:
+                timed.append(k)
+        if not timed:
+            return None
+        at, ts, dur, names, pids, tids, args = ([column[k] for k in timed] for column in (
+            chosen, ts, dur, names, pids, tids, args))
+    known = c.names
+    name_ids = [known.setdefault(name, len(known)) for name in names]
+    return at, _places(c, pids, tids), run_of[at].tolist(), ts, dur, name_ids, names, args
+
+
+def _args(args: list, getters: list[attrgetter]) -> list[list]:
+    """The members of the args the ``getters`` get, a list per member (None where an event has no args)."""
+    if None in args:
+        args = [_NO_ARGS if one is None else one for one in args]
+    return [list(map(getter, args)) for getter in getters]
 
 
 def _numbers(values: list) -> list:
@@ -166,16 +190,15 @@ def _metadata(c: OpsCollector, event: object) -> None:
         c.metadata[(_key(event.pid), _key(event.tid), name)] = getattr(args, METADATA[name])
 
 
-def _places(c: OpsCollector, events: list) -> list[int]:
+def _places(c: OpsCollector, pids: list, tids: list) -> list[int]:
     """Each event's (pid, tid) number, as the dict way numbers them."""
     places = c.places
-    pids, tids = [event.pid for event in events], [event.tid for event in events]
     if set(map(type, pids)) | set(map(type, tids)) <= {int, str}:
         keys = list(zip(pids, tids))
     else:
         keys = [(pid, tid) if pid.__class__ in KEYS and tid.__class__ in KEYS else (_key(pid), _key(tid))
                 for pid, tid in zip(pids, tids)]
-    out = [places.get(key) for key in keys]
+    out = list(map(places.get, keys))
     if None in out:
         out = [places.setdefault(key, len(places)) for key in keys]
     return out
@@ -198,51 +221,38 @@ def _flows(c: OpsCollector, events: list, flows: list[int], run_of: np.ndarray) 
     for columns, chosen in ((c.flow_starts.arrays, starts), (c.flow_ends.arrays, ends)):
         columns["id"].extend(_links(c, [events[at].id for at in chosen]))
         columns["run"].extend(run_of[chosen].tolist())
-    c.flow_ends.arrays["place"].extend(_places(c, [events[at] for at in ends]))
+    c.flow_ends.arrays["place"].extend(_places(c, [events[at].pid for at in ends], [events[at].tid for at in ends]))
 
 
-def _arg(events: list, name: str) -> list:
-    args = [event.args for event in events]
-    if None not in args:
-        return list(map(attrgetter(name), args))
-    return [None if one is None else getattr(one, name) for one in args]
-
-
-def _host(c: OpsCollector, events: list, cats: list, wanted: list[int], rows: list[int], ts: list, dur: list,
-          name_ids: list[int], places: list[int], run_of: np.ndarray, first_uid: int) -> None:
-    chosen = [events[wanted[k]] for k in rows]
-    kinds = [HOST_CATS[cats[wanted[k]]] for k in rows]
-    names = [name_ids[k] for k in rows]
-    corrs = _arg(chosen, "correlation")
+def _host(c: OpsCollector, events: list, cats: list, at: list[int], places: list[int], runs: list[int], ts: list, dur: list,
+          name_ids: list[int], names: list, args: list, first_uid: int) -> None:
+    kinds = list(map(HOST_CATS.__getitem__, cats))
+    corrs, exts, seqs, kernels = _args(args, _HOST_ARGS)
     launch = []
-    for kind, name, event, corr in zip(kinds, names, chosen, corrs):
+    for kind, number, name, corr in zip(kinds, name_ids, names, corrs):
         if kind != RUNTIME:
             launch.append(-1)
             continue
-        named = c._launch_names.get(name)
+        named = c._launch_names.get(number)
         if named is None:
-            named = c._launch_names[name] = "launch" in event.name.lower()
+            named = c._launch_names[number] = "launch" in name.lower()
         launch.append((0 if corr is not None else 1) if named else -1)
-    kernels = [c._name(kernel) if kernel.__class__ is str else -1 for kernel in _arg(chosen, "kernel")]
     columns = c.host.arrays
-    starts, lengths = [ts[k] for k in rows], [dur[k] for k in rows]
     for column, values in (
-            ("thread", [places[k] for k in rows]), ("ts", starts),
-            ("end", [start + length for start, length in zip(starts, lengths)]), ("kind", kinds), ("name", names),
-            ("sig", _signatures(c, chosen)), ("uid", [first_uid + wanted[k] for k in rows]),
-            ("corr", _links(c, corrs)), ("ext", _links(c, _arg(chosen, "External_id"))),
-            ("seq", _links(c, _arg(chosen, "Sequence_number"))), ("kernel", kernels),
-            ("run", run_of[[wanted[k] for k in rows]].tolist()), ("launch", launch), ("dur", lengths),
-            ("dur_int", [length.__class__ is int for length in lengths]),
-            ("driver", [cats[wanted[k]] == "cuda_driver" for k in rows])):
+            ("thread", places), ("ts", ts), ("end", list(map(add, ts, dur))), ("kind", kinds), ("name", name_ids),
+            ("sig", _signatures(c, args)), ("uid", [first_uid + one for one in at]), ("corr", _links(c, corrs)),
+            ("ext", _links(c, exts)), ("seq", _links(c, seqs)),
+            ("kernel", [c._name(kernel) if kernel.__class__ is str else -1 for kernel in kernels]), ("run", runs),
+            ("launch", launch), ("dur", dur), ("dur_int", [length.__class__ is int for length in dur]),
+            ("driver", [cat == "cuda_driver" for cat in cats])):
         columns[column].extend(values)
 
 
-def _signatures(c: OpsCollector, events: list) -> list[int]:
+def _signatures(c: OpsCollector, args: list) -> list[int]:
     """Each host event's signature number: its argument lists as one text (absent and null alike:
     None either way), decoded once per distinct text."""
     known = c.signature_of_raw
-    texts = [_NO_SIGNATURE if args is None else _encode(_signature_of(args)) for args in [event.args for event in events]]
+    texts = [_NO_SIGNATURE if one is None else _encode(_signature_of(one)) for one in args]
     out = [known.get(text) for text in texts]
     if None in out:
         for at in [at for at, number in enumerate(out) if number is None]:
@@ -253,25 +263,20 @@ def _signatures(c: OpsCollector, events: list) -> list[int]:
     return out
 
 
-def _gpu(c: OpsCollector, events: list, cats: list, wanted: list[int], rows: list[int], ts: list, dur: list,
-         name_ids: list[int], places: list[int], run_of: np.ndarray) -> None:
-    chosen = [events[wanted[k]] for k in rows]
-    starts, lengths = [ts[k] for k in rows], [dur[k] for k in rows]
-    gpu_cats = [GPU_CATS[cats[wanted[k]]] for k in rows]
-    runs = run_of[[wanted[k] for k in rows]].tolist()
-    streams = [stream if original is None else original
-               for original, stream in zip(_arg(chosen, "original_stream"), _arg(chosen, "stream"))]
+def _gpu(c: OpsCollector, events: list, cats: list, at: list[int], places: list[int], runs: list[int], ts: list, dur: list,
+         name_ids: list[int], names: list, args: list, first_uid: int) -> None:
+    gpu_cats = list(map(GPU_CATS.__getitem__, cats))
+    corrs, exts, originals, streams = _args(args, _GPU_ARGS)
+    streams = [stream if original is None else original for original, stream in zip(originals, streams)]
     columns = c.gpu.arrays
     for column, values in (
-            ("ts", starts), ("end", [start + length for start, length in zip(starts, lengths)]), ("dur", lengths),
-            ("integral", [start.__class__ is int and length.__class__ is int for start, length in zip(starts, lengths)]),
-            ("cat", gpu_cats), ("name", [name_ids[k] for k in rows]),
+            ("ts", ts), ("end", list(map(add, ts, dur))), ("dur", dur),
+            ("integral", [start.__class__ is int and length.__class__ is int for start, length in zip(ts, dur)]),
+            ("cat", gpu_cats), ("name", name_ids),
             ("stream", [float(stream) if stream.__class__ in NUMBERS else np.nan for stream in streams]),
-            ("dur_int", [length.__class__ is int for length in lengths]), ("place", [places[k] for k in rows]),
-            ("corr", _links(c, _arg(chosen, "correlation"))), ("ext", _links(c, _arg(chosen, "External_id"))),
-            ("run", runs)):
+            ("dur_int", [length.__class__ is int for length in dur]), ("place", places),
+            ("corr", _links(c, corrs)), ("ext", _links(c, exts)), ("run", runs)):
         columns[column].extend(values)
     wanted_kernel = c.collectives.wanted
-    for event, cat, run in zip(chosen, gpu_cats, runs):
-        if cat == KERNEL and wanted_kernel(event.name):
-            c.collectives.add_projected([event], lambda _pid, slot=run: slot)
+    for k in [k for k, (cat, name) in enumerate(zip(gpu_cats, names)) if cat == KERNEL and wanted_kernel(name)]:
+        c.collectives.add_projected([events[at[k]]], lambda _pid, slot=runs[k]: slot)
