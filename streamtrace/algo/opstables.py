@@ -400,20 +400,45 @@ def process_and_thread(f: OpsFacts, h: int) -> tuple:
             f.metadata.get((pid, tid, "thread_name"), "Unknown"))
 
 
+def unique_args_groups(f: OpsFacts, rows: list[dict]) -> tuple[_Groups, list[tuple], list[int], list[list[int]]]:
+    """Rows (name, category, host event ``h``) grouped as ``grouped(sort=False)`` groups TraceLens's
+    unique-args keys (name, category, process, thread, argument lists) by their str(): each group's key
+    as its first row has it, its first row, and its rows; the str() keys made once per distinct
+    (name, category, thread, signature)."""
+    hs = np.array([row["h"] for row in rows], dtype=np.int64)
+    names, categories = _codes([row["name"] for row in rows]), _codes([row["category"] for row in rows])
+
+    def key_of(row: list[int]) -> tuple:
+        name, category, h = names[1][row[0]], categories[1][row[1]], row[2]
+        return tuple("None" if part is NA else str(part) for part in (
+            name, category, *process_and_thread(f, h), *f.signatures[f.h_sig[h]]))
+
+    # (the host event stands for its thread and signature: one of the rows of each distinct four)
+    thread_sig = _distinct_rows([f.h_thread[hs], f.h_sig[hs]])[2]
+    stand_in = hs[np.unique(thread_sig, return_index=True)[1]][thread_sig]
+    groups = _grouped_columns([names[0], categories[0], stand_in], key_of, sort=False)
+    order = np.argsort(groups.codes, kind="stable")
+    bounds = np.searchsorted(groups.codes[order], np.arange(len(groups.keys) + 1))
+    members = [order[lo:hi].tolist() for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    first = [group[0] for group in members]
+    keys = [(rows[i]["name"], rows[i]["category"], *process_and_thread(f, rows[i]["h"]),
+             *f.signatures[f.h_sig[rows[i]["h"]]]) for i in first]
+    return groups, keys, first, members
+
+
+def _codes(values: list) -> tuple[np.ndarray, list]:
+    """Values as numbers (in first-seen order), and the values."""
+    numbers: dict = {}
+    codes = np.array([numbers.setdefault(value, len(numbers)) for value in values], dtype=np.int64)
+    return codes, list(numbers)
+
+
 def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
     """``ops_unique_args``: launchers grouped by name, category, process,
     thread and the str() of their four argument lists, in first-seen order."""
     f = tree.f
-    keys = [(row["name"], row["category"], *process_and_thread(f, row["h"]), *f.signatures[f.h_sig[row["h"]]])
-            for row in rows]
-    groups = grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
-    first = {}
-    for i, code in enumerate(groups.codes.tolist()):
-        first.setdefault(code, i)
+    groups, keys, first, members = unique_args_groups(f, rows)
     counts = groups.counts()
-    members: list[list[int]] = [[] for _ in groups.keys]
-    for i, code in enumerate(groups.codes.tolist()):
-        members[code].append(i)
     stats = {}
     for column in ("direct", "subtree"):
         values = np.array([r[column] for r in rows], dtype=np.float64)
@@ -436,7 +461,7 @@ def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
     table = Table([header + ["ex_UID", "kernel_details_summary", "trunc_kernel_details", "Percentage (%)",
                              "Cumulative Percentage (%)"]])
     for j, k in enumerate(order):
-        row = [*keys[first[k]], int(counts[k])]
+        row = [*keys[k], int(counts[k])]
         for stat in STATS:
             row += [stats["direct"][stat][k], stats["subtree"][stat][k]]
         summary = kernel_stats_of(f, [tree.by_start[rows[i]["h"]] for i in members[k]])

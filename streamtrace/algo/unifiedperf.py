@@ -24,11 +24,10 @@ from .opstables import (
     Table,
     ancestors,
     cell_number,
-    grouped,
     kernel_stats_of,
     percentages,
-    process_and_thread,
     truncated,
+    unique_args_groups,
 )
 
 # TraceLens's ops with a performance model in the sheets analyze does not write yet
@@ -355,11 +354,7 @@ def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, g
 
 def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     f = tree.f
-    keys = [(r["name"], r["category"], *process_and_thread(f, r["h"]), *f.signatures[f.h_sig[r["h"]]]) for r in rows]
-    groups = grouped([tuple("None" if part is NA else str(part) for part in key) for key in keys], sort=False)
-    members: list[list[int]] = [[] for _ in groups.keys]
-    for i, code in enumerate(groups.codes.tolist()):
-        members[code].append(i)
+    groups, keys, _, members = unique_args_groups(f, rows)
     counts = groups.counts()
     modelled = any("GFLOPS" in r for r in rows)
     with_roofline = any("Roofline Time (µs)" in r for r in rows)
@@ -401,7 +396,7 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
         params = next((rows[i]["params"] for i in group if rows[i].get("params")), None)
         cells.update({"kernel_details_summary": repr(summary), "trunc_kernel_details": truncated(summary),
                       "perf_params": NA if params is None else str(params), "has_perf_model": first["has_perf_model"]})
-        records.append((keys[group[0]], cells))
+        records.append((keys[k], cells))
     order = sorted(range(len(records)), key=lambda k: (-records[k][1][f"{KERNEL_TIME}_sum"], records[k][1]["ex_UID"]))
     pct, cumulative = percentages([float(records[k][1][f"{KERNEL_TIME}_sum"]) for k in order])
     table = Table([header])
