@@ -22,7 +22,6 @@ from .opstables import (
     UNIQUE_ARGS_KEYS,
     OpTree,
     Table,
-    ancestors,
     cell_number,
     kernel_stats_of,
     percentages,
@@ -93,24 +92,33 @@ class _Unified:
         self._runs = np.unique(f.link_run)
         self.launch = np.zeros(count, dtype=bool)
         self.launch[self._runs] = True
-        self.has_gpu = np.zeros(count, dtype=bool)  # some GPU event linked below (TraceLens's gpu_events)
-        for run in self._runs.tolist():
-            while run != optree.NO_PARENT and not self.has_gpu[run]:
-                self.has_gpu[run] = True
-                run = int(parent[run])
+        self.has_gpu = self._marked_above(np.ones(len(f.link_run), dtype=bool))  # (TraceLens's gpu_events)
         self._gpu: dict[int, list[int]] = {}
         self.communication_below = self._marked_above(np.array(tree.communication + [False])[f.g_name[f.link_gpu]])
         self.forward_of: dict[int, int] = {}
         for forward, backwards in opsheets.backward_ops(tree).items():
             for backward in backwards:
                 self.forward_of[backward] = forward
-        self.roots = [h for h in tree.order if tree.in_tree[h] and f.h_kind[h] == CPU_OP
-                      and all(f.h_kind[a] != CPU_OP for a in ancestors(parent, int(parent[h])))]
+        cpu_op = f.h_kind == CPU_OP
+        order = np.array(tree.order, dtype=np.int64)
+        self.roots = order[(tree.in_tree & cpu_op & ~self._cpu_op_above(cpu_op))[order]].tolist()
         self._model: dict[int, bool] = {}
         self._sole: dict[int, dict | None] = {}
 
     def children(self, h: int) -> list[int]:
         return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
+
+    def _cpu_op_above(self, cpu_op: np.ndarray) -> np.ndarray:
+        """Each host event with a cpu op among its ancestors (a tree level at a time)."""
+        parent = self.tree.parent
+        found = np.zeros(len(parent), dtype=bool)
+        events, current = np.arange(len(parent)), parent.copy()
+        while len(events):
+            up = current != optree.NO_PARENT
+            events, current = events[up], current[up]
+            found[events[cpu_op[current]]] = True
+            events, current = events[~cpu_op[current]], parent[current[~cpu_op[current]]]
+        return found
 
     def _marked_above(self, links: np.ndarray) -> np.ndarray:
         """Each host event with one of the marked links' calls at or below it."""
