@@ -195,6 +195,17 @@ class OpTree:
             self._cpu_op_above[runtime] = found
         return found
 
+    def cpu_ops_above(self, hosts: np.ndarray) -> np.ndarray:
+        """:meth:`cpu_op_above` of many host events (a tree level at a time)."""
+        found = np.full(len(hosts), optree.NO_PARENT, dtype=np.int64)
+        at, current = np.arange(len(hosts)), hosts.astype(np.int64)
+        while len(at):
+            cpu = self.f.h_kind[current] == CPU_OP
+            found[at[cpu]] = current[cpu]
+            at, current = at[~cpu], self.parent[current[~cpu]]
+            at, current = at[current != optree.NO_PARENT], current[current != optree.NO_PARENT]
+        return found
+
 
 def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
     """Record the (runtime call, GPU event) links (every one: TraceLens
@@ -489,8 +500,8 @@ def kernels(tree: OpTree) -> _Kernels:
     numbers: dict[tuple, int] = {(NA, NA, (NA, NA, NA)): 0}  # an unlinked kernel
     of_runtime: dict[int, int] = {}
     has_cpu_op = False
-    for r in np.unique(runtime[runtime != optree.NO_PARENT]).tolist():
-        cpu_op = tree.cpu_op_above(r)
+    calls = np.unique(runtime[runtime != optree.NO_PARENT])
+    for r, cpu_op in zip(calls.tolist(), tree.cpu_ops_above(calls).tolist()):
         if cpu_op != optree.NO_PARENT:
             has_cpu_op = True
             info = (tree.category(cpu_op), f.names[f.h_name[cpu_op]], _short_signature(f.signatures[f.h_sig[cpu_op]]))
@@ -499,7 +510,9 @@ def kernels(tree: OpTree) -> _Kernels:
             low = launcher.lower()
             info = ("graph" if "cudagraph" in low or "graphlaunch" in low else "runtime", launcher, (NA, NA, NA))
         of_runtime[r] = numbers.setdefault(info, len(numbers))
-    above_of = np.array([of_runtime.get(r, 0) for r in runtime.tolist()], dtype=np.int64)
+    above_of = np.zeros(len(runtime), dtype=np.int64)
+    linked = np.flatnonzero(runtime != optree.NO_PARENT)
+    above_of[linked] = np.array(list(of_runtime.values()), dtype=np.int64)[np.searchsorted(calls, runtime[linked])]
     return _Kernels(g, list(numbers), above_of, has_cpu_op)
 
 

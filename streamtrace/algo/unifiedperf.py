@@ -99,26 +99,16 @@ class _Unified:
         for forward, backwards in opsheets.backward_ops(tree).items():
             for backward in backwards:
                 self.forward_of[backward] = forward
-        cpu_op = f.h_kind == CPU_OP
+        below_cpu_op = np.zeros(count, dtype=bool)  # (a cpu op among its ancestors)
+        placed = np.flatnonzero(parent != optree.NO_PARENT)
+        below_cpu_op[placed] = tree.cpu_ops_above(parent[placed]) != optree.NO_PARENT
         order = np.array(tree.order, dtype=np.int64)
-        self.roots = order[(tree.in_tree & cpu_op & ~self._cpu_op_above(cpu_op))[order]].tolist()
+        self.roots = order[(tree.in_tree & (f.h_kind == CPU_OP) & ~below_cpu_op)[order]].tolist()
         self._model: dict[int, bool] = {}
         self._sole: dict[int, dict | None] = {}
 
     def children(self, h: int) -> list[int]:
         return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
-
-    def _cpu_op_above(self, cpu_op: np.ndarray) -> np.ndarray:
-        """Each host event with a cpu op among its ancestors (a tree level at a time)."""
-        parent = self.tree.parent
-        found = np.zeros(len(parent), dtype=bool)
-        events, current = np.arange(len(parent)), parent.copy()
-        while len(events):
-            up = current != optree.NO_PARENT
-            events, current = events[up], current[up]
-            found[events[cpu_op[current]]] = True
-            events, current = events[~cpu_op[current]], parent[current[~cpu_op[current]]]
-        return found
 
     def _marked_above(self, links: np.ndarray) -> np.ndarray:
         """Each host event with one of the marked links' calls at or below it."""
@@ -288,8 +278,8 @@ class _Unified:
         with_cpu_op: list[tuple[int, int]] = []
         communication = np.array(tree.communication + [False])[f.g_name]
         left = np.flatnonzero(~held & ~communication & (f.g_parent != optree.NO_PARENT))
-        for g, call in zip(left.tolist(), f.g_parent[left].tolist()):
-            cpu_op = tree.cpu_op_above(call)
+        calls = f.g_parent[left]
+        for g, call, cpu_op in zip(left.tolist(), calls.tolist(), tree.cpu_ops_above(calls).tolist()):
             if cpu_op == optree.NO_PARENT:
                 by_call.setdefault(call, []).append(g)
             else:
