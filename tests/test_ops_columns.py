@@ -41,3 +41,33 @@ def test_distinct_rows_are_numpys_unique_rows(high: int) -> None:
     got = _distinct_rows(columns)
     for mine, theirs in zip(got, expected):
         assert np.array_equal(mine, theirs.reshape(mine.shape))
+
+
+@pytest.mark.parametrize("trace", ["b200_eager.json.gz", "nccl_rank0.json.gz", "sglang_decode_qwen3.json.gz"])
+def test_tree_walks_at_once_are_the_walks_one_event_at_a_time(trace: str) -> None:
+    """On real op trees: the links below ops as pairs are the ancestors walk's (a call's links counted
+    at each op above it, in call then link order), and the cpu op above many calls at once is each
+    call's own walk up."""
+    from conftest import TRACES
+
+    from streamtrace.algo.opstables import OpTree, ancestors
+    from streamtrace.commands.analyses.ops import read_input
+
+    facts = read_input(str(TRACES / trace))[0]
+    tree = OpTree(facts)
+    hosts = np.arange(len(facts.h_ts))
+    ops = hosts[hosts % 3 != 1]
+    expected: dict[int, list[int]] = {}
+    for run in np.unique(facts.link_run).tolist():
+        for h in ancestors(tree.parent, run):
+            if h % 3 != 1:
+                expected.setdefault(h, []).extend(facts.link_gpu[facts.link_run == run].tolist())
+    op, gpu = tree.link_pairs(ops)
+    got: dict[int, list[int]] = {}
+    for h, g in zip(op.tolist(), gpu.tolist()):
+        got.setdefault(h, []).append(g)
+    assert got == expected
+    assert sum(map(len, got.values())) > len(facts.link_gpu)  # (links counted at several ops each)
+    above = tree.cpu_ops_above(hosts)
+    assert above.tolist() == [tree.cpu_op_above(h) for h in hosts.tolist()]
+    assert (above != -1).sum() > len(hosts) // 2
