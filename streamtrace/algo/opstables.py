@@ -120,6 +120,7 @@ class OpTree:
         for owner, lo, size in zip(owners.tolist(), first.tolist(), count.tolist()):
             self.by_start[owner] = by_start[lo:lo + size].tolist()
         self._categories: dict[int, str] = {}
+        self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}
 
     def links_below(self, ops: list[int]) -> dict[int, list[int]]:
@@ -180,7 +181,14 @@ class OpTree:
     def category(self, h: int) -> str:
         category = self._categories.get(h)
         if category is None:
-            category = self._categories[h] = op_category(self.f.names[self.f.h_name[h]], self.first_kernel(h))
+            category = self._categories[h] = self.category_of(self.f.names[self.f.h_name[h]], self.first_kernel(h))
+        return category
+
+    def category_of(self, name: str, first_kernel: str | None) -> str:
+        """:func:`op_category`, once per (name, first kernel)."""
+        category = self._category_of.get((name, first_kernel))
+        if category is None:
+            category = self._category_of[(name, first_kernel)] = op_category(name, first_kernel)
         return category
 
     def busy(self, gpu: Sequence[int]) -> tuple[float, bool]:

@@ -14,7 +14,6 @@ import math
 import numpy as np
 
 from . import opsheets, optree
-from .opcategories import op_category
 from .opstables import (
     CPU_OP,
     NA,
@@ -310,7 +309,7 @@ def _rows(walk: _Unified) -> list[dict]:
     next_uid = f.events
     for source, g in walk.synthetic(collected):
         name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
-        row = _row(walk, source, name, op_category(name, tree.first_kernel(source)), None, [g], next_uid)
+        row = _row(walk, source, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid)
         next_uid += 1
         if row is not None:
             rows.append(row)
@@ -375,6 +374,11 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
         header += ["Roofline Time (µs)_first", *[f"Pct Roofline_{stat}" for stat in STATS]]
     header += [f"{KERNEL_TIME}_median", f"{KERNEL_TIME}_min", f"{KERNEL_TIME}_max", "kernel_details_summary",
                "trunc_kernel_details", "perf_params", "has_perf_model", "Percentage (%)", "Cumulative Percentage (%)"]
+    firsts: dict[str, dict[int, int]] = {}  # per column: each group's first row where it is present
+    for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
+        firsts[column] = {}
+        for i in [i for i, row in enumerate(rows) if _present(row.get(column))]:
+            firsts[column].setdefault(int(groups.codes[i]), i)
     records = []
     for k, group in enumerate(members):
         first = rows[group[0]]
@@ -388,7 +392,7 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
             for stat, values in columns.get(column, {}).items():
                 cells[f"{column}_{stat}"] = values[k]
         for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
-            cells[column] = next((rows[i][column] for i in group if _present(rows[i].get(column))), NA)
+            cells[column] = rows[firsts[column][k]][column] if k in firsts[column] else NA
         cells["Roofline Time (µs)_first"] = cells["Roofline Time (µs)"]
         summary = kernel_stats_of(f, [rows[i]["gpu"] for i in group])
         params = next((rows[i]["params"] for i in group if rows[i].get("params")), None)
