@@ -303,8 +303,9 @@ def report_rows(summary: dict) -> list[tuple[str, str]]:
         return []
     last = stragglers[0]
     if len(stragglers) == 1:
-        return [("collectives", f"{last['num_collectives']:,} collectives, all on rank {last['rank']}: who waits for whom needs "
-                                "the other ranks' traces too")]
+        count = last["num_collectives"]
+        return [("collectives", f"{count:,} collective{'' if count == 1 else 's'}, all on rank {last['rank']}: who waits "
+                                "for whom needs the other ranks' traces too")]
     waited = sum(row["total_wait_time_us"] for row in stragglers[1:])
     rows = [("collectives", f"rank {last['rank']} arrives last at {last['times_arrived_last']} of "
                             f"{last['num_collectives']} collectives; the other ranks wait {waited / 1e3:,.1f} ms in all")]
