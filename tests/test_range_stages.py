@@ -3,6 +3,7 @@ each way of handing it over, the checked reading flags the members DuckDB
 would cast silently, and the strict parse refuses what DuckDB's parser takes."""
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 
@@ -10,6 +11,8 @@ import duckdb
 import msgspec
 import pytest
 import range_stages
+
+from streamtrace.io.projection import read_alike
 
 EVENTS = [
     {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20.5, "dur": 5.5,
@@ -39,6 +42,21 @@ def test_every_way_of_handing_the_range_over_reads_the_same_events():
     kernels = next(row for row in readings[0] if row[1] == "kernel")
     assert kernels[4:7] == (20.5, 41.25, 6.75)  # first ts, last end, kernel time
     assert len(view_share) == 1 and view_share[0] >= 0
+
+
+@pytest.mark.parametrize("value, read", [('"12"', 12), ("true", 1), ("1.5", 2)])
+def test_duckdb_casts_a_value_of_another_type_to_a_declared_integer(value, read):
+    """What the checked reading is for: DuckDB takes these silently."""
+    relation = duckdb.connect().read_json(io.BytesIO(f'[{{"a": {value}}}]'.encode()), format="array",
+                                          columns={"a": "BIGINT"})
+    assert relation.fetchall() == [(read,)]
+
+
+def test_duckdb_skips_an_integer_beyond_64_bits_in_a_member_it_does_not_read():
+    """orjson would round it: the fast reading's own number test finds it, DuckDB says nothing."""
+    text = b'[{"a": 1, "b": 123456789012345678901234567890}]'
+    assert duckdb.connect().read_json(io.BytesIO(text), format="array", columns={"a": "BIGINT"}).fetchall() == [(1,)]
+    assert not read_alike(text)
 
 
 @pytest.mark.parametrize("member, value", [("pid", '"0"'), ("ts", "true"), ("args.correlation", "42.5"),
