@@ -12,7 +12,16 @@ import math
 
 import numpy as np
 
-from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_gemm, perfmodels_norm, perfmodels_te
+from . import (
+    optree,
+    perfmodel,
+    perfmodels_attention,
+    perfmodels_conv,
+    perfmodels_gemm,
+    perfmodels_moe,
+    perfmodels_norm,
+    perfmodels_te,
+)
 from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
@@ -34,7 +43,7 @@ MODELS: dict[str, dict[str, perfmodel.Model]] = {
     **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
     "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS,
-    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS}
+    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS}
 
 
 def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
@@ -44,15 +53,17 @@ def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int
 
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **perfmodels_attention.BACKWARD_MODELS, **perfmodels_conv.BACKWARD_MODELS,
-    **dict.fromkeys([*perfmodels_norm.RMS_MODELS, *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS],
-                    _declined)}
+    **dict.fromkeys([*perfmodels_norm.RMS_MODELS, *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
+                     *(name for models in perfmodels_moe.MODELS.values() for name in models)], _declined),
+    **perfmodels_moe.BACKWARD_MODELS}
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
                            "CONV": perfmodels_conv.SHEET_OPS_BEYOND_MODELS,
                            "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
                            "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS,
-                           "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS}
-SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy"}
+                           "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS,
+                           "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", *perfmodels_moe.MODELS}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))

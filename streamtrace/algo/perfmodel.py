@@ -143,7 +143,7 @@ def unary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | N
     return params, count, moved, spec_of("vector", dtype_in)
 
 
-def _broadcast(first: tuple, second: tuple) -> tuple:
+def broadcast(first: tuple, second: tuple) -> tuple:
     ndim = max(len(first), len(second))
     first, second = (1,) * (ndim - len(first)) + first, (1,) * (ndim - len(second)) + second
     if any(a != b and a != 1 and b != 1 for a, b in zip(first, second)):
@@ -160,7 +160,7 @@ def binary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | 
     dtype_out, stride_out = (types[2], tuple(strides[2])) if len(dims) > 2 and dims[2] else (None, None)
     params = {"shape_in1": shape1, "shape_in2": shape2, "dtype_in1_in2_out": (types[0], types[1], dtype_out),
               "stride_input1": tuple(strides[0]), "stride_input2": tuple(strides[1]), "stride_output": stride_out}
-    out = prod(_broadcast(shape1, shape2))
+    out = prod(broadcast(shape1, shape2))
     size1, size2 = size_of(types[0]), size_of(types[1])
     if dtype_out is not None:
         size_out = size_of(dtype_out)

@@ -191,6 +191,7 @@ KIND_OF_OP = {
     **{f"aten::{prefix}{kind}_norm_backward": f"{kind}_backward" for prefix in ("", "native_", "miopen_", "cudnn_")
        for kind in ("batch", "layer", "group")},
     "aten::_fused_rms_norm": "rms",
+    "aiter::_groupnorm_run": "group",  # (TraceLens models aiter's group norm as PyTorch's)
     **{f"aten::{prefix}rms_norm_backward": "rms_backward" for prefix in ("", "native_", "miopen_", "cudnn_", "_fused_")},
 }
 # TraceLens's instance-norm backward model always declines (no row, no warning)
@@ -226,5 +227,5 @@ RMS_SHEET_OPS_BEYOND_MODELS = (
     "aiter::rmsnorm2d_fwd_with_add_ck", "aiter::rmsnorm2d_fwd_with_dynamicquant_ck", "aiter::rmsnorm_quant",
     "sglang_profiler::fused_mxfp4_quant_fused_rms_mxfp4_quant", "vllm::rocm_aiter_rmsnorm_fp8_group_quant",
     "vllm::rocm_aiter_rmsnorm_with_add_fp8_group_quant", "vllm::rocm_aiter_triton_add_rmsnorm_pad")
-# the sheet's other ops (TraceLens's extensions' models, none here)
-SHEET_OPS_BEYOND_MODELS = ("aiter::_groupnorm_run", "primus::fused_ln_modulate", "primus::fused_ln_modulate_backward")
+# the sheet's other ops (Primus's fused norm: no model here yet)
+SHEET_OPS_BEYOND_MODELS = ("primus::fused_ln_modulate", "primus::fused_ln_modulate_backward")
