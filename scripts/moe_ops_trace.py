@@ -3,9 +3,12 @@ shapes, as PyTorch records them: a training step's grouped GEMMs (Primus
 Turbo's, fixed and variable K, shapes as tensors and as tensor lists) and
 token dispatch and combine with their backward ops, then an inference
 step's aiter fused and two-stage expert GEMMs, SGLang's Triton expert GEMM,
-the router's top-k and the token sort, and aiter's group norm.  TraceLens's
-sheets for them (``GroupedGEMM_fwd``, ``MoE_fused_fwd``, ``MoE_unfused_fwd``,
-``MoE_aux_fwd``, ``MoE_comm_fwd``, ``MoE_comm_bwd``) are made from this one
+the router's top-k and the token sort, aiter's group norm, and the
+inference-attention ops around them (KV-cache writes, aiter's sparse prefill,
+packed and paged attention, vLLM's gated delta net).  TraceLens's sheets for
+them (``GroupedGEMM_fwd``, ``MoE_fused_fwd``, ``MoE_unfused_fwd``,
+``MoE_aux_fwd``, ``MoE_comm_fwd``, ``MoE_comm_bwd``, ``InferenceAttention_fwd``,
+``Normalization``) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
 
@@ -39,6 +42,11 @@ SORT = "_ZN7ck_tile6kentryILi1ENS_14MoeSortingKernelINS_15MoeSortingProblemIifEE
 MX_SORT = "_ZN5aiter18mxfp4_moe_sort_hipILi32EEEvPKhPhPKiS4_ii"
 APPEND = "_fused_append_shared_experts_kernel"
 GROUPNORM = "_ZN5aiter18group_norm_kernelIN3c108BFloat16ELi256EEEvPKT_S5_S5_PS3_iiif"
+STORE = "_store_cache_kernel"
+SPARSE = "_ZN5aiter28pa_sparse_prefill_opus_kernelILi512ELi64EEEvNS_6ParamsE"
+VARLEN = "_ZN5aiter29fmha_fwd_hd128_bf16_group_rtneE"
+PAGED = "paged_attention_decode_sliding_window"
+GDN = "fused_recurrent_gated_delta_rule_fwd_kernel"
 
 
 def grouped_gemm(tokens: int, hidden: int, out: int, groups: int, dtype: str = BF16, k_last: bool = True,
@@ -146,6 +154,40 @@ def group_norm(x: list[int]) -> list[tuple]:
             _scalar("False")]
 
 
+def store_cache(tokens: int, width: int) -> list[tuple]:
+    """SGLang's ``store_cache(k [T, D], v, k_cache [slots, D], v_cache, indices [T], ...)``."""
+    return [_tensor([tokens, width], BF16), _tensor([tokens, width], BF16), _tensor([65536, width], BF16),
+            _tensor([65536, width], BF16), _tensor([tokens], LONG), NONE, NONE]
+
+
+def sparse_prefill(tokens: int, heads: int, dim: int) -> list[tuple]:
+    """``pa_sparse_prefill_opus_fwd(q [N, H, d], kv_cache, kv_indices_prefix [P], kv_indptr_prefix, kv_cache_extend,
+    kv_indices_extend [P'], kv_indptr_extend, softmax_scale, ...)``."""
+    return [_tensor([tokens, heads, dim], BF16), _tensor([8192, 1, dim], BF16), _tensor([tokens * 512], INT),
+            _tensor([tokens + 1], INT), _tensor([tokens, 1, dim], BF16), _tensor([tokens * 64], INT),
+            _tensor([tokens + 1], INT), _scalar("0.044", "Double")]
+
+
+def varlen(tokens: int, heads: int, kv_heads: int, dim: int) -> list[tuple]:
+    """``mha_varlen_fwd(q [T, H, d], k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)``."""
+    return [_tensor([tokens, heads, dim], BF16), _tensor([tokens, kv_heads, dim], BF16),
+            _tensor([tokens, kv_heads, dim], BF16), _tensor([5], INT), _tensor([5], INT), _scalar(str(tokens)),
+            _scalar(str(tokens)), _scalar("0.0", "Double"), _scalar("0.088", "Double"), _scalar("True")]
+
+
+def paged_decode(tokens: int, heads: int, kv_heads: int, dim: int) -> list[tuple]:
+    """``pa_decode_gluon(q [T, H, d], out, k_cache [blocks, H_kv, ...], v_cache, block_tables, context_lens, ...)``."""
+    return [_tensor([tokens, heads, dim], BF16), _tensor([tokens, heads, dim], BF16),
+            _tensor([4096, kv_heads, dim // 16, 16, 16], FP8), _tensor([4096, kv_heads, dim, 16], FP8),
+            _tensor([tokens, 64], INT), _tensor([tokens], INT)]
+
+
+def gated_delta(tokens: int, v_heads: int, dim: int) -> list[tuple]:
+    """vLLM's ``gdn_attention_core(mixed_qkv [T, 2·H_K·d_k + H_V·d_v], b [T, H_V], a, core_attn_out, layer_name)``."""
+    return [_tensor([tokens, v_heads * dim * 2], BF16), _tensor([tokens, v_heads], BF16),
+            _tensor([tokens, v_heads], BF16), _tensor([tokens, v_heads, dim], BF16), _scalar("layers.0", "String")]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -208,6 +250,11 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
         ("sglang_profiler::fused_moe_triton_kernels_invoke_fused_moe_kernel",
          triton_moe(tokens * topk, hidden, inter, experts, 1), TRITON_MOE, 19.0),
         ("aiter::_groupnorm_run", group_norm([2, 128, 16, 16]), GROUPNORM, 6.75),
+        ("sglang::store_cache", store_cache(tokens, 1024), STORE, 2.25),
+        ("aiter::pa_sparse_prefill_opus_fwd", sparse_prefill(4 * tokens, 16, 512), SPARSE, 35.0),
+        ("aiter::mha_varlen_fwd", varlen(tokens, 32, 8, 128), VARLEN, 12.0),  # (the annotation-driven models:
+        ("aiter::pa_decode_gluon", paged_decode(tokens, 32, 8, 128), PAGED, 9.0),  # no row without one)
+        ("vllm::gdn_attention_core", gated_delta(tokens, 16, 128), GDN, 8.5),
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),

@@ -18,6 +18,7 @@ from . import (
     perfmodels_attention,
     perfmodels_conv,
     perfmodels_gemm,
+    perfmodels_inference,
     perfmodels_moe,
     perfmodels_norm,
     perfmodels_te,
@@ -43,7 +44,8 @@ MODELS: dict[str, dict[str, perfmodel.Model]] = {
     **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
     "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS,
-    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS}
+    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS,
+    "InferenceAttention": perfmodels_inference.MODELS}
 
 
 def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
@@ -54,7 +56,8 @@ def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **perfmodels_attention.BACKWARD_MODELS, **perfmodels_conv.BACKWARD_MODELS,
     **dict.fromkeys([*perfmodels_norm.RMS_MODELS, *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
-                     *(name for models in perfmodels_moe.MODELS.values() for name in models)], _declined),
+                     *(name for models in perfmodels_moe.MODELS.values() for name in models),
+                     *perfmodels_inference.MODELS], _declined),
     **perfmodels_moe.BACKWARD_MODELS}
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
@@ -62,8 +65,10 @@ SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
                            "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS,
                            "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS,
-                           "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS}
-SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", *perfmodels_moe.MODELS}
+                           "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
+                           "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", "InferenceAttention",
+                                         *perfmodels_moe.MODELS}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))

@@ -36,19 +36,13 @@ from .opstables import (
 OTHER_MODEL_OPS = frozenset({
     "DaoAILab::_causal_conv1d_fwd_cpp", "MambaSplitConv1dScanCombinedFn", "_C_custom_ar::all_reduce",
     "_C_custom_ar::qr_all_reduce", "aiter::all_gather_reg", "aiter::dynamic_per_group_scaled_quant_fp4",
-    "aiter::fmha_v3_varlen_fwd", "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_",
-    "aiter::fused_dynamic_mx_quant_moe_sort_hip", "aiter::fused_dynamic_mxfp4_quant_moe_sort_hip",
-    "aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla",
-    "aiter::linear_attention_with_output_base", "aiter::mha_batch_prefill", "aiter::mha_varlen_fwd",
-    "aiter::mhc_fused_post_pre_gemm_sqrsum", "aiter::mhc_post", "aiter::mhc_pre_big_fuse_rmsnorm",
-    "aiter::mhc_pre_gemm_sqrsum", "aiter::mixed_sample_outer_exponential", "aiter::pa_decode_gluon",
-    "aiter::pa_sparse_prefill_opus_fwd", "aiter::reduce_scatter", "pseudo_mla_decode_fwd", "pseudo_mla_prefill_fwd",
-    "pseudo_v4_paged_decode_csa", "pseudo_v4_paged_decode_hca", "pseudo_v4_paged_decode_swa",
-    "sgl_kernel::all_reduce_reg", "sgl_kernel::qr_all_reduce", "sglang::reg_all_gather_into_tensor",
-    "sglang::store_cache", "sglang_profiler::attention_paged_attention_ragged",
-    "sglang_profiler::fused_mxfp4_quant_fused_flatten_mxfp4_quant", "sglang_profiler::quant_dynamic_mxfp4_quant",
-    "sglang_profiler::tilelang_kernel_tilelang_sparse_fwd", "vllm::gdn_attention_core",
-    "vllm::unified_attention_with_output",
+    "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_", "aiter::fused_dynamic_mx_quant_moe_sort_hip",
+    "aiter::fused_dynamic_mxfp4_quant_moe_sort_hip", "aiter::fused_qk_rope_cat_and_cache_mla",
+    "aiter::fused_qk_rope_concat_and_cache_mla", "aiter::mhc_fused_post_pre_gemm_sqrsum", "aiter::mhc_post",
+    "aiter::mhc_pre_big_fuse_rmsnorm", "aiter::mhc_pre_gemm_sqrsum", "aiter::mixed_sample_outer_exponential",
+    "aiter::reduce_scatter", "sgl_kernel::all_reduce_reg", "sgl_kernel::qr_all_reduce",
+    "sglang::reg_all_gather_into_tensor", "sglang_profiler::fused_mxfp4_quant_fused_flatten_mxfp4_quant",
+    "sglang_profiler::quant_dynamic_mxfp4_quant",
 })
 KNOWN = {name: model for models in opsheets.MODELS.values() for name, model in models.items()}
 UNKNOWN = frozenset().union(*opsheets.SHEET_OPS.values(), OTHER_MODEL_OPS).difference(KNOWN)
