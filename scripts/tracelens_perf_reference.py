@@ -2,7 +2,7 @@
 report, as ``TraceLens_generate_perf_report_pytorch`` writes it, for the shared
 traces and generated ones (a synth rank; a hand-built trace of attention,
 convolution and norm ops with their shapes, scripts/model_ops_trace.py; one of
-mixture-of-experts ops, scripts/moe_ops_trace.py).
+the ops of TraceLens's extension models, scripts/extension_ops_trace.py).
 
 TraceLens is not on the package index: install it from its source
 (AMD-AGI/TraceLens) in a separate virtualenv and point ``--tracelens`` at its
@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+import extension_ops_trace
 import model_ops_trace
-import moe_ops_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -46,11 +46,11 @@ CASES = {
     "synth_rank0": None,
     "model_ops": None,
     "odd_ops": None,
-    "moe_ops": None,
+    "extension_ops": None,
 }
 # cases run again with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
 SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy", "b200_eager_spec": "b200_eager", "model_ops_spec": "model_ops",
-              "moe_ops_spec": "moe_ops"}
+              "extension_ops_spec": "extension_ops"}
 SPEC = os.path.join(OUT, "spec_fixture.json")
 # The generated case: synth is deterministic for a seed; no python_function
 # frames (TraceLens's kernel tables refuse traces with a Python stack).
@@ -92,12 +92,14 @@ def odd_ops(work: str) -> str:
     return model_ops_trace.write(os.path.join(work, "odd_ops.json"), odd=True)
 
 
-def moe_ops(work: str) -> str:
-    """The hand-built trace of mixture-of-experts ops with shapes (grouped GEMMs, expert GEMMs, routing), in ``work``."""
-    return moe_ops_trace.write(os.path.join(work, "moe_ops.json"))
+def extension_ops(work: str) -> str:
+    """The hand-built trace of ops TraceLens's extension models cover (grouped GEMMs, MoE, inference attention,
+    fused convolutions ...), made in ``work``."""
+    return extension_ops_trace.write(os.path.join(work, "extension_ops.json"))
 
 
-GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops, "odd_ops": odd_ops, "moe_ops": moe_ops}
+GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops, "odd_ops": odd_ops,
+             "extension_ops": extension_ops}
 
 
 def trace_of(case: str, work: str) -> str:

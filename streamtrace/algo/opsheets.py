@@ -61,7 +61,6 @@ BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **perfmodels_moe.BACKWARD_MODELS}
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
-                           "CONV": perfmodels_conv.SHEET_OPS_BEYOND_MODELS,
                            "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
                            "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS,
                            "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS,
@@ -184,13 +183,15 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
     kernels_of = backward_links(tree, ops) if backward else tree.links_below(ops)
+    forwards = cached_forwards(tree, signature_values)
     rows = []
     for h in ops:
         if h not in kernels_of:  # (no backward op linked to it)
             continue
         name = f.names[f.h_name[h]]
         try:
-            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec))
+            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec,
+                                   forward_args(tree, forwards, h, before=True)))
         except MODEL_FAILURES:
             continue  # TraceLens leaves the op out (its perf model fails on it)
     if not rows:
@@ -198,16 +199,58 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     return _summarize(tree, rows), []
 
 
+def op_args(values: list) -> dict:
+    """An op's arguments as its model reads them (the keys the trace gives)."""
+    return {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
+
+
+def cached_forwards(tree: OpTree, signature_values: list[list]) -> dict[tuple[str, int], list[tuple[int, dict]]]:
+    """The forward ops whose parameters TraceLens's models cache for their
+    backward ops (``ConvBias_`` ...): per (name, sequence number), the
+    (UID, arguments) of each op whose model gets that far, by UID."""
+    f = tree.f
+    wanted = set(perfmodels_conv.CACHED_FORWARD.values())
+    found: dict[tuple[str, int], list[tuple[int, dict]]] = {}
+    for h in np.flatnonzero(f.h_seq != optree.NO_LINK).tolist():
+        name = f.names[f.h_name[h]]
+        if name not in wanted:
+            continue
+        args = op_args(signature_values[f.h_sig[h]])
+        try:
+            perfmodels_conv.conv_bias_cached(args)
+        except MODEL_FAILURES:
+            continue
+        found.setdefault((name, int(f.h_seq[h])), []).append((int(f.h_uid[h]), args))
+    return {key: sorted(ops, key=lambda op: op[0]) for key, ops in found.items()}
+
+
+def forward_args(tree: OpTree, forwards: dict, h: int, before: bool) -> dict | None:
+    """What TraceLens's cache holds for backward op ``h`` when its model
+    runs: the arguments of the last forward op of its sequence number
+    modelled by then (``before``: in a sheet, the forward ops before it in
+    event order; else, in the unified summary, all of them); None when
+    ``h`` reads no cache or the cache has nothing for it."""
+    f = tree.f
+    forward = perfmodels_conv.CACHED_FORWARD.get(f.names[f.h_name[h]])
+    if forward is None or f.h_seq[h] == optree.NO_LINK:
+        return None
+    cached = [args for uid, args in forwards.get((forward, int(f.h_seq[h])), []) if not before or uid < f.h_uid[h]]
+    return cached[-1] if cached else None
+
+
 def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], signature_values: list[list],
-               spec: dict | None) -> dict:
+               spec: dict | None, forward: dict | None = None) -> dict:
     """TraceLens's ``compute_perf_metrics`` of op ``h`` over the GPU events
     ``gpu`` (its subtree's, or its backward ops'): the model's parameters,
     GFLOPS, bytes and rates over their busy time (raises what the model
-    raises on the op's arguments)."""
+    raises on the op's arguments).  ``forward``: the arguments of the
+    forward op whose cached parameters the model reads."""
     f = tree.f
     details = gpu_details(f, sorted(gpu, key=lambda g: f.g_ts[g]))
     values = signature_values[f.h_sig[h]]
-    args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
+    args = op_args(values)
+    if forward is not None:
+        args[perfmodels_conv.FORWARD_ARGS] = forward
     name = f.names[f.h_name[h]]
     params, flops, moved, compute = model(name, args, [d["name"] for d in details])
     busy, integral = tree.busy(gpu) if gpu else (0, True)

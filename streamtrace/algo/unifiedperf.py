@@ -91,6 +91,7 @@ class _Unified:
         self.roots = [h for h in tree.order if tree.in_tree[h] and f.h_kind[h] == CPU_OP
                       and all(f.h_kind[a] != CPU_OP for a in ancestors(parent, int(parent[h])))]
         self._model: dict[int, bool] = {}
+        self.forwards = opsheets.cached_forwards(tree, signature_values)
         self._sole: dict[int, dict | None] = {}
 
     def children(self, h: int) -> list[int]:
@@ -305,7 +306,8 @@ def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, g
     metrics = None
     if own and h is not None:
         try:
-            metrics = opsheets.op_metrics(tree, h, KNOWN[name], gpu, walk.values, walk.spec)
+            metrics = opsheets.op_metrics(tree, h, KNOWN[name], gpu, walk.values, walk.spec,
+                                          opsheets.forward_args(tree, walk.forwards, h, before=False))
         except NotImplementedError:
             return None
         except opsheets.MODEL_FAILURES:
