@@ -199,6 +199,11 @@ def conv_bias(x: list[int], w: list[int], stride: int, padding: int, dtype: str 
             _scalar(str(stride)), _scalar(str(padding))]
 
 
+def inductor(shapes: list[list[int]], *counts: int, dtype: str = BF16) -> list[tuple]:
+    """An Inductor kernel's launch as PyTorch 2.4+ records it: its buffers, then its element counts."""
+    return [*(_tensor(shape, dtype) for shape in shapes), *(_scalar(str(count)) for count in counts)]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -275,6 +280,15 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
         ("aiter::mha_varlen_fwd", varlen(tokens, 32, 8, 128), VARLEN, 12.0),  # (the annotation-driven models:
         ("aiter::pa_decode_gluon", paged_decode(tokens, 32, 8, 128), PAGED, 9.0),  # no row without one)
         ("vllm::gdn_attention_core", gated_delta(tokens, 16, 128), GDN, 8.5),
+        ("triton_poi_fused__to_copy_add_mul_silu_0", inductor([[tokens, 4096], [tokens, 4096], [4096]], tokens * 4096),
+         "triton_poi_fused__to_copy_add_mul_silu_0", 3.5),
+        ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1",
+         inductor([[tokens, 4096], [4096], [tokens, 4096]], tokens, 4096), "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1",
+         4.25),
+        ("triton_per_fused_native_layer_norm_2", inductor([[tokens, 1024], [1024], [1024]], tokens, 1024, dtype="float"),
+         "triton_per_fused_native_layer_norm_2", 2.75),
+        ("triton_poi_fused_zzz_unknown_3", inductor([[tokens, 64]], tokens * 64), "triton_poi_fused_zzz_unknown_3", 1.5),
+        ("triton_poi_fused_cat_4", [_tensor([tokens, 64], BF16)], "triton_poi_fused_cat_4", 1.25),  # no count: no model
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),

@@ -411,7 +411,14 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::native_group_norm_backward",
            "aten::instance_norm", "aten::native_instance_norm_backward", "aten::_fused_rms_norm",
            "aten::_fused_rms_norm_backward", "aiter::rms_norm", "aiter::rmsnorm", "aten::_scaled_mm", "aten::mm",
-           "aten::add", "aten::sum", "FusedRoPEFunc", "CrossEntropyFunction")
+           "aten::add", "aten::sum", "FusedRoPEFunc", "CrossEntropyFunction", "primus_turbo::grouped_gemm",
+           "primus_turbo::grouped_gemm_variable_k", "MoEDispatch", "aiter::fmoe_g1u1", "pseudo_op::moe_aiter_fused_1stage",
+           "aiter::ck_moe_stage1", "aiter::ck_moe_stage2", "aiter::moe_cktile2stages_gemm1_ck",
+           "aiter::moe_cktile2stages_gemm2_ck", "sglang_profiler::fused_moe_triton_kernels_invoke_fused_moe_kernel",
+           "aiter::biased_grouped_topk_hip", "aiter::moe_sorting_fwd", "aiter::topk_softplus",
+           "sglang_profiler::fused_moe_triton_kernels_fused_append_shared_experts", "aiter::pa_sparse_prefill_opus_fwd",
+           "sglang::store_cache", "aiter::mha_varlen_fwd", "vllm::gdn_attention_core", "ConvBias_", "aiter::_groupnorm_run",
+           "triton_poi_fused_add_mul_0", "triton_red_fused_sum_1")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

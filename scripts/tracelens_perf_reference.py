@@ -10,7 +10,8 @@ report command.  Each case's CSVs land gzipped in
 ``tests/reference/tracelens_perf/<case>/<stem>.csv.gz`` (byte for byte what
 TraceLens wrote, compressed), with ``op_categories.json`` (TraceLens's op-name
 -> category registry, which the tests compare with streamtrace's),
-``op_sheets.json`` (its performance-model sheets -> op names) and
+``op_sheets.json`` (its performance-model sheets -> op names), ``aten_ops.json``
+(the PyTorch operator names it cuts Inductor kernel names into) and
 ``VERSIONS.json`` (what made them).
 
     python scripts/tracelens_perf_reference.py \
@@ -68,6 +69,11 @@ import json, sys
 from TraceLens.PerfModel.torch_op_mapping import build_sheet_category_to_op_names, op_to_perf_model_class_map
 sheets = build_sheet_category_to_op_names(op_to_perf_model_class_map)
 json.dump({sheet: sorted(names) for sheet, names in sorted(sheets.items())}, sys.stdout, indent=0)
+"""
+DUMP_ATEN_OPS = """
+import json, sys
+from TraceLens.PerfModel._known_aten_ops import KNOWN_OPS
+json.dump(sorted(KNOWN_OPS), sys.stdout, indent=0)
 """
 VERSIONS = """
 import json, sys, importlib.metadata as m
@@ -131,6 +137,7 @@ def main() -> None:
     python = os.path.join(os.path.dirname(args.tracelens), "python")
     os.makedirs(OUT, exist_ok=True)
     for name, code in (("op_categories.json", DUMP_REGISTRY), ("op_sheets.json", DUMP_SHEETS),
+                       ("aten_ops.json", DUMP_ATEN_OPS),
                        ("VERSIONS.json", VERSIONS)):
         text = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout
         with open(os.path.join(OUT, name), "w") as out:

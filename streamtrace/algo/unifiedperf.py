@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from . import opsheets, optree
+from . import opsheets, optree, perfmodels_inductor
 from .opcategories import op_category
 from .opstables import (
     CPU_OP,
@@ -46,8 +46,6 @@ OTHER_MODEL_OPS = frozenset({
 })
 KNOWN = {name: model for models in opsheets.MODELS.values() for name, model in models.items()}
 UNKNOWN = frozenset().union(*opsheets.SHEET_OPS.values(), OTHER_MODEL_OPS).difference(KNOWN)
-# Inductor's compiled kernels: TraceLens models them from their concrete inputs (not here yet)
-TRITON_COMPILED = ("triton_poi_", "triton_red_", "triton_per_")
 # a forward op's model with backward formulas -> the category of the backward op computed through it
 BACKWARD_CATEGORY = {name: f"{sheet}_bwd" for sheet in ("SDPA", "CONV", "MoE_comm") for name in opsheets.MODELS[sheet]}
 FIRST = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec")
@@ -58,6 +56,16 @@ KERNEL_TIME = "Kernel Time (µs)"
 
 class UnknownModel(Exception):
     """An op TraceLens has a performance model for that is not here yet: the table cannot be made."""
+
+    def note(self) -> str:
+        return f"unified_perf_summary not written: no model here yet for {self}"
+
+
+class ModelCrash(UnknownModel):
+    """An op whose arguments make TraceLens's test for a model raise: TraceLens writes no report."""
+
+    def note(self) -> str:
+        return f"unified_perf_summary not written: TraceLens's Inductor model fails on the arguments of {self}"
 
 
 class _Unified:
@@ -125,10 +133,11 @@ class _Unified:
             return True
         if name in UNKNOWN:
             raise UnknownModel(name)
-        if name.startswith(TRITON_COMPILED):
-            values = self.values[sig]
-            if values[3] and values[0] and values[1]:
-                raise UnknownModel(name)
+        if name.startswith(perfmodels_inductor.PREFIXES):
+            try:
+                return perfmodels_inductor.has_model(name, opsheets.op_args(self.values[sig]))
+            except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+                raise ModelCrash(name) from exc
         return False
 
     def op_has_model(self, h: int) -> bool:
@@ -270,7 +279,7 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
     try:
         rows = _rows(walk)
     except UnknownModel as exc:
-        return None, [f"unified_perf_summary not written: no model here yet for {exc}"]
+        return None, [exc.note()]
     return (_summarize(tree, rows) if rows else None), []
 
 
@@ -306,7 +315,8 @@ def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, g
     metrics = None
     if own and h is not None:
         try:
-            metrics = opsheets.op_metrics(tree, h, KNOWN[name], gpu, walk.values, walk.spec,
+            metrics = opsheets.op_metrics(tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled), gpu,
+                                          walk.values, walk.spec,
                                           opsheets.forward_args(tree, walk.forwards, h, before=False))
         except NotImplementedError:
             return None
