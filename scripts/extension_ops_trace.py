@@ -1,14 +1,16 @@
 """A small hand-built Kineto trace of the ops TraceLens's extension models
 cover, with their shapes as PyTorch records them: a training step's
 grouped GEMMs (Primus Turbo's, fixed and variable K, shapes as tensors and
-as tensor lists), token dispatch and combine and Apex's fused convolutions
-(``ConvBias_``, ``ConvBiasReLU_``) with their backward ops, then an
+as tensor lists), token dispatch and combine, Apex's fused convolutions
+(``ConvBias_``, ``ConvBiasReLU_``) and Mamba-2's fused scan with their
+backward ops, DaoAILab's causal convolution, then an
 inference step's aiter fused and two-stage expert GEMMs, SGLang's Triton
 expert GEMM, the router's top-k and the token sort, aiter's group norm and
 the inference-attention ops around them (KV-cache writes, aiter's sparse
-prefill, packed and paged attention, vLLM's gated delta net).  TraceLens's
+prefill, packed and paged attention, vLLM's gated delta net), aiter's mHC
+ops and Inductor's compiled kernels.  TraceLens's
 sheets for them (``GroupedGEMM_fwd``, ``MoE_*``, ``InferenceAttention_fwd``,
-``CONV_*``, ``Normalization`` ...) are made from this one
+``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``Normalization`` ...) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
 
@@ -42,6 +44,9 @@ SOFTPLUS = "_ZN5aiter20topk_softplus_kernelIN3c108BFloat16ELi8EEEvPKT_PfPiiii"
 SORT = "_ZN7ck_tile6kentryILi1ENS_14MoeSortingKernelINS_15MoeSortingProblemIifEEEEEvNT_5KargsE"
 MX_SORT = "_ZN5aiter18mxfp4_moe_sort_hipILi32EEEvPKhPhPKiS4_ii"
 APPEND = "_fused_append_shared_experts_kernel"
+SSD = "_mamba_chunk_scan_combined_fwd_kernel"
+SSD_BWD = "_mamba_chunk_scan_combined_bwd_kernel"
+CAUSAL_CONV = "void causal_conv1d_fwd_kernel<Causal_conv1d_fwd_kernel_traits<128, 4, true, c10::BFloat16>>(ConvParamsBase)"
 CONV_BIAS = "_ZN5miopen20conv_fwd_bias_kernelI6__halfLi64EEEvPKT_S4_S4_PS2_"
 CONV_BIAS_RELU = "_ZN5miopen25conv_fwd_bias_relu_kernelI6__halfLi64EEEvPKT_S4_S4_PS2_"
 CONV_DGRAD = "_ZN5miopen16conv_bwd_data_kernelI6__halfLi64EEEvPKT_S4_PS2_"
@@ -204,6 +209,34 @@ def inductor(shapes: list[list[int]], *counts: int, dtype: str = BF16) -> list[t
     return [*(_tensor(shape, dtype) for shape in shapes), *(_scalar(str(count)) for count in counts)]
 
 
+def mamba(batch: int, length: int, heads: int, head_dim: int, state: int) -> list[tuple]:
+    """``MambaSplitConv1dScanCombinedFn(zxbcdt [B, T, D], conv1d_weight [C_conv, 4], conv1d_bias, dt_bias [H], A, D,
+    chunk_size, ..., headdim (16th), ngroups (17th), ...)``, one group."""
+    inner = heads * head_dim
+    conv = inner + 2 * state
+    args = [_tensor([batch, length, 2 * inner + 2 * state + heads], BF16), _tensor([conv, 4], BF16),
+            _tensor([conv], BF16), _tensor([heads], F32), _tensor([heads], F32), _tensor([heads], F32), _scalar("256")]
+    args += [NONE] * 8 + [_scalar(str(head_dim)), _scalar("1"), _scalar("False")]
+    return args
+
+
+def mhc(kind: str, tokens: int, streams: int, width: int, split: int) -> list[tuple]:
+    """aiter's mHC ops: residual [M, n, C], layer input [M, C], mixes, the projection fn [n² + 2n, n·C]."""
+    hc3, residual = streams * streams + 2 * streams, [tokens, streams, width]
+    mixes = [_tensor([tokens, streams, 1], F32), _tensor([tokens, streams, streams], F32)]
+    partials = [_tensor([split, tokens, hc3], F32), _tensor([split, tokens], F32)]
+    fn = _tensor([hc3, streams * width], F32)
+    return {
+        "post": [_tensor(residual, BF16), _tensor([tokens, width], BF16), _tensor(residual, BF16), *mixes,
+                 _scalar("False")],
+        "pre_gemm": [*partials, _tensor(residual, BF16), fn, _scalar("256"), _scalar("False")],
+        "pre_rmsnorm": [*mixes, _tensor([tokens, width], BF16), *partials, _tensor([3], F32), _tensor([hc3], F32),
+                        _tensor(residual, BF16), _tensor([width], BF16), _scalar("1e-06", "Double")],
+        "fused": [*partials, _tensor(residual, BF16), _tensor([tokens, width], BF16), _tensor(residual, BF16), *mixes,
+                  fn, _scalar("32"), _scalar("32"), _scalar("256"), _scalar("False")],
+    }[kind]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -230,6 +263,11 @@ def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]
         ([], "ConvBiasReLU_", conv_bias([tokens // 32, 64, 28, 28], [64, 64, 3, 3], 1, 1, "float"),
          [(CONV_BIAS_RELU, 10.0)],  # mixed dtypes: no row, nothing cached for its backward op
          ("ConvBiasReLU_Backward", None, None, [(CONV_DGRAD, 12.0), (CONV_WGRAD, 9.0)])),
+        ([], "MambaSplitConv1dScanCombinedFn", mamba(tokens // 128, 256, 8, 64, 64), [(SSD, 48.0)],
+         ("MambaSplitConv1dScanCombinedFnBackward", None, None, [(SSD_BWD, 96.0)])),
+        ([], "DaoAILab::_causal_conv1d_fwd_cpp", [_tensor([tokens // 128, 640, 256], BF16), _tensor([640, 4], BF16),
+                                                   _tensor([640], BF16), NONE, NONE, _scalar("True")],
+         [(CAUSAL_CONV, 6.5)], None),
     ]
     backward = []
     for wrappers, name, args, kernels, back in forward:
@@ -289,6 +327,9 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
          "triton_per_fused_native_layer_norm_2", 2.75),
         ("triton_poi_fused_zzz_unknown_3", inductor([[tokens, 64]], tokens * 64), "triton_poi_fused_zzz_unknown_3", 1.5),
         ("triton_poi_fused_cat_4", [_tensor([tokens, 64], BF16)], "triton_poi_fused_cat_4", 1.25),  # no count: no model
+        *[(f"aiter::mhc_{op}", mhc(kind, tokens, 4, 1024, 4), f"mhc_{op}_kernel", 5.0)
+          for op, kind in (("post", "post"), ("pre_gemm_sqrsum", "pre_gemm"), ("pre_big_fuse_rmsnorm", "pre_rmsnorm"),
+                           ("fused_post_pre_gemm_sqrsum", "fused"))],
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),

@@ -19,8 +19,10 @@ from . import (
     perfmodels_conv,
     perfmodels_gemm,
     perfmodels_inference,
+    perfmodels_mhc,
     perfmodels_moe,
     perfmodels_norm,
+    perfmodels_ssm,
     perfmodels_te,
 )
 from .opcategories import CATEGORY_OF_OP
@@ -45,7 +47,7 @@ MODELS: dict[str, dict[str, perfmodel.Model]] = {
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
     "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS,
     "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS,
-    "InferenceAttention": perfmodels_inference.MODELS}
+    "InferenceAttention": perfmodels_inference.MODELS, "SSM": perfmodels_ssm.MODELS, "mHC": perfmodels_mhc.MODELS}
 
 
 def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
@@ -57,8 +59,8 @@ BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **perfmodels_attention.BACKWARD_MODELS, **perfmodels_conv.BACKWARD_MODELS,
     **dict.fromkeys([*perfmodels_norm.RMS_MODELS, *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
                      *(name for models in perfmodels_moe.MODELS.values() for name in models),
-                     *perfmodels_inference.MODELS], _declined),
-    **perfmodels_moe.BACKWARD_MODELS}
+                     *perfmodels_inference.MODELS, *perfmodels_ssm.MODELS, *perfmodels_mhc.MODELS], _declined),
+    **perfmodels_moe.BACKWARD_MODELS, **perfmodels_ssm.BACKWARD_MODELS}
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
                            "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
@@ -66,8 +68,8 @@ SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
                            "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS,
                            "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
                            "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}
-SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", "InferenceAttention",
-                                         *perfmodels_moe.MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", "InferenceAttention", "SSM",
+                                         "mHC", *perfmodels_moe.MODELS}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
@@ -156,8 +158,9 @@ def _split(forward: Table, backward: Table | None) -> tuple[Table | None, Table 
     if backward is None:
         backward_rows, header = [], forward.header[0]
     else:
-        backward_rows = [row for row in backward.rows if row[0] not in perfmodels_conv.FORWARD_ONLY]
         header = backward.header[0] + [column for column in forward.header[0] if column not in backward.header[0]]
+        padding = [NA] * (len(header) - len(backward.header[0]))  # (pandas' concat: the forward sheet's columns)
+        backward_rows = [row + padding for row in backward.rows if row[0] not in perfmodels_conv.FORWARD_ONLY]
     places = {column: at for at, column in enumerate(forward.header[0])}
     moved = [[row[places[column]] if column in places else NA for column in header] for row in moved]
     joined = Table([header], backward_rows + moved)
