@@ -32,18 +32,8 @@ from .opstables import (
     truncated,
 )
 
-# TraceLens's ops with a performance model in the sheets analyze does not write yet
-OTHER_MODEL_OPS = frozenset({
-    "_C_custom_ar::all_reduce", "_C_custom_ar::qr_all_reduce", "aiter::all_gather_reg",
-    "aiter::dynamic_per_group_scaled_quant_fp4", "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_",
-    "aiter::fused_dynamic_mx_quant_moe_sort_hip", "aiter::fused_dynamic_mxfp4_quant_moe_sort_hip",
-    "aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla",
-    "aiter::mixed_sample_outer_exponential", "aiter::reduce_scatter", "sgl_kernel::all_reduce_reg",
-    "sgl_kernel::qr_all_reduce", "sglang::reg_all_gather_into_tensor",
-    "sglang_profiler::fused_mxfp4_quant_fused_flatten_mxfp4_quant", "sglang_profiler::quant_dynamic_mxfp4_quant",
-})
 KNOWN = {name: model for models in opsheets.MODELS.values() for name, model in models.items()}
-UNKNOWN = frozenset().union(*opsheets.SHEET_OPS.values(), OTHER_MODEL_OPS).difference(KNOWN)
+UNKNOWN = frozenset().union(*opsheets.SHEET_OPS.values()).difference(KNOWN)
 # a forward op's model with backward formulas -> the category of the backward op computed through it
 BACKWARD_CATEGORY = {name: f"{sheet}_bwd" for sheet in ("SDPA", "CONV", "MoE_comm", "SSM")
                      for name in opsheets.MODELS[sheet]}
