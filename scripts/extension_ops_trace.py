@@ -6,11 +6,12 @@ as tensor lists), token dispatch and combine, Apex's fused convolutions
 backward ops, DaoAILab's causal convolution, then an
 inference step's aiter fused and two-stage expert GEMMs, SGLang's Triton
 expert GEMM, the router's top-k and the token sort, aiter's group norm and
+aiter's and vLLM's fused RMS norms, Primus's fused layer norm, and
 the inference-attention ops around them (KV-cache writes, aiter's sparse
 prefill, packed and paged attention, vLLM's gated delta net), aiter's mHC
 ops and Inductor's compiled kernels.  TraceLens's
 sheets for them (``GroupedGEMM_fwd``, ``MoE_*``, ``InferenceAttention_fwd``,
-``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``Normalization`` ...) are made from this one
+``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``Normalization`` ...) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
 
@@ -44,6 +45,9 @@ SOFTPLUS = "_ZN5aiter20topk_softplus_kernelIN3c108BFloat16ELi8EEEvPKT_PfPiiii"
 SORT = "_ZN7ck_tile6kentryILi1ENS_14MoeSortingKernelINS_15MoeSortingProblemIifEEEEEvNT_5KargsE"
 MX_SORT = "_ZN5aiter18mxfp4_moe_sort_hipILi32EEEvPKhPhPKiS4_ii"
 APPEND = "_fused_append_shared_experts_kernel"
+RMS_FUSED = "_ZN5aiter24rmsnorm2d_fused_fwd_kernelIN3c108BFloat16ELi2048EEEvNS_6ParamsE"
+LN_MODULATE = "_fused_ln_modulate_fwd_kernel"
+LN_MODULATE_BWD = "_fused_ln_modulate_bwd_kernel"
 SSD = "_mamba_chunk_scan_combined_fwd_kernel"
 SSD_BWD = "_mamba_chunk_scan_combined_bwd_kernel"
 CAUSAL_CONV = "void causal_conv1d_fwd_kernel<Causal_conv1d_fwd_kernel_traits<128, 4, true, c10::BFloat16>>(ConvParamsBase)"
@@ -237,6 +241,37 @@ def mhc(kind: str, tokens: int, streams: int, width: int, split: int) -> list[tu
     }[kind]
 
 
+def rms_variants(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
+    """aiter's and vLLM's fused RMS norms (residual add, fp8 or fp4 quantization, padding) as they are called."""
+    x, w, eps = _tensor([tokens, width], BF16), _tensor([width], BF16), _scalar("1e-06", "Double")
+    fp8, scale = _tensor([tokens, width], FP8), _tensor([tokens, width // 128], F32)
+    return [
+        ("aiter::rmsnorm2d_fwd_with_dynamicquant_ck", [fp8, x, _tensor([tokens, 1], F32), w, eps, _scalar("0")]),
+        ("aiter::rmsnorm_quant", [fp8, x, scale, w, eps, _scalar("128"), _scalar("False"), _scalar("False")]),
+        ("sglang_profiler::fused_mxfp4_quant_fused_rms_mxfp4_quant",
+         [x, w, eps, _tensor([tokens, 512], BF16), _tensor([512], BF16), eps, x, _scalar("False"), _scalar("False"),
+          _scalar("False")]),
+        ("aiter::_fuse_rmsnorm_fp4_quant", [x, w, eps, NONE, NONE, eps, NONE, _scalar("True")]),
+        ("vllm::rocm_aiter_rmsnorm_fp8_group_quant", [x, w, eps, _scalar("128")]),
+        ("aiter::rmsnorm2d_fwd_with_add_ck", [x, x, x, x, w, eps, _scalar("0")]),
+        ("aiter::add_rmsnorm", [x, x, x, x, w, eps]),
+        ("vllm::rocm_aiter_rmsnorm_with_add_fp8_group_quant", [x, x, w, eps, _scalar("128")]),
+        ("vllm::rocm_aiter_triton_add_rmsnorm_pad", [_tensor([tokens, 2880], BF16), _tensor([2880], BF16), eps,
+                                                     _tensor([tokens, 2880], BF16), _scalar("256")]),
+        ("aiter::fused_add_rmsnorm_pad_", [x, w, eps, x, _scalar("0")]),
+    ]
+
+
+def ln_modulate(length: int, batch: int, hidden: int, backward: bool = False) -> list[tuple]:
+    """Primus's ``fused_ln_modulate(x [T, B, H], scale [B, H], shift [B, H], eps)`` and its backward op
+    ``(grad_out, x_norm, mean [B·T], rstd, mod_grad [B, H])``."""
+    x, modulation = _tensor([length, batch, hidden], BF16), _tensor([batch, hidden], BF16)
+    if backward:
+        rows = _tensor([batch * length], F32)
+        return [x, x, rows, rows, modulation]
+    return [x, modulation, modulation, _scalar("1e-06", "Double")]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -265,6 +300,9 @@ def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]
          ("ConvBiasReLU_Backward", None, None, [(CONV_DGRAD, 12.0), (CONV_WGRAD, 9.0)])),
         ([], "MambaSplitConv1dScanCombinedFn", mamba(tokens // 128, 256, 8, 64, 64), [(SSD, 48.0)],
          ("MambaSplitConv1dScanCombinedFnBackward", None, None, [(SSD_BWD, 96.0)])),
+        ([], "primus::fused_ln_modulate", ln_modulate(256, tokens // 64, 1024), [(LN_MODULATE, 7.5)],
+         ("FusedLnModulateFunctionBackward", "primus::fused_ln_modulate_backward",
+          ln_modulate(256, tokens // 64, 1024, backward=True), [(LN_MODULATE_BWD, 11.25)])),
         ([], "DaoAILab::_causal_conv1d_fwd_cpp", [_tensor([tokens // 128, 640, 256], BF16), _tensor([640, 4], BF16),
                                                    _tensor([640], BF16), NONE, NONE, _scalar("True")],
          [(CAUSAL_CONV, 6.5)], None),
@@ -330,6 +368,7 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
         *[(f"aiter::mhc_{op}", mhc(kind, tokens, 4, 1024, 4), f"mhc_{op}_kernel", 5.0)
           for op, kind in (("post", "post"), ("pre_gemm_sqrsum", "pre_gemm"), ("pre_big_fuse_rmsnorm", "pre_rmsnorm"),
                            ("fused_post_pre_gemm_sqrsum", "fused"))],
+        *[(name, args, RMS_FUSED, 4.0 + at / 4) for at, (name, args) in enumerate(rms_variants(tokens, 2048))],
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),

@@ -418,7 +418,10 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "aiter::biased_grouped_topk_hip", "aiter::moe_sorting_fwd", "aiter::topk_softplus",
            "sglang_profiler::fused_moe_triton_kernels_fused_append_shared_experts", "aiter::pa_sparse_prefill_opus_fwd",
            "sglang::store_cache", "aiter::mha_varlen_fwd", "vllm::gdn_attention_core", "ConvBias_", "aiter::_groupnorm_run",
-           "triton_poi_fused_add_mul_0", "triton_red_fused_sum_1")
+           "triton_poi_fused_add_mul_0", "triton_red_fused_sum_1", "aiter::rmsnorm_quant",
+           "vllm::rocm_aiter_triton_add_rmsnorm_pad", "sglang_profiler::fused_mxfp4_quant_fused_rms_mxfp4_quant",
+           "aiter::rmsnorm2d_fwd_with_add_ck", "primus::fused_ln_modulate", "MambaSplitConv1dScanCombinedFn",
+           "DaoAILab::_causal_conv1d_fwd_cpp", "aiter::mhc_post", "aiter::mhc_fused_post_pre_gemm_sqrsum")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

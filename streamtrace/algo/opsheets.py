@@ -22,6 +22,7 @@ from . import (
     perfmodels_mhc,
     perfmodels_moe,
     perfmodels_norm,
+    perfmodels_rmsnorm,
     perfmodels_ssm,
     perfmodels_te,
 )
@@ -45,7 +46,8 @@ from .opstables import (
 MODELS: dict[str, dict[str, perfmodel.Model]] = {
     **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
-    "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS,
+    "Normalization": {**perfmodels_norm.MODELS, **perfmodels_rmsnorm.NORM_MODELS},
+    "RMSNorm": {**perfmodels_norm.RMS_MODELS, **perfmodels_rmsnorm.RMS_MODELS},
     "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS,
     "InferenceAttention": perfmodels_inference.MODELS, "SSM": perfmodels_ssm.MODELS, "mHC": perfmodels_mhc.MODELS}
 
@@ -57,7 +59,7 @@ def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int
 
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **perfmodels_attention.BACKWARD_MODELS, **perfmodels_conv.BACKWARD_MODELS,
-    **dict.fromkeys([*perfmodels_norm.RMS_MODELS, *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
+    **dict.fromkeys([*MODELS["RMSNorm"], *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
                      *(name for models in perfmodels_moe.MODELS.values() for name in models),
                      *perfmodels_inference.MODELS, *perfmodels_ssm.MODELS, *perfmodels_mhc.MODELS], _declined),
     **perfmodels_moe.BACKWARD_MODELS, **perfmodels_ssm.BACKWARD_MODELS}
@@ -76,8 +78,6 @@ PENDING_SHEETS = {
 MODELS.update(dict.fromkeys(PENDING_SHEETS, {}))
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS, **PENDING_SHEETS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
-                           "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
-                           "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS,
                            "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS,
                            "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
                            "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}
