@@ -6,12 +6,13 @@ as tensor lists), token dispatch and combine, Apex's fused convolutions
 backward ops, DaoAILab's causal convolution, then an
 inference step's aiter fused and two-stage expert GEMMs, SGLang's Triton
 expert GEMM, the router's top-k and the token sort, aiter's group norm and
-aiter's and vLLM's fused RMS norms, Primus's fused layer norm, and
+aiter's and vLLM's fused RMS norms, Primus's fused layer norm, aiter's,
+vLLM's and TransformerEngine's GEMMs, and
 the inference-attention ops around them (KV-cache writes, aiter's sparse
 prefill, packed and paged attention, vLLM's gated delta net), aiter's mHC
 ops and Inductor's compiled kernels.  TraceLens's
 sheets for them (``GroupedGEMM_fwd``, ``MoE_*``, ``InferenceAttention_fwd``,
-``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``Normalization`` ...) are made from this one
+``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``GEMM``, ``Normalization`` ...) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
 
@@ -45,6 +46,8 @@ SOFTPLUS = "_ZN5aiter20topk_softplus_kernelIN3c108BFloat16ELi8EEEvPKT_PfPiiii"
 SORT = "_ZN7ck_tile6kentryILi1ENS_14MoeSortingKernelINS_15MoeSortingProblemIifEEEEEvNT_5KargsE"
 MX_SORT = "_ZN5aiter18mxfp4_moe_sort_hipILi32EEEvPKhPhPKiS4_ii"
 APPEND = "_fused_append_shared_experts_kernel"
+GEMM_KERNELS = ("_ZN5aiter41gemm_a8w8_blockscale_bf16_128x128_kernelE",
+                "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0", "nvjet_hsh_128x256_64x4_1x2_h_bz_coopB_TN")
 RMS_FUSED = "_ZN5aiter24rmsnorm2d_fused_fwd_kernelIN3c108BFloat16ELi2048EEEvNS_6ParamsE"
 LN_MODULATE = "_fused_ln_modulate_fwd_kernel"
 LN_MODULATE_BWD = "_fused_ln_modulate_bwd_kernel"
@@ -272,6 +275,30 @@ def ln_modulate(length: int, batch: int, hidden: int, backward: bool = False) ->
     return [x, modulation, modulation, _scalar("1e-06", "Double")]
 
 
+def gemms(tokens: int, k: int, n: int) -> list[tuple[str, list[tuple]]]:
+    """aiter's, vLLM's and TransformerEngine's GEMMs, X [M, K] by W [N, K] (TE's B [K, N]), as they are called."""
+    x, w = _tensor([tokens, k], BF16), _tensor([n, k], BF16)
+    x8, w8, y = _tensor([tokens, k], FP8), _tensor([n, k], FP8), _tensor([tokens, n], BF16)
+    te = [NONE] * 19
+    te[0], te[5], te[10], te[18] = _tensor([k, tokens], FP8), _tensor([n, k], FP8), _tensor([tokens, n], BF16), NONE
+    te_concrete = [(dims, dtype, strides, {4: "1", 9: "0", 14: ""}.get(at, value))
+                   for at, (dims, dtype, strides, value) in enumerate(te)]
+    return [
+        ("aiter::gemm_a8w8_blockscale_ck", [x8, w8, _tensor([tokens, k // 128], F32),
+                                            _tensor([n // 128, k // 128], F32), y]),
+        ("aiter::gemm_a8w8_bpreshuffle", [x8, w8, _tensor([tokens, 1], F32), _tensor([n, 1], F32), y]),
+        ("vllm::rocm_aiter_triton_gemm_a8w8_blockscale", [x8, w8]),
+        ("aiter::gemm_a16w16", [x, w, NONE, _scalar("None", "")]),
+        ("aiter::gemm_a16w16", [x, w, _tensor([n], BF16), _scalar("None", "")]),
+        ("aiter::gemm_a16w16_atomic_", [x, w, NONE, _tensor([tokens, n], F32)]),
+        ("aiter::_gemm_a16w16_asm", [x, w, y, _tensor([4], "unsigned int")]),
+        ("vllm::gemm_with_dynamic_quant", [x, w8, _scalar("1", "Scalar"), y]),
+        ("tex_ts::te_gemm_ts", te_concrete),
+        ("_Linear_yfwd_mm", [x, _tensor([k, n], BF16)]),
+        ("_LinearBackward_wgrad_mm", [x, _tensor([k, n], F32)]),  # A and B of different dtypes: no row
+    ]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -369,6 +396,7 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
           for op, kind in (("post", "post"), ("pre_gemm_sqrsum", "pre_gemm"), ("pre_big_fuse_rmsnorm", "pre_rmsnorm"),
                            ("fused_post_pre_gemm_sqrsum", "fused"))],
         *[(name, args, RMS_FUSED, 4.0 + at / 4) for at, (name, args) in enumerate(rms_variants(tokens, 2048))],
+        *[(name, args, GEMM_KERNELS[at % 3], 9.0 + at) for at, (name, args) in enumerate(gemms(tokens, 2048, 1536))],
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),
