@@ -7,12 +7,14 @@ backward ops, DaoAILab's causal convolution, then an
 inference step's aiter fused and two-stage expert GEMMs, SGLang's Triton
 expert GEMM, the router's top-k and the token sort, aiter's group norm and
 aiter's and vLLM's fused RMS norms, Primus's fused layer norm, aiter's,
-vLLM's and TransformerEngine's GEMMs, and
+vLLM's and TransformerEngine's GEMMs, gated activations and fp8
+quantizations, and
 the inference-attention ops around them (KV-cache writes, aiter's sparse
 prefill, packed and paged attention, vLLM's gated delta net), aiter's mHC
 ops and Inductor's compiled kernels.  TraceLens's
 sheets for them (``GroupedGEMM_fwd``, ``MoE_*``, ``InferenceAttention_fwd``,
-``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``GEMM``, ``Normalization`` ...) are made from this one
+``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``GEMM``, ``UnaryElementwise``, ``BinaryElementwise``,
+``Normalization`` ...) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
 
@@ -48,6 +50,7 @@ MX_SORT = "_ZN5aiter18mxfp4_moe_sort_hipILi32EEEvPKhPhPKiS4_ii"
 APPEND = "_fused_append_shared_experts_kernel"
 GEMM_KERNELS = ("_ZN5aiter41gemm_a8w8_blockscale_bf16_128x128_kernelE",
                 "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0", "nvjet_hsh_128x256_64x4_1x2_h_bz_coopB_TN")
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float*)"
 RMS_FUSED = "_ZN5aiter24rmsnorm2d_fused_fwd_kernelIN3c108BFloat16ELi2048EEEvNS_6ParamsE"
 LN_MODULATE = "_fused_ln_modulate_fwd_kernel"
 LN_MODULATE_BWD = "_fused_ln_modulate_bwd_kernel"
@@ -299,6 +302,28 @@ def gemms(tokens: int, k: int, n: int) -> list[tuple[str, list[tuple]]]:
     ]
 
 
+def elementwise(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
+    """Gated activations, padding, upsampling, Liger's SiLU·mul and fp8 quantizations as they are called."""
+    out, gate_up = _tensor([tokens, width], BF16), _tensor([tokens, 2 * width], BF16)
+    image = _tensor([2, 16, 32, 32], BF16)
+    fp8, x = _tensor([tokens, width], FP8), _tensor([tokens, width], BF16)
+    return [
+        ("_C::silu_and_mul", [out, gate_up]),
+        ("aiter::silu_and_mul", [out, _tensor([tokens, 2 * width], F32)]),
+        ("sgl_kernel::silu_and_mul", [out, gate_up]),
+        ("aiter::gelu_and_mul", [out, gate_up]),
+        ("aiter::gelu_tanh_and_mul", [out, gate_up]),
+        ("aten::replication_pad2d", [image, _scalar("[1, 1, 2, 0]", "ScalarList")]),
+        ("aten::upsample_nearest2d", [image, _scalar("[64, 64]", "ScalarList"), NONE, NONE]),
+        ("LigerSiLUMulFunction", [x, x]),
+        ("aiter::dynamic_per_token_scaled_quant", [fp8, x, _tensor([tokens, 1], F32), NONE, _scalar("False")]),
+        ("aiter::dynamic_per_group_scaled_quant", [fp8, x, _tensor([tokens, width // 128], F32), NONE]),
+        ("aiter::dynamic_per_tensor_quant", [fp8, x, _tensor([1], F32)]),
+        ("vllm::triton_per_token_group_quant_fp8", [x, _scalar("64")]),
+        ("vllm::triton_per_token_group_quant_fp8", [x, _scalar("None", "")]),
+    ]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -397,6 +422,7 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
                            ("fused_post_pre_gemm_sqrsum", "fused"))],
         *[(name, args, RMS_FUSED, 4.0 + at / 4) for at, (name, args) in enumerate(rms_variants(tokens, 2048))],
         *[(name, args, GEMM_KERNELS[at % 3], 9.0 + at) for at, (name, args) in enumerate(gemms(tokens, 2048, 1536))],
+        *[(name, args, ELEMENTWISE, 2.0 + at / 8) for at, (name, args) in enumerate(elementwise(tokens, 1024))],
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),

@@ -421,7 +421,11 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "triton_poi_fused_add_mul_0", "triton_red_fused_sum_1", "aiter::rmsnorm_quant",
            "vllm::rocm_aiter_triton_add_rmsnorm_pad", "sglang_profiler::fused_mxfp4_quant_fused_rms_mxfp4_quant",
            "aiter::rmsnorm2d_fwd_with_add_ck", "primus::fused_ln_modulate", "MambaSplitConv1dScanCombinedFn",
-           "DaoAILab::_causal_conv1d_fwd_cpp", "aiter::mhc_post", "aiter::mhc_fused_post_pre_gemm_sqrsum")
+           "DaoAILab::_causal_conv1d_fwd_cpp", "aiter::mhc_post", "aiter::mhc_fused_post_pre_gemm_sqrsum",
+           "aiter::gemm_a8w8_blockscale_ck", "aiter::gemm_a16w16", "aiter::_gemm_a16w16_asm", "tex_ts::te_gemm_ts",
+           "vllm::gemm_with_dynamic_quant", "_Linear_yfwd_mm", "_C::silu_and_mul", "aten::replication_pad2d",
+           "aten::upsample_nearest2d", "LigerSiLUMulFunction", "aiter::dynamic_per_token_scaled_quant",
+           "vllm::triton_per_token_group_quant_fp8")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

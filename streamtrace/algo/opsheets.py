@@ -17,6 +17,7 @@ from . import (
     perfmodel,
     perfmodels_attention,
     perfmodels_conv,
+    perfmodels_elementwise,
     perfmodels_gemm,
     perfmodels_inference,
     perfmodels_mhc,
@@ -45,6 +46,8 @@ from .opstables import (
 # sheet -> op name -> model (see perfmodel.Model), and the backward models of the split sheets
 MODELS: dict[str, dict[str, perfmodel.Model]] = {
     **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
+    "UnaryElementwise": {**perfmodel.MODELS["UnaryElementwise"], **perfmodels_elementwise.UNARY_MODELS},
+    "BinaryElementwise": {**perfmodel.MODELS["BinaryElementwise"], **perfmodels_elementwise.BINARY_MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
     "Normalization": {**perfmodels_norm.MODELS, **perfmodels_rmsnorm.NORM_MODELS},
     "RMSNorm": {**perfmodels_norm.RMS_MODELS, **perfmodels_rmsnorm.RMS_MODELS},

@@ -244,17 +244,11 @@ BINARY_OPS = ("aten::div", "aten::div_", "aten::mul", "aten::mul_", "aten::add",
               "aten::threshold_backward")
 REDUCE_OPS = ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::norm", "aten::linalg_norm", "aten::std",
               "aten::var", "aten::logsumexp", "aten::cumsum", "aten::cumprod", "aten::amin", "aten::amax")
-# TraceLens's op names of each sheet analyze writes (its GEMM sheet's are the ops of category GEMM)
+# the ops of these sheets with no model here yet (Primus's quantizations)
 SHEET_OPS_BEYOND_MODELS = {
-    "UnaryElementwise": ("_C::silu_and_mul", "aiter::gelu_and_mul", "aiter::gelu_tanh_and_mul", "aiter::silu_and_mul",
-                         "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d",
-                         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
-                         "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
+    "UnaryElementwise": ("primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
                          "primus_turbo::quantize_mxfp4_dual", "primus_turbo_cpp_extension::quantize_fp8_tensorwise",
-                         "primus_turbo_cpp_extension::quantize_mxfp4_dual", "sgl_kernel::silu_and_mul"),
-    "BinaryElementwise": ("LigerSiLUMulFunction", "aiter::dynamic_per_group_scaled_quant",
-                          "aiter::dynamic_per_tensor_quant", "aiter::dynamic_per_token_scaled_quant",
-                          "vllm::triton_per_token_group_quant_fp8"),
+                         "primus_turbo_cpp_extension::quantize_mxfp4_dual"),
 }
 # sheet -> the models here, by op name (TraceLens has more ops in each sheet: see SHEET_OPS)
 MODELS: dict[str, dict[str, Model]] = {
