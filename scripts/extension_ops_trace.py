@@ -14,7 +14,7 @@ prefill, packed and paged attention, vLLM's gated delta net), aiter's mHC
 ops and Inductor's compiled kernels.  TraceLens's
 sheets for them (``GroupedGEMM_fwd``, ``MoE_*``, ``InferenceAttention_fwd``,
 ``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``GEMM``, ``UnaryElementwise``, ``BinaryElementwise``,
-``Normalization`` ...) are made from this one
+``RoPE_fwd``, ``Normalization`` ...) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
 
@@ -303,7 +303,8 @@ def gemms(tokens: int, k: int, n: int) -> list[tuple[str, list[tuple]]]:
 
 
 def elementwise(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
-    """Gated activations, padding, upsampling, Liger's SiLU·mul and fp8 quantizations as they are called."""
+    """Gated activations, padding, upsampling, Liger's SiLU·mul, fp8 quantizations and rotary embeddings as they
+    are called."""
     out, gate_up = _tensor([tokens, width], BF16), _tensor([tokens, 2 * width], BF16)
     image = _tensor([2, 16, 32, 32], BF16)
     fp8, x = _tensor([tokens, width], FP8), _tensor([tokens, width], BF16)
@@ -321,6 +322,13 @@ def elementwise(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
         ("aiter::dynamic_per_tensor_quant", [fp8, x, _tensor([1], F32)]),
         ("vllm::triton_per_token_group_quant_fp8", [x, _scalar("64")]),
         ("vllm::triton_per_token_group_quant_fp8", [x, _scalar("None", "")]),
+        ("aiter::rope_cached_positions_2c_fwd_impl",
+         [*[_tensor([1, tokens, heads, 128], BF16) for heads in (32, 8, 32, 8)], _tensor([4096, 1, 1, 64], BF16),
+          _tensor([4096, 1, 1, 64], BF16), _tensor([1, tokens], LONG), _scalar("0"), _scalar("False"),
+          _scalar("False")]),
+        ("sgl_kernel::rotary_embedding", [_tensor([tokens], LONG), _tensor([tokens, 32 * 128], BF16),
+                                          _tensor([tokens, 8 * 128], BF16), _scalar("128"),
+                                          _tensor([4096, 64], F32), _scalar("True")]),
     ]
 
 

@@ -425,7 +425,8 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "aiter::gemm_a8w8_blockscale_ck", "aiter::gemm_a16w16", "aiter::_gemm_a16w16_asm", "tex_ts::te_gemm_ts",
            "vllm::gemm_with_dynamic_quant", "_Linear_yfwd_mm", "_C::silu_and_mul", "aten::replication_pad2d",
            "aten::upsample_nearest2d", "LigerSiLUMulFunction", "aiter::dynamic_per_token_scaled_quant",
-           "vllm::triton_per_token_group_quant_fp8")
+           "vllm::triton_per_token_group_quant_fp8", "aiter::rope_cached_positions_2c_fwd_impl",
+           "sgl_kernel::rotary_embedding")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

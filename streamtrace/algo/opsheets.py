@@ -81,7 +81,6 @@ PENDING_SHEETS = {
 MODELS.update(dict.fromkeys(PENDING_SHEETS, {}))
 SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS, **PENDING_SHEETS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
-                           "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS,
                            "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
                            "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}
 SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", "InferenceAttention", "SSM",
