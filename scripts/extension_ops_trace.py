@@ -33,6 +33,7 @@ import sys
 from model_ops_trace import BF16, F32, NONE, Trace, _scalar, _tensor
 
 FP8 = "c10::Float8_e4m3fnuz"
+FP4, E8M0, U8 = "c10::Float4_e2m1fn_x2", "c10::Float8_e8m0fnu", "unsigned char"
 INT, LONG = "int", "long int"
 GROUPED = "_ZN7ck_tile6kentryILi1ENS_15GroupedGemmKernelINS_22GemmPipelineAgBgCrCompV3EEEEEvNT_5KargsE"
 GROUPED_WGRAD = "_ZN7ck_tile6kentryILi1ENS_23GroupedGemmVariableKKernelINS_22GemmPipelineAgBgCrMemEEEEvNT_5KargsE"
@@ -299,6 +300,23 @@ def gemms(tokens: int, k: int, n: int) -> list[tuple[str, list[tuple]]]:
         ("tex_ts::te_gemm_ts", te_concrete),
         ("_Linear_yfwd_mm", [x, _tensor([k, n], BF16)]),
         ("_LinearBackward_wgrad_mm", [x, _tensor([k, n], F32)]),  # A and B of different dtypes: no row
+        ("primus_turbo_cpp_extension::hipblaslt_gemm_fp8",
+         [x8, _tensor([], F32), w8, _tensor([], F32), _scalar("15"), _scalar("False"), _scalar("True"),
+          _scalar("False"), _scalar("TENSORWISE", "String")]),
+        ("primus_turbo::hipblaslt_gemm_fp4",
+         [_tensor([tokens, k // 2], FP4), _tensor([tokens, k // 32], E8M0), _tensor([n, k // 2], FP4),
+          _tensor([n, k // 32], E8M0), _scalar("15"), _scalar("False"), _scalar("True"), _scalar("True"),
+          _scalar("MX_BLOCKWISE", "String")]),
+        ("aiter::gemm_a4w4", [_tensor([tokens, k // 2], FP4), _tensor([n, k // 2], FP4), _tensor([tokens, k // 32], E8M0),
+                              _tensor([n, k // 32], E8M0), y, _scalar("15"), _scalar("1.0"), _scalar("0.0"),
+                              _scalar("True")]),
+        ("aiter::gemm_afp4wfp4_", [_tensor([tokens, k // 2], U8), _tensor([n, k // 2], U8),
+                                   _tensor([tokens, k // 32], U8), _tensor([n, k // 32], U8), NONE, y, NONE, NONE]),
+        ("aiter::batched_gemm_a16wfp4_", [_tensor([4, tokens, k], BF16), _tensor([4, n, k // 2], U8),
+                                          _tensor([4, n, k // 32], U8), NONE]),
+        ("sglang_profiler::batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant"
+         "_batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant",
+         [_tensor([tokens, 4, k], BF16), _tensor([4, n, k], "signed char"), _tensor([1], F32), NONE]),
     ]
 
 

@@ -19,6 +19,7 @@ from . import (
     perfmodels_conv,
     perfmodels_elementwise,
     perfmodels_gemm,
+    perfmodels_gemm_fp4,
     perfmodels_inference,
     perfmodels_mhc,
     perfmodels_moe,
@@ -45,7 +46,7 @@ from .opstables import (
 
 # sheet -> op name -> model (see perfmodel.Model), and the backward models of the split sheets
 MODELS: dict[str, dict[str, perfmodel.Model]] = {
-    **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
+    **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS, **perfmodels_gemm_fp4.MODELS},
     "UnaryElementwise": {**perfmodel.MODELS["UnaryElementwise"], **perfmodels_elementwise.UNARY_MODELS},
     "BinaryElementwise": {**perfmodel.MODELS["BinaryElementwise"], **perfmodels_elementwise.BINARY_MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,

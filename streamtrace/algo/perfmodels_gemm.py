@@ -41,7 +41,7 @@ def scaled_mm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int
 MODELS = dict.fromkeys(SCALED_MM_OPS, scaled_mm)
 
 
-def _gemm_bytes(p: dict, size_a: object, size_b: object, size_bias: object, size_out: object) -> int | None:
+def gemm_bytes(p: dict, size_a: object, size_b: object, size_bias: object, size_out: object) -> int | None:
     """TraceLens's GEMM bytes with a size per operand: none when any is unknown."""
     if None in {size_a, size_b, size_bias, size_out}:
         return None
@@ -58,7 +58,7 @@ def _three_dtypes(name: str, args: dict, kernels: list[str], params: dict) -> tu
     params = gemm_common(params, kernels)
     dtypes = params["dtype_A_B"]
     size_out = size_of(dtypes[2])
-    return params, _flops(params), _gemm_bytes(params, size_of(dtypes[0]), size_of(dtypes[1]), size_out, size_out), \
+    return params, _flops(params), gemm_bytes(params, size_of(dtypes[0]), size_of(dtypes[1]), size_out, size_out), \
         compute_spec(params)
 
 
@@ -130,7 +130,7 @@ def dynamic_quant(name: str, args: dict, kernels: list[str]) -> tuple[dict, int,
     params = gemm_common({"M": a_shape[0], "N": b_shape[0], "K": a_shape[1], "bias": False, "stride_A": stride_a,
                           "stride_B": stride_b, "dtype_A_B": tuple(types[:2])}, kernels)
     size = size_of(params["dtype_A_B"][0])
-    return params, _flops(params), _gemm_bytes(params, size, size, size, size), compute_spec(params)
+    return params, _flops(params), gemm_bytes(params, size, size, size, size), compute_spec(params)
 
 
 def te_gemm_ts(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
@@ -145,7 +145,7 @@ def te_gemm_ts(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, in
     params = gemm_common({"M": m, "N": n, "K": k, "bias": concrete[14] != "", "stride_A": stride_a,
                           "stride_B": stride_b, "dtype_A_B": (types[0], types[5], types[10], types[18])}, kernels)
     dtypes = params["dtype_A_B"]
-    moved = _gemm_bytes(params, size_of(dtypes[0]), size_of(dtypes[1]), size_of(dtypes[3]), size_of(dtypes[2]))
+    moved = gemm_bytes(params, size_of(dtypes[0]), size_of(dtypes[1]), size_of(dtypes[3]), size_of(dtypes[2]))
     return params, _flops(params), moved, compute_spec(params)
 
 
@@ -161,7 +161,7 @@ def te_pseudo_gemm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int
     if dtypes[0] != dtypes[1]:
         raise ValueError("A and B of different dtypes")
     size = size_of(dtypes[0])
-    return params, _flops(params), _gemm_bytes(params, size, size, size, 2), compute_spec(params)
+    return params, _flops(params), gemm_bytes(params, size, size, size, 2), compute_spec(params)
 
 
 BLOCKSCALE_OPS = (
