@@ -427,7 +427,8 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "aten::upsample_nearest2d", "LigerSiLUMulFunction", "aiter::dynamic_per_token_scaled_quant",
            "vllm::triton_per_token_group_quant_fp8", "aiter::rope_cached_positions_2c_fwd_impl",
            "sgl_kernel::rotary_embedding", "primus_turbo::hipblaslt_gemm_fp8", "primus_turbo::hipblaslt_gemm_fp4",
-           "aiter::gemm_a4w4", "aiter::gemm_afp4wfp4_", "aiter::batched_gemm_a16wfp4_")
+           "aiter::gemm_a4w4", "aiter::gemm_afp4wfp4_", "aiter::batched_gemm_a16wfp4_",
+           "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

@@ -80,7 +80,7 @@ PENDING_SHEETS = {
     "elementwise": ("aiter::mixed_sample_outer_exponential",),
 }
 MODELS.update(dict.fromkeys(PENDING_SHEETS, {}))
-SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS, **PENDING_SHEETS,
+SHEET_OPS_BEYOND_MODELS = {**PENDING_SHEETS,
                            "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
                            "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
                            "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}

@@ -244,12 +244,6 @@ BINARY_OPS = ("aten::div", "aten::div_", "aten::mul", "aten::mul_", "aten::add",
               "aten::threshold_backward")
 REDUCE_OPS = ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::norm", "aten::linalg_norm", "aten::std",
               "aten::var", "aten::logsumexp", "aten::cumsum", "aten::cumprod", "aten::amin", "aten::amax")
-# the ops of these sheets with no model here yet (Primus's quantizations)
-SHEET_OPS_BEYOND_MODELS = {
-    "UnaryElementwise": ("primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
-                         "primus_turbo::quantize_mxfp4_dual", "primus_turbo_cpp_extension::quantize_fp8_tensorwise",
-                         "primus_turbo_cpp_extension::quantize_mxfp4_dual"),
-}
 # sheet -> the models here, by op name (TraceLens has more ops in each sheet: see SHEET_OPS)
 MODELS: dict[str, dict[str, Model]] = {
     "GEMM": {**dict.fromkeys(GEMM_OPS, gemm), "vllm::rocm_unquantized_gemm": vllm_unquantized_gemm},

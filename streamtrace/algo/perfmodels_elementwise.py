@@ -128,7 +128,38 @@ def token_group_quant(name: str, args: dict, kernels: list[str]) -> Result:
     return params, 6 * m * n, moved, spec_of("vector", dtype)
 
 
+def _quantized(args: dict, dtype_out: str) -> tuple[dict, int, object]:
+    """Primus's quantizers: the input's shape and dtype (strides when recorded), a fixed output dtype."""
+    shape, dtype = tuple(args["Input Dims"][0]), args["Input type"][0]
+    try:
+        stride = tuple(args["Input Strides"][0])
+    except (KeyError, IndexError):
+        stride = None
+    params = {"op_shape": shape, "dtype_in_out": (dtype, dtype_out), "stride_input": stride, "stride_output": None}
+    return params, prod(shape), size_of(dtype)
+
+
+def quantize_fp8(name: str, args: dict, kernels: list[str]) -> Result:
+    """Primus Turbo's ``quantize_fp8_tensorwise(x, scale_inv, amax)``: each element read and written as fp8."""
+    params, count, size = _quantized(args, "c10::Float8_e4m3fnuz")
+    return params, count, None if size is None else count * size + count * 1, spec_of("vector", params["dtype_in_out"][0])
+
+
+def quantize_mxfp4_dual(name: str, args: dict, kernels: list[str]) -> Result:
+    """Primus's ``quantize_mxfp4_dual(x [M, N], ...)``: x read, row- and column-wise fp4 copies (half a byte an
+    element, rounded up) and a byte of scale per 32 elements of each row and each column written."""
+    params, count, size = _quantized(args, "c10::Float4_e2m1fn_x2")
+    rows, cols = params["op_shape"]
+    moved = None if size is None else (rows * cols * size + (rows * cols + 1) // 2 + (cols * rows + 1) // 2
+                                       + rows * ((cols + 31) // 32) + cols * ((rows + 31) // 32))
+    return params, count, moved, spec_of("vector", params["dtype_in_out"][0])
+
+
 UNARY_MODELS = {
+    **dict.fromkeys(("primus_turbo_cpp_extension::quantize_fp8_tensorwise", "primus_turbo::quantize_fp8_tensorwise"),
+                    quantize_fp8),
+    **dict.fromkeys(("primus_turbo_cpp_extension::quantize_mxfp4_dual", "primus_turbo::quantize_mxfp4_dual",
+                     "primus::quantize_mxfp4_dual"), quantize_mxfp4_dual),
     **dict.fromkeys(GATED_FLOPS, gated),
     **dict.fromkeys(("aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d"), replication_pad),
     **dict.fromkeys(("aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d"),
