@@ -6,7 +6,8 @@ as tensor lists), token dispatch and combine, Apex's fused convolutions
 backward ops, DaoAILab's causal convolution, then an
 inference step's aiter fused and two-stage expert GEMMs, SGLang's Triton
 expert GEMM, the router's top-k and the token sort, aiter's group norm and
-aiter's and vLLM's fused RMS norms, Primus's fused layer norm, aiter's,
+aiter's and vLLM's fused RMS norms, Primus's fused layer norm, MXFP4
+quantizations, MLA's rotary embedding, exponential sampling, aiter's,
 vLLM's and TransformerEngine's GEMMs, gated activations and fp8
 quantizations, and
 the inference-attention ops around them (KV-cache writes, aiter's sparse
@@ -14,7 +15,8 @@ prefill, packed and paged attention, vLLM's gated delta net), aiter's mHC
 ops and Inductor's compiled kernels.  TraceLens's
 sheets for them (``GroupedGEMM_fwd``, ``MoE_*``, ``InferenceAttention_fwd``,
 ``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``GEMM``, ``UnaryElementwise``, ``BinaryElementwise``,
-``RoPE_fwd``, ``Normalization`` ...) are made from this one
+``RoPE_fwd``, ``GroupQuant_fwd``, ``FusedRoPE_fwd``, ``elementwise_fwd``,
+``Normalization`` ...) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
 
@@ -51,6 +53,7 @@ MX_SORT = "_ZN5aiter18mxfp4_moe_sort_hipILi32EEEvPKhPhPKiS4_ii"
 APPEND = "_fused_append_shared_experts_kernel"
 GEMM_KERNELS = ("_ZN5aiter41gemm_a8w8_blockscale_bf16_128x128_kernelE",
                 "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0", "nvjet_hsh_128x256_64x4_1x2_h_bz_coopB_TN")
+FUSED = "_ZN5aiter26fused_inference_kernel_stubE"
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float*)"
 RMS_FUSED = "_ZN5aiter24rmsnorm2d_fused_fwd_kernelIN3c108BFloat16ELi2048EEEvNS_6ParamsE"
 LN_MODULATE = "_fused_ln_modulate_fwd_kernel"
@@ -353,6 +356,28 @@ def elementwise(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
     ]
 
 
+def fused_inference(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
+    """MXFP4 activation quantizations, MLA's rotary embedding with the KV-cache write and exponential sampling."""
+    x, fp4, scales = _tensor([tokens, width], BF16), _tensor([tokens, width // 2], U8), _tensor([tokens, width // 32], U8)
+    sort = [_tensor([tokens * 8 + 64], INT), _tensor([2], INT)]
+    q_nope, q_pe = _tensor([tokens, 16, 512], BF16), _tensor([tokens, 16, 64], BF16)
+    cache, slots = _tensor([8192, 1, 576], FP8), _tensor([tokens], LONG)
+    return [
+        ("sglang_profiler::fused_mxfp4_quant_fused_flatten_mxfp4_quant", [_tensor([tokens, 16, 128], BF16)]),
+        ("aiter::fused_dynamic_mx_quant_moe_sort_hip", [fp4, scales, x, *sort]),
+        ("sglang_profiler::quant_dynamic_mxfp4_quant", [x, _scalar("False")]),
+        ("aiter::fused_dynamic_mxfp4_quant_moe_sort_hip", [fp4, scales, x, *sort]),
+        ("aiter::dynamic_per_group_scaled_quant_fp4", [fp4, x, scales, _scalar("32")]),
+        ("aiter::fused_qk_rope_cat_and_cache_mla", [q_nope, q_pe, _tensor([tokens, 1, 512], BF16),
+                                                     _tensor([tokens, 1, 64], BF16), cache, slots]),
+        ("aiter::fused_qk_rope_concat_and_cache_mla", [q_nope, q_pe, _tensor([tokens, 512], BF16),
+                                                        _tensor([tokens, 64], BF16), cache,
+                                                        _tensor([tokens, 16, 576], FP8), slots]),
+        ("aiter::mixed_sample_outer_exponential", [_tensor([tokens], INT), _tensor([tokens, 32000], BF16),
+                                                    _tensor([tokens, 32000], F32), _scalar("1.0", "Double")]),
+    ]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -452,6 +477,7 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
         *[(name, args, RMS_FUSED, 4.0 + at / 4) for at, (name, args) in enumerate(rms_variants(tokens, 2048))],
         *[(name, args, GEMM_KERNELS[at % 3], 9.0 + at) for at, (name, args) in enumerate(gemms(tokens, 2048, 1536))],
         *[(name, args, ELEMENTWISE, 2.0 + at / 8) for at, (name, args) in enumerate(elementwise(tokens, 1024))],
+        *[(name, args, FUSED, 3.0 + at / 4) for at, (name, args) in enumerate(fused_inference(tokens, 1024))],
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),

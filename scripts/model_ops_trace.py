@@ -428,7 +428,10 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "vllm::triton_per_token_group_quant_fp8", "aiter::rope_cached_positions_2c_fwd_impl",
            "sgl_kernel::rotary_embedding", "primus_turbo::hipblaslt_gemm_fp8", "primus_turbo::hipblaslt_gemm_fp4",
            "aiter::gemm_a4w4", "aiter::gemm_afp4wfp4_", "aiter::batched_gemm_a16wfp4_",
-           "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise")
+           "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
+           "aiter::fused_dynamic_mx_quant_moe_sort_hip", "sglang_profiler::quant_dynamic_mxfp4_quant",
+           "aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla",
+           "aiter::mixed_sample_outer_exponential")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

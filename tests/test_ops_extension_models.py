@@ -147,7 +147,7 @@ def test_fused_convolution_backward_reads_what_its_forward_cached_before_it(tmp_
 NEW_MODELS = sorted({(sheet, name) for sheet in ("GroupedGEMM", "MoE_fused", "MoE_unfused", "MoE_aux", "MoE_comm",
                                                   "InferenceAttention", "CONV", "RMSNorm", "Normalization", "SSM",
                                                   "mHC", "GEMM", "UnaryElementwise", "BinaryElementwise",
-                                                  "RoPE")
+                                                  "RoPE", "GroupQuant", "FusedRoPE", "elementwise")
                      for name in opsheets.MODELS[sheet]})
 
 

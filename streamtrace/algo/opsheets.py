@@ -18,6 +18,7 @@ from . import (
     perfmodels_attention,
     perfmodels_conv,
     perfmodels_elementwise,
+    perfmodels_fused,
     perfmodels_gemm,
     perfmodels_gemm_fp4,
     perfmodels_inference,
@@ -53,7 +54,8 @@ MODELS: dict[str, dict[str, perfmodel.Model]] = {
     "Normalization": {**perfmodels_norm.MODELS, **perfmodels_rmsnorm.NORM_MODELS},
     "RMSNorm": {**perfmodels_norm.RMS_MODELS, **perfmodels_rmsnorm.RMS_MODELS},
     "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS,
-    "InferenceAttention": perfmodels_inference.MODELS, "SSM": perfmodels_ssm.MODELS, "mHC": perfmodels_mhc.MODELS}
+    "InferenceAttention": perfmodels_inference.MODELS, "SSM": perfmodels_ssm.MODELS, "mHC": perfmodels_mhc.MODELS,
+    **perfmodels_fused.MODELS}
 
 
 def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
@@ -64,7 +66,8 @@ def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **perfmodels_attention.BACKWARD_MODELS, **perfmodels_conv.BACKWARD_MODELS,
     **dict.fromkeys([*MODELS["RMSNorm"], *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
-                     *(name for models in perfmodels_moe.MODELS.values() for name in models),
+                     *(name for sheets in (perfmodels_moe.MODELS, perfmodels_fused.MODELS) for models in sheets.values()
+                       for name in models),
                      *perfmodels_inference.MODELS, *perfmodels_ssm.MODELS, *perfmodels_mhc.MODELS], _declined),
     **perfmodels_moe.BACKWARD_MODELS, **perfmodels_ssm.BACKWARD_MODELS}
 # TraceLens's sheets with no model here yet, with their ops: a trace holding one gets a note, not the sheet
@@ -72,12 +75,6 @@ PENDING_SHEETS = {
     "CustomCollective": ("_C_custom_ar::all_reduce", "_C_custom_ar::qr_all_reduce", "aiter::all_gather_reg",
                          "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_", "aiter::reduce_scatter",
                          "sgl_kernel::all_reduce_reg", "sgl_kernel::qr_all_reduce", "sglang::reg_all_gather_into_tensor"),
-    "GroupQuant": ("aiter::dynamic_per_group_scaled_quant_fp4", "aiter::fused_dynamic_mx_quant_moe_sort_hip",
-                   "aiter::fused_dynamic_mxfp4_quant_moe_sort_hip",
-                   "sglang_profiler::fused_mxfp4_quant_fused_flatten_mxfp4_quant",
-                   "sglang_profiler::quant_dynamic_mxfp4_quant"),
-    "FusedRoPE": ("aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla"),
-    "elementwise": ("aiter::mixed_sample_outer_exponential",),
 }
 MODELS.update(dict.fromkeys(PENDING_SHEETS, {}))
 SHEET_OPS_BEYOND_MODELS = {**PENDING_SHEETS,
@@ -85,7 +82,7 @@ SHEET_OPS_BEYOND_MODELS = {**PENDING_SHEETS,
                            "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
                            "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}
 SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", "InferenceAttention", "SSM",
-                                         "mHC", *perfmodels_moe.MODELS}
+                                         "mHC", *perfmodels_moe.MODELS, *perfmodels_fused.MODELS}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
