@@ -7,7 +7,8 @@ backward ops, DaoAILab's causal convolution, then an
 inference step's aiter fused and two-stage expert GEMMs, SGLang's Triton
 expert GEMM, the router's top-k and the token sort, aiter's group norm and
 aiter's and vLLM's fused RMS norms, Primus's fused layer norm, MXFP4
-quantizations, MLA's rotary embedding, exponential sampling, aiter's,
+quantizations, MLA's rotary embedding, exponential sampling, custom
+all-reduce, reduce-scatter and all-gather ops, aiter's,
 vLLM's and TransformerEngine's GEMMs, gated activations and fp8
 quantizations, and
 the inference-attention ops around them (KV-cache writes, aiter's sparse
@@ -16,6 +17,7 @@ ops and Inductor's compiled kernels.  TraceLens's
 sheets for them (``GroupedGEMM_fwd``, ``MoE_*``, ``InferenceAttention_fwd``,
 ``CONV_*``, ``SSM_*``, ``mHC_fwd``, ``RMSNorm_fwd``, ``GEMM``, ``UnaryElementwise``, ``BinaryElementwise``,
 ``RoPE_fwd``, ``GroupQuant_fwd``, ``FusedRoPE_fwd``, ``elementwise_fwd``,
+``CustomCollective_fwd``,
 ``Normalization`` ...) are made from this one
 (scripts/tracelens_perf_reference.py), and the tests compare analyze --ops
 with them.
@@ -53,6 +55,7 @@ MX_SORT = "_ZN5aiter18mxfp4_moe_sort_hipILi32EEEvPKhPhPKiS4_ii"
 APPEND = "_fused_append_shared_experts_kernel"
 GEMM_KERNELS = ("_ZN5aiter41gemm_a8w8_blockscale_bf16_128x128_kernelE",
                 "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0", "nvjet_hsh_128x256_64x4_1x2_h_bz_coopB_TN")
+CUSTOM_AR = "void vllm::cross_device_reduce_1stage<__hip_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, int)"
 FUSED = "_ZN5aiter26fused_inference_kernel_stubE"
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float*)"
 RMS_FUSED = "_ZN5aiter24rmsnorm2d_fused_fwd_kernelIN3c108BFloat16ELi2048EEEvNS_6ParamsE"
@@ -378,6 +381,25 @@ def fused_inference(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
     ]
 
 
+def custom_collectives(tokens: int, width: int) -> list[tuple[str, list[tuple]]]:
+    """vLLM's, SGLang's and aiter's custom all-reduce, reduce-scatter and all-gather ops as they are called."""
+    x, handle, w, eps = _tensor([tokens, width], BF16), _scalar("140213", "Scalar"), _tensor([width], BF16), \
+        _scalar("1e-06", "Double")
+    shard, gathered = _tensor([tokens // 8, width], BF16), _tensor([tokens * 8, width], BF16)
+    return [
+        ("_C_custom_ar::all_reduce", [handle, x, x, _scalar("0"), _scalar("8388608")]),
+        ("_C_custom_ar::qr_all_reduce", [handle, x, x, _scalar("3"), _scalar("False")]),
+        ("sgl_kernel::all_reduce_reg", [handle, x, x]),
+        ("sgl_kernel::qr_all_reduce", [handle, x, x, _scalar("0"), _scalar("False")]),
+        ("aiter::reduce_scatter", [handle, x, shard, NONE]),
+        ("aiter::all_gather_reg", [handle, x, gathered]),
+        ("sglang::reg_all_gather_into_tensor", [gathered, x, handle]),
+        ("aiter::fused_allreduce_rmsnorm", [_tensor([1], LONG), NONE, x, x, x, x, w, eps, _scalar("False")]),
+        ("aiter::fused_allreduce_rmsnorm_", [x, x, w, eps, _scalar("tp:0", "String"), _scalar("True"), _scalar("0"),
+                                             _scalar("False")]),
+    ]
+
+
 def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]:
     """A training step of an MoE layer: dispatch, grouped GEMMs up and down, combine; the backward ops."""
     hidden, inter, experts = 1024, 512, 8
@@ -478,6 +500,7 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
         *[(name, args, GEMM_KERNELS[at % 3], 9.0 + at) for at, (name, args) in enumerate(gemms(tokens, 2048, 1536))],
         *[(name, args, ELEMENTWISE, 2.0 + at / 8) for at, (name, args) in enumerate(elementwise(tokens, 1024))],
         *[(name, args, FUSED, 3.0 + at / 4) for at, (name, args) in enumerate(fused_inference(tokens, 1024))],
+        *[(name, args, CUSTOM_AR, 6.0 + at / 2) for at, (name, args) in enumerate(custom_collectives(tokens, 4096))],
         # odd calls: top-k not recorded, weights that do not parse (TraceLens gives these no row)
         ("aiter::fmoe_g1u1", fmoe(tokens, hidden, inter, experts, "", False), FMOE, 41.0),
         ("primus_turbo::grouped_gemm", [_tensor([tokens, hidden], BF16), _tensor([8, 100, 200], BF16)], GROUPED, 7.0),

@@ -431,7 +431,8 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
            "aiter::fused_dynamic_mx_quant_moe_sort_hip", "sglang_profiler::quant_dynamic_mxfp4_quant",
            "aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla",
-           "aiter::mixed_sample_outer_exponential")
+           "aiter::mixed_sample_outer_exponential", "_C_custom_ar::all_reduce", "aiter::reduce_scatter",
+           "sglang::reg_all_gather_into_tensor", "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

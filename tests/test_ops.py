@@ -33,7 +33,7 @@ STEMS = ("gpu_timeline", "ops_summary_by_category", "ops_summary", "kernel_summa
          "GroupedGEMM_bwd", "MoE_fused_fwd", "MoE_fused_bwd", "MoE_unfused_fwd", "MoE_unfused_bwd", "MoE_aux_fwd",
          "MoE_aux_bwd", "MoE_comm_fwd", "MoE_comm_bwd", "InferenceAttention_fwd", "InferenceAttention_bwd", "SSM_fwd",
          "SSM_bwd", "mHC_fwd", "mHC_bwd", "GroupQuant_fwd", "GroupQuant_bwd", "FusedRoPE_fwd", "FusedRoPE_bwd",
-         "elementwise_fwd", "elementwise_bwd",
+         "elementwise_fwd", "elementwise_bwd", "CustomCollective_fwd", "CustomCollective_bwd",
          "coll_analysis", "unified_perf_summary")
 SLOW_CASES = {"b200_eager", "nccl_rank0", "b200_eager_spec"}  # the two largest traces: a few seconds each
 # tables analyze leaves out of a case, saying why: an op of it needs a model not here yet (vLLM's attention,

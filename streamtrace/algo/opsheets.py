@@ -16,6 +16,7 @@ from . import (
     optree,
     perfmodel,
     perfmodels_attention,
+    perfmodels_collective,
     perfmodels_conv,
     perfmodels_elementwise,
     perfmodels_fused,
@@ -55,7 +56,7 @@ MODELS: dict[str, dict[str, perfmodel.Model]] = {
     "RMSNorm": {**perfmodels_norm.RMS_MODELS, **perfmodels_rmsnorm.RMS_MODELS},
     "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS,
     "InferenceAttention": perfmodels_inference.MODELS, "SSM": perfmodels_ssm.MODELS, "mHC": perfmodels_mhc.MODELS,
-    **perfmodels_fused.MODELS}
+    **perfmodels_fused.MODELS, "CustomCollective": perfmodels_collective.MODELS}
 
 
 def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
@@ -68,21 +69,14 @@ BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **dict.fromkeys([*MODELS["RMSNorm"], *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
                      *(name for sheets in (perfmodels_moe.MODELS, perfmodels_fused.MODELS) for models in sheets.values()
                        for name in models),
-                     *perfmodels_inference.MODELS, *perfmodels_ssm.MODELS, *perfmodels_mhc.MODELS], _declined),
+                     *perfmodels_inference.MODELS, *perfmodels_ssm.MODELS, *perfmodels_mhc.MODELS,
+                     *perfmodels_collective.MODELS], _declined),
     **perfmodels_moe.BACKWARD_MODELS, **perfmodels_ssm.BACKWARD_MODELS}
-# TraceLens's sheets with no model here yet, with their ops: a trace holding one gets a note, not the sheet
-PENDING_SHEETS = {
-    "CustomCollective": ("_C_custom_ar::all_reduce", "_C_custom_ar::qr_all_reduce", "aiter::all_gather_reg",
-                         "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_", "aiter::reduce_scatter",
-                         "sgl_kernel::all_reduce_reg", "sgl_kernel::qr_all_reduce", "sglang::reg_all_gather_into_tensor"),
-}
-MODELS.update(dict.fromkeys(PENDING_SHEETS, {}))
-SHEET_OPS_BEYOND_MODELS = {**PENDING_SHEETS,
-                           "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
+SHEET_OPS_BEYOND_MODELS = {"SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
                            "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
                            "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}
 SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", "InferenceAttention", "SSM",
-                                         "mHC", *perfmodels_moe.MODELS, *perfmodels_fused.MODELS}
+                                         "mHC", "CustomCollective", *perfmodels_moe.MODELS, *perfmodels_fused.MODELS}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
