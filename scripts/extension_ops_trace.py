@@ -435,22 +435,7 @@ def training(trace: Trace, t: float, seq: int, tokens: int) -> tuple[float, int]
                                                    _tensor([640], BF16), NONE, NONE, _scalar("True")],
          [(CAUSAL_CONV, 6.5)], None),
     ]
-    backward = []
-    for wrappers, name, args, kernels, back in forward:
-        seq += 1
-        t = trace.wrapped(1, t, wrappers, name, args, kernels, seq if back else None) + 3.0
-        if back is not None:
-            backward.append((seq, back))
-    t += 20.0
-    for seq_of, (function, name, args, kernels) in reversed(backward):
-        outer = [(f"autograd::engine::evaluate_function: {function}", None)]
-        if name is None:  # the autograd function launches the kernels itself, with the sequence number too
-            first = len(trace.events)
-            t = trace.wrapped(2, t, outer, function, None, kernels, seq_of, backward=True) + 3.0
-            trace.events[first + 1]["args"].update({"Sequence number": seq_of, "Fwd thread id": 1})
-        else:
-            t = trace.wrapped(2, t, [*outer, (function, None)], name, args, kernels, seq_of, backward=True) + 3.0
-    return t + 50.0, seq
+    return trace.step(t, seq, forward)
 
 
 def inference(trace: Trace, t: float, tokens: int) -> float:

@@ -310,6 +310,30 @@ class Trace:
         return end + len(outer)
 
 
+    def step(self, t: float, seq: int, forward: list[tuple]) -> tuple[float, int]:
+        """A training step: the forward ops on the main thread, each given the next sequence number, then the
+        backward ops on the autograd thread in reverse order; its end and the last sequence number.
+        ``forward``: (wrappers with their args, op, args, kernels, backward: (autograd function, op, args,
+        kernels), or None); a backward op of None is the function itself launching the kernels (it then
+        carries the sequence number too)."""
+        backward = []
+        for wrappers, name, args, kernels, back in forward:
+            seq += 1
+            t = self.wrapped(1, t, wrappers, name, args, kernels, seq if back else None) + 3.0
+            if back is not None:
+                backward.append((seq, back))
+        t += 20.0
+        for seq_of, (function, name, args, kernels) in reversed(backward):
+            outer = [(f"autograd::engine::evaluate_function: {function}", None)]
+            if name is None:
+                first = len(self.events)
+                t = self.wrapped(2, t, outer, function, None, kernels, seq_of, backward=True) + 3.0
+                self.events[first + 1]["args"].update({"Sequence number": seq_of, "Fwd thread id": 1})
+            else:
+                t = self.wrapped(2, t, [*outer, (function, None)], name, args, kernels, seq_of, backward=True) + 3.0
+        return t + 50.0, seq
+
+
 def build() -> dict:
     """The trace: three training steps of a small conv + attention model."""
     trace = Trace()
@@ -384,18 +408,7 @@ def build() -> dict:
                  [(FLASH_FWD, 25.0)], None),  # causal with query and key lengths that differ
                 ([], "aten::native_layer_norm", None, [(LN_FWD, 6.0)], None),  # no shapes recorded
             ]
-        backward = []
-        for wrappers, name, args, kernels, back in forward:
-            seq += 1
-            t = trace.wrapped(1, t, wrappers, name, args, kernels, seq if back else None) + 3.0
-            if back is not None:
-                backward.append((seq, back))
-        t += 20.0
-        for seq_of, (function, name, args, kernels) in reversed(backward):
-            outer = [(f"autograd::engine::evaluate_function: {function}", None), (function, None)]
-            t = trace.wrapped(2, t, outer, name, args,
-                              kernels, seq_of, backward=True) + 3.0
-        t += 50.0
+        t, seq = trace.step(t, seq, forward)
     return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
             "traceEvents": trace.events, "traceName": "model_ops"}
 

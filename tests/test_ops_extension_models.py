@@ -1,7 +1,8 @@
 """analyze --ops: TraceLens's extension models (grouped GEMMs, mixture of
 experts, inference attention, Apex's fused convolutions, Inductor's
-kernels), by hand and on hand-built traces; the row-by-row comparison with
-TraceLens's CSVs of scripts/extension_ops_trace.py is in tests/test_ops.py."""
+kernels), by hand and on hand-built traces, and every model on odd
+arguments; the row-by-row comparison with TraceLens's CSVs of
+scripts/extension_ops_trace.py is in tests/test_ops.py."""
 from __future__ import annotations
 
 import gzip
@@ -9,7 +10,7 @@ import json
 
 import pytest
 from conftest import ROOT, TRACES
-from test_ops import ODD_VALUES, _csv_rows, _kernel, _launch, _write
+from test_ops import _csv_rows, _kernel, _launch, _write
 
 from streamtrace.algo import opsheets, perfmodels_inductor, perfmodels_moe, unifiedperf
 from streamtrace.algo import perfmodels_conv as conv
@@ -144,16 +145,13 @@ def test_fused_convolution_backward_reads_what_its_forward_cached_before_it(tmp_
     assert row["op category"] == "CONV_bwd" and row["GFLOPS"] == backward["GFLOPS_first"]
 
 
-NEW_MODELS = sorted({(sheet, name) for sheet in ("GroupedGEMM", "MoE_fused", "MoE_unfused", "MoE_aux", "MoE_comm",
-                                                  "InferenceAttention", "CONV", "RMSNorm", "Normalization", "SSM",
-                                                  "mHC", "GEMM", "UnaryElementwise", "BinaryElementwise",
-                                                  "RoPE", "GroupQuant", "FusedRoPE", "elementwise",
-                                                  "CustomCollective")
-                     for name in opsheets.MODELS[sheet]})
+ODD_VALUES = [None, "weird", 7, [], [[]], [None], [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
+              ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 2, [[2, 2], [2]], [[1.5, 2], [2, 0.5]]]
+MODELS = sorted((sheet, name) for sheet, models in opsheets.MODELS.items() for name in models)
 
 
-@pytest.mark.parametrize(("sheet", "name"), [*NEW_MODELS, ("Inductor", "triton_red_fused_add_sum_0")])
-def test_extension_models_on_odd_arguments_fail_as_a_model_or_give_a_row(sheet: str, name: str) -> None:
+@pytest.mark.parametrize(("sheet", "name"), [*MODELS, ("Inductor", "triton_red_fused_add_sum_0")])
+def test_models_on_odd_arguments_fail_as_a_model_or_give_a_row(sheet: str, name: str) -> None:
     """Shapes missing, strings, nested or empty lists, zeros: a model failure (no row, as TraceLens's), or
     numbers; never another exception."""
     model = perfmodels_inductor.triton_compiled if sheet == "Inductor" else opsheets.MODELS[sheet][name]

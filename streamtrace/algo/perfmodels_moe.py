@@ -222,6 +222,11 @@ def fused_blockscale(name: str, args: dict, kernels: list[str]) -> Result:
     return p, _fused_flops(p), moved, f"matrix_{precision}" if precision else ""
 
 
+def _stage_sizes(p: dict) -> tuple[float, float, float]:
+    """A CK-tile stage's input, weight and output sizes (defaults 2, 1, 2)."""
+    return MOE_BYTES.get(p["input_dtype"], 2), MOE_BYTES.get(p["weight_dtype"], 1), MOE_BYTES.get(p["output_dtype"], 2)
+
+
 def cktile_up(name: str, args: dict, kernels: list[str]) -> Result:
     """``moe_aiter_unfused_up`` (``moe_cktile2stages_gemm1_ck``): x [M, K], W1 [E, ., .], out [M, topk, N]."""
     dims, types = args["Input Dims"], args["Input type"]
@@ -231,9 +236,7 @@ def cktile_up(name: str, args: dict, kernels: list[str]) -> Result:
     p = {"num_tokens": tokens, "hidden_dim": hidden, "inter_dim": inter, "num_experts": experts, "topk": topk,
          "gated": dims[1][1] == 2 * inter, "input_dtype": types[0], "weight_dtype": types[1],
          "output_dtype": types[2]}
-    moved = _up_bytes(p, MOE_BYTES.get(p["input_dtype"], 2), MOE_BYTES.get(p["weight_dtype"], 1),
-                      MOE_BYTES.get(p["output_dtype"], 2))
-    return p, _up_flops(p), moved, _matrix_spec(p)
+    return p, _up_flops(p), _up_bytes(p, *_stage_sizes(p)), _matrix_spec(p)
 
 
 def cktile_down(name: str, args: dict, kernels: list[str]) -> Result:
@@ -243,9 +246,7 @@ def cktile_down(name: str, args: dict, kernels: list[str]) -> Result:
     experts, hidden, _ = dims[1]
     p = {"num_tokens": tokens, "hidden_dim": hidden, "inter_dim": inter, "num_experts": experts, "topk": topk,
          "input_dtype": types[0], "weight_dtype": types[1], "output_dtype": types[2]}
-    moved = _down_bytes(p, MOE_BYTES.get(p["input_dtype"], 2), MOE_BYTES.get(p["weight_dtype"], 1),
-                        MOE_BYTES.get(p["output_dtype"], 2))
-    return p, _down_flops(p), moved, _matrix_spec(p)
+    return p, _down_flops(p), _down_bytes(p, *_stage_sizes(p)), _matrix_spec(p)
 
 
 def ck_stage1(name: str, args: dict, kernels: list[str]) -> Result:
