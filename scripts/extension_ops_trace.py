@@ -455,6 +455,11 @@ def inference(trace: Trace, t: float, tokens: int) -> float:
                                                _tensor([experts, 2 * inter, hidden], FP8),
                                                _tensor([experts, hidden, inter], FP8),
                                                _tensor([tokens, topk], F32)], FMOE, 39.0),
+        *[(f"pseudo_op::moe_flydsl_stage{stage}", [_tensor([tokens, hidden], BF16),
+                                                    _tensor([experts, 2 * inter, hidden], FP8),
+                                                    _tensor([experts, hidden, inter], FP8),
+                                                    _tensor([tokens, topk], F32)], FMOE, 18.0 + stage)
+          for stage in (1, 2)],
         ("aiter::ck_moe_stage1", ck_stage(1, tokens, hidden, inter, experts, topk), CK_STAGE1, 21.0),
         ("aiter::ck_moe_stage2", ck_stage(2, tokens, hidden, inter, experts, topk), CK_STAGE2, 17.5),
         ("aiter::moe_cktile2stages_gemm1_ck", cktile_gemm(1, tokens, hidden, inter, experts, topk), CK_STAGE1, 20.0),

@@ -193,14 +193,33 @@ def _matrix_spec(p: dict, key: str = "input_dtype") -> str:
     return spec_of("matrix", p.get(key))
 
 
-def fused_1stage(name: str, args: dict, kernels: list[str]) -> Result:
-    """``moe_aiter_fused_1stage``: x [M, K], W1, W2, topk weights [M, topk]; output at the input's size."""
+def _fused_moe_params(args: dict) -> dict:
+    """aiter's ``fused_moe_`` layout: x [M, K], W1, W2, topk weights [M, topk]."""
     dims, types = args["Input Dims"], args["Input type"]
     experts, hidden, inter, gated = _expert_shapes(dims[1], dims[2])
-    p = {"num_tokens": dims[0][0], "hidden_dim": hidden, "inter_dim": inter, "num_experts": experts,
-         "topk": dims[3][1], "gated": gated, "input_dtype": types[0], "weight_dtype": types[1]}
+    return {"num_tokens": dims[0][0], "hidden_dim": hidden, "inter_dim": inter, "num_experts": experts,
+            "topk": dims[3][1], "gated": gated, "input_dtype": types[0], "weight_dtype": types[1]}
+
+
+def _sizes_in_weight(p: dict) -> tuple[float, float, float]:
+    """Input (default 2), weight (default 1) and output (the input's) sizes."""
     size_in = MOE_BYTES.get(p["input_dtype"], 2)
-    return p, _fused_flops(p), _fused_bytes(p, size_in, MOE_BYTES.get(p["weight_dtype"], 1), size_in), _matrix_spec(p)
+    return size_in, MOE_BYTES.get(p["weight_dtype"], 1), size_in
+
+
+def fused_1stage(name: str, args: dict, kernels: list[str]) -> Result:
+    """``moe_aiter_fused_1stage``: output at the input's size."""
+    p = _fused_moe_params(args)
+    return p, _fused_flops(p), _fused_bytes(p, *_sizes_in_weight(p)), _matrix_spec(p)
+
+
+def flydsl_stage(name: str, args: dict, kernels: list[str]) -> Result:
+    """``moe_flydsl_stage1``/``2``: the up or down projection of the parent ``fused_moe_``'s shapes; the compute
+    spec the weights' dtype."""
+    p = _fused_moe_params(args)
+    if name.endswith("stage1"):
+        return p, _up_flops(p), _up_bytes(p, *_sizes_in_weight(p)), _matrix_spec(p, "weight_dtype")
+    return p, _down_flops(p), _down_bytes(p, *_sizes_in_weight(p)), _matrix_spec(p, "weight_dtype")
 
 
 def fused_blockscale(name: str, args: dict, kernels: list[str]) -> Result:
@@ -361,11 +380,12 @@ FUSED_MODELS = {"pseudo_op::moe_aiter_fused_1stage": fused_1stage, "aiter::fmoe_
                 "aiter::fmoe_g1u1": fused_blockscale}
 UNFUSED_MODELS = {"aiter::moe_cktile2stages_gemm1_ck": cktile_up, "aiter::moe_cktile2stages_gemm2_ck": cktile_down,
                   "aiter::ck_moe_stage1": ck_stage1, "aiter::ck_moe_stage2": ck_stage2,
-                  "sglang_profiler::fused_moe_triton_kernels_invoke_fused_moe_kernel": triton_grouped_gemm}
-# the MoE_unfused sheet's other ops: pseudo ops TraceLens makes only with --enable_pseudo_ops (no model here yet)
-UNFUSED_SHEET_OPS_BEYOND_MODELS = (
-    "pseudo_op::moe_flydsl_stage1", "pseudo_op::moe_flydsl_stage2", "pseudo_op::moe_gptq_awq_down",
-    "pseudo_op::moe_gptq_awq_up", "pseudo_op::moe_triton_unfused_down", "pseudo_op::moe_triton_unfused_up")
+                  "sglang_profiler::fused_moe_triton_kernels_invoke_fused_moe_kernel": triton_grouped_gemm,
+                  "pseudo_op::moe_flydsl_stage1": flydsl_stage, "pseudo_op::moe_flydsl_stage2": flydsl_stage}
+# the MoE_unfused sheet's other ops: pseudo ops TraceLens makes only with --enable_pseudo_ops, whose models read
+# the arguments its pseudo-op pass writes on them (``MoE topk``, ``MoE GEMM gated``), which the reading does not keep
+UNFUSED_SHEET_OPS_BEYOND_MODELS = ("pseudo_op::moe_gptq_awq_down", "pseudo_op::moe_gptq_awq_up",
+                                   "pseudo_op::moe_triton_unfused_down", "pseudo_op::moe_triton_unfused_up")
 AUX_MODELS = {"aiter::biased_grouped_topk_hip": grouped_topk, "aiter::moe_sorting_fwd": moe_sort,
               "aiter::mxfp4_moe_sort_hip": moe_sort, "aiter::topk_softplus": topk_softplus,
               "sglang_profiler::fused_moe_triton_kernels_fused_append_shared_experts": append_shared_experts}
