@@ -74,11 +74,11 @@ def test_inference_attention_without_annotation_fails_as_tracelens() -> None:
 
 
 def test_inductor_kernel_names_cut_into_aten_ops() -> None:
-    assert perfmodels_inductor.fused_ops("triton_poi_fused__to_copy_add_mul_silu_0") == [
-        "aten._to_copy", "aten.add", "aten.mul", "aten.silu"]
-    assert perfmodels_inductor.fused_ops("triton_per_fused_native_layer_norm_12") == ["aten.native_layer_norm"]
-    assert perfmodels_inductor.fused_ops("triton_poi_fused_zzz_unknown_3") == []  # a word no op name covers
-    assert perfmodels_inductor.fused_ops("triton_poi_fused_cat") == []  # no kernel number
+    assert perfmodels_inductor.fused_ops("triton_poi_fused__to_copy_add_mul_silu_0") == (
+        "aten._to_copy", "aten.add", "aten.mul", "aten.silu")
+    assert perfmodels_inductor.fused_ops("triton_per_fused_native_layer_norm_12") == ("aten.native_layer_norm",)
+    assert perfmodels_inductor.fused_ops("triton_poi_fused_zzz_unknown_3") == ()  # a word no op name covers
+    assert perfmodels_inductor.fused_ops("triton_poi_fused_cat") == ()  # no kernel number
 
 
 def test_inductor_model_by_hand() -> None:

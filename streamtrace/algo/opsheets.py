@@ -187,13 +187,14 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     if not ops:
         return None, []
     models = MODELS[sheet]
-    other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
+    present = {f.names[at] for at in np.unique(f.h_name[ops]).tolist()}
+    other = sorted(present - set(models))
     if backward:
         models = {name: BACKWARD_MODELS.get(name, model) for name, model in models.items()}
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
     kernels_of = backward_links(tree, ops) if backward else tree.links_below(ops)
-    forwards = cached_forwards(tree, signature_values)
+    forwards = cached_forwards(tree, signature_values) if present & perfmodels_conv.CACHED_FORWARD.keys() else {}
     rows = []
     for h in ops:
         if h not in kernels_of:  # (no backward op linked to it)
@@ -219,12 +220,13 @@ def cached_forwards(tree: OpTree, signature_values: list[list]) -> dict[tuple[st
     backward ops (``ConvBias_`` ...): per (name, sequence number), the
     (UID, arguments) of each op whose model gets that far, by UID."""
     f = tree.f
-    wanted = set(perfmodels_conv.CACHED_FORWARD.values())
+    forward_names = set(perfmodels_conv.CACHED_FORWARD.values())
+    wanted = [at for at, name in enumerate(f.names) if name in forward_names]
     found: dict[tuple[str, int], list[tuple[int, dict]]] = {}
-    for h in np.flatnonzero(f.h_seq != optree.NO_LINK).tolist():
+    if not wanted:
+        return found
+    for h in np.flatnonzero(np.isin(f.h_name, wanted) & (f.h_seq != optree.NO_LINK)).tolist():
         name = f.names[f.h_name[h]]
-        if name not in wanted:
-            continue
         args = op_args(signature_values[f.h_sig[h]])
         try:
             perfmodels_conv.conv_bias_cached(args)

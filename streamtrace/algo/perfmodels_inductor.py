@@ -19,6 +19,7 @@ tables do not depend on where it runs.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from math import prod
 
 from .atenops import ATEN_OPS
@@ -35,13 +36,14 @@ BYTES_PER_ELEMENT = {"c10::BFloat16": 2, "c10::Half": 2, "c10::Float": 4, "c10::
 _NAME = re.compile(r"triton_(?:poi|red|per)_fused_(.+)_(\d+)$")
 
 
-def fused_ops(name: str) -> list[str]:
+@lru_cache(maxsize=4096)  # (per kernel name: an Inductor trace launches each many times)
+def fused_ops(name: str) -> tuple[str, ...]:
     """The ATen ops a kernel's name lists: its underscore-joined words cut
     into known operator names, from the end taking the longest name that
     leaves a cuttable rest; none when the words cannot be cut."""
     match = _NAME.match(name)
     if not match:
-        return []
+        return ()
     words = match.group(1).split("_")
     ends: list[list[tuple[str, int]] | None] = [None] * (len(words) + 1)
     ends[0] = []
@@ -51,13 +53,13 @@ def fused_ops(name: str) -> list[str]:
             if ends[start] is not None and candidate in ATEN_OPS:
                 ends[end] = [*(ends[end] or []), (candidate, start)]
     if not ends[len(words)]:
-        return []
+        return ()
     found: list[str] = []
     at = len(words)
     while at > 0:
         candidate, at = max(ends[at], key=lambda option: len(option[0]))  # type: ignore[arg-type]
         found.append(candidate)
-    return [f"aten.{op}" for op in reversed(found)]
+    return tuple(f"aten.{op}" for op in reversed(found))
 
 
 def metadata(name: str, args: dict) -> dict | None:
