@@ -310,6 +310,30 @@ class Trace:
         return end + len(outer)
 
 
+    def step(self, t: float, seq: int, forward: list[tuple]) -> tuple[float, int]:
+        """A training step: the forward ops on the main thread, each given the next sequence number, then the
+        backward ops on the autograd thread in reverse order; its end and the last sequence number.
+        ``forward``: (wrappers with their args, op, args, kernels, backward: (autograd function, op, args,
+        kernels), or None); a backward op of None is the function itself launching the kernels (it then
+        carries the sequence number too)."""
+        backward = []
+        for wrappers, name, args, kernels, back in forward:
+            seq += 1
+            t = self.wrapped(1, t, wrappers, name, args, kernels, seq if back else None) + 3.0
+            if back is not None:
+                backward.append((seq, back))
+        t += 20.0
+        for seq_of, (function, name, args, kernels) in reversed(backward):
+            outer = [(f"autograd::engine::evaluate_function: {function}", None)]
+            if name is None:
+                first = len(self.events)
+                t = self.wrapped(2, t, outer, function, None, kernels, seq_of, backward=True) + 3.0
+                self.events[first + 1]["args"].update({"Sequence number": seq_of, "Fwd thread id": 1})
+            else:
+                t = self.wrapped(2, t, [*outer, (function, None)], name, args, kernels, seq_of, backward=True) + 3.0
+        return t + 50.0, seq
+
+
 def build() -> dict:
     """The trace: three training steps of a small conv + attention model."""
     trace = Trace()
@@ -384,18 +408,7 @@ def build() -> dict:
                  [(FLASH_FWD, 25.0)], None),  # causal with query and key lengths that differ
                 ([], "aten::native_layer_norm", None, [(LN_FWD, 6.0)], None),  # no shapes recorded
             ]
-        backward = []
-        for wrappers, name, args, kernels, back in forward:
-            seq += 1
-            t = trace.wrapped(1, t, wrappers, name, args, kernels, seq if back else None) + 3.0
-            if back is not None:
-                backward.append((seq, back))
-        t += 20.0
-        for seq_of, (function, name, args, kernels) in reversed(backward):
-            outer = [(f"autograd::engine::evaluate_function: {function}", None), (function, None)]
-            t = trace.wrapped(2, t, outer, name, args,
-                              kernels, seq_of, backward=True) + 3.0
-        t += 50.0
+        t, seq = trace.step(t, seq, forward)
     return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
             "traceEvents": trace.events, "traceName": "model_ops"}
 
@@ -411,7 +424,28 @@ ODD_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_produ
            "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::native_group_norm_backward",
            "aten::instance_norm", "aten::native_instance_norm_backward", "aten::_fused_rms_norm",
            "aten::_fused_rms_norm_backward", "aiter::rms_norm", "aiter::rmsnorm", "aten::_scaled_mm", "aten::mm",
-           "aten::add", "aten::sum", "FusedRoPEFunc", "CrossEntropyFunction")
+           "aten::add", "aten::sum", "FusedRoPEFunc", "CrossEntropyFunction", "primus_turbo::grouped_gemm",
+           "primus_turbo::grouped_gemm_variable_k", "MoEDispatch", "aiter::fmoe_g1u1", "pseudo_op::moe_aiter_fused_1stage",
+           "aiter::ck_moe_stage1", "aiter::ck_moe_stage2", "aiter::moe_cktile2stages_gemm1_ck",
+           "aiter::moe_cktile2stages_gemm2_ck", "sglang_profiler::fused_moe_triton_kernels_invoke_fused_moe_kernel",
+           "aiter::biased_grouped_topk_hip", "aiter::moe_sorting_fwd", "aiter::topk_softplus",
+           "sglang_profiler::fused_moe_triton_kernels_fused_append_shared_experts", "aiter::pa_sparse_prefill_opus_fwd",
+           "sglang::store_cache", "aiter::mha_varlen_fwd", "vllm::gdn_attention_core", "ConvBias_", "aiter::_groupnorm_run",
+           "triton_poi_fused_add_mul_0", "triton_red_fused_sum_1", "aiter::rmsnorm_quant",
+           "vllm::rocm_aiter_triton_add_rmsnorm_pad", "sglang_profiler::fused_mxfp4_quant_fused_rms_mxfp4_quant",
+           "aiter::rmsnorm2d_fwd_with_add_ck", "primus::fused_ln_modulate", "MambaSplitConv1dScanCombinedFn",
+           "DaoAILab::_causal_conv1d_fwd_cpp", "aiter::mhc_post", "aiter::mhc_fused_post_pre_gemm_sqrsum",
+           "aiter::gemm_a8w8_blockscale_ck", "aiter::gemm_a16w16", "aiter::_gemm_a16w16_asm", "tex_ts::te_gemm_ts",
+           "vllm::gemm_with_dynamic_quant", "_Linear_yfwd_mm", "_C::silu_and_mul", "aten::replication_pad2d",
+           "aten::upsample_nearest2d", "LigerSiLUMulFunction", "aiter::dynamic_per_token_scaled_quant",
+           "vllm::triton_per_token_group_quant_fp8", "aiter::rope_cached_positions_2c_fwd_impl",
+           "sgl_kernel::rotary_embedding", "primus_turbo::hipblaslt_gemm_fp8", "primus_turbo::hipblaslt_gemm_fp4",
+           "aiter::gemm_a4w4", "aiter::gemm_afp4wfp4_", "aiter::batched_gemm_a16wfp4_",
+           "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
+           "aiter::fused_dynamic_mx_quant_moe_sort_hip", "sglang_profiler::quant_dynamic_mxfp4_quant",
+           "aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla",
+           "aiter::mixed_sample_outer_exponential", "_C_custom_ar::all_reduce", "aiter::reduce_scatter",
+           "sglang::reg_all_gather_into_tensor", "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_")
 # argument lists as odd traces give them: absent, a string, nested or empty lists, zeros, lists as dtypes ...
 ODD_VALUES = (None, "weird", [[2, "x"]], [[1, 2, 3, 4]] * 12, [[0, 0, 0, 0]] * 12, [["[1]"]] * 12,
               ["", "[", "1e9999", "None", "[[1]", "()", "True"] * 3, [[2, 2], [2]])

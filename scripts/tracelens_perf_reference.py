@@ -1,7 +1,8 @@
 """Make the reference tables for ``analyze --ops``: TraceLens's PyTorch perf
 report, as ``TraceLens_generate_perf_report_pytorch`` writes it, for the shared
 traces and generated ones (a synth rank; a hand-built trace of attention,
-convolution and norm ops with their shapes, scripts/model_ops_trace.py).
+convolution and norm ops with their shapes, scripts/model_ops_trace.py; one of
+the ops of TraceLens's extension models, scripts/extension_ops_trace.py).
 
 TraceLens is not on the package index: install it from its source
 (AMD-AGI/TraceLens) in a separate virtualenv and point ``--tracelens`` at its
@@ -9,7 +10,8 @@ report command.  Each case's CSVs land gzipped in
 ``tests/reference/tracelens_perf/<case>/<stem>.csv.gz`` (byte for byte what
 TraceLens wrote, compressed), with ``op_categories.json`` (TraceLens's op-name
 -> category registry, which the tests compare with streamtrace's),
-``op_sheets.json`` (its performance-model sheets -> op names) and
+``op_sheets.json`` (its performance-model sheets -> op names), ``aten_ops.json``
+(the PyTorch operator names it cuts Inductor kernel names into) and
 ``VERSIONS.json`` (what made them).
 
     python scripts/tracelens_perf_reference.py \
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 
+import extension_ops_trace
 import model_ops_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,9 +47,11 @@ CASES = {
     "synth_rank0": None,
     "model_ops": None,
     "odd_ops": None,
+    "extension_ops": None,
 }
 # cases run again with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
-SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy", "b200_eager_spec": "b200_eager", "model_ops_spec": "model_ops"}
+SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy", "b200_eager_spec": "b200_eager", "model_ops_spec": "model_ops",
+              "extension_ops_spec": "extension_ops"}
 SPEC = os.path.join(OUT, "spec_fixture.json")
 # The generated case: synth is deterministic for a seed; no python_function
 # frames (TraceLens's kernel tables refuse traces with a Python stack).
@@ -64,6 +69,11 @@ import json, sys
 from TraceLens.PerfModel.torch_op_mapping import build_sheet_category_to_op_names, op_to_perf_model_class_map
 sheets = build_sheet_category_to_op_names(op_to_perf_model_class_map)
 json.dump({sheet: sorted(names) for sheet, names in sorted(sheets.items())}, sys.stdout, indent=0)
+"""
+DUMP_ATEN_OPS = """
+import json, sys
+from TraceLens.PerfModel._known_aten_ops import KNOWN_OPS
+json.dump(sorted(KNOWN_OPS), sys.stdout, indent=0)
 """
 VERSIONS = """
 import json, sys, importlib.metadata as m
@@ -88,7 +98,14 @@ def odd_ops(work: str) -> str:
     return model_ops_trace.write(os.path.join(work, "odd_ops.json"), odd=True)
 
 
-GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops, "odd_ops": odd_ops}
+def extension_ops(work: str) -> str:
+    """The hand-built trace of ops TraceLens's extension models cover (grouped GEMMs, MoE, inference attention,
+    fused convolutions ...), made in ``work``."""
+    return extension_ops_trace.write(os.path.join(work, "extension_ops.json"))
+
+
+GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops, "odd_ops": odd_ops,
+             "extension_ops": extension_ops}
 
 
 def trace_of(case: str, work: str) -> str:
@@ -120,6 +137,7 @@ def main() -> None:
     python = os.path.join(os.path.dirname(args.tracelens), "python")
     os.makedirs(OUT, exist_ok=True)
     for name, code in (("op_categories.json", DUMP_REGISTRY), ("op_sheets.json", DUMP_SHEETS),
+                       ("aten_ops.json", DUMP_ATEN_OPS),
                        ("VERSIONS.json", VERSIONS)):
         text = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout
         with open(os.path.join(OUT, name), "w") as out:

@@ -297,6 +297,19 @@ def test_report_names_who_arrives_last_on_dlrm():
     assert lines["why"].startswith("host-bound")
 
 
+def test_one_rank_is_not_called_the_one_the_others_wait_for():
+    """One DLRM rank alone: no line says it arrives last or that "the other ranks" wait; the report says
+    the other ranks' traces are needed (TraceLens's straggler_summary still has its one row)."""
+    from streamtrace.cli.analyze import rows
+
+    rank0 = sorted((Path(__file__).parents[2] / "shared" / "traces" / "dlrm_8ranks").glob("worker0_*"))[0]
+    summary = analyze(rank0)
+    lines = dict(rows(summary))
+    assert len(summary["tables"]["straggler_summary"]) == 1
+    assert lines["collectives"] == "8 collectives, all on rank 0: who waits for whom needs the other ranks' traces too"
+    assert "why" not in lines and "matched" not in lines
+
+
 def test_long_tables_stay_out_of_the_summary(inputs, tmp_path, monkeypatch):
     """A table longer than JSON_ROWS is in its CSV only (None in the summary), as the launch statistics."""
     from streamtrace.commands.analyses import collectives as command

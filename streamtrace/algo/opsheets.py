@@ -12,7 +12,24 @@ import math
 
 import numpy as np
 
-from . import optree, perfmodel, perfmodels_attention, perfmodels_conv, perfmodels_gemm, perfmodels_norm, perfmodels_te
+from . import (
+    optree,
+    perfmodel,
+    perfmodels_attention,
+    perfmodels_collective,
+    perfmodels_conv,
+    perfmodels_elementwise,
+    perfmodels_fused,
+    perfmodels_gemm,
+    perfmodels_gemm_fp4,
+    perfmodels_inference,
+    perfmodels_mhc,
+    perfmodels_moe,
+    perfmodels_norm,
+    perfmodels_rmsnorm,
+    perfmodels_ssm,
+    perfmodels_te,
+)
 from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
@@ -31,10 +48,15 @@ from .opstables import (
 
 # sheet -> op name -> model (see perfmodel.Model), and the backward models of the split sheets
 MODELS: dict[str, dict[str, perfmodel.Model]] = {
-    **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS},
+    **perfmodel.MODELS, "GEMM": {**perfmodel.MODELS["GEMM"], **perfmodels_gemm.MODELS, **perfmodels_gemm_fp4.MODELS},
+    "UnaryElementwise": {**perfmodel.MODELS["UnaryElementwise"], **perfmodels_elementwise.UNARY_MODELS},
+    "BinaryElementwise": {**perfmodel.MODELS["BinaryElementwise"], **perfmodels_elementwise.BINARY_MODELS},
     "SDPA": perfmodels_attention.MODELS, "CONV": perfmodels_conv.MODELS,
-    "Normalization": perfmodels_norm.MODELS, "RMSNorm": perfmodels_norm.RMS_MODELS,
-    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS}
+    "Normalization": {**perfmodels_norm.MODELS, **perfmodels_rmsnorm.NORM_MODELS},
+    "RMSNorm": {**perfmodels_norm.RMS_MODELS, **perfmodels_rmsnorm.RMS_MODELS},
+    "RoPE": perfmodels_te.ROPE_MODELS, "CrossEntropy": perfmodels_te.CROSS_ENTROPY_MODELS, **perfmodels_moe.MODELS,
+    "InferenceAttention": perfmodels_inference.MODELS, "SSM": perfmodels_ssm.MODELS, "mHC": perfmodels_mhc.MODELS,
+    **perfmodels_fused.MODELS, "CustomCollective": perfmodels_collective.MODELS}
 
 
 def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int, str]:
@@ -44,15 +66,17 @@ def _declined(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int
 
 BACKWARD_MODELS: dict[str, perfmodel.Model] = {
     **perfmodels_attention.BACKWARD_MODELS, **perfmodels_conv.BACKWARD_MODELS,
-    **dict.fromkeys([*perfmodels_norm.RMS_MODELS, *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS],
-                    _declined)}
-SHEET_OPS_BEYOND_MODELS = {**perfmodel.SHEET_OPS_BEYOND_MODELS,
-                           "SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
-                           "CONV": perfmodels_conv.SHEET_OPS_BEYOND_MODELS,
-                           "Normalization": perfmodels_norm.SHEET_OPS_BEYOND_MODELS,
-                           "RMSNorm": perfmodels_norm.RMS_SHEET_OPS_BEYOND_MODELS,
-                           "RoPE": perfmodels_te.ROPE_SHEET_OPS_BEYOND_MODELS}
-SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy"}
+    **dict.fromkeys([*MODELS["RMSNorm"], *perfmodels_te.ROPE_MODELS, *perfmodels_te.CROSS_ENTROPY_MODELS,
+                     *(name for sheets in (perfmodels_moe.MODELS, perfmodels_fused.MODELS) for models in sheets.values()
+                       for name in models),
+                     *perfmodels_inference.MODELS, *perfmodels_ssm.MODELS, *perfmodels_mhc.MODELS,
+                     *perfmodels_collective.MODELS], _declined),
+    **perfmodels_moe.BACKWARD_MODELS, **perfmodels_ssm.BACKWARD_MODELS}
+SHEET_OPS_BEYOND_MODELS = {"SDPA": perfmodels_attention.SHEET_OPS_BEYOND_MODELS,
+                           "MoE_unfused": perfmodels_moe.UNFUSED_SHEET_OPS_BEYOND_MODELS,
+                           "InferenceAttention": perfmodels_inference.SHEET_OPS_BEYOND_MODELS}
+SPLIT_SHEETS = perfmodel.SPLIT_SHEETS | {"SDPA", "CONV", "RMSNorm", "RoPE", "CrossEntropy", "InferenceAttention", "SSM",
+                                         "mHC", "CustomCollective", *perfmodels_moe.MODELS, *perfmodels_fused.MODELS}
 SHEET_OPS = {
     "GEMM": frozenset(name for name, category in CATEGORY_OF_OP.items() if category == "GEMM"),
     **{sheet: frozenset(models) | frozenset(SHEET_OPS_BEYOND_MODELS.get(sheet, ()))
@@ -141,8 +165,9 @@ def _split(forward: Table, backward: Table | None) -> tuple[Table | None, Table 
     if backward is None:
         backward_rows, header = [], forward.header[0]
     else:
-        backward_rows = [row for row in backward.rows if row[0] not in perfmodels_conv.FORWARD_ONLY]
         header = backward.header[0] + [column for column in forward.header[0] if column not in backward.header[0]]
+        padding = [NA] * (len(header) - len(backward.header[0]))  # (pandas' concat: the forward sheet's columns)
+        backward_rows = [row + padding for row in backward.rows if row[0] not in perfmodels_conv.FORWARD_ONLY]
     places = {column: at for at, column in enumerate(forward.header[0])}
     moved = [[row[places[column]] if column in places else NA for column in header] for row in moved]
     joined = Table([header], backward_rows + moved)
@@ -162,19 +187,22 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     if not ops:
         return None, []
     models = MODELS[sheet]
-    other = sorted({f.names[f.h_name[h]] for h in ops} - set(models))
+    present = {f.names[at] for at in np.unique(f.h_name[ops]).tolist()}
+    other = sorted(present - set(models))
     if backward:
         models = {name: BACKWARD_MODELS.get(name, model) for name, model in models.items()}
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
     kernels_of = backward_links(tree, ops) if backward else tree.links_below(ops)
+    forwards = cached_forwards(tree, signature_values) if present & perfmodels_conv.CACHED_FORWARD.keys() else {}
     rows = []
     for h in ops:
         if h not in kernels_of:  # (no backward op linked to it)
             continue
         name = f.names[f.h_name[h]]
         try:
-            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec))
+            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec,
+                                   forward_args(tree, forwards, h, before=True)))
         except MODEL_FAILURES:
             continue  # TraceLens leaves the op out (its perf model fails on it)
     if not rows:
@@ -182,16 +210,59 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     return _summarize(tree, rows), []
 
 
+def op_args(values: list) -> dict:
+    """An op's arguments as its model reads them (the keys the trace gives)."""
+    return {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
+
+
+def cached_forwards(tree: OpTree, signature_values: list[list]) -> dict[tuple[str, int], list[tuple[int, dict]]]:
+    """The forward ops whose parameters TraceLens's models cache for their
+    backward ops (``ConvBias_`` ...): per (name, sequence number), the
+    (UID, arguments) of each op whose model gets that far, by UID."""
+    f = tree.f
+    forward_names = set(perfmodels_conv.CACHED_FORWARD.values())
+    wanted = [at for at, name in enumerate(f.names) if name in forward_names]
+    found: dict[tuple[str, int], list[tuple[int, dict]]] = {}
+    if not wanted:
+        return found
+    for h in np.flatnonzero(np.isin(f.h_name, wanted) & (f.h_seq != optree.NO_LINK)).tolist():
+        name = f.names[f.h_name[h]]
+        args = op_args(signature_values[f.h_sig[h]])
+        try:
+            perfmodels_conv.conv_bias_cached(args)
+        except MODEL_FAILURES:
+            continue
+        found.setdefault((name, int(f.h_seq[h])), []).append((int(f.h_uid[h]), args))
+    return {key: sorted(ops, key=lambda op: op[0]) for key, ops in found.items()}
+
+
+def forward_args(tree: OpTree, forwards: dict, h: int, before: bool) -> dict | None:
+    """What TraceLens's cache holds for backward op ``h`` when its model
+    runs: the arguments of the last forward op of its sequence number
+    modelled by then (``before``: in a sheet, the forward ops before it in
+    event order; else, in the unified summary, all of them); None when
+    ``h`` reads no cache or the cache has nothing for it."""
+    f = tree.f
+    forward = perfmodels_conv.CACHED_FORWARD.get(f.names[f.h_name[h]])
+    if forward is None or f.h_seq[h] == optree.NO_LINK:
+        return None
+    cached = [args for uid, args in forwards.get((forward, int(f.h_seq[h])), []) if not before or uid < f.h_uid[h]]
+    return cached[-1] if cached else None
+
+
 def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], signature_values: list[list],
-               spec: dict | None) -> dict:
+               spec: dict | None, forward: dict | None = None) -> dict:
     """TraceLens's ``compute_perf_metrics`` of op ``h`` over the GPU events
     ``gpu`` (its subtree's, or its backward ops'): the model's parameters,
     GFLOPS, bytes and rates over their busy time (raises what the model
-    raises on the op's arguments)."""
+    raises on the op's arguments).  ``forward``: the arguments of the
+    forward op whose cached parameters the model reads."""
     f = tree.f
     details = gpu_details(f, sorted(gpu, key=lambda g: f.g_ts[g]))
     values = signature_values[f.h_sig[h]]
-    args = {key: value for key, value in zip((*ARG_COLUMNS, "Output type"), values) if value is not None}
+    args = op_args(values)
+    if forward is not None:
+        args[perfmodels_conv.FORWARD_ARGS] = forward
     name = f.names[f.h_name[h]]
     params, flops, moved, compute = model(name, args, [d["name"] for d in details])
     busy, integral = tree.busy(gpu) if gpu else (0, True)

@@ -143,7 +143,7 @@ def unary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | N
     return params, count, moved, spec_of("vector", dtype_in)
 
 
-def _broadcast(first: tuple, second: tuple) -> tuple:
+def broadcast(first: tuple, second: tuple) -> tuple:
     ndim = max(len(first), len(second))
     first, second = (1,) * (ndim - len(first)) + first, (1,) * (ndim - len(second)) + second
     if any(a != b and a != 1 and b != 1 for a, b in zip(first, second)):
@@ -160,7 +160,7 @@ def binary(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | 
     dtype_out, stride_out = (types[2], tuple(strides[2])) if len(dims) > 2 and dims[2] else (None, None)
     params = {"shape_in1": shape1, "shape_in2": shape2, "dtype_in1_in2_out": (types[0], types[1], dtype_out),
               "stride_input1": tuple(strides[0]), "stride_input2": tuple(strides[1]), "stride_output": stride_out}
-    out = prod(_broadcast(shape1, shape2))
+    out = prod(broadcast(shape1, shape2))
     size1, size2 = size_of(types[0]), size_of(types[1])
     if dtype_out is not None:
         size_out = size_of(dtype_out)
@@ -244,18 +244,6 @@ BINARY_OPS = ("aten::div", "aten::div_", "aten::mul", "aten::mul_", "aten::add",
               "aten::threshold_backward")
 REDUCE_OPS = ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::norm", "aten::linalg_norm", "aten::std",
               "aten::var", "aten::logsumexp", "aten::cumsum", "aten::cumprod", "aten::amin", "aten::amax")
-# TraceLens's op names of each sheet analyze writes (its GEMM sheet's are the ops of category GEMM)
-SHEET_OPS_BEYOND_MODELS = {
-    "UnaryElementwise": ("_C::silu_and_mul", "aiter::gelu_and_mul", "aiter::gelu_tanh_and_mul", "aiter::silu_and_mul",
-                         "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d",
-                         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
-                         "primus::quantize_mxfp4_dual", "primus_turbo::quantize_fp8_tensorwise",
-                         "primus_turbo::quantize_mxfp4_dual", "primus_turbo_cpp_extension::quantize_fp8_tensorwise",
-                         "primus_turbo_cpp_extension::quantize_mxfp4_dual", "sgl_kernel::silu_and_mul"),
-    "BinaryElementwise": ("LigerSiLUMulFunction", "aiter::dynamic_per_group_scaled_quant",
-                          "aiter::dynamic_per_tensor_quant", "aiter::dynamic_per_token_scaled_quant",
-                          "vllm::triton_per_token_group_quant_fp8"),
-}
 # sheet -> the models here, by op name (TraceLens has more ops in each sheet: see SHEET_OPS)
 MODELS: dict[str, dict[str, Model]] = {
     "GEMM": {**dict.fromkeys(GEMM_OPS, gemm), "vllm::rocm_unquantized_gemm": vllm_unquantized_gemm},

@@ -1,6 +1,9 @@
 """TraceLens's convolution models (``CONV``) for ``aten::convolution`` and
 ``aten::convolution_backward``: input and filter shapes, stride, padding,
-dilation, transposition, output padding and groups from the op's inputs.
+dilation, transposition, output padding and groups from the op's inputs;
+Apex's fused ``ConvBias_`` and ``ConvBiasReLU_`` (always a bias, one stride
+and one padding) and their backward ops, which take the parameters their
+forward op cached under the autograd sequence number.
 
 Output spatial size per dimension int((in + 2·pad − dil·(k − 1) − 1) / stride
 + 1) (transposed: (in − 1)·stride − 2·pad + dil·(k − 1) + out_pad + 1).
@@ -131,10 +134,71 @@ def conv(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | No
     return params, conv_flops(params), conv_bytes(params), _spec(params)
 
 
-MODELS = dict.fromkeys(CONV_OPS, conv)
-BACKWARD_MODELS = dict.fromkeys(CONV_OPS, conv_backward)
-# the sheet's other ops (Apex's fused convolutions: no model here yet)
-SHEET_OPS_BEYOND_MODELS = ("ConvBiasReLU_", "ConvBiasReLU_Backward", "ConvBias_", "ConvBias_Backward")
+def conv_bias_params(args: dict) -> dict:
+    """Apex's fused ``ConvBias_``/``ConvBiasReLU_(x, weight, bias, stride, padding)``: always a bias, the
+    stride and padding one int each for every spatial dimension (1 and 0 when not recorded)."""
+    dims, concrete = args["Input Dims"], args["Concrete Inputs"]
+    input_shape, filter_shape = tuple(dims[0]), tuple(dims[1])
+    ndims = len(input_shape) - 2
+    stride_text = concrete[3] if len(concrete) > 3 else ""
+    padding_text = concrete[4] if len(concrete) > 4 else ""
+    dtypes = tuple(args["Input type"][:2])
+    if dtypes[0] != dtypes[1]:
+        raise ValueError("input and weight dtypes differ")
+    try:
+        input_stride, weight_stride = tuple(args["Input Strides"][0]), tuple(args["Input Strides"][1])
+    except (KeyError, IndexError):
+        input_stride = weight_stride = None
+    kinds = {3: "conv1d", 4: "conv2d", 5: "conv3d"}
+    if len(input_shape) not in kinds:
+        raise ValueError("not a 1, 2 or 3-d convolution")
+    return {"convNd": kinds[len(input_shape)], "input_shape": input_shape, "filter_shape": filter_shape,
+            "dtype_input_weight": dtypes, "input_stride": input_stride, "weight_stride": weight_stride, "bias": True,
+            "stride": (int(stride_text),) * ndims if stride_text != "" else (1,) * ndims,
+            "padding": (int(padding_text),) * ndims if padding_text != "" else (0,) * ndims,
+            "dilation": (1,) * ndims, "transposed_conv": False, "output_padding": (0,) * ndims, "groups": 1}
+
+
+def conv_bias_cached(args: dict) -> dict:
+    """The parameters TraceLens's ``ConvBias_`` model caches by sequence number: those of an op whose
+    output shape it could compute (raises otherwise: nothing cached)."""
+    params = conv_bias_params(args)
+    output_shape(params)
+    return params
+
+
+def conv_bias(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    params = conv_bias_cached(args)
+    return params, conv_flops(params), conv_bytes(params), _spec(params)
+
+
+def conv_bias_backward(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    """A fused convolution's backward formulas over its backward op's kernels (the ``CONV_bwd`` sheet)."""
+    params = conv_bias_cached(args)
+    return params, conv_flops_backward(params), conv_bytes_backward(params), _spec(params)
+
+
+# the key under which a backward op's model gets its forward op's arguments (see CACHED_FORWARD)
+FORWARD_ARGS = "forward op arguments"
+
+
+def conv_bias_from_forward(name: str, args: dict, kernels: list[str]) -> tuple[dict, int, int | None, str]:
+    """``ConvBias_Backward``/``ConvBiasReLU_Backward``: the backward formulas of the parameters TraceLens's
+    forward model cached under the op's sequence number (none cached: its model fails, no row)."""
+    forward = args.get(FORWARD_ARGS)
+    if forward is None:
+        raise TypeError(f"{name}: no forward op cached for its sequence number")
+    return conv_bias_backward(name, forward, kernels)
+
+
+FUSED = {"ConvBias_": conv_bias, "ConvBiasReLU_": conv_bias, "ConvBias_Backward": conv_bias_from_forward,
+         "ConvBiasReLU_Backward": conv_bias_from_forward}
+MODELS = {**dict.fromkeys(CONV_OPS, conv), **FUSED}
+BACKWARD_MODELS = {**dict.fromkeys(CONV_OPS, conv_backward), "ConvBias_": conv_bias_backward,
+                   "ConvBiasReLU_": conv_bias_backward}
+# backward op -> the forward op whose parameters TraceLens's model reads from a class-wide cache keyed by
+# sequence number, filled as forward ops are modelled (in event order: the sheets, then the unified summary)
+CACHED_FORWARD = {"ConvBias_Backward": "ConvBias_", "ConvBiasReLU_Backward": "ConvBiasReLU_"}
 # TraceLens computes these backward ops as forward ones, then moves their rows to the _bwd sheet
 MOVED_TO_BACKWARD = frozenset({"flash_attn::_flash_attn_varlen_backward", "aten::convolution_backward",
                                "ConvBias_Backward", "ConvBiasReLU_Backward"})

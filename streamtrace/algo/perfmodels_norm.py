@@ -33,7 +33,7 @@ def _parse_list(text: str, kind: type) -> list:
     return [kind(x) for x in ast.literal_eval(text)]
 
 
-def _common(args: dict, at: int) -> dict:
+def input_params(args: dict, at: int) -> dict:
     """The shape, dtype and stride of the op's input ``at``."""
     return {"op_shape": tuple(args["Input Dims"][at]), "dtype_in_out": (args["Input type"][at], None),
             "stride_input": tuple(args["Input Strides"][at]), "stride_output": None}
@@ -41,7 +41,7 @@ def _common(args: dict, at: int) -> dict:
 
 def batch_norm(name: str, args: dict) -> dict:
     dims = args["Input Dims"]
-    return {**_common(args, 0), "num_channels": dims[0][1], "has_bias": True, "is_affine": dims[2] is not None,
+    return {**input_params(args, 0), "num_channels": dims[0][1], "has_bias": True, "is_affine": dims[2] is not None,
             "is_training": bool(args["Concrete Inputs"][5])}
 
 
@@ -51,7 +51,7 @@ def batch_norm_backward(name: str, args: dict) -> dict:
         at, has_output, training = 0, True, False
     else:
         at, has_output, training = 1, dims[0] is not None, bool(args["Concrete Inputs"][7])
-    params = _common(args, at)
+    params = input_params(args, at)
     return {**params, "num_channels": params["op_shape"][1], "has_bias": True, "is_affine": dims[2] is not None,
             "is_training": training, "output_mask": [has_output]}
 
@@ -59,46 +59,46 @@ def batch_norm_backward(name: str, args: dict) -> dict:
 def layer_norm(name: str, args: dict) -> dict:
     dims = args["Input Dims"]
     channels = prod(_parse_list(args["Concrete Inputs"][1], int))
-    return {**_common(args, 0), "num_channels": channels, "has_bias": dims[3] is not None,
+    return {**input_params(args, 0), "num_channels": channels, "has_bias": dims[3] is not None,
             "is_affine": dims[2] is not None, "is_training": True}
 
 
 def layer_norm_backward(name: str, args: dict) -> dict:
     channels = prod(_parse_list(args["Concrete Inputs"][2], int))
     mask = _parse_list(args["Concrete Inputs"][7], bool)
-    return {**_common(args, 1), "num_channels": channels, "has_bias": mask[2], "is_affine": mask[1],
+    return {**input_params(args, 1), "num_channels": channels, "has_bias": mask[2], "is_affine": mask[1],
             "is_training": True, "output_mask": mask}
 
 
 def group_norm(name: str, args: dict) -> dict:
-    params = _common(args, 0)
+    params = input_params(args, 0)
     return {**params, "num_channels": params["op_shape"][1], "has_bias": True,
             "is_affine": args["Input Dims"][2] is not None, "is_training": True}
 
 
 def group_norm_backward(name: str, args: dict) -> dict:
-    params = _common(args, 1)
+    params = input_params(args, 1)
     mask = _parse_list(args["Concrete Inputs"][9], bool)
     return {**params, "num_channels": params["op_shape"][1] / int(args["Concrete Inputs"][8]), "has_bias": True,
             "is_affine": args["Input Dims"][5] is not None, "is_training": True, "output_mask": mask}
 
 
 def instance_norm(name: str, args: dict) -> dict:
-    params = _common(args, 0)
+    params = input_params(args, 0)
     return {**params, "num_channels": params["op_shape"][1], "has_bias": True,
             "is_affine": args["Input Dims"][2] is not None, "is_training": bool(args["Concrete Inputs"][5])}
 
 
 def rms_norm(name: str, args: dict) -> dict:
     channels = prod(_parse_list(args["Concrete Inputs"][1], int))
-    return {**_common(args, 0), "num_channels": channels, "has_bias": False,
+    return {**input_params(args, 0), "num_channels": channels, "has_bias": False,
             "is_affine": args["Input Dims"][2] is not None, "is_training": False}
 
 
 def rms_norm_backward(name: str, args: dict) -> dict:
     channels = prod(_parse_list(args["Concrete Inputs"][2], int))
     mask = _parse_list(args["Concrete Inputs"][5], bool)
-    return {**_common(args, 1), "num_channels": channels, "has_bias": False,
+    return {**input_params(args, 1), "num_channels": channels, "has_bias": False,
             "is_affine": args["Input Dims"][4] is not None, "is_training": False, "output_mask": mask}
 
 
@@ -191,6 +191,7 @@ KIND_OF_OP = {
     **{f"aten::{prefix}{kind}_norm_backward": f"{kind}_backward" for prefix in ("", "native_", "miopen_", "cudnn_")
        for kind in ("batch", "layer", "group")},
     "aten::_fused_rms_norm": "rms",
+    "aiter::_groupnorm_run": "group",  # (TraceLens models aiter's group norm as PyTorch's)
     **{f"aten::{prefix}rms_norm_backward": "rms_backward" for prefix in ("", "native_", "miopen_", "cudnn_", "_fused_")},
 }
 # TraceLens's instance-norm backward model always declines (no row, no warning)
@@ -214,17 +215,9 @@ def aiter_rms_norm(name: str, args: dict, kernels: list[str]) -> tuple[dict, int
     weight's length, always affine, RMS norm's formulas."""
     at = 1 if name == "aiter::rmsnorm" else 0
     dims = args["Input Dims"]
-    params = {**_common(args, at), "num_channels": dims[at + 1][0], "has_bias": False, "is_affine": True,
+    params = {**input_params(args, at), "num_channels": dims[at + 1][0], "has_bias": False, "is_affine": True,
               "is_training": False}
     return params, rms_flops(params), rms_bytes(params), spec_of("vector", params["dtype_in_out"][0])
 
 
 RMS_MODELS = dict.fromkeys(("aiter::rms_norm", "aiter::rmsnorm2d_fwd_ck", "aiter::rmsnorm"), aiter_rms_norm)
-# the RMSNorm sheet's other ops (fused with add or quantization: no model here yet)
-RMS_SHEET_OPS_BEYOND_MODELS = (
-    "aiter::_fuse_rmsnorm_fp4_quant", "aiter::add_rmsnorm", "aiter::fused_add_rmsnorm_pad_",
-    "aiter::rmsnorm2d_fwd_with_add_ck", "aiter::rmsnorm2d_fwd_with_dynamicquant_ck", "aiter::rmsnorm_quant",
-    "sglang_profiler::fused_mxfp4_quant_fused_rms_mxfp4_quant", "vllm::rocm_aiter_rmsnorm_fp8_group_quant",
-    "vllm::rocm_aiter_rmsnorm_with_add_fp8_group_quant", "vllm::rocm_aiter_triton_add_rmsnorm_pad")
-# the sheet's other ops (TraceLens's extensions' models, none here)
-SHEET_OPS_BEYOND_MODELS = ("aiter::_groupnorm_run", "primus::fused_ln_modulate", "primus::fused_ln_modulate_backward")

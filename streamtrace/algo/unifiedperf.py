@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from . import opsheets, optree
+from . import opsheets, optree, perfmodels_inductor
 from .opstables import (
     CPU_OP,
     NA,
@@ -28,42 +28,11 @@ from .opstables import (
     unique_args_groups,
 )
 
-# TraceLens's ops with a performance model in the sheets analyze does not write yet
-OTHER_MODEL_OPS = frozenset({
-    "DaoAILab::_causal_conv1d_fwd_cpp", "MambaSplitConv1dScanCombinedFn", "MoECombine", "MoEDispatch",
-    "_C_custom_ar::all_reduce", "_C_custom_ar::qr_all_reduce", "aiter::all_gather_reg",
-    "aiter::biased_grouped_topk_hip", "aiter::ck_moe_stage1", "aiter::ck_moe_stage2",
-    "aiter::dynamic_per_group_scaled_quant_fp4", "aiter::fmha_v3_varlen_fwd", "aiter::fmoe_fp8_blockscale_g1u1",
-    "aiter::fmoe_g1u1", "aiter::fused_allreduce_rmsnorm", "aiter::fused_allreduce_rmsnorm_",
-    "aiter::fused_dynamic_mx_quant_moe_sort_hip", "aiter::fused_dynamic_mxfp4_quant_moe_sort_hip",
-    "aiter::fused_qk_rope_cat_and_cache_mla", "aiter::fused_qk_rope_concat_and_cache_mla",
-    "aiter::linear_attention_with_output_base", "aiter::mha_batch_prefill", "aiter::mha_varlen_fwd",
-    "aiter::mhc_fused_post_pre_gemm_sqrsum", "aiter::mhc_post", "aiter::mhc_pre_big_fuse_rmsnorm",
-    "aiter::mhc_pre_gemm_sqrsum", "aiter::mixed_sample_outer_exponential", "aiter::moe_cktile2stages_gemm1_ck",
-    "aiter::moe_cktile2stages_gemm2_ck", "aiter::moe_sorting_fwd", "aiter::mxfp4_moe_sort_hip",
-    "aiter::pa_decode_gluon", "aiter::pa_sparse_prefill_opus_fwd", "aiter::reduce_scatter",
-    "aiter::topk_softplus", "primus_turbo::grouped_gemm", "primus_turbo::grouped_gemm_impl",
-    "primus_turbo::grouped_gemm_variable_k", "primus_turbo::grouped_gemm_variable_k_impl",
-    "primus_turbo_cpp_extension::ck_grouped_gemm", "primus_turbo_cpp_extension::ck_grouped_gemm_variable_k",
-    "primus_turbo_cpp_extension::grouped_gemm", "primus_turbo_cpp_extension::grouped_gemm_variable_k",
-    "pseudo_mla_decode_fwd", "pseudo_mla_prefill_fwd", "pseudo_op::moe_aiter_fused_1stage",
-    "pseudo_op::moe_flydsl_stage1", "pseudo_op::moe_flydsl_stage2", "pseudo_op::moe_gptq_awq_down",
-    "pseudo_op::moe_gptq_awq_up", "pseudo_op::moe_triton_unfused_down", "pseudo_op::moe_triton_unfused_up",
-    "pseudo_v4_paged_decode_csa", "pseudo_v4_paged_decode_hca", "pseudo_v4_paged_decode_swa",
-    "sgl_kernel::all_reduce_reg", "sgl_kernel::qr_all_reduce", "sglang::reg_all_gather_into_tensor",
-    "sglang::store_cache", "sglang_profiler::attention_paged_attention_ragged",
-    "sglang_profiler::fused_moe_triton_kernels_fused_append_shared_experts",
-    "sglang_profiler::fused_moe_triton_kernels_invoke_fused_moe_kernel",
-    "sglang_profiler::fused_mxfp4_quant_fused_flatten_mxfp4_quant", "sglang_profiler::quant_dynamic_mxfp4_quant",
-    "sglang_profiler::tilelang_kernel_tilelang_sparse_fwd", "vllm::gdn_attention_core",
-    "vllm::unified_attention_with_output",
-})
 KNOWN = {name: model for models in opsheets.MODELS.values() for name, model in models.items()}
-UNKNOWN = frozenset().union(*opsheets.SHEET_OPS.values(), OTHER_MODEL_OPS).difference(KNOWN)
-# Inductor's compiled kernels: TraceLens models them from their concrete inputs (not here yet)
-TRITON_COMPILED = ("triton_poi_", "triton_red_", "triton_per_")
+UNKNOWN = frozenset().union(*opsheets.SHEET_OPS.values()).difference(KNOWN)
 # a forward op's model with backward formulas -> the category of the backward op computed through it
-BACKWARD_CATEGORY = {name: f"{sheet}_bwd" for sheet in ("SDPA", "CONV") for name in opsheets.MODELS[sheet]}
+BACKWARD_CATEGORY = {name: f"{sheet}_bwd" for sheet in ("SDPA", "CONV", "MoE_comm", "SSM")
+                     for name in opsheets.MODELS[sheet]}
 FIRST = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec")
 RATES = ("TB/s", "TFLOPS/s")
 STATS = ("mean", "median", "std", "min", "max")
@@ -72,6 +41,16 @@ KERNEL_TIME = "Kernel Time (µs)"
 
 class UnknownModel(Exception):
     """An op TraceLens has a performance model for that is not here yet: the table cannot be made."""
+
+    def note(self) -> str:
+        return f"unified_perf_summary not written: no model here yet for {self}"
+
+
+class ModelCrash(UnknownModel):
+    """An op whose arguments make TraceLens's test for a model raise: TraceLens writes no report."""
+
+    def note(self) -> str:
+        return f"unified_perf_summary not written: TraceLens's Inductor model fails on the arguments of {self}"
 
 
 class _Unified:
@@ -104,6 +83,7 @@ class _Unified:
         order = np.array(tree.order, dtype=np.int64)
         self.roots = order[(tree.in_tree & (f.h_kind == CPU_OP) & ~below_cpu_op)[order]].tolist()
         self._model: dict[int, bool] = {}
+        self.forwards = opsheets.cached_forwards(tree, signature_values)
         self._sole: dict[int, dict | None] = {}
 
     def children(self, h: int) -> list[int]:
@@ -148,10 +128,11 @@ class _Unified:
             return True
         if name in UNKNOWN:
             raise UnknownModel(name)
-        if name.startswith(TRITON_COMPILED):
-            values = self.values[sig]
-            if values[3] and values[0] and values[1]:
-                raise UnknownModel(name)
+        if name.startswith(perfmodels_inductor.PREFIXES):
+            try:
+                return perfmodels_inductor.has_model(name, opsheets.op_args(self.values[sig]))
+            except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+                raise ModelCrash(name) from exc
         return False
 
     def op_has_model(self, h: int) -> bool:
@@ -293,7 +274,7 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
     try:
         rows = _rows(walk)
     except UnknownModel as exc:
-        return None, [f"unified_perf_summary not written: no model here yet for {exc}"]
+        return None, [exc.note()]
     return (_summarize(tree, rows) if rows else None), []
 
 
@@ -336,7 +317,9 @@ def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, g
     metrics = None
     if own and h is not None:
         try:
-            metrics = opsheets.op_metrics(tree, h, KNOWN[name], gpu, walk.values, walk.spec)
+            metrics = opsheets.op_metrics(tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled), gpu,
+                                          walk.values, walk.spec,
+                                          opsheets.forward_args(tree, walk.forwards, h, before=False))
         except NotImplementedError:
             return None
         except opsheets.MODEL_FAILURES:
