@@ -111,14 +111,16 @@ class OpTree:
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
         firsts = by_launcher[first]
+        owners, first, count, listed = owners.tolist(), first.tolist(), count.tolist(), by_launcher.tolist()
         self.direct: dict[int, list[int]] = {}
         for at in np.argsort(firsts, kind="stable").tolist():
-            self.direct[int(owners[at])] = by_launcher[first[at]:first[at] + count[at]].tolist()
-        self.launchers = sorted(self.direct, key=lambda h: facts.h_ts[h])
+            self.direct[owners[at]] = listed[first[at]:first[at] + count[at]]
+        in_order = np.array(list(self.direct), dtype=np.int64)
+        self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")].tolist()
         self.by_start: dict[int, list[int]] = {}  # the same by start (ties in event order), as TraceLens lists them
-        by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))]
-        for owner, lo, size in zip(owners.tolist(), first.tolist(), count.tolist()):
-            self.by_start[owner] = by_start[lo:lo + size].tolist()
+        by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))].tolist()
+        for owner, lo, size in zip(owners, first, count):
+            self.by_start[owner] = by_start[lo:lo + size]
         self._categories: dict[int, str] = {}
         self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}

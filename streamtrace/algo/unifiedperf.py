@@ -252,8 +252,7 @@ class _Unified:
         first kernel first), then those with one (with the nearest cpu op)."""
         f, tree = self.f, self.tree
         held = np.zeros(len(f.g_ts), dtype=bool)
-        for h in collected:
-            held[self.gpu(h)] = True
+        held[np.array([g for h in collected for g in self.gpu(h)], dtype=np.int64)] = True
         by_call: dict[int, list[int]] = {}
         with_cpu_op: list[tuple[int, int]] = []
         communication = np.array(tree.communication + [False])[f.g_name]
