@@ -4,6 +4,7 @@ a budget and are read back a window at a time, exactly: the tables are the bytes
 from __future__ import annotations
 
 import math
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from tracelens_cases import case_files
 
 import streamtrace
 from streamtrace.algo import collectives as algo
-from streamtrace.algo import groupagg
+from streamtrace.algo import collectivetables, groupagg
 from streamtrace.commands.analyses import collectives as command
 from streamtrace.commands.analyze import analyze
 from streamtrace.io import collectivespill, valuespill
@@ -63,7 +64,6 @@ def tiny_budgets(monkeypatch) -> list[int]:
     return spilled
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["synth_fsdp4", "dlrm_8ranks"])
 def test_kept_values_on_disk_give_the_same_tables(tmp_path, monkeypatch, case):
     """4 generated ranks (one slow, all_to_allv) and the 8 DLRM ranks: with every budget at 0 the CSVs are the
@@ -87,3 +87,51 @@ def test_kept_values_on_disk_give_the_same_tables(tmp_path, monkeypatch, case):
         assert not list(spool.iterdir()), name  # no temporary file left
         spilled.clear()
         assert collective_csvs(tmp_path / name) == expected, name
+
+
+def _implicit_tables(count: int, column) -> tuple[list, list, int]:
+    """nccl_summary_implicit_sync and straggler_summary over ``count`` all-reduces of 4 ranks (waits and
+    durations varying), their rows let go as they come; and the peak traced while making them."""
+    template = algo.RankKernels(0, np.zeros(1), np.ones(1), np.zeros(1, np.int32),
+                                [("0", "[0, 1, 2, 3]", "allreduce", 4, "Float", 1 << 20, 1 << 20, "[]", "[]", 7)])
+    found: list[algo.Collective] = []
+
+    class First(algo.Consumer):
+        def collective(self, collective: algo.Collective) -> None:
+            found.append(collective)
+
+    algo.walk(algo.match([algo.RankKernels(rank, template.ts, template.dur, template.meta, template.metas)
+                          for rank in range(4)]), [First()])
+    rng = np.random.default_rng(count)
+    implicit = collectivetables.ImplicitSync(algo._Dropped(), None, False, column)
+    starts, durations = rng.integers(0, 500, (count, 4)), rng.random((count, 4)) * 100 + 1
+    tracemalloc.start()
+    try:
+        for place in range(count):
+            rows = [[*row[:algo.TS], place * 1_000 + int(starts[place, at]), float(durations[place, at])]
+                    for at, row in enumerate(found[0].rows)]
+            implicit.collective(algo.Collective(found[0].key, rows, found[0].metas))
+        tables = implicit.summary().rows, implicit.stragglers.table(implicit.wait_ranks()).rows
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return (*tables, peak)
+
+
+@pytest.mark.slow  # (tracemalloc)
+def test_kept_values_hold_the_budget_whatever_the_number_of_collectives(tmp_path):
+    """The medians' and pairwise sums' values (5 a collective) and straggler_summary's waits (4 a collective):
+    with a 64 KiB budget, 10,000 all-reduces take no more memory than 1,000 (but 30 KB); in memory, 9,000
+    x 9 x 8 bytes (650 KB) more.  The tables are those of the run in memory."""
+    peaks = {}
+    for count in (1_000, 10_000):
+        in_memory = _implicit_tables(count, groupagg.MemoryColumn)
+        spill = valuespill.ValueSpill(str(tmp_path), budget=64 << 10)
+        try:
+            on_disk = _implicit_tables(count, spill.column)
+        finally:
+            spill.close()
+        assert on_disk[:2] == in_memory[:2]
+        peaks[count] = in_memory[2], on_disk[2]
+    assert peaks[10_000][0] - peaks[1_000][0] > 500e3, peaks  # (what the budget saves)
+    assert peaks[10_000][1] - peaks[1_000][1] < 30e3, peaks

@@ -206,7 +206,8 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
     first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
     TraceLens's on clocks aligned on collective ends.  The kernels' records, the long tables' rows and the
     summaries' kept columns go to temporary files in ``spool_dir`` beyond a budget
-    (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`); :func:`close` lets the rows go."""
+    (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`); the inputs' kernel arrays
+    are emptied as their records are made; :func:`close` lets the rows go."""
     if not inputs:
         return Report({}, [])
     store = SpilledKernels(spool_dir)
@@ -220,7 +221,8 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
     try:
         found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
                                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap,
-                                        align_clocks=align_clocks, store=store, rows=rows, column=values.column)
+                                        align_clocks=align_clocks, store=store, rows=rows, column=values.column,
+                                        let_go=True)
     except BaseException:
         for part in parts:
             part.close()
