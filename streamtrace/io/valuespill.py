@@ -103,4 +103,4 @@ class SpilledColumn:
             first, piece = stop, piece + 1
         if end > first:
             parts.append(np.frombuffer(self.tail, dtype=np.float64)[first - self.stored:end - self.stored])
-        return np.concatenate(parts) if len(parts) != 1 else parts[0].copy()
+        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy() if parts else np.empty(0)
