@@ -252,16 +252,24 @@ def match(kernels: Kernels, notes: list[str]) -> Matching:
 
 def _by_first_row(kernels: Kernels, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
                   trusted: set[tuple]) -> Matching:
-    """The groups' collectives put together, in order of their first row."""
-    rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int64)
-    sizes = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0, np.int64)
-    seqs = np.concatenate([part[2] for part in parts]) if parts else np.zeros(0, np.int64)
+    """The groups' collectives put together, in order of their first row (the parts let go as they are:
+    with one group, or groups that do not interleave, nothing is moved)."""
+    rows, sizes, seqs = (_joined([part[at] for part in parts]) for at in range(3))
+    parts.clear()
     starts = np.r_[0, np.cumsum(sizes)][:-1].astype(np.int64)
     order = np.argsort(rows[starts], kind="stable")
+    if np.all(order[1:] > order[:-1]):  # (already in order)
+        return Matching(kernels, rows, np.r_[starts, len(rows)].astype(np.int64), seqs, trusted)
     sizes, old = sizes[order], starts[order]
     ends = np.cumsum(sizes)
-    moved = rows[np.repeat(old - (ends - sizes), sizes) + np.arange(len(rows))]
-    return Matching(kernels, moved, np.r_[0, ends].astype(np.int64), seqs[order], trusted)
+    places = np.repeat(old - (ends - sizes), sizes)
+    places += np.arange(len(rows))
+    return Matching(kernels, rows[places], np.r_[0, ends].astype(np.int64), seqs[order], trusted)
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays one after another (one alone as it is)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
 
 AGREED = (PG_RANKS, NAME, GROUP_SIZE, DTYPE)

@@ -47,7 +47,7 @@ class ValueSpill:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="streamtrace-values-", dir=self.directory)
             offset = self._size
-            os.pwrite(self._file.fileno(), values.tobytes(), offset)
+            os.pwrite(self._file.fileno(), values, offset)  # (the array's own bytes, not a copy)
         self._size += len(values) * 8
         return offset
 
