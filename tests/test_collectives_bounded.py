@@ -135,3 +135,4 @@ def test_kept_values_hold_the_budget_whatever_the_number_of_collectives(tmp_path
         peaks[count] = in_memory[2], on_disk[2]
     assert peaks[10_000][0] - peaks[1_000][0] > 500e3, peaks  # (what the budget saves)
     assert peaks[10_000][1] - peaks[1_000][1] < 30e3, peaks
+
