@@ -127,7 +127,7 @@ def known_groups(ranks: Sequence[RankKernels]) -> dict[str, tuple[int, ...]]:
 class Kernels:
     """Every rank's collective kernels, a row each in nccl_long's order (rank order, then file order): the
     report's records (:func:`.collectives.match`: a memory map when they are on disk), read a column at a
-    time, with each row's rank, ``Seq`` and peer beside them (a few bytes a kernel; no row is made)."""
+    time, each row's rank, ``Seq`` and peer among them (no row is made)."""
 
     matched: Matched
     rank: np.ndarray
@@ -156,20 +156,12 @@ def _numbers(values: np.ndarray) -> list:
     return [int(value) if value.is_integer() else value for value in values.tolist()]
 
 
-def kernels_of(ranks: Sequence[RankKernels], matched: Matched) -> Kernels:
-    """The matching's view of ``matched`` (the records of ``ranks``)."""
-    ranks = sorted(ranks, key=lambda kernels: kernels.rank)
-    rank = np.repeat(np.array(matched.ranks, dtype=np.int32), matched.counts)
+def kernels_of(matched: Matched) -> Kernels:
+    """The matching's view of ``matched``'s records."""
     groups = [(matched.groups[code], None if matched.simplified else meta[PG_RANKS])
               for code, meta in zip(matched.meta_groups, matched.metas)]
-    return Kernels(matched, rank, _args(ranks, "seq"), _args(ranks, "peer"), groups)
-
-
-def _args(ranks: Sequence[RankKernels], name: str) -> np.ndarray:
-    """A per-kernel arg over every rank, in nccl_long's row order (rank order, then file order)."""
-    parts = [getattr(kernels, name) if getattr(kernels, name) is not None else np.full(len(kernels.ts), NO_VALUE)
-             for kernels in ranks]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    records = matched.records
+    return Kernels(matched, records["rank"], records["seq"], records["peer"], groups)
 
 
 def _split(values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -260,16 +252,24 @@ def match(kernels: Kernels, notes: list[str]) -> Matching:
 
 def _by_first_row(kernels: Kernels, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
                   trusted: set[tuple]) -> Matching:
-    """The groups' collectives put together, in order of their first row."""
-    rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int64)
-    sizes = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0, np.int64)
-    seqs = np.concatenate([part[2] for part in parts]) if parts else np.zeros(0, np.int64)
+    """The groups' collectives put together, in order of their first row (the parts let go as they are:
+    with one group, or groups that do not interleave, nothing is moved)."""
+    rows, sizes, seqs = (_joined([part[at] for part in parts]) for at in range(3))
+    parts.clear()
     starts = np.r_[0, np.cumsum(sizes)][:-1].astype(np.int64)
     order = np.argsort(rows[starts], kind="stable")
+    if np.all(order[1:] > order[:-1]):  # (already in order)
+        return Matching(kernels, rows, np.r_[starts, len(rows)].astype(np.int64), seqs, trusted)
     sizes, old = sizes[order], starts[order]
     ends = np.cumsum(sizes)
-    moved = rows[np.repeat(old - (ends - sizes), sizes) + np.arange(len(rows))]
-    return Matching(kernels, moved, np.r_[0, ends].astype(np.int64), seqs[order], trusted)
+    places = np.repeat(old - (ends - sizes), sizes)
+    places += np.arange(len(rows))
+    return Matching(kernels, rows[places], np.r_[0, ends].astype(np.int64), seqs[order], trusted)
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays one after another (one alone as it is)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
 
 AGREED = (PG_RANKS, NAME, GROUP_SIZE, DTYPE)

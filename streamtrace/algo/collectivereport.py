@@ -38,6 +38,7 @@ from .collectives import (
     walk,
 )
 from .collectivetables import All2allv, Heatmap, ImplicitSync
+from .groupagg import MemoryColumn, ValueColumn
 
 # ---------------------------------------------------------------- beyond TraceLens
 
@@ -217,7 +218,8 @@ def _why(row: dict, speed: float, work: float, idle: object, median_idle: float)
 
 def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world_size: int | None = None,
            heatmap: bool = False, align_clocks: bool = False, store: KernelStore | None = None,
-           rows: Callable[[str], Rows] = lambda name: Rows()) -> Report:
+           rows: Callable[[str], Rows] = lambda name: Rows(), column: Callable[[], ValueColumn] = MemoryColumn,
+           let_go: bool = False) -> Report:
     """TraceLens's tables for these ranks' collective kernels (none without kernels), by its file stems.
 
     ``gpus_per_node``: adds its node columns (TraceLens takes the first rank file's deviceProperties
@@ -225,16 +227,18 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     all2allv heat map too (its ``--all2allv_heatmap``); ``align_clocks``: the tables beyond TraceLens's
     on the ranks' clocks aligned on collective ends.  ``store``: where the kernels' records go (memory
     by default); ``rows``: where the rows of the long tables (a row per kernel or collective) go as they
-    are made, by table (memory by default; a table whose rows went elsewhere is what its ``table`` gives)."""
+    are made, by table (memory by default; a table whose rows went elsewhere is what its ``table`` gives);
+    ``column``: where the summaries' kept columns go (a number per collective; memory by default);
+    ``let_go``: the ranks' arrays are emptied as their records are made (:func:`.collectives.match`)."""
     notes: list[str] = []
     ranks = [kernels for kernels in ranks if len(kernels.ts)]
     if not ranks:
         return Report({}, notes)
-    matched = match(ranks, store)
+    matched = match(ranks, store, let_go)
     world = world_size if world_size is not None else matched.ranks[-1] + 1
     nodes = Nodes(gpus_per_node, world) if gpus_per_node else None
     long = LongTable(rows("nccl_long"), nodes)
-    implicit = ImplicitSync(rows("nccl_implicit_sync"), nodes, matched.simplified)
+    implicit = ImplicitSync(rows("nccl_implicit_sync"), nodes, matched.simplified, column)
     all2allv = All2allv(rows("nccl_all2allv"), nodes)
     sequences = Sequences(matched.simplified)
     consumers: list[Consumer] = [long, implicit.stragglers, implicit, all2allv, sequences]
@@ -259,7 +263,7 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     stragglers = implicit.stragglers.table(implicit.wait_ranks())
     if stragglers.rows:
         tables["straggler_summary"] = nodes.table(stragglers) if nodes is not None else stragglers
-    kernels = collectivematch.kernels_of(ranks, matched)
+    kernels = collectivematch.kernels_of(matched)
     matching = collectivematch.match(kernels, notes)
     known = known_groups(ranks)
     bandwidth = rows("collective_bandwidth")

@@ -5,7 +5,7 @@ pure functions over each rank's collective kernels (SPEC 16).
 A rank's kernels come as :class:`RankKernels`: start, duration and a
 metadata row per kernel (file order), the metadata rows (the collective's
 args, see :data:`META`) listed once.  :func:`match` turns every rank's into
-typed records (:data:`KERNEL`, 32 bytes a kernel, in a store the caller may
+typed records (:data:`KERNEL`, 48 bytes a kernel, in a store the caller may
 keep on disk) with their group and place; :func:`walk` reads them rank by
 rank, makes each kernel's nccl_long row and, at a collective's lowest rank,
 gathers the k-th kernel of its group on every rank: the tables are
@@ -142,10 +142,13 @@ def finite_count(value: object) -> int | float | None:
 # ---------------------------------------------------------------- the kernels, kept as records
 
 
-KERNEL = np.dtype([("ts", "f8"), ("dur", "f8"), ("meta", "i4"), ("group", "i4"), ("index", "i4"), ("sorted", "i4")])
-"""A collective kernel as the report keeps it (32 bytes): start and duration, its metadata row, its group
+KERNEL = np.dtype([("ts", "f8"), ("dur", "f8"), ("meta", "i4"), ("group", "i4"), ("index", "i4"), ("sorted", "i4"),
+                   ("rank", "i4"), ("peer", "i4"), ("seq", "i8")])
+"""A collective kernel as the report keeps it (48 bytes): start and duration, its metadata row, its group
 (an index into :attr:`Matched.groups`) and its place in the group (TraceLens's ``index_in_group``); the
-``sorted`` of a rank's i-th record is the file position of its i-th kernel in (group, place) order."""
+``sorted`` of a rank's i-th record is the file position of its i-th kernel in (group, place) order; its
+rank, and what the matching beyond TraceLens reads (:mod:`.collectivematch`): a send's or recv's peer and
+its ``Seq`` arg (-1: none), so that they are on disk with the records."""
 
 
 class KernelStore(Protocol):
@@ -217,22 +220,23 @@ class Matched:
         return record if self.pg[int(self.records["meta"][record])] == pg else -1
 
 
-def match(ranks: Sequence[RankKernels], store: KernelStore | None = None) -> Matched:
+def match(ranks: Sequence[RankKernels], store: KernelStore | None = None, let_go: bool = False) -> Matched:
     """The ranks' kernels as records in ``store`` (memory by default), with their groups and places:
     TraceLens's matching (group ``all`` and places per rank when no kernel names a group and each rank
-    uses one stream)."""
+    uses one stream).  ``let_go``: each rank's arrays are emptied once its records are made (its caller
+    is done with them: the records hold them, on disk beyond the store's budget)."""
     ranks = sorted(ranks, key=lambda kernels: kernels.rank)
     metas: dict[tuple, int] = {}
-    codes = []
+    remaps = []
     for kernels in ranks:  # one table of metadata rows for all ranks, holding the rows a kernel uses
         remap = np.full(len(kernels.metas), -1, dtype=np.int32)
         for at in np.unique(kernels.meta).tolist():
             remap[at] = metas.setdefault(kernels.metas[at], len(metas))
-        codes.append(remap[kernels.meta])
+        remaps.append(remap)
     rows = list(metas)
     pg_missing = all(missing(meta[PG_NAME]) or meta[PG_NAME] == UNKNOWN_GROUP for meta in rows)
     simplified = pg_missing and all(
-        len({rows[at][STREAM] for at in np.unique(used).tolist() if not missing(rows[at][STREAM])}) <= 1 for used in codes)
+        len({rows[at][STREAM] for at in remap[remap >= 0].tolist() if not missing(rows[at][STREAM])}) <= 1 for remap in remaps)
     names: dict[object, int] = {}
     group_of = np.array([names.setdefault("all" if simplified else UNKNOWN_GROUP if missing(meta[PG_NAME])
                                           else meta[PG_NAME], len(names)) for meta in rows], dtype=np.int32)
@@ -241,7 +245,8 @@ def match(ranks: Sequence[RankKernels], store: KernelStore | None = None) -> Mat
           for meta in rows]
     matched = Matched([], [], [], np.empty(0, KERNEL), rows, list(names), [], pg, group_of.tolist(), {}, simplified)
     store = store if store is not None else MemoryKernels()
-    for kernels, meta in zip(ranks, codes):
+    for kernels, remap in zip(ranks, remaps):
+        meta = remap[kernels.meta]
         group = group_of[meta]
         order = np.lexsort((kernels.ts, group))  # by group, then start, then file order (TraceLens's rank 'first')
         in_order = group[order]
@@ -251,6 +256,9 @@ def match(ranks: Sequence[RankKernels], store: KernelStore | None = None) -> Mat
         records["ts"], records["dur"], records["meta"], records["group"] = kernels.ts, kernels.dur, meta, group
         records["index"][order] = np.arange(len(order)) - np.repeat(firsts, sizes)
         records["sorted"] = order
+        records["rank"] = kernels.rank
+        records["peer"] = -1 if kernels.peer is None else kernels.peer
+        records["seq"] = -1 if kernels.seq is None else kernels.seq
         at = len(matched.ranks)
         matched.ranks.append(kernels.rank)
         matched.starts.append(store.append(records))
@@ -259,6 +267,10 @@ def match(ranks: Sequence[RankKernels], store: KernelStore | None = None) -> Mat
         for first, size in zip(firsts.tolist(), sizes.tolist()):
             for code in {pg[int(row)] for row in np.unique(meta[order[first:first + size]]).tolist()}:
                 matched.classes.setdefault((int(in_order[first]), code), []).append(at)
+        if let_go:
+            kernels.ts = kernels.dur = np.empty(0)
+            kernels.meta = np.empty(0, np.int32)
+            kernels.seq = kernels.peer = None
     matched.records = store.seal()
     return matched
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -38,9 +39,11 @@ from .collectives import (
 )
 from .groupagg import (
     Column,
+    MemoryColumn,
     Running,
     Sum,
     Table,
+    ValueColumn,
     Values,
     add_to,
     by_ascending,
@@ -93,15 +96,17 @@ _IMPLICIT_METRICS = ("comm_latency", "skew in start time", "skew in end time", *
 
 class ImplicitSync(Consumer):
     """nccl_implicit_sync (detailed: a row per all-reduce, reduce-scatter, all-gather or all-to-all, written
-    as it comes), its summary (per collective name, dtype and size) and straggler_summary."""
+    as it comes), its summary (per collective name, dtype and size) and straggler_summary; ``column`` makes
+    where the values its medians and pairwise sums need go (a number per collective: memory by default)."""
 
-    def __init__(self, rows: Rows, nodes: Nodes | None, simplified: bool) -> None:
-        self.rows, self.nodes, self.simplified = rows, nodes, simplified
+    def __init__(self, rows: Rows, nodes: Nodes | None, simplified: bool,
+                 column: Callable[[], ValueColumn] = MemoryColumn) -> None:
+        self.rows, self.nodes, self.simplified, self.column = rows, nodes, simplified, column
         self.columns = _Columns()
         self.mismatched: list[str] = []
         self.groups: dict[tuple, dict[str, Running]] = {}
         self.bandwidths: set[str] = set()  # the bandwidth columns some row has a value in
-        self.stragglers = Stragglers()
+        self.stragglers = Stragglers(column)
 
     def collective(self, found: Collective) -> None:
         first = found.rows[0]
@@ -149,7 +154,7 @@ class ImplicitSync(Consumer):
         self.bandwidths.update(name for name in _BANDWIDTHS if not missing(row[name]))
         columns = self.groups.get(key)
         if columns is None:
-            columns = self.groups[key] = {name: Values() for name in _IMPLICIT_METRICS}
+            columns = self.groups[key] = {name: Values(self.column()) for name in _IMPLICIT_METRICS}
             columns.update((name, Sum()) for name in ("Process Group Name", "Group size", "Full msg size (MB)"))
         for name, values in columns.items():
             values.add(row[name])
@@ -343,13 +348,14 @@ class Stragglers(Consumer):
     """straggler_summary: per rank its wait summed and averaged over the collectives of nccl_implicit_sync,
     how often it arrived last (least wait) and first, its collective kernels' time; the least waiting (the
     straggler) first.  A rank's waits are kept (8 bytes a collective, whether it is in it or not: pandas'
-    pairwise sum reads them all); the last to arrive at a collective is resolved in column order at the end."""
+    pairwise sum reads them all; where ``column`` puts them); the last to arrive at a collective is resolved
+    in column order at the end."""
 
     COLUMNS = ["rank", "total_wait_time_us", "mean_wait_time_us", "times_arrived_last", "times_arrived_first",
                "pct_arrived_last", "num_collectives", "total_nccl_dur_us"]
 
-    def __init__(self) -> None:
-        self.count = 0
+    def __init__(self, column: Callable[[], ValueColumn] = MemoryColumn) -> None:
+        self.count, self.column = 0, column
         self.waits: dict[int, Column] = {}
         self.last: dict[tuple[int, ...], int] = {}  # the ranks with the least wait at a collective -> how often
         self.first: dict[int, int] = {}
@@ -365,7 +371,7 @@ class Stragglers(Consumer):
         for rank, wait in zip(ranks, waits):
             values = self.waits.get(rank)
             if values is None:
-                values = self.waits[rank] = Column()
+                values = self.waits[rank] = Column(self.column())
                 for _ in range(self.count):
                     values.add(None)
             values.add(wait)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -113,13 +113,43 @@ class Running(Sum):
         return super().aggregate(how)
 
 
-class Kept:
-    """A column's values kept too (8 bytes a value) for what needs them all: the median, and numpy's
-    pairwise sum (pandas' Series.sum); mixed into :class:`Sum` or :class:`Running`."""
+class ValueColumn(Protocol):
+    """Where a kept column's values go, in order: in memory (:class:`MemoryColumn`), or on disk beyond a
+    budget shared by every column (analyze's, :mod:`streamtrace.io.valuespill`)."""
 
-    def __init__(self) -> None:
+    spilled: bool  # some values are on disk: read them a window at a time
+
+    def append(self, value: float) -> None:
+        ...
+
+    def __len__(self) -> int:
+        ...
+
+    def read(self, first: int, end: int) -> np.ndarray:
+        """The values at places ``first`` to ``end`` (float64, NaN for a missing value)."""
+        ...
+
+
+class MemoryColumn(array):
+    """A kept column's values in memory (8 bytes a value; an array of doubles, appended to at C speed)."""
+
+    spilled = False
+
+    def __new__(cls) -> MemoryColumn:
+        return super().__new__(cls, "d")
+
+    def read(self, first: int, end: int) -> np.ndarray:
+        return np.frombuffer(self, dtype=np.float64)[first:end]
+
+
+class Kept:
+    """A column's values kept too (8 bytes a value, in memory or in a :class:`ValueColumn` on disk) for
+    what needs them all: the median, and numpy's pairwise sum (pandas' Series.sum); mixed into :class:`Sum`
+    or :class:`Running`."""
+
+    def __init__(self, column: ValueColumn | None = None) -> None:
         super().__init__()
-        self.values = array("d")
+        self.values: ValueColumn = MemoryColumn() if column is None else column
         self.nan = False  # some value is a float (NaN too): Series.sum is numpy's
 
     def add(self, value: object) -> bool:
@@ -129,7 +159,9 @@ class Kept:
 
     def aggregate(self, how: str) -> object:
         if how == "median":
-            present = np.frombuffer(self.values, dtype=np.float64)
+            if self.values.spilled:
+                return windowed_median(self.values)
+            present = self.values.read(0, len(self.values))
             present = present[~np.isnan(present)]
             return float(np.median(present)) if len(present) else math.nan
         return super().aggregate(how)  # type: ignore[misc]
@@ -138,7 +170,68 @@ class Kept:
         """pandas' Series.sum: numpy's (pairwise) sum, missing values as 0, when a value is a float."""
         if not self.nan:
             return self.whole  # type: ignore[attr-defined]
-        return np.nan_to_num(np.frombuffer(self.values, dtype=np.float64), nan=0.0).sum().item()
+        if self.values.spilled:
+            return windowed_sum(self.values, 0, len(self.values))
+        return np.nan_to_num(self.values.read(0, len(self.values)), nan=0.0).sum().item()
+
+
+WINDOW = 1 << 16
+"""Values read at once from a column on disk (512 KB)."""
+
+
+def windowed_sum(column: ValueColumn, first: int, count: int, window: int = WINDOW) -> float:
+    """numpy's pairwise sum of ``count`` values from ``first`` (NaN as 0), bit for bit, reading at most
+    ``window`` (>= 128) at a time: numpy halves a run longer than 128 at a multiple of 8, so the halves
+    of a long run are summed apart and added, and a window is a whole subtree (numpy's own sum of it)."""
+    if count <= window:
+        return np.nan_to_num(column.read(first, first + count), nan=0.0).sum().item()
+    half = count // 2
+    half -= half % 8
+    return windowed_sum(column, first, half, window) + windowed_sum(column, first + half, count - half, window)
+
+
+_DIGIT = 16  # bits of the sort key a pass of the median's selection settles
+
+
+def windowed_median(column: ValueColumn, window: int = WINDOW) -> float:
+    """np.median of a column's values but NaN, exact, reading ``window`` at a time: the middle value(s)
+    found by their sort keys (a float's bits, ordered as the floats), 16 bits per pass over the column."""
+    wanted: list[int] | None = None  # the middle places among the values present
+    prefixes = [0, 0]
+    for shift in range(64 - _DIGIT, -1, -_DIGIT):
+        counts = [np.zeros(1 << _DIGIT, np.int64), np.zeros(1 << _DIGIT, np.int64)]
+        for first in range(0, len(column), window):
+            keys = _sort_keys(column.read(first, min(first + window, len(column))))
+            for which in (0, 1):
+                found = keys if shift == 64 - _DIGIT else keys[(keys >> np.uint64(shift + _DIGIT)) == prefixes[which]]
+                counts[which] += np.bincount(((found >> np.uint64(shift)) & np.uint64((1 << _DIGIT) - 1)).astype(np.int64),
+                                             minlength=1 << _DIGIT)
+        if wanted is None:
+            present = int(counts[0].sum())
+            if not present:
+                return math.nan
+            wanted = [(present - 1) // 2, present // 2]
+        for which in (0, 1):
+            below = np.cumsum(counts[which])
+            digit = int(np.searchsorted(below, wanted[which], side="right"))
+            wanted[which] -= int(below[digit - 1]) if digit else 0
+            prefixes[which] = (prefixes[which] << _DIGIT) | digit
+    low, high = (_from_sort_key(prefix) for prefix in prefixes)
+    return low if low == high else float(np.mean(np.array([low, high])))
+
+
+_SIGN = np.uint64(1 << 63)
+
+
+def _sort_keys(values: np.ndarray) -> np.ndarray:
+    """Unsigned keys ordered as the (non-NaN) floats are: negatives' bits flipped, the sign bit set on the rest."""
+    bits = values[~np.isnan(values)].view(np.uint64)
+    return np.where(bits & _SIGN, ~bits, bits | _SIGN)
+
+
+def _from_sort_key(key: int) -> float:
+    bits = np.uint64(key)
+    return float(np.array([(bits & ~_SIGN) if bits & _SIGN else ~bits], dtype=np.uint64).view(np.float64)[0])
 
 
 class Values(Kept, Running):

@@ -48,9 +48,9 @@ class SpilledKernels:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="streamtrace-collectives-", dir=self.directory)
                 for part in self._parts:
-                    self._file.write(part.tobytes())
+                    self._file.write(_raw(part))
                 self._parts, self._held = [], 0
-            self._file.write(records.tobytes())
+            self._file.write(_raw(records))
         return offset
 
     @property
@@ -68,6 +68,11 @@ class SpilledKernels:
             self._file.close()
             self._file = None
         self._parts = []
+
+
+def _raw(records: np.ndarray) -> memoryview:
+    """The records' bytes as they are in memory (no copy: a rank's records may be hundreds of MB)."""
+    return memoryview(np.ascontiguousarray(records)).cast("B")
 
 
 class RowPart(Rows):

@@ -28,6 +28,7 @@ from ...algo.collectives import META, RankKernels, Report, Table
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
 from ...io.destinations import Destinations
 from ...io.projection import attribute
+from ...io.valuespill import ValueSpill
 
 NO_RANK = -1
 JSON_ROWS = 100_000  # beyond this a table is left to -o DIR (as dicts 100,000 rows take about 100 MB)
@@ -203,12 +204,14 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
                       spool_dir: str | None = None) -> Report:
     """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
     first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
-    TraceLens's on clocks aligned on collective ends.  The kernels' records and the long tables' rows go to
-    temporary files in ``spool_dir`` beyond a budget (:mod:`streamtrace.io.collectivespill`); :func:`close`
-    lets them go."""
+    TraceLens's on clocks aligned on collective ends.  The kernels' records, the long tables' rows and the
+    summaries' kept columns go to temporary files in ``spool_dir`` beyond a budget
+    (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`); the inputs' kernel arrays
+    are emptied as their records are made; :func:`close` lets the rows go."""
     if not inputs:
         return Report({}, [])
     store = SpilledKernels(spool_dir)
+    values = ValueSpill(spool_dir)
     parts: list[RowPart] = []
 
     def rows(name: str) -> RowPart:
@@ -218,13 +221,15 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
     try:
         found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
                                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap,
-                                        align_clocks=align_clocks, store=store, rows=rows)
+                                        align_clocks=align_clocks, store=store, rows=rows, column=values.column,
+                                        let_go=True)
     except BaseException:
         for part in parts:
             part.close()
         raise
     finally:
         store.close()
+        values.close()
     found.sinks = parts
     return found
 
