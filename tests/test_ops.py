@@ -351,12 +351,12 @@ def test_backward_sheet_takes_the_kernels_of_the_linked_backward_op(tmp_path) ->
 def test_a_sheet_with_an_op_not_modelled_here_is_left_out_and_said(tmp_path) -> None:
     events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 5,
                "args": {"Input Dims": [[16, 32], [32, 8]], "Input type": ["float", "float"]}}
-              for name, ts in (("sglang::store_cache", 0), ("vllm::unified_attention_with_output", 10))]
+              for name, ts in (("aiter::ck_moe_stage1", 0), ("pseudo_op::moe_gptq_awq_down", 10))]
     events += [*_launch(1, 1), *_kernel(1, 100, 4), *_launch(2, 11), *_kernel(2, 110, 4)]
     tables, notes = ops_tables(_write(tmp_path / "t.json", events))
-    assert "InferenceAttention_fwd" not in tables and "ops_summary" in tables
-    assert notes == ["unified_perf_summary not written: no model here yet for vllm::unified_attention_with_output",
-                     "InferenceAttention sheet not written: no model here yet for vllm::unified_attention_with_output"]
+    assert "MoE_unfused_fwd" not in tables and "ops_summary" in tables
+    assert notes == ["unified_perf_summary not written: no model here yet for pseudo_op::moe_gptq_awq_down",
+                     "MoE_unfused sheet not written: no model here yet for pseudo_op::moe_gptq_awq_down"]
 
 
 def test_attention_models_by_hand() -> None:
