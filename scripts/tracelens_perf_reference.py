@@ -2,7 +2,8 @@
 report, as ``TraceLens_generate_perf_report_pytorch`` writes it, for the shared
 traces and generated ones (a synth rank; a hand-built trace of attention,
 convolution and norm ops with their shapes, scripts/model_ops_trace.py; one of
-the ops of TraceLens's extension models, scripts/extension_ops_trace.py).
+the ops of TraceLens's extension models, scripts/extension_ops_trace.py; vLLM's
+attention under user annotations, scripts/annotated_attention_trace.py).
 
 TraceLens is not on the package index: install it from its source
 (AMD-AGI/TraceLens) in a separate virtualenv and point ``--tracelens`` at its
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 
+import annotated_attention_trace
 import extension_ops_trace
 import model_ops_trace
 
@@ -48,6 +50,7 @@ CASES = {
     "model_ops": None,
     "odd_ops": None,
     "extension_ops": None,
+    "annotated_attention": None,
 }
 # cases run again with a GPU spec (TraceLens's arch JSON: its roofline columns), the spec a test fixture
 SPEC_CASES = {"mi250_minitoy_spec": "mi250_minitoy", "b200_eager_spec": "b200_eager", "model_ops_spec": "model_ops",
@@ -104,8 +107,13 @@ def extension_ops(work: str) -> str:
     return extension_ops_trace.write(os.path.join(work, "extension_ops.json"))
 
 
+def annotated_attention(work: str) -> str:
+    """The hand-built trace of vLLM's attention op under user annotations, made in ``work``."""
+    return annotated_attention_trace.write(os.path.join(work, "annotated_attention.json"))
+
+
 GENERATED = {"synth_rank0": synth_trace, "model_ops": model_ops, "odd_ops": odd_ops,
-             "extension_ops": extension_ops}
+             "extension_ops": extension_ops, "annotated_attention": annotated_attention}
 
 
 def trace_of(case: str, work: str) -> str:

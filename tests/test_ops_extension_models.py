@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, TRACES
 from test_ops import _csv_rows, _kernel, _launch, _write
 
-from streamtrace.algo import opsheets, perfmodels_inductor, perfmodels_moe, unifiedperf
+from streamtrace.algo import opsheets, perfmodels_inductor, perfmodels_moe
 from streamtrace.algo import perfmodels_conv as conv
 from streamtrace.algo import perfmodels_inference as inference
 from streamtrace.algo.atenops import ATEN_OPS
@@ -94,12 +94,9 @@ def test_inductor_model_by_hand() -> None:
 
 
 @pytest.mark.slow
-def test_inductor_rows_of_a_real_trace_equal_tracelens(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shared B200 trace's unified summary (an Inductor kernel among its rows), once vLLM's attention
-    is modelled as TraceLens modelled it there (no annotation it can read: its model fails)."""
-    monkeypatch.setitem(unifiedperf.KNOWN, "vllm::unified_attention_with_output",
-                        inference.MODELS["aiter::mha_varlen_fwd"])
-    monkeypatch.setattr(unifiedperf, "UNKNOWN", unifiedperf.UNKNOWN - {"vllm::unified_attention_with_output"})
+def test_inductor_rows_of_a_real_trace_equal_tracelens() -> None:
+    """The shared B200 trace's unified summary (an Inductor kernel among its rows; vLLM's attention
+    under a native annotation, without the query and key sums its model reads: no FLOPs)."""
     tables, _ = ops_tables(str(TRACES / "b200_eager.json.gz"))
     expected = gzip.decompress((REFERENCE / "b200_eager" / "unified_perf_summary.csv.gz").read_bytes()).decode()
     assert "triton_poi_" in expected and tables["unified_perf_summary"].decode() == expected

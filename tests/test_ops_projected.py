@@ -47,6 +47,9 @@ EVENTS = [
     {"ph": "X", "cat": "gpu_memset", "name": "Memset", "pid": 2.5, "tid": None, "ts": 131, "dur": 1, "args": {}},
     {"ph": "X", "cat": ["kernel"], "name": "odd", "pid": "gpu", "tid": 7, "ts": 200, "dur": 5, "args": {}},
     {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 1, "tid": 2, "ts": 0, "dur": 300},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": "step", "pid": "gpu", "tid": 7, "ts": 99, "dur": 40.5},
+    {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 2, "ts": 0, "dur": 3},  # (no name: "None", as TraceLens)
+    {"ph": "X", "cat": "user_annotation", "name": "untimed", "pid": 1, "tid": 2, "ts": 2},
 ]
 
 
@@ -64,11 +67,12 @@ def _view(collector: OpsCollector) -> dict:
     names, signatures = facts.names, facts.signatures
     view: dict = {"runs": runs, "collectives": collectives, "metadata": facts.metadata, "events": facts.events}
     for field, values in vars(facts).items():
-        if field.startswith(("h_", "g_", "link_")):
+        if field.startswith(("h_", "g_", "link_", "a_")):
             view[field] = values.tobytes()
     view["h_name"] = [names[at] for at in facts.h_name]
     view["g_name"] = [names[at] for at in facts.g_name]
     view["h_kernel"] = [names[at] if at >= 0 else None for at in facts.h_kernel]
+    view["a_name"] = [names[at] for at in facts.a_name]
     view["h_thread"] = [facts.threads[at] for at in facts.h_thread]
     view["h_sig"] = [(signatures[at], facts.signature_values[at]) for at in facts.h_sig]
     view["h_seq"] = [odd.get(at, at) for at in facts.h_seq.tolist()]
@@ -94,6 +98,7 @@ def _both(events: list[dict]) -> tuple[dict, dict]:
 def test_projected_events_give_the_columns_their_dicts_give() -> None:
     by_dicts, projected = _both(EVENTS)
     assert len(by_dicts["h_name"]) == 6 and len(by_dicts["g_name"]) == 5
+    assert by_dicts["a_name"] == ["step", "None", "step"]  # (by start, ties in event order)
     assert projected == by_dicts
 
 

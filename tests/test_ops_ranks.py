@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import annotated_attention_trace
 import pytest
 from conftest import TRACES
 
@@ -139,3 +141,26 @@ def test_ranks_split_from_pass_1_parts(tmp_path: Path, monkeypatch: pytest.Monke
     for label, tables in by_rank.items():
         folder = tmp_path / "out" / "ops" / label
         assert {path.name[:-4]: path.read_bytes() for path in folder.iterdir()} == tables
+
+
+def test_merged_ranks_attention_reads_its_own_ranks_annotations(tmp_path: Path) -> None:
+    """vLLM's attention under user annotations (scripts/annotated_attention_trace.py), rank 1's with other
+    sums: each merged rank's attention rows read its own annotations, as its file's do (UIDs aside: merge
+    leaves the inputs' process_name events out)."""
+    document = annotated_attention_trace.build()
+    ranks = [tmp_path / "rank0.json", tmp_path / "rank1.json"]
+    ranks[0].write_text(json.dumps(document))
+    for event in document["traceEvents"]:
+        if "user_annotation" in event.get("cat", ""):
+            event["name"] = event["name"].replace("sq64sk192", "sq60sk180")
+    ranks[1].write_text(json.dumps(document))
+    merged = tmp_path / "merged.json"
+    streamtrace.merge([str(path) for path in ranks], str(merged))
+    from_merged = _ops([str(merged)], tmp_path / "merged")
+    for rank, path in enumerate(ranks):
+        expected, _ = ops_tables(str(path))
+        for stem in ("InferenceAttention_fwd", "unified_perf_summary"):
+            got = from_merged[f"rank{rank}"][f"{stem}.csv"]
+            assert _without(got, UID_COLUMNS) == _without(expected[stem].decode(), UID_COLUMNS), (rank, stem)
+    assert ",60,180," in from_merged["rank1"]["InferenceAttention_fwd.csv"]
+    assert ",60,180," not in from_merged["rank0"]["InferenceAttention_fwd.csv"]

@@ -7,8 +7,9 @@ import json
 import subprocess
 import sys
 
+import annotated_attention_trace
 import pytest
-from conftest import TRACES
+from conftest import ROOT, TRACES
 
 import streamtrace
 from streamtrace.commands.analyses import ops
@@ -107,3 +108,16 @@ def test_traces_on_stdin_give_their_tables(tmp_path) -> None:
         expected, _ = ops_tables(str(work / f"rank{rank}_trace.json"))
         folder = tmp_path / "merged" / "ops" / f"rank{rank}"
         assert {path.name[:-4]: path.read_bytes() for path in folder.iterdir()} == expected
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_annotations_collected_in_pass_1_parts_give_tracelens_attention_rows(tmp_path, monkeypatch, jobs: int) -> None:
+    """vLLM's attention reads the annotation enclosing it: collected in pass 1 in parts of 2 KiB chunks
+    (workers with -j 2), whose names are renumbered as parts are joined, the sheet is TraceLens's."""
+    monkeypatch.setattr(parseproc, "MIN_BYTES", 0)
+    monkeypatch.setattr(indexworkers, "CHUNK_BYTES", 2 << 10)
+    trace = annotated_attention_trace.write(str(tmp_path / "annotated.json"))
+    tables = _tables_of_pass_1(trace, tmp_path / "out", jobs)
+    reference = ROOT / "tests" / "reference" / "tracelens_perf" / "annotated_attention"
+    for stem in ("InferenceAttention_fwd", "unified_perf_summary"):
+        assert tables[stem] == gzip.decompress((reference / f"{stem}.csv.gz").read_bytes())

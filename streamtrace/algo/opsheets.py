@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from . import (
+    iterannotation,
     optree,
     perfmodel,
     perfmodels_attention,
@@ -264,6 +265,9 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     if forward is not None:
         args[perfmodels_conv.FORWARD_ARGS] = forward
     name = f.names[f.h_name[h]]
+    if name in perfmodels_inference.ANNOTATED:
+        found = iterannotation.enclosing(f.a_ts, f.a_end, f.a_name, f.h_ts[h], f.h_end[h])
+        args[perfmodels_inference.ANNOTATION] = f.names[found] if found >= 0 else iterannotation.NONE
     params, flops, moved, compute = model(name, args, [d["name"] for d in details])
     busy, integral = tree.busy(gpu) if gpu else (0, True)
     gflops = flops / 1e9

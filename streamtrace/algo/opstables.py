@@ -76,6 +76,10 @@ class OpsFacts:
     h_dur_int: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # ... an integer there
     h_driver: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # a cuda_driver event
     events: int = 0  # traceEvents' length (TraceLens's next UID)
+    # user annotations (CPU and GPU) by start, ties in event order: start, end, name number
+    a_ts: np.ndarray = field(default_factory=lambda: np.empty(0))
+    a_end: np.ndarray = field(default_factory=lambda: np.empty(0))
+    a_name: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
 
 def cell_number(value: float, integral: bool) -> object:

@@ -18,7 +18,7 @@ from decimal import Decimal
 import numpy as np
 import orjson
 
-from ...algo import collectives, gpuspecs, opsfigures, opsreport, opsroofline, opstables, optree
+from ...algo import collectives, gpuspecs, iterannotation, opsfigures, opsreport, opsroofline, opstables, optree
 from ...algo.opstables import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, OpsFacts, Table
 from ...algo.optree import NO_LINK
 from ...engine.passes import read_with_retries
@@ -123,6 +123,9 @@ class OpsCollector:
         # runs of events of one pid and own args.rank (-1: none; a pid -1: no object), in event order: which
         # rank an event is of, once pass 1 has found the pids' ranks; flags 1 a cpu_op, 2 a python_func in it
         self.runs = _Columns(pid="q", own="i", count="q", flags="b", untimed="q")
+        # user annotations (CPU and GPU: TraceLens gives vLLM's attention op the one enclosing it); few
+        self.annotations = _Columns(ts="d", end="d", name="q", run="q")
+        self._annotation_cats: dict[str, bool] = {}  # category -> whether it names an annotation
         self.pid_keys: dict[object, int] = {}  # pids as analyze keys them -> number
         self._last: object = _NO_RUN  # (pid, own rank) of the run being counted
         self._counts, self._at = self.runs.arrays["count"], -1  # (its events, its number)
@@ -158,7 +161,7 @@ class OpsCollector:
 
     def _groups(self) -> dict[str, _Columns]:
         return {"host": self.host, "gpu": self.gpu, "flow_starts": self.flow_starts, "flow_ends": self.flow_ends,
-                "runs": self.runs}
+                "runs": self.runs, "annotations": self.annotations}
 
     def absorb(self, part: dict, source: int, first_event: int) -> None:
         """Append a worker's part (parts come in event order; ``first_event``: the place of its first event)."""
@@ -199,6 +202,8 @@ class OpsCollector:
             "flow_ends": {"id": linked(ends["id"]), "place": places[_ints(ends["place"])],
                           "run": _ints(ends["run"]) + run_base},
             "runs": {"pid": np.where(run_pids >= 0, pids[np.maximum(run_pids, 0)], -1)},
+            "annotations": {"name": names[_ints(part["annotations"]["name"])],
+                            "run": _ints(part["annotations"]["run"]) + run_base},
         }
         for group, columns in self._groups().items():
             for name, column in columns.arrays.items():
@@ -282,6 +287,8 @@ class OpsCollector:
         kind = HOST_CATS.get(cat)
         gpu_cat = GPU_CATS.get(cat)
         if kind is None and gpu_cat is None:
+            if cat is not None and self.is_annotation(cat):
+                self.annotate(get("ts"), get("dur"), get("name"), run)
             return
         args = get("args")
         if args.__class__ is not dict:
@@ -350,6 +357,22 @@ class OpsCollector:
         add[9](corr)
         add[10](ext)
         add[11](run)
+
+    def is_annotation(self, cat: str) -> bool:
+        """Whether events of this category are user annotations (TraceLens: it contains ``user_annotation``)."""
+        found = self._annotation_cats.get(cat)
+        if found is None:
+            found = self._annotation_cats[cat] = iterannotation.CATEGORY in cat
+        return found
+
+    def annotate(self, ts: object, dur: object, name: object, run: int) -> None:
+        """An annotation's columns (one without a numeric ts or dur left out: it encloses nothing)."""
+        ts = ts if ts.__class__ in NUMBERS else _number(ts)
+        dur = dur if dur.__class__ in NUMBERS else _number(dur)
+        if ts is None or dur is None:
+            return
+        for column, value in zip(self.annotations.arrays.values(), (ts, ts + dur, self._name(name), run)):
+            column.append(value)
 
     def _metadata(self, event: dict) -> None:
         name, args = event.get("name"), event.get("args")
@@ -433,7 +456,8 @@ class OpsCollector:
             h_uid=uid, h_seq=h["seq"], h_kernel=h["kernel"], threads=list(self.places), metadata=metadata,
             signatures=list(self.signatures), signature_values=self.signature_values,
             has_cpu_ops=bool(flags & 3), python_stack=bool(flags & 2), untimed=int(runs["untimed"].sum()),
-            h_dur=h["dur"], h_dur_int=h["dur_int"].astype(bool), h_driver=h["driver"].astype(bool), events=events)
+            h_dur=h["dur"], h_dur_int=h["dur_int"].astype(bool), h_driver=h["driver"].astype(bool), events=events,
+            **_annotations(columns["annotations"]))
         launches = np.flatnonzero(h["launch"] >= 0)  # (the first launch call says which id links)
         key = "ext" if len(launches) and h["launch"][launches[0]] == 1 else "corr"
         graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
@@ -444,6 +468,12 @@ class OpsCollector:
                                        columns["flow_ends"]["place"])
         opstables.link(facts, run, gpu)
         return facts
+
+
+def _annotations(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The annotations' OpsFacts columns: ordered by start, ties in event order (TraceLens's stable sort)."""
+    order = np.argsort(columns["ts"], kind="stable")
+    return {"a_ts": columns["ts"][order], "a_end": columns["end"][order], "a_name": columns["name"][order]}
 
 
 def own_names(metadata: dict[tuple, object]) -> dict[tuple, object]:

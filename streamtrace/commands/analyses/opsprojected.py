@@ -104,6 +104,11 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
     flows = np.flatnonzero(codes == _FLOW).tolist()
     if flows:
         _flows(c, events, flows, run_of)
+    annotation_cats = {cat for cat in set(cats) if cat is not None and c.is_annotation(cat)}
+    if annotation_cats:
+        for at in [at for at, cat in enumerate(cats) if cat in annotation_cats]:
+            event = events[at]
+            c.annotate(event.ts, event.dur, event.name, int(run_of[at]))
     for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, len(_FLAGS), _gpu)):
         chosen = np.flatnonzero((codes >= first) & (codes < last)).tolist()
         if chosen:
