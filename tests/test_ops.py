@@ -442,3 +442,31 @@ def test_every_tracelens_sheet_is_written_or_said() -> None:
     sheets = json.loads((REFERENCE / "op_sheets.json").read_text())
     assert set(SHEET_OPS) == set(sheets)
     assert unifiedperf.UNKNOWN == set().union(*SHEET_OPS.values()) - set(unifiedperf.KNOWN)
+
+
+def _kahan_rows(codes: np.ndarray, values: np.ndarray, groups: int) -> list[float]:
+    """pandas' Kahan-compensated grouped sum, one row at a time as its Cython kernel runs."""
+    total, comp = [0.0] * groups, [0.0] * groups
+    for code, value in zip(codes.tolist(), values.tolist()):
+        if code >= 0:
+            y = value - comp[code]
+            t = total[code] + y
+            c = t - total[code] - y
+            comp[code] = 0.0 if c != c else c
+            total[code] = t
+    return total
+
+
+@pytest.mark.parametrize("groups, rows", [(3, 500), (40, 3000), (300, 2000), (25, 400)])
+def test_group_sums_kahan_matches_the_row_by_row_kernel(groups: int, rows: int) -> None:
+    """The grouped Kahan sum, taken column-wise over groups then per long group, gives the digits of the
+    row-by-row kernel (skewed group sizes, dropped rows, NaN, values of very different magnitudes)."""
+    rng = np.random.default_rng(groups)
+    codes = np.minimum(rng.geometric(1 / groups, rows) - 1, groups - 1) - (rng.random(rows) < 0.05)
+    values = rng.uniform(0, 5000, rows) * rng.choice([1, 1e-3, 1e9], rows)
+    values[rng.random(rows) < 0.01] = np.nan
+    got = optree.group_sums_kahan(codes, values, groups)
+    expected = _kahan_rows(codes, values, groups)
+    assert np.array_equal(got, np.array(expected), equal_nan=True)
+    plain = [float(np.sum(values[codes == g])) for g in range(groups)]
+    assert not np.array_equal(got, np.array(plain), equal_nan=True)  # (the compensation shows)

@@ -359,8 +359,10 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     firsts: dict[str, dict[int, int]] = {}  # per column: each group's first row where it is present
     for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
         firsts[column] = {}
-        for i in [i for i, row in enumerate(rows) if _present(row.get(column))]:
-            firsts[column].setdefault(int(groups.codes[i]), i)
+        for k, group in enumerate(members):  # (a group's rows in row order: mostly the first one has it)
+            found = next((i for i in group if _present(rows[i].get(column))), None)
+            if found is not None:
+                firsts[column][k] = found
     records = []
     for k, group in enumerate(members):
         first = rows[group[0]]
