@@ -470,3 +470,20 @@ def test_group_sums_kahan_matches_the_row_by_row_kernel(groups: int, rows: int) 
     assert np.array_equal(got, np.array(expected), equal_nan=True)
     plain = [float(np.sum(values[codes == g])) for g in range(groups)]
     assert not np.array_equal(got, np.array(plain), equal_nan=True)  # (the compensation shows)
+
+
+def test_a_kernels_launcher_skips_execute_ops(tmp_path) -> None:
+    """A launch call's op is the nearest cpu op above it that is not ``execute`` (TorchScript's wrapper), or
+    the call itself when only ``execute`` ops enclose it, however many levels of them there are."""
+    def op(name: str, ts: float, dur: float) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    events = [op("aten::linear", 0, 20), op("execute", 1, 18), *_launch(1, 2),
+              op("execute", 30, 10), *_launch(2, 31),
+              op("execute", 50, 10), op("execute", 51, 8), *_launch(3, 52),
+              *_kernel(1, 100, 5), *_kernel(2, 110, 3), *_kernel(3, 120, 2)]
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    assert notes == []
+    rows = [row[:6] for row in _csv(tables, "ops_summary")[1:]]
+    assert rows == [["aten::linear", "5", "5", "0.005", "0.005", "1"],
+                    ["cudaLaunchKernel", "5", "5", "0.005", "0.005", "2"]]  # (3 + 2 µs, two calls)

@@ -105,8 +105,7 @@ class OpTree:
         communication = np.array(self.communication + [False])[facts.g_name]
         kept = np.flatnonzero((facts.g_parent != optree.NO_PARENT) & ~communication)
         calls, call_of = np.unique(facts.g_parent[kept], return_inverse=True)
-        self.launcher_of[kept] = np.array([self._launcher(r) for r in calls.tolist()], dtype=np.int64
-                                          )[call_of.reshape(-1)] if len(kept) else kept
+        self.launcher_of[kept] = self._launchers(calls)[call_of.reshape(-1)]
         # each launcher's GPU events (in event order), launchers in the order their first one comes
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
@@ -163,17 +162,21 @@ class OpTree:
         busy = optree.busy_groups(group, f.g_ts[gpu], f.g_end[gpu], count)
         return busy, np.bincount(group[~f.g_int[gpu]], minlength=count) == 0
 
-    def _launcher(self, runtime: int) -> int:
-        """The cpu op above a runtime call (skipping ``execute``), else the call."""
+    def _launchers(self, runtime: np.ndarray) -> np.ndarray:
+        """The cpu op above each runtime call (skipping ``execute``), else the call (a tree level at a time)."""
         f = self.f
-        current = int(self.parent[runtime])
-        while current != optree.NO_PARENT:
-            if f.h_kind[current] != CPU_OP:
-                break
-            if f.names[f.h_name[current]] != "execute":
-                return current
-            current = int(self.parent[current])
-        return runtime
+        execute = np.array([name == "execute" for name in f.names] or [False])[f.h_name]
+        found = runtime.astype(np.int64)
+        at, current = np.arange(len(found)), self.parent[found]
+        while len(at):
+            cpu_op = current != optree.NO_PARENT
+            at, current = at[cpu_op], current[cpu_op]
+            cpu_op = f.h_kind[current] == CPU_OP
+            at, current = at[cpu_op], current[cpu_op]
+            named = ~execute[current]
+            found[at[named]] = current[named]
+            at, current = at[~named], self.parent[current[~named]]
+        return found
 
     def first_kernel(self, h: int) -> str | None:
         """The name of the earliest kernel ``h`` launched directly (None if none)."""

@@ -357,9 +357,12 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     header += [f"{KERNEL_TIME}_median", f"{KERNEL_TIME}_min", f"{KERNEL_TIME}_max", "kernel_details_summary",
                "trunc_kernel_details", "perf_params", "has_perf_model", "Percentage (%)", "Cumulative Percentage (%)"]
     firsts: dict[str, dict[int, int]] = {}  # per column: each group's first row where it is present
+    with_model = np.fromiter((row["has_perf_model"] for row in rows), dtype=bool, count=len(rows))
+    # (a row without a model has no model column)
+    modelled_members = [np.array(group)[with_model[group]].tolist() for group in members]
     for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
         firsts[column] = {}
-        for k, group in enumerate(members):  # (a group's rows in row order: mostly the first one has it)
+        for k, group in enumerate(modelled_members):  # (in row order: mostly the first one has it)
             found = next((i for i in group if _present(rows[i].get(column))), None)
             if found is not None:
                 firsts[column][k] = found
