@@ -487,3 +487,14 @@ def test_a_kernels_launcher_skips_execute_ops(tmp_path) -> None:
     rows = [row[:6] for row in _csv(tables, "ops_summary")[1:]]
     assert rows == [["aten::linear", "5", "5", "0.005", "0.005", "1"],
                     ["cudaLaunchKernel", "5", "5", "0.005", "0.005", "2"]]  # (3 + 2 µs, two calls)
+
+
+def test_an_op_not_modelled_here_below_another_op_is_said(tmp_path) -> None:
+    """The walk meets the op whose model is not here while looking below the op around it: no table, a note."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+               "args": {"Input Dims": [[16, 32], [32, 8]], "Input type": ["float", "float"]}}
+              for name, ts, dur in (("outer", 0, 30), ("vllm::unified_attention_with_output", 10, 5))]
+    events += [*_launch(1, 1), *_kernel(1, 100, 4), *_launch(2, 11), *_kernel(2, 110, 4)]
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    assert "unified_perf_summary" not in tables and "ops_summary" in tables
+    assert "unified_perf_summary not written: no model here yet for vllm::unified_attention_with_output" in notes
