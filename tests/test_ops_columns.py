@@ -91,3 +91,17 @@ def test_unified_walk_tests_at_once_are_the_tests_one_op_at_a_time(trace: str) -
     launches = [walk._launches_directly(h) for h in ops]
     assert walk._owns[ops].tolist() == owns and walk._launches[ops].tolist() == launches
     assert 0 < sum(owns) < len(ops) and 0 < sum(launches) < len(ops)
+
+
+def test_categories_at_once_are_each_ops_category() -> None:
+    from conftest import TRACES
+
+    from streamtrace.algo.opstables import OpTree
+    from streamtrace.commands.analyses.ops import read_input
+
+    facts = read_input(str(TRACES / "nccl_rank0.json.gz"))[0]
+    hosts = list(range(len(facts.h_ts)))
+    one_by_one = OpTree(facts)
+    expected = [one_by_one.category(h) for h in hosts]
+    assert OpTree(facts).categories(hosts) == expected  # (a fresh tree: nothing cached)
+    assert len(set(expected)) > 2

@@ -189,6 +189,19 @@ class OpTree:
             category = self._categories[h] = self.category_of(self.f.names[self.f.h_name[h]], self.first_kernel(h))
         return category
 
+    def categories(self, hs: list[int]) -> list[str]:
+        """:meth:`category` of many host events, :func:`op_category` once per distinct (name, first kernel)."""
+        f, width = self.f, len(self.f.names) + 1
+        firsts = np.array([kernels[0] if (kernels := self.by_start.get(h)) else -1 for h in hs], dtype=np.int64)
+        kernel = np.where(firsts >= 0, f.g_name[firsts] if len(f.g_name) else -1, -1)
+        keys, inverse = np.unique(f.h_name[np.array(hs, dtype=np.int64)].astype(np.int64) * width + kernel + 1,
+                                  return_inverse=True)
+        found = [self.category_of(f.names[key // width], f.names[key % width - 1] if key % width else None)
+                 for key in keys.tolist()]
+        listed = [found[at] for at in inverse.reshape(-1).tolist()]
+        self._categories.update(zip(hs, listed))
+        return listed
+
     def category_of(self, name: str, first_kernel: str | None) -> str:
         """:func:`op_category`, once per (name, first kernel)."""
         category = self._category_of.get((name, first_kernel))
@@ -265,10 +278,12 @@ def ops_rows(tree: OpTree) -> list[dict]:
     direct, direct_int = tree.busy_many(position[tree.launcher_of[own]], own, len(launchers))
     op, gpu = tree.link_pairs(launchers)
     subtree, subtree_int = tree.busy_many(position[op], gpu, len(launchers))
-    return [{"h": h, "name": f.names[f.h_name[h]], "category": tree.category(h), "direct": d, "direct_int": di,
-             "subtree": s, "subtree_int": si}
-            for h, d, di, s, si in zip(tree.launchers, direct.tolist(), direct_int.tolist(), subtree.tolist(),
-                                       subtree_int.tolist())]
+    names = [f.names[name] for name in f.h_name[launchers].tolist()]
+    return [{"h": h, "name": name, "category": category, "direct": d, "direct_int": di, "subtree": s,
+             "subtree_int": si}
+            for h, name, category, d, di, s, si in zip(tree.launchers, names, tree.categories(tree.launchers),
+                                                       direct.tolist(), direct_int.tolist(), subtree.tolist(),
+                                                       subtree_int.tolist())]
 
 
 @dataclass

@@ -324,6 +324,7 @@ def _rows(walk: _Unified) -> list[dict]:
     f, tree = walk.f, walk.tree
     collected = walk.collect()
     walk.gather(collected)
+    tree.categories(collected)  # (each op's category, found at once)
     rows = []
     for h in collected:
         row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu(h), int(f.h_uid[h]))
