@@ -526,22 +526,31 @@ def kernels(tree: OpTree) -> _Kernels:
     g = np.flatnonzero(f.g_cat == KERNEL)
     runtime = f.g_parent[g]
     numbers: dict[tuple, int] = {(NA, NA, (NA, NA, NA)): 0}  # an unlinked kernel
-    of_runtime: dict[int, int] = {}
-    has_cpu_op = False
     calls = np.unique(runtime[runtime != optree.NO_PARENT])
-    for r, cpu_op in zip(calls.tolist(), tree.cpu_ops_above(calls).tolist()):
-        if cpu_op != optree.NO_PARENT:
-            has_cpu_op = True
-            info = (tree.category(cpu_op), f.names[f.h_name[cpu_op]], _short_signature(f.signatures[f.h_sig[cpu_op]]))
-        else:  # TraceLens's fallback: the launch call stands for the op
-            launcher = f.names[f.h_name[r]]
-            low = launcher.lower()
-            info = ("graph" if "cudagraph" in low or "graphlaunch" in low else "runtime", launcher, (NA, NA, NA))
-        of_runtime[r] = numbers.setdefault(info, len(numbers))
+    above = tree.cpu_ops_above(calls)
+    has_cpu_op = bool((above != optree.NO_PARENT).any())
+    # (each call's op: the cpu op above it, else, TraceLens's fallback, the launch call by its name)
+    op_keys, first, inverse = np.unique(np.where(above != optree.NO_PARENT, above,
+                                                 -1 - f.h_name[calls].astype(np.int64)),
+                                        return_index=True, return_inverse=True)
+    ops = op_keys[op_keys >= 0].tolist()
+    infos = dict(zip(ops, [(category, f.names[name], _short_signature(f.signatures[sig])) for category, name, sig
+                           in zip(tree.categories(ops), f.h_name[ops].tolist(), f.h_sig[ops].tolist())]))
+    number_of_op = np.zeros(len(op_keys), dtype=np.int64)
+    for at in np.argsort(first, kind="stable").tolist():  # (numbered as the calls first give them)
+        key = int(op_keys[at])
+        info = infos.get(key) or _runtime_info(f.names[-1 - key])
+        number_of_op[at] = numbers.setdefault(info, len(numbers))
     above_of = np.zeros(len(runtime), dtype=np.int64)
     linked = np.flatnonzero(runtime != optree.NO_PARENT)
-    above_of[linked] = np.array(list(of_runtime.values()), dtype=np.int64)[np.searchsorted(calls, runtime[linked])]
+    above_of[linked] = number_of_op[inverse.reshape(-1)][np.searchsorted(calls, runtime[linked])]
     return _Kernels(g, list(numbers), above_of, has_cpu_op)
+
+
+def _runtime_info(launcher: str) -> tuple:
+    """A kernel's op when no cpu op is above its launch call: the call, as graph or runtime."""
+    low = launcher.lower()
+    return ("graph" if "cudagraph" in low or "graphlaunch" in low else "runtime", launcher, (NA, NA, NA))
 
 
 def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: bool = False) -> _Groups:
