@@ -435,3 +435,59 @@ def test_every_tracelens_sheet_is_written_or_said() -> None:
     sheets = json.loads((REFERENCE / "op_sheets.json").read_text())
     assert set(SHEET_OPS) == set(sheets)
     assert unifiedperf.UNKNOWN == set().union(*SHEET_OPS.values()) - set(unifiedperf.KNOWN)
+
+
+def _kahan_rows(codes: np.ndarray, values: np.ndarray, groups: int) -> list[float]:
+    """pandas' Kahan-compensated grouped sum, one row at a time as its Cython kernel runs."""
+    total, comp = [0.0] * groups, [0.0] * groups
+    for code, value in zip(codes.tolist(), values.tolist()):
+        if code >= 0:
+            y = value - comp[code]
+            t = total[code] + y
+            c = t - total[code] - y
+            comp[code] = 0.0 if c != c else c
+            total[code] = t
+    return total
+
+
+@pytest.mark.parametrize("groups, rows", [(3, 500), (40, 3000), (300, 2000), (25, 400)])
+def test_group_sums_kahan_matches_the_row_by_row_kernel(groups: int, rows: int) -> None:
+    """The grouped Kahan sum, taken column-wise over groups then per long group, gives the digits of the
+    row-by-row kernel (skewed group sizes, dropped rows, NaN, values of very different magnitudes)."""
+    rng = np.random.default_rng(groups)
+    codes = np.minimum(rng.geometric(1 / groups, rows) - 1, groups - 1) - (rng.random(rows) < 0.05)
+    values = rng.uniform(0, 5000, rows) * rng.choice([1, 1e-3, 1e9], rows)
+    values[rng.random(rows) < 0.01] = np.nan
+    got = optree.group_sums_kahan(codes, values, groups)
+    expected = _kahan_rows(codes, values, groups)
+    assert np.array_equal(got, np.array(expected), equal_nan=True)
+    plain = [float(np.sum(values[codes == g])) for g in range(groups)]
+    assert not np.array_equal(got, np.array(plain), equal_nan=True)  # (the compensation shows)
+
+
+def test_a_kernels_launcher_skips_execute_ops(tmp_path) -> None:
+    """A launch call's op is the nearest cpu op above it that is not ``execute`` (TorchScript's wrapper), or
+    the call itself when only ``execute`` ops enclose it, however many levels of them there are."""
+    def op(name: str, ts: float, dur: float) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    events = [op("aten::linear", 0, 20), op("execute", 1, 18), *_launch(1, 2),
+              op("execute", 30, 10), *_launch(2, 31),
+              op("execute", 50, 10), op("execute", 51, 8), *_launch(3, 52),
+              *_kernel(1, 100, 5), *_kernel(2, 110, 3), *_kernel(3, 120, 2)]
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    assert notes == []
+    rows = [row[:6] for row in _csv(tables, "ops_summary")[1:]]
+    assert rows == [["aten::linear", "5", "5", "0.005", "0.005", "1"],
+                    ["cudaLaunchKernel", "5", "5", "0.005", "0.005", "2"]]  # (3 + 2 µs, two calls)
+
+
+def test_an_op_not_modelled_here_below_another_op_is_said(tmp_path) -> None:
+    """The walk meets the op whose model is not here while looking below the op around it: no table, a note."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+               "args": {"Input Dims": [[16, 32], [32, 8]], "Input type": ["float", "float"]}}
+              for name, ts, dur in (("outer", 0, 30), ("vllm::unified_attention_with_output", 10, 5))]
+    events += [*_launch(1, 1), *_kernel(1, 100, 4), *_launch(2, 11), *_kernel(2, 110, 4)]
+    tables, notes = ops_tables(_write(tmp_path / "t.json", events))
+    assert "unified_perf_summary" not in tables and "ops_summary" in tables
+    assert "unified_perf_summary not written: no model here yet for vllm::unified_attention_with_output" in notes

@@ -71,3 +71,37 @@ def test_tree_walks_at_once_are_the_walks_one_event_at_a_time(trace: str) -> Non
     above = tree.cpu_ops_above(hosts)
     assert above.tolist() == [tree.cpu_op_above(h) for h in hosts.tolist()]
     assert (above != -1).sum() > len(hosts) // 2
+
+
+@pytest.mark.parametrize("trace", ["b200_eager.json.gz", "nccl_rank0.json.gz", "sglang_decode_qwen3.json.gz"])
+def test_unified_walk_tests_at_once_are_the_tests_one_op_at_a_time(trace: str) -> None:
+    """Which ops own a modelled op below them and which launch directly, found for every op at once, are
+    TraceLens's walks from each op (``_has_descendant_cpu_op_with_own_perf_model``, ``_is_leaf_cpu_op``)."""
+    from conftest import TRACES
+
+    from streamtrace.algo.opstables import CPU_OP, OpTree
+    from streamtrace.algo.unifiedperf import _Unified
+    from streamtrace.commands.analyses.ops import read_input
+
+    facts = read_input(str(TRACES / trace))[0]
+    walk = _Unified(OpTree(facts), facts.signature_values, None)
+    walk._prepare()
+    ops = np.flatnonzero(walk.tree.in_tree & (facts.h_kind == CPU_OP) & ~walk._risky).tolist()
+    owns = [walk._owns_model_below(h) for h in ops]
+    launches = [walk._launches_directly(h) for h in ops]
+    assert walk._owns[ops].tolist() == owns and walk._launches[ops].tolist() == launches
+    assert 0 < sum(owns) < len(ops) and 0 < sum(launches) < len(ops)
+
+
+def test_categories_at_once_are_each_ops_category() -> None:
+    from conftest import TRACES
+
+    from streamtrace.algo.opstables import OpTree
+    from streamtrace.commands.analyses.ops import read_input
+
+    facts = read_input(str(TRACES / "nccl_rank0.json.gz"))[0]
+    hosts = list(range(len(facts.h_ts)))
+    one_by_one = OpTree(facts)
+    expected = [one_by_one.category(h) for h in hosts]
+    assert OpTree(facts).categories(hosts) == expected  # (a fresh tree: nothing cached)
+    assert len(set(expected)) > 2

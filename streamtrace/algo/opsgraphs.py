@@ -136,9 +136,9 @@ def graph_replay_ops(tree: OpTree, given: dict[int, int]) -> Table:
     dims), the replayed GPU events given to it and their summed durations."""
     f = tree.f
     rows: dict[tuple, list] = {}
-    for g, call in given.items():
-        op = tree.cpu_op_above(call)
-        op = call if op == optree.NO_PARENT else op
+    calls = np.array(list(given.values()), dtype=np.int64)
+    above = tree.cpu_ops_above(calls)
+    for g, op in zip(given, np.where(above == optree.NO_PARENT, calls, above).tolist()):
         key = (f.names[f.h_name[op]], f.signatures[f.h_sig[op]][0])
         row = rows.setdefault(key, [set(), 0, 0.0])
         row[0].add(op)
@@ -150,6 +150,18 @@ def graph_replay_ops(tree: OpTree, given: dict[int, int]) -> Table:
     table.rows = sorted(([name, NA if dims is None else dims, len(ops), count, time, time / total * 100 if total else NA]
                          for (name, dims), (ops, count, time) in rows.items()), key=lambda row: (-row[4], row[0]))
     return table
+
+
+def _owner_names(tree: OpTree, owners: np.ndarray) -> Counter:
+    """How many of ``owners`` (host events, ``NO_PARENT`` left out) bear each name, names in the order they
+    first come (as a Counter filled one by one orders its ties)."""
+    f = tree.f
+    ids, first, counts = np.unique(f.h_name[owners[owners != optree.NO_PARENT]], return_index=True,
+                                   return_counts=True)
+    named: Counter = Counter()
+    for at in np.argsort(first, kind="stable").tolist():
+        named[f.names[ids[at]]] += int(counts[at])
+    return named
 
 
 def graph_report(tree: OpTree) -> tuple[dict[str, Table], list[str]]:
@@ -164,8 +176,8 @@ def graph_report(tree: OpTree) -> tuple[dict[str, Table], list[str]]:
     replayed = np.unique(f.link_gpu[np.isin(f.link_run, launch_set)])
     replays_text = (f"{len(replayed):,} GPU events ran in {len(launches):,} graph "
                     f"replay{'s' * (len(launches) != 1)} ({', '.join(sorted({f.names[f.h_name[h]] for h in launches}))})")
-    left = [g for g in replayed.tolist() if g not in given]
-    owners = Counter(f.names[f.h_name[owner]] for owner in tree.launcher_of[left].tolist() if owner != optree.NO_PARENT)
+    left = replayed[~np.isin(replayed, np.array(list(given), dtype=np.int64))]
+    owners = _owner_names(tree, tree.launcher_of[left])
     where = ", ".join(f"{count:,} to {name}" for name, count in owners.most_common(NAMED))
     if len(owners) > NAMED:
         where += f" and {sum(owners.values()) - sum(c for _, c in owners.most_common(NAMED)):,} to other ops"
@@ -182,6 +194,6 @@ def graph_report(tree: OpTree) -> tuple[dict[str, Table], list[str]]:
         return {}, [f"{replays_text}: which ops launched them the trace cannot tell ({held}); {as_tracelens}"]
     note = (f"{replays_text}: {len(given):,} given back to the ops captured, by kernel name "
             "(graph_replay_ops; the other tables keep TraceLens's attribution)")
-    if left:
+    if len(left):
         note += f"; {len(left):,} match no capture of the trace: {as_tracelens}"
     return {"graph_replay_ops": graph_replay_ops(tree, given)}, [note]

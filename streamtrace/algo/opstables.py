@@ -109,8 +109,7 @@ class OpTree:
         communication = np.array(self.communication + [False])[facts.g_name]
         kept = np.flatnonzero((facts.g_parent != optree.NO_PARENT) & ~communication)
         calls, call_of = np.unique(facts.g_parent[kept], return_inverse=True)
-        self.launcher_of[kept] = np.array([self._launcher(r) for r in calls.tolist()], dtype=np.int64
-                                          )[call_of.reshape(-1)] if len(kept) else kept
+        self.launcher_of[kept] = self._launchers(calls)[call_of.reshape(-1)]
         # each launcher's GPU events (in event order), launchers in the order their first one comes
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
@@ -167,17 +166,21 @@ class OpTree:
         busy = optree.busy_groups(group, f.g_ts[gpu], f.g_end[gpu], count)
         return busy, np.bincount(group[~f.g_int[gpu]], minlength=count) == 0
 
-    def _launcher(self, runtime: int) -> int:
-        """The cpu op above a runtime call (skipping ``execute``), else the call."""
+    def _launchers(self, runtime: np.ndarray) -> np.ndarray:
+        """The cpu op above each runtime call (skipping ``execute``), else the call (a tree level at a time)."""
         f = self.f
-        current = int(self.parent[runtime])
-        while current != optree.NO_PARENT:
-            if f.h_kind[current] != CPU_OP:
-                break
-            if f.names[f.h_name[current]] != "execute":
-                return current
-            current = int(self.parent[current])
-        return runtime
+        execute = np.array([name == "execute" for name in f.names] or [False])[f.h_name]
+        found = runtime.astype(np.int64)
+        at, current = np.arange(len(found)), self.parent[found]
+        while len(at):
+            cpu_op = current != optree.NO_PARENT
+            at, current = at[cpu_op], current[cpu_op]
+            cpu_op = f.h_kind[current] == CPU_OP
+            at, current = at[cpu_op], current[cpu_op]
+            named = ~execute[current]
+            found[at[named]] = current[named]
+            at, current = at[~named], self.parent[current[~named]]
+        return found
 
     def first_kernel(self, h: int) -> str | None:
         """The name of the earliest kernel ``h`` launched directly (None if none)."""
@@ -189,6 +192,19 @@ class OpTree:
         if category is None:
             category = self._categories[h] = self.category_of(self.f.names[self.f.h_name[h]], self.first_kernel(h))
         return category
+
+    def categories(self, hs: list[int]) -> list[str]:
+        """:meth:`category` of many host events, :func:`op_category` once per distinct (name, first kernel)."""
+        f, width = self.f, len(self.f.names) + 1
+        firsts = np.array([kernels[0] if (kernels := self.by_start.get(h)) else -1 for h in hs], dtype=np.int64)
+        kernel = np.where(firsts >= 0, f.g_name[firsts] if len(f.g_name) else -1, -1)
+        keys, inverse = np.unique(f.h_name[np.array(hs, dtype=np.int64)].astype(np.int64) * width + kernel + 1,
+                                  return_inverse=True)
+        found = [self.category_of(f.names[key // width], f.names[key % width - 1] if key % width else None)
+                 for key in keys.tolist()]
+        listed = [found[at] for at in inverse.reshape(-1).tolist()]
+        self._categories.update(zip(hs, listed))
+        return listed
 
     def category_of(self, name: str, first_kernel: str | None) -> str:
         """:func:`op_category`, once per (name, first kernel)."""
@@ -266,10 +282,12 @@ def ops_rows(tree: OpTree) -> list[dict]:
     direct, direct_int = tree.busy_many(position[tree.launcher_of[own]], own, len(launchers))
     op, gpu = tree.link_pairs(launchers)
     subtree, subtree_int = tree.busy_many(position[op], gpu, len(launchers))
-    return [{"h": h, "name": f.names[f.h_name[h]], "category": tree.category(h), "direct": d, "direct_int": di,
-             "subtree": s, "subtree_int": si}
-            for h, d, di, s, si in zip(tree.launchers, direct.tolist(), direct_int.tolist(), subtree.tolist(),
-                                       subtree_int.tolist())]
+    names = [f.names[name] for name in f.h_name[launchers].tolist()]
+    return [{"h": h, "name": name, "category": category, "direct": d, "direct_int": di, "subtree": s,
+             "subtree_int": si}
+            for h, name, category, d, di, s, si in zip(tree.launchers, names, tree.categories(tree.launchers),
+                                                       direct.tolist(), direct_int.tolist(), subtree.tolist(),
+                                                       subtree_int.tolist())]
 
 
 @dataclass
@@ -512,22 +530,31 @@ def kernels(tree: OpTree) -> _Kernels:
     g = np.flatnonzero(f.g_cat == KERNEL)
     runtime = f.g_parent[g]
     numbers: dict[tuple, int] = {(NA, NA, (NA, NA, NA)): 0}  # an unlinked kernel
-    of_runtime: dict[int, int] = {}
-    has_cpu_op = False
     calls = np.unique(runtime[runtime != optree.NO_PARENT])
-    for r, cpu_op in zip(calls.tolist(), tree.cpu_ops_above(calls).tolist()):
-        if cpu_op != optree.NO_PARENT:
-            has_cpu_op = True
-            info = (tree.category(cpu_op), f.names[f.h_name[cpu_op]], _short_signature(f.signatures[f.h_sig[cpu_op]]))
-        else:  # TraceLens's fallback: the launch call stands for the op
-            launcher = f.names[f.h_name[r]]
-            low = launcher.lower()
-            info = ("graph" if "cudagraph" in low or "graphlaunch" in low else "runtime", launcher, (NA, NA, NA))
-        of_runtime[r] = numbers.setdefault(info, len(numbers))
+    above = tree.cpu_ops_above(calls)
+    has_cpu_op = bool((above != optree.NO_PARENT).any())
+    # (each call's op: the cpu op above it, else, TraceLens's fallback, the launch call by its name)
+    op_keys, first, inverse = np.unique(np.where(above != optree.NO_PARENT, above,
+                                                 -1 - f.h_name[calls].astype(np.int64)),
+                                        return_index=True, return_inverse=True)
+    ops = op_keys[op_keys >= 0].tolist()
+    infos = dict(zip(ops, [(category, f.names[name], _short_signature(f.signatures[sig])) for category, name, sig
+                           in zip(tree.categories(ops), f.h_name[ops].tolist(), f.h_sig[ops].tolist())]))
+    number_of_op = np.zeros(len(op_keys), dtype=np.int64)
+    for at in np.argsort(first, kind="stable").tolist():  # (numbered as the calls first give them)
+        key = int(op_keys[at])
+        info = infos.get(key) or _runtime_info(f.names[-1 - key])
+        number_of_op[at] = numbers.setdefault(info, len(numbers))
     above_of = np.zeros(len(runtime), dtype=np.int64)
     linked = np.flatnonzero(runtime != optree.NO_PARENT)
-    above_of[linked] = np.array(list(of_runtime.values()), dtype=np.int64)[np.searchsorted(calls, runtime[linked])]
+    above_of[linked] = number_of_op[inverse.reshape(-1)][np.searchsorted(calls, runtime[linked])]
     return _Kernels(g, list(numbers), above_of, has_cpu_op)
+
+
+def _runtime_info(launcher: str) -> tuple:
+    """A kernel's op when no cpu op is above its launch call: the call, as graph or runtime."""
+    low = launcher.lower()
+    return ("graph" if "cudagraph" in low or "graphlaunch" in low else "runtime", launcher, (NA, NA, NA))
 
 
 def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: bool = False) -> _Groups:

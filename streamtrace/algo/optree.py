@@ -255,19 +255,50 @@ def group_sums(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray
     return group_sums_kahan(codes, values, groups)
 
 
+COLUMN_GROUPS = 16  # groups still adding rows for a column-wise step to pay (fewer: a loop per group)
+
+
 def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Per-group sums row by row, Kahan-compensated (pandas' Cython kernel)."""
-    total = [0.0] * groups
-    comp = [0.0] * groups
-    for code, value in zip(codes.tolist(), values.tolist()):
-        if code < 0:
-            continue
-        y = value - comp[code]
-        t = total[code] + y
-        c = t - total[code] - y
-        comp[code] = 0.0 if c != c else c
-        total[code] = t
-    return np.array(total, dtype=np.float64)
+    """Per-group sums row by row, Kahan-compensated (pandas' Cython kernel).
+
+    Each group's rows are added in row order, as the kernel adds them; the
+    groups are independent, so the k-th row of every group is added at once
+    while many groups have a k-th row, and the long groups' remaining rows by
+    a plain loop per group: the same operations on the same floats."""
+    total = np.zeros(groups, dtype=np.float64)
+    comp = np.zeros(groups, dtype=np.float64)
+    kept = codes >= 0
+    codes, values = codes[kept].astype(np.int64), values[kept].astype(np.float64)
+    if not len(codes):
+        return total
+    by_group = np.argsort(codes, kind="stable")
+    sizes = np.bincount(codes, minlength=groups)
+    starts = np.cumsum(sizes) - sizes
+    position = np.empty(len(codes), dtype=np.int64)
+    position[by_group] = np.arange(len(codes)) - np.repeat(starts, sizes)
+    by_position = np.argsort(position, kind="stable")
+    bounds = np.searchsorted(position[by_position], np.arange(int(sizes.max()) + 2)).tolist()
+    step = 0
+    while step + 1 < len(bounds) and bounds[step + 1] - bounds[step] >= COLUMN_GROUPS:
+        at = by_position[bounds[step]:bounds[step + 1]]
+        group = codes[at]
+        y = values[at] - comp[group]
+        t = total[group] + y
+        c = t - total[group] - y
+        c[np.isnan(c)] = 0.0
+        comp[group], total[group] = c, t
+        step += 1
+    ordered, starts, sizes = values[by_group].tolist(), starts.tolist(), sizes.tolist()
+    for g in [g for g, size in enumerate(sizes) if size > step]:
+        sum_, compensation = float(total[g]), float(comp[g])
+        for value in ordered[starts[g] + step:starts[g] + sizes[g]]:
+            y = value - compensation
+            t = sum_ + y
+            c = t - sum_ - y
+            compensation = 0.0 if c != c else c
+            sum_ = t
+        total[g] = sum_
+    return total
 
 
 def descending(values: Sequence[float]) -> list[int]:

@@ -85,6 +85,7 @@ class _Unified:
         self._model: dict[int, bool] = {}
         self.forwards = opsheets.cached_forwards(tree, signature_values)
         self._sole: dict[int, dict | None] = {}
+        self._owns = self._risky = self._launches = np.zeros(0, dtype=bool)  # (by _prepare)
 
     def children(self, h: int) -> list[int]:
         return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
@@ -210,7 +211,49 @@ class _Unified:
                     return True
         return False
 
+    def _prepare(self) -> None:
+        """:meth:`_owns_model_below` and :meth:`_launches_directly` of every host event at once, a tree level
+        at a time; ``_risky``: the ops whose test may meet an op whose model test raises (those test op by op,
+        raising where TraceLens would)."""
+        f, parent = self.f, self.tree.parent
+        cpu_op = self.tree.in_tree & (f.h_kind == CPU_OP)
+        ops = np.flatnonzero(cpu_op)
+        _, first, inverse = np.unique(f.h_name[ops].astype(np.int64) * (len(self.values) + 1) + f.h_sig[ops],
+                                      return_index=True, return_inverse=True)
+        status = np.zeros(len(f.h_ts), dtype=np.int8)  # (1: a model, -1: its test raises)
+        status[ops] = np.array([self._status(h) for h in ops[first].tolist()] or [0], dtype=np.int8
+                               )[inverse.reshape(-1)] if len(ops) else 0
+        self._owns = self._below_through_cpu_ops((status == 1) & self.has_gpu, cpu_op)
+        self._risky = self._below_through_cpu_ops(status == -1, cpu_op)
+        runtime = np.flatnonzero((f.h_kind == RUNTIME) & ~f.h_driver.astype(bool) & (parent != optree.NO_PARENT))
+        launches = np.zeros(len(f.h_ts), dtype=bool)
+        for _ in range(10):  # (TraceLens's depth limit)
+            deeper = np.zeros(len(f.h_ts), dtype=bool)
+            deeper[parent[runtime[self.launch[runtime] | launches[runtime]]]] = True
+            launches = deeper
+        self._launches = launches
+
+    def _status(self, h: int) -> int:
+        try:
+            return int(self.op_has_model(h))
+        except UnknownModel:
+            return -1
+
+    def _below_through_cpu_ops(self, marked: np.ndarray, cpu_op: np.ndarray) -> np.ndarray:
+        """The host events with a marked event below them reached through cpu ops only (as
+        :meth:`_owns_model_below` descends)."""
+        parent = self.tree.parent
+        found = np.zeros(len(marked), dtype=bool)
+        current = parent[np.flatnonzero(marked)]
+        while len(current):
+            current = current[(current != optree.NO_PARENT)]
+            current = current[~found[current]]
+            found[current] = True
+            current = parent[current[cpu_op[current]]]
+        return found
+
     def collect(self) -> list[int]:
+        self._prepare()
         collected: list[int] = []
         visited: set[int] = set()
         for root in self.roots:
@@ -227,7 +270,7 @@ class _Unified:
             collected.append(h)
             return
         sole = self.sole_backward(int(self.tree.parent[h])) is not None
-        owns = self._owns_model_below(h)
+        owns = self._owns_model_below(h) if self._risky[h] else self._owns[h]
         if owns:  # (a backward op computed through its forward op yields to a modelled op below it)
             for child in self.children(h):
                 self._visit(child, collected, visited)
@@ -235,7 +278,7 @@ class _Unified:
         if sole:
             collected.append(h)
             return
-        if self._launches_directly(h):
+        if self._launches[h]:
             modelled = [c for c in self.children(h) if self.is_cpu_op(c) and self.op_has_model(c) and self.has_gpu[c]]
             if modelled:
                 for child in modelled:
@@ -281,6 +324,7 @@ def _rows(walk: _Unified) -> list[dict]:
     f, tree = walk.f, walk.tree
     collected = walk.collect()
     walk.gather(collected)
+    tree.categories(collected)  # (each op's category, found at once)
     rows = []
     for h in collected:
         row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu(h), int(f.h_uid[h]))
@@ -357,10 +401,15 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     header += [f"{KERNEL_TIME}_median", f"{KERNEL_TIME}_min", f"{KERNEL_TIME}_max", "kernel_details_summary",
                "trunc_kernel_details", "perf_params", "has_perf_model", "Percentage (%)", "Cumulative Percentage (%)"]
     firsts: dict[str, dict[int, int]] = {}  # per column: each group's first row where it is present
+    with_model = np.fromiter((row["has_perf_model"] for row in rows), dtype=bool, count=len(rows))
+    # (a row without a model has no model column)
+    modelled_members = [np.array(group)[with_model[group]].tolist() for group in members]
     for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
         firsts[column] = {}
-        for i in [i for i, row in enumerate(rows) if _present(row.get(column))]:
-            firsts[column].setdefault(int(groups.codes[i]), i)
+        for k, group in enumerate(modelled_members):  # (in row order: mostly the first one has it)
+            found = next((i for i in group if _present(rows[i].get(column))), None)
+            if found is not None:
+                firsts[column][k] = found
     records = []
     for k, group in enumerate(members):
         first = rows[group[0]]
