@@ -1,10 +1,12 @@
-"""The summary's rows of the collective report's long tables are read back from their temporary files at the
-end, none held while the kernels are walked: the same values, of the same types, as rows made in memory."""
+"""The collective report's memory: the summary's rows of its long tables are read back from their temporary
+files at the end, none held while the kernels are walked (the same values, of the same types, as rows made in
+memory); a rank's records are made and stored a block at a time."""
 from __future__ import annotations
 
 import math
 import tracemalloc
 
+import numpy as np
 import pytest
 from test_collectives_scale import allreduces
 from tracelens_cases import CASES, case_files
@@ -81,3 +83,47 @@ def test_summary_rows_read_back_are_those_made_in_memory(tmp_path, monkeypatch, 
     assert read_back.keys() == in_memory.keys() and read_back["nccl_long"]
     for name, rows in in_memory.items():
         assert repr(read_back[name]) == repr(rows), name
+
+
+def test_records_made_a_block_at_a_time(tmp_path, monkeypatch):
+    """Groups of kernels with tied and unordered starts: each record's place in its group is its place by
+    (start, file order), and ``sorted`` lists the file positions in (group, place) order (plain sorted() here),
+    with blocks of 7 records."""
+    monkeypatch.setattr(algo, "RECORD_BLOCK", 7)
+    rng = np.random.default_rng(5)
+    count = 100
+    metas = [(name, "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7) for name in ("0", "1", "2")]
+    ts = rng.integers(0, 20, count).astype(float)
+    meta = rng.integers(0, 3, count).astype(np.int32)
+    kernels = algo.RankKernels(1, ts, np.ones(count), meta, metas, np.arange(count), np.full(count, -1, np.int32))
+    records = algo.match([kernels]).records
+    by_place = sorted(range(count), key=lambda at: (metas[meta[at]][0], ts[at], at))
+    assert records["sorted"].tolist() == by_place and records["ts"].tolist() == ts.tolist()
+    assert records["seq"].tolist() == list(range(count))
+    for at in range(count):
+        same_group = [other for other in by_place if meta[other] == meta[at]]
+        assert records["index"][at] == same_group.index(at)
+
+
+@pytest.mark.slow  # (tracemalloc)
+def test_a_ranks_records_never_whole_in_memory(tmp_path):
+    """One rank of 400,000 kernels over 4 groups, its records to disk from the first: matching them takes under
+    20 MB (15.4 here: the sort's positions, each kernel's group and place); the records made whole (48 bytes a
+    kernel) beside the sort's 64-bit positions took 34.8."""
+    count = 400_000
+    metas = [(name, "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7) for name in ("0", "1", "2", "3")]
+    kernels = algo.RankKernels(0, np.arange(count, dtype=float), np.ones(count), (np.arange(count) % 4).astype(np.int32),
+                               metas, np.arange(count), np.full(count, -1, np.int32))
+    store = collectivespill.SpilledKernels(str(tmp_path), budget=0)
+    tracemalloc.start()
+    try:
+        matched = algo.match([kernels], store)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    try:
+        assert store.spilled and matched.records["index"][-4:].tolist() == [count // 4 - 1] * 4
+        assert peak < 20e6, peak
+    finally:
+        del matched
+        store.close()
