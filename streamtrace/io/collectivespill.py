@@ -92,6 +92,7 @@ class RowPart(Rows):
         self._types: BinaryIO | None = None
         self._codes = bytearray()  # type letters not yet written, a line a row
         self._objects: list = []  # cells that are neither numbers nor texts (args Kineto wrote as lists: shared)
+        self._kinds: dict[tuple, bytes] = {}  # a row's cells' classes -> its line of type letters
         self._file: BinaryIO | None = None
         self._text: io.TextIOWrapper | None = None
         self._sort_keys = array("d")
@@ -140,11 +141,13 @@ class RowPart(Rows):
                     self._types = None
             else:
                 values = list(row.values()) if self.named else row  # type: ignore[union-attr]
-                codes = "".join([_CODES.get(type(value)) or _code(value) for value in values])
-                if "o" in codes:
-                    self._objects.extend(value for value, code in zip(values, codes) if code == "o")
-                self._codes += codes.encode()
-                self._codes += b"\n"
+                kinds = tuple(map(type, values))
+                codes = self._kinds.get(kinds)
+                if codes is None:
+                    codes = self._kinds[kinds] = "".join([_code(kind) for kind in kinds]).encode() + b"\n"
+                if _OBJECT in codes:
+                    self._objects.extend(value for value, code in zip(values, codes) if code == _OBJECT)
+                self._codes += codes
                 if len(self._codes) >= TYPE_BYTES:
                     self._write_codes()
 
@@ -170,12 +173,11 @@ class RowPart(Rows):
         codes = self._types or io.BytesIO(bytes(self._codes))
         self._text.seek(0)
         lines = csv.reader(self._text)
-        objects = iter(self._objects)
+        readers = _Readers(iter(self._objects))
         if self.named:
-            rows = (_laid(values, types, columns, objects) for values, types in zip(_named_rows(lines), codes))
+            rows = (_laid(values, readers[types], columns) for values, types in zip(_named_rows(lines), codes))
         else:
-            rows = ([_typed(code, value, objects) for code, value in zip(types, cells)]
-                    for cells, types in zip(lines, codes))
+            rows = ([read(text) for read, text in zip(readers[types], cells)] for cells, types in zip(lines, codes))
         if order is None:
             return rows
         made = list(rows)
@@ -263,27 +265,38 @@ class PartTable:
 
 
 TYPE_BYTES = 1 << 20  # type letters held before they are written
-_CODES = {int: "i", str: "s", bool: "b", type(None): "n"}  # a cell's type, by its class (others: _code)
-_READ = {"i": int, "f": float, "s": str, "b": lambda text: text == "True", "n": lambda text: None,
-         "N": lambda text: math.nan}
 _OBJECT = ord("o")
+_READ = {"i": int, "s": str, "b": lambda text: text == "True", "n": lambda text: None,
+         "f": lambda text: float(text) if text else math.nan}  # (NaN is written as an empty cell, a float never)
 
 
-def _code(value: object) -> str:
-    """The type letter of a value whose class is not in :data:`_CODES`: floats, NaN, numpy's scalars, else
-    ``o`` (an object kept as it is)."""
-    if isinstance(value, (float, np.floating)):
-        return "f" if value == value else "N"
-    return "i" if isinstance(value, np.integer) else "o"
+def _code(kind: type) -> str:
+    """A cell's type letter, by its class: ``o`` for an object kept as it is (no number, text or None)."""
+    if issubclass(kind, bool):
+        return "b"
+    if issubclass(kind, (int, np.integer)):
+        return "i"
+    if issubclass(kind, (float, np.floating)):
+        return "f"
+    return "s" if issubclass(kind, str) else "n" if kind is type(None) else "o"
 
 
-def _typed(code: int, text: str, objects: Iterator) -> object:
-    return next(objects) if code == _OBJECT else _READ[chr(code)](text)
+class _Readers(dict):
+    """A line of type letters -> what reads each of its cells back (made once per distinct line)."""
+
+    def __init__(self, objects: Iterator) -> None:
+        super().__init__()
+        self.objects = objects
+
+    def __missing__(self, types: bytes) -> list:
+        found = self[types] = [(lambda text: next(self.objects)) if code == _OBJECT else _READ[chr(code)]
+                               for code in types.rstrip(b"\n")]
+        return found
 
 
-def _laid(values: dict[str, str], types: bytes, columns: list[str], objects: Iterator) -> list:
+def _laid(values: dict[str, str], readers: list, columns: list[str]) -> list:
     """A row made as a dict (its cells read back, typed), in ``columns``' order (None where it has none)."""
-    cells = dict(zip(values, (_typed(code, text, objects) for code, text in zip(types, values.values()))))
+    cells = dict(zip(values, [read(text) for read, text in zip(readers, values.values())]))
     return [cells.get(name) for name in columns]
 
 
