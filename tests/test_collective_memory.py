@@ -24,9 +24,12 @@ def same(found: list, made: list) -> bool:
     return len(found) == len(made) and all(type(a) is type(b) and repr(a) == repr(b) for a, b in zip(found, made))
 
 
-def test_rows_read_back_are_the_rows_made(tmp_path):
+@pytest.mark.parametrize("type_bytes", [1, collectivespill.TYPE_BYTES])
+def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, type_bytes):
     """Plain rows, rows of named columns (missing ones None) and rows sorted by a key: read back with their
-    values and types; NaN comes back NaN; beyond ``keep`` rows, none."""
+    values and types, their type letters written as they come or held until the end; NaN comes back NaN;
+    beyond ``keep`` rows, none."""
+    monkeypatch.setattr(collectivespill, "TYPE_BYTES", type_bytes)
     plain = collectivespill.RowPart(str(tmp_path), keep=100)
     rows = [CELLS[at:] + CELLS[:at] + [math.nan] for at in range(len(CELLS))]
     for row in rows:

@@ -264,7 +264,7 @@ class PartTable:
             out.detach()  # (the stream is its owner's to close)
 
 
-TYPE_BYTES = 1 << 20  # type letters held before they are written
+TYPE_BYTES = 64 << 10  # type letters held (per table) before they are written
 _OBJECT = ord("o")
 _READ = {"i": int, "s": str, "b": lambda text: text == "True", "n": lambda text: None,
          "f": lambda text: float(text) if text else math.nan}  # (NaN is written as an empty cell, a float never)
