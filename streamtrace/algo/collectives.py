@@ -248,21 +248,18 @@ def match(ranks: Sequence[RankKernels], store: KernelStore | None = None, let_go
     for kernels, remap in zip(ranks, remaps):
         meta = remap[kernels.meta]
         group = group_of[meta]
-        order = np.lexsort((kernels.ts, group))  # by group, then start, then file order (TraceLens's rank 'first')
+        # by group, then start, then file order (TraceLens's rank 'first'); 32-bit places (as the records')
+        order = np.lexsort((kernels.ts, group)).astype(np.int32)
         in_order = group[order]
         firsts = np.flatnonzero(np.r_[True, in_order[1:] != in_order[:-1]]) if len(order) else np.empty(0, np.int64)
         sizes = np.diff(np.r_[firsts, len(order)])
-        records = np.empty(len(order), KERNEL)
-        records["ts"], records["dur"], records["meta"], records["group"] = kernels.ts, kernels.dur, meta, group
-        records["index"][order] = np.arange(len(order)) - np.repeat(firsts, sizes)
-        records["sorted"] = order
-        records["rank"] = kernels.rank
-        records["peer"] = -1 if kernels.peer is None else kernels.peer
-        records["seq"] = -1 if kernels.seq is None else kernels.seq
+        index = np.empty(len(order), np.int32)
+        for first, size in zip(firsts.tolist(), sizes.tolist()):
+            index[order[first:first + size]] = np.arange(size, dtype=np.int32)
         at = len(matched.ranks)
         matched.ranks.append(kernels.rank)
-        matched.starts.append(store.append(records))
-        matched.counts.append(len(records))
+        matched.starts.append(_stored(store, kernels, meta, group, index, order))
+        matched.counts.append(len(order))
         matched.slices.append({int(in_order[first]): (int(first), int(size)) for first, size in zip(firsts, sizes)})
         for first, size in zip(firsts.tolist(), sizes.tolist()):
             for code in {pg[int(row)] for row in np.unique(meta[order[first:first + size]]).tolist()}:
@@ -273,6 +270,26 @@ def match(ranks: Sequence[RankKernels], store: KernelStore | None = None, let_go
             kernels.seq = kernels.peer = None
     matched.records = store.seal()
     return matched
+
+
+RECORD_BLOCK = 65_536  # records made and stored together (3 MiB: a rank's records are never whole in memory)
+
+
+def _stored(store: KernelStore, kernels: RankKernels, meta: np.ndarray, group: np.ndarray, index: np.ndarray,
+            order: np.ndarray) -> int:
+    """A rank's records, made and appended to ``store`` :data:`RECORD_BLOCK` at a time; the first's position."""
+    start = None
+    for first in range(0, max(len(order), 1), RECORD_BLOCK):
+        part = slice(first, first + RECORD_BLOCK)
+        records = np.empty(len(order[part]), KERNEL)
+        records["ts"], records["dur"], records["meta"], records["group"] = (kernels.ts[part], kernels.dur[part],
+                                                                             meta[part], group[part])
+        records["index"], records["sorted"], records["rank"] = index[part], order[part], kernels.rank
+        records["peer"] = -1 if kernels.peer is None else kernels.peer[part]
+        records["seq"] = -1 if kernels.seq is None else kernels.seq[part]
+        offset = store.append(records)
+        start = offset if start is None else start
+    return start  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------- walking the kernels, collective by collective

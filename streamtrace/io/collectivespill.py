@@ -14,7 +14,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from ..algo.collectives import KERNEL, Rows, laid_out, missing
+from ..algo.collectives import KERNEL, Rows, missing
 from .scratch import spool_writes
 
 SPILL_BYTES = 64 << 20
@@ -77,17 +77,22 @@ def _raw(records: np.ndarray) -> memoryview:
 
 class RowPart(Rows):
     """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns a
-    line per column, name and value, laid out when the columns are known); the first ``keep`` are kept as
-    they are too (the summary's), none if there are more.  A sorted table keeps its sort key and each
-    row's place (16 bytes a row).  No row's whole text is made at once (an all_to_allv's row over 1,024
-    ranks, every rank's splits, is megabytes)."""
+    line per column, name and value, laid out when the columns are known); while there are at most
+    ``keep``, each cell's type too (a letter a cell, in a second file), so that the summary's rows are read
+    back, values and types as made, from the files at the end (:meth:`each_row`): none is held meanwhile.
+    A sorted table keeps its sort key and each row's place (16 bytes a row).  No row's whole text is made
+    at once (an all_to_allv's row over 1,024 ranks, every rank's splits, is megabytes)."""
 
     def __init__(self, directory: str | None, keep: int) -> None:
         super().__init__()
         self.directory, self.keep = directory, keep
         self.count = 0
         self.named = False  # rows made as dicts
-        self.kept: list | None = []
+        self.typed = True  # the cells' types are written (at most ``keep`` rows)
+        self._types: BinaryIO | None = None
+        self._codes = bytearray()  # type letters not yet written, a line a row
+        self._objects: list = []  # cells that are neither numbers nor texts (args Kineto wrote as lists: shared)
+        self._kinds: dict[tuple, bytes] = {}  # a row's cells' classes -> its line of type letters
         self._file: BinaryIO | None = None
         self._text: io.TextIOWrapper | None = None
         self._sort_keys = array("d")
@@ -128,12 +133,55 @@ class RowPart(Rows):
                 else:
                     self._writer.writerow(cells)
         self.count += 1
-        if self.kept is not None:
-            self.kept.append(row)
-            self.keys.append(key)
+        if self.typed:
             if self.count > self.keep:
-                self.kept = None
-                self.keys = []
+                self.typed, self._codes, self._objects = False, bytearray(), []
+                if self._types is not None:
+                    self._types.close()
+                    self._types = None
+            else:
+                values = list(row.values()) if self.named else row  # type: ignore[union-attr]
+                kinds = tuple(map(type, values))
+                codes = self._kinds.get(kinds)
+                if codes is None:
+                    codes = self._kinds[kinds] = "".join([_code(kind) for kind in kinds]).encode() + b"\n"
+                if _OBJECT in codes:
+                    self._objects.extend(value for value, code in zip(values, codes) if code == _OBJECT)
+                self._codes += codes
+                if len(self._codes) >= TYPE_BYTES:
+                    self._write_codes()
+
+    def _write_codes(self) -> None:
+        with spool_writes(self.directory or tempfile.gettempdir()):
+            if self._types is None:
+                self._types = tempfile.TemporaryFile(prefix="streamtrace-types-", dir=self.directory)
+            self._types.write(self._codes)
+        self._codes = bytearray()
+
+    def each_row(self, columns: list[str], order: np.ndarray | None) -> Iterator[list] | None:
+        """The rows as they were made (lists in ``columns``' order, in ``order`` if given), read back from the
+        files; None when there are more than ``keep``."""
+        if not self.typed:
+            return None
+        if self._text is None:
+            return iter(())
+        self._flush()
+        self._text.flush()
+        if self._types is not None:
+            self._write_codes()
+            self._types.seek(0)
+        codes = self._types or io.BytesIO(bytes(self._codes))
+        self._text.seek(0)
+        lines = csv.reader(self._text)
+        readers = _Readers(iter(self._objects))
+        if self.named:
+            rows = (_laid(values, readers[types], columns) for values, types in zip(_named_rows(lines), codes))
+        else:
+            rows = ([read(text) for read, text in zip(readers[types], cells)] for cells, types in zip(lines, codes))
+        if order is None:
+            return rows
+        made = list(rows)
+        return (made[at] for at in order.tolist())
 
     def __len__(self) -> int:
         return self.count
@@ -144,8 +192,7 @@ class RowPart(Rows):
             keys = np.frombuffer(self._sort_keys, dtype=np.float64)
             present = np.flatnonzero(~np.isnan(keys))
             order = np.concatenate([present[np.argsort(-keys[present], kind="stable")], np.flatnonzero(np.isnan(keys))])
-        rows = None if self.kept is None else laid_out(self.kept, self.keys, columns, by_key)
-        return PartTable(columns, self, order, rows)
+        return PartTable(columns, self, order)
 
     def write(self, out: io.TextIOWrapper, columns: list[str], order: np.ndarray | None) -> None:
         """Copy the rows to ``out`` (in ``order``, the lines' places, if given), named columns laid out."""
@@ -183,17 +230,28 @@ class RowPart(Rows):
         if self._text is not None:
             self._text.close()  # (and its file)
             self._text = self._file = None
+        if self._types is not None:
+            self._types.close()
+            self._types = None
 
 
 class PartTable:
-    """A table whose rows are in a :class:`RowPart`: its columns, its length, the rows themselves when few
-    (else None)."""
+    """A table whose rows are in a :class:`RowPart`: its columns, its length, its rows read back when few."""
 
-    def __init__(self, columns: list[str], part: RowPart, order: np.ndarray | None, rows: list | None) -> None:
-        self.columns, self.part, self.order, self.rows = columns, part, order, rows
+    def __init__(self, columns: list[str], part: RowPart, order: np.ndarray | None) -> None:
+        self.columns, self.part, self.order = columns, part, order
 
     def __len__(self) -> int:
         return self.part.count
+
+    def each_row(self) -> Iterator[list] | None:
+        """The rows, read back one at a time (None: more than its part keeps the types of)."""
+        return self.part.each_row(self.columns, self.order)
+
+    @property
+    def rows(self) -> list[list] | None:
+        found = self.each_row()
+        return None if found is None else list(found)
 
     def write(self, raw: BinaryIO) -> None:
         """The CSV: header, then every row."""
@@ -204,6 +262,42 @@ class PartTable:
             out.flush()
         finally:
             out.detach()  # (the stream is its owner's to close)
+
+
+TYPE_BYTES = 64 << 10  # type letters held (per table) before they are written
+_OBJECT = ord("o")
+_READ = {"i": int, "s": str, "b": lambda text: text == "True", "n": lambda text: None,
+         "f": lambda text: float(text) if text else math.nan}  # (NaN is written as an empty cell, a float never)
+
+
+def _code(kind: type) -> str:
+    """A cell's type letter, by its class: ``o`` for an object kept as it is (no number, text or None)."""
+    if issubclass(kind, bool):
+        return "b"
+    if issubclass(kind, (int, np.integer)):
+        return "i"
+    if issubclass(kind, (float, np.floating)):
+        return "f"
+    return "s" if issubclass(kind, str) else "n" if kind is type(None) else "o"
+
+
+class _Readers(dict):
+    """A line of type letters -> what reads each of its cells back (made once per distinct line)."""
+
+    def __init__(self, objects: Iterator) -> None:
+        super().__init__()
+        self.objects = objects
+
+    def __missing__(self, types: bytes) -> list:
+        found = self[types] = [(lambda text: next(self.objects)) if code == _OBJECT else _READ[chr(code)]
+                               for code in types.rstrip(b"\n")]
+        return found
+
+
+def _laid(values: dict[str, str], readers: list, columns: list[str]) -> list:
+    """A row made as a dict (its cells read back, typed), in ``columns``' order (None where it has none)."""
+    cells = dict(zip(values, [read(text) for read, text in zip(readers, values.values())]))
+    return [cells.get(name) for name in columns]
 
 
 def _named_rows(lines: Iterator[list[str]]) -> Iterator[dict[str, str]]:

@@ -19,6 +19,7 @@ import math
 import os
 from array import array
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
@@ -245,7 +246,8 @@ def add_causes(report: Report, hta_tables: dict) -> None:
     stragglers = report.tables.get("straggler_summary")
     if stragglers is not None:
         report.tables["straggler_causes"] = collectivereport.straggler_causes(
-            _records(stragglers), hta_tables.get("kernel_breakdown") or [], hta_tables.get("temporal_breakdown") or [])
+            _records(stragglers.columns, stragglers.rows), hta_tables.get("kernel_breakdown") or [],
+            hta_tables.get("temporal_breakdown") or [])
 
 
 def claim(destinations: Destinations, out_dir: str | os.PathLike | None) -> dict[str, str]:
@@ -286,13 +288,21 @@ def _cell(value: object) -> object:
 
 def as_records(report: Report) -> dict[str, list[dict] | None]:
     """The tables as lists of rows (column -> value), for the summary (NaN as None); a table longer than
-    :data:`JSON_ROWS` is None there (its CSV has it), as analyze's launch statistics."""
-    return {name: None if table.rows is None or len(table.rows) > JSON_ROWS else _records(table)
-            for name, table in report.tables.items()}
+    :data:`JSON_ROWS` is None there (its CSV has it), as analyze's launch statistics.  A long table's rows
+    are read back from its file a row at a time."""
+    found: dict[str, list[dict] | None] = {}
+    for name, table in report.tables.items():
+        rows = table.each_row() if isinstance(table, PartTable) else table.rows
+        found[name] = None if rows is None or _length(table) > JSON_ROWS else _records(table.columns, rows)
+    return found
 
 
-def _records(table: Table) -> list[dict]:
-    return [dict(zip(table.columns, (None if _missing(value) else value for value in row))) for row in table.rows]
+def _length(table: Table | PartTable) -> int:
+    return len(table) if isinstance(table, PartTable) else len(table.rows)
+
+
+def _records(columns: list[str], rows: Iterable[list]) -> list[dict]:
+    return [dict(zip(columns, (None if _missing(value) else value for value in row))) for row in rows]
 
 
 def _missing(value: object) -> bool:

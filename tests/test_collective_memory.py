@@ -1,0 +1,132 @@
+"""The collective report's memory: the summary's rows of its long tables are read back from their temporary
+files at the end, none held while the kernels are walked (the same values, of the same types, as rows made in
+memory); a rank's records are made and stored a block at a time."""
+from __future__ import annotations
+
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+from test_collectives_scale import allreduces
+from tracelens_cases import CASES, case_files
+
+from streamtrace.algo import collectives as algo
+from streamtrace.commands.analyses import collectives as command
+from streamtrace.commands.analyze import analyze
+from streamtrace.io import collectivespill
+
+CELLS = [0, -7, 1 << 70, 0.1 + 0.2, 1e-300, -0.0, math.inf, 5e15 + 0.5, "", "12", "1.5", 'a, "b"\nc', "None", None, True, ("Float", 2)]
+
+
+def same(found: list, made: list) -> bool:
+    """Equal values of the same types (floats by their text, NaN as NaN)."""
+    return len(found) == len(made) and all(type(a) is type(b) and repr(a) == repr(b) for a, b in zip(found, made))
+
+
+@pytest.mark.parametrize("type_bytes", [1, collectivespill.TYPE_BYTES])
+def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, type_bytes):
+    """Plain rows, rows of named columns (missing ones None) and rows sorted by a key: read back with their
+    values and types, their type letters written as they come or held until the end; NaN comes back NaN;
+    beyond ``keep`` rows, none."""
+    monkeypatch.setattr(collectivespill, "TYPE_BYTES", type_bytes)
+    plain = collectivespill.RowPart(str(tmp_path), keep=100)
+    rows = [CELLS[at:] + CELLS[:at] + [math.nan] for at in range(len(CELLS))]
+    for row in rows:
+        plain.add(row)
+    found = list(plain.table(list("x" * len(rows[0]))).each_row())
+    assert all(same(a, b) for a, b in zip(found, rows)) and len(found) == len(rows)
+    named = collectivespill.RowPart(str(tmp_path), keep=100)
+    columns = [f"c{at}" for at in range(len(CELLS) + 1)]
+    for at in range(len(CELLS)):
+        named.add({f"c{n}": CELLS[(n + at) % len(CELLS)] for n in range(at, len(CELLS))}, key=[3.0, math.nan, 7, 3][at % 4])
+    table = named.table(columns, by_key=True)
+    made = [[None] * at + [CELLS[(n + at) % len(CELLS)] for n in range(at, len(CELLS))] + [None] for at in range(len(CELLS))]
+    keys = [[3.0, math.nan, 7, 3][at % 4] for at in range(len(CELLS))]
+    expected = [made[at] for at in algo.descending_order(keys)]
+    assert all(same(a, b) for a, b in zip(table.rows, expected)) and len(table.rows) == len(expected)
+    short = collectivespill.RowPart(str(tmp_path), keep=3)
+    for row in rows:
+        short.add(row)
+    assert short.table(["x"]).rows is None and len(short) == len(rows)
+    for part in (plain, named, short):
+        part.close()
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # (tracemalloc)
+def test_no_summary_row_held_during_the_walk():
+    """4 ranks of 2,000 all-reduces, every table under JSON_ROWS (its rows in the summary): the report's peak
+    stays under 4.5 MB (3.4 here), as with no row kept; holding them as lists until the end took 11.4."""
+    inputs = [command.CollectiveInput(allreduces(rank, 2_000), 0) for rank in range(4)]
+    tracemalloc.start()
+    try:
+        report = command.collective_report(inputs, False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    try:
+        records = command.as_records(report)
+        assert len(records["nccl_long"]) == 8_000 and len(records["nccl_implicit_sync"]) == 2_000
+        assert peak < 4.5e6, peak
+    finally:
+        command.close(report)
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in ("synth_pp16", "dlrm_8ranks")
+                                  else case for case in CASES])
+def test_summary_rows_read_back_are_those_made_in_memory(tmp_path, monkeypatch, case):
+    """The summary's tables (values, types, floats' text, None) are those of the rows made in memory
+    (:class:`~streamtrace.algo.collectives.Rows`, the library's own)."""
+    files = case_files(case, tmp_path / "in")
+    read_back = analyze(files, None, all2allv_heatmap=True)["tables"]
+    monkeypatch.setattr(command, "RowPart", lambda directory, keep: algo.Rows())
+    monkeypatch.setattr(command, "close", lambda report: None)
+    in_memory = analyze(files, None, all2allv_heatmap=True)["tables"]
+    assert read_back.keys() == in_memory.keys() and read_back["nccl_long"]
+    for name, rows in in_memory.items():
+        assert repr(read_back[name]) == repr(rows), name
+
+
+def test_records_made_a_block_at_a_time(tmp_path, monkeypatch):
+    """Groups of kernels with tied and unordered starts: each record's place in its group is its place by
+    (start, file order), and ``sorted`` lists the file positions in (group, place) order (plain sorted() here),
+    with blocks of 7 records."""
+    monkeypatch.setattr(algo, "RECORD_BLOCK", 7)
+    rng = np.random.default_rng(5)
+    count = 100
+    metas = [(name, "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7) for name in ("0", "1", "2")]
+    ts = rng.integers(0, 20, count).astype(float)
+    meta = rng.integers(0, 3, count).astype(np.int32)
+    kernels = algo.RankKernels(1, ts, np.ones(count), meta, metas, np.arange(count), np.full(count, -1, np.int32))
+    records = algo.match([kernels]).records
+    by_place = sorted(range(count), key=lambda at: (metas[meta[at]][0], ts[at], at))
+    assert records["sorted"].tolist() == by_place and records["ts"].tolist() == ts.tolist()
+    assert records["seq"].tolist() == list(range(count))
+    for at in range(count):
+        same_group = [other for other in by_place if meta[other] == meta[at]]
+        assert records["index"][at] == same_group.index(at)
+
+
+@pytest.mark.slow  # (tracemalloc)
+def test_a_ranks_records_never_whole_in_memory(tmp_path):
+    """One rank of 400,000 kernels over 4 groups, its records to disk from the first: matching them takes under
+    20 MB (15.4 here: the sort's positions, each kernel's group and place); the records made whole (48 bytes a
+    kernel) beside the sort's 64-bit positions took 34.8."""
+    count = 400_000
+    metas = [(name, "[0, 1]", "allreduce", 2, "Float", 8, 8, "[]", "[]", 7) for name in ("0", "1", "2", "3")]
+    kernels = algo.RankKernels(0, np.arange(count, dtype=float), np.ones(count), (np.arange(count) % 4).astype(np.int32),
+                               metas, np.arange(count), np.full(count, -1, np.int32))
+    store = collectivespill.SpilledKernels(str(tmp_path), budget=0)
+    tracemalloc.start()
+    try:
+        matched = algo.match([kernels], store)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    try:
+        assert store.spilled and matched.records["index"][-4:].tolist() == [count // 4 - 1] * 4
+        assert peak < 20e6, peak
+    finally:
+        del matched
+        store.close()
