@@ -8,7 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from test_collectives_scale import allreduces
+from test_collectives_scale import traced_report
 from tracelens_cases import CASES, case_files
 
 from streamtrace.algo import collectives as algo
@@ -58,13 +58,7 @@ def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, type_bytes):
 def test_no_summary_row_held_during_the_walk():
     """4 ranks of 2,000 all-reduces, every table under JSON_ROWS (its rows in the summary): the report's peak
     stays under 4.5 MB (3.4 here), as with no row kept; holding them as lists until the end took 11.4."""
-    inputs = [command.CollectiveInput(allreduces(rank, 2_000), 0) for rank in range(4)]
-    tracemalloc.start()
-    try:
-        report = command.collective_report(inputs, False)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    report, peak = traced_report(4, 2_000)
     try:
         records = command.as_records(report)
         assert len(records["nccl_long"]) == 8_000 and len(records["nccl_implicit_sync"]) == 2_000

@@ -53,18 +53,23 @@ def allreduces(rank: int, count: int) -> algo.RankKernels:
                             [meta])
 
 
+def traced_report(ranks: int, count: int) -> tuple:
+    """The collective report of ``ranks`` ranks of ``count`` all-reduces each, and its traced peak in bytes."""
+    inputs = [command.CollectiveInput(allreduces(rank, count), 0) for rank in range(ranks)]
+    tracemalloc.start()
+    try:
+        report = command.collective_report(inputs, False)
+        return report, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.slow  # (tracemalloc)
 def test_report_memory_follows_the_collective_not_the_kernels(monkeypatch):
     """8,000 kernels (2,000 collectives): the report's peak (records, the summaries' columns, one collective)
     stays under 4.5 MB; nccl_long's rows and nccl_implicit_sync's as Python lists and dicts took 7.6."""
     monkeypatch.setattr(command, "JSON_ROWS", 10)
-    inputs = [command.CollectiveInput(allreduces(rank, 2_000), 0) for rank in range(4)]
-    tracemalloc.start()
-    try:
-        report = command.collective_report(inputs, False)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    report, peak = traced_report(4, 2_000)
     try:
         assert len(report.tables["nccl_long"]) == 8_000 and report.tables["nccl_long"].rows is None
         assert report.tables["straggler_summary"].rows[0][:4] == [3, 0, 0.0, 2_000]
