@@ -486,8 +486,8 @@ def test_an_op_not_modelled_here_below_another_op_is_said(tmp_path) -> None:
     """The walk meets the op whose model is not here while looking below the op around it: no table, a note."""
     events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
                "args": {"Input Dims": [[16, 32], [32, 8]], "Input type": ["float", "float"]}}
-              for name, ts, dur in (("outer", 0, 30), ("vllm::unified_attention_with_output", 10, 5))]
+              for name, ts, dur in (("outer", 0, 30), ("pseudo_op::moe_gptq_awq_down", 10, 5))]
     events += [*_launch(1, 1), *_kernel(1, 100, 4), *_launch(2, 11), *_kernel(2, 110, 4)]
     tables, notes = ops_tables(_write(tmp_path / "t.json", events))
     assert "unified_perf_summary" not in tables and "ops_summary" in tables
-    assert "unified_perf_summary not written: no model here yet for vllm::unified_attention_with_output" in notes
+    assert "unified_perf_summary not written: no model here yet for pseudo_op::moe_gptq_awq_down" in notes
