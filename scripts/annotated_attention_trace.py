@@ -11,10 +11,9 @@ makes TraceLens's CSVs for it; tests/test_ops.py compares analyze --ops.
 """
 from __future__ import annotations
 
-import json
 import sys
 
-from model_ops_trace import BF16, NONE, Trace, _tensor
+from model_ops_trace import BF16, NONE, Trace, _tensor, dump
 
 OP = "vllm::unified_attention_with_output"
 KERNEL = "fmhaSm100aKernel_QkvBfloat16OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext"
@@ -63,9 +62,7 @@ def build() -> dict:
 
 
 def write(path: str) -> str:
-    with open(path, "w") as out:
-        json.dump(build(), out)
-    return path
+    return dump(build(), path)
 
 
 if __name__ == "__main__":

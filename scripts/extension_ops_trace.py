@@ -31,10 +31,9 @@ caches nothing for its backward op).
 """
 from __future__ import annotations
 
-import json
 import sys
 
-from model_ops_trace import BF16, F32, NONE, Trace, _scalar, _tensor
+from model_ops_trace import BF16, F32, NONE, Trace, _scalar, _tensor, dump
 
 FP8 = "c10::Float8_e4m3fnuz"
 FP4, E8M0, U8 = "c10::Float4_e2m1fn_x2", "c10::Float8_e8m0fnu", "unsigned char"
@@ -513,9 +512,7 @@ def build() -> dict:
 
 
 def write(path: str) -> str:
-    with open(path, "w") as out:
-        json.dump(build(), out)
-    return path
+    return dump(build(), path)
 
 
 if __name__ == "__main__":

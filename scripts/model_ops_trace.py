@@ -465,10 +465,15 @@ def build_odd() -> dict:
     return {"traceEvents": trace.events}
 
 
-def write(path: str, odd: bool = False) -> str:
+def dump(document: dict, path: str) -> str:
+    """``document`` written as JSON to ``path`` (returned): what every trace script here writes."""
     with open(path, "w") as out:
-        json.dump(build_odd() if odd else build(), out)
+        json.dump(document, out)
     return path
+
+
+def write(path: str, odd: bool = False) -> str:
+    return dump(build_odd() if odd else build(), path)
 
 
 if __name__ == "__main__":
