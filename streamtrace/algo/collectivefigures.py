@@ -26,6 +26,7 @@ WAIT_COLUMN = re.compile(r"rank_(\d+)_wait_time$")
 WAITED_COLORS = ("#e45756", "#f58518", "#eeca3b")  # the ranks waited for most, then the rest in grey
 OTHERS_COLOR = "#bab0ac"
 NO_RANK = -1
+ONE_RANK = "who waits for whom needs the other ranks' traces too"  # (said of one rank's collectives)
 NO_WAIT = "no rank waits for another: every rank starts each matched collective at the same time"
 
 
@@ -97,8 +98,7 @@ def page(summary: dict) -> tuple[str, list[Figure]]:
         return "", [figure]
     waits = Waits.of(rows)
     if len(waits.ranks) == 1:
-        figure.missing = (f"the collectives are one rank's (rank {waits.ranks[0]}): who waits for whom needs the "
-                          "other ranks' traces too")
+        figure.missing = f"the collectives are one rank's (rank {waits.ranks[0]}): {ONE_RANK}"
     elif not waits.ranks:
         figure.missing = ("no collective is matched across ranks (an all-reduce, reduce-scatter, all-gather or "
                           "all_to_all, by TraceLens's order within a process group), so no rank waits for another")

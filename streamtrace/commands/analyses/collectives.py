@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ...algo import collectivematch, collectivereport
+from ...algo import collectivefigures, collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
@@ -319,8 +319,8 @@ def report_rows(summary: dict) -> list[tuple[str, str]]:
     last = stragglers[0]
     if len(stragglers) == 1:
         count = last["num_collectives"]
-        return [("collectives", f"{count:,} collective{'' if count == 1 else 's'}, all on rank {last['rank']}: who waits "
-                                "for whom needs the other ranks' traces too")]
+        return [("collectives", f"{count:,} collective{'' if count == 1 else 's'}, all on rank {last['rank']}: "
+                                f"{collectivefigures.ONE_RANK}")]
     waited = sum(row["total_wait_time_us"] for row in stragglers[1:])
     rows = [("collectives", f"rank {last['rank']} arrives last at {last['times_arrived_last']} of "
                             f"{last['num_collectives']} collectives; the other ranks wait {waited / 1e3:,.1f} ms in all")]
