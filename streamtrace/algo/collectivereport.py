@@ -28,12 +28,14 @@ from .collectives import (
     KernelStore,
     LongTable,
     Nodes,
+    Orderer,
     RankKernels,
     Report,
     Rows,
     Table,
     match,
     missing,
+    order_in_memory,
     pg_ranks,
     walk,
 )
@@ -219,7 +221,7 @@ def _why(row: dict, speed: float, work: float, idle: object, median_idle: float)
 def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world_size: int | None = None,
            heatmap: bool = False, align_clocks: bool = False, store: KernelStore | None = None,
            rows: Callable[[str], Rows] = lambda name: Rows(), column: Callable[[], ValueColumn] = MemoryColumn,
-           let_go: bool = False) -> Report:
+           let_go: bool = False, orderer: Orderer = order_in_memory) -> Report:
     """TraceLens's tables for these ranks' collective kernels (none without kernels), by its file stems.
 
     ``gpus_per_node``: adds its node columns (TraceLens takes the first rank file's deviceProperties
@@ -229,12 +231,13 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     by default); ``rows``: where the rows of the long tables (a row per kernel or collective) go as they
     are made, by table (memory by default; a table whose rows went elsewhere is what its ``table`` gives);
     ``column``: where the summaries' kept columns go (a number per collective; memory by default);
-    ``let_go``: the ranks' arrays are emptied as their records are made (:func:`.collectives.match`)."""
+    ``let_go``: the ranks' arrays are emptied as their records are made; ``orderer``: what orders each rank's
+    kernels by group and start (in memory by default; :func:`.collectives.match`)."""
     notes: list[str] = []
     ranks = [kernels for kernels in ranks if len(kernels.ts)]
     if not ranks:
         return Report({}, notes)
-    matched = match(ranks, store, let_go)
+    matched = match(ranks, store, let_go, orderer)
     world = world_size if world_size is not None else matched.ranks[-1] + 1
     nodes = Nodes(gpus_per_node, world) if gpus_per_node else None
     long = LongTable(rows("nccl_long"), nodes)

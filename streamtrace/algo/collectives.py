@@ -220,17 +220,46 @@ class Matched:
         return record if self.pg[int(self.records["meta"][record])] == pg else -1
 
 
-def match(ranks: Sequence[RankKernels], store: KernelStore | None = None, let_go: bool = False) -> Matched:
+class Orderer(Protocol):
+    """What orders a rank's kernels by group, then start, then file position (TraceLens's rank 'first'): in
+    memory (:func:`order_in_memory`), or on disk beyond a budget (analyze's, :mod:`streamtrace.io.collectivesort`)."""
+
+    def __call__(self, count: int, keys: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+                 sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``keys(first, end)``: the groups and starts of kernels ``first`` to ``end``; ``sizes``: the kernels of
+        each group. Returns the file positions in that order and each kernel's place in its group (32-bit
+        arrays, or memory maps of files holding them)."""
+        ...
+
+
+def order_in_memory(count: int, keys: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+                    sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`Orderer` in memory: one stable sort of the whole rank."""
+    group, ts = keys(0, count)
+    order = np.lexsort((ts, group)).astype(np.int32)
+    index = np.empty(count, np.int32)
+    index[order] = np.arange(count, dtype=np.int32) - group_firsts(sizes)[group[order]]
+    return order, index
+
+
+def group_firsts(sizes: np.ndarray) -> np.ndarray:
+    """Where each group's kernels start in group order."""
+    return (np.cumsum(sizes) - sizes).astype(np.int32)
+
+
+def match(ranks: Sequence[RankKernels], store: KernelStore | None = None, let_go: bool = False,
+          orderer: Orderer = order_in_memory) -> Matched:
     """The ranks' kernels as records in ``store`` (memory by default), with their groups and places:
     TraceLens's matching (group ``all`` and places per rank when no kernel names a group and each rank
-    uses one stream).  ``let_go``: each rank's arrays are emptied once its records are made (its caller
-    is done with them: the records hold them, on disk beyond the store's budget)."""
+    uses one stream), each rank's kernels ordered by ``orderer`` and read :data:`RECORD_BLOCK` at a time
+    (they may be memory maps).  ``let_go``: each rank's arrays are emptied once its records are made (its
+    caller is done with them: the records hold them, on disk beyond the store's budget)."""
     ranks = sorted(ranks, key=lambda kernels: kernels.rank)
     metas: dict[tuple, int] = {}
     remaps = []
     for kernels in ranks:  # one table of metadata rows for all ranks, holding the rows a kernel uses
         remap = np.full(len(kernels.metas), -1, dtype=np.int32)
-        for at in np.unique(kernels.meta).tolist():
+        for at in np.flatnonzero(_uses(kernels.meta, len(kernels.metas))).tolist():
             remap[at] = metas.setdefault(kernels.metas[at], len(metas))
         remaps.append(remap)
     rows = list(metas)
@@ -246,24 +275,26 @@ def match(ranks: Sequence[RankKernels], store: KernelStore | None = None, let_go
     matched = Matched([], [], [], np.empty(0, KERNEL), rows, list(names), [], pg, group_of.tolist(), {}, simplified)
     store = store if store is not None else MemoryKernels()
     for kernels, remap in zip(ranks, remaps):
-        meta = remap[kernels.meta]
-        group = group_of[meta]
-        # by group, then start, then file order (TraceLens's rank 'first'); 32-bit places (as the records')
-        order = np.lexsort((kernels.ts, group)).astype(np.int32)
-        in_order = group[order]
-        firsts = np.flatnonzero(np.r_[True, in_order[1:] != in_order[:-1]]) if len(order) else np.empty(0, np.int64)
-        sizes = np.diff(np.r_[firsts, len(order)])
-        index = np.empty(len(order), np.int32)
-        for first, size in zip(firsts.tolist(), sizes.tolist()):
-            index[order[first:first + size]] = np.arange(size, dtype=np.int32)
+        count = len(kernels.ts)
+
+        def keys(first: int, end: int, kernels: RankKernels = kernels, remap: np.ndarray = remap) -> tuple:
+            return group_of[remap[kernels.meta[first:end]]], kernels.ts[first:end]
+
+        used = np.flatnonzero(remap >= 0)
+        sizes = np.zeros(len(names), np.int64)
+        for first in range(0, count, RECORD_BLOCK):
+            sizes += np.bincount(keys(first, first + RECORD_BLOCK)[0], minlength=len(names))
+        order, index = orderer(count, keys, sizes)
         at = len(matched.ranks)
         matched.ranks.append(kernels.rank)
-        matched.starts.append(_stored(store, kernels, meta, group, index, order))
-        matched.counts.append(len(order))
-        matched.slices.append({int(in_order[first]): (int(first), int(size)) for first, size in zip(firsts, sizes)})
-        for first, size in zip(firsts.tolist(), sizes.tolist()):
-            for code in {pg[int(row)] for row in np.unique(meta[order[first:first + size]]).tolist()}:
-                matched.classes.setdefault((int(in_order[first]), code), []).append(at)
+        matched.starts.append(_stored(store, kernels, remap, group_of, index, order))
+        matched.counts.append(count)
+        present = np.flatnonzero(sizes).tolist()
+        matched.slices.append(dict(zip(present, zip(group_firsts(sizes)[present].tolist(), sizes[present].tolist()))))
+        for group in present:  # (a group's kernels use the metadata rows of that group the rank uses)
+            for code in {pg[int(row)] for row in remap[used].tolist() if group_of[row] == group}:
+                matched.classes.setdefault((group, code), []).append(at)
+        del order, index
         if let_go:
             kernels.ts = kernels.dur = np.empty(0)
             kernels.meta = np.empty(0, np.int32)
@@ -272,18 +303,27 @@ def match(ranks: Sequence[RankKernels], store: KernelStore | None = None, let_go
     return matched
 
 
+def _uses(meta: np.ndarray, rows: int) -> np.ndarray:
+    """Which metadata rows the kernels use (read a block at a time)."""
+    used = np.zeros(rows, bool)
+    for first in range(0, len(meta), RECORD_BLOCK):
+        used[np.unique(meta[first:first + RECORD_BLOCK])] = True
+    return used
+
+
 RECORD_BLOCK = 65_536  # records made and stored together (3 MiB: a rank's records are never whole in memory)
 
 
-def _stored(store: KernelStore, kernels: RankKernels, meta: np.ndarray, group: np.ndarray, index: np.ndarray,
+def _stored(store: KernelStore, kernels: RankKernels, remap: np.ndarray, group_of: np.ndarray, index: np.ndarray,
             order: np.ndarray) -> int:
     """A rank's records, made and appended to ``store`` :data:`RECORD_BLOCK` at a time; the first's position."""
     start = None
     for first in range(0, max(len(order), 1), RECORD_BLOCK):
         part = slice(first, first + RECORD_BLOCK)
-        records = np.empty(len(order[part]), KERNEL)
+        meta = remap[kernels.meta[part]]
+        records = np.empty(len(meta), KERNEL)
         records["ts"], records["dur"], records["meta"], records["group"] = (kernels.ts[part], kernels.dur[part],
-                                                                             meta[part], group[part])
+                                                                             meta, group_of[meta])
         records["index"], records["sorted"], records["rank"] = index[part], order[part], kernels.rank
         records["peer"] = -1 if kernels.peer is None else kernels.peer[part]
         records["seq"] = -1 if kernels.seq is None else kernels.seq[part]

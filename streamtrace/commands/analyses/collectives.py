@@ -26,6 +26,7 @@ import numpy as np
 from ...algo import collectivefigures, collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
+from ...io.collectivesort import DiskOrder
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
 from ...io.destinations import Destinations
 from ...io.projection import attribute
@@ -205,9 +206,11 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
                       spool_dir: str | None = None) -> Report:
     """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
     first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
-    TraceLens's on clocks aligned on collective ends.  The kernels' records, the long tables' rows and the
-    summaries' kept columns go to temporary files in ``spool_dir`` beyond a budget
-    (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`); the inputs' kernel arrays
+    TraceLens's on clocks aligned on collective ends.  The kernels' records, the long tables' rows, the
+    summaries' kept columns and the sort ordering each rank's kernels go to temporary files in ``spool_dir``
+    beyond a budget
+    (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`,
+    :mod:`streamtrace.io.collectivesort`); the inputs' kernel arrays
     are emptied as their records are made; :func:`close` lets the rows go."""
     if not inputs:
         return Report({}, [])
@@ -223,7 +226,7 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
         found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
                                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap,
                                         align_clocks=align_clocks, store=store, rows=rows, column=values.column,
-                                        let_go=True)
+                                        let_go=True, orderer=DiskOrder(spool_dir))
     except BaseException:
         for part in parts:
             part.close()
