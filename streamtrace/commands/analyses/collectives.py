@@ -3,9 +3,11 @@
 finds.
 
 Pass 1 keeps, per NCCL/RCCL kernel, its start, duration, pid slot, own
-``args.rank`` and an index into the distinct collective args seen (a few
-dozen bytes a kernel, whatever the size of the trace); once the file's
-ranks are known each rank's kernels become a :class:`RankKernels`, and the
+``args.rank`` and an index into the distinct collective args seen (40
+bytes a kernel, in a temporary file beyond a budget:
+:mod:`streamtrace.io.kernelfiles`); once the file's ranks are known each
+rank's kernels become a :class:`RankKernels` (a file of its own when they
+were on disk), and the
 coordinator makes the tables from every rank's, collective by collective:
 the kernels' records on disk beyond a budget and the long tables' rows
 written to temporary files as they are made, then copied into the CSVs
@@ -14,6 +16,7 @@ written to temporary files as they are made, then copied into the CSVs
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import os
@@ -26,9 +29,11 @@ import numpy as np
 from ...algo import collectivefigures, collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
+from ...io import kernelfiles
 from ...io.collectivesort import DiskOrder
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
 from ...io.destinations import Destinations
+from ...io.kernelfiles import COLUMNS, ColumnFile, RankFiles, opened, remove
 from ...io.projection import attribute
 from ...io.valuespill import ValueSpill
 
@@ -54,10 +59,32 @@ def _on_own_stream(values: list, original_stream: object) -> list:
 @dataclass
 class CollectiveInput:
     """One rank's collective kernels (with its file's pg_config) and its file's deviceProperties count
-    (TraceLens's GPUs per node)."""
+    (TraceLens's GPUs per node); ``path``: the file holding the kernels (memory maps), if pass 1 put them on
+    disk: pickled, the input names it rather than holding its kernels."""
 
     kernels: RankKernels
     devices: int
+    path: str | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.path is not None:
+            state["count"] = len(self.kernels.ts)
+            state["kernels"] = dataclasses.replace(self.kernels, ts=None, dur=None, meta=None, seq=None, peer=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        count = state.pop("count", 0)
+        self.__dict__.update(state)
+        if self.path is not None:
+            self.kernels = _on_file(self.kernels, self.path, count)
+
+
+def _on_file(kernels: RankKernels, path: str, count: int) -> RankKernels:
+    """A rank's kernels read from their file (memory maps of its columns)."""
+    found = opened(path, count)
+    return dataclasses.replace(kernels, ts=found["ts"], dur=found["dur"], meta=found["meta"], seq=found["seq"],
+                               peer=found["peer"])
 
 
 class KernelCollector:
@@ -65,7 +92,10 @@ class KernelCollector:
     External id), each with its start, duration, pid slot, own ``args.rank``, collective args, ``Seq``
     and a send's or recv's peer."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory  # where the columns go beyond kernelfiles.COLUMN_BYTES (None: they stay in memory)
+        self._file: ColumnFile | None = None
+        self._ranks: RankFiles | None = None  # each rank's kernels, once the columns are on disk
         self.ts, self.dur = array("d"), array("d")
         self.slot, self.rank, self.meta, self.peer = array("i"), array("i"), array("i"), array("i")
         self.seq = array("q")
@@ -172,23 +202,65 @@ class KernelCollector:
         self.slot.extend(array("i", [slots[slot] for slot in part["slot"]]))
         self.meta.extend(array("i", [metas[meta] for meta in part["meta"]]))
 
+    def _columns(self) -> dict[str, np.ndarray]:
+        return {name: np.frombuffer(getattr(self, name), dtype=COLUMNS[name]) for name in COLUMNS.names}
+
+    def spill(self) -> None:
+        """The columns held to disk, once they are more than :data:`~streamtrace.io.kernelfiles.COLUMN_BYTES`
+        (with a directory only; analyze's joined index calls it, not its pass-1 workers, whose parts it absorbs)."""
+        held = len(self.ts) * COLUMNS.itemsize
+        if self.directory is None or not held or (self._file is None and held <= kernelfiles.COLUMN_BYTES):
+            return
+        if self._file is None:
+            self._file = ColumnFile(self.directory)
+        self._file.append(self._columns())
+        for name in COLUMNS.names:
+            del getattr(self, name)[:]
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
     def of_rank(self, rank: int, slot_ranks: list[int], devices: int, groups: dict | None = None) -> CollectiveInput:
         """A rank's kernels (a kernel's own args.rank, else its pid's), in file order; ``groups``: its
-        file's pg_config (group name -> ranks), with the groups the comms ops state by stride besides."""
-        ranks = np.array(slot_ranks + [NO_RANK], dtype=np.int64)[np.frombuffer(self.slot, dtype=np.int32)]
-        own = np.frombuffer(self.rank, dtype=np.int32)
-        rows = np.flatnonzero(np.where(own >= 0, own, ranks) == rank)
-        ts, dur = np.frombuffer(self.ts, dtype=np.float64), np.frombuffer(self.dur, dtype=np.float64)
-        meta = np.frombuffer(self.meta, dtype=np.int32)
-        seq, peer = np.frombuffer(self.seq, dtype=np.int64), np.frombuffer(self.peer, dtype=np.int32)
-        return CollectiveInput(RankKernels(rank, ts[rows].copy(), dur[rows].copy(), meta[rows].copy(), list(self.metas),
-                                           seq[rows].copy(), peer[rows].copy(), {**self._strided(), **(groups or {})}),
+        file's pg_config (group name -> ranks), with the groups the comms ops state by stride besides.
+        Columns on disk give each rank's kernels a file (made for every rank at the first call)."""
+        groups = {**self._strided(), **(groups or {})}
+        self.spill()
+        if self._file is not None:
+            if self._ranks is None:
+                self._ranks = self._by_rank(slot_ranks)
+            path, count = self._ranks.files.get(rank, (None, 0))
+            kernels = RankKernels(rank, np.empty(0), np.empty(0), np.empty(0, np.int32), list(self.metas), groups=groups)
+            return CollectiveInput(kernels if path is None else _on_file(kernels, path, count), devices, path)
+        columns = self._columns()
+        rows = np.flatnonzero(_ranks_of(columns, slot_ranks) == rank)
+        return CollectiveInput(RankKernels(rank, *(columns[name][rows] for name in ("ts", "dur", "meta")),
+                                           list(self.metas), columns["seq"][rows], columns["peer"][rows], groups),
                                devices)
+
+    def _by_rank(self, slot_ranks: list[int]) -> RankFiles:
+        """Every rank's kernels to its file, the columns read back a block at a time."""
+        found = RankFiles(self.directory)  # type: ignore[arg-type]
+        for block in self._file.blocks():  # type: ignore[union-attr]
+            ranks = _ranks_of(block, slot_ranks)
+            for rank in np.unique(ranks).tolist():
+                rows = block[ranks == rank]
+                found.append(rank, rows)
+        self.close()
+        return found
 
     def _strided(self) -> dict[str, tuple[int, ...]]:
         """Group name -> its ranks, from the comms ops' first rank, stride and size."""
         return {name: found for name, found in ((name, collectivematch.strided_ranks(*value))
                 for name, value in self.strides.items() if value is not None) if found is not None}
+
+
+def _ranks_of(columns, slot_ranks: list[int]) -> np.ndarray:
+    """Each kernel's rank: its own args.rank, else its pid's."""
+    own = columns["rank"]
+    return np.where(own >= 0, own, np.array(slot_ranks + [NO_RANK], dtype=np.int64)[columns["slot"]])
 
 
 def device_count(members: list, member_value) -> int:
@@ -208,10 +280,9 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
     first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
     TraceLens's on clocks aligned on collective ends.  The kernels' records, the long tables' rows, the
     summaries' kept columns and the sort ordering each rank's kernels go to temporary files in ``spool_dir``
-    beyond a budget
-    (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`,
-    :mod:`streamtrace.io.collectivesort`); the inputs' kernel arrays
-    are emptied as their records are made; :func:`close` lets the rows go."""
+    beyond a budget (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`,
+    :mod:`streamtrace.io.collectivesort`); the inputs' kernel arrays are emptied as their records are made,
+    and their files (pass 1's beyond its budget) removed; :func:`close` lets the rows go."""
     if not inputs:
         return Report({}, [])
     store = SpilledKernels(spool_dir)
@@ -234,6 +305,9 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
     finally:
         store.close()
         values.close()
+        for given in inputs:
+            if given.path is not None:
+                remove(given.path)
     found.sinks = parts
     return found
 

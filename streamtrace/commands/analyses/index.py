@@ -117,7 +117,7 @@ class AnalyzeIndex:
         self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
         self.row_seen = bytearray()  # per pid slot: a row of it was read
         self.first_rows: list[tuple[int, float, float]] = []  # (slot, ts, dur) of each pid's first row, in file order
-        self.collectives = collectives.KernelCollector()  # collectives
+        self.collectives = collectives.KernelCollector(spool_dir)  # collectives
         self._listed = (0, 0)  # names and categories already in a part
         self._first_sent = False
         self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours
@@ -308,7 +308,10 @@ class AnalyzeIndex:
 
     def spill_work(self) -> None:
         """Move the work rows held (and their ranks) to their temporary file (in the joined index only)."""
-        if self.partial or os.getpid() != self._owner or not self.ts:
+        if self.partial or os.getpid() != self._owner:
+            return
+        self.collectives.spill()  # collectives
+        if not self.ts:
             return
         if self._work is None:
             self._work = tempfile.TemporaryFile(prefix="streamtrace-work-", dir=self.spool_dir)
@@ -357,6 +360,7 @@ class AnalyzeIndex:
                    np.frombuffer(self.plain_slot, dtype=np.int32))
 
     def close(self) -> None:
+        self.collectives.close()  # collectives
         for name in ("_spilled", "_work"):
             if getattr(self, name) is not None:
                 getattr(self, name).close()
