@@ -57,7 +57,7 @@ class DiskOrder:
         for first in range(0, count, block):
             group, ts = keys(first, first + block)
             _place(laid, cursor, group, sort_keys(ts), np.arange(first, first + len(group), dtype=np.int32))
-        capacity = max(self.budget // PIECE_BYTES, 2)
+        capacity = max(self.budget // PIECE_BYTES, block)  # (a block is held anyway)
         starts = group_firsts(sizes).astype(np.int64)
         for group in np.flatnonzero(sizes).tolist():
             _sort(laid, spare, int(starts[group]), int(starts[group] + sizes[group]), capacity, block)

@@ -228,7 +228,7 @@ class KernelCollector:
         Columns on disk give each rank's kernels a file (made for every rank at the first call)."""
         groups = {**self._strided(), **(groups or {})}
         self.spill()
-        if self._file is not None:
+        if self._file is not None or self._ranks is not None:
             if self._ranks is None:
                 self._ranks = self._by_rank(slot_ranks)
             path, count = self._ranks.files.get(rank, (None, 0))
