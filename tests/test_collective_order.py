@@ -3,7 +3,9 @@
 the same order and the same tables as in memory, in memory that does not grow with the number of kernels."""
 from __future__ import annotations
 
+import errno
 import math
+import os
 import tracemalloc
 from array import array
 
@@ -16,6 +18,7 @@ import streamtrace
 from streamtrace.algo import collectives as algo
 from streamtrace.commands.analyses import collectives as command
 from streamtrace.commands.analyze import analyze
+from streamtrace.errors import TransferError
 from streamtrace.io import collectivesort, collectivespill, kernelfiles
 
 
@@ -33,7 +36,7 @@ def test_order_on_disk_is_the_sort_in_memory(tmp_path, monkeypatch):
     in its group, made on disk beyond a budget (blocks of 7 to 1,000 kernels, pieces split until they fit)
     equal numpy's stable sort of the whole rank; no file is left."""
     rng = np.random.default_rng(5)
-    for trial in range(40):
+    for trial in range(20):
         count, groups = int(rng.integers(1, 4_000)), int(rng.integers(1, 5))
         group, ts = rng.integers(0, groups, count).astype(np.int32), _starts(rng, count, trial % 4)
         sizes = np.bincount(group, minlength=groups)
@@ -140,3 +143,26 @@ def test_kernels_on_disk_give_the_same_tables(tmp_path, monkeypatch, case):
         ranked.clear()
         ordered.clear()
         assert collective_csvs(tmp_path / name) == expected, name
+
+
+@pytest.mark.slow  # (an analyze run)
+def test_a_full_disk_while_ordering_leaves_no_file(tmp_path, monkeypatch):
+    """The disk fills while a rank's kernels are ordered on disk, after every rank's kernels went to their files
+    (in the worker processes of -j 2): one error naming the spool, no output, and nothing left in the spool."""
+    files = case_files("synth_fsdp4", tmp_path / "in")
+    monkeypatch.setattr(kernelfiles, "COLUMN_BYTES", 0)
+    monkeypatch.setattr(collectivesort, "SORT_BYTES", 0)
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    ranks_on_disk: list[int] = []
+
+    def full(self, *args) -> None:
+        ranks_on_disk.append(len(list(spool.glob("*/streamtrace-rank*.collectives"))))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(collectivesort.DiskOrder, "_on_disk", full)
+    with pytest.raises(TransferError, match="disk full"):
+        analyze(files, tmp_path / "out", spool_dir=str(spool), jobs=2)
+    assert ranks_on_disk == [4]
+    assert not list(spool.iterdir()) and not (tmp_path / "out").exists()
