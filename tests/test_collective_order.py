@@ -31,6 +31,7 @@ def _starts(rng: np.random.Generator, count: int, kind: int) -> np.ndarray:
     return ts
 
 
+@pytest.mark.slow  # (60 sorts on disk)
 def test_order_on_disk_is_the_sort_in_memory(tmp_path, monkeypatch):
     """Random ranks of up to 4 groups: the order by group, start and file position, and each kernel's place
     in its group, made on disk beyond a budget (blocks of 7 to 1,000 kernels, pieces split until they fit)
