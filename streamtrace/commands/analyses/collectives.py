@@ -245,9 +245,11 @@ class KernelCollector:
         found = RankFiles(self.directory)  # type: ignore[arg-type]
         for block in self._file.blocks():  # type: ignore[union-attr]
             ranks = _ranks_of(block, slot_ranks)
-            for rank in np.unique(ranks).tolist():
-                rows = block[ranks == rank]
-                found.append(rank, rows)
+            order = np.argsort(ranks, kind="stable")  # (file order within a rank)
+            ranks, block = ranks[order], block[order]
+            firsts = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
+            for first, end in zip(firsts.tolist(), [*firsts[1:].tolist(), len(ranks)]):
+                found.append(int(ranks[first]), block[first:end])
         self.close()
         return found
 
