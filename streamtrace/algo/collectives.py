@@ -88,7 +88,8 @@ TABLE_NAMES = (*TRACELENS_TABLES, "collective_bandwidth", "straggler_causes", "c
 @dataclass
 class RankKernels:
     """One rank's collective kernels, in file order: start and duration (us, as the trace states them)
-    and each one's metadata row (an index into ``metas``, tuples in :data:`META`'s order)."""
+    and each one's metadata row (an index into ``metas``, tuples in :data:`META`'s order); arrays, or memory
+    maps of a file holding them (:func:`match` reads them a block at a time)."""
 
     rank: int
     ts: np.ndarray
