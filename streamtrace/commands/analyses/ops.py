@@ -11,9 +11,12 @@ import io
 import math
 import os
 import re
+import tempfile
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import IO
 
 import numpy as np
 import orjson
@@ -69,18 +72,43 @@ KEYS = (int, str)  # ids kept as they are (anything else by _key)
 LINK_LOW, LINK_HIGH = -(1 << 62), 1 << 62  # ids kept as they are (beyond: numbered above them, by _link)
 
 
+SPILL_ROWS = 1 << 16  # rows of a group of columns held in memory before they go to its temporary files
+
+
 class _Columns:
-    """Typed columns appended an event at a time (8 bytes a value, or 1)."""
+    """Typed columns appended an event at a time (8 bytes a value, or 1), held in memory up to a block
+    and then appended to a temporary file per column (:meth:`spill`), so that pass 1 holds a block."""
 
     def __init__(self, **codes: str) -> None:
         self.arrays = {name: array(code) for name, code in codes.items()}
+        self._files: dict[str, IO[bytes]] = {}  # the spilled rows of each column (unnamed files)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def spill(self, directory: str | None) -> None:
+        """Append the rows held to the columns' files: unnamed, so that no exit path leaves them behind."""
+        for name, column in self.arrays.items():
+            file = self._files.get(name)
+            if file is None:
+                file = self._files[name] = tempfile.TemporaryFile(prefix="streamtrace-ops-", dir=directory)
+            column.tofile(file)
+            del column[:]
 
     def take(self, name: str) -> np.ndarray:
-        """A column as numpy, its typed array emptied (one column at a time is held twice, not all)."""
+        """A column as numpy, its typed array emptied: a read-only map of its file once spilled (the file
+        closed: it goes with the map), else a copy (one column at a time is held twice, not all)."""
         column = self.arrays[name]
-        taken = np.frombuffer(column, dtype=column.typecode).copy() if len(column) else np.empty(0, column.typecode)
-        del column[:]
-        return taken
+        file = self._files.pop(name, None)
+        if file is None:
+            taken = np.frombuffer(column, dtype=column.typecode).copy() if len(column) else np.empty(0, column.typecode)
+            del column[:]
+            return taken
+        with file:
+            column.tofile(file)
+            del column[:]
+            file.flush()
+            return np.memmap(file, dtype=column.typecode, mode="r") if file.tell() else np.empty(0, column.typecode)
 
 
 _NO_RUN = object()  # (no run counted yet)
@@ -101,7 +129,10 @@ class OpsCollector:
     workers): typed columns per host and GPU event, interned names, places and op signatures, and the
     runs of events per pid that tell each event's rank."""
 
-    def __init__(self) -> None:
+    def __init__(self, spool_dir: str | None = None, may_spill: Callable[[], bool] | None = None) -> None:
+        self.spool_dir = spool_dir  # (where the columns' temporary files go; None: the system's)
+        self._may_spill = may_spill  # whether this process keeps its columns on disk (None: yes)
+        self._check_mask = (1 << min(12, SPILL_ROWS.bit_length() - 1)) - 1  # (visit looks every so many events)
         self.names: dict[str, int] = {}
         self.places: dict[tuple, int] = {}  # (pid, tid) -> number
         self.signatures: dict[tuple, int] = {}
@@ -159,6 +190,15 @@ class OpsCollector:
         part["collectives"] = self.collectives.take_part()
         return part
 
+    def spill_if_full(self) -> None:
+        """Move each group of event columns that holds a block to its files (not the runs, which pass 1
+        updates in place, nor in a pass-1 worker, whose columns go in parts)."""
+        if self._may_spill is not None and not self._may_spill():
+            return
+        for columns in (self.host, self.gpu, self.flow_starts, self.flow_ends, self.annotations):
+            if len(columns) >= SPILL_ROWS:
+                columns.spill(self.spool_dir)
+
     def _groups(self) -> dict[str, _Columns]:
         return {"host": self.host, "gpu": self.gpu, "flow_starts": self.flow_starts, "flow_ends": self.flow_ends,
                 "runs": self.runs, "annotations": self.annotations}
@@ -214,6 +254,7 @@ class OpsCollector:
         self.collectives.absorb(part["collectives"], source, array("i", range(run_base, run_base + len(run_pids))))
         self.events = first_event + part["events"]  # (an event visited next, by this collector, has this UID)
         self._last = _NO_RUN
+        self.spill_if_full()
 
     def _link(self, value: object) -> int:
         value = _key(value)
@@ -251,6 +292,8 @@ class OpsCollector:
             self._visit(event, uid)
         else:
             self._run(_NO_PID, -1)
+        if not uid & self._check_mask:
+            self.spill_if_full()
 
     def _run(self, pid: object, own: int) -> int:
         """The run an event of this pid and own rank is counted in (a new one where either changes)."""
@@ -451,12 +494,12 @@ class OpsCollector:
         flags = int(np.bitwise_or.reduce(runs["flags"])) if len(runs["flags"]) else 0
         facts = OpsFacts(
             names=names, h_thread=h["thread"], h_ts=h["ts"], h_end=h["end"], h_kind=h["kind"], h_name=h["name"],
-            h_sig=h["sig"], g_ts=g["ts"], g_end=g["end"], g_dur=g["dur"], g_int=g["integral"].astype(bool),
-            g_cat=g["cat"], g_name=g["name"], g_stream=g["stream"], g_dur_int=g["dur_int"].astype(bool),
+            h_sig=h["sig"], g_ts=g["ts"], g_end=g["end"], g_dur=g["dur"], g_int=g["integral"].view(np.bool_),
+            g_cat=g["cat"], g_name=g["name"], g_stream=g["stream"], g_dur_int=g["dur_int"].view(np.bool_),
             h_uid=uid, h_seq=h["seq"], h_kernel=h["kernel"], threads=list(self.places), metadata=metadata,
             signatures=list(self.signatures), signature_values=self.signature_values,
             has_cpu_ops=bool(flags & 3), python_stack=bool(flags & 2), untimed=int(runs["untimed"].sum()),
-            h_dur=h["dur"], h_dur_int=h["dur_int"].astype(bool), h_driver=h["driver"].astype(bool), events=events,
+            h_dur=h["dur"], h_dur_int=h["dur_int"].view(np.bool_), h_driver=h["driver"].view(np.bool_), events=events,
             **_annotations(columns["annotations"]))
         launches = np.flatnonzero(h["launch"] >= 0)  # (the first launch call says which id links)
         key = "ext" if len(launches) and h["launch"][launches[0]] == 1 else "corr"
@@ -472,8 +515,11 @@ class OpsCollector:
 
 def _annotations(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The annotations' OpsFacts columns: ordered by start, ties in event order (TraceLens's stable sort)."""
-    order = np.argsort(columns["ts"], kind="stable")
-    return {"a_ts": columns["ts"][order], "a_end": columns["end"][order], "a_name": columns["name"][order]}
+    ts = columns["ts"]
+    if not (ts[1:] < ts[:-1]).any():  # (already so: the columns as they are, mapped or not)
+        return {"a_ts": ts, "a_end": columns["end"], "a_name": columns["name"]}
+    order = np.argsort(ts, kind="stable")
+    return {"a_ts": ts[order], "a_end": columns["end"][order], "a_name": columns["name"][order]}
 
 
 def own_names(metadata: dict[tuple, object]) -> dict[tuple, object]:
