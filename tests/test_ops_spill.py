@@ -5,6 +5,7 @@ after pass 1 does not grow with the trace, and the tables are the same byte
 for byte whether the columns went to disk or stayed in memory."""
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from tracelens_perf_reference import CASES, trace_of
 
+from streamtrace.algo.opstables import OpsFacts
 from streamtrace.commands.analyses import ops
 from streamtrace.commands.analyses.index import AnalyzeIndex
 from streamtrace.commands.analyses.task import Options, analyze_file
@@ -88,3 +90,21 @@ def test_spilled_columns_reach_the_tables_as_maps(tmp_path, monkeypatch) -> None
     facts = ops.read_input(trace_of("kineto_small", str(tmp_path)))[0]
     assert isinstance(facts.h_ts, np.memmap) and isinstance(facts.g_dur, np.memmap)
     assert not facts.h_ts.flags.writeable
+
+
+def test_a_file_of_several_ranks_holds_one_ranks_facts_at_a_time(tmp_path, monkeypatch) -> None:
+    """Each rank's columns are taken out of the file's when its tables are made, and let go after."""
+    held = []
+    perf_tables = ops.opsreport.perf_tables
+
+    def counting(facts: OpsFacts, spec: dict | None = None) -> tuple:
+        held.append(sum(isinstance(one, OpsFacts) for one in gc.get_objects()))
+        return perf_tables(facts, spec)
+
+    monkeypatch.setattr(ops.opsreport, "perf_tables", counting)
+    options = Options(include_last_step=False, salvage=False, spool_dir=None, jobs=1, ops=True)
+    subprocess.run([sys.executable, "-m", "streamtrace", "synth", str(tmp_path), "--ranks", "3", "--pp-stages", "1",
+                    "--steps", "1", "--python-noise", "0", "--compress", "none", "-q"], check=True)
+    files = analyze_file(str(tmp_path / "merged_trace.json"), options).ops.files
+    assert {path.split(os.sep)[1] for path in files} == {"rank0", "rank1", "rank2"}
+    assert held == [1, 1, 1]

@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from typing import IO
 
 import numpy as np
@@ -448,10 +449,13 @@ class OpsCollector:
         return self._facts(columns, own_names(self.metadata) if merged else self.metadata, columns["host"]["uid"],
                            int(columns["runs"]["count"].sum()))
 
-    def rank_facts(self, pid_ranks: dict[object, int], merged: bool = False) -> tuple[dict[int, OpsFacts], int]:
-        """The facts of each rank of a trace of several (``pid_ranks``: its pids' ranks, as analyze found
-        them; an event's own args.rank, on a launch or GPU event, first), each rank's events numbered from 0
-        in file order as its own file numbers them (TraceLens's UIDs); and how many events no rank holds."""
+    def rank_facts(self, pid_ranks: dict[object, int], merged: bool = False,
+                   ) -> tuple[dict[int, Callable[[], OpsFacts]], int]:
+        """What makes the facts of each rank of a trace of several (``pid_ranks``: its pids' ranks, as
+        analyze found them; an event's own args.rank, on a launch or GPU event, first), each rank's events
+        numbered from 0 in file order as its own file numbers them (TraceLens's UIDs), one rank at a time
+        (a rank's columns are copied out of the mapped ones when asked for); and how many events no rank
+        holds."""
         columns = self._taken()
         metadata = own_names(self.metadata) if merged else self.metadata
         runs = columns["runs"]
@@ -465,16 +469,17 @@ class OpsCollector:
             mine = run_rank == rank
             counted = np.where(mine, count, 0)
             before[mine] = (np.cumsum(counted) - counted)[mine]
-        out = {}
-        for rank in ranks:
+
+        def facts_of(rank: int) -> OpsFacts:
             subset = {group: {name: values[run_rank[columns[group]["run"]] == rank] for name, values in group_columns.items()}
                       for group, group_columns in columns.items() if group != "runs"}
             subset["runs"] = {name: values[run_rank == rank] for name, values in runs.items()}
             host_runs = subset["host"]["run"]
             uid = before[host_runs] + subset["host"]["uid"] - first[host_runs]
             mine = {key: value for key, value in metadata.items() if pid_ranks.get(_pid_key(key[0]), -1) == rank}
-            out[rank] = self._facts(subset, mine, uid, int(count[run_rank == rank].sum()))
-        return out, int(count[run_rank < 0].sum())
+            return self._facts(subset, mine, uid, int(count[run_rank == rank].sum()))
+
+        return {rank: partial(facts_of, rank) for rank in ranks}, int(count[run_rank < 0].sum())
 
     def _taken(self) -> dict[str, dict[str, np.ndarray]]:
         return {group: {name: columns.take(name) for name in list(columns.arrays)}
@@ -638,13 +643,14 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
         slot_ranks = collector.run_ranks(pid_ranks)[np.frombuffer(kernels.slot, dtype=np.int32)]
         by_rank, unplaced = collector.rank_facts(pid_ranks, _merged(members))
         inputs = [(f"rank{rank}", by_rank[rank], np.flatnonzero(slot_ranks == rank)) for rank in sorted(by_rank)
-                  if rank in ranks]
+                  if rank in ranks]  # (each rank's facts made in its turn: one rank's columns held at a time)
         out.notes.append(f"ops, {path}: {len(ranks)} ranks in one file: tables per rank (ops/rank<N>), each rank's "
                          "events numbered from 0 in file order as its own file numbers them (TraceLens's UIDs)"
                          + (f"; {unplaced:,} events of no rank left out" if unplaced else ""))
     else:
-        inputs = [(input_label(path, ranks), collector.facts(_merged(members)), None)]
-    for label, facts, rows in inputs:
+        inputs = [(input_label(path, ranks), partial(collector.facts, _merged(members)), None)]
+    for label, make_facts, rows in inputs:
+        facts = make_facts()
         tables, found = opsreport.perf_tables(facts, spec)
         used, how, words = _spec_for(spec, devices)
         if used is not None:
@@ -656,6 +662,7 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
                    **collective_csv(kernels, rows, tables, facts)}
         for stem, data in written.items():
             out.files[os.path.join("ops", label, f"{stem}.csv")] = data
+        del facts, tables  # (this rank's columns and rows go before the next rank's are made)
     return out
 
 
