@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tracelens_perf_reference import CASES, trace_of
 
-from streamtrace.algo.opstables import OpsFacts
+from streamtrace.algo.opstables import OpsFacts, OpTree
 from streamtrace.commands.analyses import ops
 from streamtrace.commands.analyses.index import AnalyzeIndex
 from streamtrace.commands.analyses.task import Options, analyze_file, discard
@@ -98,6 +98,7 @@ def test_spilled_columns_reach_the_tables_as_maps(tmp_path, monkeypatch) -> None
     assert not facts.h_ts.flags.writeable
 
 
+@pytest.mark.slow
 def test_a_file_of_several_ranks_holds_one_ranks_facts_at_a_time(tmp_path, monkeypatch) -> None:
     """Each rank's columns are taken out of the file's when its tables are made, and let go after."""
     held = []
@@ -114,3 +115,18 @@ def test_a_file_of_several_ranks_holds_one_ranks_facts_at_a_time(tmp_path, monke
     files = analyze_file(str(tmp_path / "merged_trace.json"), options).ops.files
     assert {path.split(os.sep)[1] for path in files} == {"rank0", "rank1", "rank2"}
     assert held == [1, 1, 1]
+
+
+@pytest.mark.slow
+def test_the_op_tree_keeps_no_list_of_each_launchers_gpu_events_in_event_order(tmp_path) -> None:
+    """The tree keeps each launcher's GPU events once (by start, as the tables read them): what it holds
+    per GPU event stays under 150 bytes on a generated rank (178 with a second list in event order)."""
+    facts = ops.read_input(_synth(str(tmp_path), 10))[0]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tree = OpTree(facts)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert tree.launchers and held / len(facts.g_ts) < 150, held / len(facts.g_ts)
