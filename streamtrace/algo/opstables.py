@@ -110,15 +110,11 @@ class OpTree:
         kept = np.flatnonzero((facts.g_parent != optree.NO_PARENT) & ~communication)
         calls, call_of = np.unique(facts.g_parent[kept], return_inverse=True)
         self.launcher_of[kept] = self._launchers(calls)[call_of.reshape(-1)]
-        # each launcher's GPU events (in event order), launchers in the order their first one comes
+        # the launchers, in the order their first GPU event comes (then by start)
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
-        firsts = by_launcher[first]
-        owners, first, count, listed = owners.tolist(), first.tolist(), count.tolist(), by_launcher.tolist()
-        self.direct: dict[int, list[int]] = {}
-        for at in np.argsort(firsts, kind="stable").tolist():
-            self.direct[owners[at]] = listed[first[at]:first[at] + count[at]]
-        in_order = np.array(list(self.direct), dtype=np.int64)
+        in_order = owners[np.argsort(by_launcher[first], kind="stable")]
+        owners, first, count = owners.tolist(), first.tolist(), count.tolist()
         self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")].tolist()
         self.by_start: dict[int, list[int]] = {}  # the same by start (ties in event order), as TraceLens lists them
         by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))].tolist()

@@ -127,9 +127,14 @@ class AnalyzeIndex:
         self._owner = os.getpid() if owner is None else owner  # the process that spills (pass-1 workers send theirs in parts)
         self.spool_dir = spool_dir
         self.visit = self._make_visit()
-        self.ops = OpsCollector() if ops else None  # ops: TraceLens's perf report (--ops) collected in this pass
+        self.ops = OpsCollector(spool_dir, self._holds_all) if ops else None  # ops: TraceLens's perf report (--ops)
         if self.ops is not None:
             self.visit = _both(self.ops.visit, self.visit)
+
+    def _holds_all(self) -> bool:
+        """Whether this is the index that keeps every row (not a pass-1 worker's, nor one beside the joined
+        index): it spills them to disk in blocks; the others send theirs in parts."""
+        return not self.partial and os.getpid() == self._owner
 
     splits_by_ranges = True  # pass-1 workers may index ranges of events: take_part / absorb / visit_chunk
     partial = False  # True where it indexes parts (in a worker, or beside the joined index): its rows go in parts, unspilled

@@ -11,9 +11,13 @@ import io
 import math
 import os
 import re
+import tempfile
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
+from typing import IO
 
 import numpy as np
 import orjson
@@ -69,18 +73,43 @@ KEYS = (int, str)  # ids kept as they are (anything else by _key)
 LINK_LOW, LINK_HIGH = -(1 << 62), 1 << 62  # ids kept as they are (beyond: numbered above them, by _link)
 
 
+SPILL_ROWS = 1 << 16  # rows of a group of columns held in memory before they go to its temporary files
+
+
 class _Columns:
-    """Typed columns appended an event at a time (8 bytes a value, or 1)."""
+    """Typed columns appended an event at a time (8 bytes a value, or 1), held in memory up to a block
+    and then appended to a temporary file per column (:meth:`spill`), so that pass 1 holds a block."""
 
     def __init__(self, **codes: str) -> None:
         self.arrays = {name: array(code) for name, code in codes.items()}
+        self._files: dict[str, IO[bytes]] = {}  # the spilled rows of each column (unnamed files)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def spill(self, directory: str | None) -> None:
+        """Append the rows held to the columns' files: unnamed, so that no exit path leaves them behind."""
+        for name, column in self.arrays.items():
+            file = self._files.get(name)
+            if file is None:
+                file = self._files[name] = tempfile.TemporaryFile(prefix="streamtrace-ops-", dir=directory)
+            column.tofile(file)
+            del column[:]
 
     def take(self, name: str) -> np.ndarray:
-        """A column as numpy, its typed array emptied (one column at a time is held twice, not all)."""
+        """A column as numpy, its typed array emptied: a read-only map of its file once spilled (the file
+        closed: it goes with the map), else a copy (one column at a time is held twice, not all)."""
         column = self.arrays[name]
-        taken = np.frombuffer(column, dtype=column.typecode).copy() if len(column) else np.empty(0, column.typecode)
-        del column[:]
-        return taken
+        file = self._files.pop(name, None)
+        if file is None:
+            taken = np.frombuffer(column, dtype=column.typecode).copy() if len(column) else np.empty(0, column.typecode)
+            del column[:]
+            return taken
+        with file:
+            column.tofile(file)
+            del column[:]
+            file.flush()
+            return np.memmap(file, dtype=column.typecode, mode="r") if file.tell() else np.empty(0, column.typecode)
 
 
 _NO_RUN = object()  # (no run counted yet)
@@ -101,7 +130,10 @@ class OpsCollector:
     workers): typed columns per host and GPU event, interned names, places and op signatures, and the
     runs of events per pid that tell each event's rank."""
 
-    def __init__(self) -> None:
+    def __init__(self, spool_dir: str | None = None, may_spill: Callable[[], bool] | None = None) -> None:
+        self.spool_dir = spool_dir  # (where the columns' temporary files go; None: the system's)
+        self._may_spill = may_spill  # whether this process keeps its columns on disk (None: yes)
+        self._check_mask = (1 << min(12, SPILL_ROWS.bit_length() - 1)) - 1  # (visit looks every so many events)
         self.names: dict[str, int] = {}
         self.places: dict[tuple, int] = {}  # (pid, tid) -> number
         self.signatures: dict[tuple, int] = {}
@@ -159,6 +191,15 @@ class OpsCollector:
         part["collectives"] = self.collectives.take_part()
         return part
 
+    def spill_if_full(self) -> None:
+        """Move each group of event columns that holds a block to its files (not the runs, which pass 1
+        updates in place, nor in a pass-1 worker, whose columns go in parts)."""
+        if self._may_spill is not None and not self._may_spill():
+            return
+        for columns in (self.host, self.gpu, self.flow_starts, self.flow_ends, self.annotations):
+            if len(columns) >= SPILL_ROWS:
+                columns.spill(self.spool_dir)
+
     def _groups(self) -> dict[str, _Columns]:
         return {"host": self.host, "gpu": self.gpu, "flow_starts": self.flow_starts, "flow_ends": self.flow_ends,
                 "runs": self.runs, "annotations": self.annotations}
@@ -214,6 +255,7 @@ class OpsCollector:
         self.collectives.absorb(part["collectives"], source, array("i", range(run_base, run_base + len(run_pids))))
         self.events = first_event + part["events"]  # (an event visited next, by this collector, has this UID)
         self._last = _NO_RUN
+        self.spill_if_full()
 
     def _link(self, value: object) -> int:
         value = _key(value)
@@ -251,6 +293,8 @@ class OpsCollector:
             self._visit(event, uid)
         else:
             self._run(_NO_PID, -1)
+        if not uid & self._check_mask:
+            self.spill_if_full()
 
     def _run(self, pid: object, own: int) -> int:
         """The run an event of this pid and own rank is counted in (a new one where either changes)."""
@@ -405,10 +449,13 @@ class OpsCollector:
         return self._facts(columns, own_names(self.metadata) if merged else self.metadata, columns["host"]["uid"],
                            int(columns["runs"]["count"].sum()))
 
-    def rank_facts(self, pid_ranks: dict[object, int], merged: bool = False) -> tuple[dict[int, OpsFacts], int]:
-        """The facts of each rank of a trace of several (``pid_ranks``: its pids' ranks, as analyze found
-        them; an event's own args.rank, on a launch or GPU event, first), each rank's events numbered from 0
-        in file order as its own file numbers them (TraceLens's UIDs); and how many events no rank holds."""
+    def rank_facts(self, pid_ranks: dict[object, int], merged: bool = False,
+                   ) -> tuple[dict[int, Callable[[], OpsFacts]], int]:
+        """What makes the facts of each rank of a trace of several (``pid_ranks``: its pids' ranks, as
+        analyze found them; an event's own args.rank, on a launch or GPU event, first), each rank's events
+        numbered from 0 in file order as its own file numbers them (TraceLens's UIDs), one rank at a time
+        (a rank's columns are copied out of the mapped ones when asked for); and how many events no rank
+        holds."""
         columns = self._taken()
         metadata = own_names(self.metadata) if merged else self.metadata
         runs = columns["runs"]
@@ -422,16 +469,17 @@ class OpsCollector:
             mine = run_rank == rank
             counted = np.where(mine, count, 0)
             before[mine] = (np.cumsum(counted) - counted)[mine]
-        out = {}
-        for rank in ranks:
+
+        def facts_of(rank: int) -> OpsFacts:
             subset = {group: {name: values[run_rank[columns[group]["run"]] == rank] for name, values in group_columns.items()}
                       for group, group_columns in columns.items() if group != "runs"}
             subset["runs"] = {name: values[run_rank == rank] for name, values in runs.items()}
             host_runs = subset["host"]["run"]
             uid = before[host_runs] + subset["host"]["uid"] - first[host_runs]
             mine = {key: value for key, value in metadata.items() if pid_ranks.get(_pid_key(key[0]), -1) == rank}
-            out[rank] = self._facts(subset, mine, uid, int(count[run_rank == rank].sum()))
-        return out, int(count[run_rank < 0].sum())
+            return self._facts(subset, mine, uid, int(count[run_rank == rank].sum()))
+
+        return {rank: partial(facts_of, rank) for rank in ranks}, int(count[run_rank < 0].sum())
 
     def _taken(self) -> dict[str, dict[str, np.ndarray]]:
         return {group: {name: columns.take(name) for name in list(columns.arrays)}
@@ -451,12 +499,12 @@ class OpsCollector:
         flags = int(np.bitwise_or.reduce(runs["flags"])) if len(runs["flags"]) else 0
         facts = OpsFacts(
             names=names, h_thread=h["thread"], h_ts=h["ts"], h_end=h["end"], h_kind=h["kind"], h_name=h["name"],
-            h_sig=h["sig"], g_ts=g["ts"], g_end=g["end"], g_dur=g["dur"], g_int=g["integral"].astype(bool),
-            g_cat=g["cat"], g_name=g["name"], g_stream=g["stream"], g_dur_int=g["dur_int"].astype(bool),
+            h_sig=h["sig"], g_ts=g["ts"], g_end=g["end"], g_dur=g["dur"], g_int=g["integral"].view(np.bool_),
+            g_cat=g["cat"], g_name=g["name"], g_stream=g["stream"], g_dur_int=g["dur_int"].view(np.bool_),
             h_uid=uid, h_seq=h["seq"], h_kernel=h["kernel"], threads=list(self.places), metadata=metadata,
             signatures=list(self.signatures), signature_values=self.signature_values,
             has_cpu_ops=bool(flags & 3), python_stack=bool(flags & 2), untimed=int(runs["untimed"].sum()),
-            h_dur=h["dur"], h_dur_int=h["dur_int"].astype(bool), h_driver=h["driver"].astype(bool), events=events,
+            h_dur=h["dur"], h_dur_int=h["dur_int"].view(np.bool_), h_driver=h["driver"].view(np.bool_), events=events,
             **_annotations(columns["annotations"]))
         launches = np.flatnonzero(h["launch"] >= 0)  # (the first launch call says which id links)
         key = "ext" if len(launches) and h["launch"][launches[0]] == 1 else "corr"
@@ -472,8 +520,11 @@ class OpsCollector:
 
 def _annotations(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The annotations' OpsFacts columns: ordered by start, ties in event order (TraceLens's stable sort)."""
-    order = np.argsort(columns["ts"], kind="stable")
-    return {"a_ts": columns["ts"][order], "a_end": columns["end"][order], "a_name": columns["name"][order]}
+    ts = columns["ts"]
+    if not (ts[1:] < ts[:-1]).any():  # (already so: the columns as they are, mapped or not)
+        return {"a_ts": ts, "a_end": columns["end"], "a_name": columns["name"]}
+    order = np.argsort(ts, kind="stable")
+    return {"a_ts": ts[order], "a_end": columns["end"][order], "a_name": columns["name"][order]}
 
 
 def own_names(metadata: dict[tuple, object]) -> dict[tuple, object]:
@@ -592,13 +643,14 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
         slot_ranks = collector.run_ranks(pid_ranks)[np.frombuffer(kernels.slot, dtype=np.int32)]
         by_rank, unplaced = collector.rank_facts(pid_ranks, _merged(members))
         inputs = [(f"rank{rank}", by_rank[rank], np.flatnonzero(slot_ranks == rank)) for rank in sorted(by_rank)
-                  if rank in ranks]
+                  if rank in ranks]  # (each rank's facts made in its turn: one rank's columns held at a time)
         out.notes.append(f"ops, {path}: {len(ranks)} ranks in one file: tables per rank (ops/rank<N>), each rank's "
                          "events numbered from 0 in file order as its own file numbers them (TraceLens's UIDs)"
                          + (f"; {unplaced:,} events of no rank left out" if unplaced else ""))
     else:
-        inputs = [(input_label(path, ranks), collector.facts(_merged(members)), None)]
-    for label, facts, rows in inputs:
+        inputs = [(input_label(path, ranks), partial(collector.facts, _merged(members)), None)]
+    for label, make_facts, rows in inputs:
+        facts = make_facts()
         tables, found = opsreport.perf_tables(facts, spec)
         used, how, words = _spec_for(spec, devices)
         if used is not None:
@@ -610,6 +662,7 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
                    **collective_csv(kernels, rows, tables, facts)}
         for stem, data in written.items():
             out.files[os.path.join("ops", label, f"{stem}.csv")] = data
+        del facts, tables  # (this rank's columns and rows go before the next rank's are made)
     return out
 
 

@@ -115,6 +115,7 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
             timed = _timed(c, events, chosen, run_of)
             if timed is not None:
                 take(c, events, [cats[at] for at in timed[0]], *timed, first_uid)
+    c.spill_if_full()
 
 
 def _timed(c: OpsCollector, events: list, chosen: list[int], run_of: np.ndarray) -> tuple | None:
