@@ -202,16 +202,18 @@ def pg_config(members: list, member_value) -> dict[str, tuple[int, ...]]:
 
 
 def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, align_clocks: bool = False,
-                      spool_dir: str | None = None, keep: int = JSON_ROWS) -> Report:
+                      spool_dir: str | None = None, keep: int | None = None) -> Report:
     """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
     first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
     TraceLens's on clocks aligned on collective ends.  The kernels' records, the long tables' rows and the
     summaries' kept columns go to temporary files in ``spool_dir`` beyond a budget
     (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`), a long table's rows kept
-    for the summary while at most ``keep`` (0: none, the report's lines need only its :func:`figures`);
-    the inputs' kernel arrays are emptied as their records are made; :func:`close` lets the rows go."""
+    for the summary while at most ``keep`` (:data:`JSON_ROWS` by default; 0: none; the report's lines
+    read its ``figures``, :class:`Gathered`); the inputs' kernel arrays are emptied as their records are
+    made; :func:`close` lets the rows go."""
     if not inputs:
         return Report({}, [])
+    keep = JSON_ROWS if keep is None else keep
     store = SpilledKernels(spool_dir)
     values = ValueSpill(spool_dir)
     parts: list[RowPart] = []
@@ -339,10 +341,11 @@ def _cell(value: object) -> object:
     return "" if _missing(value) else value
 
 
-def as_records(report: Report, keep: int = JSON_ROWS) -> dict[str, list[dict] | None]:
+def as_records(report: Report, keep: int | None = None) -> dict[str, list[dict] | None]:
     """The tables as lists of rows (column -> value), for the summary (NaN as None); a table is None there
     when longer than :data:`JSON_ROWS` (its CSV has it), as analyze's launch statistics, a long table (its
-    rows in a file, read back) when longer than ``keep``."""
+    rows in a file, read back) when longer than ``keep`` (default :data:`JSON_ROWS`)."""
+    keep = JSON_ROWS if keep is None else keep
     found: dict[str, list[dict] | None] = {}
     for name, table in report.tables.items():
         if isinstance(table, PartTable):
