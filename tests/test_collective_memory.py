@@ -4,6 +4,7 @@ memory); a rank's records are made and stored a block at a time."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 import tracemalloc
 from collections import Counter
@@ -29,7 +30,7 @@ def same(found: list, made: list) -> bool:
 @pytest.mark.parametrize("pending_cells", [1, collectivespill.PENDING_CELLS])
 def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, pending_cells):
     """Plain rows, rows of named columns (missing ones None) and rows sorted by a key: read back with their
-    values and types, their type letters written as they come or held until the end; NaN comes back NaN;
+    values and types, written a row at a time or held until the end; NaN comes back NaN;
     beyond ``keep`` rows, none."""
     monkeypatch.setattr(collectivespill, "PENDING_CELLS", pending_cells)
     plain = collectivespill.RowPart(str(tmp_path), keep=100)
@@ -54,6 +55,27 @@ def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, pending_cells):
     for part in (plain, named, short):
         part.close()
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("pending_cells", [1, 7, collectivespill.PENDING_CELLS])
+def test_sorted_rows_copied_from_their_places(tmp_path, monkeypatch, pending_cells):
+    """Rows sorted by a key, with texts of several bytes a character, written in blocks or one by one: the
+    CSV is that of the rows put in order by plain code."""
+    monkeypatch.setattr(collectivespill, "PENDING_CELLS", pending_cells)
+    part = collectivespill.RowPart(str(tmp_path), keep=0)
+    rows = [[f"r{at}", "é" * (at % 3), "日本" if at % 2 else "x", at * 0.5] for at in range(40)]
+    keys = [float((at * 7) % 11) for at in range(40)]
+    for row, key in zip(rows, keys):
+        part.add(row, key=key)
+    out = tmp_path / "t.csv"
+    with open(out, "wb") as raw:
+        part.table(list("abcd"), by_key=True).write(raw)
+    part.close()
+    expected = io.StringIO()
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerow(list("abcd"))
+    writer.writerows(row for _, _, row in sorted(((-key, at, row) for at, (row, key) in enumerate(zip(rows, keys)))))
+    assert out.read_text(encoding="utf-8") == expected.getvalue()
 
 
 @pytest.mark.slow  # (tracemalloc)
