@@ -78,8 +78,9 @@ def _raw(records: np.ndarray) -> memoryview:
 
 
 class RowPart(Rows):
-    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns a
-    line per column, name and value, laid out when the columns are known); while there are at most
+    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns its
+    values, after the number of its sequence of names, each distinct sequence held once: laid out when the
+    columns are known); while there are at most
     ``keep``, a copy of them as made too (pickled a block at a time, in a second file), so that the
     summary's rows are read back, values and types as made, from the files at the end (:meth:`each_row`):
     none is held meanwhile.  Rows are written together, :data:`PENDING_CELLS` cells at a time; a row of
@@ -98,6 +99,7 @@ class RowPart(Rows):
         self._sort_keys = array("d")
         self._offsets = array("q")
         self._pending: list = []  # rows made, not yet written
+        self._names: dict[tuple, int] = {}  # rows' sequences of column names (named rows), numbered
         self._cells = 0  # their cells
 
     def add(self, row: list | dict, key: object = None) -> None:
@@ -135,7 +137,7 @@ class RowPart(Rows):
             if len(rows) == 1 and len(rows[0]) >= PENDING_CELLS:
                 if keyed:
                     self._offsets.append(self._file.tell())  # type: ignore[union-attr]
-                self._write_rows(self._text, rows, keyed=False)
+                _write_cells(self._text, self._lines(rows)[0])
                 return
             batch = io.StringIO()
             starts = self._write_rows(batch, rows, keyed)
@@ -145,22 +147,30 @@ class RowPart(Rows):
             self._text.write(text)
 
     def _write_rows(self, out: io.TextIOBase, rows: list, keyed: bool) -> list[int]:
-        """The rows' CSV lines (NaN as an empty cell, as None); ``keyed``: returns where each row starts in
-        ``out``."""
+        """The rows' CSV lines; ``keyed``: returns where each row starts in ``out``."""
         writer = csv.writer(out, lineterminator="\n")
-        if not self.named and not keyed:
-            writer.writerows([[value if value == value else "" for value in row] for row in rows])  # (all but NaN)
+        if not keyed:
+            writer.writerows(self._lines(rows))
             return []
         starts = []
-        for row in rows:
-            if keyed:
-                starts.append(out.tell())
-            if self.named:  # a line per column, an empty line after the row
-                writer.writerows((name, value if value == value else "") for name, value in row.items())
-                writer.writerow([])
-            else:
-                writer.writerow([value if value == value else "" for value in row])
+        for line in self._lines(rows):
+            starts.append(out.tell())
+            writer.writerow(line)
         return starts
+
+    def _lines(self, rows: list) -> list[list]:
+        """The rows' cells as written: NaN as an empty cell (as None); a named row's values after the number
+        of its names."""
+        if not self.named:
+            return [[value if value == value else "" for value in row] for row in rows]  # (value == value: not NaN)
+        return [[self._number(row), *[value if value == value else "" for value in row.values()]] for row in rows]
+
+    def _number(self, row: dict) -> int:
+        names = tuple(row)
+        found = self._names.get(names)
+        if found is None:
+            found = self._names[names] = len(self._names)
+        return found
 
     def _note_places(self, text: str, starts: list[int]) -> None:
         """Each keyed row's byte offset in the file, from where it starts in ``text`` (characters)."""
@@ -213,19 +223,24 @@ class RowPart(Rows):
             self._file.seek(0)
             shutil.copyfileobj(self._file, out.buffer)
             return
-        if not self.named:
-            writer = csv.writer(out, lineterminator="\n")
-            for at in order:  # type: ignore[union-attr]
-                writer.writerows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline="")))
-            return
-        if order is not None:
-            rows = (_named_rows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline=""))) for at in order)
-            named = (row for found in rows for row in found)
-        else:
+        if order is None:
             self._text.seek(0)
-            named = _named_rows(csv.reader(self._text))
-        for values in named:
-            _write_cells(out, [values.get(name, "") for name in columns])
+            lines: Iterator[list[str]] = csv.reader(self._text)
+        else:
+            lines = (next(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline=""))) for at in order)
+        if not self.named:
+            csv.writer(out, lineterminator="\n").writerows(lines)
+            return
+        names = list(self._names)
+        places: dict[str, list[int]] = {}  # a number of names -> per column the place of its value in the line
+        for line in lines:
+            index = places.get(line[0])
+            if index is None:
+                given = names[int(line[0])]
+                at = {name: place for place, name in enumerate(given, 1)}
+                index = places[line[0]] = [at.get(name, len(given) + 1) for name in columns]
+            line.append("")  # (a column the row has not)
+            _write_cells(out, [line[place] for place in index])
 
     def _line_at(self, at: int) -> bytes:
         assert self._file is not None
@@ -280,17 +295,6 @@ def _blocks(copies: BinaryIO) -> Iterator:
         except EOFError:
             return
         yield from block
-
-
-def _named_rows(lines: Iterator[list[str]]) -> Iterator[dict[str, str]]:
-    """Rows written a column a line (name, value), an empty line after each, as dicts."""
-    values: dict[str, str] = {}
-    for line in lines:
-        if line:
-            values[line[0]] = line[1]
-        else:
-            yield values
-            values = {}
 
 
 def _write_cells(out: io.TextIOWrapper, cells: list[str], chunk: int = 256) -> None:
