@@ -78,14 +78,14 @@ def _raw(records: np.ndarray) -> memoryview:
 
 
 class RowPart(Rows):
-    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns its
-    values, after the number of its sequence of names, each distinct sequence held once: laid out when the
-    columns are known); while there are at most
-    ``keep``, a copy of them as made too (pickled a block at a time, in a second file), so that the
-    summary's rows are read back, values and types as made, from the files at the end (:meth:`each_row`):
-    none is held meanwhile.  Rows are written together, :data:`PENDING_CELLS` cells at a time; a row of
-    more cells on its own, a line at a time (an all_to_allv's row over 1,024 ranks, every rank's splits,
-    is megabytes).  A sorted table keeps its sort key and each row's place (16 bytes a row)."""
+    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns
+    its values, after the number of its sequence of names, each distinct sequence held once: laid out
+    when the columns are known); while there are at most ``keep``, a copy of them as made too (pickled a
+    block at a time, in a second file), so that the summary's rows are read back, values and types as
+    made, from the files at the end (:meth:`each_row`): none is held meanwhile.  Rows are written
+    together, :data:`PENDING_CELLS` cells at a time; a row of more cells on its own, a few hundred cells
+    at a time (an all_to_allv's row over 1,024 ranks, every rank's splits, is megabytes).  A sorted table
+    keeps its sort key and each row's place (16 bytes a row)."""
 
     def __init__(self, directory: str | None, keep: int) -> None:
         super().__init__()
@@ -105,7 +105,7 @@ class RowPart(Rows):
     def add(self, row: list | dict, key: object = None) -> None:
         self.named = isinstance(row, dict)
         if len(row) >= PENDING_CELLS:
-            self._flush()  # (a row this long is written alone, a line at a time)
+            self._flush()  # (a row this long is written alone, a few hundred cells at a time)
         if key is not None:
             self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
         self._pending.append(row)
