@@ -3,8 +3,11 @@ files at the end, none held while the kernels are walked (the same values, of th
 memory); a rank's records are made and stored a block at a time."""
 from __future__ import annotations
 
+import csv
+import io
 import math
 import tracemalloc
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -24,12 +27,12 @@ def same(found: list, made: list) -> bool:
     return len(found) == len(made) and all(type(a) is type(b) and repr(a) == repr(b) for a, b in zip(found, made))
 
 
-@pytest.mark.parametrize("type_bytes", [1, collectivespill.TYPE_BYTES])
-def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, type_bytes):
+@pytest.mark.parametrize("pending_cells", [1, collectivespill.PENDING_CELLS])
+def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, pending_cells):
     """Plain rows, rows of named columns (missing ones None) and rows sorted by a key: read back with their
-    values and types, their type letters written as they come or held until the end; NaN comes back NaN;
+    values and types, written a row at a time or held until the end; NaN comes back NaN;
     beyond ``keep`` rows, none."""
-    monkeypatch.setattr(collectivespill, "TYPE_BYTES", type_bytes)
+    monkeypatch.setattr(collectivespill, "PENDING_CELLS", pending_cells)
     plain = collectivespill.RowPart(str(tmp_path), keep=100)
     rows = [CELLS[at:] + CELLS[:at] + [math.nan] for at in range(len(CELLS))]
     for row in rows:
@@ -52,6 +55,27 @@ def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, type_bytes):
     for part in (plain, named, short):
         part.close()
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("pending_cells", [1, 7, collectivespill.PENDING_CELLS])
+def test_sorted_rows_copied_from_their_places(tmp_path, monkeypatch, pending_cells):
+    """Rows sorted by a key, with texts of several bytes a character, written in blocks or one by one: the
+    CSV is that of the rows put in order by plain code."""
+    monkeypatch.setattr(collectivespill, "PENDING_CELLS", pending_cells)
+    part = collectivespill.RowPart(str(tmp_path), keep=0)
+    rows = [[f"r{at}", "é" * (at % 3), "日本" if at % 2 else "x", at * 0.5] for at in range(40)]
+    keys = [float((at * 7) % 11) for at in range(40)]
+    for row, key in zip(rows, keys):
+        part.add(row, key=key)
+    out = tmp_path / "t.csv"
+    with open(out, "wb") as raw:
+        part.table(list("abcd"), by_key=True).write(raw)
+    part.close()
+    expected = io.StringIO()
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerow(list("abcd"))
+    writer.writerows(row for _, _, row in sorted(((-key, at, row) for at, (row, key) in enumerate(zip(rows, keys)))))
+    assert out.read_text(encoding="utf-8") == expected.getvalue()
 
 
 @pytest.mark.slow  # (tracemalloc)
@@ -124,3 +148,49 @@ def test_a_ranks_records_never_whole_in_memory(tmp_path):
     finally:
         del matched
         store.close()
+
+
+def report_peak(directory, monkeypatch, capsys) -> tuple[int, str]:
+    """The traced peak of ``streamtrace analyze DIR/rank*`` (no --json) from the collective report on, and its
+    report's lines on collectives."""
+    from streamtrace.cli import main
+
+    made = command.collective_report
+    monkeypatch.setattr(command, "collective_report", lambda *given: tracemalloc.start() or made(*given))
+    capsys.readouterr()
+    try:
+        assert main(["analyze", *map(str, sorted(directory.glob("rank*_trace.json"))), "-o", str(directory / "out"),
+                     "-j", "1", "-q"]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    lines = capsys.readouterr().out
+    return peak, "\n".join(" ".join(line.split()) for line in lines.splitlines())
+
+
+@pytest.mark.slow  # (two generated runs, 12 s)
+def test_report_without_json_holds_no_row_per_collective(tmp_path, monkeypatch, capsys):
+    """analyze's human report: from the collective report on, its traced peak grows by less than 3.5 MB from
+    200 to 2,000 collective kernels on each of 4 ranks (about 2 MB here: the kernels' records and sorts, tens of
+    bytes a kernel), its lines from figures gathered as the rows are made; with the long tables' rows built as
+    dicts for the summary it grew by 18 MB."""
+    from streamtrace.synth import SynthConfig, write_traces
+
+    peaks, lines = [], []
+    for steps in (40, 400):
+        write_traces(SynthConfig(ranks=4, pp_stages=1, microbatches=1, steps=steps, graph_kernels=0, eager_kernels=1,
+                                 python_noise=0, collectives=True, slow_rank=2, slow_factor=1.5),
+                     tmp_path / str(steps), compress="none", merged=False)
+        peak, said = report_peak(tmp_path / str(steps), monkeypatch, capsys)
+        peaks.append(peak)
+        lines.append(said)
+    assert peaks[1] - peaks[0] < 3.5e6, peaks
+    out = tmp_path / "400" / "out"
+    with open(out / "collective_matches.csv", newline="") as matches:
+        rules = Counter(row["match"] for row in csv.DictReader(matches))
+    with open(out / "collective_bandwidth.csv", newline="") as bandwidth:
+        longest = max(csv.DictReader(bandwidth), key=lambda row: float(row["wait for last (us)"]))
+    assert f"matched {rules['Seq']:,} collectives by Seq (TraceLens's tables: by order)" in lines[1]
+    assert (f"longest wait {float(longest['wait for last (us)']):,.0f} us for rank {longest['last arrival rank']} at "
+            f"{longest['Collective name']} {longest['collective_id']} (latency") in lines[1]
+    assert "collectives rank 2 arrives last at" in lines[1]

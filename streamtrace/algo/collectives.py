@@ -106,6 +106,7 @@ class Report:
     tables: dict[str, Table]
     notes: list[str]
     sinks: list = field(default_factory=list)  # where its long tables' rows went (their maker closes them)
+    figures: dict = field(default_factory=dict)  # what its maker gathered of the rows as they went by
 
 
 def is_collective_kernel(name: object) -> bool:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> None:
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
                       only=args.only, skip=args.skip, ops=args.ops, gpu_spec=args.gpu_spec,
                       all2allv_heatmap=args.all2allv_heatmap, align_clocks=args.align_clocks,
-                      **reading(args))
+                      collective_rows=args.json, **reading(args))
     report("analyze", summary, args)
 
 

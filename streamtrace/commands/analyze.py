@@ -48,7 +48,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             command: str | None = None, summary_file: str | os.PathLike | None = None,
             only: str | Sequence[str] | None = None, skip: str | Sequence[str] | None = None,
             all2allv_heatmap: bool = False, ops: bool = False, gpu_spec: str | None = None,
-            align_clocks: bool = False) -> dict:
+            align_clocks: bool = False, collective_rows: bool = True) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
@@ -62,7 +62,11 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     (:mod:`.analyses.collectives`; ``all2allv_heatmap``: its heat map too; ``align_clocks``: the
     tables beyond TraceLens's on clocks aligned on collective ends).  ``ops``: also TraceLens's
     perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`), with the roofline
-    of ``gpu_spec`` (TraceLens's arch JSON form) if given.
+    of ``gpu_spec`` (TraceLens's arch JSON form) if given.  ``collective_rows``: the summary's tables
+    carry the collective tables of a row per kernel or collective (up to
+    :data:`.analyses.collectives.JSON_ROWS` rows each; always with ``summary_file`` or ``html``, which
+    read them); without, those are None (their CSVs have them) and ``summary["collectives"]`` has what
+    the report's lines say of them.
     """
     started = time.perf_counter()
     if num_candidates < 1:
@@ -101,13 +105,14 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             launches = [result.results["launches"] for result in results if "launches" in chosen]
             parts = [launch.path for launch in launches if launch.path]
             tables = build_tables(results, chosen, num_candidates, utilization_bins)
+            keep = collectives.JSON_ROWS if collective_rows or summary_file is not None or html is not None else 0
             collective = collectives.collective_report([result.collectives for result in sorted(results, key=lambda r: r.rank)
                                                         if result.collectives is not None and "collectives" in picked],
-                                                       all2allv_heatmap, align_clocks, _local(spool_dir))
+                                                       all2allv_heatmap, align_clocks, _local(spool_dir), keep)
             for result in results:
                 result.collectives = None  # (their records are the report's now)
             collectives.add_causes(collective, tables)
-            tables.update(collectives.as_records(collective))
+            tables.update(collectives.as_records(collective, keep))
             launch_rows = sum(launch.rows for launch in launches)
             notes = [note for result in per_file for note in result.notes]
             notes += [note for result in results for note in result.notes] + collective.notes + ops_notes
@@ -126,6 +131,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
                 "notes": notes,
                 "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
             }
+            if collective.tables:
+                summary["collectives"] = collective.figures
             if ops:
                 summary["ops"] = ops_parts  # (what the page draws of each input's ops tables)
             if "launches" in chosen:

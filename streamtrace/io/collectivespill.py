@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import os
+import pickle
 import shutil
 import tempfile
 from array import array
@@ -21,7 +22,8 @@ SPILL_BYTES = 64 << 20
 """Kernel records (32 bytes each) kept in memory; beyond, all of them go to one file (tests lower it)."""
 
 
-PENDING_ROWS = 512  # plain rows formatted and written together
+PENDING_CELLS = 1 << 12
+"""Cells of rows made held, then written together (a row of more on its own, a line at a time)."""
 
 
 class SpilledKernels:
@@ -76,108 +78,124 @@ def _raw(records: np.ndarray) -> memoryview:
 
 
 class RowPart(Rows):
-    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns a
-    line per column, name and value, laid out when the columns are known); while there are at most
-    ``keep``, each cell's type too (a letter a cell, in a second file), so that the summary's rows are read
-    back, values and types as made, from the files at the end (:meth:`each_row`): none is held meanwhile.
-    A sorted table keeps its sort key and each row's place (16 bytes a row).  No row's whole text is made
-    at once (an all_to_allv's row over 1,024 ranks, every rank's splits, is megabytes)."""
+    """A table's rows written to a temporary file as they are made, as CSV lines (a row of named columns
+    its values, after the number of its sequence of names, each distinct sequence held once: laid out
+    when the columns are known); while there are at most ``keep``, a copy of them as made too (pickled a
+    block at a time, in a second file), so that the summary's rows are read back, values and types as
+    made, from the files at the end (:meth:`each_row`): none is held meanwhile.  Rows are written
+    together, :data:`PENDING_CELLS` cells at a time; a row of more cells on its own, a few hundred cells
+    at a time (an all_to_allv's row over 1,024 ranks, every rank's splits, is megabytes).  A sorted table
+    keeps its sort key and each row's place (16 bytes a row)."""
 
     def __init__(self, directory: str | None, keep: int) -> None:
         super().__init__()
         self.directory, self.keep = directory, keep
         self.count = 0
         self.named = False  # rows made as dicts
-        self.typed = True  # the cells' types are written (at most ``keep`` rows)
-        self._types: BinaryIO | None = None
-        self._codes = bytearray()  # type letters not yet written, a line a row
-        self._objects: list = []  # cells that are neither numbers nor texts (args Kineto wrote as lists: shared)
-        self._kinds: dict[tuple, bytes] = {}  # a row's cells' classes -> its line of type letters
+        self.typed = keep > 0  # the rows as made are kept (at most ``keep``)
+        self._copies: BinaryIO | None = None
         self._file: BinaryIO | None = None
         self._text: io.TextIOWrapper | None = None
         self._sort_keys = array("d")
         self._offsets = array("q")
-        self._pending: list[list] = []  # plain rows not yet written (written a batch at a time)
-
-    def _flush(self) -> None:
-        if self._pending:
-            batch = io.StringIO()
-            csv.writer(batch, lineterminator="\n").writerows(self._pending)
-            self._pending = []
-            with spool_writes(self.directory or tempfile.gettempdir()):
-                self._text.write(batch.getvalue())  # type: ignore[union-attr]
+        self._pending: list = []  # rows made, not yet written
+        self._names: dict[tuple, int] = {}  # rows' sequences of column names (named rows), numbered
+        self._cells = 0  # their cells
 
     def add(self, row: list | dict, key: object = None) -> None:
         self.named = isinstance(row, dict)
-        if self.named:  # (value == value: all but NaN, written as an empty cell as None is)
-            cells = [cell for name, value in row.items() for cell in (name, value if value == value else "")]  # type: ignore
-        else:
-            cells = [value if value == value else "" for value in row]  # type: ignore[union-attr]
+        if len(row) >= PENDING_CELLS:
+            self._flush()  # (a row this long is written alone, a few hundred cells at a time)
+        if key is not None:
+            self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+        self._pending.append(row)
+        self._cells += len(row)
+        self.count += 1
+        if self.typed and self.count > self.keep:
+            self.typed = False
+            if self._copies is not None:
+                self._copies.close()
+                self._copies = None
+        if self._cells >= PENDING_CELLS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the pending rows: their CSV lines (each keyed row's place noted), and their copy while typed."""
+        if not self._pending:
+            return
+        rows, self._pending, self._cells = self._pending, [], 0
         with spool_writes(self.directory or tempfile.gettempdir()):
             if self._text is None:
                 self._file = tempfile.TemporaryFile(prefix="streamtrace-table-", dir=self.directory)
                 self._text = io.TextIOWrapper(self._file, encoding="utf-8", newline="", write_through=True)
-                self._writer = csv.writer(self._text, lineterminator="\n")
-            if not self.named and key is None:
-                self._pending.append(cells)
-                if len(self._pending) >= PENDING_ROWS:
-                    self._flush()
-            else:
-                self._flush()
-                if key is not None:
-                    self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+            if self.typed:
+                if self._copies is None:
+                    self._copies = tempfile.TemporaryFile(prefix="streamtrace-rows-", dir=self.directory)
+                self._copies.seek(0, os.SEEK_END)
+                pickle.dump(rows, self._copies, protocol=pickle.HIGHEST_PROTOCOL)
+            keyed = len(self._sort_keys) > len(self._offsets)
+            if len(rows) == 1 and len(rows[0]) >= PENDING_CELLS:
+                if keyed:
                     self._offsets.append(self._file.tell())  # type: ignore[union-attr]
-                if self.named:  # a line per column, an empty line after the row
-                    self._writer.writerows(zip(cells[::2], cells[1::2]))
-                    self._writer.writerow([])
-                else:
-                    self._writer.writerow(cells)
-        self.count += 1
-        if self.typed:
-            if self.count > self.keep:
-                self.typed, self._codes, self._objects = False, bytearray(), []
-                if self._types is not None:
-                    self._types.close()
-                    self._types = None
-            else:
-                values = list(row.values()) if self.named else row  # type: ignore[union-attr]
-                kinds = tuple(map(type, values))
-                codes = self._kinds.get(kinds)
-                if codes is None:
-                    codes = self._kinds[kinds] = "".join([_code(kind) for kind in kinds]).encode() + b"\n"
-                if _OBJECT in codes:
-                    self._objects.extend(value for value, code in zip(values, codes) if code == _OBJECT)
-                self._codes += codes
-                if len(self._codes) >= TYPE_BYTES:
-                    self._write_codes()
+                _write_cells(self._text, self._lines(rows)[0])
+                return
+            batch = io.StringIO()
+            starts = self._write_rows(batch, rows, keyed)
+            text = batch.getvalue()
+            if keyed:
+                self._note_places(text, starts)
+            self._text.write(text)
 
-    def _write_codes(self) -> None:
-        with spool_writes(self.directory or tempfile.gettempdir()):
-            if self._types is None:
-                self._types = tempfile.TemporaryFile(prefix="streamtrace-types-", dir=self.directory)
-            self._types.write(self._codes)
-        self._codes = bytearray()
+    def _write_rows(self, out: io.TextIOBase, rows: list, keyed: bool) -> list[int]:
+        """The rows' CSV lines; ``keyed``: returns where each row starts in ``out``."""
+        writer = csv.writer(out, lineterminator="\n")
+        if not keyed:
+            writer.writerows(self._lines(rows))
+            return []
+        starts = []
+        for line in self._lines(rows):
+            starts.append(out.tell())
+            writer.writerow(line)
+        return starts
+
+    def _lines(self, rows: list) -> list[list]:
+        """The rows' cells as written: NaN as an empty cell (as None); a named row's values after the number
+        of its names."""
+        if not self.named:
+            return [[value if value == value else "" for value in row] for row in rows]  # (value == value: not NaN)
+        return [[self._number(row), *[value if value == value else "" for value in row.values()]] for row in rows]
+
+    def _number(self, row: dict) -> int:
+        names = tuple(row)
+        found = self._names.get(names)
+        if found is None:
+            found = self._names[names] = len(self._names)
+        return found
+
+    def _note_places(self, text: str, starts: list[int]) -> None:
+        """Each keyed row's byte offset in the file, from where it starts in ``text`` (characters)."""
+        place = self._file.tell()  # type: ignore[union-attr]
+        if text.isascii():
+            self._offsets.extend([place + start for start in starts])
+            return
+        previous = 0
+        for start in starts:
+            place += len(text[previous:start].encode())
+            previous = start
+            self._offsets.append(place)
 
     def each_row(self, columns: list[str], order: np.ndarray | None) -> Iterator[list] | None:
         """The rows as they were made (lists in ``columns``' order, in ``order`` if given), read back from the
         files; None when there are more than ``keep``."""
         if not self.typed:
             return None
-        if self._text is None:
-            return iter(())
         self._flush()
-        self._text.flush()
-        if self._types is not None:
-            self._write_codes()
-            self._types.seek(0)
-        codes = self._types or io.BytesIO(bytes(self._codes))
-        self._text.seek(0)
-        lines = csv.reader(self._text)
-        readers = _Readers(iter(self._objects))
+        if self._copies is None:
+            return iter(())
+        self._copies.seek(0)
+        rows = _blocks(self._copies)
         if self.named:
-            rows = (_laid(values, readers[types], columns) for values, types in zip(_named_rows(lines), codes))
-        else:
-            rows = ([read(text) for read, text in zip(readers[types], cells)] for cells, types in zip(lines, codes))
+            rows = ([row.get(name) for name in columns] for row in rows)
         if order is None:
             return rows
         made = list(rows)
@@ -196,28 +214,33 @@ class RowPart(Rows):
 
     def write(self, out: io.TextIOWrapper, columns: list[str], order: np.ndarray | None) -> None:
         """Copy the rows to ``out`` (in ``order``, the lines' places, if given), named columns laid out."""
+        self._flush()
         if self._text is None or self._file is None:
             return
-        self._flush()
         self._text.flush()
         if not self.named and order is None:
             out.flush()
             self._file.seek(0)
             shutil.copyfileobj(self._file, out.buffer)
             return
-        if not self.named:
-            writer = csv.writer(out, lineterminator="\n")
-            for at in order:  # type: ignore[union-attr]
-                writer.writerows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline="")))
-            return
-        if order is not None:
-            rows = (_named_rows(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline=""))) for at in order)
-            named = (row for found in rows for row in found)
-        else:
+        if order is None:
             self._text.seek(0)
-            named = _named_rows(csv.reader(self._text))
-        for values in named:
-            _write_cells(out, [values.get(name, "") for name in columns])
+            lines: Iterator[list[str]] = csv.reader(self._text)
+        else:
+            lines = (next(csv.reader(io.StringIO(self._line_at(int(at)).decode(), newline=""))) for at in order)
+        if not self.named:
+            csv.writer(out, lineterminator="\n").writerows(lines)
+            return
+        names = list(self._names)
+        places: dict[str, list[int]] = {}  # a number of names -> per column the place of its value in the line
+        for line in lines:
+            index = places.get(line[0])
+            if index is None:
+                given = names[int(line[0])]
+                at = {name: place for place, name in enumerate(given, 1)}
+                index = places[line[0]] = [at.get(name, len(given) + 1) for name in columns]
+            line.append("")  # (a column the row has not)
+            _write_cells(out, [line[place] for place in index])
 
     def _line_at(self, at: int) -> bytes:
         assert self._file is not None
@@ -230,9 +253,9 @@ class RowPart(Rows):
         if self._text is not None:
             self._text.close()  # (and its file)
             self._text = self._file = None
-        if self._types is not None:
-            self._types.close()
-            self._types = None
+        if self._copies is not None:
+            self._copies.close()
+            self._copies = None
 
 
 class PartTable:
@@ -264,51 +287,14 @@ class PartTable:
             out.detach()  # (the stream is its owner's to close)
 
 
-TYPE_BYTES = 64 << 10  # type letters held (per table) before they are written
-_OBJECT = ord("o")
-_READ = {"i": int, "s": str, "b": lambda text: text == "True", "n": lambda text: None,
-         "f": lambda text: float(text) if text else math.nan}  # (NaN is written as an empty cell, a float never)
-
-
-def _code(kind: type) -> str:
-    """A cell's type letter, by its class: ``o`` for an object kept as it is (no number, text or None)."""
-    if issubclass(kind, bool):
-        return "b"
-    if issubclass(kind, (int, np.integer)):
-        return "i"
-    if issubclass(kind, (float, np.floating)):
-        return "f"
-    return "s" if issubclass(kind, str) else "n" if kind is type(None) else "o"
-
-
-class _Readers(dict):
-    """A line of type letters -> what reads each of its cells back (made once per distinct line)."""
-
-    def __init__(self, objects: Iterator) -> None:
-        super().__init__()
-        self.objects = objects
-
-    def __missing__(self, types: bytes) -> list:
-        found = self[types] = [(lambda text: next(self.objects)) if code == _OBJECT else _READ[chr(code)]
-                               for code in types.rstrip(b"\n")]
-        return found
-
-
-def _laid(values: dict[str, str], readers: list, columns: list[str]) -> list:
-    """A row made as a dict (its cells read back, typed), in ``columns``' order (None where it has none)."""
-    cells = dict(zip(values, [read(text) for read, text in zip(readers, values.values())]))
-    return [cells.get(name) for name in columns]
-
-
-def _named_rows(lines: Iterator[list[str]]) -> Iterator[dict[str, str]]:
-    """Rows written a column a line (name, value), an empty line after each, as dicts."""
-    values: dict[str, str] = {}
-    for line in lines:
-        if line:
-            values[line[0]] = line[1]
-        else:
-            yield values
-            values = {}
+def _blocks(copies: BinaryIO) -> Iterator:
+    """The rows pickled a block at a time into ``copies``, one at a time."""
+    while True:
+        try:
+            block = pickle.load(copies)
+        except EOFError:
+            return
+        yield from block
 
 
 def _write_cells(out: io.TextIOWrapper, cells: list[str], chunk: int = 256) -> None:

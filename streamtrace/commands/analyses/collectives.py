@@ -277,23 +277,28 @@ def pg_config(members: list, member_value) -> dict[str, tuple[int, ...]]:
 
 
 def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, align_clocks: bool = False,
-                      spool_dir: str | None = None) -> Report:
+                      spool_dir: str | None = None, keep: int | None = None) -> Report:
     """TraceLens's tables for the ranks' kernels (every rank's, in rank order); GPUs per node from the
     first rank's file, as TraceLens takes them from its first file; ``align_clocks``: the tables beyond
     TraceLens's on clocks aligned on collective ends.  The kernels' records, the long tables' rows, the
     summaries' kept columns and the sort ordering each rank's kernels go to temporary files in ``spool_dir``
     beyond a budget (:mod:`streamtrace.io.collectivespill`, :mod:`streamtrace.io.valuespill`,
-    :mod:`streamtrace.io.collectivesort`); the inputs' kernel arrays are emptied as their records are made,
-    and their files (pass 1's beyond its budget) removed; :func:`close` lets the rows go."""
+    :mod:`streamtrace.io.collectivesort`), a long table's rows kept for the summary while at most ``keep``
+    (:data:`JSON_ROWS` by default; 0: none; the report's lines read its ``figures``, :class:`Gathered`);
+    the inputs' kernel arrays are emptied as their records are made, and their files (pass 1's beyond its
+    budget) removed; :func:`close` lets the rows go."""
     if not inputs:
         return Report({}, [])
+    keep = JSON_ROWS if keep is None else keep
     store = SpilledKernels(spool_dir)
     values = ValueSpill(spool_dir)
     parts: list[RowPart] = []
+    gathered = Gathered()
 
-    def rows(name: str) -> RowPart:
-        parts.append(RowPart(spool_dir, JSON_ROWS))
-        return parts[-1]
+    def rows(name: str) -> tables.Rows:
+        parts.append(RowPart(spool_dir, keep))
+        watch = gathered.watches.get(name)
+        return parts[-1] if watch is None else Watched(parts[-1], watch)
 
     try:
         found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
@@ -311,7 +316,57 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
             if given.path is not None:
                 remove(given.path)
     found.sinks = parts
+    found.figures = gathered.figures(found, keep)
     return found
+
+
+_RULE_AT = collectivematch.MATCH_COLUMNS.index("match")
+_WAIT_AT = collectivereport.BANDWIDTH_COLUMNS.index("wait for last (us)")
+
+
+class Gathered:
+    """What the report's lines say of collective_matches and collective_bandwidth (a row per collective),
+    gathered as their rows are made, so that no row need be read back for them: the collectives matched by
+    each rule, and the one whose first rank waited longest for the last."""
+
+    def __init__(self) -> None:
+        self.rules: dict[str, int] = {}
+        self.longest: list | None = None
+        self.watches = {"collective_matches": self._match, "collective_bandwidth": self._bandwidth}
+
+    def _match(self, row: list) -> None:
+        self.rules[row[_RULE_AT]] = self.rules.get(row[_RULE_AT], 0) + 1
+
+    def _bandwidth(self, row: list) -> None:
+        if self.longest is None or row[_WAIT_AT] > self.longest[_WAIT_AT]:  # (the first of the longest)
+            self.longest = row
+
+    def figures(self, report: Report, keep: int) -> dict:
+        """The summary's ``collectives``: each table's rows, the most rows of a table its ``tables`` carry,
+        the collectives matched per rule, the longest wait's collective_bandwidth row."""
+        bandwidth = report.tables.get("collective_bandwidth")
+        return {"rows": {name: _length(table) for name, table in report.tables.items()}, "rows_in_summary": keep,
+                "matched": dict(self.rules),
+                "longest_wait": None if self.longest is None or bandwidth is None else
+                _records(bandwidth.columns, [self.longest])[0]}
+
+
+class Watched(tables.Rows):
+    """A table's rows on their way to ``part``, each shown to ``watch`` first."""
+
+    def __init__(self, part: RowPart, watch) -> None:
+        super().__init__()
+        self.part, self.watch = part, watch
+
+    def add(self, row: list | dict, key: object = None) -> None:
+        self.watch(row)
+        self.part.add(row, key)
+
+    def __len__(self) -> int:
+        return len(self.part)
+
+    def table(self, columns: list[str], by_key: bool = False) -> PartTable:  # type: ignore[override]
+        return self.part.table(columns, by_key)
 
 
 def close(report: Report) -> None:
@@ -365,14 +420,18 @@ def _cell(value: object) -> object:
     return "" if _missing(value) else value
 
 
-def as_records(report: Report) -> dict[str, list[dict] | None]:
-    """The tables as lists of rows (column -> value), for the summary (NaN as None); a table longer than
-    :data:`JSON_ROWS` is None there (its CSV has it), as analyze's launch statistics.  A long table's rows
-    are read back from its file a row at a time."""
+def as_records(report: Report, keep: int | None = None) -> dict[str, list[dict] | None]:
+    """The tables as lists of rows (column -> value), for the summary (NaN as None); a table is None there
+    when longer than :data:`JSON_ROWS` (its CSV has it), as analyze's launch statistics, a long table (its
+    rows in a file, read back) when longer than ``keep`` (default :data:`JSON_ROWS`)."""
+    keep = JSON_ROWS if keep is None else keep
     found: dict[str, list[dict] | None] = {}
     for name, table in report.tables.items():
-        rows = table.each_row() if isinstance(table, PartTable) else table.rows
-        found[name] = None if rows is None or _length(table) > JSON_ROWS else _records(table.columns, rows)
+        if isinstance(table, PartTable):
+            rows = table.each_row() if len(table) <= keep else None
+        else:
+            rows = table.rows if len(table.rows) <= JSON_ROWS else None
+        found[name] = None if rows is None else _records(table.columns, rows)
     return found
 
 
@@ -381,7 +440,7 @@ def _length(table: Table | PartTable) -> int:
 
 
 def _records(columns: list[str], rows: Iterable[list]) -> list[dict]:
-    return [dict(zip(columns, (None if _missing(value) else value for value in row))) for row in rows]
+    return [{name: value if value == value else None for name, value in zip(columns, row)} for row in rows]  # (NaN)
 
 
 def _missing(value: object) -> bool:
@@ -403,17 +462,16 @@ def report_rows(summary: dict) -> list[tuple[str, str]]:
     waited = sum(row["total_wait_time_us"] for row in stragglers[1:])
     rows = [("collectives", f"rank {last['rank']} arrives last at {last['times_arrived_last']} of "
                             f"{last['num_collectives']} collectives; the other ranks wait {waited / 1e3:,.1f} ms in all")]
-    matched = found.get("collective_matches") or []
-    if matched:
-        rules = {rule: sum(1 for row in matched if row["match"] == rule) for rule in ("Seq", "order")}
-        rows.append(("matched", ", ".join(f"{count:,} collectives by {rule}" for rule, count in rules.items() if count)
-                     + " (TraceLens's tables: by order)"))
+    figures = summary.get("collectives") or {}
+    rules = figures.get("matched") or {}
+    if rules:
+        rows.append(("matched", ", ".join(f"{rules[rule]:,} collectives by {rule}" for rule in ("Seq", "order")
+                                          if rules.get(rule)) + " (TraceLens's tables: by order)"))
     causes = {row["rank"]: row["why"] for row in found.get("straggler_causes") or []}
     if causes.get(last["rank"]):
         rows.append(("why", causes[last["rank"]].split(": ", 1)[1]))
-    bandwidth = found.get("collective_bandwidth") or []
-    if bandwidth:
-        worst = max(bandwidth, key=lambda row: row["wait for last (us)"])
+    worst = figures.get("longest_wait")
+    if worst:
         rows.append(("longest wait", f"{worst['wait for last (us)']:,.0f} us for rank {worst['last arrival rank']} at "
                                      f"{worst['Collective name']} {worst['collective_id']} (latency "
                                      f"{worst['latency (us)']:,.0f} us, bus {_number_text(worst['bus bw (GB/s, 1e9)'])} GB/s)"))
