@@ -260,20 +260,51 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     forward op whose cached parameters the model reads."""
     f = tree.f
     details = gpu_details(f, sorted(gpu, key=lambda g: f.g_ts[g]))
-    values = signature_values[f.h_sig[h]]
-    args = op_args(values)
-    if forward is not None:
-        args[perfmodels_conv.FORWARD_ARGS] = forward
-    name = f.names[f.h_name[h]]
+    result = model_result(tree, h, model, [d["name"] for d in details], signature_values, forward)
+    busy, integral = tree.busy(gpu) if gpu else (0, True)
+    return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]], "details": details,
+            **rated(result, busy, integral, spec)}
+
+
+def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: list[str], signature_values: list[list],
+                 forward: dict | None = None) -> tuple:
+    """The model's (parameters, FLOPs, bytes, compute spec) of op ``h`` over
+    kernels of these names (in start order); computed once per distinct
+    model, name, signature, enclosing annotation and kernel names (in
+    ``tree.model_results``: ops of one shape are many), unless a forward
+    op's arguments are read (raises what the model raises)."""
+    f = tree.f
+    name, sig = f.names[f.h_name[h]], int(f.h_sig[h])
+    annotation = None
     if name in perfmodels_inference.ANNOTATED:
         found = iterannotation.enclosing(f.a_ts, f.a_end, f.a_name, f.h_ts[h], f.h_end[h])
-        args[perfmodels_inference.ANNOTATION] = f.names[found] if found >= 0 else iterannotation.NONE
-    params, flops, moved, compute = model(name, args, [d["name"] for d in details])
-    busy, integral = tree.busy(gpu) if gpu else (0, True)
+        annotation = f.names[found] if found >= 0 else iterannotation.NONE
+    key = None if forward is not None else (model, name, sig, annotation, tuple(kernels))
+    result = tree.model_results.get(key) if key is not None else None
+    if result is None:
+        args = op_args(signature_values[sig])
+        if forward is not None:
+            args[perfmodels_conv.FORWARD_ARGS] = forward
+        if annotation is not None:
+            args[perfmodels_inference.ANNOTATION] = annotation
+        try:
+            result = model(name, args, kernels)
+        except MODEL_FAILURES as exc:  # (kept too: the ops of a shape a model fails on are as many)
+            result = exc
+        if key is not None:
+            tree.model_results[key] = result
+    if isinstance(result, BaseException):
+        raise result.with_traceback(None)
+    return result
+
+
+def rated(result: tuple, busy: float, integral: bool, spec: dict | None) -> dict:
+    """A model's result over the busy time of its kernels: parameters, GFLOPS, bytes, rates (and the roofline
+    with a ``spec``), as :func:`op_metrics` gives them."""
+    params, flops, moved, compute = result
     gflops = flops / 1e9
     row = {
-        "h": h, "name": name, "params": params, "values": values, "details": details,
-        "GFLOPS": gflops, "busy": busy, "busy_int": integral,
+        "params": params, "GFLOPS": gflops, "busy": busy, "busy_int": integral,
         "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
         "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
         "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,

@@ -127,6 +127,7 @@ class OpTree:
         self._categories: dict[int, str] = {}
         self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}
+        self.model_results: dict[tuple, tuple] = {}  # (the performance models' results, by what they read)
 
     def links_below(self, ops: list[int]) -> dict[int, list[int]]:
         """Each op's GPU events: every link of every runtime call below it (a

@@ -13,12 +13,13 @@ import math
 
 import numpy as np
 
-from . import opsheets, optree, perfmodels_inductor
+from . import opsheets, optree, perfmodels_conv, perfmodels_inductor
 from .opstables import (
     CPU_OP,
     NA,
     RUNTIME,
     UNIQUE_ARGS_KEYS,
+    OpsFacts,
     OpTree,
     Table,
     cell_number,
@@ -325,15 +326,21 @@ def _rows(walk: _Unified) -> list[dict]:
     collected = walk.collect()
     walk.gather(collected)
     tree.categories(collected)  # (each op's category, found at once)
+    gpus = [walk.gpu(h) for h in collected]
+    kernels = _kernel_names(f, gpus)
+    at = np.array(collected, dtype=np.int64)
     rows = []
-    for h in collected:
-        row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu(h), int(f.h_uid[h]))
+    for h, gpu, names, uid, sig, parent, dur, dur_int in zip(
+            collected, gpus, kernels, f.h_uid[at].tolist(), f.h_sig[at].tolist(), tree.parent[at].tolist(),
+            f.h_dur[at].tolist(), f.h_dur_int[at].tolist()):
+        row = _row(walk, (h, sig, parent, dur, dur_int), walk.name(h), tree.category(h), h, gpu, uid, names)
         if row is not None:
             rows.append(row)
     next_uid = f.events
     for source, g in walk.synthetic(collected):
         name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
-        row = _row(walk, source, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid)
+        facts = (source, int(f.h_sig[source]), int(tree.parent[source]), float(f.h_dur[source]), f.h_dur_int[source])
+        row = _row(walk, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid)
         next_uid += 1
         if row is not None:
             rows.append(row)
@@ -342,36 +349,49 @@ def _rows(walk: _Unified) -> list[dict]:
     gpu = np.array([g for row in timed for g in row["gpu"]], dtype=np.int64)
     busy, integral = tree.busy_many(np.repeat(np.arange(len(timed)), sizes), gpu, len(timed))
     for row, value, whole in zip(timed, busy.tolist(), integral.tolist()):
-        row["busy"], row["busy_int"] = value, whole
+        result = row.pop("model", None)
+        if result is None:
+            row["busy"], row["busy_int"] = value, whole
+        else:  # (an op's own model: its rates over that busy time)
+            row.update(opsheets.rated(result, value, whole, walk.spec))
     return rows
 
 
-def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, gpu: list[int],
-         uid: int) -> dict | None:
-    """One row of ``build_df_unified_perf_table`` (``h``: the op itself, None for a synthetic op copying
-    ``source``); None when the op's model declines it (TraceLens drops such a row)."""
-    f, tree = walk.f, walk.tree
-    own = walk.has_model(name, int(f.h_sig[source]))
-    sole = walk.sole_backward(int(tree.parent[source]))
+def _kernel_names(f: OpsFacts, gpus: list[list[int]]) -> list[list[str]]:
+    """The names of each list's GPU events by start (ties as listed), as the models read them."""
+    sizes = np.array([len(gpu) for gpu in gpus], dtype=np.int64)
+    flat = np.fromiter((g for gpu in gpus for g in gpu), dtype=np.int64, count=int(sizes.sum()))
+    names = f.g_name[flat[np.lexsort((f.g_ts[flat], np.repeat(np.arange(len(gpus)), sizes)))]].tolist()
+    bounds = np.cumsum(sizes).tolist()
+    listed = f.names
+    return [[listed[name] for name in names[end - size:end]] for end, size in zip(bounds, sizes.tolist())]
+
+
+def _row(walk: _Unified, facts: tuple, name: str, category: str, h: int | None, gpu: list[int], uid: int,
+         kernels: list[str] | None = None) -> dict | None:
+    """One row of ``build_df_unified_perf_table`` (``facts``: the host event the row stands for, its
+    signature, parent, duration and whether that is an integer; ``h``: the op itself, None for a synthetic
+    op copying that event; ``kernels``: the names of ``gpu`` by start); None when the op's model declines it
+    (TraceLens drops such a row)."""
+    source, sig, parent, dur, dur_int = facts
+    own = walk.has_model(name, sig)
+    sole = walk.sole_backward(parent)
     if not own and sole is not None:
         category = sole["category"]
-    row = {"h": source, "uid": uid, "name": name, "category": category, "dur": float(f.h_dur[source]),
-           "dur_int": bool(f.h_dur_int[source]), "gpu": gpu, "has_perf_model": own or sole is not None}
-    metrics = None
-    if own and h is not None:
+    row = {"h": source, "uid": uid, "name": name, "category": category, "dur": dur, "dur_int": bool(dur_int),
+           "gpu": gpu, "has_perf_model": own or sole is not None}
+    if own and h is not None:  # (the model's result now; its rates by _rows, with all kernel times at once)
+        forward = (opsheets.forward_args(walk.tree, walk.forwards, h, before=False)
+                   if name in perfmodels_conv.CACHED_FORWARD else None)
         try:
-            metrics = opsheets.op_metrics(tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled), gpu,
-                                          walk.values, walk.spec,
-                                          opsheets.forward_args(tree, walk.forwards, h, before=False))
+            row["model"] = opsheets.model_result(walk.tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled),
+                                                 kernels, walk.values, forward)
         except NotImplementedError:
             return None
         except opsheets.MODEL_FAILURES:
-            metrics = None
+            pass
     elif sole is not None:
-        metrics = sole
-    if metrics is None:  # (its kernel time: by _rows, for all such rows at once)
-        return row
-    row.update({key: value for key, value in metrics.items() if key not in ("h", "name", "values", "details")})
+        row.update({key: value for key, value in sole.items() if key not in ("h", "name", "values", "details")})
     return row
 
 
