@@ -332,12 +332,14 @@ def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: f
             "Pct Roofline": (bound / busy) * 100 if busy > 0 else math.nan}
 
 
-def group_means(groups, values: list[float]) -> list[object]:
-    """pandas' grouped mean of a column with missing values (skipped; then added row by row)."""
+def group_means(groups, values: list[float], sums: np.ndarray | None = None) -> list[object]:
+    """pandas' grouped mean of a column with missing values (skipped; then added row by row); ``sums``:
+    the column's ``groups.sums`` when all its values are finite (they are the means' sums then)."""
     array = np.array(values, dtype=np.float64)
     present = ~np.isnan(array)
-    sums = groups.sums(array) if present.all() else optree.group_sums_kahan(
-        np.where(present, groups.codes, -1), np.nan_to_num(array), len(groups.keys))
+    if sums is None:
+        sums = groups.sums(array) if present.all() else optree.group_sums_kahan(
+            np.where(present, groups.codes, -1), np.nan_to_num(array), len(groups.keys))
     seen = np.bincount(groups.codes[present], minlength=len(groups.keys))
     return [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
 

@@ -348,13 +348,18 @@ def _rows(walk: _Unified) -> list[dict]:
     sizes = [len(row["gpu"]) for row in timed]
     gpu = np.array([g for row in timed for g in row["gpu"]], dtype=np.int64)
     busy, integral = tree.busy_many(np.repeat(np.arange(len(timed)), sizes), gpu, len(timed))
+    declined = set()
     for row, value, whole in zip(timed, busy.tolist(), integral.tolist()):
         result = row.pop("model", None)
-        if result is None:
-            row["busy"], row["busy_int"] = value, whole
-        else:  # (an op's own model: its rates over that busy time)
-            row.update(opsheets.rated(result, value, whole, walk.spec))
-    return rows
+        try:  # (an op's own model: its rates over that busy time)
+            row.update(opsheets.rated(result, value, whole, walk.spec) if result is not None else {})
+        except NotImplementedError:
+            declined.add(id(row))
+        except opsheets.MODEL_FAILURES:
+            pass
+        row.setdefault("busy", value)
+        row.setdefault("busy_int", whole)
+    return [row for row in rows if id(row) not in declined] if declined else rows
 
 
 def _kernel_names(f: OpsFacts, gpus: list[list[int]]) -> list[list[str]]:
@@ -421,8 +426,8 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     header += [f"{KERNEL_TIME}_median", f"{KERNEL_TIME}_min", f"{KERNEL_TIME}_max", "kernel_details_summary",
                "trunc_kernel_details", "perf_params", "has_perf_model", "Percentage (%)", "Cumulative Percentage (%)"]
     firsts: dict[str, dict[int, int]] = {}  # per column: each group's first row where it is present
-    with_model = np.fromiter((row["has_perf_model"] for row in rows), dtype=bool, count=len(rows))
-    # (a row without a model has no model column)
+    with_model = np.fromiter((row["has_perf_model"] and "GFLOPS" in row for row in rows), dtype=bool, count=len(rows))
+    # (a row without a model, or whose model failed, has no model column)
     modelled_members = [np.array(group)[with_model[group]].tolist() for group in members]
     for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
         firsts[column] = {}
@@ -467,9 +472,10 @@ def _present(value: object) -> bool:
 def _stats(groups, members: list[list[int]], values: list[float], integral: bool) -> dict[str, list]:
     """pandas' grouped sum, mean, median, std (n-1), min and max of a column, missing values skipped."""
     array = np.array(values, dtype=np.float64)
-    means = opsheets.group_means(groups, values)
+    missing = np.isnan(array)
+    sums = groups.sums(np.nan_to_num(array)) if not missing.all() else np.zeros(len(members))
+    means = opsheets.group_means(groups, values, sums if np.isfinite(array).all() else None)  # (the same sums)
     out: dict[str, list] = {"mean": means, "median": [], "std": [], "min": [], "max": [], "sum": []}
-    sums = groups.sums(np.nan_to_num(array)) if not np.isnan(array).all() else np.zeros(len(members))
     for k, group in enumerate(members):
         present = [v for v in array[group].tolist() if not math.isnan(v)]
         stats = opsheets.rate_stats(present)
