@@ -87,6 +87,7 @@ class _Unified:
         self.forwards = opsheets.cached_forwards(tree, signature_values)
         self._sole: dict[int, dict | None] = {}
         self._owns = self._risky = self._launches = np.zeros(0, dtype=bool)  # (by _prepare)
+        self._status_of = np.zeros(0, dtype=np.int8)
 
     def children(self, h: int) -> list[int]:
         return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
@@ -224,6 +225,7 @@ class _Unified:
         status = np.zeros(len(f.h_ts), dtype=np.int8)  # (1: a model, -1: its test raises)
         status[ops] = np.array([self._status(h) for h in ops[first].tolist()] or [0], dtype=np.int8
                                )[inverse.reshape(-1)] if len(ops) else 0
+        self._status_of = status
         self._owns = self._below_through_cpu_ops((status == 1) & self.has_gpu, cpu_op)
         self._risky = self._below_through_cpu_ops(status == -1, cpu_op)
         runtime = np.flatnonzero((f.h_kind == RUNTIME) & ~f.h_driver.astype(bool) & (parent != optree.NO_PARENT))
@@ -254,41 +256,43 @@ class _Unified:
         return found
 
     def collect(self) -> list[int]:
+        """The ops with a row, in TraceLens's order: its depth-first walk from the roots (a stack here)."""
         self._prepare()
+        cpu_op, has_gpu = (self.f.h_kind == CPU_OP).tolist(), self.has_gpu.tolist()
+        status = self._status_of.tolist()
         collected: list[int] = []
         visited: set[int] = set()
-        for root in self.roots:
-            self._visit(root, collected, visited)
+        stack = self.roots[::-1]
+        while stack:
+            h = stack.pop()
+            if h in visited:
+                continue
+            visited.add(h)
+            if not cpu_op[h] or not has_gpu[h]:
+                continue
+            if status[h] == 1:
+                collected.append(h)
+                continue
+            if status[h] == -1:
+                self.op_has_model(h)  # (raises, where TraceLens's test does)
+            stack.extend(reversed(self._visit(h, collected)))
         return collected
 
-    def _visit(self, h: int, collected: list[int], visited: set[int]) -> None:
-        if h in visited:
-            return
-        visited.add(h)
-        if not self.is_cpu_op(h) or not self.has_gpu[h]:
-            return
-        if self.op_has_model(h):
-            collected.append(h)
-            return
+    def _visit(self, h: int, collected: list[int]) -> list[int]:
+        """A cpu op with GPU work and no model of its own: collected, or the children to walk next."""
         sole = self.sole_backward(int(self.tree.parent[h])) is not None
         owns = self._owns_model_below(h) if self._risky[h] else self._owns[h]
         if owns:  # (a backward op computed through its forward op yields to a modelled op below it)
-            for child in self.children(h):
-                self._visit(child, collected, visited)
-            return
+            return self.children(h)
         if sole:
             collected.append(h)
-            return
+            return []
         if self._launches[h]:
             modelled = [c for c in self.children(h) if self.is_cpu_op(c) and self.op_has_model(c) and self.has_gpu[c]]
-            if modelled:
-                for child in modelled:
-                    self._visit(child, collected, visited)
-            elif not self.communication_below[h]:
+            if not modelled and not self.communication_below[h]:
                 collected.append(h)
-            return
-        for child in self.children(h):
-            self._visit(child, collected, visited)
+            return modelled
+        return self.children(h)
 
     def synthetic(self, collected: list[int]) -> list[tuple[int, int]]:
         """(host event, GPU event) of each GPU event no collected op holds:
