@@ -259,17 +259,18 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     raises on the op's arguments).  ``forward``: the arguments of the
     forward op whose cached parameters the model reads."""
     f = tree.f
-    details = gpu_details(f, sorted(gpu, key=lambda g: f.g_ts[g]))
-    result = model_result(tree, h, model, [d["name"] for d in details], signature_values, forward)
+    by_start = sorted(gpu, key=lambda g: f.g_ts[g])
+    details = gpu_details(f, by_start)
+    result = model_result(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
     busy, integral = tree.busy(gpu) if gpu else (0, True)
     return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]], "details": details,
             **rated(result, busy, integral, spec)}
 
 
-def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: list[str], signature_values: list[list],
+def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
                  forward: dict | None = None) -> tuple:
     """The model's (parameters, FLOPs, bytes, compute spec) of op ``h`` over
-    kernels of these names (in start order); computed once per distinct
+    kernels of these names (numbers in ``f.names``, in start order); computed once per distinct
     model, name, signature, enclosing annotation and kernel names (in
     ``tree.model_results``: ops of one shape are many), unless a forward
     op's arguments are read (raises what the model raises)."""
@@ -279,7 +280,7 @@ def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: list[str
     if name in perfmodels_inference.ANNOTATED:
         found = iterannotation.enclosing(f.a_ts, f.a_end, f.a_name, f.h_ts[h], f.h_end[h])
         annotation = f.names[found] if found >= 0 else iterannotation.NONE
-    key = None if forward is not None else (model, name, sig, annotation, tuple(kernels))
+    key = None if forward is not None else (model, name, sig, annotation, kernels)
     result = tree.model_results.get(key) if key is not None else None
     if result is None:
         args = op_args(signature_values[sig])
@@ -288,7 +289,7 @@ def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: list[str
         if annotation is not None:
             args[perfmodels_inference.ANNOTATION] = annotation
         try:
-            result = model(name, args, kernels)
+            result = model(name, args, [f.names[kernel] for kernel in kernels])
         except MODEL_FAILURES as exc:  # (kept too: the ops of a shape a model fails on are as many)
             result = exc
         if key is not None:

@@ -38,8 +38,8 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
     overlap is under 1 µs and the top has a parent, and otherwise left out of
     the tree (no parent, never a parent): TraceLens's rules.
     """
-    parent = np.full(len(ts), NO_PARENT, dtype=np.int64)
-    in_tree = np.zeros(len(ts), dtype=bool)
+    parent = [NO_PARENT] * len(ts)  # (lists while walking: a numpy item set costs more)
+    in_tree = [False] * len(ts)
     stacks: dict[int, list[int]] = {}
     ts_list, end_list, thread_list = ts.tolist(), end.tolist(), thread.tolist()
     order = np.argsort(ts, kind="stable").tolist()
@@ -57,7 +57,7 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
             parent[i] = stack[-1]
         in_tree[i] = True
         stack.append(i)
-    return parent, in_tree, order
+    return np.array(parent, dtype=np.int64), np.array(in_tree, dtype=bool), order
 
 
 NO_LINK = -(1 << 63)

@@ -366,18 +366,17 @@ def _rows(walk: _Unified) -> list[dict]:
     return [row for row in rows if id(row) not in declined] if declined else rows
 
 
-def _kernel_names(f: OpsFacts, gpus: list[list[int]]) -> list[list[str]]:
-    """The names of each list's GPU events by start (ties as listed), as the models read them."""
+def _kernel_names(f: OpsFacts, gpus: list[list[int]]) -> list[tuple[int, ...]]:
+    """The names (numbers) of each list's GPU events by start (ties as listed), as the models read them."""
     sizes = np.array([len(gpu) for gpu in gpus], dtype=np.int64)
     flat = np.fromiter((g for gpu in gpus for g in gpu), dtype=np.int64, count=int(sizes.sum()))
     names = f.g_name[flat[np.lexsort((f.g_ts[flat], np.repeat(np.arange(len(gpus)), sizes)))]].tolist()
     bounds = np.cumsum(sizes).tolist()
-    listed = f.names
-    return [[listed[name] for name in names[end - size:end]] for end, size in zip(bounds, sizes.tolist())]
+    return [tuple(names[end - size:end]) for end, size in zip(bounds, sizes.tolist())]
 
 
 def _row(walk: _Unified, facts: tuple, name: str, category: str, h: int | None, gpu: list[int], uid: int,
-         kernels: list[str] | None = None) -> dict | None:
+         kernels: tuple[int, ...] = ()) -> dict | None:
     """One row of ``build_df_unified_perf_table`` (``facts``: the host event the row stands for, its
     signature, parent, duration and whether that is an integer; ``h``: the op itself, None for a synthetic
     op copying that event; ``kernels``: the names of ``gpu`` by start); None when the op's model declines it
