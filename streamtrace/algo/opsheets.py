@@ -269,11 +269,21 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
 
 def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
                  forward: dict | None = None) -> tuple:
+    """:func:`model_outcome`, raising what the model raised."""
+    result = model_outcome(tree, h, model, kernels, signature_values, forward)
+    if isinstance(result, BaseException):
+        raise result.with_traceback(None)
+    return result
+
+
+def model_outcome(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
+                  forward: dict | None = None) -> tuple | BaseException:
     """The model's (parameters, FLOPs, bytes, compute spec) of op ``h`` over
-    kernels of these names (numbers in ``f.names``, in start order); computed once per distinct
-    model, name, signature, enclosing annotation and kernel names (in
+    kernels of these names (numbers in ``f.names``, in start order), or what
+    it raised (one of ``MODEL_FAILURES``); found once per distinct model,
+    name, signature, enclosing annotation and kernel names (in
     ``tree.model_results``: ops of one shape are many), unless a forward
-    op's arguments are read (raises what the model raises)."""
+    op's arguments are read."""
     f = tree.f
     name, sig = f.names[f.h_name[h]], int(f.h_sig[h])
     annotation = None
@@ -294,8 +304,6 @@ def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[in
             result = exc
         if key is not None:
             tree.model_results[key] = result
-    if isinstance(result, BaseException):
-        raise result.with_traceback(None)
     return result
 
 

@@ -391,13 +391,12 @@ def _row(walk: _Unified, facts: tuple, name: str, category: str, h: int | None, 
     if own and h is not None:  # (the model's result now; its rates by _rows, with all kernel times at once)
         forward = (opsheets.forward_args(walk.tree, walk.forwards, h, before=False)
                    if name in perfmodels_conv.CACHED_FORWARD else None)
-        try:
-            row["model"] = opsheets.model_result(walk.tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled),
-                                                 kernels, walk.values, forward)
-        except NotImplementedError:
+        outcome = opsheets.model_outcome(walk.tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled), kernels,
+                                         walk.values, forward)
+        if isinstance(outcome, NotImplementedError):
             return None
-        except opsheets.MODEL_FAILURES:
-            pass
+        if not isinstance(outcome, BaseException):
+            row["model"] = outcome
     elif sole is not None:
         row.update({key: value for key, value in sole.items() if key not in ("h", "name", "values", "details")})
     return row
