@@ -135,8 +135,9 @@ class OpTree:
         found: dict[int, list[int]] = {h: [] for h in ops}
         op, gpu = self.link_pairs(np.array(ops, dtype=np.int64))
         heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
-        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(op)]):
-            found[int(op[lo])] = gpu[lo:hi].tolist()
+        listed, bounds = gpu.tolist(), [*heads.tolist(), len(op)]  # (slices of one list: no array per op)
+        for k, h in enumerate(op[heads].tolist()):
+            found[h] = listed[bounds[k]:bounds[k + 1]]
         return found
 
     def link_pairs(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

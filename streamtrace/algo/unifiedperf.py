@@ -105,13 +105,8 @@ class _Unified:
 
     def gather(self, ops: list[int]) -> None:
         """Find the GPU events below each of ``ops`` at once (:meth:`gpu`)."""
-        wanted = np.unique(np.array([h for h in ops if h not in self._gpu], dtype=np.int64))
-        op, gpu = self.tree.link_pairs(wanted)
-        heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
-        for h in wanted.tolist():
-            self._gpu[h] = []
-        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(op)]):
-            self._gpu[int(op[lo])] = gpu[lo:hi].tolist()
+        self._gpu.update(self.tree.links_below(np.unique(np.array([h for h in ops if h not in self._gpu],
+                                                                   dtype=np.int64)).tolist()))
 
     def gpu(self, h: int) -> list[int]:
         """The GPU events below ``h`` in TraceLens's order (by launch call, in file order)."""
