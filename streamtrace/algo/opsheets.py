@@ -260,8 +260,8 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     forward op whose cached parameters the model reads."""
     f = tree.f
     by_start = sorted(gpu, key=lambda g: f.g_ts[g])
-    details = gpu_details(f, by_start)
     result = model_result(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
+    details = gpu_details(f, by_start)  # (after the model: nothing to list where it fails)
     busy, integral = tree.busy(gpu) if gpu else (0, True)
     return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]], "details": details,
             **rated(result, busy, integral, spec)}
