@@ -113,17 +113,13 @@ class OpTree:
         # each launcher's GPU events (in event order), launchers in the order their first one comes
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
-        firsts = by_launcher[first]
-        owners, first, count, listed = owners.tolist(), first.tolist(), count.tolist(), by_launcher.tolist()
-        self.direct: dict[int, list[int]] = {}
-        for at in np.argsort(firsts, kind="stable").tolist():
-            self.direct[owners[at]] = listed[first[at]:first[at] + count[at]]
-        in_order = np.array(list(self.direct), dtype=np.int64)
+        at = np.argsort(by_launcher[first], kind="stable")
+        self.direct: dict[int, list[int]] = _slices(by_launcher.tolist(), owners[at], first[at], count[at])
+        in_order = owners[at]
         self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")].tolist()
-        self.by_start: dict[int, list[int]] = {}  # the same by start (ties in event order), as TraceLens lists them
+        # the same by start (ties in event order), as TraceLens lists them
         by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))].tolist()
-        for owner, lo, size in zip(owners, first, count):
-            self.by_start[owner] = by_start[lo:lo + size]
+        self.by_start: dict[int, list[int]] = _slices(by_start, owners, first, count)
         self._categories: dict[int, str] = {}
         self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}
@@ -135,9 +131,7 @@ class OpTree:
         found: dict[int, list[int]] = {h: [] for h in ops}
         op, gpu = self.link_pairs(np.array(ops, dtype=np.int64))
         heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
-        listed, bounds = gpu.tolist(), [*heads.tolist(), len(op)]  # (slices of one list: no array per op)
-        for k, h in enumerate(op[heads].tolist()):
-            found[h] = listed[bounds[k]:bounds[k + 1]]
+        found.update(_slices(gpu.tolist(), op[heads], heads, np.diff(np.append(heads, len(op)))))
         return found
 
     def link_pairs(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -237,6 +231,11 @@ class OpTree:
             at, current = at[~cpu], self.parent[current[~cpu]]
             at, current = at[current != optree.NO_PARENT], current[current != optree.NO_PARENT]
         return found
+
+
+def _slices(listed: list[int], keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> dict[int, list[int]]:
+    """``{key: listed[start:start + size]}`` in the keys' order (the slices made in C, not a loop)."""
+    return dict(zip(keys.tolist(), map(listed.__getitem__, map(slice, starts.tolist(), (starts + sizes).tolist()))))
 
 
 def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
