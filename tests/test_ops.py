@@ -491,3 +491,27 @@ def test_an_op_not_modelled_here_below_another_op_is_said(tmp_path) -> None:
     tables, notes = ops_tables(_write(tmp_path / "t.json", events))
     assert "unified_perf_summary" not in tables and "ops_summary" in tables
     assert "unified_perf_summary not written: no model here yet for pseudo_op::moe_gptq_awq_down" in notes
+
+
+@pytest.mark.slow
+def test_each_model_runs_once_per_distinct_input(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    """On a real trace whose ops repeat their shapes, each performance model is called once per distinct
+    (op name, arguments, kernel names) across every sheet and the unified table (the tables themselves are
+    compared with TraceLens's above)."""
+    calls: dict[tuple, int] = {}
+    wrapped: dict[int, object] = {}
+
+    def counting(model):
+        def counted(name: str, args: dict, kernels: list[str]):
+            key = (id(model), name, repr(args), tuple(kernels))
+            calls[key] = calls.get(key, 0) + 1
+            return model(name, args, kernels)
+        return wrapped.setdefault(id(model), counted)
+
+    for table in (*opsheets.MODELS.values(), opsheets.BACKWARD_MODELS, unifiedperf.KNOWN):
+        for name, model in list(table.items()):
+            monkeypatch.setitem(table, name, counting(model))
+    tables, _ = ops_tables(_trace("b200_eager", tmp_path_factory))
+    assert "unified_perf_summary" in tables and "GEMM" in tables
+    assert len(calls) > 5 and set(calls.values()) == {1}

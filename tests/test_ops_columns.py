@@ -29,6 +29,26 @@ def test_busy_of_many_groups_at_once_is_each_groups_busy_of(seed: int) -> None:
         assert got[k] == expected
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_busy_of_groups_whose_ends_never_go_down(seed: int) -> None:
+    """Groups of back-to-back or nested-free intervals (ends rising with the starts: their own reach),
+    alone and beside groups whose ends go down: each group's busy_of, to the last bit."""
+    rng = np.random.default_rng(seed)
+    count = 30
+    group = np.sort(rng.integers(0, count, 2000))
+    starts = 1.7e12 + np.cumsum(rng.random(len(group)) * 3.0)
+    ends = starts + rng.random(len(group)) * rng.choice([0.5, 5.0], len(group))
+    ends = np.maximum.accumulate(ends)  # (never going down, overlaps and touching included)
+    if seed % 2:  # (some groups with an end going down too)
+        uneven = np.isin(group, [3, 11, 29])
+        ends[uneven] = starts[uneven] + rng.random(int(uneven.sum())) * 20.0
+    got = optree.busy_groups(group, starts, ends, count)
+    for k in range(count):
+        mine = np.flatnonzero(group == k)
+        expected = optree.busy_of(starts[mine].tolist(), ends[mine].tolist()) if len(mine) else 0.0
+        assert got[k] == expected
+
+
 @pytest.mark.parametrize("high", [5, 1 << 40])
 def test_distinct_rows_are_numpys_unique_rows(high: int) -> None:
     """One integer per row (or numpy's row sort where the digits overflow): the same rows, first places

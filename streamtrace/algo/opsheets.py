@@ -8,6 +8,7 @@ docs/analyze.md states the rules and TraceLens's accidents.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -259,21 +260,61 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     raises on the op's arguments).  ``forward``: the arguments of the
     forward op whose cached parameters the model reads."""
     f = tree.f
-    details = gpu_details(f, sorted(gpu, key=lambda g: f.g_ts[g]))
-    values = signature_values[f.h_sig[h]]
-    args = op_args(values)
-    if forward is not None:
-        args[perfmodels_conv.FORWARD_ARGS] = forward
-    name = f.names[f.h_name[h]]
+    by_start = sorted(gpu, key=lambda g: f.g_ts[g])
+    result = model_result(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
+    details = gpu_details(f, by_start)  # (after the model: nothing to list where it fails)
+    busy, integral = tree.busy(gpu) if gpu else (0, True)
+    return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]], "details": details,
+            **rated(result, busy, integral, spec)}
+
+
+def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
+                 forward: dict | None = None) -> tuple:
+    """:func:`model_outcome`, raising what the model raised."""
+    result = model_outcome(tree, h, model, kernels, signature_values, forward)
+    if isinstance(result, BaseException):
+        raise copy.copy(result)  # (a copy: the kept one gathers no frames that would hold the tree)
+    return result
+
+
+def model_outcome(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
+                  forward: dict | None = None) -> tuple | BaseException:
+    """The model's (parameters, FLOPs, bytes, compute spec) of op ``h`` over
+    kernels of these names (numbers in ``f.names``, in start order), or what
+    it raised (one of ``MODEL_FAILURES``); found once per distinct model,
+    name, signature, enclosing annotation and kernel names (in
+    ``tree.model_results``: ops of one shape are many), unless a forward
+    op's arguments are read."""
+    f = tree.f
+    name, sig = f.names[f.h_name[h]], int(f.h_sig[h])
+    annotation = None
     if name in perfmodels_inference.ANNOTATED:
         found = iterannotation.enclosing(f.a_ts, f.a_end, f.a_name, f.h_ts[h], f.h_end[h])
-        args[perfmodels_inference.ANNOTATION] = f.names[found] if found >= 0 else iterannotation.NONE
-    params, flops, moved, compute = model(name, args, [d["name"] for d in details])
-    busy, integral = tree.busy(gpu) if gpu else (0, True)
+        annotation = f.names[found] if found >= 0 else iterannotation.NONE
+    key = None if forward is not None else (model, name, sig, annotation, kernels)
+    result = tree.model_results.get(key) if key is not None else None
+    if result is None:
+        args = op_args(signature_values[sig])
+        if forward is not None:
+            args[perfmodels_conv.FORWARD_ARGS] = forward
+        if annotation is not None:
+            args[perfmodels_inference.ANNOTATION] = annotation
+        try:
+            result = model(name, args, [f.names[kernel] for kernel in kernels])
+        except MODEL_FAILURES as exc:  # (kept too: the ops of a shape a model fails on are as many)
+            result = exc.with_traceback(None)
+        if key is not None:
+            tree.model_results[key] = result
+    return result
+
+
+def rated(result: tuple, busy: float, integral: bool, spec: dict | None) -> dict:
+    """A model's result over the busy time of its kernels: parameters, GFLOPS, bytes, rates (and the roofline
+    with a ``spec``), as :func:`op_metrics` gives them."""
+    params, flops, moved, compute = result
     gflops = flops / 1e9
     row = {
-        "h": h, "name": name, "params": params, "values": values, "details": details,
-        "GFLOPS": gflops, "busy": busy, "busy_int": integral,
+        "params": params, "GFLOPS": gflops, "busy": busy, "busy_int": integral,
         "TFLOPS/s": (gflops / 1e3) / (busy / 1e6) if busy > 0 else math.nan,
         "Data Moved (MB)": moved / (1024 * 1024) if moved is not None else math.nan,
         "FLOPS/Byte": ((gflops * 1e9) / moved if moved > 0 else math.nan) if moved is not None else math.nan,
@@ -301,12 +342,14 @@ def roofline(spec: dict, compute: str, gflops: float, moved: int | None, busy: f
             "Pct Roofline": (bound / busy) * 100 if busy > 0 else math.nan}
 
 
-def group_means(groups, values: list[float]) -> list[object]:
-    """pandas' grouped mean of a column with missing values (skipped; then added row by row)."""
+def group_means(groups, values: list[float], sums: np.ndarray | None = None) -> list[object]:
+    """pandas' grouped mean of a column with missing values (skipped; then added row by row); ``sums``:
+    the column's ``groups.sums`` when all its values are finite (they are the means' sums then)."""
     array = np.array(values, dtype=np.float64)
     present = ~np.isnan(array)
-    sums = groups.sums(array) if present.all() else optree.group_sums_kahan(
-        np.where(present, groups.codes, -1), np.nan_to_num(array), len(groups.keys))
+    if sums is None:
+        sums = groups.sums(array) if present.all() else optree.group_sums_kahan(
+            np.where(present, groups.codes, -1), np.nan_to_num(array), len(groups.keys))
     seen = np.bincount(groups.codes[present], minlength=len(groups.keys))
     return [float(sums[k] / seen[k]) if seen[k] else NA for k in range(len(groups.keys))]
 

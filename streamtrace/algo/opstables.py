@@ -114,15 +114,14 @@ class OpTree:
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
         in_order = owners[np.argsort(by_launcher[first], kind="stable")]
-        owners, first, count = owners.tolist(), first.tolist(), count.tolist()
         self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")].tolist()
-        self.by_start: dict[int, list[int]] = {}  # the same by start (ties in event order), as TraceLens lists them
+        # the same by start (ties in event order), as TraceLens lists them
         by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))].tolist()
-        for owner, lo, size in zip(owners, first, count):
-            self.by_start[owner] = by_start[lo:lo + size]
+        self.by_start: dict[int, list[int]] = _slices(by_start, owners, first, count)
         self._categories: dict[int, str] = {}
         self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}
+        self.model_results: dict[tuple, tuple] = {}  # (the performance models' results, by what they read)
 
     def links_below(self, ops: list[int]) -> dict[int, list[int]]:
         """Each op's GPU events: every link of every runtime call below it (a
@@ -130,8 +129,7 @@ class OpTree:
         found: dict[int, list[int]] = {h: [] for h in ops}
         op, gpu = self.link_pairs(np.array(ops, dtype=np.int64))
         heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
-        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(op)]):
-            found[int(op[lo])] = gpu[lo:hi].tolist()
+        found.update(_slices(gpu.tolist(), op[heads], heads, np.diff(np.append(heads, len(op)))))
         return found
 
     def link_pairs(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -231,6 +229,11 @@ class OpTree:
             at, current = at[~cpu], self.parent[current[~cpu]]
             at, current = at[current != optree.NO_PARENT], current[current != optree.NO_PARENT]
         return found
+
+
+def _slices(listed: list[int], keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> dict[int, list[int]]:
+    """``{key: listed[start:start + size]}`` in the keys' order (the slices made in C, not a loop)."""
+    return dict(zip(keys.tolist(), map(listed.__getitem__, map(slice, starts.tolist(), (starts + sizes).tolist()))))
 
 
 def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:

@@ -38,8 +38,8 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
     overlap is under 1 µs and the top has a parent, and otherwise left out of
     the tree (no parent, never a parent): TraceLens's rules.
     """
-    parent = np.full(len(ts), NO_PARENT, dtype=np.int64)
-    in_tree = np.zeros(len(ts), dtype=bool)
+    parent = [NO_PARENT] * len(ts)  # (lists while walking: a numpy item set costs more)
+    in_tree = [False] * len(ts)
     stacks: dict[int, list[int]] = {}
     ts_list, end_list, thread_list = ts.tolist(), end.tolist(), thread.tolist()
     order = np.argsort(ts, kind="stable").tolist()
@@ -57,7 +57,7 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
             parent[i] = stack[-1]
         in_tree[i] = True
         stack.append(i)
-    return parent, in_tree, order
+    return np.array(parent, dtype=np.int64), np.array(in_tree, dtype=bool), order
 
 
 NO_LINK = -(1 << 63)
@@ -163,10 +163,18 @@ def busy_groups(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, count: 
         return totals
     order = np.lexsort((starts, group))
     g, s, e = group[order].astype(np.int64), starts[order], ends[order]
-    # the reach (running maximum of the ends) within each group: by the ends' ranks, offset by the group
-    values, rank = np.unique(e, return_inverse=True)
-    width = len(values)
-    reach = values[np.maximum.accumulate(g * width + rank.reshape(-1)) - g * width]
+    # the reach (running maximum of the ends) within each group: the ends themselves where they never go
+    # down within a group, else by the ends' ranks offset by the group (in the groups where they do)
+    reach = e
+    down = (g[1:] == g[:-1]) & (e[1:] < e[:-1])
+    if down.any():
+        uneven = np.zeros(count, dtype=bool)
+        uneven[g[1:][down]] = True
+        rows = np.flatnonzero(uneven[g])
+        values, rank = np.unique(e[rows], return_inverse=True)
+        offset = g[rows] * len(values)
+        reach = e.copy()
+        reach[rows] = values[np.maximum.accumulate(offset + rank.reshape(-1)) - offset]
     head = np.ones(len(g), dtype=bool)
     head[1:] = (g[1:] != g[:-1]) | (s[1:] > reach[:-1])
     heads = np.flatnonzero(head)

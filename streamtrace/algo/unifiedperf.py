@@ -13,12 +13,13 @@ import math
 
 import numpy as np
 
-from . import opsheets, optree, perfmodels_inductor
+from . import opsheets, optree, perfmodels_conv, perfmodels_inductor
 from .opstables import (
     CPU_OP,
     NA,
     RUNTIME,
     UNIQUE_ARGS_KEYS,
+    OpsFacts,
     OpTree,
     Table,
     cell_number,
@@ -86,6 +87,7 @@ class _Unified:
         self.forwards = opsheets.cached_forwards(tree, signature_values)
         self._sole: dict[int, dict | None] = {}
         self._owns = self._risky = self._launches = np.zeros(0, dtype=bool)  # (by _prepare)
+        self._status_of = np.zeros(0, dtype=np.int8)
 
     def children(self, h: int) -> list[int]:
         return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
@@ -103,13 +105,8 @@ class _Unified:
 
     def gather(self, ops: list[int]) -> None:
         """Find the GPU events below each of ``ops`` at once (:meth:`gpu`)."""
-        wanted = np.unique(np.array([h for h in ops if h not in self._gpu], dtype=np.int64))
-        op, gpu = self.tree.link_pairs(wanted)
-        heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
-        for h in wanted.tolist():
-            self._gpu[h] = []
-        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(op)]):
-            self._gpu[int(op[lo])] = gpu[lo:hi].tolist()
+        self._gpu.update(self.tree.links_below(np.unique(np.array([h for h in ops if h not in self._gpu],
+                                                                   dtype=np.int64)).tolist()))
 
     def gpu(self, h: int) -> list[int]:
         """The GPU events below ``h`` in TraceLens's order (by launch call, in file order)."""
@@ -223,6 +220,7 @@ class _Unified:
         status = np.zeros(len(f.h_ts), dtype=np.int8)  # (1: a model, -1: its test raises)
         status[ops] = np.array([self._status(h) for h in ops[first].tolist()] or [0], dtype=np.int8
                                )[inverse.reshape(-1)] if len(ops) else 0
+        self._status_of = status
         self._owns = self._below_through_cpu_ops((status == 1) & self.has_gpu, cpu_op)
         self._risky = self._below_through_cpu_ops(status == -1, cpu_op)
         runtime = np.flatnonzero((f.h_kind == RUNTIME) & ~f.h_driver.astype(bool) & (parent != optree.NO_PARENT))
@@ -253,41 +251,43 @@ class _Unified:
         return found
 
     def collect(self) -> list[int]:
+        """The ops with a row, in TraceLens's order: its depth-first walk from the roots (a stack here)."""
         self._prepare()
+        cpu_op, has_gpu = (self.f.h_kind == CPU_OP).tolist(), self.has_gpu.tolist()
+        status = self._status_of.tolist()
         collected: list[int] = []
         visited: set[int] = set()
-        for root in self.roots:
-            self._visit(root, collected, visited)
+        stack = self.roots[::-1]
+        while stack:
+            h = stack.pop()
+            if h in visited:
+                continue
+            visited.add(h)
+            if not cpu_op[h] or not has_gpu[h]:
+                continue
+            if status[h] == 1:
+                collected.append(h)
+                continue
+            if status[h] == -1:
+                self.op_has_model(h)  # (raises, where TraceLens's test does)
+            stack.extend(reversed(self._visit(h, collected)))
         return collected
 
-    def _visit(self, h: int, collected: list[int], visited: set[int]) -> None:
-        if h in visited:
-            return
-        visited.add(h)
-        if not self.is_cpu_op(h) or not self.has_gpu[h]:
-            return
-        if self.op_has_model(h):
-            collected.append(h)
-            return
+    def _visit(self, h: int, collected: list[int]) -> list[int]:
+        """A cpu op with GPU work and no model of its own: collected, or the children to walk next."""
         sole = self.sole_backward(int(self.tree.parent[h])) is not None
         owns = self._owns_model_below(h) if self._risky[h] else self._owns[h]
         if owns:  # (a backward op computed through its forward op yields to a modelled op below it)
-            for child in self.children(h):
-                self._visit(child, collected, visited)
-            return
+            return self.children(h)
         if sole:
             collected.append(h)
-            return
+            return []
         if self._launches[h]:
             modelled = [c for c in self.children(h) if self.is_cpu_op(c) and self.op_has_model(c) and self.has_gpu[c]]
-            if modelled:
-                for child in modelled:
-                    self._visit(child, collected, visited)
-            elif not self.communication_below[h]:
+            if not modelled and not self.communication_below[h]:
                 collected.append(h)
-            return
-        for child in self.children(h):
-            self._visit(child, collected, visited)
+            return modelled
+        return self.children(h)
 
     def synthetic(self, collected: list[int]) -> list[tuple[int, int]]:
         """(host event, GPU event) of each GPU event no collected op holds:
@@ -325,15 +325,21 @@ def _rows(walk: _Unified) -> list[dict]:
     collected = walk.collect()
     walk.gather(collected)
     tree.categories(collected)  # (each op's category, found at once)
+    gpus = [walk.gpu(h) for h in collected]
+    kernels = _kernel_names(f, gpus)
+    at = np.array(collected, dtype=np.int64)
     rows = []
-    for h in collected:
-        row = _row(walk, h, walk.name(h), tree.category(h), h, walk.gpu(h), int(f.h_uid[h]))
+    for h, gpu, names, uid, sig, parent, dur, dur_int in zip(
+            collected, gpus, kernels, f.h_uid[at].tolist(), f.h_sig[at].tolist(), tree.parent[at].tolist(),
+            f.h_dur[at].tolist(), f.h_dur_int[at].tolist()):
+        row = _row(walk, (h, sig, parent, dur, dur_int), walk.name(h), tree.category(h), h, gpu, uid, names)
         if row is not None:
             rows.append(row)
     next_uid = f.events
     for source, g in walk.synthetic(collected):
         name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
-        row = _row(walk, source, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid)
+        facts = (source, int(f.h_sig[source]), int(tree.parent[source]), float(f.h_dur[source]), f.h_dur_int[source])
+        row = _row(walk, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid)
         next_uid += 1
         if row is not None:
             rows.append(row)
@@ -341,37 +347,53 @@ def _rows(walk: _Unified) -> list[dict]:
     sizes = [len(row["gpu"]) for row in timed]
     gpu = np.array([g for row in timed for g in row["gpu"]], dtype=np.int64)
     busy, integral = tree.busy_many(np.repeat(np.arange(len(timed)), sizes), gpu, len(timed))
+    declined = set()
     for row, value, whole in zip(timed, busy.tolist(), integral.tolist()):
-        row["busy"], row["busy_int"] = value, whole
-    return rows
+        result = row.pop("model", None)
+        try:  # (an op's own model: its rates over that busy time)
+            row.update(opsheets.rated(result, value, whole, walk.spec) if result is not None else {})
+        except NotImplementedError:
+            declined.add(id(row))
+        except opsheets.MODEL_FAILURES:
+            pass
+        row.setdefault("busy", value)
+        row.setdefault("busy_int", whole)
+    return [row for row in rows if id(row) not in declined] if declined else rows
 
 
-def _row(walk: _Unified, source: int, name: str, category: str, h: int | None, gpu: list[int],
-         uid: int) -> dict | None:
-    """One row of ``build_df_unified_perf_table`` (``h``: the op itself, None for a synthetic op copying
-    ``source``); None when the op's model declines it (TraceLens drops such a row)."""
-    f, tree = walk.f, walk.tree
-    own = walk.has_model(name, int(f.h_sig[source]))
-    sole = walk.sole_backward(int(tree.parent[source]))
+def _kernel_names(f: OpsFacts, gpus: list[list[int]]) -> list[tuple[int, ...]]:
+    """The names (numbers) of each list's GPU events by start (ties as listed), as the models read them."""
+    sizes = np.array([len(gpu) for gpu in gpus], dtype=np.int64)
+    flat = np.fromiter((g for gpu in gpus for g in gpu), dtype=np.int64, count=int(sizes.sum()))
+    names = f.g_name[flat[np.lexsort((f.g_ts[flat], np.repeat(np.arange(len(gpus)), sizes)))]].tolist()
+    bounds = np.cumsum(sizes).tolist()
+    return [tuple(names[end - size:end]) for end, size in zip(bounds, sizes.tolist())]
+
+
+def _row(walk: _Unified, facts: tuple, name: str, category: str, h: int | None, gpu: list[int], uid: int,
+         kernels: tuple[int, ...] = ()) -> dict | None:
+    """One row of ``build_df_unified_perf_table`` (``facts``: the host event the row stands for, its
+    signature, parent, duration and whether that is an integer; ``h``: the op itself, None for a synthetic
+    op copying that event; ``kernels``: the names of ``gpu`` by start); None when the op's model declines it
+    (TraceLens drops such a row)."""
+    source, sig, parent, dur, dur_int = facts
+    own = walk.has_model(name, sig)
+    sole = walk.sole_backward(parent)
     if not own and sole is not None:
         category = sole["category"]
-    row = {"h": source, "uid": uid, "name": name, "category": category, "dur": float(f.h_dur[source]),
-           "dur_int": bool(f.h_dur_int[source]), "gpu": gpu, "has_perf_model": own or sole is not None}
-    metrics = None
-    if own and h is not None:
-        try:
-            metrics = opsheets.op_metrics(tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled), gpu,
-                                          walk.values, walk.spec,
-                                          opsheets.forward_args(tree, walk.forwards, h, before=False))
-        except NotImplementedError:
+    row = {"h": source, "uid": uid, "name": name, "category": category, "dur": dur, "dur_int": bool(dur_int),
+           "gpu": gpu, "has_perf_model": own or sole is not None}
+    if own and h is not None:  # (the model's result now; its rates by _rows, with all kernel times at once)
+        forward = (opsheets.forward_args(walk.tree, walk.forwards, h, before=False)
+                   if name in perfmodels_conv.CACHED_FORWARD else None)
+        outcome = opsheets.model_outcome(walk.tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled), kernels,
+                                         walk.values, forward)
+        if isinstance(outcome, NotImplementedError):
             return None
-        except opsheets.MODEL_FAILURES:
-            metrics = None
+        if not isinstance(outcome, BaseException):
+            row["model"] = outcome
     elif sole is not None:
-        metrics = sole
-    if metrics is None:  # (its kernel time: by _rows, for all such rows at once)
-        return row
-    row.update({key: value for key, value in metrics.items() if key not in ("h", "name", "values", "details")})
+        row.update({key: value for key, value in sole.items() if key not in ("h", "name", "values", "details")})
     return row
 
 
@@ -401,8 +423,8 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     header += [f"{KERNEL_TIME}_median", f"{KERNEL_TIME}_min", f"{KERNEL_TIME}_max", "kernel_details_summary",
                "trunc_kernel_details", "perf_params", "has_perf_model", "Percentage (%)", "Cumulative Percentage (%)"]
     firsts: dict[str, dict[int, int]] = {}  # per column: each group's first row where it is present
-    with_model = np.fromiter((row["has_perf_model"] for row in rows), dtype=bool, count=len(rows))
-    # (a row without a model has no model column)
+    with_model = np.fromiter((row["has_perf_model"] and "GFLOPS" in row for row in rows), dtype=bool, count=len(rows))
+    # (a row without a model, or whose model failed, has no model column)
     modelled_members = [np.array(group)[with_model[group]].tolist() for group in members]
     for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
         firsts[column] = {}
@@ -447,9 +469,10 @@ def _present(value: object) -> bool:
 def _stats(groups, members: list[list[int]], values: list[float], integral: bool) -> dict[str, list]:
     """pandas' grouped sum, mean, median, std (n-1), min and max of a column, missing values skipped."""
     array = np.array(values, dtype=np.float64)
-    means = opsheets.group_means(groups, values)
+    missing = np.isnan(array)
+    sums = groups.sums(np.nan_to_num(array)) if not missing.all() else np.zeros(len(members))
+    means = opsheets.group_means(groups, values, sums if np.isfinite(array).all() else None)  # (the same sums)
     out: dict[str, list] = {"mean": means, "median": [], "std": [], "min": [], "max": [], "sum": []}
-    sums = groups.sums(np.nan_to_num(array)) if not np.isnan(array).all() else np.zeros(len(members))
     for k, group in enumerate(members):
         present = [v for v in array[group].tolist() if not math.isnan(v)]
         stats = opsheets.rate_stats(present)

@@ -106,9 +106,7 @@ def collect_chunk(c: OpsCollector, events: list) -> None:
         _flows(c, events, flows, run_of)
     annotation_cats = {cat for cat in set(cats) if cat is not None and c.is_annotation(cat)}
     if annotation_cats:
-        for at in [at for at, cat in enumerate(cats) if cat in annotation_cats]:
-            event = events[at]
-            c.annotate(event.ts, event.dur, event.name, int(run_of[at]))
+        _annotations(c, events, [at for at, cat in enumerate(cats) if cat in annotation_cats], run_of)
     for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, len(_FLAGS), _gpu)):
         chosen = np.flatnonzero((codes >= first) & (codes < last)).tolist()
         if chosen:
@@ -140,6 +138,21 @@ def _timed(c: OpsCollector, events: list, chosen: list[int], run_of: np.ndarray)
     known = c.names
     name_ids = [known.setdefault(name, len(known)) for name in names]
     return at, _places(c, pids, tids), run_of[at].tolist(), ts, dur, name_ids, names, args
+
+
+def _annotations(c: OpsCollector, events: list, chosen: list[int], run_of: np.ndarray) -> None:
+    """The annotations' columns, a field at a time, as :meth:`.ops.OpsCollector.annotate` keeps each
+    (one without a numeric ts or dur left out: it encloses nothing)."""
+    chosen_events = list(map(events.__getitem__, chosen))
+    ts, dur, names = (list(map(getter, chosen_events)) for getter in _EVENT_FIELDS[:3])
+    ts, dur, runs = _numbers(ts), _numbers(dur), run_of[chosen].tolist()
+    if None in ts or None in dur:
+        kept = [k for k, (start, length) in enumerate(zip(ts, dur)) if start is not None and length is not None]
+        ts, dur, names, runs = ([column[k] for k in kept] for column in (ts, dur, names, runs))
+    columns = c.annotations.arrays
+    for column, values in (("ts", ts), ("end", list(map(add, ts, dur))), ("name", list(map(c._name, names))),
+                           ("run", runs)):
+        columns[column].extend(values)
 
 
 def _args(args: list, getters: list[attrgetter]) -> list[list]:
