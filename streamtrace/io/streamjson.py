@@ -4,13 +4,12 @@ the list's items as the whole dump would have written them (the same bytes)."""
 from __future__ import annotations
 
 import re
+import secrets
 from typing import BinaryIO, Iterator
 
 import orjson
 
 BLOCK_ITEMS = 1_000  # items formatted, then written together
-_MARK = "\0streamed {}"
-_MARKS = re.compile(rb'"\\u0000streamed (\d+)"')  # (a string's NUL is written \u0000: no value of the summary's)
 
 
 class Streamed:
@@ -28,16 +27,17 @@ def write(value: object, out: BinaryIO) -> None:
     """``value`` as ``orjson.dumps(value, option=OPT_INDENT_2) + b"\\n"`` writes it, each :class:`Streamed`
     within written as the list of its items."""
     streamed: list[Streamed] = []
+    token = secrets.token_hex(8)  # (a placeholder no string of the value can be)
 
     def placeholder(found: object) -> str:
         if isinstance(found, Streamed):
             streamed.append(found)
-            return _MARK.format(len(streamed) - 1)
+            return f"\0streamed {token} {len(streamed) - 1}"
         raise TypeError(f"Type is not JSON serializable: {type(found).__name__}")
 
     text = orjson.dumps(value, default=placeholder, option=orjson.OPT_INDENT_2)
     written = 0
-    for mark in _MARKS.finditer(text):
+    for mark in re.finditer(rb'"\\u0000streamed ' + token.encode() + rb' (\d+)"', text):  # (NUL is written \u0000)
         start = mark.start()
         line = text.rfind(b"\n", 0, start) + 1
         margin = len(text[line:start]) - len(text[line:start].lstrip(b" "))
