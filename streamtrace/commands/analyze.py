@@ -72,6 +72,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     and ``html`` read the rows so, never holding a table's.
     """
     started = time.perf_counter()
+    if collective_rows not in (True, False, "streamed"):
+        raise TraceError(f"collective_rows is True, False or 'streamed', not {collective_rows!r}")
     if num_candidates < 1:
         raise TraceError(f"--candidates (num_candidates) must be at least 1, not {num_candidates}")
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
