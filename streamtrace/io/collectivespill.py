@@ -109,6 +109,8 @@ class RowPart(Rows):
             self._flush()  # (a row this long is written alone, a few hundred cells at a time)
         if key is not None:
             self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+        if len(self._sort_keys) not in (0, self.count + 1):  # (the keys would fall out of step with the rows)
+            raise ValueError("every row of a sorted table needs its sort key, and a row of an unsorted one none")
         self._pending.append(row)
         self._cells += len(row)
         self.count += 1
