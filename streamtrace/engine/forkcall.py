@@ -50,10 +50,6 @@ class ForkedCall:
         finally:
             sender.close()
 
-    @property
-    def forked(self) -> bool:
-        return self._process is not None
-
     def result(self) -> Any:
         """The function's result (waiting for the child), or its failure raised."""
         if self._call is not None:
