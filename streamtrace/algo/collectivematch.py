@@ -199,38 +199,56 @@ class Collective:
 
 @dataclass
 class Matching:
-    """The matched collectives (send/recv left out: :func:`p2p_pairs`), as arrays: their rows one collective
-    after another (each in rank order, collectives in order of first appearance: the lowest rank's kernels
-    in file order), where each starts (and the end), each one's Seq (NO_VALUE: matched by order); and the
-    groups whose matching can be trusted.  Iterating gives each as a :class:`Collective`."""
+    """The matched collectives (send/recv left out: :func:`p2p_pairs`), as arrays (or memory maps: beyond a
+    budget, :mod:`.collectivebuckets`): their rows, each collective's (in rank order) from ``starts[at]`` to
+    ``ends[at]``, collectives in order of first appearance (the lowest rank's kernels in file order), each
+    one's Seq (NO_VALUE: matched by order); and the groups whose matching can be trusted.  Iterating gives
+    each as a :class:`Collective`."""
 
     kernels: Kernels
     rows: np.ndarray
     starts: np.ndarray
+    ends: np.ndarray
     seqs: np.ndarray
     trusted: set[tuple]  # groups matched by Seq, or by order with the same count of kernels on each rank
 
     def __iter__(self) -> Iterator[Collective]:
         for at in range(len(self.seqs)):
-            rows = self.rows[self.starts[at]:self.starts[at + 1]].tolist()
+            rows = self.rows[int(self.starts[at]):int(self.ends[at])].tolist()
             number = int(self.seqs[at])
             yield Collective(SEQ, number, rows) if number != NO_VALUE else \
                 Collective(ORDER, self.kernels.cid(rows[0]), rows)
+
+
+def p2p_flags(kernels: Kernels) -> np.ndarray:
+    """Per metadata row: is it a send or recv."""
+    return np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
+
+
+def partial_seq(have: int, count: int) -> str:
+    """Why a group whose kernels do not all carry a Seq is matched by order ("" if they all do)."""
+    return "" if have == count else f"Seq on {have:,} of {count:,} kernels" if have else "no Seq args"
+
+
+def seq_notes(reasons: dict[str, list[str]], notes: list[str]) -> None:
+    """A note per reason groups were matched by order though they carry Seqs (``reasons``: their names)."""
+    for reason, names in reasons.items():
+        notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
+                     f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
 
 
 def match(kernels: Kernels, notes: list[str]) -> Matching:
     """Each group's collectives by ``Seq`` where :func:`_seq_fails` finds nothing against it, else by
     order (TraceLens's ids); send/recv are not collectives here."""
     seq, records = kernels.seq, kernels.matched.records
-    point = np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
-    is_p2p = point[np.asarray(records["meta"])] if len(seq) else np.zeros(0, bool)
+    is_p2p = p2p_flags(kernels)[np.asarray(records["meta"])] if len(seq) else np.zeros(0, bool)
     p2p = dict(_segments(kernels, np.flatnonzero(is_p2p)))
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per group: rows, each collective's size and Seq
     trusted: set[tuple] = set()
     reasons: dict[str, list[str]] = {}
     for group, rows in _segments(kernels, np.flatnonzero(~is_p2p)):
         have = int((seq[rows] != NO_VALUE).sum())
-        reason = "" if have == len(rows) else f"Seq on {have:,} of {len(rows):,} kernels" if have else "no Seq args"
+        reason = partial_seq(have, len(rows))
         if not reason:
             ordered, firsts = _split(seq[rows], rows)
             reason = _seq_fails(kernels, ordered, firsts, p2p.get(group, np.zeros(0, np.int64)))
@@ -244,9 +262,7 @@ def match(kernels: Kernels, notes: list[str]) -> Matching:
         parts.append((ordered, np.diff(np.r_[firsts, len(rows)]), np.full(len(firsts), NO_VALUE, np.int64)))
         if len(set(np.unique(kernels.rank[rows], return_counts=True)[1].tolist())) == 1:
             trusted.add(group)
-    for reason, names in reasons.items():
-        notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
-                     f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
+    seq_notes(reasons, notes)
     return _by_first_row(kernels, parts, trusted)
 
 
@@ -259,12 +275,14 @@ def _by_first_row(kernels: Kernels, parts: list[tuple[np.ndarray, np.ndarray, np
     starts = np.r_[0, np.cumsum(sizes)][:-1].astype(np.int64)
     order = np.argsort(rows[starts], kind="stable")
     if np.all(order[1:] > order[:-1]):  # (already in order)
-        return Matching(kernels, rows, np.r_[starts, len(rows)].astype(np.int64), seqs, trusted)
+        bounds = np.r_[starts, len(rows)].astype(np.int64)
+        return Matching(kernels, rows, bounds[:-1], bounds[1:], seqs, trusted)
     sizes, old = sizes[order], starts[order]
     ends = np.cumsum(sizes)
     places = np.repeat(old - (ends - sizes), sizes)
     places += np.arange(len(rows))
-    return Matching(kernels, rows[places], np.r_[0, ends].astype(np.int64), seqs[order], trusted)
+    bounds = np.r_[0, ends].astype(np.int64)
+    return Matching(kernels, rows[places], bounds[:-1], bounds[1:], seqs[order], trusted)
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
@@ -452,8 +470,7 @@ def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], rows:
     sends: dict[tuple, list[int]] = {}
     recvs: dict[tuple, list[int]] = {}
     no_peer = 0
-    point = np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
-    found = np.flatnonzero(point[np.asarray(kernels.matched.records["meta"])]) if len(kernels.rank) else []
+    found = np.flatnonzero(p2p_flags(kernels)[np.asarray(kernels.matched.records["meta"])]) if len(kernels.rank) else []
     for row, peer, rank in zip(found.tolist() if len(found) else [], kernels.peer[found].tolist() if len(found) else [],
                                kernels.rank[found].tolist() if len(found) else []):
         if peer == NO_VALUE:

@@ -92,7 +92,8 @@ class KernelCollector:
     External id), each with its start, duration, pid slot, own ``args.rank``, collective args, ``Seq``
     and a send's or recv's peer."""
 
-    def __init__(self, directory: str | None = None) -> None:
+    def __init__(self, directory: str | None = None, collect: bool = True) -> None:
+        self.collect = collect  # (False: no kernel is wanted)
         self.directory = directory  # where the columns go beyond kernelfiles.COLUMN_BYTES (None: they stay in memory)
         self._file: ColumnFile | None = None
         self._ranks: RankFiles | None = None  # each rank's kernels, once the columns are on disk
@@ -109,7 +110,7 @@ class KernelCollector:
         """Is a kernel of this name a collective kernel (cached per name)."""
         found = self._names.get(name)
         if found is None:
-            found = self._names[name] = tables.is_collective_kernel(name)
+            found = self._names[name] = self.collect and tables.is_collective_kernel(name)
         return found
 
     def add(self, event: dict, ts: float, dur: float, slot: int) -> None:
@@ -290,6 +291,7 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
     store = SpilledKernels(spool_dir)
     values = ValueSpill(spool_dir)
     parts: list[RowPart] = []
+    order = DiskOrder(spool_dir)
 
     def rows(name: str) -> RowPart:
         parts.append(RowPart(spool_dir, JSON_ROWS))
@@ -299,7 +301,7 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
         found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
                                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap,
                                         align_clocks=align_clocks, store=store, rows=rows, column=values.column,
-                                        let_go=True, orderer=DiskOrder(spool_dir))
+                                        let_go=True, orderer=order, spill=order)
     except BaseException:
         for part in parts:
             part.close()

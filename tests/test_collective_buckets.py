@@ -1,0 +1,120 @@
+"""The matching beyond TraceLens (by Seq, else by order) made a block at a time beyond a budget
+(algo/collectivebuckets.py, its sorts on disk through io/collectivesort.py): the collectives, their order,
+the trusted groups and the notes of the whole-run sorts in memory, in memory that does not grow with the
+number of kernels."""
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from streamtrace.algo import collectivebuckets, collectivematch
+from streamtrace.algo import collectives as algo
+from streamtrace.io import collectivesort, collectivespill
+
+
+def _meta(group: str, name: str, nelems: int = 8) -> tuple:
+    return (group, "[0, 1, 2, 3]", name, 4, "Float", nelems, nelems, "[]", "[]", 7)
+
+
+def _ranks(rng: np.random.Generator, trial: int) -> list[algo.RankKernels]:
+    """2 to 4 ranks over up to 3 groups, Seqs rising with starts but, by trial: some missing, one held twice,
+    starts that fall against Seqs (ties and NaN among them), args differing on a rank, send/recv with Seqs in
+    or beside the collectives', a kernel missing on a rank."""
+    world = int(rng.integers(2, 5))
+    groups = ["0", "1", "2"][:int(rng.integers(1, 4))]
+    metas = [_meta(group, name) for group in groups for name in ("allreduce", "send", "recv")]
+    metas += [_meta(group, "allreduce", 16) for group in groups]
+    count = int(rng.integers(1, 300))
+    ranks = []
+    for rank in range(world):
+        meta = rng.integers(0, len(groups), count) * 3
+        if trial % 7 == 1:  # send/recv among them
+            meta[rng.random(count) < 0.2] += rng.integers(1, 3)
+        seq = np.zeros(count, np.int64)
+        for code in range(0, len(metas), 3):
+            mine = np.flatnonzero(meta // 3 == code // 3)
+            seq[mine] = np.arange(len(mine)) * (2 if trial % 7 == 1 else 1)
+        ts = np.arange(count, dtype=float) * 10
+        if trial % 7 == 2:
+            seq[rng.integers(0, count)] = -1
+        if trial % 7 == 3 and count > 2:
+            seq[1] = seq[0]
+        if trial % 7 == 4:
+            ts = rng.integers(0, count // 3 + 1, count).astype(float)
+            ts[rng.random(count) < 0.05] = np.nan
+        if trial % 7 == 5 and rank == 1:  # (the same group's all-reduce of another size)
+            other = (meta % 3 == 0) & (rng.random(count) < 0.1)
+            meta[other] = len(groups) * 3 + meta[other] // 3
+        keep = rng.random(count) > (0.02 if trial % 7 == 6 else 0)
+        send = np.isin(meta % 3, (1, 2)) & (rng.random(count) < 0.5)
+        seq[send & (trial % 2 == 0)] = -1
+        peer = np.where(np.isin(meta % 3, (1, 2)), (rank + 1) % world, -1)
+        ranks.append(algo.RankKernels(rank, ts[keep], np.full(keep.sum(), 5.0), meta[keep].astype(np.int32), metas,
+                                      seq[keep], peer[keep].astype(np.int32)))
+    return ranks
+
+
+def _seen(matching: collectivematch.Matching) -> list:
+    return [(found.rule, found.key, found.rows) for found in matching]
+
+
+@pytest.mark.slow  # (140 matchings on disk)
+def test_bounded_matching_is_the_matching_in_memory(tmp_path, monkeypatch):
+    """Random runs of each kind of Seq trouble: with blocks of 5 to 64 kernels and every sort on disk, the
+    collectives (rule, key, rows, in order), the trusted groups and the notes equal the matching in memory;
+    no file is left."""
+    rng = np.random.default_rng(11)
+    kinds = set()
+    for trial in range(70):
+        ranks = _ranks(rng, trial)
+        kernels = collectivematch.kernels_of(algo.match(ranks))
+        notes: list[str] = []
+        expected = collectivematch.match(kernels, notes)
+        kinds.update(note.split(": ")[-1] for note in notes)
+        for block in (5, 64):
+            monkeypatch.setattr(algo, "RECORD_BLOCK", block)
+            found_notes: list[str] = []
+            found = collectivebuckets.match(kernels, found_notes, collectivesort.DiskOrder(str(tmp_path), 0))
+            assert isinstance(found.rows, np.memmap)
+            assert _seen(found) == _seen(expected), (trial, block)
+            assert found.trusted == expected.trusted and found_notes == notes, (trial, block)
+            del found
+        monkeypatch.setattr(algo, "RECORD_BLOCK", 65_536)
+    assert not list(tmp_path.iterdir())
+    assert {"a rank holding one Seq twice", "kernels of one Seq whose args differ across ranks",
+            "Seqs that do not rise with the kernels' starts", "send/recv counted in the same Seq"} <= kinds, kinds
+
+
+def _matching_peak(directory: str, count: int) -> int:
+    """4 ranks of ``count`` all-reduces over two groups, with Seqs, their records on disk: the peak traced while
+    they are matched beyond TraceLens with every sort on disk (after the records are made)."""
+    metas = [_meta(group, "allreduce") for group in ("0", "1")]
+    ranks = [algo.RankKernels(rank, np.arange(count, dtype=float), np.full(count, 5.0),
+                              (np.arange(count) % 2).astype(np.int32), metas, np.arange(count) // 2,
+                              np.full(count, -1, np.int32)) for rank in range(4)]
+    store = collectivespill.SpilledKernels(directory, budget=0)
+    try:
+        kernels = collectivematch.kernels_of(algo.match(ranks, store, let_go=True))
+        del ranks
+        tracemalloc.start()
+        matching = collectivebuckets.match(kernels, [], collectivesort.DiskOrder(directory, 0))
+        assert len(matching.seqs) == count and matching.trusted == {("0", "[0, 1, 2, 3]"), ("1", "[0, 1, 2, 3]")}
+        last = next(found for at, found in enumerate(matching) if at == count - 1)
+        assert last.rows == [count - 1 + rank * count for rank in range(4)]
+        del matching
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        store.close()
+
+
+@pytest.mark.slow  # (tracemalloc)
+def test_bounded_matching_holds_its_budget(tmp_path, monkeypatch):
+    """4 ranks of 20,000 and then 200,000 kernels (the matching in memory takes tens of bytes a kernel at its
+    peak: some 20 MB more for the larger): with blocks of 4,096 the peak grows by less than 300 KB."""
+    monkeypatch.setattr(algo, "RECORD_BLOCK", 4_096)
+    peaks = {count: _matching_peak(str(tmp_path), count) for count in (20_000, 200_000)}
+    assert peaks[200_000] - peaks[20_000] < 300e3, peaks
+    assert not list(tmp_path.iterdir())
