@@ -9,9 +9,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from streamtrace.algo import collectivebuckets, collectivematch
+from streamtrace.algo import collectivebuckets, collectivematch, collectivetables, groupagg
 from streamtrace.algo import collectives as algo
-from streamtrace.io import collectivesort, collectivespill
+from streamtrace.io import collectivesort, collectivespill, valuespill
 
 
 def _meta(group: str, name: str, nelems: int = 8) -> tuple:
@@ -117,4 +117,64 @@ def test_bounded_matching_holds_its_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(algo, "RECORD_BLOCK", 4_096)
     peaks = {count: _matching_peak(str(tmp_path), count) for count in (20_000, 200_000)}
     assert peaks[200_000] - peaks[20_000] < 300e3, peaks
+    assert not list(tmp_path.iterdir())
+
+
+class _Counted:
+    """A long table's sink that keeps no row (what is measured is the summary's inputs)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self, row: dict, key: object = None) -> None:
+        self.count += 1
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def _summary(consumer: collectivetables.All2allv, count: int) -> list:
+    """nccl_summary_all2allv's rows over ``count`` all_to_allv of 4 ranks in two groups, sizes drawn at random
+    (ties among them), durations whole or not."""
+    sizes = np.random.default_rng(count).integers(1, 50, count) / 4
+    for at in range(count):
+        group = str(at % 2)
+        rows = [[f"{group}_{at}", at, rank, group, "[0, 1, 2, 3]", "all_to_allv", 4, "Float", 8, float(sizes[at]),
+                 8, 1.0, "[2, 2, 2, 2]", "[2, 2, 2, 2]", 7, 100 * at + rank, 10 + rank + (at % 3) / 2]
+                for rank in range(4)]
+        consumer.collective(algo.Collective((rows[0][0], rows[0][4]), rows, [0] * 4))
+    return consumer.summary().rows
+
+
+def _all2allv_peak(directory: str, count: int) -> tuple[list, int]:
+    """:func:`_summary` with the records' and the sort's budgets at 0, the kept values' at 8 KB (at 0 each value
+    is a piece of 16 bytes' bookkeeping): its rows, and the peak traced while it is made."""
+    tracemalloc.start()
+    spill = valuespill.ValueSpill(directory, budget=8 << 10)
+    store = collectivespill.SpilledKernels(directory, budget=0, dtype=collectivetables.ALL2ALLV_RECORD)
+    try:
+        rows = _summary(collectivetables.All2allv(_Counted(), None, spill.column, store,
+                                                  collectivesort.DiskOrder(directory, 0)), count)
+        assert store.spilled
+        return rows, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        spill.close()
+        store.close()
+
+
+@pytest.mark.slow  # (tracemalloc)
+def test_all2allv_summary_inputs_hold_their_budget(tmp_path, monkeypatch):
+    """2,000 and then 20,000 all_to_allv (a few hundred bytes each as Python tuples in memory): with budgets at 0
+    and blocks of 1,024 the summary's inputs are records on disk, ordered there, and its peak grows
+    by less than 150 KB (the kept values read back 1,024 at a time); the summary is the one made in memory, cell
+    for cell (ints as ints)."""
+    monkeypatch.setattr(algo, "RECORD_BLOCK", 1_024)
+    for read in (groupagg.windowed_median, groupagg.windowed_sum):
+        monkeypatch.setattr(read, "__defaults__", (1_024,))
+    peaks = {}
+    for count in (2_000, 20_000):
+        rows, peaks[count] = _all2allv_peak(str(tmp_path), count)
+        assert repr(rows) == repr(_summary(collectivetables.All2allv(_Counted(), None), count))
+    assert peaks[20_000] - peaks[2_000] < 150e3, peaks
     assert not list(tmp_path.iterdir())

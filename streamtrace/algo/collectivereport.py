@@ -222,7 +222,8 @@ def _why(row: dict, speed: float, work: float, idle: object, median_idle: float)
 def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world_size: int | None = None,
            heatmap: bool = False, align_clocks: bool = False, store: KernelStore | None = None,
            rows: Callable[[str], Rows] = lambda name: Rows(), column: Callable[[], ValueColumn] = MemoryColumn,
-           let_go: bool = False, orderer: Orderer = order_in_memory, spill: Spill | None = None) -> Report:
+           let_go: bool = False, orderer: Orderer = order_in_memory, spill: Spill | None = None,
+           all2allv_store: KernelStore | None = None) -> Report:
     """TraceLens's tables for these ranks' collective kernels (none without kernels), by its file stems.
 
     ``gpus_per_node``: adds its node columns (TraceLens takes the first rank file's deviceProperties
@@ -234,7 +235,9 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     ``column``: where the summaries' kept columns go (a number per collective; memory by default);
     ``let_go``: the ranks' arrays are emptied as their records are made; ``orderer``: what orders each rank's
     kernels by group and start (in memory by default; :func:`.collectives.match`); ``spill``: where the matching
-    beyond TraceLens sorts and keeps what it matched past a budget (in memory without; :mod:`.collectivebuckets`)."""
+    beyond TraceLens sorts and keeps what it matched past a budget (in memory without; :mod:`.collectivebuckets`);
+    ``all2allv_store``: where what nccl_summary_all2allv reads of each all_to_allv goes (memory by default; the
+    summary reads it in ``orderer``'s order, its kept columns where ``column`` puts them)."""
     notes: list[str] = []
     ranks = [kernels for kernels in ranks if len(kernels.ts)]
     if not ranks:
@@ -244,7 +247,7 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     nodes = Nodes(gpus_per_node, world) if gpus_per_node else None
     long = LongTable(rows("nccl_long"), nodes)
     implicit = ImplicitSync(rows("nccl_implicit_sync"), nodes, matched.simplified, column)
-    all2allv = All2allv(rows("nccl_all2allv"), nodes)
+    all2allv = All2allv(rows("nccl_all2allv"), nodes, column, all2allv_store, orderer)
     sequences = Sequences(matched.simplified)
     consumers: list[Consumer] = [long, implicit.stragglers, implicit, all2allv, sequences]
     heat = Heatmap() if heatmap else None

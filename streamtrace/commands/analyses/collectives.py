@@ -29,6 +29,7 @@ import numpy as np
 from ...algo import collectivefigures, collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
+from ...algo.collectivetables import ALL2ALLV_RECORD
 from ...io import kernelfiles
 from ...io.collectivesort import DiskOrder
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
@@ -289,6 +290,7 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
     if not inputs:
         return Report({}, [])
     store = SpilledKernels(spool_dir)
+    all2allv = SpilledKernels(spool_dir, dtype=ALL2ALLV_RECORD)
     values = ValueSpill(spool_dir)
     parts: list[RowPart] = []
     order = DiskOrder(spool_dir)
@@ -301,13 +303,14 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
         found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
                                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap,
                                         align_clocks=align_clocks, store=store, rows=rows, column=values.column,
-                                        let_go=True, orderer=order, spill=order)
+                                        let_go=True, orderer=order, spill=order, all2allv_store=all2allv)
     except BaseException:
         for part in parts:
             part.close()
         raise
     finally:
         store.close()
+        all2allv.close()
         values.close()
         for given in inputs:
             if given.path is not None:
