@@ -12,14 +12,17 @@ from array import array
 import numpy as np
 import pytest
 from test_collectives_bounded import collective_csvs, tiny_budgets
-from tracelens_cases import case_files
+from test_collectives_scale import csv_bytes
+from tracelens_cases import SMALL, case_files
 
 import streamtrace
+from streamtrace.algo import collectivebuckets
 from streamtrace.algo import collectives as algo
 from streamtrace.commands.analyses import collectives as command
 from streamtrace.commands.analyze import analyze
 from streamtrace.errors import TransferError
 from streamtrace.io import collectivesort, collectivespill, kernelfiles
+from streamtrace.synth import SynthConfig, write_traces
 
 
 def _starts(rng: np.random.Generator, count: int, kind: int) -> np.ndarray:
@@ -112,15 +115,27 @@ def test_kernels_before_their_records_hold_their_budgets(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
+PP4 = SynthConfig(ranks=4, pp_stages=2, slow_rank=1, seed=6, **SMALL)
+"""4 generated ranks in 2 pipeline stages: send/recv between them, all_to_allv, all-reduces."""
+
+
 @pytest.mark.slow  # (analyze runs)
-@pytest.mark.parametrize("case", ["synth_fsdp4", "dlrm_8ranks"])
+@pytest.mark.parametrize("case", ["synth_fsdp4", "dlrm_8ranks", "synth_pp4"])
 def test_kernels_on_disk_give_the_same_tables(tmp_path, monkeypatch, case):
-    """Pass 1's columns, each rank's kernels and every rank's order on disk from the first kernel, in blocks of
-    5: the CSVs are the bytes of the run in memory, from rank files in one process and with -j 2, and
-    (generated) from streamtrace merge's file; no temporary file is left."""
-    files = case_files(case, tmp_path / "in")
+    """Pass 1's columns, each rank's kernels, every rank's order and the matching beyond TraceLens on disk from
+    the first kernel, in blocks of 5: the CSVs are the bytes of the run in memory, from rank files in one
+    process and with -j 2, and (generated) from streamtrace merge's file; no temporary file is left."""
+    if case == "synth_pp4":
+        files = [tmp_path / "in" / rank["file"] for rank in write_traces(PP4, tmp_path / "in", compress="gz")["ranks"]]
+    else:
+        files = case_files(case, tmp_path / "in")
     analyze(files, tmp_path / "memory", all2allv_heatmap=True)
     expected = collective_csvs(tmp_path / "memory")
+    if case == "synth_pp4":
+        assert {"p2p_pairs.csv", "nccl_all2allv.csv", "collective_matches.csv"} <= set(expected)
+    bounded: list[int] = []
+    matched = collectivebuckets._Bounded.match
+    monkeypatch.setattr(collectivebuckets._Bounded, "match", lambda self, *a: bounded.append(1) or matched(self, *a))
     tiny_budgets(monkeypatch)
     monkeypatch.setattr(kernelfiles, "COLUMN_BYTES", 0)
     monkeypatch.setattr(collectivesort, "SORT_BYTES", 0)
@@ -139,6 +154,8 @@ def test_kernels_on_disk_give_the_same_tables(tmp_path, monkeypatch, case):
         spool.mkdir()
         analyze(given, tmp_path / name, all2allv_heatmap=True, spool_dir=str(spool), **options)
         assert ordered, f"{name}: no rank ordered on disk"
+        assert bounded, f"{name}: the matching beyond TraceLens was not bounded"
+        bounded.clear()
         assert ranked or name != "one process", f"{name}: no rank's kernels went to their file"
         assert not list(spool.iterdir()), name  # no temporary file left
         ranked.clear()
@@ -167,3 +184,23 @@ def test_a_full_disk_while_ordering_leaves_no_file(tmp_path, monkeypatch):
         analyze(files, tmp_path / "out", spool_dir=str(spool), jobs=2)
     assert ranks_on_disk == [4]
     assert not list(spool.iterdir()) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # (analyze runs)
+def test_skipped_report_collects_no_kernels(tmp_path, monkeypatch):
+    """With --skip collectives pass 1 collects no collective kernel (and, past its budget, writes no rank's
+    file); the other tables are the run's without the option."""
+    files = case_files("synth_fsdp4", tmp_path / "in")
+    monkeypatch.setattr(kernelfiles, "COLUMN_BYTES", 0)
+    added, ranked = [], []
+    add, append = command.KernelCollector._add, kernelfiles.RankFiles.append
+    monkeypatch.setattr(command.KernelCollector, "_add", lambda self, *a: added.append(1) or add(self, *a))
+    monkeypatch.setattr(kernelfiles.RankFiles, "append", lambda self, *a: ranked.append(1) or append(self, *a))
+    analyze(files, tmp_path / "all", jobs=1)
+    assert added and ranked
+    added.clear()
+    ranked.clear()
+    analyze(files, tmp_path / "skipped", jobs=1, skip="collectives")
+    assert not added and not ranked
+    kept = {name: text for name, text in csv_bytes(tmp_path / "all").items() if name[:-4] not in algo.TABLE_NAMES}
+    assert csv_bytes(tmp_path / "skipped") == kept

@@ -29,17 +29,19 @@ def csv_bytes(directory: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case == "synth_pp16" else case
                                   for case in HEATMAP])
 def test_spilled_records_and_rows_give_the_same_tables(tmp_path, monkeypatch, case):
-    """Records on disk from the first kernel, every long table's rows through its file, none kept for the
-    summary: the CSVs are the bytes of the run in memory, and TraceLens's."""
+    """Records on disk from the first kernel (the kernels' and the all_to_allv summary's), every long table's
+    rows through its file, none kept for the summary: the CSVs are the bytes of the run in memory, and
+    TraceLens's."""
     files = case_files(case, tmp_path / "in")
     analyze(files, tmp_path / "memory", all2allv_heatmap=True)
     spilled = []
     seal = collectivespill.SpilledKernels.seal
-    monkeypatch.setattr(collectivespill.SpilledKernels, "seal", lambda self: spilled.append(self.spilled) or seal(self))
+    monkeypatch.setattr(collectivespill.SpilledKernels, "seal",
+                        lambda self: spilled.append((self.dtype.names[0], self.spilled)) or seal(self))
     monkeypatch.setattr(collectivespill, "SPILL_BYTES", 0)
     monkeypatch.setattr(command, "JSON_ROWS", 2)
     summary = analyze(files, tmp_path / "disk", all2allv_heatmap=True, spool_dir=str(tmp_path))
-    assert spilled == [True]
+    assert spilled == [("ts", True), ("labels", True)]
     assert summary["tables"]["nccl_long"] is None and summary["tables"]["nccl_all2allv"] is not None
     assert csv_bytes(tmp_path / "disk") == csv_bytes(tmp_path / "memory")
     assert_tables_match(tmp_path / "disk", case)

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import collectives
 from .collectives import (
     DTYPE,
     DTYPE_BYTES,
@@ -27,9 +28,11 @@ from .collectives import (
     TYPE_OF,
     Matched,
     Nodes,
+    Orderer,
     RankKernels,
     Rows,
     Table,
+    order_in_memory,
     same,
 )
 
@@ -199,38 +202,56 @@ class Collective:
 
 @dataclass
 class Matching:
-    """The matched collectives (send/recv left out: :func:`p2p_pairs`), as arrays: their rows one collective
-    after another (each in rank order, collectives in order of first appearance: the lowest rank's kernels
-    in file order), where each starts (and the end), each one's Seq (NO_VALUE: matched by order); and the
-    groups whose matching can be trusted.  Iterating gives each as a :class:`Collective`."""
+    """The matched collectives (send/recv left out: :func:`p2p_pairs`), as arrays (or memory maps: beyond a
+    budget, :mod:`.collectivebuckets`): their rows, each collective's (in rank order) from ``starts[at]`` to
+    ``ends[at]``, collectives in order of first appearance (the lowest rank's kernels in file order), each
+    one's Seq (NO_VALUE: matched by order); and the groups whose matching can be trusted.  Iterating gives
+    each as a :class:`Collective`."""
 
     kernels: Kernels
     rows: np.ndarray
     starts: np.ndarray
+    ends: np.ndarray
     seqs: np.ndarray
     trusted: set[tuple]  # groups matched by Seq, or by order with the same count of kernels on each rank
 
     def __iter__(self) -> Iterator[Collective]:
         for at in range(len(self.seqs)):
-            rows = self.rows[self.starts[at]:self.starts[at + 1]].tolist()
+            rows = self.rows[int(self.starts[at]):int(self.ends[at])].tolist()
             number = int(self.seqs[at])
             yield Collective(SEQ, number, rows) if number != NO_VALUE else \
                 Collective(ORDER, self.kernels.cid(rows[0]), rows)
+
+
+def p2p_flags(kernels: Kernels) -> np.ndarray:
+    """Per metadata row: is it a send or recv."""
+    return np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
+
+
+def partial_seq(have: int, count: int) -> str:
+    """Why a group whose kernels do not all carry a Seq is matched by order ("" if they all do)."""
+    return "" if have == count else f"Seq on {have:,} of {count:,} kernels" if have else "no Seq args"
+
+
+def seq_notes(reasons: dict[str, list[str]], notes: list[str]) -> None:
+    """A note per reason groups were matched by order though they carry Seqs (``reasons``: their names)."""
+    for reason, names in reasons.items():
+        notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
+                     f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
 
 
 def match(kernels: Kernels, notes: list[str]) -> Matching:
     """Each group's collectives by ``Seq`` where :func:`_seq_fails` finds nothing against it, else by
     order (TraceLens's ids); send/recv are not collectives here."""
     seq, records = kernels.seq, kernels.matched.records
-    point = np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
-    is_p2p = point[np.asarray(records["meta"])] if len(seq) else np.zeros(0, bool)
+    is_p2p = p2p_flags(kernels)[np.asarray(records["meta"])] if len(seq) else np.zeros(0, bool)
     p2p = dict(_segments(kernels, np.flatnonzero(is_p2p)))
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per group: rows, each collective's size and Seq
     trusted: set[tuple] = set()
     reasons: dict[str, list[str]] = {}
     for group, rows in _segments(kernels, np.flatnonzero(~is_p2p)):
         have = int((seq[rows] != NO_VALUE).sum())
-        reason = "" if have == len(rows) else f"Seq on {have:,} of {len(rows):,} kernels" if have else "no Seq args"
+        reason = partial_seq(have, len(rows))
         if not reason:
             ordered, firsts = _split(seq[rows], rows)
             reason = _seq_fails(kernels, ordered, firsts, p2p.get(group, np.zeros(0, np.int64)))
@@ -244,9 +265,7 @@ def match(kernels: Kernels, notes: list[str]) -> Matching:
         parts.append((ordered, np.diff(np.r_[firsts, len(rows)]), np.full(len(firsts), NO_VALUE, np.int64)))
         if len(set(np.unique(kernels.rank[rows], return_counts=True)[1].tolist())) == 1:
             trusted.add(group)
-    for reason, names in reasons.items():
-        notes.append(f"collectives: group{'s' if len(names) > 1 else ''} {', '.join(names[:5])}"
-                     f"{' ...' if len(names) > 5 else ''} matched by order, not by Seq: {reason}")
+    seq_notes(reasons, notes)
     return _by_first_row(kernels, parts, trusted)
 
 
@@ -259,12 +278,14 @@ def _by_first_row(kernels: Kernels, parts: list[tuple[np.ndarray, np.ndarray, np
     starts = np.r_[0, np.cumsum(sizes)][:-1].astype(np.int64)
     order = np.argsort(rows[starts], kind="stable")
     if np.all(order[1:] > order[:-1]):  # (already in order)
-        return Matching(kernels, rows, np.r_[starts, len(rows)].astype(np.int64), seqs, trusted)
+        bounds = np.r_[starts, len(rows)].astype(np.int64)
+        return Matching(kernels, rows, bounds[:-1], bounds[1:], seqs, trusted)
     sizes, old = sizes[order], starts[order]
     ends = np.cumsum(sizes)
     places = np.repeat(old - (ends - sizes), sizes)
     places += np.arange(len(rows))
-    return Matching(kernels, rows[places], np.r_[0, ends].astype(np.int64), seqs[order], trusted)
+    bounds = np.r_[0, ends].astype(np.int64)
+    return Matching(kernels, rows[places], bounds[:-1], bounds[1:], seqs[order], trusted)
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
@@ -443,45 +464,38 @@ P2P_COLUMNS = ["Process Group Name", "src rank", "dst rank", "index", "send ts",
 
 
 def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], rows: Rows,
-              gpus_per_node: int | None = None) -> list[str]:
+              gpus_per_node: int | None = None, orderer: Orderer = order_in_memory) -> list[str]:
     """p2p_pairs into ``rows`` as they are made, its columns returned: the k-th send from rank a to rank b
     (``Dst Rank``) of a group paired with the k-th recv on b from a (``Src Rank``), in start order (NCCL
     runs a pair's transfers in order); a pair of ranks whose send and recv counts differ is left out, as a
     wrong pairing could not be told apart.  With ``gpus_per_node`` (TraceLens's node rule: rank // GPUs per
-    node), ``node_span`` says whether the two ranks share a node."""
-    sends: dict[tuple, list[int]] = {}
-    recvs: dict[tuple, list[int]] = {}
-    no_peer = 0
-    point = np.array([meta[NAME] in P2P for meta in kernels.matched.metas] or [False])
-    found = np.flatnonzero(point[np.asarray(kernels.matched.records["meta"])]) if len(kernels.rank) else []
-    for row, peer, rank in zip(found.tolist() if len(found) else [], kernels.peer[found].tolist() if len(found) else [],
-                               kernels.rank[found].tolist() if len(found) else []):
-        if peer == NO_VALUE:
-            no_peer += 1
-            continue
-        group = kernels.group(row)
-        if kernels.meta(row)[NAME] == "send":
-            sends.setdefault((group, rank, peer), []).append(row)
-        else:
-            recvs.setdefault((group, peer, rank), []).append(row)
+    node), ``node_span`` says whether the two ranks share a node.  The sends and recvs are ordered by pair and
+    start by ``orderer`` (on disk beyond a budget: :mod:`streamtrace.io.collectivesort`) and read a block at a
+    time: what is held is a number per pair of ranks."""
+    pairs = _Pairs(kernels)
     present = set(kernels.matched.ranks)
     uneven: list[str] = []
     absent = 0
-    for key in sorted(set(sends) | set(recvs), key=repr):
-        group, src, dst = key
-        sent, received = sends.get(key, []), recvs.get(key, [])
-        if src not in present or dst not in present:
-            absent += len(sent) + len(received)
-            continue
-        if len(sent) != len(received):
-            uneven.append(f"{src}->{dst} ({len(sent)} sends, {len(received)} recvs)")
-            continue
-        span = [] if not gpus_per_node else ["intra_node" if src // gpus_per_node == dst // gpus_per_node else "inter_node"]
-        for index, (send, recv) in enumerate(zip(_by_start(kernels, sent), _by_start(kernels, received))):
-            rows.add(_pair(kernels, group, src, dst, index, send, recv, shift) + span)
-    if no_peer:
-        notes.append(f"collectives: {no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (older PyTorch does not "
-                     "write them) are not paired with their peer")
+    if pairs.ids:
+        order, _ = orderer(len(kernels.matched.records), pairs.keys, pairs.sizes)
+        firsts = (np.cumsum(pairs.sizes) - pairs.sizes).tolist()
+        for (group, src, dst), at in sorted(pairs.ids.items(), key=lambda item: repr(item[0])):
+            sent, received = int(pairs.sizes[2 * at]), int(pairs.sizes[2 * at + 1])
+            if src not in present or dst not in present:
+                absent += sent + received
+                continue
+            if sent != received:
+                uneven.append(f"{src}->{dst} ({sent} sends, {received} recvs)")
+                continue
+            span = [] if not gpus_per_node else ["intra_node" if src // gpus_per_node == dst // gpus_per_node else "inter_node"]
+            for index in range(0, sent, pairs.block):
+                sends = _timed(kernels, order[firsts[2 * at] + index:firsts[2 * at] + min(index + pairs.block, sent)])
+                recvs = _timed(kernels, order[firsts[2 * at + 1] + index:firsts[2 * at + 1] + min(index + pairs.block, sent)])
+                for place, (send, recv) in enumerate(zip(sends, recvs), index):
+                    rows.add(_pair(kernels, group, src, dst, place, send, recv, shift) + span)
+    if pairs.no_peer:
+        notes.append(f"collectives: {pairs.no_peer:,} send/recv kernels without a Dst Rank/Src Rank arg (older PyTorch "
+                     "does not write them) are not paired with their peer")
     if absent:
         notes.append(f"collectives: {absent:,} send/recv kernels whose peer rank the inputs do not hold are not paired")
     if uneven:
@@ -491,10 +505,57 @@ def p2p_pairs(kernels: Kernels, shift: dict[int, float], notes: list[str], rows:
     return P2P_COLUMNS + (["node_span"] if gpus_per_node else [])
 
 
-def _by_start(kernels: Kernels, rows: list[int]) -> list[tuple[int, object, object]]:
-    """Rows (with their start and duration) by start, ties in row order."""
-    starts, durations = kernels.times(rows)
-    return sorted(zip(rows, starts, durations), key=lambda found: found[1])
+class _Pairs:
+    """The send/recv kernels by pair of ranks: each (group, src, dst)'s number, a block of records at a time;
+    a record's bucket is 2 x its pair's number for a send, + 1 for a recv, the last one for any other record."""
+
+    def __init__(self, kernels: Kernels) -> None:
+        self.records, self.block = kernels.matched.records, collectives.RECORD_BLOCK
+        self.point = p2p_flags(kernels)
+        self.send = np.array([meta[NAME] == "send" for meta in kernels.matched.metas] or [False])
+        codes: dict[tuple, int] = {}
+        self.code_of = np.array([codes.setdefault(group, len(codes)) for group in kernels.groups] or [0], np.int64)
+        self.groups = list(codes)
+        self.ids: dict[tuple, int] = {}  # (group, src, dst) -> its number
+        self.no_peer = 0
+        for first in range(0, len(self.records), self.block):
+            self._numbers(first, first + self.block, True)
+        self.sizes = np.zeros(2 * len(self.ids) + 1, np.int64)
+        for first in range(0, len(self.records), self.block):
+            self.sizes += np.bincount(self.keys(first, first + self.block)[0], minlength=len(self.sizes))
+
+    def _numbers(self, first: int, end: int, survey: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Records ``first`` to ``end``: which are sends or recvs with a peer, whether each is a send, and
+        their pairs' numbers (``survey``: new pairs numbered, kernels without a peer counted)."""
+        meta = np.asarray(self.records["meta"][first:end])
+        peer, rank = np.asarray(self.records["peer"][first:end]), np.asarray(self.records["rank"][first:end])
+        point, send = self.point[meta], self.send[meta]
+        wanted = point & (peer != NO_VALUE)
+        if survey:
+            self.no_peer += int((point & (peer == NO_VALUE)).sum())
+        triples = np.stack([self.code_of[meta], np.where(send, rank, peer), np.where(send, peer, rank)], axis=1)[wanted]
+        found, inverse = np.unique(triples, axis=0, return_inverse=True)
+        keys = [(self.groups[code], src, dst) for code, src, dst in found.tolist()]
+        if survey:
+            for key in keys:
+                self.ids.setdefault(key, len(self.ids))
+        numbers = np.array([self.ids[key] for key in keys] or [0], np.int64)[inverse.reshape(-1)]
+        return wanted, send[wanted], numbers
+
+    def keys(self, first: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """:class:`~.collectives.Orderer`'s keys: each record's bucket and start (0 in the last bucket)."""
+        wanted, send, numbers = self._numbers(first, end)
+        bucket = np.full(len(wanted), 2 * len(self.ids), np.int64)
+        bucket[wanted] = 2 * numbers + ~send
+        ts = np.where(wanted, np.asarray(self.records["ts"][first:end]), 0.0)
+        return bucket, ts
+
+
+def _timed(kernels: Kernels, rows: np.ndarray) -> list[tuple[int, object, object]]:
+    """Rows with their start and duration."""
+    found = np.asarray(rows, dtype=np.int64).tolist()
+    starts, durations = kernels.times(found)
+    return list(zip(found, starts, durations))
 
 
 def _pair(kernels: Kernels, group: tuple, src: int, dst: int, index: int, send: tuple, recv: tuple,
@@ -539,11 +600,13 @@ def _reliable(matching: Matching) -> Iterator[Collective]:
 
 
 def tables(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...]], align_clocks: bool,
-           notes: list[str], rows: Callable[[str], Rows], nodes: Nodes | None = None) -> dict[str, Table]:
+           notes: list[str], rows: Callable[[str], Rows], nodes: Nodes | None = None,
+           orderer: Orderer = order_in_memory) -> dict[str, Table]:
     """collective_matches (its ``match`` column names the rule), p2p_pairs (their rows into ``rows``' sinks
     as they are made) and, with ``align_clocks``, clock_offsets; ``nodes``: TraceLens's node columns; notes
     say what was left unmatched and whether the clocks needed aligning (judged, and aligned, on the
-    collectives of collective_matches only: a doubtful match would mislead both)."""
+    collectives of collective_matches only: a doubtful match would mislead both); ``orderer``: what orders
+    the send/recv by pair and start (:func:`p2p_pairs`)."""
     before = impossible(_synced(_reliable(matching), kernels), {})
     shift: dict[int, float] = {}
     found: dict[str, Table] = {}
@@ -571,7 +634,7 @@ def tables(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...
     columns = matches_table(matching, kernels, known, shift, notes, matched, nodes)
     if len(matched):
         found["collective_matches"] = matched.table(columns)
-    columns = p2p_pairs(kernels, shift, notes, pairs, None if nodes is None else nodes.gpus_per_node)
+    columns = p2p_pairs(kernels, shift, notes, pairs, None if nodes is None else nodes.gpus_per_node, orderer)
     if len(pairs):
         found["p2p_pairs"] = pairs.table(columns)
     return found

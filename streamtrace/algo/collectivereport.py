@@ -7,7 +7,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import collectivematch
+from . import collectivebuckets, collectivematch
+from .collectivebuckets import Spill
 from .collectivematch import Kernels, Matching, group_ranks, known_groups, ranges
 from .collectives import (
     BUS_FACTORS,
@@ -221,7 +222,8 @@ def _why(row: dict, speed: float, work: float, idle: object, median_idle: float)
 def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world_size: int | None = None,
            heatmap: bool = False, align_clocks: bool = False, store: KernelStore | None = None,
            rows: Callable[[str], Rows] = lambda name: Rows(), column: Callable[[], ValueColumn] = MemoryColumn,
-           let_go: bool = False, orderer: Orderer = order_in_memory) -> Report:
+           let_go: bool = False, orderer: Orderer = order_in_memory, spill: Spill | None = None,
+           all2allv_store: KernelStore | None = None) -> Report:
     """TraceLens's tables for these ranks' collective kernels (none without kernels), by its file stems.
 
     ``gpus_per_node``: adds its node columns (TraceLens takes the first rank file's deviceProperties
@@ -232,7 +234,10 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     are made, by table (memory by default; a table whose rows went elsewhere is what its ``table`` gives);
     ``column``: where the summaries' kept columns go (a number per collective; memory by default);
     ``let_go``: the ranks' arrays are emptied as their records are made; ``orderer``: what orders each rank's
-    kernels by group and start (in memory by default; :func:`.collectives.match`)."""
+    kernels by group and start (in memory by default; :func:`.collectives.match`); ``spill``: where the matching
+    beyond TraceLens sorts and keeps what it matched past a budget (in memory without; :mod:`.collectivebuckets`);
+    ``all2allv_store``: where what nccl_summary_all2allv reads of each all_to_allv goes (memory by default; the
+    summary reads it in ``orderer``'s order, its kept columns where ``column`` puts them)."""
     notes: list[str] = []
     ranks = [kernels for kernels in ranks if len(kernels.ts)]
     if not ranks:
@@ -242,7 +247,7 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     nodes = Nodes(gpus_per_node, world) if gpus_per_node else None
     long = LongTable(rows("nccl_long"), nodes)
     implicit = ImplicitSync(rows("nccl_implicit_sync"), nodes, matched.simplified, column)
-    all2allv = All2allv(rows("nccl_all2allv"), nodes)
+    all2allv = All2allv(rows("nccl_all2allv"), nodes, column, all2allv_store, orderer)
     sequences = Sequences(matched.simplified)
     consumers: list[Consumer] = [long, implicit.stragglers, implicit, all2allv, sequences]
     heat = Heatmap() if heatmap else None
@@ -267,12 +272,12 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     if stragglers.rows:
         tables["straggler_summary"] = nodes.table(stragglers) if nodes is not None else stragglers
     kernels = collectivematch.kernels_of(matched)
-    matching = collectivematch.match(kernels, notes)
+    matching = collectivebuckets.match(kernels, notes, spill)
     known = known_groups(ranks)
     bandwidth = rows("collective_bandwidth")
     columns = _bandwidth(kernels, matching, known, bandwidth, nodes)
     if len(bandwidth):
         tables["collective_bandwidth"] = bandwidth.table(columns)
     sequences.notes(notes)
-    tables.update(collectivematch.tables(kernels, matching, known, align_clocks, notes, rows, nodes))
+    tables.update(collectivematch.tables(kernels, matching, known, align_clocks, notes, rows, nodes, orderer))
     return Report(tables, notes)

@@ -167,9 +167,10 @@ class KernelStore(Protocol):
 
 
 class MemoryKernels:
-    """The records in memory (the report's default store)."""
+    """The records in memory (the report's default store; ``dtype``: of other records than kernels')."""
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: np.dtype = KERNEL) -> None:
+        self.dtype = dtype
         self._parts: list[np.ndarray] = []
         self._size = 0
 
@@ -179,7 +180,7 @@ class MemoryKernels:
         return self._size - len(records)
 
     def seal(self) -> np.ndarray:
-        return np.concatenate(self._parts) if self._parts else np.empty(0, KERNEL)
+        return np.concatenate(self._parts) if self._parts else np.empty(0, self.dtype)
 
 
 @dataclass

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
+from . import collectives
 from .collectives import (
     AGGREGATES,
     BUS_FACTORS,
@@ -33,9 +34,13 @@ from .collectives import (
     TYPE_OF,
     Collective,
     Consumer,
+    KernelStore,
+    MemoryKernels,
     Nodes,
+    Orderer,
     Rows,
     finite_count,
+    order_in_memory,
 )
 from .groupagg import (
     Column,
@@ -48,7 +53,6 @@ from .groupagg import (
     add_to,
     by_ascending,
     by_descending,
-    descending_order,
     grouped,
     missing,
     sorted_groups,
@@ -206,9 +210,14 @@ SUMMARY_ALL2ALLV_PLAN = [
                                                  "skew in end time") for how in ("mean", "max")),
     ("collective_id", "count", "count"),
     *((name, "first", name) for name in ("Process Group Ranks", "Collective name", "Group size"))]
-_SUMMARY_ALL2ALLV_READS = ("total data communicated (MB)", "Process Group Name", "dtype",
-                           *dict.fromkeys(name for name, _, _ in SUMMARY_ALL2ALLV_PLAN if name != "total data communicated (MB)"))
+_SUMMARY_ALL2ALLV_LABELS = ("Process Group Name", "dtype", "Process Group Ranks", "Collective name", "Group size")
+_SUMMARY_ALL2ALLV_NUMBERS = ("total data communicated (MB)", "wall_time (us)", "throughput (GB/s)", "size_imbalance",
+                             "max_rank_dur (us)", "skew in start time", "skew in end time")
 _SUMMARY_ALL2ALLV_KEPT = ("total data communicated (MB)", "wall_time (us)", "throughput (GB/s)")
+ALL2ALLV_RECORD = np.dtype([("labels", "i4"), ("float", "f8", (7,)), ("int", "i8", (7,)), ("kind", "u1", (7,))])
+"""What nccl_summary_all2allv reads of an all_to_allv row (123 bytes): its labels' number (they are the
+kernels' args: few), and its numbers each as a float or an int, as it was (a CSV writes 3 and 3.0 apart)."""
+_FLOAT, _INT, _NONE, _OTHER = range(4)  # a number's kind (_OTHER: kept aside, as it is)
 
 
 def _numeric(value: object) -> object:
@@ -219,11 +228,16 @@ def _numeric(value: object) -> object:
 class All2allv(Consumer):
     """nccl_all2allv (detailed: a row per all_to_allv, written as it comes, the biggest first) and its summary."""
 
-    def __init__(self, rows: Rows, nodes: Nodes | None) -> None:
-        self.rows, self.nodes = rows, nodes
+    def __init__(self, rows: Rows, nodes: Nodes | None, column: Callable[[], ValueColumn] = MemoryColumn,
+                 store: KernelStore | None = None, orderer: Orderer = order_in_memory) -> None:
+        self.rows, self.nodes, self.column, self.orderer = rows, nodes, column, orderer
         self.columns = _Columns()
         self.mismatched: list[str] = []
-        self.general: list[tuple] = []  # per row what the summary reads (a few numbers per all_to_allv)
+        self.store = MemoryKernels(ALL2ALLV_RECORD) if store is None else store  # (:data:`ALL2ALLV_RECORD` a row)
+        self.labels: dict[tuple, int] = {}
+        self.other: dict[tuple[int, int], object] = {}  # (row, number) -> a number neither float nor int64
+        self._pending: list[tuple] = []
+        self._made = 0
 
     def collective(self, found: Collective) -> None:
         first = found.rows[0]
@@ -262,7 +276,31 @@ class All2allv(Consumer):
         if self.nodes is not None:
             row["node_span"] = self.nodes.span(row["Process Group Ranks"])
         self.rows.add(self.columns.add(row), row["total data communicated (MB)"])
-        self.general.append(tuple(row[name] for name in _SUMMARY_ALL2ALLV_READS))
+        self._keep(row)
+
+    def _keep(self, row: dict) -> None:
+        """What the summary reads of a row, as a record (the store's, a block at a time)."""
+        labels = tuple(row[name] for name in _SUMMARY_ALL2ALLV_LABELS)
+        floats, ints, kinds = [0.0] * 7, [0] * 7, [_FLOAT] * 7
+        for at, name in enumerate(_SUMMARY_ALL2ALLV_NUMBERS):
+            value = row[name]
+            if value.__class__ is float:
+                floats[at] = value
+            elif value.__class__ is int and -2**63 <= value < 2**63:
+                ints[at], kinds[at] = value, _INT
+            else:
+                kinds[at] = _NONE if value is None else _OTHER
+                if value is not None:
+                    self.other[(self._made, at)] = value
+        self._pending.append((self.labels.setdefault(labels, len(self.labels)), floats, ints, kinds))
+        self._made += 1
+        if len(self._pending) >= collectives.RECORD_BLOCK:
+            self._store()
+
+    def _store(self) -> None:
+        if self._pending:
+            self.store.append(np.array(self._pending, dtype=ALL2ALLV_RECORD))
+            self._pending = []
 
     def columns_of(self) -> list[str]:
         return self.columns.columns(list(ALL2ALLV_GENERAL)) + _span_column(self.nodes, self.rows)
@@ -270,16 +308,40 @@ class All2allv(Consumer):
     def summary(self) -> Table:
         """nccl_summary_all2allv: over the rows in the table's order (the biggest first), as TraceLens's."""
         groups: dict[tuple, dict[str, Running]] = {}
-        for at in descending_order([values[0] for values in self.general]):
-            row = dict(zip(_SUMMARY_ALL2ALLV_READS, self.general[at]))
+        for row in self._by_size():
             key = (row["Process Group Name"], row["dtype"])
             if not any(missing(value) for value in key):
-                add_to(groups, key, SUMMARY_ALL2ALLV_PLAN, row, kept=_SUMMARY_ALL2ALLV_KEPT)
+                add_to(groups, key, SUMMARY_ALL2ALLV_PLAN, row, kept=_SUMMARY_ALL2ALLV_KEPT, column=self.column)
         table = grouped(groups, ("Process Group Name", "dtype"), SUMMARY_ALL2ALLV_PLAN)
         table.columns.append("Total wall_time (ms)")
         for row in table.rows:
             row.append(row[table.columns.index("Total wall_time (us)")] / 1000)
         return by_descending(table, "Total wall_time (ms)")
+
+    def _by_size(self) -> Iterator[dict]:
+        """The rows as the summary reads them, the biggest total first (pandas' descending sort: ties in row
+        order, NaN last), ordered by :attr:`orderer` and read a block at a time."""
+        self._store()
+        records = self.store.seal()
+        labels = list(self.labels)
+
+        def keys(first: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+            sizes = np.asarray(records["float"][first:end, 0])
+            return np.zeros(len(sizes), np.int64), -sizes
+
+        order, _ = self.orderer(len(records), keys, np.array([len(records)]))
+        for first in range(0, len(records), collectives.RECORD_BLOCK):
+            at = np.asarray(order[first:first + collectives.RECORD_BLOCK], dtype=np.int64)
+            found = records[at]
+            for made, label, floats, ints, kinds in zip(at.tolist(), found["labels"].tolist(), found["float"].tolist(),
+                                                         found["int"].tolist(), found["kind"].tolist()):
+                row = dict(zip(_SUMMARY_ALL2ALLV_LABELS, labels[label]))
+                for n, name in enumerate(_SUMMARY_ALL2ALLV_NUMBERS):
+                    kind = kinds[n]
+                    row[name] = floats[n] if kind == _FLOAT else ints[n] if kind == _INT else None if kind == _NONE \
+                        else self.other[(made, n)]
+                row["collective_id"] = ""  # (a string: only counted)
+                yield row
 
     def notes(self, notes: list[str]) -> None:
         _mismatch_note(notes, self.mismatched, "all_to_allv ids", "nccl_all2allv")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -261,10 +261,12 @@ def by_descending(table: Table, column: str) -> Table:
     return Table(table.columns, [table.rows[n] for n in descending_order([row[at] for row in table.rows])])
 
 
-def add_to(groups: dict, key: tuple, plan: list[tuple[str, str, str]], row: dict, kept: Sequence[str] = ()) -> None:
+def add_to(groups: dict, key: tuple, plan: list[tuple[str, str, str]], row: dict, kept: Sequence[str] = (),
+           column: Callable[[], ValueColumn] = MemoryColumn) -> None:
+    """A row into its group's columns (``kept``: columns whose values are kept, where ``column`` puts them)."""
     columns = groups.get(key)
     if columns is None:
-        columns = groups[key] = {name: Values() if name in kept else Running() for name, _, _ in plan}
+        columns = groups[key] = {name: Values(column()) if name in kept else Running() for name, _, _ in plan}
     for name in columns:
         columns[name].add(row[name])
 

@@ -98,7 +98,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
         if runner.distributed:
             files = [shared_path(path) for path in files]
         options = Options(include_last_step, salvage, runner.work_dir, reread_remote, processes if alone else 1,
-                          analyses=with_needs(chosen), ops=ops, gpu_spec=ops_spec)
+                          analyses=with_needs(chosen), ops=ops, gpu_spec=ops_spec, collectives="collectives" in picked)
         per_file = _run(runner, files, options)
         results = [rank for result in per_file for rank in result.ranks]
         ops_files, ops_notes, ops_parts = ops_analysis.combine([result.ops for result in per_file if result.ops])

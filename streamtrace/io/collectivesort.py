@@ -44,15 +44,19 @@ class DiskOrder:
         with spool_writes(self.directory or tempfile.gettempdir()):
             return self._on_disk(count, keys, sizes)
 
-    def _scratch(self, count: int, dtype: type) -> np.ndarray:
-        with tempfile.TemporaryFile(prefix="streamtrace-order-", dir=self.directory) as file:
-            file.truncate(max(count, 1) * np.dtype(dtype).itemsize)
+    def scratch(self, count: int, dtype: type) -> np.ndarray:
+        """A writable array of ``count`` items: a memory map of an unnamed temporary file (deleted with it)."""
+        if not count:
+            return np.zeros(0, dtype)
+        with spool_writes(self.directory or tempfile.gettempdir()), \
+                tempfile.TemporaryFile(prefix="streamtrace-order-", dir=self.directory) as file:
+            file.truncate(count * np.dtype(dtype).itemsize)
             return np.memmap(file, dtype=dtype, mode="r+", shape=(count,))  # (the map keeps the file)
 
     def _on_disk(self, count: int, keys: Callable, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         block = collectives.RECORD_BLOCK
-        laid = (self._scratch(count, np.uint64), self._scratch(count, np.int32))
-        spare = (self._scratch(count, np.uint64), self._scratch(count, np.int32))
+        laid = (self.scratch(count, np.uint64), self.scratch(count, np.int32))
+        spare = (self.scratch(count, np.uint64), self.scratch(count, np.int32))
         cursor = group_firsts(sizes).astype(np.int64)
         for first in range(0, count, block):
             group, ts = keys(first, first + block)
@@ -63,7 +67,7 @@ class DiskOrder:
             _sort(laid, spare, int(starts[group]), int(starts[group] + sizes[group]), capacity, block)
         del spare
         order = laid[1]
-        index = self._scratch(count, np.int32)
+        index = self.scratch(count, np.int32)
         ends = np.cumsum(sizes)
         for first in range(0, count, block):
             places = np.arange(first, min(first + block, count), dtype=np.int64)
@@ -72,7 +76,10 @@ class DiskOrder:
 
 
 def sort_keys(ts: np.ndarray) -> np.ndarray:
-    """Starts as unsigned integers in numpy's float order (-0.0 as 0.0, every NaN last and equal)."""
+    """Starts as unsigned integers in numpy's float order (-0.0 as 0.0, every NaN last and equal); unsigned keys
+    as they are."""
+    if ts.dtype == np.uint64:
+        return ts
     bits = (np.asarray(ts, dtype=np.float64) + 0.0).view(np.uint64)
     keys = np.where(bits >> np.uint64(63), ~bits, bits | np.uint64(1 << 63))
     keys[np.isnan(ts)] = NAN_KEY
@@ -110,7 +117,7 @@ def _sort(laid: tuple[np.ndarray, np.ndarray], spare: tuple[np.ndarray, np.ndarr
         bounds = sample[np.linspace(0, len(sample) - 1, SPLITS + 1)[1:-1].astype(np.int64)]
         counts = _counts(keys, low, high, bounds, block)
         if counts.max() == high - low:  # (the sample fell in one range: halve the keys' span)
-            bounds = np.array([least + (most - least) // np.uint64(2)], np.uint64)
+            bounds = np.array([least + (most - least) // np.uint64(2) + np.uint64(1)], np.uint64)  # (least below)
             counts = _counts(keys, low, high, bounds, block)
         cursor = low + np.cumsum(counts) - counts
         firsts = cursor.copy()

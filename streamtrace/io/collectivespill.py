@@ -31,9 +31,10 @@ class SpilledKernels:
     :data:`SPILL_BYTES`, else in one temporary file (one handle whatever the number of ranks), read back
     as a memory map: the matching reads a rank's block and each collective's kernels, the page cache the rest."""
 
-    def __init__(self, directory: str | None = None, budget: int | None = None) -> None:
+    def __init__(self, directory: str | None = None, budget: int | None = None, dtype: np.dtype = KERNEL) -> None:
         self.directory = directory
         self.budget = SPILL_BYTES if budget is None else budget
+        self.dtype = dtype  # (other records than kernels': the all_to_allv summary's)
         self._parts: list[np.ndarray] = []
         self._held = 0
         self._size = 0
@@ -61,9 +62,9 @@ class SpilledKernels:
 
     def seal(self) -> np.ndarray:
         if self._file is None:
-            return np.concatenate(self._parts) if self._parts else np.empty(0, KERNEL)
+            return np.concatenate(self._parts) if self._parts else np.empty(0, self.dtype)
         self._file.flush()
-        return np.memmap(self._file, dtype=KERNEL, mode="r", shape=(self._size,))
+        return np.memmap(self._file, dtype=self.dtype, mode="r", shape=(self._size,))
 
     def close(self) -> None:
         if self._file is not None:

@@ -29,6 +29,7 @@ import numpy as np
 from ...algo import collectivefigures, collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
+from ...algo.collectivetables import ALL2ALLV_RECORD
 from ...io import kernelfiles, streamjson
 from ...io.collectivesort import DiskOrder
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
@@ -92,7 +93,8 @@ class KernelCollector:
     External id), each with its start, duration, pid slot, own ``args.rank``, collective args, ``Seq``
     and a send's or recv's peer."""
 
-    def __init__(self, directory: str | None = None) -> None:
+    def __init__(self, directory: str | None = None, collect: bool = True) -> None:
+        self.collect = collect  # (False: no kernel is wanted)
         self.directory = directory  # where the columns go beyond kernelfiles.COLUMN_BYTES (None: they stay in memory)
         self._file: ColumnFile | None = None
         self._ranks: RankFiles | None = None  # each rank's kernels, once the columns are on disk
@@ -109,7 +111,7 @@ class KernelCollector:
         """Is a kernel of this name a collective kernel (cached per name)."""
         found = self._names.get(name)
         if found is None:
-            found = self._names[name] = tables.is_collective_kernel(name)
+            found = self._names[name] = self.collect and tables.is_collective_kernel(name)
         return found
 
     def add(self, event: dict, ts: float, dur: float, slot: int) -> None:
@@ -291,9 +293,11 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
         return Report({}, [])
     keep = JSON_ROWS if keep is None else keep
     store = SpilledKernels(spool_dir)
+    all2allv = SpilledKernels(spool_dir, dtype=ALL2ALLV_RECORD)
     values = ValueSpill(spool_dir)
     parts: list[RowPart] = []
     gathered = Gathered()
+    order = DiskOrder(spool_dir)
 
     def rows(name: str) -> tables.Rows:
         parts.append(RowPart(spool_dir, keep))
@@ -304,13 +308,14 @@ def collective_report(inputs: list[CollectiveInput], heatmap: bool = False, alig
         found = collectivereport.report([given.kernels for given in inputs], gpus_per_node=inputs[0].devices or None,
                                         world_size=inputs[-1].kernels.rank + 1, heatmap=heatmap,
                                         align_clocks=align_clocks, store=store, rows=rows, column=values.column,
-                                        let_go=True, orderer=DiskOrder(spool_dir))
+                                        let_go=True, orderer=order, spill=order, all2allv_store=all2allv)
     except BaseException:
         for part in parts:
             part.close()
         raise
     finally:
         store.close()
+        all2allv.close()
         values.close()
         for given in inputs:
             if given.path is not None:

@@ -101,7 +101,8 @@ class AnalyzeIndex:
     for the few events that have one.
     """
 
-    def __init__(self, spool_dir: str | None = None, owner: int | None = None, ops: bool = False) -> None:
+    def __init__(self, spool_dir: str | None = None, owner: int | None = None, ops: bool = False,
+                 with_collectives: bool = True) -> None:
         self.pid_slots: dict[object, int] = {}
         self.pids: list[PidEvidence] = []
         self.unranked = bytearray()  # per pid slot: some launch or GPU event lacks args.rank
@@ -117,7 +118,7 @@ class AnalyzeIndex:
         self.first_event: list = [None]  # HTA joins kernels without a launch to the row of index 0: the first event
         self.row_seen = bytearray()  # per pid slot: a row of it was read
         self.first_rows: list[tuple[int, float, float]] = []  # (slot, ts, dur) of each pid's first row, in file order
-        self.collectives = collectives.KernelCollector(spool_dir)  # collectives
+        self.collectives = collectives.KernelCollector(spool_dir, with_collectives)  # collectives (none if skipped)
         self._listed = (0, 0)  # names and categories already in a part
         self._first_sent = False
         self._part_maps: dict[int, tuple[array, array, array]] = {}  # per pass-1 worker: its ids -> ours

@@ -64,6 +64,7 @@ class Options:
     filter_steps: bool | None = None  # None: as this file's step names say; else as all inputs' say
     analyses: tuple[str, ...] = tuple(ANALYSES)  # the analyses computed per rank (those asked for, those they need)
     ops: bool = False  # also TraceLens's perf-report tables (--ops)
+    collectives: bool = True  # pass 1 collects the collective kernels (not when the collective report is skipped)
     gpu_spec: dict | None = field(default=None, hash=False)  # their roofline's GPU (--gpu-spec), else the trace's
 
 
@@ -72,8 +73,9 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
     """One input (a task): pass 1, then every rank it holds."""
     with InputSource(path, spool_dir=options.spool_dir, reread_remote=options.reread_remote) as source:
         owner = os.getpid()
-        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner, ops=options.ops), keep_events=False,
-                            salvage=options.salvage, jobs=options.jobs, progress=progress)
+        result = index_pass(source, lambda: AnalyzeIndex(options.spool_dir, owner, ops=options.ops,
+                                                         with_collectives=options.collectives),
+                            keep_events=False, salvage=options.salvage, jobs=options.jobs, progress=progress)
         members = result.stats.header + result.stats.trailer
         index: AnalyzeIndex = result.visitor  # type: ignore[assignment]
         location = source.name
