@@ -127,3 +127,5 @@ def test_chunks_of_one_kind_of_value_give_the_columns_their_dicts_give() -> None
     for event in EVENTS:
         by_dicts, projected = _both([event, {**event, "ts": 400}, event])
         assert projected == by_dicts, event
+    by_dicts, projected = _both([{**event, "pid": pid} for event in EVENTS for pid in (1 << 63, 1)])  # (beyond int64)
+    assert projected == by_dicts

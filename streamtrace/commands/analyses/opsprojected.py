@@ -93,10 +93,11 @@ def collect_chunk(c: OpsCollector, events: list, coded: tuple[list, np.ndarray] 
         return
     cats, codes = chunk_codes(events) if coded is None else coded
     phases, pids = (list(map(getter, events)) for getter in _CHUNK_FIELDS)
-    owns = [-1] * len(events)
+    owns = None  # (each event's own args.rank, -1 none; None: no event has one)
     evidence = np.flatnonzero(_EVIDENCE[codes]).tolist()
     ranks = [None if args is None else args.rank for args in [events[at].args for at in evidence]]
     if set(map(type, ranks)) - {type(None)}:
+        owns = [-1] * len(events)
         for at, rank in zip(evidence, ranks):
             if rank.__class__ is int and rank >= 0:
                 owns[at] = rank
@@ -182,14 +183,20 @@ def _numbers(values: list) -> list:
     return [value if value.__class__ in NUMBERS else _number(value) for value in values]
 
 
-def _runs(c: OpsCollector, pids: list, owns: list) -> tuple[np.ndarray, list[int]]:
+def _runs(c: OpsCollector, pids: list, owns: list | None) -> tuple[np.ndarray, list[int]]:
     """The runs (of one pid and own rank) the events are counted in: where each starts in the chunk,
-    and its number (the first continues the collector's last run where the key is the same)."""
-    if set(map(type, pids)) == {int} and -(1 << 63) <= min(pids) and max(pids) < 1 << 63:
-        pid, own = np.array(pids, dtype=np.int64), np.array(owns, dtype=np.int64)
-        starts = [0, *(np.flatnonzero((pid[1:] != pid[:-1]) | (own[1:] != own[:-1])) + 1).tolist()]
-        keys = [(pids[start], owns[start]) for start in starts]
+    and its number (the first continues the collector's last run where the key is the same);
+    ``owns`` None: no event has its own rank."""
+    pid = _int64(pids) if set(map(type, pids)) == {int} else None
+    if pid is not None:
+        changes = pid[1:] != pid[:-1]
+        if owns is not None:
+            own = np.array(owns, dtype=np.int64)
+            changes |= own[1:] != own[:-1]
+        starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
+        keys = [(pids[start], -1 if owns is None else owns[start]) for start in starts]
     else:
+        owns = [-1] * len(pids) if owns is None else owns
         keyed = list(zip(pids, owns))
         starts = [0, *[at for at, (before, key) in enumerate(zip(keyed, keyed[1:]), 1) if key != before]]
         keys = [keyed[start] for start in starts]
@@ -214,6 +221,14 @@ def _runs(c: OpsCollector, pids: list, owns: list) -> tuple[np.ndarray, list[int
         numbers.extend(range(first, first + len(new)))
         c._last, c._at = new[-1], first + len(new) - 1
     return np.array(starts, dtype=np.int64), numbers
+
+
+def _int64(values: list[int]) -> np.ndarray | None:
+    """Integers as int64; None where one is beyond it."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
 
 
 def _metadata(c: OpsCollector, event: object) -> None:
