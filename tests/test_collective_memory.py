@@ -57,6 +57,21 @@ def test_rows_read_back_are_the_rows_made(tmp_path, monkeypatch, pending_cells):
     assert not list(tmp_path.iterdir())
 
 
+def test_sorted_and_unsorted_rows_never_mix_in_one_table(tmp_path):
+    """A row without its key in a sorted table (or with one in an unsorted table) would pair each later key
+    with the wrong row: refused at once."""
+    sorted_part = collectivespill.RowPart(str(tmp_path), keep=100)
+    sorted_part.add([1], key=2.0)
+    with pytest.raises(ValueError, match="sort key"):
+        sorted_part.add([2])
+    unsorted_part = collectivespill.RowPart(str(tmp_path), keep=100)
+    unsorted_part.add([1])
+    with pytest.raises(ValueError, match="sort key"):
+        unsorted_part.add([2], key=1.0)
+    for part in (sorted_part, unsorted_part):
+        part.close()
+
+
 @pytest.mark.parametrize("pending_cells", [1, 7, collectivespill.PENDING_CELLS])
 def test_sorted_rows_copied_from_their_places(tmp_path, monkeypatch, pending_cells):
     """Rows sorted by a key, with texts of several bytes a character, written in blocks or one by one: the

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
@@ -32,27 +34,40 @@ NO_WAIT = "no rank waits for another: every rank starts each matched collective 
 
 @dataclass
 class Waits:
-    """The matched collectives (nccl_implicit_sync's rows) and their ranks' waits."""
+    """The matched collectives (nccl_implicit_sync's rows, read once) and their ranks' waits, as arrays: no row
+    is held."""
 
-    rows: list[dict]
     labels: list[str]  # one per row, unique: collective id and name
     ranks: list[int]  # the ranks of the wait columns
-    wait: np.ndarray  # (rows, ranks) us; NaN where the rank is not in the collective (8 bytes a cell the summary
-    # already holds as a dict entry, so bounded by the summary's own table)
+    wait: np.ndarray  # (rows, ranks) us; NaN where the rank is not in the collective
     last: np.ndarray  # per row the rank starting last (NO_RANK without waits)
     lost: np.ndarray  # per row the wait summed over its ranks: what the others lose waiting for the last
+    latency: np.ndarray  # per row its comm_latency, us
 
     @classmethod
-    def of(cls, rows: list[dict]) -> Waits:
-        ranks = sorted(int(found.group(1)) for found in map(WAIT_COLUMN.match, rows[0]) if found) if rows else []
-        wait = np.array([[math.nan if row.get(f"rank_{rank}_wait_time") is None else row[f"rank_{rank}_wait_time"]
-                          for rank in ranks] for row in rows], dtype=np.float64).reshape(len(rows), len(ranks))
-        last = np.full(len(rows), NO_RANK, dtype=np.int64)
+    def of(cls, rows: Iterable[dict]) -> Waits:
+        ranks: list[int] = []
+        columns: list[str] = []
+        cells, latency, labels = array("d"), array("d"), []
+        seen: set[str] = set()
+        for count, row in enumerate(rows):
+            if not count:
+                ranks = sorted(int(found.group(1)) for found in map(WAIT_COLUMN.match, row) if found)
+                columns = [f"rank_{rank}_wait_time" for rank in ranks]
+            cells.extend([math.nan if row.get(name) is None else row[name] for name in columns])
+            latency.append(row["comm_latency"])
+            labels.append(_unique_label(row, seen))
+        wait = np.frombuffer(cells, dtype=np.float64).reshape(len(labels), len(ranks))
+        last = np.full(len(labels), NO_RANK, dtype=np.int64)
         for at, values in enumerate(wait):
             present = np.flatnonzero(~np.isnan(values))
             if len(present):
                 last[at] = ranks[present[np.argmin(values[present])]]  # (argmin: the first, so the lowest rank)
-        return cls(rows, _unique_labels(rows), ranks, wait, last, np.nansum(wait, axis=1) if len(ranks) else np.zeros(len(rows)))
+        return cls(labels, ranks, wait, last, np.nansum(wait, axis=1) if len(ranks) else np.zeros(len(labels)),
+                   np.frombuffer(latency, dtype=np.float64))
+
+    def __len__(self) -> int:
+        return len(self.labels)
 
     def cost(self) -> dict[int, float]:
         """Per rank waited for: the others' wait summed over the collectives it starts last at (us), most first."""
@@ -71,18 +86,15 @@ class Waits:
         return counts
 
 
-def _unique_labels(rows: list[dict]) -> list[str]:
+def _unique_label(row: dict, seen: set[str]) -> str:
     """``<collective_id> <name>``; a repeated id (groups sharing a name, not their ranks) gets its ranks."""
-    labels, seen = [], set()
-    for row in rows:
-        label = f"{row['collective_id']} {row.get('Collective name') or ''}".strip()
-        if label in seen:
-            label += f" {row.get('Process Group Ranks')}"
-        while label in seen:
-            label += "'"
-        seen.add(label)
-        labels.append(label)
-    return labels
+    label = f"{row['collective_id']} {row.get('Collective name') or ''}".strip()
+    if label in seen:
+        label += f" {row.get('Process Group Ranks')}"
+    while label in seen:
+        label += "'"
+    seen.add(label)
+    return label
 
 
 def page(summary: dict) -> tuple[str, list[Figure]]:
@@ -96,7 +108,7 @@ def page(summary: dict) -> tuple[str, list[Figure]]:
         figure.missing = ("more matched collectives than the summary carries: nccl_implicit_sync is in -o DIR's CSV "
                           "only, not drawn")
         return "", [figure]
-    waits = Waits.of(rows)
+    waits = Waits.of(rows)  # (rows: a list, or the table read back from its file; read twice)
     if len(waits.ranks) == 1:
         figure.missing = f"the collectives are one rank's (rank {waits.ranks[0]}): {ONE_RANK}"
     elif not waits.ranks:
@@ -108,7 +120,7 @@ def page(summary: dict) -> tuple[str, list[Figure]]:
     heat = wait_map(waits, order)
     heat.callout = " ".join(note[0].upper() + note[1:] + "." for note in summary.get("notes") or ()
                             if note.startswith("collectives: "))  # (what the matching could not vouch for)
-    return lead(tables, waits), [heat, wait_bars(waits, order), slowest(tables, waits), why_table(tables, waits)]
+    return lead(tables, waits), [heat, wait_bars(waits, order), slowest(tables, rows, waits), why_table(tables, waits)]
 
 
 def _ms(us: float) -> str:
@@ -119,7 +131,7 @@ def lead(tables: dict, waits: Waits) -> str:
     """Who the others wait for, how often and what it costs them; the latest and the most waiting ranks."""
     costs, counts = waits.cost(), waits.times_last()
     total = float(waits.lost.sum())
-    matched = len(waits.rows)
+    matched = len(waits)
     if not costs:
         return f"At the {matched:,} matched collectives, {NO_WAIT}."
     named = list(costs)[:CALLED_OUT]
@@ -156,8 +168,8 @@ def wait_map(waits: Waits, order: RankOrder) -> Figure:
                     "all_to_all) are matched across ranks by their order within a process group, as TraceLens matches "
                     "them; columns in the order they ran.")
     shown = np.sort(np.argsort(-waits.lost, kind="stable")[:HEATMAP_COLLECTIVES])
-    if len(shown) < len(waits.rows):
-        figure.caption += (f" The {len(shown):,} of {len(waits.rows):,} collectives with the most wait summed over "
+    if len(shown) < len(waits):
+        figure.caption += (f" The {len(shown):,} of {len(waits):,} collectives with the most wait summed over "
                            "their ranks (nccl_implicit_sync has them all).")
     column = {rank: at for at, rank in enumerate(waits.ranks)}
     matrix = np.full((len(order.ranks), len(shown)), math.nan)
@@ -197,19 +209,29 @@ def wait_bars(waits: Waits, order: RankOrder) -> Figure:
     return figure
 
 
-def slowest(tables: dict, waits: Waits) -> Figure:
-    shown = min(SLOWEST, len(waits.rows))
-    which = f"The {shown:,} of {len(waits.rows):,}" if shown < len(waits.rows) else f"The {shown:,}"
+def slowest(tables: dict, rows: Iterable[dict], waits: Waits) -> Figure:
+    shown = min(SLOWEST, len(waits))
+    which = f"The {shown:,} of {len(waits):,}" if shown < len(waits) else f"The {shown:,}"
     figure = Figure("collective-slowest", "Slowest collectives: latency and bus bandwidth",
                     f"{which} matched collectives with the longest latency: the least duration of their kernel "
                     "over their ranks (TraceLens's comm_latency: the transfer once every rank is there, without the "
                     "wait), us, bars; dots: the bus bandwidth nccl-tests would report for it (collective_bandwidth's "
                     "bus bw, 10^9 bytes/s, top axis). Hover for the size and the wait for the last rank.")
-    bandwidth = {(row["collective_id"], row["Process Group Ranks"]): row for row in tables.get("collective_bandwidth") or []}
-    picked = sorted(range(len(waits.rows)), key=lambda at: -waits.rows[at]["comm_latency"])[:shown]
+    picked = np.argsort(-waits.latency, kind="stable")[:shown].tolist()
+    place = {at: n for n, at in enumerate(picked)}
+    keys: list[tuple] = [()] * len(picked)  # each picked collective's (collective_id, Process Group Ranks)
+    for at, row in enumerate(rows):
+        if at in place:
+            keys[place[at]] = (row["collective_id"], row["Process Group Ranks"])
+    wanted = set(keys)
+    bandwidth = {}
+    for row in tables.get("collective_bandwidth") or []:
+        key = (row["collective_id"], row["Process Group Ranks"])
+        if key in wanted:
+            bandwidth[key] = row  # (a key's last row)
     labels = [waits.labels[at] for at in picked]
-    latency = np.array([waits.rows[at]["comm_latency"] for at in picked], dtype=np.float64)
-    found = [bandwidth.get((waits.rows[at]["collective_id"], waits.rows[at]["Process Group Ranks"])) or {} for at in picked]
+    latency = waits.latency[picked]
+    found = [bandwidth.get(key) or {} for key in keys]
     bus = np.array([_number(row.get("bus bw (GB/s, 1e9)")) for row in found])
     size = [row.get("size (bytes)") for row in found]
     hover = [f"{size[n]:,} bytes" if isinstance(size[n], int) else "size not in the trace's args" for n in range(len(picked))]
@@ -260,7 +282,7 @@ def why_table(tables: dict, waits: Waits) -> Figure:
         row = causes.get(rank, {})
         idle = row.get("idle_time_pctg")
         figure.table.append([
-            str(rank), f"{counts[rank]:,} of {len(waits.rows):,}", _ms(costs[rank]), _fixed(row.get("gpu_speed_score")),
+            str(rank), f"{counts[rank]:,} of {len(waits):,}", _ms(costs[rank]), _fixed(row.get("gpu_speed_score")),
             _fixed(row.get("work_ratio")),
             "n/a" if idle is None else f"{idle:.1f}% ({_fixed(row.get('median_idle_time_pctg'), 1)}%)",
             (row.get("why") or "").split(": ", 1)[-1] or "not in straggler_causes (TraceLens counts another rank last)"])

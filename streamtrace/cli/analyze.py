@@ -61,14 +61,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     from ..commands.analyze import analyze
     from ..commands.mergerank import parse_rank_list
+    from ..io import streamjson
 
     summary = analyze(args.inputs, args.output, include_last_step=args.include_last_step, num_candidates=args.candidates,
                       ranks=None if args.ranks is None else parse_rank_list(args.ranks), overwrite=args.overwrite,
                       dask=args.dask, html=args.html, command=shlex.join(["streamtrace", *args.argv]),
                       only=args.only, skip=args.skip, ops=args.ops, gpu_spec=args.gpu_spec,
                       all2allv_heatmap=args.all2allv_heatmap, align_clocks=args.align_clocks,
-                      collective_rows=args.json, **reading(args))
-    report("analyze", summary, args)
+                      collective_rows="streamed" if args.json else False, **reading(args))
+    try:
+        report("analyze", summary, args)
+    finally:
+        streamjson.close(summary)  # (the long collective tables' files, read as the JSON was written)
 
 
 TOP = 5

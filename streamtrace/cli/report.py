@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections import Counter
-from typing import Callable
+from typing import Callable, TextIO
 
 Rows = list[tuple[str, str]]
 VIEWS: dict[str, Callable[[dict], Rows]] = {}
@@ -27,14 +28,30 @@ def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: 
     """The summary as asked (the library wrote ``--summary FILE``): on the
     terminal the JSON with ``--json``, else the short human report
     (``to_stderr`` when the command's output went to stdout)."""
-    from ..io.destinations import summary_json
-
     stream = sys.stderr if to_stderr else sys.stdout
-    stream.write(summary_json(summary).decode() if args.json else human_report(command, summary))
+    if args.json:
+        write_json(summary, stream)
+    else:
+        stream.write(human_report(command, summary))
     stream.flush()
     if args.json or not (stream.isatty() or to_stderr):
         # it must not go unseen: on stderr too unless the human report, with it, is on the terminal already
         warn_of_secrets(summary)
+
+
+def write_json(summary: dict, stream: TextIO) -> None:
+    """The full summary as JSON, its long lists streamed from disk into the stream's bytes where it has them."""
+    from ..io import streamjson
+
+    raw = getattr(stream, "buffer", None)
+    if raw is None:  # (a text-only stream)
+        held = io.BytesIO()
+        streamjson.write(summary, held)
+        stream.write(held.getvalue().decode())
+        return
+    stream.flush()
+    streamjson.write(summary, raw)
+    raw.flush()
 
 
 def warn_of_secrets(summary: dict) -> None:

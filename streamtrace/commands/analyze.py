@@ -48,7 +48,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             command: str | None = None, summary_file: str | os.PathLike | None = None,
             only: str | Sequence[str] | None = None, skip: str | Sequence[str] | None = None,
             all2allv_heatmap: bool = False, ops: bool = False, gpu_spec: str | None = None,
-            align_clocks: bool = False, collective_rows: bool = True) -> dict:
+            align_clocks: bool = False, collective_rows: bool | str = True) -> dict:
     """HTA's tables for every rank of the inputs; returns the summary, whose
     ``tables`` maps each table name to its rows (HTA's column names).
 
@@ -64,11 +64,16 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
     perf-report tables per input, under ``out_dir/ops/`` (see :mod:`.analyses.ops`), with the roofline
     of ``gpu_spec`` (TraceLens's arch JSON form) if given.  ``collective_rows``: the summary's tables
     carry the collective tables of a row per kernel or collective (up to
-    :data:`.analyses.collectives.JSON_ROWS` rows each; always with ``summary_file`` or ``html``, which
-    read them); without, those are None (their CSVs have them) and ``summary["collectives"]`` has what
-    the report's lines say of them.
+    :data:`.analyses.collectives.JSON_ROWS` rows each, a list of dicts: a table longer is None, its CSV
+    has it); without (False), those are None and ``summary["collectives"]`` has what the report's lines
+    say of them; ``"streamed"``: each is an iterable of its rows read from a temporary file one at a time
+    (:class:`.analyses.collectives.SummaryRows`, written by :func:`streamtrace.io.streamjson.write` without
+    being held), which the caller lets go with :func:`streamtrace.io.streamjson.close`.  ``summary_file``
+    and ``html`` read the rows so, never holding a table's.
     """
     started = time.perf_counter()
+    if collective_rows not in (True, False, "streamed"):
+        raise TraceError(f"collective_rows is True, False or 'streamed', not {collective_rows!r}")
     if num_candidates < 1:
         raise TraceError(f"--candidates (num_candidates) must be at least 1, not {num_candidates}")
     specs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
@@ -112,7 +117,8 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
             for result in results:
                 result.collectives = None  # (their records are the report's now)
             collectives.add_causes(collective, tables)
-            tables.update(collectives.as_records(collective, keep))
+            tables.update(collectives.as_records(collective, keep) if collective_rows is True
+                          else collectives.streamed_records(collective))
             launch_rows = sum(launch.rows for launch in launches)
             notes = [note for result in per_file for note in result.notes]
             notes += [note for result in results for note in result.notes] + collective.notes + ops_notes
@@ -145,14 +151,25 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
                     destinations.write(html, page.render(summary, files, command), role="HTML report")
             if "launches" in chosen:
                 tables[LAUNCH_TABLE] = read_parts(parts) if launch_rows <= JSON_LAUNCH_ROWS else None
-        finally:
+        except BaseException:
             if collective is not None:
                 collectives.close(collective)
+            raise
+        finally:
             for result in per_file:
                 discard(result)
     summary["wall_seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mb"] = peak_rss_mb()
-    return destinations.finish(summary)
+    try:
+        destinations.finish(summary)  # (the long tables' rows read from their files as it is written)
+    except BaseException:
+        collectives.close(collective)
+        raise
+    if collective_rows != "streamed":
+        collectives.close(collective)
+        if collective_rows is False:
+            tables.update({name: None for name, rows in tables.items() if isinstance(rows, collectives.SummaryRows)})
+    return summary
 
 
 def _read_totals(reads: list[dict]) -> dict:

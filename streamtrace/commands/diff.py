@@ -415,7 +415,7 @@ def _joined_tables(sides: list[Side], options: dict) -> dict[str, tuple[list[str
         if side.spec not in runs:
             runs[side.spec] = analyze(side.spec, salvage=options["salvage"], spool_dir=options["spool_dir"],
                                       reread_remote=options["reread_remote"], progress=options["progress"],
-                                      jobs=options["jobs"])["tables"]
+                                      jobs=options["jobs"], collective_rows=False)["tables"]  # (HTA's tables only)
     control, test = (runs[side.spec] for side in sides)
     joined = {name: tracediff.join_tables(control.get(name) or [], test.get(name) or [], keys, COLUMNS[name])
               for name, keys in TABLE_KEYS.items()}

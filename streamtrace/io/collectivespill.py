@@ -98,6 +98,7 @@ class RowPart(Rows):
         self._text: io.TextIOWrapper | None = None
         self._sort_keys = array("d")
         self._offsets = array("q")
+        self._copy_places = array("q")  # a sorted table's rows' places in the copies
         self._pending: list = []  # rows made, not yet written
         self._names: dict[tuple, int] = {}  # rows' sequences of column names (named rows), numbered
         self._cells = 0  # their cells
@@ -108,6 +109,8 @@ class RowPart(Rows):
             self._flush()  # (a row this long is written alone, a few hundred cells at a time)
         if key is not None:
             self._sort_keys.append(math.nan if missing(key) else key)  # type: ignore[arg-type]
+        if len(self._sort_keys) not in (0, self.count + 1):  # (the keys would fall out of step with the rows)
+            raise ValueError("every row of a sorted table needs its sort key, and a row of an unsorted one none")
         self._pending.append(row)
         self._cells += len(row)
         self.count += 1
@@ -128,12 +131,9 @@ class RowPart(Rows):
             if self._text is None:
                 self._file = tempfile.TemporaryFile(prefix="streamtrace-table-", dir=self.directory)
                 self._text = io.TextIOWrapper(self._file, encoding="utf-8", newline="", write_through=True)
-            if self.typed:
-                if self._copies is None:
-                    self._copies = tempfile.TemporaryFile(prefix="streamtrace-rows-", dir=self.directory)
-                self._copies.seek(0, os.SEEK_END)
-                pickle.dump(rows, self._copies, protocol=pickle.HIGHEST_PROTOCOL)
             keyed = len(self._sort_keys) > len(self._offsets)
+            if self.typed:
+                self._copy(rows, keyed)
             if len(rows) == 1 and len(rows[0]) >= PENDING_CELLS:
                 if keyed:
                     self._offsets.append(self._file.tell())  # type: ignore[union-attr]
@@ -145,6 +145,17 @@ class RowPart(Rows):
             if keyed:
                 self._note_places(text, starts)
             self._text.write(text)
+
+    def _copy(self, rows: list, keyed: bool) -> None:
+        """The rows as made, pickled: a block at a time, or a row at a time at a noted place when the table is
+        sorted (read back in its order, a row at a time)."""
+        if self._copies is None:
+            self._copies = tempfile.TemporaryFile(prefix="streamtrace-rows-", dir=self.directory)
+        self._copies.seek(0, os.SEEK_END)
+        for block in [[row] for row in rows] if keyed else [rows]:
+            if keyed:
+                self._copy_places.append(self._copies.tell())
+            pickle.dump(block, self._copies, protocol=pickle.HIGHEST_PROTOCOL)
 
     def _write_rows(self, out: io.TextIOBase, rows: list, keyed: bool) -> list[int]:
         """The rows' CSV lines; ``keyed``: returns where each row starts in ``out``."""
@@ -192,14 +203,17 @@ class RowPart(Rows):
         self._flush()
         if self._copies is None:
             return iter(())
-        self._copies.seek(0)
-        rows = _blocks(self._copies)
+        rows = _blocks(self._copies) if order is None else self._rows_at(order)
         if self.named:
             rows = ([row.get(name) for name in columns] for row in rows)
-        if order is None:
-            return rows
-        made = list(rows)
-        return (made[at] for at in order.tolist())
+        return rows
+
+    def _rows_at(self, order: np.ndarray) -> Iterator:
+        """The rows in ``order`` (their places in the copies), one at a time."""
+        assert self._copies is not None
+        for at in order:  # (not as a list: 36 bytes a row)
+            self._copies.seek(self._copy_places[int(at)])
+            yield from pickle.load(self._copies)
 
     def __len__(self) -> int:
         return self.count
@@ -289,6 +303,7 @@ class PartTable:
 
 def _blocks(copies: BinaryIO) -> Iterator:
     """The rows pickled a block at a time into ``copies``, one at a time."""
+    copies.seek(0)
     while True:
         try:
             block = pickle.load(copies)

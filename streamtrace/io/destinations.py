@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 import orjson
 
 from ..errors import TraceError
+from . import streamjson
 from .redact import copied_secrets_warning
 from .remote import is_url
 from .sink import (
@@ -169,7 +170,8 @@ class Destinations:
         if summary.get("secrets_copied"):
             summary["warnings"] = [*summary.get("warnings", ()), copied_secrets_warning(summary["secrets_copied"])]
         if self.summary is not None:
-            self.write(self.summary, summary_json(summary), role="summary")
+            with self.open(self.summary, role="summary") as out:
+                streamjson.write(summary, out)  # (the same bytes as summary_json; long lists streamed from disk)
         return summary
 
     def __enter__(self) -> Destinations:

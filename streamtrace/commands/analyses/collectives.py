@@ -22,14 +22,14 @@ import math
 import os
 from array import array
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from ...algo import collectivefigures, collectivematch, collectivereport
 from ...algo import collectives as tables
 from ...algo.collectives import META, RankKernels, Report, Table
-from ...io import kernelfiles
+from ...io import kernelfiles, streamjson
 from ...io.collectivesort import DiskOrder
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
 from ...io.destinations import Destinations
@@ -435,12 +435,46 @@ def as_records(report: Report, keep: int | None = None) -> dict[str, list[dict] 
     return found
 
 
+def streamed_records(report: Report) -> dict[str, SummaryRows | None]:
+    """The long tables as :func:`as_records` gives them (None where it gives None), each read back from its files
+    as the summary is written (:class:`SummaryRows`), so that no table's rows are held; the short tables as lists."""
+    found: dict[str, SummaryRows | None] = {}
+    for name, table in report.tables.items():
+        if isinstance(table, PartTable):
+            found[name] = SummaryRows(table) if table.part.typed else None
+        else:
+            found[name] = _records(table.columns, table.rows) if len(table.rows) <= JSON_ROWS else None
+    return found
+
+
+class SummaryRows(streamjson.Streamed):
+    """A long table's rows in the summary: dicts (column -> value, NaN as None) read back from its files one at a
+    time whenever iterated, until the report is closed (:func:`close`)."""
+
+    def __init__(self, table: PartTable) -> None:
+        self.table = table
+
+    def __iter__(self) -> Iterator[dict]:
+        columns = self.table.columns
+        return (_record(columns, row) for row in self.table.each_row() or ())
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def close(self) -> None:
+        self.table.part.close()
+
+
 def _length(table: Table | PartTable) -> int:
     return len(table) if isinstance(table, PartTable) else len(table.rows)
 
 
 def _records(columns: list[str], rows: Iterable[list]) -> list[dict]:
-    return [{name: value if value == value else None for name, value in zip(columns, row)} for row in rows]  # (NaN)
+    return [_record(columns, row) for row in rows]
+
+
+def _record(columns: list[str], row: list) -> dict:
+    return {name: value if value == value else None for name, value in zip(columns, row)}  # (NaN as None)
 
 
 def _missing(value: object) -> bool:

@@ -87,7 +87,7 @@ def analyze_frames(srcs: str | os.PathLike | Sequence[str | os.PathLike], **opti
             raise TraceError(f"analyze_frames writes no files: {refused} is streamtrace.analyze's")
     with tempfile.TemporaryDirectory(prefix="streamtrace-frames-", dir=options.get("spool_dir")) as scratch:
         out_dir = os.path.join(scratch, "tables")
-        analyze(srcs, out_dir, **options)
+        analyze(srcs, out_dir, **{"collective_rows": False, **options})  # (the rows are read from the CSVs)
         return read_tables(out_dir)
 
 

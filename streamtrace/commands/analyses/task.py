@@ -6,11 +6,13 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from ...algo import analysis as hta
 from ...algo.pp import pp_stage_from_info
+from ...engine.forkcall import ForkedCall
 from ...engine.passes import index_pass
 from ...io.jsonscan import member_value
 from ...io.objectstore import RunStore, scratch
@@ -83,18 +85,22 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
         filtered = len(step_names) > 1 if options.filter_steps is None else options.filter_steps
         first = first_row_times(index, ranks)
         inputs, unplaced = split_by_rank(index, ranks)
-        frames = {rank: frame_of(data, strings, filtered, options.include_last_step) for rank, data in inputs}
-        plain = plain_facts(index, ranks, frames)
+        ops_call = _ops_call(path, [rank for rank, _ in inputs], index, ranks, members, options)
         out: list[RankResult] = []
-        try:
-            for rank, data in inputs:
-                out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
-                                         cat_strings, step_names, first.get(rank, math.nan), options))
-                out[-1].collectives = index.collectives.of_rank(rank, ranks, collectives.device_count(members, member_value),
-                                                                collectives.pg_config(members, member_value))
-        except BaseException:
-            discard(FileResult(out, {}, 0, 0.0, set(), False))
-            raise
+        with ops_call:
+            try:
+                frames = {rank: frame_of(data, strings, filtered, options.include_last_step) for rank, data in inputs}
+                plain = plain_facts(index, ranks, frames)
+                for rank, data in inputs:
+                    out.append(_analyze_rank(location, data, frames[rank], plain.get(rank, PlainFacts()), strings,
+                                             cat_strings, step_names, first.get(rank, math.nan), options))
+                    out[-1].collectives = index.collectives.of_rank(
+                        rank, ranks, collectives.device_count(members, member_value),
+                        collectives.pg_config(members, member_value))
+                ops = ops_call.result()
+            except BaseException:
+                discard(FileResult(out, {}, 0, 0.0, set(), False))
+                raise
         unplaced += plain.get(-1, PlainFacts()).unplaced
         cpu_only = 0 if out else sum(fact.unplaced for rank, fact in plain.items() if rank >= 0)
     finally:
@@ -116,14 +122,20 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
         notes.append(f"{location}: kernel_launch_stats lists the correlation ids this file of {len(out)} ranks states; "
                      "where merge or relink made them unique per rank ((rank + 1) x 10^k + id) they differ from the rank "
                      "files' (kept in args.correlation_raw), every other table is the rank files'")
-    ops = None
-    if index.ops is not None:
-        pid_ranks = {facts.pid: rank for facts, rank in zip(index.pids, ranks) if rank >= 0} if len(out) > 1 else {}
-        collector, index.ops = index.ops, None
-        ops = ops_analysis.of_input(path, [rank.rank for rank in out], pid_ranks, collector, members,
-                                    spec=options.gpu_spec)
     return FileResult(out, result.stats.as_dict(), index.skipped[0], result.seconds, step_names, filtered,
                       _device_names(members), notes, ops)
+
+
+def _ops_call(path: str, analyzed: list[int], index: AnalyzeIndex, ranks: list[int], members: list,
+              options: Options) -> ForkedCall:
+    """The input's ops tables (None without --ops), made from what pass 1 collected: with more than one
+    process (-j), in a forked child while this process analyzes the ranks; else here, after them."""
+    collector, index.ops = index.ops, None
+    if collector is None:
+        return ForkedCall(lambda: None, fork=False)
+    pid_ranks = {facts.pid: rank for facts, rank in zip(index.pids, ranks) if rank >= 0} if len(analyzed) > 1 else {}
+    return ForkedCall(partial(ops_analysis.of_input, spec=options.gpu_spec), path, analyzed, pid_ranks, collector,
+                      members, fork=options.jobs > 1)
 
 
 def _reading_notes(location: str, read: dict) -> list[str]:
