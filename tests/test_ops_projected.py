@@ -118,3 +118,14 @@ def test_a_chunk_the_projection_could_read_otherwise_goes_the_dict_way(odd: dict
     decoded = projected_events(_chunk([EVENTS[4], odd]), ops=True)
     assert decoded is not None
     assert not accepts_chunk(decoded)
+
+
+def test_chunks_of_one_kind_of_value_give_the_columns_their_dicts_give() -> None:
+    """Each event its own chunk, and runs of one event repeated: the columns whose values are then all of
+    one type (integer or bool durations, integer streams, original streams, no kernel member, driver calls
+    only) take their short ways, and give what the dicts give."""
+    for event in EVENTS:
+        by_dicts, projected = _both([event, {**event, "ts": 400}, event])
+        assert projected == by_dicts, event
+    by_dicts, projected = _both([{**event, "pid": pid} for event in EVENTS for pid in (1 << 63, 1)])  # (beyond int64)
+    assert projected == by_dicts

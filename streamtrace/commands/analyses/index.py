@@ -18,7 +18,7 @@ from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..mergedindex import note_process_name
 from . import collectives  # TraceLens's collective report (SPEC 16): its pass-1 hooks are marked "collectives"
 from .ops import OpsCollector  # TraceLens's perf report (SPEC 17, --ops): its pass-1 hooks are marked "ops"
-from .opsprojected import accepts_chunk, collect_chunk  # ops
+from .opsprojected import chunk_codes, collect_chunk  # ops
 
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
@@ -196,20 +196,22 @@ class AnalyzeIndex:
         unusual type.  With ops, the same projection (with the members they
         read) goes to them too, after the index took the chunk (a refused chunk
         leaves nothing); or the chunk's events as dicts, where the projection
-        could read them differently (:func:`.opsprojected.accepts_chunk`)."""
+        could read them differently (:func:`.opsprojected.chunk_codes`)."""
         events = projected_events(text, ops=self.ops is not None)
         if events is None:
             return None
-        dicts = None
-        if self.ops is not None and not accepts_chunk(events):
-            dicts = chunk_events(text)
-            if dicts is None:
-                return None
+        dicts = coded = None
+        if self.ops is not None:
+            coded = chunk_codes(events)
+            if coded is None:
+                dicts = chunk_events(text)
+                if dicts is None:
+                    return None
         count = self._index_chunk(events)
         if count is None or self.ops is None:
             return count
         if dicts is None:
-            collect_chunk(self.ops, events)
+            collect_chunk(self.ops, events, coded)
         else:
             visit = self.ops.visit
             for event in dicts:

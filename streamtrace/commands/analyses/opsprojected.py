@@ -9,7 +9,7 @@ from its dicts (:func:`accepts_chunk`) goes the dict way.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import add, attrgetter
+from operator import add, and_, attrgetter
 from types import SimpleNamespace
 
 import msgspec
@@ -43,10 +43,13 @@ _CODES = {"python_func": 1, "ac2g": 2, **dict.fromkeys(RANK_EVIDENCE - set(_KEPT
           **{cat: 4 + at for at, cat in enumerate(_KEPT)}}
 _FLOW, _FIRST_HOST, _FIRST_GPU = 2, 4, 4 + len(HOST_CATS)
 _FLAGS = np.array([0, 2, 0, 0, *(1 if cat == "cpu_op" else 0 for cat in _KEPT)], dtype=np.int8)  # (runs' flags)
+_IS_RUNTIME = np.array([False] * 4 + [HOST_CATS.get(cat) == RUNTIME for cat in _KEPT])
 _EVIDENCE = np.array([False, False, False, True, *(cat in RANK_EVIDENCE for cat in _KEPT)])
 _PLAIN_IDS = {int, type(None)}
 _TEXT_OR_NONE = {str, type(None)}
-_CHUNK_FIELDS = [attrgetter(name) for name in ("cat", "ph", "pid")]
+_FLOATS = {int, float}
+_CHUNK_FIELDS = [attrgetter(name) for name in ("ph", "pid")]
+_CATEGORY, _NAME = attrgetter("cat"), attrgetter("name")
 _EVENT_FIELDS = [attrgetter(name) for name in ("ts", "dur", "name", "pid", "tid", "args")]
 _HOST_ARG_NAMES = ("correlation", "External_id", "Sequence_number", "kernel")
 _GPU_ARG_NAMES = ("correlation", "External_id", "original_stream", "stream")
@@ -58,37 +61,43 @@ _NO_SIGNATURE = _encode((None,) * len(_SIGNATURE_ATTRIBUTES))
 
 
 def accepts_chunk(events: list) -> bool:
-    """Whether the projected events read as their dicts would: every host or GPU event is named by a
-    string (the dict way names one without a name ""), and every launch call's args say whether they
-    hold a correlation (the projection reads an absent one and a null one alike)."""
-    for event in events:
-        cat = event.cat
-        if cat.__class__ is not str or (cat not in HOST_CATS and cat not in GPU_CATS):
-            continue
-        name = event.name
-        if name.__class__ is not str:
-            return False
-        if (HOST_CATS.get(cat) == RUNTIME and event.args is not None and event.args.correlation is None
-                and "launch" in name.lower()):
-            return False
-    return True
+    """Whether the projected events read as their dicts would (:func:`chunk_codes`)."""
+    return chunk_codes(events) is not None
 
 
-def collect_chunk(c: OpsCollector, events: list) -> None:
-    """A chunk's events into the collector's columns (:func:`accepts_chunk` said yes), as its ``visit``
-    of each event's dict would."""
+def chunk_codes(events: list) -> tuple[list, np.ndarray] | None:
+    """Each event's category (None where it is no string) and code (:data:`_CODES`), for
+    :func:`collect_chunk`; None where the projected events could read otherwise than their dicts: a
+    host or GPU event not named by a string (the dict way names one without a name ""), or a launch
+    call whose args hold no correlation (the projection reads an absent one and a null one alike)."""
+    raw_cats = list(map(_CATEGORY, events))
+    cats = raw_cats if set(map(type, raw_cats)) <= _TEXT_OR_NONE else [
+        cat if cat.__class__ is str else None for cat in raw_cats]
+    codes = np.array(list(map(_CODES.get, cats, repeat(0))), dtype=np.int8)
+    kept = np.flatnonzero(codes >= _FIRST_HOST).tolist()
+    if kept and set(map(type, map(_NAME, map(events.__getitem__, kept)))) != {str}:
+        return None
+    runtime = np.flatnonzero(_IS_RUNTIME[codes]).tolist()
+    if [at for at in runtime if (args := events[at].args) is not None and args.correlation is None
+            and "launch" in events[at].name.lower()]:
+        return None
+    return cats, codes
+
+
+def collect_chunk(c: OpsCollector, events: list, coded: tuple[list, np.ndarray] | None = None) -> None:
+    """A chunk's events into the collector's columns (:func:`accepts_chunk` said yes; ``coded``: its
+    :func:`chunk_codes`, when at hand), as its ``visit`` of each event's dict would."""
     first_uid = c.events
     c.events += len(events)
     if not events:
         return
-    raw_cats, phases, pids = (list(map(getter, events)) for getter in _CHUNK_FIELDS)
-    cats = raw_cats if set(map(type, raw_cats)) <= _TEXT_OR_NONE else [
-        cat if cat.__class__ is str else None for cat in raw_cats]
-    codes = np.array(list(map(_CODES.get, cats, repeat(0))), dtype=np.int8)
-    owns = [-1] * len(events)
+    cats, codes = chunk_codes(events) if coded is None else coded
+    phases, pids = (list(map(getter, events)) for getter in _CHUNK_FIELDS)
+    owns = None  # (each event's own args.rank, -1 none; None: no event has one)
     evidence = np.flatnonzero(_EVIDENCE[codes]).tolist()
     ranks = [None if args is None else args.rank for args in [events[at].args for at in evidence]]
     if set(map(type, ranks)) - {type(None)}:
+        owns = [-1] * len(events)
         for at, rank in zip(evidence, ranks):
             if rank.__class__ is int and rank >= 0:
                 owns[at] = rank
@@ -149,10 +158,15 @@ def _annotations(c: OpsCollector, events: list, chosen: list[int], run_of: np.nd
     if None in ts or None in dur:
         kept = [k for k, (start, length) in enumerate(zip(ts, dur)) if start is not None and length is not None]
         ts, dur, names, runs = ([column[k] for k in kept] for column in (ts, dur, names, runs))
-    columns = c.annotations.arrays
-    for column, values in (("ts", ts), ("end", list(map(add, ts, dur))), ("name", list(map(c._name, names))),
-                           ("run", runs)):
-        columns[column].extend(values)
+    _append(c.annotations.arrays, (("ts", ts), ("end", list(map(add, ts, dur))), ("name", list(map(c._name, names))),
+                                   ("run", runs)))
+
+
+def _append(columns: dict, values: tuple) -> None:
+    """Each (column name, list) pair's list appended to its typed column (``fromlist``: a third of
+    ``extend``'s time on a list)."""
+    for name, listed in values:
+        columns[name].fromlist(listed)
 
 
 def _args(args: list, getters: list[attrgetter]) -> list[list]:
@@ -169,14 +183,20 @@ def _numbers(values: list) -> list:
     return [value if value.__class__ in NUMBERS else _number(value) for value in values]
 
 
-def _runs(c: OpsCollector, pids: list, owns: list) -> tuple[np.ndarray, list[int]]:
+def _runs(c: OpsCollector, pids: list, owns: list | None) -> tuple[np.ndarray, list[int]]:
     """The runs (of one pid and own rank) the events are counted in: where each starts in the chunk,
-    and its number (the first continues the collector's last run where the key is the same)."""
-    if set(map(type, pids)) == {int} and -(1 << 63) <= min(pids) and max(pids) < 1 << 63:
-        pid, own = np.array(pids, dtype=np.int64), np.array(owns, dtype=np.int64)
-        starts = [0, *(np.flatnonzero((pid[1:] != pid[:-1]) | (own[1:] != own[:-1])) + 1).tolist()]
-        keys = [(pids[start], owns[start]) for start in starts]
+    and its number (the first continues the collector's last run where the key is the same);
+    ``owns`` None: no event has its own rank."""
+    pid = _int64(pids) if set(map(type, pids)) == {int} else None
+    if pid is not None:
+        changes = pid[1:] != pid[:-1]
+        if owns is not None:
+            own = np.array(owns, dtype=np.int64)
+            changes |= own[1:] != own[:-1]
+        starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
+        keys = [(pids[start], -1 if owns is None else owns[start]) for start in starts]
     else:
+        owns = [-1] * len(pids) if owns is None else owns
         keyed = list(zip(pids, owns))
         starts = [0, *[at for at, (before, key) in enumerate(zip(keyed, keyed[1:]), 1) if key != before]]
         keys = [keyed[start] for start in starts]
@@ -201,6 +221,14 @@ def _runs(c: OpsCollector, pids: list, owns: list) -> tuple[np.ndarray, list[int
         numbers.extend(range(first, first + len(new)))
         c._last, c._at = new[-1], first + len(new) - 1
     return np.array(starts, dtype=np.int64), numbers
+
+
+def _int64(values: list[int]) -> np.ndarray | None:
+    """Integers as int64; None where one is beyond it."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
 
 
 def _metadata(c: OpsCollector, event: object) -> None:
@@ -238,33 +266,38 @@ def _flows(c: OpsCollector, events: list, flows: list[int], run_of: np.ndarray) 
     starts = [at for at in flows if events[at].ph == "s"]
     ends = [at for at in flows if events[at].ph == "f"]
     for columns, chosen in ((c.flow_starts.arrays, starts), (c.flow_ends.arrays, ends)):
-        columns["id"].extend(_links(c, [events[at].id for at in chosen]))
-        columns["run"].extend(run_of[chosen].tolist())
-    c.flow_ends.arrays["place"].extend(_places(c, [events[at].pid for at in ends], [events[at].tid for at in ends]))
+        _append(columns, (("id", _links(c, [events[at].id for at in chosen])), ("run", run_of[chosen].tolist())))
+    c.flow_ends.arrays["place"].fromlist(_places(c, [events[at].pid for at in ends], [events[at].tid for at in ends]))
 
 
 def _host(c: OpsCollector, events: list, cats: list, at: list[int], places: list[int], runs: list[int], ts: list, dur: list,
           name_ids: list[int], names: list, args: list, first_uid: int) -> None:
     kinds = list(map(HOST_CATS.__getitem__, cats))
     corrs, exts, seqs, kernels = _args(args, _HOST_ARGS)
-    launch = []
-    for kind, number, name, corr in zip(kinds, name_ids, names, corrs):
-        if kind != RUNTIME:
-            launch.append(-1)
-            continue
-        named = c._launch_names.get(number)
-        if named is None:
-            named = c._launch_names[number] = "launch" in name.lower()
-        launch.append((0 if corr is not None else 1) if named else -1)
-    columns = c.host.arrays
-    for column, values in (
+    launch = [-1] * len(kinds)  # (see OpsCollector.host)
+    if RUNTIME in kinds:
+        named = c._launch_names  # (whether a name is a launch call's, asked once per name)
+        for number, name in zip(name_ids, names):
+            if number not in named:
+                named[number] = "launch" in name.lower()
+        launch = [(0 if corr is not None else 1) if kind == RUNTIME and named[number] else -1
+                  for kind, number, corr in zip(kinds, name_ids, corrs)]
+    _append(c.host.arrays, (
             ("thread", places), ("ts", ts), ("end", list(map(add, ts, dur))), ("kind", kinds), ("name", name_ids),
-            ("sig", _signatures(c, args)), ("uid", [first_uid + one for one in at]), ("corr", _links(c, corrs)),
+            ("sig", _signatures(c, args)), ("uid", list(map(first_uid.__add__, at))), ("corr", _links(c, corrs)),
             ("ext", _links(c, exts)), ("seq", _links(c, seqs)),
-            ("kernel", [c._name(kernel) if kernel.__class__ is str else -1 for kernel in kernels]), ("run", runs),
-            ("launch", launch), ("dur", dur), ("dur_int", [length.__class__ is int for length in dur]),
-            ("driver", [cat == "cuda_driver" for cat in cats])):
-        columns[column].extend(values)
+            ("kernel", [-1] * len(kernels) if kernels.count(None) == len(kernels) else
+             [c._name(kernel) if kernel.__class__ is str else -1 for kernel in kernels]), ("run", runs),
+            ("launch", launch), ("dur", dur), ("dur_int", _are_ints(dur)),
+            ("driver", [cat == "cuda_driver" for cat in cats] if "cuda_driver" in cats else [False] * len(cats))))
+
+
+def _are_ints(values: list) -> list[bool]:
+    """Whether each value is an int (a bool is not), at once where all or none are."""
+    kinds = set(map(type, values))
+    if int not in kinds or kinds == {int}:
+        return [int in kinds] * len(values)
+    return [value.__class__ is int for value in values]
 
 
 def _signatures(c: OpsCollector, args: list) -> list[int]:
@@ -286,16 +319,15 @@ def _gpu(c: OpsCollector, events: list, cats: list, at: list[int], places: list[
          name_ids: list[int], names: list, args: list, first_uid: int) -> None:
     gpu_cats = list(map(GPU_CATS.__getitem__, cats))
     corrs, exts, originals, streams = _args(args, _GPU_ARGS)
-    streams = [stream if original is None else original for original, stream in zip(originals, streams)]
-    columns = c.gpu.arrays
-    for column, values in (
-            ("ts", ts), ("end", list(map(add, ts, dur))), ("dur", dur),
-            ("integral", [start.__class__ is int and length.__class__ is int for start, length in zip(ts, dur)]),
-            ("cat", gpu_cats), ("name", name_ids),
-            ("stream", [float(stream) if stream.__class__ in NUMBERS else np.nan for stream in streams]),
-            ("dur_int", [length.__class__ is int for length in dur]), ("place", places),
-            ("corr", _links(c, corrs)), ("ext", _links(c, exts)), ("run", runs)):
-        columns[column].extend(values)
-    wanted_kernel = c.collectives.wanted
-    for k in [k for k, (cat, name) in enumerate(zip(gpu_cats, names)) if cat == KERNEL and wanted_kernel(name)]:
+    if originals.count(None) != len(originals):
+        streams = [stream if original is None else original for original, stream in zip(originals, streams)]
+    if not set(map(type, streams)) <= _FLOATS:  # (else as they are: a typed float column takes ints as float() does)
+        streams = [float(stream) if stream.__class__ in NUMBERS else np.nan for stream in streams]
+    dur_int = _are_ints(dur)
+    _append(c.gpu.arrays, (
+            ("ts", ts), ("end", list(map(add, ts, dur))), ("dur", dur), ("integral", list(map(and_, _are_ints(ts), dur_int))),
+            ("cat", gpu_cats), ("name", name_ids), ("stream", streams), ("dur_int", dur_int), ("place", places),
+            ("corr", _links(c, corrs)), ("ext", _links(c, exts)), ("run", runs)))
+    wanted = set(filter(c.collectives.wanted, set(names)))  # (a kernel's name asked once per chunk)
+    for k in [] if not wanted else [k for k, (cat, name) in enumerate(zip(gpu_cats, names)) if cat == KERNEL and name in wanted]:
         c.collectives.add_projected([events[at[k]]], lambda _pid, slot=runs[k]: slot)
