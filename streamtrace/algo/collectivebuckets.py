@@ -84,6 +84,12 @@ class _Bounded:
             found, at = np.unique(own, return_index=True)
             self.first[found] = np.minimum(self.first[found], first + np.flatnonzero(~p2p)[at])
         self.per_rank = self.per_rank.reshape(groups, world)
+        self.longest = max(self.block, 2 * world)
+
+    # A run of one key longer than ``longest`` rows comes in pieces of more than twice the ranks (so a
+    # rank holding a Seq twice shows within the first piece, its rows being neighbours there): a run of one Seq
+    # on every kernel of a group is never held whole.  Its collectives come first in their run, so a piece
+    # after the first holds send/recv only, and :meth:`_in_gap` carries a run's ranks across its pieces.
 
     def _order(self, bucket: Callable[[int, int], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """Every record ordered by ``bucket``'s (bucket, key) (the last bucket: records not wanted), file order
@@ -96,7 +102,8 @@ class _Bounded:
 
     def _runs(self, order: np.ndarray, low: int, high: int, key: Callable[[np.ndarray], np.ndarray]) \
             -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """``order[low:high]`` a block of whole runs (of one ``key``) at a time: rows, keys, each run's first."""
+        """``order[low:high]`` a block of whole runs (of one ``key``) at a time, a run longer than ``longest`` in
+        pieces: rows, keys, each run's (or piece's) first."""
         carry = np.zeros(0, np.int64)
         for first in range(low, high, self.block):
             end = min(first + self.block, high)
@@ -104,6 +111,8 @@ class _Bounded:
             keys = key(rows)
             firsts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
             cut = len(rows) if end == high else int(firsts[-1])
+            if cut == 0 and len(rows) > self.longest:
+                cut = len(rows)  # (a run longer than ``longest``: handed on in pieces)
             carry = rows[cut:]
             if cut:
                 yield rows[:cut], keys[:cut], firsts[firsts < cut]
@@ -212,12 +221,16 @@ class _Bounded:
 
     def _in_gap(self, order: np.ndarray, low: int, high: int, held: dict[int, list[int]]) -> bool:
         """Does a send/recv's Seq fall between its rank's least and greatest collective Seqs, on none of them."""
+        holding: set[int] = set()
+        run = None  # (the Seq whose collectives' ranks ``holding`` are: a run may come in pieces)
         for rows, seqs, firsts in self._runs(order, low, high, self._seq_key):
             p2p = self.point[np.asarray(self.records["meta"][rows])]
             ranks = np.asarray(self.records["rank"][rows])
             for first, end in zip(firsts.tolist(), [*firsts[1:].tolist(), len(rows)]):
-                holding = set(ranks[first:end][~p2p[first:end]].tolist())
                 number = int(seqs[first])
+                if number != run:
+                    holding, run = set(), number
+                holding.update(ranks[first:end][~p2p[first:end]].tolist())
                 for rank in ranks[first:end][p2p[first:end]].tolist():
                     found = held.get(rank)
                     if found is not None and found[0] < number < found[1] and rank not in holding:
