@@ -437,6 +437,18 @@ def session_members(session: int) -> list[int]:
     return members
 
 
+def run_in_session(argv: list[str], timeout: float) -> tuple[subprocess.Popen, bytes, bytes]:
+    """Run ``argv`` in a session of its own (a signal to its group reaches no test process), its whole
+    session killed if it outlives ``timeout``: the process, its stdout and stderr."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return process, stdout, stderr
+
+
 def run_interrupted(argv: list[str], moment: str, whom: str, signum: int, workdir: Path) -> subprocess.CompletedProcess:
     """Run the CLI at -j 2 in a session of its own, signalled at ``moment``
     (``interrupt_at.py``); check that the moment came, and that no process
@@ -444,14 +456,8 @@ def run_interrupted(argv: list[str], moment: str, whom: str, signum: int, workdi
     spool = workdir / "spool"
     spool.mkdir()
     marker = workdir / "marker"
-    process = subprocess.Popen([*INTERRUPT_AT, moment, whom, signal.Signals(signum).name, str(marker), *argv,
-                                "-q", "--spool-dir", str(spool), "-j", "2"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    process, stdout, stderr = run_in_session([*INTERRUPT_AT, moment, whom, signal.Signals(signum).name, str(marker),
+                                              *argv, "-q", "--spool-dir", str(spool), "-j", "2"], timeout=120)
     assert marker.exists(), f"the run never came to {moment}: {stderr.decode()}"
     assert_gone(session_members(process.pid))
     return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from badinputs.matrix import cli_env
 from conftest import TRACES
-from test_faults import assert_gone, session_members
+from test_faults import assert_gone, run_in_session, session_members
 
 import streamtrace
 from streamtrace.algo import opsreport
@@ -106,15 +106,9 @@ CTRL_C_IN_THE_CHILD = textwrap.dedent("""
 def test_ctrl_c_while_the_child_makes_the_tables_leaves_nothing(tmp_path: Path) -> None:
     spool, out, marker = tmp_path / "spool", tmp_path / "out", tmp_path / "child"
     spool.mkdir()
-    process = subprocess.Popen([sys.executable, "-c", CTRL_C_IN_THE_CHILD, str(marker), "analyze",
-                                str(TRACES / "kineto_small.json"), "-o", str(out), "--ops", "-j", "2", "-q",
-                                "--spool-dir", str(spool)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), start_new_session=True)
-    try:
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    process, _, stderr = run_in_session([sys.executable, "-c", CTRL_C_IN_THE_CHILD, str(marker), "analyze",
+                                         str(TRACES / "kineto_small.json"), "-o", str(out), "--ops", "-j", "2", "-q",
+                                         "--spool-dir", str(spool)], timeout=60)
     assert marker.exists() and int(marker.read_text()) != process.pid
     assert process.returncode == 128 + signal.SIGINT, stderr
     assert stderr.decode().splitlines() == ["streamtrace: interrupted; no output written"]
