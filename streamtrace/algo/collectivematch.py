@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -35,6 +34,7 @@ from .collectives import (
     order_in_memory,
     same,
 )
+from .groupagg import MemoryColumn, ValueColumn, windowed_median
 
 NO_VALUE = -1
 """``Seq`` and peer arrays: no usable value (absent, not a whole number, negative)."""
@@ -377,21 +377,27 @@ def impossible(spans: Iterable[Span], shift: dict[int, float]) -> int:
     return count
 
 
-def clock_offsets(spans: Iterable[Span]) -> dict[int, tuple[float, int]]:
+def clock_offsets(spans: Iterable[Span], column: Callable[[], ValueColumn] = MemoryColumn) \
+        -> dict[int, tuple[float, int]]:
     """Each rank's clock against the lowest rank it shares collectives with (directly or through others):
     the median, over the collectives two ranks share, of the difference of their kernels' ends (all-reduce,
-    reduce-scatter, all-gather and all-to-all kernels end together on every rank), added along the
-    shortest chain of ranks; with the number of collectives behind each rank's link."""
-    diffs: dict[tuple[int, int], list[float]] = {}
+    reduce-scatter, all-gather and all-to-all kernels end together on every rank; NaN left out), added
+    along the shortest chain of ranks; with the number of collectives behind each rank's link.  The
+    differences go where ``column`` puts them (a number per collective and rank: on disk beyond a budget
+    in analyze)."""
+    diffs: dict[tuple[int, int], ValueColumn] = {}
     for span in spans:
         ends = dict(zip(span.ranks, span.ends))
         first = min(ends)
         for rank, end in ends.items():
             if rank != first:
-                diffs.setdefault((first, rank), []).append(end - ends[first])
+                found = diffs.get((first, rank))
+                if found is None:
+                    found = diffs[first, rank] = column()
+                found.append(end - ends[first])
     links: dict[int, list[tuple[int, float, int]]] = {}
     for (a, b), values in diffs.items():
-        middle = statistics.median(values)
+        middle = windowed_median(values)
         links.setdefault(a, []).append((b, middle, len(values)))
         links.setdefault(b, []).append((a, -middle, len(values)))
     offsets: dict[int, tuple[float, int]] = {}
@@ -601,17 +607,18 @@ def _reliable(matching: Matching) -> Iterator[Collective]:
 
 def tables(kernels: Kernels, matching: Matching, known: dict[str, tuple[int, ...]], align_clocks: bool,
            notes: list[str], rows: Callable[[str], Rows], nodes: Nodes | None = None,
-           orderer: Orderer = order_in_memory) -> dict[str, Table]:
+           orderer: Orderer = order_in_memory, column: Callable[[], ValueColumn] = MemoryColumn) -> dict[str, Table]:
     """collective_matches (its ``match`` column names the rule), p2p_pairs (their rows into ``rows``' sinks
     as they are made) and, with ``align_clocks``, clock_offsets; ``nodes``: TraceLens's node columns; notes
     say what was left unmatched and whether the clocks needed aligning (judged, and aligned, on the
     collectives of collective_matches only: a doubtful match would mislead both); ``orderer``: what orders
-    the send/recv by pair and start (:func:`p2p_pairs`)."""
+    the send/recv by pair and start (:func:`p2p_pairs`); ``column``: where the clock differences go
+    (:func:`clock_offsets`)."""
     before = impossible(_synced(_reliable(matching), kernels), {})
     shift: dict[int, float] = {}
     found: dict[str, Table] = {}
     if align_clocks:
-        offsets = clock_offsets(_synced(_reliable(matching), kernels))
+        offsets = clock_offsets(_synced(_reliable(matching), kernels), column)
         shift = {rank: offset for rank, (offset, _) in offsets.items()}
         after = impossible(_synced(_reliable(matching), kernels), shift)
         alone = sorted(set(kernels.matched.ranks) - set(offsets))

@@ -279,5 +279,5 @@ def report(ranks: Sequence[RankKernels], gpus_per_node: int | None = None, world
     if len(bandwidth):
         tables["collective_bandwidth"] = bandwidth.table(columns)
     sequences.notes(notes)
-    tables.update(collectivematch.tables(kernels, matching, known, align_clocks, notes, rows, nodes, orderer))
+    tables.update(collectivematch.tables(kernels, matching, known, align_clocks, notes, rows, nodes, orderer, column))
     return Report(tables, notes)
