@@ -1,16 +1,15 @@
 """Pass 1's collective kernels beyond memory: past a budget the columns collected go to a temporary file a
-block at a time, and each rank's kernels, read back a block at a time, to a file of its own, which the report
-reads as a memory map (and which, named in the run's directory, can travel from the process reading an
-input to the one making the report)."""
+block at a time (a :class:`~streamtrace.io.collectivespill.SpilledKernels` of :data:`COLUMNS`), and each
+rank's kernels, read back a block at a time, to a file of its own, which the report reads as a memory map
+(and which, named in the run's directory, can travel from the process reading an input to the one making the
+report)."""
 from __future__ import annotations
 
 import os
 import tempfile
-from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from ..algo import collectives
 from .scratch import spool_writes
 
 COLUMN_BYTES = 16 << 20
@@ -23,32 +22,12 @@ RANK_KERNEL = np.dtype([("ts", "f8"), ("dur", "f8"), ("seq", "i8"), ("meta", "i4
 """A kernel in its rank's file (what :class:`~streamtrace.algo.collectives.RankKernels` holds)."""
 
 
-class ColumnFile:
-    """Pass 1's collective columns, appended a block at a time to one temporary file (deleted when closed)."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self.count = 0
-        with spool_writes(directory):
-            self._file: BinaryIO = tempfile.TemporaryFile(prefix="streamtrace-collected-", dir=directory)
-
-    def append(self, columns: dict[str, np.ndarray]) -> None:
-        block = np.empty(len(columns["ts"]), COLUMNS)
-        for name in COLUMNS.names:
-            block[name] = columns[name]
-        with spool_writes(self.directory):
-            os.pwrite(self._file.fileno(), memoryview(block).cast("B"), self.count * COLUMNS.itemsize)
-        self.count += len(block)
-
-    def blocks(self) -> Iterator[np.ndarray]:
-        """The columns back, :data:`~streamtrace.algo.collectives.RECORD_BLOCK` kernels at a time."""
-        size = collectives.RECORD_BLOCK
-        for first in range(0, self.count, size):
-            wanted = min(size, self.count - first) * COLUMNS.itemsize
-            yield np.frombuffer(os.pread(self._file.fileno(), wanted, first * COLUMNS.itemsize), dtype=COLUMNS)
-
-    def close(self) -> None:
-        self._file.close()
+def packed(columns: dict[str, np.ndarray] | np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``dtype``'s fields taken from ``columns`` (arrays by name, or records holding those fields) as records."""
+    records = np.empty(len(columns["ts"]), dtype)
+    for name in dtype.names:
+        records[name] = columns[name]
+    return records
 
 
 class RankFiles:
@@ -62,15 +41,12 @@ class RankFiles:
     def append(self, rank: int, kernels: np.ndarray) -> None:
         """Append kernels (:data:`COLUMNS`) to the rank's file."""
         path, count = self.files.get(rank, (None, 0))
-        packed = np.empty(len(kernels), RANK_KERNEL)
-        for name in RANK_KERNEL.names:
-            packed[name] = kernels[name]
         with spool_writes(self.directory):
             if path is None:
                 handle, path = tempfile.mkstemp(prefix=f"streamtrace-rank{rank}-", suffix=".collectives", dir=self.directory)
                 os.close(handle)
             with open(path, "ab") as out:
-                out.write(memoryview(packed).cast("B"))
+                out.write(memoryview(packed(kernels, RANK_KERNEL)).cast("B"))
         self.files[rank] = (path, count + len(kernels))
 
 

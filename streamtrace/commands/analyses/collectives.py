@@ -34,7 +34,7 @@ from ...io import kernelfiles, streamjson
 from ...io.collectivesort import DiskOrder
 from ...io.collectivespill import PartTable, RowPart, SpilledKernels
 from ...io.destinations import Destinations
-from ...io.kernelfiles import COLUMNS, ColumnFile, RankFiles, opened, remove
+from ...io.kernelfiles import COLUMNS, RankFiles, opened, packed, remove
 from ...io.projection import attribute
 from ...io.valuespill import ValueSpill
 
@@ -96,7 +96,7 @@ class KernelCollector:
     def __init__(self, directory: str | None = None, collect: bool = True) -> None:
         self.collect = collect  # (False: no kernel is wanted)
         self.directory = directory  # where the columns go beyond kernelfiles.COLUMN_BYTES (None: they stay in memory)
-        self._file: ColumnFile | None = None
+        self._file: SpilledKernels | None = None  # (the columns on disk, as records)
         self._ranks: RankFiles | None = None  # each rank's kernels, once the columns are on disk
         self.ts, self.dur = array("d"), array("d")
         self.slot, self.rank, self.meta, self.peer = array("i"), array("i"), array("i"), array("i")
@@ -214,8 +214,8 @@ class KernelCollector:
         if self.directory is None or not held or (self._file is None and held <= kernelfiles.COLUMN_BYTES):
             return
         if self._file is None:
-            self._file = ColumnFile(self.directory)
-        self._file.append(self._columns())
+            self._file = SpilledKernels(self.directory, budget=0, dtype=COLUMNS)
+        self._file.append(packed(self._columns(), COLUMNS))
         for name in COLUMNS.names:
             del getattr(self, name)[:]
 
@@ -245,7 +245,9 @@ class KernelCollector:
     def _by_rank(self, slot_ranks: list[int]) -> RankFiles:
         """Every rank's kernels to its file, the columns read back a block at a time."""
         found = RankFiles(self.directory)  # type: ignore[arg-type]
-        for block in self._file.blocks():  # type: ignore[union-attr]
+        held = self._file.seal()  # type: ignore[union-attr]
+        for start in range(0, len(held), tables.RECORD_BLOCK):
+            block = np.array(held[start:start + tables.RECORD_BLOCK])
             ranks = _ranks_of(block, slot_ranks)
             order = np.argsort(ranks, kind="stable")  # (file order within a rank)
             ranks, block = ranks[order], block[order]
