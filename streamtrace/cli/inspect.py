@@ -6,7 +6,7 @@ import sys
 
 from ..errors import TraceError
 from .options import common_options, paragraphs, reading, redaction, secrets_options
-from .report import Rows, counted, listed, ms, pid_text, plain, report, short, view, warn_of_secrets
+from .report import Rows, counted, listed, ms, pid_text, plain, report, short, view, warn_of_secrets, write_json
 
 RANK_ROWS = 8  # ranks shown in the report
 
@@ -39,7 +39,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     """Each trace in turn; with several, --json prints one list and --summary is refused (one file, one summary)."""
     from ..commands.inspect import TOP_KERNELS, inspect
-    from ..io.destinations import summary_json
     from ..io.inputs import expand_inputs
 
     if not args.trace and sys.stdin.isatty():
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> None:
             report("inspect", shown, args)
         summaries.append(summary)
     if len(traces) > 1 and args.json:
-        sys.stdout.write(summary_json(summaries).decode())
+        write_json(summaries, sys.stdout)
         for summary in summaries:
             warn_of_secrets(summary)
 

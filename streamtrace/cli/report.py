@@ -39,8 +39,9 @@ def report(command: str, summary: dict, args: argparse.Namespace, *, to_stderr: 
         warn_of_secrets(summary)
 
 
-def write_json(summary: dict, stream: TextIO) -> None:
-    """The full summary as JSON, its long lists streamed from disk into the stream's bytes where it has them."""
+def write_json(summary: dict | list, stream: TextIO) -> None:
+    """The full summary (or several) as JSON, as ``--summary`` writes it: its long lists streamed from disk
+    into the stream's bytes where it has them."""
     from ..io import streamjson
 
     raw = getattr(stream, "buffer", None)

@@ -18,8 +18,6 @@ import re
 from contextlib import contextmanager
 from typing import BinaryIO, Iterable, Iterator
 
-import orjson
-
 from ..errors import TraceError
 from . import streamjson
 from .redact import copied_secrets_warning
@@ -39,11 +37,6 @@ from .sink import (
 
 # not names for a directory a run creates: the user meant a file
 FILE_LIKE = (".json", ".gz", ".gzip", ".zst", ".zstd", ".csv", ".html", ".parquet", *UNWRITTEN_SUFFIXES)
-
-
-def summary_json(summary: dict) -> bytes:
-    """The full summary as ``--json`` prints it and ``--summary`` writes it."""
-    return orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n"
 
 
 class Destinations:
@@ -171,7 +164,7 @@ class Destinations:
             summary["warnings"] = [*summary.get("warnings", ()), copied_secrets_warning(summary["secrets_copied"])]
         if self.summary is not None:
             with self.open(self.summary, role="summary") as out:
-                streamjson.write(summary, out)  # (the same bytes as summary_json; long lists streamed from disk)
+                streamjson.write(summary, out)  # (as --json prints it; long lists streamed from disk)
         return summary
 
     def __enter__(self) -> Destinations:
