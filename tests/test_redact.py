@@ -10,11 +10,13 @@ whole by ``json.load``.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import orjson
 import pytest
@@ -379,23 +381,50 @@ _SCREEN_PIECES = [b'{"name":"aten::mm","ts":', b"12", b"7", b'},', b"To", b"KEN"
                   b"Pass", b"word", b"}", b"Secret", b"://", b"x", b" ", b'"', b"e9", b"hf_", b"AKIA", b"\xc3\xa9"]
 
 
+_PRE_FILTERS = ["compiled", "pure-python"]
+
+
+def _pre_filter(kind: str) -> contextlib.AbstractContextManager:
+    """The screen with its compiled automaton (when ``ahocorasick_rs`` is
+    installed) or with the pure-Python pre-filter used where it has no wheel."""
+    if kind == "compiled":
+        pytest.importorskip("ahocorasick_rs")
+        return contextlib.nullcontext()
+    return mock.patch.object(secrets_module, "BytesAhoCorasick", None)
+
+
+@pytest.mark.parametrize("pre_filter", _PRE_FILTERS)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(_SCREEN_PIECES), max_size=30), min_size=1, max_size=6))
 @example([[b"To", b"7", b"KEN"], [b"Pass", b"}", b"word"], [b"To", b"KEN", b"12"], [b"x", b"To", b"KEN"]])
-def test_the_secrets_screen_flags_text_exactly_when_it_holds_a_hint(texts):
-    """The screen (pieces cut at ``}``, folded, those already found clean
-    skipped) says suspicious exactly when a hint occurs in the lower-cased
-    text: digits split no hint, capitals hide none, and what one text
-    taught the clean cache never hides a hint in the next; the caller's
-    folded copy gives the same answers."""
+def test_the_secrets_screen_flags_text_exactly_when_it_holds_a_hint(pre_filter, texts):
+    """The screen says suspicious exactly when a hint occurs in the
+    lower-cased text: digits split no hint, capitals hide none, and (in the
+    pure-Python pre-filter, pieces cut at ``}`` and those already found
+    clean skipped) what one text taught the clean cache never hides a hint
+    in the next; the caller's folded copy gives the same answers."""
     finder, folding = SecretFinder(load_secret_rules(None), Pseudonyms(())), SecretFinder(load_secret_rules(None))
     needles = [hint.encode() for shape in finder.rules.shapes for hint in shape.hints] \
         + [key.encode() for key in finder.rules.key_contains]
-    for pieces in texts:
-        text = b"".join(pieces)
-        expected = any(needle in text.lower() for needle in needles)
-        assert finder.suspicious(text) is expected
-        assert folding.suspicious(memoryview(text), fold(text)) is expected
+    with _pre_filter(pre_filter):
+        for pieces in texts:
+            text = b"".join(pieces)
+            expected = any(needle in text.lower() for needle in needles)
+            assert finder.suspicious(text) is expected
+            assert folding.suspicious(memoryview(text), fold(text)) is expected
+
+
+def test_the_screen_searches_with_the_compiled_automaton_when_installed(monkeypatch):
+    """Where ``ahocorasick_rs`` is installed the hints are found in one
+    compiled pass: the pure-Python pre-filter (ten times slower on clean
+    text) is never called."""
+    pytest.importorskip("ahocorasick_rs")
+    def refuse(self: SecretFinder, folded: bytes) -> bool:
+        raise AssertionError("the pure-Python pre-filter ran")
+    monkeypatch.setattr(SecretFinder, "_hinted_in_pieces", refuse)
+    finder = SecretFinder(load_secret_rules(None))
+    assert not finder.suspicious(b'[{"name":"aten::mm","ts":12}]')
+    assert finder.suspicious(b'[{"name":"aten::mm","args":{"k":"AKIA' + b"7" * 16 + b'"}}]')
 
 
 @pytest.mark.parametrize("trace", REAL_TRACES + sorted((REAL_TRACES[0].parent / "dlrm_8ranks").glob("*.json.gz")),
@@ -436,6 +465,7 @@ def test_the_screen_finds_a_hint_wherever_its_windows_are_cut(offset, monkeypatc
     token placed at any distance from a window's end is still seen, and the
     same events without it are still clean (windows of 64 bytes here)."""
     monkeypatch.setattr(secrets_module, "SCREEN_WINDOW", 64)
+    monkeypatch.setattr(secrets_module, "BytesAhoCorasick", None)  # the windows are the pure-Python pre-filter's
     clean = b",".join(b'{"name": "kernel %d", "args": {"a": "%s"}}' % (n, b"x" * (n % 50)) for n in range(40))
     token = b"hf_" + b"A1" * 20
     events = b'[%s, {"name": "%s%s", "args": {}}, %s]' % (clean, b"y" * offset, token, clean)

@@ -2,20 +2,29 @@
 of a decoded JSON value, are secrets, and what replaces them.
 
 Most of a trace holds no secret, so the cost that matters is the one of
-clean text.  :meth:`SecretFinder.suspicious` looks at compact JSON text
-(many events at once) for short literal hints every match contains: the
-text is first folded (:data:`FOLDED`) and cut at ``}``.  Events of one kind
-differ mostly in their numbers, so the pieces repeat: a piece already found
-clean is not looked at again, and the hints are searched in a small
-fraction of the bytes.  Only text that holds a hint is decoded and walked
-string by string with the exact regular expressions.
+clean text.  :meth:`SecretFinder.suspicious` looks at JSON text (many events
+at once), folded (:data:`FOLDED`), for short literal hints every match
+contains, all of them in one pass of an Aho-Corasick automaton in compiled
+code (``ahocorasick_rs``, a fifth of a nanosecond per byte).  Where that
+library has no wheel, a pure-Python pre-filter does the same: the text is
+cut at ``}``; events of one kind differ mostly in their numbers, so the
+pieces repeat, a piece already found clean is not looked at again, and the
+hints are searched in a small fraction of the bytes (about 2 ns per byte).
+Only text that holds a hint is decoded and walked string by string with the
+exact regular expressions.
 """
 from __future__ import annotations
 
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Iterable
+
+try:  # compiled multi-pattern search: wheels for CPython on x86-64 and arm64 (Linux, macOS, Windows)
+    from ahocorasick_rs import BytesAhoCorasick, MatchKind
+except ImportError:  # pragma: no cover - elsewhere the pure-Python pre-filter (SecretFinder._hinted_in_pieces)
+    BytesAhoCorasick = None
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -331,12 +340,18 @@ class SecretFinder:
         return bool(self._unhinted) and self._unhinted_hit(bytes(text))
 
     def _hinted(self, folded: bytes) -> bool:
-        """Does a hint occur in ``folded`` text?  (No hint holds a digit or ``}``.)
-        Looked at a window of :data:`SCREEN_WINDOW` bytes at a time, each cut
-        at a ``}``: the pieces are those of the whole text, and the copies
-        splitting makes stay in the processor's cache instead of evicting
-        what the command reads next (a whole chunk at once slowed the
-        command's own decoding by more than the screen's own time)."""
+        """Does a hint occur in ``folded`` text?  (No hint holds a digit or ``}``.)"""
+        if BytesAhoCorasick is not None:
+            return bool(_automaton(self._needles).find_matches_as_indexes(folded))
+        return self._hinted_in_pieces(folded)
+
+    def _hinted_in_pieces(self, folded: bytes) -> bool:
+        """:meth:`_hinted` without the compiled automaton.  Looked at a window
+        of :data:`SCREEN_WINDOW` bytes at a time, each cut at a ``}``: the
+        pieces are those of the whole text, and the copies splitting makes
+        stay in the processor's cache instead of evicting what the command
+        reads next (a whole chunk at once slowed the command's own decoding
+        by more than the screen's own time)."""
         start, size = 0, len(folded)
         while start < size:
             end = folded.find(b"}", start + SCREEN_WINDOW) if start + SCREEN_WINDOW < size else -1
@@ -542,6 +557,15 @@ class SecretFinder:
         if self._host_token is not None:
             text = self._host_token.sub(lambda match: pseudonyms.of("hosts", self._hosts[match.group().lower()]), text)
         return text
+
+
+@lru_cache(maxsize=16)
+def _automaton(needles: tuple[bytes, ...]) -> "BytesAhoCorasick":
+    """One automaton per set of hints, built where it is used (a finder sent
+    to a worker or a Dask task carries only its hints).  Leftmost-first
+    matching is the kind the library speeds up with its SIMD pre-filter;
+    which hint is reported does not matter, only whether one occurs."""
+    return BytesAhoCorasick(list(needles), matchkind=MatchKind.LeftmostFirst)
 
 
 def _unlinked(where: tuple) -> list[object]:
