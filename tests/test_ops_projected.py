@@ -129,3 +129,16 @@ def test_chunks_of_one_kind_of_value_give_the_columns_their_dicts_give() -> None
         assert projected == by_dicts, event
     by_dicts, projected = _both([{**event, "pid": pid} for event in EVENTS for pid in (1 << 63, 1)])  # (beyond int64)
     assert projected == by_dicts
+
+
+def test_ends_beyond_two_to_the_53_are_summed_as_the_dicts_sum_them() -> None:
+    """An end is ``ts + dur`` as the dict way sums it (integers exactly, then one rounding to a float):
+    beyond 2**53, where float sums round twice, for host, GPU and annotation events alike, in chunks of
+    integer times and of mixed integer and fractional ones."""
+    big = (1 << 53) + 1
+    events = [{**EVENTS[5], "ts": big, "dur": 1}, {**LAUNCH, "ts": big + 2, "dur": 3},
+              {**EVENTS[15], "ts": big, "dur": 1}, {**EVENTS[22], "ts": big, "dur": 1}]
+    for chunk in (events, [*events, {**EVENTS[16], "ts": 2.5, "dur": 1}]):
+        by_dicts, projected = _both(chunk)
+        assert projected == by_dicts
+        assert float(big + 1) != float(big) + 1.0  # (the case the test is about)
