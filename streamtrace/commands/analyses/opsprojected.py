@@ -338,8 +338,9 @@ def _taken(values: list, at: np.ndarray | list) -> list:
 
 
 def _flows(c: OpsCollector, events: list, phases: list, pids: list, flows: list[int], run_of: np.ndarray) -> None:
-    starts = [at for at, ph in zip(flows, _taken(phases, flows)) if ph == "s"]
-    ends = [at for at, ph in zip(flows, _taken(phases, flows)) if ph == "f"]
+    flow_phases = _taken(phases, flows)
+    starts = [at for at, ph in zip(flows, flow_phases) if ph == "s"]
+    ends = [at for at, ph in zip(flows, flow_phases) if ph == "f"] if len(starts) != len(flows) else []
     for columns, chosen in ((c.flow_starts.arrays, starts), (c.flow_ends.arrays, ends)):
         _append(columns, (("id", _links(c, list(map(_ID, _taken(events, chosen))))), ("run", run_of[chosen])))
     c.flow_ends.arrays["place"].fromlist(_places(c, _taken(pids, ends), list(map(_TID, _taken(events, ends)))))
