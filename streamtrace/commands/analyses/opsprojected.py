@@ -87,10 +87,15 @@ def chunk_codes(events: list) -> Coded | None:
     projected events could read otherwise than their dicts: a host or GPU event not named by a string
     (the dict way names one without a name ""), or a launch call whose args hold no correlation (the
     projection reads an absent one and a null one alike)."""
-    raw_cats = list(map(_CATEGORY, events))
-    cats = raw_cats if set(map(type, raw_cats)) <= _TEXT_OR_NONE else [
-        cat if cat.__class__ is str else None for cat in raw_cats]
-    numbers = {cat: number for number, cat in enumerate(dict.fromkeys(cats))}
+    cats = list(map(_CATEGORY, events))
+    try:
+        distinct = dict.fromkeys(cats)  # (the types of the few distinct ones tell those of all)
+    except TypeError:  # (a list or an object)
+        distinct = None
+    if distinct is None or not set(map(type, distinct)) <= _TEXT_OR_NONE:
+        cats = [cat if cat.__class__ is str else None for cat in cats]
+        distinct = dict.fromkeys(cats)
+    numbers = {cat: number for number, cat in enumerate(distinct)}
     kinds = np.fromiter(map(numbers.__getitem__, cats), dtype=np.intp, count=len(cats))
     codes = np.array([_CODES.get(cat, 0) for cat in numbers], dtype=np.int8)[kinds]
     names = list(map(_NAME, events))
