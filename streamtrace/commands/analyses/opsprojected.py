@@ -8,6 +8,7 @@ from its dicts (:func:`accepts_chunk`) goes the dict way.
 """
 from __future__ import annotations
 
+from itertools import repeat
 from operator import add, attrgetter
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -55,6 +56,7 @@ _PLAIN_IDS = {int, type(None)}
 _TEXT_OR_NONE = {str, type(None)}
 _INT_OR_NONE = {int, type(None)}
 _KEY_TYPES = {int, str}
+_FLOW_PHASES = {"s": 1, "f": 2}  # (a flow's start and end: the phases TraceLens reads)
 _FLOATS = {int, float}
 _CATEGORY, _NAME, _PHASE, _PID, _TID, _ID, _ARGS, _RANK, _TS, _DUR = (attrgetter(name) for name in (
     "cat", "name", "ph", "pid", "tid", "id", "args", "rank", "ts", "dur"))
@@ -132,16 +134,16 @@ def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, tim
             if rank.__class__ is int and rank >= 0:
                 owns[at] = rank
     starts, numbers = _runs(c, pids, owns)
-    run_of = np.repeat(np.array(numbers, dtype=np.int64), np.diff(np.append(starts, len(events))))
+    run_of = np.repeat(numbers, np.diff(np.append(starts, len(events))))
     flags = np.bitwise_or.reduceat(_FLAGS[codes], starts)
     run_flags = c.runs.arrays["flags"]
     for at in np.flatnonzero(flags).tolist():
-        run_flags[numbers[at]] |= int(flags[at])
+        run_flags[int(numbers[at])] |= int(flags[at])
     if "M" in phases:
         for at in [at for at, ph in enumerate(phases) if ph == "M"]:
             _metadata(c, events[at])
-    flows = np.flatnonzero(codes == _FLOW).tolist()
-    if flows:
+    flows = np.flatnonzero(codes == _FLOW)
+    if len(flows):
         _flows(c, events, phases, pids, flows, run_of)
     annotated = np.array([cat is not None and c.is_annotation(cat) for cat in coded.distinct])
     if annotated.any():
@@ -220,47 +222,42 @@ def _numbers(values: list) -> list:
     return [value if value.__class__ in NUMBERS else _number(value) for value in values]
 
 
-def _runs(c: OpsCollector, pids: list, owns: list | None) -> tuple[np.ndarray, list[int]]:
+def _runs(c: OpsCollector, pids: list, owns: list | None) -> tuple[np.ndarray, np.ndarray]:
     """The runs (of one pid and own rank) the events are counted in: where each starts in the chunk,
     and its number (the first continues the collector's last run where the key is the same);
     ``owns`` None: no event has its own rank."""
     pid = _int64(pids) if set(map(type, pids)) == {int} else None
     if pid is not None:
         changes = pid[1:] != pid[:-1]
-        if owns is not None:
-            own = np.array(owns, dtype=np.int64)
+        own = None if owns is None else np.array(owns, dtype=np.int64)
+        if own is not None:
             changes |= own[1:] != own[:-1]
-        starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
-        keys = [(pids[start], -1 if owns is None else owns[start]) for start in starts]
+        starts = np.concatenate(([0], np.flatnonzero(changes) + 1))
+        keys = list(zip(pid[starts].tolist(), [-1] * len(starts) if own is None else own[starts].tolist()))
     else:
-        owns = [-1] * len(pids) if owns is None else owns
-        keyed = list(zip(pids, owns))
-        starts = [0, *[at for at, (before, key) in enumerate(zip(keyed, keyed[1:]), 1) if key != before]]
-        keys = [keyed[start] for start in starts]
-    lengths = np.diff(np.append(starts, len(pids))).tolist()
+        keyed = list(zip(pids, [-1] * len(pids) if owns is None else owns))
+        starts = np.array([0, *[at for at, (before, key) in enumerate(zip(keyed, keyed[1:]), 1) if key != before]],
+                          dtype=np.int64)
+        keys = _taken(keyed, starts)
+    lengths = np.diff(np.append(starts, len(pids)))
     runs = c.runs.arrays
     counts = runs["count"]
-    numbers = []
-    if keys[0] == c._last:  # (the run before goes on)
-        counts[c._at] += lengths[0]
-        numbers.append(c._at)
-        new, lengths_new = keys[1:], lengths[1:]
-    else:
-        new, lengths_new = keys, lengths
+    continued = [c._at] if keys[0] == c._last else []  # (the run before goes on)
+    if continued:
+        counts[c._at] += int(lengths[0])
+    new = keys[len(continued):]
+    first = len(counts)
     if new:
         pid_keys = c.pid_keys
-        first = len(counts)
         new_pids = [pid for pid, _ in new]
         known = list(map(pid_keys.get, new_pids)) if set(map(type, new_pids)) <= _KEY_TYPES else [None]
-        runs["pid"].extend(known if None not in known else
-                           [pid_keys.setdefault(_pid_key(pid), len(pid_keys)) for pid in new_pids])
-        runs["own"].extend([own for _, own in new])
-        counts.extend(lengths_new)
-        runs["flags"].extend([0] * len(new))
-        runs["untimed"].extend([0] * len(new))
-        numbers.extend(range(first, first + len(new)))
+        runs["pid"].fromlist(known if None not in known else
+                             [pid_keys.setdefault(_pid_key(pid), len(pid_keys)) for pid in new_pids])
+        runs["own"].fromlist([own for _, own in new])
+        _append(runs, (("count", lengths[len(continued):]), ("flags", np.zeros(len(new), np.int8)),
+                       ("untimed", np.zeros(len(new), np.int64))))
         c._last, c._at = new[-1], first + len(new) - 1
-    return np.array(starts, dtype=np.int64), numbers
+    return starts, np.array(continued + list(range(first, first + len(new))), dtype=np.int64)
 
 
 def _int64(values: list[int]) -> np.ndarray | None:
@@ -342,13 +339,19 @@ def _taken(values: list, at: np.ndarray | list) -> list:
     return list(map(values.__getitem__, at if at.__class__ is list else at.tolist()))
 
 
-def _flows(c: OpsCollector, events: list, phases: list, pids: list, flows: list[int], run_of: np.ndarray) -> None:
+def _flows(c: OpsCollector, events: list, phases: list, pids: list, flows: np.ndarray, run_of: np.ndarray) -> None:
+    """The flows' columns (their starts and ends; a flow event of another phase is left out)."""
     flow_phases = _taken(phases, flows)
-    starts = [at for at, ph in zip(flows, flow_phases) if ph == "s"]
-    ends = [at for at, ph in zip(flows, flow_phases) if ph == "f"] if len(starts) != len(flows) else []
-    for columns, chosen in ((c.flow_starts.arrays, starts), (c.flow_ends.arrays, ends)):
-        _append(columns, (("id", _links(c, list(map(_ID, _taken(events, chosen))))), ("run", run_of[chosen])))
-    c.flow_ends.arrays["place"].fromlist(_places(c, _taken(pids, ends), list(map(_TID, _taken(events, ends)))))
+    try:
+        kinds = np.fromiter(map(_FLOW_PHASES.get, flow_phases, repeat(0)), dtype=np.int8, count=len(flows))
+    except TypeError:  # (a phase that is a list or an object)
+        kinds = np.array([_FLOW_PHASES.get(ph, 0) if ph.__class__ is str else 0 for ph in flow_phases], dtype=np.int8)
+    starts, ends = flows[kinds == 1], flows[kinds == 2]
+    start_events, end_events = _taken(events, starts), _taken(events, ends)
+    for columns, chosen, chosen_events in ((c.flow_starts.arrays, starts, start_events),
+                                           (c.flow_ends.arrays, ends, end_events)):
+        _append(columns, (("id", _links(c, list(map(_ID, chosen_events)))), ("run", run_of[chosen])))
+    c.flow_ends.arrays["place"].fromlist(_places(c, _taken(pids, ends), list(map(_TID, end_events))))
 
 
 def _fields(chunk: tuple, at: np.ndarray) -> tuple[list, list[int], list[int], list]:
