@@ -50,6 +50,7 @@ EVENTS = [
     {"ph": "X", "cat": "gpu_user_annotation", "name": "step", "pid": "gpu", "tid": 7, "ts": 99, "dur": 40.5},
     {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 2, "ts": 0, "dur": 3},  # (no name: "None", as TraceLens)
     {"ph": "X", "cat": "user_annotation", "name": "untimed", "pid": 1, "tid": 2, "ts": 2},
+    {"ph": "X", "cat": "user_annotation", "name": ["odd"], "pid": 1, "tid": 2, "ts": 4, "dur": 1},  # (named by its text)
 ]
 
 
@@ -98,7 +99,7 @@ def _both(events: list[dict]) -> tuple[dict, dict]:
 def test_projected_events_give_the_columns_their_dicts_give() -> None:
     by_dicts, projected = _both(EVENTS)
     assert len(by_dicts["h_name"]) == 6 and len(by_dicts["g_name"]) == 5
-    assert by_dicts["a_name"] == ["step", "None", "step"]  # (by start, ties in event order)
+    assert by_dicts["a_name"] == ["step", "None", "['odd']", "step"]  # (by start, ties in event order)
     assert projected == by_dicts
 
 

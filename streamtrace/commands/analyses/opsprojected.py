@@ -200,9 +200,12 @@ def _are_ints(values: list, kinds: set, at: np.ndarray) -> np.ndarray:
 def _name_numbers(c: OpsCollector, names: list) -> list[int]:
     """Each name's number (new names numbered in order), by lookups alone where all are known."""
     known = c.names
-    out = list(map(known.get, names))
-    if None in out:
-        first = out.index(None)
+    try:
+        out = list(map(known.get, names))
+        first = out.index(None) if None in out else len(out)
+    except TypeError:  # (a name that is a list or an object: an annotation's may be)
+        out, first = [], 0
+    if first < len(names):
         out[first:] = [known.setdefault(name, len(known)) if name.__class__ is str else c._name(name)
                        for name in names[first:]]
     return out
