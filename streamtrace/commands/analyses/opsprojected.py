@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 import orjson
 
+from ...algo import iterannotation
 from ...algo.opstables import KERNEL
 from ...algo.optree import NO_LINK
 from ...io.projection import OP_SIGNATURE_ARGS, attribute
@@ -39,21 +40,22 @@ from .ops import (
 
 _SIGNATURE_ATTRIBUTES = [attribute(key) for key in OP_SIGNATURE_ARGS]
 # a category's code: 0 none of these, then python_func, ac2g, the categories whose own args.rank places an
-# event but that the ops keep not ("Kernel"), and those they keep (from _FIRST_WANTED)
+# event but that the ops keep not ("Kernel"), those they keep (host, then GPU), and user annotations
 _KEPT = [*HOST_CATS, *GPU_CATS]
 _CODES = {"python_func": 1, "ac2g": 2, **dict.fromkeys(RANK_EVIDENCE - set(_KEPT), 3),
           **{cat: 4 + at for at, cat in enumerate(_KEPT)}}
-_FLOW, _FIRST_HOST, _FIRST_GPU = 2, 4, 4 + len(HOST_CATS)
-_FLAGS = np.array([0, 2, 0, 0, *(1 if cat == "cpu_op" else 0 for cat in _KEPT)], dtype=np.int8)  # (runs' flags)
-_IS_RUNTIME = np.array([False] * 4 + [HOST_CATS.get(cat) == RUNTIME for cat in _KEPT])
-_EVIDENCE = np.array([False, False, False, True, *(cat in RANK_EVIDENCE for cat in _KEPT)])
+_FLOW, _FIRST_HOST, _FIRST_GPU, _ANNOTATION = 2, 4, 4 + len(HOST_CATS), 4 + len(_KEPT)
+_FLAGS = np.array([0, 2, 0, 0, *(1 if cat == "cpu_op" else 0 for cat in _KEPT), 0], dtype=np.int8)  # (runs' flags)
+_IS_RUNTIME = np.array([False] * 4 + [HOST_CATS.get(cat) == RUNTIME for cat in _KEPT] + [False])
+_EVIDENCE = np.array([False, False, False, True, *(cat in RANK_EVIDENCE for cat in _KEPT), False])
+_CODE_OF: dict = {None: 0}  # category -> code, for the categories met so far (up to _FEW_CATEGORIES of them)
+_FEW_CATEGORIES = 1 << 12
 # by code: a host event's kind, a GPU event's category, and whether it is a driver call
-_HOST_KIND = np.array([0] * 4 + [HOST_CATS.get(cat, 0) for cat in _KEPT], dtype=np.int8)
-_GPU_CAT = np.array([0] * 4 + [GPU_CATS.get(cat, 0) for cat in _KEPT], dtype=np.int8)
-_DRIVER = np.array([False] * 4 + [cat == "cuda_driver" for cat in _KEPT])
+_HOST_KIND = np.array([0] * 4 + [HOST_CATS.get(cat, 0) for cat in _KEPT] + [0], dtype=np.int8)
+_GPU_CAT = np.array([0] * 4 + [GPU_CATS.get(cat, 0) for cat in _KEPT] + [0], dtype=np.int8)
+_DRIVER = np.array([False] * 4 + [cat == "cuda_driver" for cat in _KEPT] + [False])
 _EXACT = float(1 << 53)  # (integers below it are floats exactly, and so are their sums)
 _PLAIN_IDS = {int, type(None)}
-_TEXT_OR_NONE = {str, type(None)}
 _INT_OR_NONE = {int, type(None)}
 _KEY_TYPES = {int, str}
 _FLOW_PHASES = {"s": 1, "f": 2}  # (a flow's start and end: the phases TraceLens reads)
@@ -72,10 +74,7 @@ _NO_SIGNATURE = _encode((None,) * len(_SIGNATURE_ATTRIBUTES))
 class Coded(NamedTuple):
     """What :func:`chunk_codes` reads of a chunk once, for :func:`collect_chunk`."""
 
-    cats: list  # each event's category (None where it is no string)
-    codes: np.ndarray  # its code (see _CODES)
-    kinds: np.ndarray  # the number of its category among the chunk's (``distinct``)
-    distinct: list  # the chunk's categories, in order of first appearance
+    codes: np.ndarray  # each event's category's code (see _CODES)
     names: list  # each event's name
 
 
@@ -85,30 +84,34 @@ def accepts_chunk(events: list) -> bool:
 
 
 def chunk_codes(events: list) -> Coded | None:
-    """Each event's category, code (:data:`_CODES`) and name, for :func:`collect_chunk`; None where the
+    """Each event's code (its category's, :data:`_CODES`) and name, for :func:`collect_chunk`; None where the
     projected events could read otherwise than their dicts: a host or GPU event not named by a string
     (the dict way names one without a name ""), or a launch call whose args hold no correlation (the
     projection reads an absent one and a null one alike)."""
-    cats = list(map(_CATEGORY, events))
     try:
-        distinct = dict.fromkeys(cats)  # (the types of the few distinct ones tell those of all)
-    except TypeError:  # (a list or an object)
-        distinct = None
-    if distinct is None or not set(map(type, distinct)) <= _TEXT_OR_NONE:
-        cats = [cat if cat.__class__ is str else None for cat in cats]
-        distinct = dict.fromkeys(cats)
-    numbers = {cat: number for number, cat in enumerate(distinct)}
-    kinds = np.fromiter(map(numbers.__getitem__, cats), dtype=np.intp, count=len(cats))
-    codes = np.array([_CODES.get(cat, 0) for cat in numbers], dtype=np.int8)[kinds]
+        codes = np.fromiter(map(_CODE_OF.__getitem__, map(_CATEGORY, events)), dtype=np.int8, count=len(events))
+    except (KeyError, TypeError):  # (a category not met yet, or one that is no string)
+        codes = _new_codes(list(map(_CATEGORY, events)))
     names = list(map(_NAME, events))
-    kept = np.flatnonzero(codes >= _FIRST_HOST).tolist()
+    kept = np.flatnonzero((codes >= _FIRST_HOST) & (codes < _ANNOTATION)).tolist()
     if kept and set(map(type, names)) != {str} and set(map(type, map(names.__getitem__, kept))) != {str}:
         return None
     runtime = np.flatnonzero(_IS_RUNTIME[codes]).tolist()
     if [at for at in runtime if (args := events[at].args) is not None and args.correlation is None
             and "launch" in names[at].lower()]:
         return None
-    return Coded(cats, codes, kinds, list(numbers), names)
+    return Coded(codes, names)
+
+
+def _new_codes(cats: list) -> np.ndarray:
+    """The codes of categories some of which were not met yet (kept for the next chunks while they are
+    few); a category that is no string has none (0), as in :meth:`.ops.OpsCollector.visit`."""
+    cats = [cat if cat.__class__ is str else None for cat in cats]
+    codes = {cat: _CODES.get(cat, _ANNOTATION if cat is not None and iterannotation.CATEGORY in cat else 0)
+             for cat in dict.fromkeys(cats)}
+    if len(_CODE_OF) + len(codes) <= _FEW_CATEGORIES:
+        _CODE_OF.update(codes)
+    return np.fromiter(map(codes.__getitem__, cats), dtype=np.int8, count=len(cats))
 
 
 def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, times: Times | None = None) -> None:
@@ -145,11 +148,11 @@ def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, tim
     flows = np.flatnonzero(codes == _FLOW)
     if len(flows):
         _flows(c, events, phases, pids, flows, run_of)
-    annotated = np.array([cat is not None and c.is_annotation(cat) for cat in coded.distinct])
-    if annotated.any():
-        _annotations(c, coded.names, np.flatnonzero(annotated[coded.kinds]), times, run_of)
+    annotations = np.flatnonzero(codes == _ANNOTATION)
+    if len(annotations):
+        _annotations(c, coded.names, annotations, times, run_of)
     chunk = (c, events, coded, times, pids, run_of, first_uid)
-    for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, len(_FLAGS), _gpu)):
+    for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, _ANNOTATION, _gpu)):
         chosen = np.flatnonzero((codes >= first) & (codes < last))
         if len(chosen):
             timed = _timed(c, chosen, times, run_of)
