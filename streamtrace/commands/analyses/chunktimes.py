@@ -3,13 +3,11 @@ collection alike: as decoded (whether a value is an int matters to the ops table
 (NaN: absent), so that both take their rows' times by position rather than an event at a time."""
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
 
 PLAIN_TIMES = {int, float, type(None)}
-_TS, _DUR = attrgetter("ts"), attrgetter("dur")
 
 
 class Times(NamedTuple):
@@ -32,5 +30,6 @@ def times_of(ts: list, dur: list) -> Times | None:
 
 
 def chunk_times(events: list) -> Times | None:
-    """The times of a chunk's projected events (see :func:`times_of`)."""
-    return times_of(list(map(_TS, events)), list(map(_DUR, events)))
+    """The times of a chunk's projected events (see :func:`times_of`; list comprehensions read a
+    Struct's members in half the time ``map(attrgetter(...))`` takes)."""
+    return times_of([event.ts for event in events], [event.dur for event in events])

@@ -60,11 +60,8 @@ _INT_OR_NONE = {int, type(None)}
 _KEY_TYPES = {int, str}
 _FLOW_PHASES = {"s": 1, "f": 2}  # (a flow's start and end: the phases TraceLens reads)
 _FLOATS = {int, float}
-_CATEGORY, _NAME, _PHASE, _PID, _TID, _ID, _ARGS, _RANK, _TS, _DUR = (attrgetter(name) for name in (
-    "cat", "name", "ph", "pid", "tid", "id", "args", "rank", "ts", "dur"))
 _HOST_ARG_NAMES = ("correlation", "External_id", "Sequence_number", "kernel")
 _GPU_ARG_NAMES = ("correlation", "External_id", "original_stream", "stream")
-_HOST_ARGS, _GPU_ARGS = ([attrgetter(name) for name in names] for names in (_HOST_ARG_NAMES, _GPU_ARG_NAMES))
 _NO_ARGS = SimpleNamespace(**dict.fromkeys(_HOST_ARG_NAMES + _GPU_ARG_NAMES))  # (an event without args)
 _signature_of = attrgetter(*_SIGNATURE_ATTRIBUTES)
 _encode = msgspec.json.encode
@@ -88,11 +85,12 @@ def chunk_codes(events: list) -> Coded | None:
     projected events could read otherwise than their dicts: a host or GPU event not named by a string
     (the dict way names one without a name ""), or a launch call whose args hold no correlation (the
     projection reads an absent one and a null one alike)."""
+    cats = [event.cat for event in events]
     try:
-        codes = np.fromiter(map(_CODE_OF.__getitem__, map(_CATEGORY, events)), dtype=np.int8, count=len(events))
+        codes = np.fromiter(map(_CODE_OF.__getitem__, cats), dtype=np.int8, count=len(cats))
     except (KeyError, TypeError):  # (a category not met yet, or one that is no string)
-        codes = _new_codes(list(map(_CATEGORY, events)))
-    names = list(map(_NAME, events))
+        codes = _new_codes(cats)
+    names = [event.name for event in events]
     kept = np.flatnonzero((codes >= _FIRST_HOST) & (codes < _ANNOTATION)).tolist()
     if kept and set(map(type, names)) != {str} and set(map(type, map(names.__getitem__, kept))) != {str}:
         return None
@@ -125,11 +123,11 @@ def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, tim
     coded = chunk_codes(events) if coded is None else coded
     times = _times(events) if times is None else times
     codes = coded.codes
-    phases, pids = list(map(_PHASE, events)), list(map(_PID, events))
+    phases, pids = [event.ph for event in events], [event.pid for event in events]
     owns = None  # (each event's own args.rank, -1 none; None: no event has one)
     evidence = np.flatnonzero(_EVIDENCE[codes]).tolist()
-    evidence_args = list(map(_ARGS, _taken(events, evidence)))
-    ranks = list(map(_RANK, evidence_args)) if None not in evidence_args else [
+    evidence_args = [events[at].args for at in evidence]
+    ranks = [args.rank for args in evidence_args] if None not in evidence_args else [
         None if args is None else args.rank for args in evidence_args]
     if set(map(type, ranks)) - {type(None)}:
         owns = [-1] * len(events)
@@ -163,7 +161,7 @@ def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, tim
 
 def _times(events: list) -> Times:
     """The times of events as the dict way reads them (:func:`_numbers`), for a chunk without them."""
-    times = times_of(_numbers(list(map(_TS, events))), _numbers(list(map(_DUR, events))))
+    times = times_of(_numbers([event.ts for event in events]), _numbers([event.dur for event in events]))
     assert times is not None  # (_numbers gives ints, floats and None only)
     return times
 
@@ -214,11 +212,9 @@ def _name_numbers(c: OpsCollector, names: list) -> list[int]:
     return out
 
 
-def _args(args: list, getters: list[attrgetter]) -> list[list]:
-    """The members of the args the ``getters`` get, a list per member (None where an event has no args)."""
-    if None in args:
-        args = [_NO_ARGS if one is None else one for one in args]
-    return [list(map(getter, args)) for getter in getters]
+def _present(args: list) -> list:
+    """Events' args, an event without any given args whose members are all None."""
+    return args if None not in args else [_NO_ARGS if one is None else one for one in args]
 
 
 def _numbers(values: list) -> list:
@@ -306,10 +302,10 @@ def _links(c: OpsCollector, values: list) -> list[int]:
 
 
 def _signatures(c: OpsCollector, args: list) -> list[int]:
-    """Each host event's signature number: its argument lists as one text (absent and null alike:
-    None either way), decoded once per distinct text."""
+    """Each host event's signature number (``args``: its args, :data:`_NO_ARGS` where it has none): its
+    argument lists as one text (absent and null alike: None either way), decoded once per distinct text."""
     known = c.signature_of_raw
-    texts = [_NO_SIGNATURE if one is None else _encode(_signature_of(one)) for one in args]
+    texts = [_NO_SIGNATURE if one is _NO_ARGS else _encode(_signature_of(one)) for one in args]
     out = [known.get(text) for text in texts]
     if None in out:
         for at in [at for at, number in enumerate(out) if number is None]:
@@ -356,8 +352,8 @@ def _flows(c: OpsCollector, events: list, phases: list, pids: list, flows: np.nd
     start_events, end_events = _taken(events, starts), _taken(events, ends)
     for columns, chosen, chosen_events in ((c.flow_starts.arrays, starts, start_events),
                                            (c.flow_ends.arrays, ends, end_events)):
-        _append(columns, (("id", _links(c, list(map(_ID, chosen_events)))), ("run", run_of[chosen])))
-    c.flow_ends.arrays["place"].fromlist(_places(c, _taken(pids, ends), list(map(_TID, end_events))))
+        _append(columns, (("id", _links(c, [event.id for event in chosen_events])), ("run", run_of[chosen])))
+    c.flow_ends.arrays["place"].fromlist(_places(c, _taken(pids, ends), [event.tid for event in end_events]))
 
 
 def _fields(chunk: tuple, at: np.ndarray) -> tuple[list, list[int], list[int], list]:
@@ -365,8 +361,8 @@ def _fields(chunk: tuple, at: np.ndarray) -> tuple[list, list[int], list[int], l
     c, events, coded, _, pids, _, _ = chunk
     chosen_events = _taken(events, at)
     names = _taken(coded.names, at)
-    return (names, _name_numbers(c, names), _places(c, _taken(pids, at), list(map(_TID, chosen_events))),
-            list(map(_ARGS, chosen_events)))
+    return (names, _name_numbers(c, names), _places(c, _taken(pids, at), [event.tid for event in chosen_events]),
+            _present([event.args for event in chosen_events]))
 
 
 def _host(chunk: tuple, at: np.ndarray) -> None:
@@ -376,7 +372,8 @@ def _host(chunk: tuple, at: np.ndarray) -> None:
     names, name_ids, places, args = _fields(chunk, at)
     codes = coded.codes[at]
     kinds = _HOST_KIND[codes]
-    corrs, exts, seqs, kernels = _args(args, _HOST_ARGS)
+    corrs, exts = [one.correlation for one in args], [one.External_id for one in args]
+    seqs, kernels = [one.Sequence_number for one in args], [one.kernel for one in args]
     launch = np.full(len(at), -1, dtype=np.int8)  # (see OpsCollector.host)
     runtime = np.flatnonzero(kinds == RUNTIME).tolist()
     if runtime:
@@ -403,7 +400,8 @@ def _gpu(chunk: tuple, at: np.ndarray) -> None:
     c, events, coded, times, _, run_of, _ = chunk
     names, name_ids, places, args = _fields(chunk, at)
     gpu_cats = _GPU_CAT[coded.codes[at]]
-    corrs, exts, originals, streams = _args(args, _GPU_ARGS)
+    corrs, exts = [one.correlation for one in args], [one.External_id for one in args]
+    originals, streams = [one.original_stream for one in args], [one.stream for one in args]
     if originals.count(None) != len(originals):
         streams = [stream if original is None else original for original, stream in zip(originals, streams)]
     if not set(map(type, streams)) <= _FLOATS:  # (else as they are: a typed float column takes ints as float() does)
