@@ -213,7 +213,7 @@ def _name_numbers(c: OpsCollector, names: list) -> list[int]:
 
 
 def _present(args: list) -> list:
-    """Events' args, an event without any given args whose members are all None."""
+    """Events' args, :data:`_NO_ARGS` (every member None) for an event that has none."""
     return args if None not in args else [_NO_ARGS if one is None else one for one in args]
 
 
