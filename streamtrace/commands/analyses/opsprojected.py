@@ -87,7 +87,7 @@ def chunk_codes(events: list) -> Coded | None:
     projection reads an absent one and a null one alike)."""
     cats = [event.cat for event in events]
     try:
-        codes = np.fromiter(map(_CODE_OF.__getitem__, cats), dtype=np.int8, count=len(cats))
+        codes = np.frombuffer(bytes(map(_CODE_OF.__getitem__, cats)), dtype=np.int8)  # (bytes(): a sixth faster)
     except (KeyError, TypeError):  # (a category not met yet, or one that is no string)
         codes = _new_codes(cats)
     names = [event.name for event in events]
@@ -109,7 +109,7 @@ def _new_codes(cats: list) -> np.ndarray:
              for cat in dict.fromkeys(cats)}
     if len(_CODE_OF) + len(codes) <= _FEW_CATEGORIES:
         _CODE_OF.update(codes)
-    return np.fromiter(map(codes.__getitem__, cats), dtype=np.int8, count=len(cats))
+    return np.frombuffer(bytes(map(codes.__getitem__, cats)), dtype=np.int8)
 
 
 def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, times: Times | None = None) -> None:
@@ -345,7 +345,7 @@ def _flows(c: OpsCollector, events: list, phases: list, pids: list, flows: np.nd
     """The flows' columns (their starts and ends; a flow event of another phase is left out)."""
     flow_phases = _taken(phases, flows)
     try:
-        kinds = np.fromiter(map(_FLOW_PHASES.get, flow_phases, repeat(0)), dtype=np.int8, count=len(flows))
+        kinds = np.frombuffer(bytes(map(_FLOW_PHASES.get, flow_phases, repeat(0))), dtype=np.int8)
     except TypeError:  # (a phase that is a list or an object)
         kinds = np.array([_FLOW_PHASES.get(ph, 0) if ph.__class__ is str else 0 for ph in flow_phases], dtype=np.int8)
     starts, ends = flows[kinds == 1], flows[kinds == 2]
