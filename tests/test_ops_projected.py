@@ -4,6 +4,7 @@ included; the chunks a projection could read differently go the dict way."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -50,6 +51,7 @@ EVENTS = [
     {"ph": "X", "cat": "gpu_user_annotation", "name": "step", "pid": "gpu", "tid": 7, "ts": 99, "dur": 40.5},
     {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 2, "ts": 0, "dur": 3},  # (no name: "None", as TraceLens)
     {"ph": "X", "cat": "user_annotation", "name": "untimed", "pid": 1, "tid": 2, "ts": 2},
+    {"ph": "X", "cat": "user_annotation", "name": ["odd"], "pid": 1, "tid": 2, "ts": 4, "dur": 1},  # (named by its text)
 ]
 
 
@@ -98,7 +100,7 @@ def _both(events: list[dict]) -> tuple[dict, dict]:
 def test_projected_events_give_the_columns_their_dicts_give() -> None:
     by_dicts, projected = _both(EVENTS)
     assert len(by_dicts["h_name"]) == 6 and len(by_dicts["g_name"]) == 5
-    assert by_dicts["a_name"] == ["step", "None", "step"]  # (by start, ties in event order)
+    assert by_dicts["a_name"] == ["step", "None", "['odd']", "step"]  # (by start, ties in event order)
     assert projected == by_dicts
 
 
@@ -129,3 +131,48 @@ def test_chunks_of_one_kind_of_value_give_the_columns_their_dicts_give() -> None
         assert projected == by_dicts, event
     by_dicts, projected = _both([{**event, "pid": pid} for event in EVENTS for pid in (1 << 63, 1)])  # (beyond int64)
     assert projected == by_dicts
+
+
+def test_ends_beyond_two_to_the_53_are_summed_as_the_dicts_sum_them() -> None:
+    """An end is ``ts + dur`` as the dict way sums it (integers exactly, then one rounding to a float):
+    beyond 2**53, where float sums round twice, for host, GPU and annotation events alike, in chunks of
+    integer times and of mixed integer and fractional ones."""
+    big = (1 << 53) + 1
+    events = [{**EVENTS[5], "ts": big, "dur": 1}, {**LAUNCH, "ts": big + 2, "dur": 3},
+              {**EVENTS[15], "ts": big, "dur": 1}, {**EVENTS[22], "ts": big, "dur": 1}]
+    for chunk in (events, [*events, {**EVENTS[16], "ts": 2.5, "dur": 1}]):
+        by_dicts, projected = _both(chunk)
+        assert projected == by_dicts
+        assert float(big + 1) != float(big) + 1.0  # (the case the test is about)
+
+
+ODD_EVENTS = [
+    {"ph": "X", "cat": "kernel", "name": "k9", "pid": 3, "tid": 7, "ts": (1 << 53) + 3, "dur": 2,
+     "args": {"correlation": 1 << 62, "stream": 7}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::x", "pid": 1, "tid": 2, "ts": 1.25, "dur": 2,
+     "args": {"External id": "e", "Sequence number": -5}},
+    {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1 << 63, "pid": 0, "tid": 7, "ts": 5, "bp": "e"},
+    {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": [1], "pid": "p", "tid": 2, "ts": 5},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": 5, "pid": 0, "tid": 7, "ts": 9, "dur": 1.5},
+    {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 1, "tid": 2, "ts": 8, "dur": 1,
+     "args": {"correlation": 9, "rank": 2}},
+    {"ph": "X", "cat": "Kernel", "name": "K", "pid": 5, "tid": 1, "ts": 8, "dur": 1, "args": {"rank": 1}},
+    {"ph": "X", "cat": 7, "name": "odd", "pid": 5, "tid": 1, "ts": 8, "dur": 1},
+]
+
+
+def test_random_mixtures_of_odd_events_give_the_columns_their_dicts_give() -> None:
+    """Chunks drawn at random from the events above (pids and starts changed now and then): runs that
+    change within a chunk and carry over, ids beyond 63 bits, names and categories of other types,
+    integer and fractional times mixed, ends beyond 2**53."""
+    rng = random.Random(7)
+    pool = EVENTS + ODD_EVENTS
+    for _ in range(150):
+        events = [dict(rng.choice(pool)) for _ in range(rng.randint(1, 30))]
+        for event in events:
+            if rng.random() < 0.3:
+                event["pid"] = rng.choice([0, 1, 2, "gpu", 1 << 40])
+            if rng.random() < 0.1 and "ts" in event:
+                event["ts"] = rng.choice([0, 3.5, 1 << 54, 7])
+        by_dicts, projected = _both(events)
+        assert projected == by_dicts, events

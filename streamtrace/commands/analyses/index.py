@@ -17,6 +17,7 @@ from ...io.projection import projected_events
 from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
 from ..mergedindex import note_process_name
 from . import collectives  # TraceLens's collective report (SPEC 16): its pass-1 hooks are marked "collectives"
+from .chunktimes import Times, chunk_times
 from .ops import OpsCollector  # TraceLens's perf report (SPEC 17, --ops): its pass-1 hooks are marked "ops"
 from .opsprojected import chunk_codes, collect_chunk  # ops
 
@@ -28,7 +29,6 @@ _BLOCK_HEAD = struct.Struct("<Q")
 _WORK_HEAD = struct.Struct("<QQ")
 _WORK_COLUMNS = (("ts", np.float64), ("dur", np.float64), ("stream", np.int64), ("corr", np.int64), ("name", np.int32),
                  ("cat", np.int32), ("slot", np.int32))
-_PLAIN_TIMES = {int, float, type(None)}
 ID_LOW, ID_HIGH = -(1 << 63), 1 << 63  # what a stream or correlation id array holds
 NO_ID = -1
 
@@ -200,6 +200,9 @@ class AnalyzeIndex:
         events = projected_events(text, ops=self.ops is not None)
         if events is None:
             return None
+        times = chunk_times(events)
+        if times is None:
+            return None  # (missing or fractional times are fine; strings, bools and the like go the dict way)
         dicts = coded = None
         if self.ops is not None:
             coded = chunk_codes(events)
@@ -207,28 +210,24 @@ class AnalyzeIndex:
                 dicts = chunk_events(text)
                 if dicts is None:
                     return None
-        count = self._index_chunk(events)
-        if count is None or self.ops is None:
+        count = self._index_chunk(events, times)
+        if self.ops is None:
             return count
         if dicts is None:
-            collect_chunk(self.ops, events, coded)
+            collect_chunk(self.ops, events, coded, times)
         else:
             visit = self.ops.visit
             for event in dicts:
                 visit(event)
         return count
 
-    def _index_chunk(self, events: list) -> int | None:
-        ts = [event.ts for event in events]
-        dur = [event.dur for event in events]
-        ts_types, dur_types = set(map(type, ts)), set(map(type, dur))
-        if not ts_types <= _PLAIN_TIMES or not dur_types <= _PLAIN_TIMES:
-            return None  # (missing or fractional times are fine; strings, bools and the like go the dict way)
+    def _index_chunk(self, events: list, times: Times) -> int:
+        """Index a chunk's projected events (``times``: their :func:`.chunktimes.chunk_times`)."""
         if self.first_event[0] is None and events:
             self.first_event[0] = _plain_event(events[0])
-        if ts_types != {int}:
+        if times.ts_kinds != {int}:
             self.fractional[0] = True
-        timed = np.flatnonzero(~np.isnan(np.array(dur, dtype=np.float64)) & ~np.isnan(np.array(ts, dtype=np.float64)))
+        timed = np.flatnonzero(~np.isnan(times.dur_float) & ~np.isnan(times.ts_float))
         if len(timed) != len(events):
             phases = [event.ph for event in events]
             if "M" in phases:

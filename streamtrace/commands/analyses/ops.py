@@ -227,7 +227,7 @@ class OpsCollector:
         def linked(column: array) -> np.ndarray:
             values = np.frombuffer(column, dtype=np.int64) if len(column) else np.empty(0, np.int64)
             odd = values >= LINK_HIGH
-            return np.where(odd, links[np.where(odd, values - LINK_HIGH, 0)], values)
+            return np.where(odd, links[np.where(odd, values - LINK_HIGH, 0)], values) if odd.any() else values
 
         host, gpu, starts, ends = part["host"], part["gpu"], part["flow_starts"], part["flow_ends"]
         kernel = np.frombuffer(host["kernel"], dtype=np.int32) if len(host["kernel"]) else np.empty(0, np.int32)
@@ -249,8 +249,10 @@ class OpsCollector:
         for group, columns in self._groups().items():
             for name, column in columns.arrays.items():
                 values = converted[group].get(name)
-                column.extend(part[group][name] if values is None else array(column.typecode, values.astype(
-                    column.typecode).tobytes()))
+                if values is None:
+                    column.extend(part[group][name])
+                else:
+                    column.frombytes(values.astype(column.typecode, copy=False).tobytes())
         self.metadata.update(part["metadata"])
         self.collectives.absorb(part["collectives"], source, array("i", range(run_base, run_base + len(run_pids))))
         self.events = first_event + part["events"]  # (an event visited next, by this collector, has this UID)

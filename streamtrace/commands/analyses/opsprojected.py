@@ -9,16 +9,19 @@ from its dicts (:func:`accepts_chunk`) goes the dict way.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import add, and_, attrgetter
+from operator import add, attrgetter
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
 import orjson
 
+from ...algo import iterannotation
 from ...algo.opstables import KERNEL
 from ...algo.optree import NO_LINK
 from ...io.projection import OP_SIGNATURE_ARGS, attribute
+from .chunktimes import Times, times_of
 from .ops import (
     GPU_CATS,
     HOST_CATS,
@@ -37,27 +40,39 @@ from .ops import (
 
 _SIGNATURE_ATTRIBUTES = [attribute(key) for key in OP_SIGNATURE_ARGS]
 # a category's code: 0 none of these, then python_func, ac2g, the categories whose own args.rank places an
-# event but that the ops keep not ("Kernel"), and those they keep (from _FIRST_WANTED)
+# event but that the ops keep not ("Kernel"), those they keep (host, then GPU), and user annotations
 _KEPT = [*HOST_CATS, *GPU_CATS]
 _CODES = {"python_func": 1, "ac2g": 2, **dict.fromkeys(RANK_EVIDENCE - set(_KEPT), 3),
           **{cat: 4 + at for at, cat in enumerate(_KEPT)}}
-_FLOW, _FIRST_HOST, _FIRST_GPU = 2, 4, 4 + len(HOST_CATS)
-_FLAGS = np.array([0, 2, 0, 0, *(1 if cat == "cpu_op" else 0 for cat in _KEPT)], dtype=np.int8)  # (runs' flags)
-_IS_RUNTIME = np.array([False] * 4 + [HOST_CATS.get(cat) == RUNTIME for cat in _KEPT])
-_EVIDENCE = np.array([False, False, False, True, *(cat in RANK_EVIDENCE for cat in _KEPT)])
+_FLOW, _FIRST_HOST, _FIRST_GPU, _ANNOTATION = 2, 4, 4 + len(HOST_CATS), 4 + len(_KEPT)
+_FLAGS = np.array([0, 2, 0, 0, *(1 if cat == "cpu_op" else 0 for cat in _KEPT), 0], dtype=np.int8)  # (runs' flags)
+_IS_RUNTIME = np.array([False] * 4 + [HOST_CATS.get(cat) == RUNTIME for cat in _KEPT] + [False])
+_EVIDENCE = np.array([False, False, False, True, *(cat in RANK_EVIDENCE for cat in _KEPT), False])
+_CODE_OF: dict = {None: 0}  # category -> code, for the categories met so far (up to _FEW_CATEGORIES of them)
+_FEW_CATEGORIES = 1 << 12
+# by code: a host event's kind, a GPU event's category, and whether it is a driver call
+_HOST_KIND = np.array([0] * 4 + [HOST_CATS.get(cat, 0) for cat in _KEPT] + [0], dtype=np.int8)
+_GPU_CAT = np.array([0] * 4 + [GPU_CATS.get(cat, 0) for cat in _KEPT] + [0], dtype=np.int8)
+_DRIVER = np.array([False] * 4 + [cat == "cuda_driver" for cat in _KEPT] + [False])
+_EXACT = float(1 << 53)  # (integers below it are floats exactly, and so are their sums)
 _PLAIN_IDS = {int, type(None)}
-_TEXT_OR_NONE = {str, type(None)}
+_INT_OR_NONE = {int, type(None)}
+_KEY_TYPES = {int, str}
+_FLOW_PHASES = {"s": 1, "f": 2}  # (a flow's start and end: the phases TraceLens reads)
 _FLOATS = {int, float}
-_CHUNK_FIELDS = [attrgetter(name) for name in ("ph", "pid")]
-_CATEGORY, _NAME = attrgetter("cat"), attrgetter("name")
-_EVENT_FIELDS = [attrgetter(name) for name in ("ts", "dur", "name", "pid", "tid", "args")]
 _HOST_ARG_NAMES = ("correlation", "External_id", "Sequence_number", "kernel")
 _GPU_ARG_NAMES = ("correlation", "External_id", "original_stream", "stream")
-_HOST_ARGS, _GPU_ARGS = ([attrgetter(name) for name in names] for names in (_HOST_ARG_NAMES, _GPU_ARG_NAMES))
 _NO_ARGS = SimpleNamespace(**dict.fromkeys(_HOST_ARG_NAMES + _GPU_ARG_NAMES))  # (an event without args)
 _signature_of = attrgetter(*_SIGNATURE_ATTRIBUTES)
 _encode = msgspec.json.encode
 _NO_SIGNATURE = _encode((None,) * len(_SIGNATURE_ATTRIBUTES))
+
+
+class Coded(NamedTuple):
+    """What :func:`chunk_codes` reads of a chunk once, for :func:`collect_chunk`."""
+
+    codes: np.ndarray  # each event's category's code (see _CODES)
+    names: list  # each event's name
 
 
 def accepts_chunk(events: list) -> bool:
@@ -65,115 +80,141 @@ def accepts_chunk(events: list) -> bool:
     return chunk_codes(events) is not None
 
 
-def chunk_codes(events: list) -> tuple[list, np.ndarray] | None:
-    """Each event's category (None where it is no string) and code (:data:`_CODES`), for
-    :func:`collect_chunk`; None where the projected events could read otherwise than their dicts: a
-    host or GPU event not named by a string (the dict way names one without a name ""), or a launch
-    call whose args hold no correlation (the projection reads an absent one and a null one alike)."""
-    raw_cats = list(map(_CATEGORY, events))
-    cats = raw_cats if set(map(type, raw_cats)) <= _TEXT_OR_NONE else [
-        cat if cat.__class__ is str else None for cat in raw_cats]
-    codes = np.array(list(map(_CODES.get, cats, repeat(0))), dtype=np.int8)
-    kept = np.flatnonzero(codes >= _FIRST_HOST).tolist()
-    if kept and set(map(type, map(_NAME, map(events.__getitem__, kept)))) != {str}:
+def chunk_codes(events: list) -> Coded | None:
+    """Each event's code (its category's, :data:`_CODES`) and name, for :func:`collect_chunk`; None where the
+    projected events could read otherwise than their dicts: a host or GPU event not named by a string
+    (the dict way names one without a name ""), or a launch call whose args hold no correlation (the
+    projection reads an absent one and a null one alike)."""
+    cats = [event.cat for event in events]
+    try:
+        codes = np.frombuffer(bytes(map(_CODE_OF.__getitem__, cats)), dtype=np.int8)  # (bytes(): a sixth faster)
+    except (KeyError, TypeError):  # (a category not met yet, or one that is no string)
+        codes = _new_codes(cats)
+    names = [event.name for event in events]
+    kept = np.flatnonzero((codes >= _FIRST_HOST) & (codes < _ANNOTATION)).tolist()
+    if kept and set(map(type, names)) != {str} and set(map(type, map(names.__getitem__, kept))) != {str}:
         return None
     runtime = np.flatnonzero(_IS_RUNTIME[codes]).tolist()
     if [at for at in runtime if (args := events[at].args) is not None and args.correlation is None
-            and "launch" in events[at].name.lower()]:
+            and "launch" in names[at].lower()]:
         return None
-    return cats, codes
+    return Coded(codes, names)
 
 
-def collect_chunk(c: OpsCollector, events: list, coded: tuple[list, np.ndarray] | None = None) -> None:
+def _new_codes(cats: list) -> np.ndarray:
+    """The codes of categories some of which were not met yet (kept for the next chunks while they are
+    few); a category that is no string has none (0), as in :meth:`.ops.OpsCollector.visit`."""
+    cats = [cat if cat.__class__ is str else None for cat in cats]
+    codes = {cat: _CODES.get(cat, _ANNOTATION if cat is not None and iterannotation.CATEGORY in cat else 0)
+             for cat in dict.fromkeys(cats)}
+    if len(_CODE_OF) + len(codes) <= _FEW_CATEGORIES:
+        _CODE_OF.update(codes)
+    return np.frombuffer(bytes(map(codes.__getitem__, cats)), dtype=np.int8)
+
+
+def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, times: Times | None = None) -> None:
     """A chunk's events into the collector's columns (:func:`accepts_chunk` said yes; ``coded``: its
-    :func:`chunk_codes`, when at hand), as its ``visit`` of each event's dict would."""
+    :func:`chunk_codes`, ``times``: its :func:`.chunktimes.chunk_times`, when at hand), as its ``visit``
+    of each event's dict would."""
     first_uid = c.events
     c.events += len(events)
     if not events:
         return
-    cats, codes = chunk_codes(events) if coded is None else coded
-    phases, pids = (list(map(getter, events)) for getter in _CHUNK_FIELDS)
+    coded = chunk_codes(events) if coded is None else coded
+    times = _times(events) if times is None else times
+    codes = coded.codes
+    phases, pids = [event.ph for event in events], [event.pid for event in events]
     owns = None  # (each event's own args.rank, -1 none; None: no event has one)
     evidence = np.flatnonzero(_EVIDENCE[codes]).tolist()
-    ranks = [None if args is None else args.rank for args in [events[at].args for at in evidence]]
+    evidence_args = [events[at].args for at in evidence]
+    ranks = [args.rank for args in evidence_args] if None not in evidence_args else [
+        None if args is None else args.rank for args in evidence_args]
     if set(map(type, ranks)) - {type(None)}:
         owns = [-1] * len(events)
         for at, rank in zip(evidence, ranks):
             if rank.__class__ is int and rank >= 0:
                 owns[at] = rank
     starts, numbers = _runs(c, pids, owns)
-    run_of = np.repeat(np.array(numbers, dtype=np.int64), np.diff(np.append(starts, len(events))))
+    run_of = np.repeat(numbers, np.diff(np.append(starts, len(events))))
     flags = np.bitwise_or.reduceat(_FLAGS[codes], starts)
     run_flags = c.runs.arrays["flags"]
     for at in np.flatnonzero(flags).tolist():
-        run_flags[numbers[at]] |= int(flags[at])
+        run_flags[int(numbers[at])] |= int(flags[at])
     if "M" in phases:
         for at in [at for at, ph in enumerate(phases) if ph == "M"]:
             _metadata(c, events[at])
-    flows = np.flatnonzero(codes == _FLOW).tolist()
-    if flows:
-        _flows(c, events, flows, run_of)
-    annotation_cats = {cat for cat in set(cats) if cat is not None and c.is_annotation(cat)}
-    if annotation_cats:
-        _annotations(c, events, [at for at, cat in enumerate(cats) if cat in annotation_cats], run_of)
-    for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, len(_FLAGS), _gpu)):
-        chosen = np.flatnonzero((codes >= first) & (codes < last)).tolist()
-        if chosen:
-            timed = _timed(c, events, chosen, run_of)
-            if timed is not None:
-                take(c, events, [cats[at] for at in timed[0]], *timed, first_uid)
+    flows = np.flatnonzero(codes == _FLOW)
+    if len(flows):
+        _flows(c, events, phases, pids, flows, run_of)
+    annotations = np.flatnonzero(codes == _ANNOTATION)
+    if len(annotations):
+        _annotations(c, coded.names, annotations, times, run_of)
+    chunk = (c, events, coded, times, pids, run_of, first_uid)
+    for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, _ANNOTATION, _gpu)):
+        chosen = np.flatnonzero((codes >= first) & (codes < last))
+        if len(chosen):
+            timed = _timed(c, chosen, times, run_of)
+            if len(timed):
+                take(chunk, timed)
     c.spill_if_full()
 
 
-def _timed(c: OpsCollector, events: list, chosen: list[int], run_of: np.ndarray) -> tuple | None:
-    """The events with a numeric ts and dur (the others counted, per run), with their fields: places,
-    runs, ts, dur, name numbers and args; None if none."""
-    at = chosen
-    chosen_events = list(map(events.__getitem__, chosen))
-    ts, dur, names, pids, tids, args = (list(map(getter, chosen_events)) for getter in _EVENT_FIELDS)
-    ts, dur = _numbers(ts), _numbers(dur)
-    if None in ts or None in dur:
-        untimed = c.runs.arrays["untimed"]
-        timed = []
-        for k, (start, length) in enumerate(zip(ts, dur)):
-            if start is None or length is None:
-                untimed[int(run_of[chosen[k]])] += 1
-            else:
-                timed.append(k)
-        if not timed:
-            return None
-        at, ts, dur, names, pids, tids, args = ([column[k] for k in timed] for column in (
-            chosen, ts, dur, names, pids, tids, args))
+def _times(events: list) -> Times:
+    """The times of events as the dict way reads them (:func:`_numbers`), for a chunk without them."""
+    times = times_of(_numbers([event.ts for event in events]), _numbers([event.dur for event in events]))
+    assert times is not None  # (_numbers gives ints, floats and None only)
+    return times
+
+
+def _timed(c: OpsCollector, chosen: np.ndarray, times: Times, run_of: np.ndarray) -> np.ndarray:
+    """The chosen events with a numeric ts and dur (the others counted as untimed, per run)."""
+    timed = ~(np.isnan(times.ts_float[chosen]) | np.isnan(times.dur_float[chosen]))
+    if timed.all():
+        return chosen
+    untimed = c.runs.arrays["untimed"]
+    for run in run_of[chosen[~timed]].tolist():
+        untimed[run] += 1
+    return chosen[timed]
+
+
+def _ends(times: Times, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start, end and duration of the events at ``at`` (timed), as float64: the end as ``ts + dur`` in
+    Python (ints summed exactly, then made a float), which float64 sums equal below 2**53."""
+    ts, dur = times.ts_float[at], times.dur_float[at]
+    if len(at) and float(np.abs(ts).max()) + float(np.abs(dur).max()) >= _EXACT:
+        listed = at.tolist()
+        return ts, np.array(list(map(add, map(times.ts.__getitem__, listed), map(times.dur.__getitem__, listed))),
+                            dtype=np.float64), dur
+    return ts, ts + dur, dur
+
+
+def _are_ints(values: list, kinds: set, at: np.ndarray) -> np.ndarray:
+    """Whether each value at ``at`` (none of them None) is an int (a bool is not), at once where the
+    chunk's ``kinds`` of values tell."""
+    if int not in kinds:
+        return np.zeros(len(at), dtype=np.int8)
+    if kinds <= _INT_OR_NONE:
+        return np.ones(len(at), dtype=np.int8)
+    return np.array([value.__class__ is int for value in map(values.__getitem__, at.tolist())], dtype=np.int8)
+
+
+def _name_numbers(c: OpsCollector, names: list) -> list[int]:
+    """Each name's number (new names numbered in order), by lookups alone where all are known."""
     known = c.names
-    name_ids = [known.setdefault(name, len(known)) for name in names]
-    return at, _places(c, pids, tids), run_of[at].tolist(), ts, dur, name_ids, names, args
+    try:
+        out = list(map(known.get, names))
+        first = out.index(None) if None in out else len(out)
+    except TypeError:  # (a name that is a list or an object: an annotation's may be)
+        out, first = [], 0
+    if first < len(names):
+        out[first:] = [known.setdefault(name, len(known)) if name.__class__ is str else c._name(name)
+                       for name in names[first:]]
+    return out
 
 
-def _annotations(c: OpsCollector, events: list, chosen: list[int], run_of: np.ndarray) -> None:
-    """The annotations' columns, a field at a time, as :meth:`.ops.OpsCollector.annotate` keeps each
-    (one without a numeric ts or dur left out: it encloses nothing)."""
-    chosen_events = list(map(events.__getitem__, chosen))
-    ts, dur, names = (list(map(getter, chosen_events)) for getter in _EVENT_FIELDS[:3])
-    ts, dur, runs = _numbers(ts), _numbers(dur), run_of[chosen].tolist()
-    if None in ts or None in dur:
-        kept = [k for k, (start, length) in enumerate(zip(ts, dur)) if start is not None and length is not None]
-        ts, dur, names, runs = ([column[k] for k in kept] for column in (ts, dur, names, runs))
-    _append(c.annotations.arrays, (("ts", ts), ("end", list(map(add, ts, dur))), ("name", list(map(c._name, names))),
-                                   ("run", runs)))
-
-
-def _append(columns: dict, values: tuple) -> None:
-    """Each (column name, list) pair's list appended to its typed column (``fromlist``: a third of
-    ``extend``'s time on a list)."""
-    for name, listed in values:
-        columns[name].fromlist(listed)
-
-
-def _args(args: list, getters: list[attrgetter]) -> list[list]:
-    """The members of the args the ``getters`` get, a list per member (None where an event has no args)."""
-    if None in args:
-        args = [_NO_ARGS if one is None else one for one in args]
-    return [list(map(getter, args)) for getter in getters]
+def _present(args: list) -> list:
+    """Events' args, :data:`_NO_ARGS` (every member None) for an event that has none."""
+    return args if None not in args else [_NO_ARGS if one is None else one for one in args]
 
 
 def _numbers(values: list) -> list:
@@ -183,44 +224,42 @@ def _numbers(values: list) -> list:
     return [value if value.__class__ in NUMBERS else _number(value) for value in values]
 
 
-def _runs(c: OpsCollector, pids: list, owns: list | None) -> tuple[np.ndarray, list[int]]:
+def _runs(c: OpsCollector, pids: list, owns: list | None) -> tuple[np.ndarray, np.ndarray]:
     """The runs (of one pid and own rank) the events are counted in: where each starts in the chunk,
     and its number (the first continues the collector's last run where the key is the same);
     ``owns`` None: no event has its own rank."""
     pid = _int64(pids) if set(map(type, pids)) == {int} else None
     if pid is not None:
         changes = pid[1:] != pid[:-1]
-        if owns is not None:
-            own = np.array(owns, dtype=np.int64)
+        own = None if owns is None else np.array(owns, dtype=np.int64)
+        if own is not None:
             changes |= own[1:] != own[:-1]
-        starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
-        keys = [(pids[start], -1 if owns is None else owns[start]) for start in starts]
+        starts = np.concatenate(([0], np.flatnonzero(changes) + 1))
+        keys = list(zip(pid[starts].tolist(), [-1] * len(starts) if own is None else own[starts].tolist()))
     else:
-        owns = [-1] * len(pids) if owns is None else owns
-        keyed = list(zip(pids, owns))
-        starts = [0, *[at for at, (before, key) in enumerate(zip(keyed, keyed[1:]), 1) if key != before]]
-        keys = [keyed[start] for start in starts]
-    lengths = np.diff(np.append(starts, len(pids))).tolist()
+        keyed = list(zip(pids, [-1] * len(pids) if owns is None else owns))
+        starts = np.array([0, *[at for at, (before, key) in enumerate(zip(keyed, keyed[1:]), 1) if key != before]],
+                          dtype=np.int64)
+        keys = _taken(keyed, starts)
+    lengths = np.diff(np.append(starts, len(pids)))
     runs = c.runs.arrays
     counts = runs["count"]
-    numbers = []
-    if keys[0] == c._last:  # (the run before goes on)
-        counts[c._at] += lengths[0]
-        numbers.append(c._at)
-        new, lengths_new = keys[1:], lengths[1:]
-    else:
-        new, lengths_new = keys, lengths
+    continued = [c._at] if keys[0] == c._last else []  # (the run before goes on)
+    if continued:
+        counts[c._at] += int(lengths[0])
+    new = keys[len(continued):]
+    first = len(counts)
     if new:
         pid_keys = c.pid_keys
-        first = len(counts)
-        runs["pid"].extend([pid_keys.setdefault(_pid_key(pid), len(pid_keys)) for pid, _ in new])
-        runs["own"].extend([own for _, own in new])
-        counts.extend(lengths_new)
-        runs["flags"].extend([0] * len(new))
-        runs["untimed"].extend([0] * len(new))
-        numbers.extend(range(first, first + len(new)))
+        new_pids = [pid for pid, _ in new]
+        known = list(map(pid_keys.get, new_pids)) if set(map(type, new_pids)) <= _KEY_TYPES else [None]
+        runs["pid"].fromlist(known if None not in known else
+                             [pid_keys.setdefault(_pid_key(pid), len(pid_keys)) for pid in new_pids])
+        runs["own"].fromlist([own for _, own in new])
+        _append(runs, (("count", lengths[len(continued):]), ("flags", np.zeros(len(new), np.int8)),
+                       ("untimed", np.zeros(len(new), np.int64))))
         c._last, c._at = new[-1], first + len(new) - 1
-    return np.array(starts, dtype=np.int64), numbers
+    return starts, np.array(continued + list(range(first, first + len(new))), dtype=np.int64)
 
 
 def _int64(values: list[int]) -> np.ndarray | None:
@@ -262,49 +301,11 @@ def _links(c: OpsCollector, values: list) -> list[int]:
     return [value if value.__class__ is int and LINK_LOW < value < LINK_HIGH else link(value) for value in values]
 
 
-def _flows(c: OpsCollector, events: list, flows: list[int], run_of: np.ndarray) -> None:
-    starts = [at for at in flows if events[at].ph == "s"]
-    ends = [at for at in flows if events[at].ph == "f"]
-    for columns, chosen in ((c.flow_starts.arrays, starts), (c.flow_ends.arrays, ends)):
-        _append(columns, (("id", _links(c, [events[at].id for at in chosen])), ("run", run_of[chosen].tolist())))
-    c.flow_ends.arrays["place"].fromlist(_places(c, [events[at].pid for at in ends], [events[at].tid for at in ends]))
-
-
-def _host(c: OpsCollector, events: list, cats: list, at: list[int], places: list[int], runs: list[int], ts: list, dur: list,
-          name_ids: list[int], names: list, args: list, first_uid: int) -> None:
-    kinds = list(map(HOST_CATS.__getitem__, cats))
-    corrs, exts, seqs, kernels = _args(args, _HOST_ARGS)
-    launch = [-1] * len(kinds)  # (see OpsCollector.host)
-    if RUNTIME in kinds:
-        named = c._launch_names  # (whether a name is a launch call's, asked once per name)
-        for number, name in zip(name_ids, names):
-            if number not in named:
-                named[number] = "launch" in name.lower()
-        launch = [(0 if corr is not None else 1) if kind == RUNTIME and named[number] else -1
-                  for kind, number, corr in zip(kinds, name_ids, corrs)]
-    _append(c.host.arrays, (
-            ("thread", places), ("ts", ts), ("end", list(map(add, ts, dur))), ("kind", kinds), ("name", name_ids),
-            ("sig", _signatures(c, args)), ("uid", list(map(first_uid.__add__, at))), ("corr", _links(c, corrs)),
-            ("ext", _links(c, exts)), ("seq", _links(c, seqs)),
-            ("kernel", [-1] * len(kernels) if kernels.count(None) == len(kernels) else
-             [c._name(kernel) if kernel.__class__ is str else -1 for kernel in kernels]), ("run", runs),
-            ("launch", launch), ("dur", dur), ("dur_int", _are_ints(dur)),
-            ("driver", [cat == "cuda_driver" for cat in cats] if "cuda_driver" in cats else [False] * len(cats))))
-
-
-def _are_ints(values: list) -> list[bool]:
-    """Whether each value is an int (a bool is not), at once where all or none are."""
-    kinds = set(map(type, values))
-    if int not in kinds or kinds == {int}:
-        return [int in kinds] * len(values)
-    return [value.__class__ is int for value in values]
-
-
 def _signatures(c: OpsCollector, args: list) -> list[int]:
-    """Each host event's signature number: its argument lists as one text (absent and null alike:
-    None either way), decoded once per distinct text."""
+    """Each host event's signature number (``args``: its args, :data:`_NO_ARGS` where it has none): its
+    argument lists as one text (absent and null alike: None either way), decoded once per distinct text."""
     known = c.signature_of_raw
-    texts = [_NO_SIGNATURE if one is None else _encode(_signature_of(one)) for one in args]
+    texts = [_NO_SIGNATURE if one is _NO_ARGS else _encode(_signature_of(one)) for one in args]
     out = [known.get(text) for text in texts]
     if None in out:
         for at in [at for at, number in enumerate(out) if number is None]:
@@ -315,19 +316,104 @@ def _signatures(c: OpsCollector, args: list) -> list[int]:
     return out
 
 
-def _gpu(c: OpsCollector, events: list, cats: list, at: list[int], places: list[int], runs: list[int], ts: list, dur: list,
-         name_ids: list[int], names: list, args: list, first_uid: int) -> None:
-    gpu_cats = list(map(GPU_CATS.__getitem__, cats))
-    corrs, exts, originals, streams = _args(args, _GPU_ARGS)
+def _annotations(c: OpsCollector, names: list, chosen: np.ndarray, times: Times, run_of: np.ndarray) -> None:
+    """The annotations' columns, as :meth:`.ops.OpsCollector.annotate` keeps each (one without a numeric
+    ts or dur left out: it encloses nothing)."""
+    at = chosen[~(np.isnan(times.ts_float[chosen]) | np.isnan(times.dur_float[chosen]))]
+    ts, end, _ = _ends(times, at)
+    _append(c.annotations.arrays, (("ts", ts), ("end", end), ("name", _name_numbers(c, _taken(names, at))),
+                                   ("run", run_of[at])))
+
+
+def _append(columns: dict, values: tuple) -> None:
+    """Each (column name, list or numpy array) pair's values appended to its typed column (``fromlist``:
+    a third of ``extend``'s time on a list; an array's bytes at once)."""
+    for name, values_of in values:
+        column = columns[name]
+        if values_of.__class__ is list:
+            column.fromlist(values_of)
+        else:
+            column.frombytes(values_of.astype(column.typecode, copy=False).tobytes())
+
+
+def _taken(values: list, at: np.ndarray | list) -> list:
+    """The values at positions ``at``."""
+    return list(map(values.__getitem__, at if at.__class__ is list else at.tolist()))
+
+
+def _flows(c: OpsCollector, events: list, phases: list, pids: list, flows: np.ndarray, run_of: np.ndarray) -> None:
+    """The flows' columns (their starts and ends; a flow event of another phase is left out)."""
+    flow_phases = _taken(phases, flows)
+    try:
+        kinds = np.frombuffer(bytes(map(_FLOW_PHASES.get, flow_phases, repeat(0))), dtype=np.int8)
+    except TypeError:  # (a phase that is a list or an object)
+        kinds = np.array([_FLOW_PHASES.get(ph, 0) if ph.__class__ is str else 0 for ph in flow_phases], dtype=np.int8)
+    starts, ends = flows[kinds == 1], flows[kinds == 2]
+    start_events, end_events = _taken(events, starts), _taken(events, ends)
+    for columns, chosen, chosen_events in ((c.flow_starts.arrays, starts, start_events),
+                                           (c.flow_ends.arrays, ends, end_events)):
+        _append(columns, (("id", _links(c, [event.id for event in chosen_events])), ("run", run_of[chosen])))
+    c.flow_ends.arrays["place"].fromlist(_places(c, _taken(pids, ends), [event.tid for event in end_events]))
+
+
+def _fields(chunk: tuple, at: np.ndarray) -> tuple[list, list[int], list[int], list]:
+    """The names, name numbers, places and args of the events at ``at``."""
+    c, events, coded, _, pids, _, _ = chunk
+    chosen_events = _taken(events, at)
+    names = _taken(coded.names, at)
+    return (names, _name_numbers(c, names), _places(c, _taken(pids, at), [event.tid for event in chosen_events]),
+            _present([event.args for event in chosen_events]))
+
+
+def _host(chunk: tuple, at: np.ndarray) -> None:
+    """The host events' columns (``chunk``: what :func:`collect_chunk` read of the chunk), as
+    :meth:`.ops.OpsCollector.host` keeps each."""
+    c, _, coded, times, _, run_of, first_uid = chunk
+    names, name_ids, places, args = _fields(chunk, at)
+    codes = coded.codes[at]
+    kinds = _HOST_KIND[codes]
+    corrs, exts = [one.correlation for one in args], [one.External_id for one in args]
+    seqs, kernels = [one.Sequence_number for one in args], [one.kernel for one in args]
+    launch = np.full(len(at), -1, dtype=np.int8)  # (see OpsCollector.host)
+    runtime = np.flatnonzero(kinds == RUNTIME).tolist()
+    if runtime:
+        named = c._launch_names  # (whether a name is a launch call's, asked once per name)
+        for k in runtime:
+            number = name_ids[k]
+            if number not in named:
+                named[number] = "launch" in names[k].lower()
+            if named[number]:
+                launch[k] = 0 if corrs[k] is not None else 1
+    ts, end, dur = _ends(times, at)
+    _append(c.host.arrays, (
+            ("thread", places), ("ts", ts), ("end", end), ("kind", kinds), ("name", name_ids),
+            ("sig", _signatures(c, args)), ("uid", at + first_uid), ("corr", _links(c, corrs)),
+            ("ext", _links(c, exts)), ("seq", _links(c, seqs)),
+            ("kernel", [-1] * len(kernels) if kernels.count(None) == len(kernels) else
+             [c._name(kernel) if kernel.__class__ is str else -1 for kernel in kernels]), ("run", run_of[at]),
+            ("launch", launch), ("dur", dur), ("dur_int", _are_ints(times.dur, times.dur_kinds, at)),
+            ("driver", _DRIVER[codes])))
+
+
+def _gpu(chunk: tuple, at: np.ndarray) -> None:
+    """The GPU events' columns, as :meth:`.ops.OpsCollector.visit` keeps each."""
+    c, events, coded, times, _, run_of, _ = chunk
+    names, name_ids, places, args = _fields(chunk, at)
+    gpu_cats = _GPU_CAT[coded.codes[at]]
+    corrs, exts = [one.correlation for one in args], [one.External_id for one in args]
+    originals, streams = [one.original_stream for one in args], [one.stream for one in args]
     if originals.count(None) != len(originals):
         streams = [stream if original is None else original for original, stream in zip(originals, streams)]
     if not set(map(type, streams)) <= _FLOATS:  # (else as they are: a typed float column takes ints as float() does)
         streams = [float(stream) if stream.__class__ in NUMBERS else np.nan for stream in streams]
-    dur_int = _are_ints(dur)
+    ts, end, dur = _ends(times, at)
+    dur_int = _are_ints(times.dur, times.dur_kinds, at)
     _append(c.gpu.arrays, (
-            ("ts", ts), ("end", list(map(add, ts, dur))), ("dur", dur), ("integral", list(map(and_, _are_ints(ts), dur_int))),
+            ("ts", ts), ("end", end), ("dur", dur), ("integral", _are_ints(times.ts, times.ts_kinds, at) & dur_int),
             ("cat", gpu_cats), ("name", name_ids), ("stream", streams), ("dur_int", dur_int), ("place", places),
-            ("corr", _links(c, corrs)), ("ext", _links(c, exts)), ("run", runs)))
-    wanted = set(filter(c.collectives.wanted, set(names)))  # (a kernel's name asked once per chunk)
-    for k in [] if not wanted else [k for k, (cat, name) in enumerate(zip(gpu_cats, names)) if cat == KERNEL and name in wanted]:
-        c.collectives.add_projected([events[at[k]]], lambda _pid, slot=runs[k]: slot)
+            ("corr", _links(c, corrs)), ("ext", _links(c, exts)), ("run", run_of[at])))
+    wanted = [c.names[name] for name in filter(c.collectives.wanted, set(names))]  # (a kernel's name asked once per chunk)
+    if wanted:
+        slots = run_of[at]
+        for k in np.flatnonzero(np.isin(np.array(name_ids), wanted) & (gpu_cats == KERNEL)).tolist():
+            c.collectives.add_projected([events[at[k]]], lambda _pid, slot=int(slots[k]): slot)
