@@ -114,11 +114,10 @@ class OpTree:
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
         in_order = owners[np.argsort(by_launcher[first], kind="stable")]
-        self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")].tolist()
-        # the same by start (ties in event order), as TraceLens lists them
-        by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))].tolist()
-        self.by_start: dict[int, list[int]] = _slices(by_start, owners, first, count)
-        self._categories: dict[int, str] = {}
+        self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")]
+        # the same by start (ties in event order), as TraceLens lists them: each launcher's slice of by_start
+        self.by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))]
+        self._owners, self._owner_first, self._owner_count = owners, first, count
         self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}
         self.model_results: dict[tuple, tuple] = {}  # (the performance models' results, by what they read)
@@ -176,29 +175,46 @@ class OpTree:
             at, current = at[~named], self.parent[current[~named]]
         return found
 
+    def kernel_slices(self, hs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each host event's own GPU events (by start) lie in ``by_start``: first place and count (0
+        for an event that launched none)."""
+        hs = np.asarray(hs, dtype=np.int64)
+        if not len(self._owners):
+            return np.zeros(len(hs), np.int64), np.zeros(len(hs), np.int64)
+        at = np.minimum(np.searchsorted(self._owners, hs), len(self._owners) - 1)
+        found = self._owners[at] == hs
+        return np.where(found, self._owner_first[at], 0), np.where(found, self._owner_count[at], 0)
+
+    def own_kernels(self, h: int) -> np.ndarray:
+        """The GPU events ``h`` launched directly, by start (ties in event order)."""
+        first, count = self.kernel_slices(np.array([h]))
+        return self.by_start[int(first[0]):int(first[0] + count[0])]
+
     def first_kernel(self, h: int) -> str | None:
         """The name of the earliest kernel ``h`` launched directly (None if none)."""
-        kernels = self.by_start.get(h)
-        return self.f.names[self.f.g_name[kernels[0]]] if kernels else None
+        kernels = self.own_kernels(h)
+        return self.f.names[self.f.g_name[kernels[0]]] if len(kernels) else None
 
     def category(self, h: int) -> str:
-        category = self._categories.get(h)
-        if category is None:
-            category = self._categories[h] = self.category_of(self.f.names[self.f.h_name[h]], self.first_kernel(h))
-        return category
+        return self.category_of(self.f.names[self.f.h_name[h]], self.first_kernel(h))
 
-    def categories(self, hs: list[int]) -> list[str]:
-        """:meth:`category` of many host events, :func:`op_category` once per distinct (name, first kernel)."""
+    def categories(self, hs: list[int] | np.ndarray) -> list[str]:
+        """:meth:`category` of many host events."""
+        codes, values = self.category_codes(hs)
+        return [values[code] for code in codes.tolist()]
+
+    def category_codes(self, hs: list[int] | np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """:meth:`category` of many host events as numbers into the distinct categories (in first-seen
+        order), :func:`op_category` once per distinct (name, first kernel)."""
         f, width = self.f, len(self.f.names) + 1
-        firsts = np.array([kernels[0] if (kernels := self.by_start.get(h)) else -1 for h in hs], dtype=np.int64)
-        kernel = np.where(firsts >= 0, f.g_name[firsts] if len(f.g_name) else -1, -1)
-        keys, inverse = np.unique(f.h_name[np.array(hs, dtype=np.int64)].astype(np.int64) * width + kernel + 1,
-                                  return_inverse=True)
+        hs = np.asarray(hs, dtype=np.int64)
+        first, count = self.kernel_slices(hs)
+        kernel = np.where(count > 0, f.g_name[self.by_start[first]] if len(self.by_start) else -1, -1)
+        keys, inverse = np.unique(f.h_name[hs].astype(np.int64) * width + kernel + 1, return_inverse=True)
         found = [self.category_of(f.names[key // width], f.names[key % width - 1] if key % width else None)
                  for key in keys.tolist()]
-        listed = [found[at] for at in inverse.reshape(-1).tolist()]
-        self._categories.update(zip(hs, listed))
-        return listed
+        codes, values = _codes(found)
+        return codes[inverse.reshape(-1)], values
 
     def category_of(self, name: str, first_kernel: str | None) -> str:
         """:func:`op_category`, once per (name, first kernel)."""
@@ -270,23 +286,40 @@ def _timeline_kind(cat: int, name: str) -> int:
     return 1 if optree.is_communication(name) else 0
 
 
-def ops_rows(tree: OpTree) -> list[dict]:
-    """Each launcher's row: its name, category, and the busy time of its own GPU events and of every
-    GPU event linked below it."""
+@dataclass
+class OpRows:
+    """Rows of ops as columns indexed by row (typed arrays, not a dict a row): the host event each
+    stands for, its name and category (numbers into ``names`` and ``categories``)."""
+
+    h: np.ndarray
+    name: np.ndarray
+    names: list[str]
+    category: np.ndarray
+    categories: list[str]
+    columns: dict[str, np.ndarray] = field(default_factory=dict)  # numbers per row, by column
+    values: dict[str, list] = field(default_factory=dict)  # the distinct values of coded columns, by column
+
+    def __len__(self) -> int:
+        return len(self.h)
+
+    def name_list(self) -> list[str]:
+        return [self.names[code] for code in self.name.tolist()]
+
+
+def ops_rows(tree: OpTree) -> OpRows:
+    """Each launcher's row: its name, category, and the busy time of its own GPU events (``direct``) and
+    of every GPU event linked below it (``subtree``), with whether each is an integer in TraceLens."""
     f = tree.f
-    launchers = np.array(tree.launchers, dtype=np.int64)
+    launchers = tree.launchers
     position = np.full(len(f.h_ts), -1, dtype=np.int64)
     position[launchers] = np.arange(len(launchers))
     own = np.flatnonzero(tree.launcher_of != optree.NO_PARENT)
     direct, direct_int = tree.busy_many(position[tree.launcher_of[own]], own, len(launchers))
     op, gpu = tree.link_pairs(launchers)
     subtree, subtree_int = tree.busy_many(position[op], gpu, len(launchers))
-    names = [f.names[name] for name in f.h_name[launchers].tolist()]
-    return [{"h": h, "name": name, "category": category, "direct": d, "direct_int": di, "subtree": s,
-             "subtree_int": si}
-            for h, name, category, d, di, s, si in zip(tree.launchers, names, tree.categories(tree.launchers),
-                                                       direct.tolist(), direct_int.tolist(), subtree.tolist(),
-                                                       subtree_int.tolist())]
+    category, categories = tree.category_codes(launchers)
+    return OpRows(launchers, f.h_name[launchers].astype(np.int64), f.names, category, categories,
+                  {"direct": direct, "direct_int": direct_int, "subtree": subtree, "subtree_int": subtree_int})
 
 
 @dataclass
@@ -323,16 +356,20 @@ def percentages(ms: list[float]) -> tuple[list[float], list[float]]:
     return pct, np.cumsum(np.array(pct, dtype=np.float64)).tolist()
 
 
-def ops_summary(rows: list[dict]) -> Table:
-    groups = grouped([r["name"] for r in rows])
-    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
-    subtree = groups.sums(np.array([r["subtree"] for r in rows], dtype=np.float64))
-    direct_int = all(r["direct_int"] for r in rows)
-    subtree_int = all(r["subtree_int"] for r in rows)
+def _by_code(column: np.ndarray, values: list) -> _Groups:
+    """Rows grouped (sorted) by a coded column (``values``: each code's value)."""
+    return _grouped_columns([column], lambda row: values[row[0]], sort=True)
+
+
+def ops_summary(rows: OpRows) -> Table:
+    groups = _by_code(rows.name, rows.names)
+    direct, subtree = groups.sums(rows.columns["direct"]), groups.sums(rows.columns["subtree"])
+    direct_int, subtree_int = bool(rows.columns["direct_int"].all()), bool(rows.columns["subtree_int"].all())
     counts = groups.counts()
     categories: dict[str, set] = {}
-    for row in rows:
-        categories.setdefault(row["name"], set()).add(row["category"])
+    pairs = _distinct_rows([rows.name, rows.category])[0]
+    for name, category in pairs.tolist():
+        categories.setdefault(rows.names[name], set()).add(rows.categories[category])
     order = optree.descending(direct.tolist())
     d_sum = [cell_number(direct[i], direct_int) for i in order]
     s_sum = [cell_number(subtree[i], subtree_int) for i in order]
@@ -348,10 +385,10 @@ def ops_summary(rows: list[dict]) -> Table:
     return table
 
 
-def ops_summary_by_category(rows: list[dict]) -> Table:
-    groups = grouped([r["category"] for r in rows])
-    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
-    direct_int = all(r["direct_int"] for r in rows)
+def ops_summary_by_category(rows: OpRows) -> Table:
+    groups = _by_code(rows.category, rows.categories)
+    direct = groups.sums(rows.columns["direct"])
+    direct_int = bool(rows.columns["direct_int"].all())
     counts = groups.counts()
     order = optree.descending(direct.tolist())
     ms = [cell_number(direct[i], direct_int) / 1000 for i in order]
@@ -372,6 +409,7 @@ UNIQUE_ARGS_KEYS = ("name", "op category", "process_name", "process_label", "thr
                     "Input Strides", "Concrete Inputs")
 STATS = ("mean", "median", "std", "min", "max", "sum")
 TRUNCATE_KERNEL_NAME = 64
+STD_BLOCK = 1 << 16  # values of a group turned into Python floats at a time
 
 
 def gpu_details(f: OpsFacts, gpu: Sequence[int]) -> list[dict]:
@@ -394,17 +432,16 @@ def kernel_stats(lists: list[list[dict]]) -> list[dict]:
                     [np.array(values) for values in durations])
 
 
-def kernel_stats_of(f: OpsFacts, lists: list[list[int]]) -> list[dict]:
+def kernel_stats_of(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray) -> list[dict]:
     """:func:`kernel_stats` of the GPU events' :func:`gpu_details` (lists of GPU events, each in its
-    details' order), from the columns: each position's durations an integer array where all are
-    integers in the trace, as numpy makes one of them."""
-    template = lists[0]
-    same = np.array([kernels for kernels in lists if len(kernels) == len(template)], dtype=np.int64)
-    same = same.reshape(-1, len(template))
+    details' order: ``flat[first[i]:first[i] + count[i]]``), from the columns: each position's durations
+    an integer array where all are integers in the trace, as numpy makes one of them."""
+    size = int(count[0])
+    template = flat[int(first[0]):int(first[0]) + size]
+    same = flat[first[count == size][:, None] + np.arange(size)]
     durations, integral = f.g_dur[same], f.g_dur_int[same].all(axis=0)
-    return _summary([(details["name"], details["stream"]) for details in gpu_details(f, template)],
-                    [durations[:, i].astype(np.int64) if integral[i] else durations[:, i]
-                     for i in range(len(template))])
+    return _summary([(details["name"], details["stream"]) for details in gpu_details(f, template.tolist())],
+                    [durations[:, i].astype(np.int64) if integral[i] else durations[:, i] for i in range(size)])
 
 
 def _summary(template: list[tuple[str, int | None]], durations: list[np.ndarray]) -> list[dict]:
@@ -424,14 +461,16 @@ def truncated(summary: list[dict]) -> list[dict] | None:
     return out or None
 
 
-def welford_std(values: list[float]) -> float:
-    """pandas' grouped ``std`` (Welford's running mean, ddof 1)."""
+def welford_std(values: Sequence[float] | np.ndarray) -> float:
+    """pandas' grouped ``std`` (Welford's running mean, ddof 1), a block of values at a time."""
+    values = np.asarray(values, dtype=np.float64)
     count, mean, squares = 0, 0.0, 0.0
-    for value in values:
-        count += 1
-        before = mean
-        mean += (value - before) / count
-        squares += (value - mean) * (value - before)
+    for lo in range(0, len(values), STD_BLOCK):
+        for value in values[lo:lo + STD_BLOCK].tolist():
+            count += 1
+            before = mean
+            mean += (value - before) / count
+            squares += (value - mean) * (value - before)
     return math.sqrt(squares / (count - 1)) if count > 1 else math.nan
 
 
@@ -442,30 +481,30 @@ def process_and_thread(f: OpsFacts, h: int) -> tuple:
             f.metadata.get((pid, tid, "thread_name"), "Unknown"))
 
 
-def unique_args_groups(f: OpsFacts, rows: list[dict]) -> tuple[_Groups, list[tuple], list[int], list[list[int]]]:
-    """Rows (name, category, host event ``h``) grouped as ``grouped(sort=False)`` groups TraceLens's
-    unique-args keys (name, category, process, thread, argument lists) by their str(): each group's key
-    as its first row has it, its first row, and its rows; the str() keys made once per distinct
-    (name, category, thread, signature)."""
-    hs = np.array([row["h"] for row in rows], dtype=np.int64)
-    names, categories = _codes([row["name"] for row in rows]), _codes([row["category"] for row in rows])
+def unique_args_groups(f: OpsFacts, rows: OpRows) -> tuple[_Groups, list[tuple], np.ndarray, list[np.ndarray]]:
+    """Rows grouped as ``grouped(sort=False)`` groups TraceLens's unique-args keys (name, category,
+    process, thread, argument lists) by their str(): each group's key as its first row has it, its first
+    row, and its rows (in row order); the str() keys made once per distinct (name, category, thread,
+    signature)."""
+    hs = rows.h
 
     def key_of(row: list[int]) -> tuple:
-        name, category, h = names[1][row[0]], categories[1][row[1]], row[2]
-        return tuple("None" if part is NA else str(part) for part in (
-            name, category, *process_and_thread(f, h), *f.signatures[f.h_sig[h]]))
+        return tuple("None" if part is NA else str(part) for part in _unique_key(f, rows, *row))
 
     # (the host event stands for its thread and signature: one of the rows of each distinct four)
     thread_sig = _distinct_rows([f.h_thread[hs], f.h_sig[hs]])[2]
     stand_in = hs[np.unique(thread_sig, return_index=True)[1]][thread_sig]
-    groups = _grouped_columns([names[0], categories[0], stand_in], key_of, sort=False)
+    groups = _grouped_columns([rows.name, rows.category, stand_in], key_of, sort=False)
     order = np.argsort(groups.codes, kind="stable")
     bounds = np.searchsorted(groups.codes[order], np.arange(len(groups.keys) + 1))
-    members = [order[lo:hi].tolist() for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
-    first = [group[0] for group in members]
-    keys = [(rows[i]["name"], rows[i]["category"], *process_and_thread(f, rows[i]["h"]),
-             *f.signatures[f.h_sig[rows[i]["h"]]]) for i in first]
+    members = [order[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    first = order[bounds[:-1]] if len(order) else np.empty(0, np.int64)
+    keys = [_unique_key(f, rows, int(rows.name[i]), int(rows.category[i]), int(hs[i])) for i in first.tolist()]
     return groups, keys, first, members
+
+
+def _unique_key(f: OpsFacts, rows: OpRows, name: int, category: int, h: int) -> tuple:
+    return (rows.names[name], rows.categories[category], *process_and_thread(f, h), *f.signatures[f.h_sig[h]])
 
 
 def _codes(values: list) -> tuple[np.ndarray, list]:
@@ -475,7 +514,7 @@ def _codes(values: list) -> tuple[np.ndarray, list]:
     return codes, list(numbers)
 
 
-def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
+def ops_unique_args(tree: OpTree, rows: OpRows) -> Table:
     """``ops_unique_args``: launchers grouped by name, category, process,
     thread and the str() of their four argument lists, in first-seen order."""
     f = tree.f
@@ -483,18 +522,19 @@ def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
     counts = groups.counts()
     stats = {}
     for column in ("direct", "subtree"):
-        values = np.array([r[column] for r in rows], dtype=np.float64)
-        integral = all(r[column + "_int"] for r in rows)
+        values = rows.columns[column].astype(np.float64)
+        integral = bool(rows.columns[column + "_int"].all())
         sums = groups.sums(values)
         stats[column] = {
             "mean": (sums / counts).tolist(),
             "median": [float(np.median(values[m])) for m in members],
-            "std": [welford_std(values[m].tolist()) for m in members],
+            "std": [welford_std(values[m]) for m in members],
             "min": [cell_number(values[m].min(), integral) for m in members],
             "max": [cell_number(values[m].max(), integral) for m in members],
             "sum": [cell_number(x, integral) for x in sums.tolist()],
         }
-    order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], int(f.h_uid[rows[first[k]]["h"]])))
+    uids = f.h_uid[rows.h[first]].tolist()
+    order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], uids[k]))
     sums = [stats["direct"]["sum"][k] for k in order]
     pct, cumulative = percentages([float(x) for x in sums])
     header = [*UNIQUE_ARGS_KEYS, "operation_count"]
@@ -506,8 +546,8 @@ def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
         row = [*keys[k], int(counts[k])]
         for stat in STATS:
             row += [stats["direct"][stat][k], stats["subtree"][stat][k]]
-        summary = kernel_stats_of(f, [tree.by_start[rows[i]["h"]] for i in members[k]])
-        row += [int(f.h_uid[rows[first[k]]["h"]]), repr(summary), truncated(summary), pct[j], cumulative[j]]
+        summary = kernel_stats_of(f, tree.by_start, *tree.kernel_slices(rows.h[members[k]]))
+        row += [int(uids[k]), repr(summary), truncated(summary), pct[j], cumulative[j]]
         table.rows.append(row)
     return table
 

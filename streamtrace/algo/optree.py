@@ -28,7 +28,10 @@ def is_communication(name: str) -> bool:
     return bool(name) and COMMUNICATION.search(name) is not None
 
 
-def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+TREE_BLOCK = 1 << 16  # host events taken per block (their times as Python floats for the walk)
+
+
+def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Parent (an index into the arrays, or ``NO_PARENT``) of each host event,
     whether it is in the tree, and the order the events were taken in.
 
@@ -36,28 +39,35 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
     thread: entries that ended at or before the start are popped; an event
     that starts inside the top but ends after it is hung beside it when the
     overlap is under 1 µs and the top has a parent, and otherwise left out of
-    the tree (no parent, never a parent): TraceLens's rules.
+    the tree (no parent, never a parent): TraceLens's rules.  The walk reads
+    a block of events at a time and its stacks hold (event, end) pairs, so
+    that its Python objects are a block's and the nesting depth's.
     """
-    parent = [NO_PARENT] * len(ts)  # (lists while walking: a numpy item set costs more)
-    in_tree = [False] * len(ts)
-    stacks: dict[int, list[int]] = {}
-    ts_list, end_list, thread_list = ts.tolist(), end.tolist(), thread.tolist()
-    order = np.argsort(ts, kind="stable").tolist()
-    for i in order:
-        stack = stacks.setdefault(thread_list[i], [])
-        start = ts_list[i]
-        while stack and start >= end_list[stack[-1]]:
-            stack.pop()
-        if stack and end_list[i] > end_list[stack[-1]]:
-            if end_list[stack[-1]] - start < BLEED_TOLERANCE_US and len(stack) >= 2:
+    parent = np.full(len(ts), NO_PARENT, dtype=np.int64)
+    in_tree = np.zeros(len(ts), dtype=bool)
+    stacks: dict[int, list[tuple[int, float]]] = {}
+    order = np.argsort(ts, kind="stable")
+    for lo in range(0, len(order), TREE_BLOCK):
+        block = order[lo:lo + TREE_BLOCK]
+        parents = [NO_PARENT] * len(block)  # (lists while walking: a numpy item set costs more)
+        kept = [False] * len(block)
+        for at, (i, thread_of, start, finish) in enumerate(zip(block.tolist(), thread[block].tolist(),
+                                                               ts[block].tolist(), end[block].tolist())):
+            stack = stacks.setdefault(thread_of, [])
+            while stack and start >= stack[-1][1]:
                 stack.pop()
-            else:
-                continue
-        if stack:
-            parent[i] = stack[-1]
-        in_tree[i] = True
-        stack.append(i)
-    return np.array(parent, dtype=np.int64), np.array(in_tree, dtype=bool), order
+            if stack and finish > stack[-1][1]:
+                if stack[-1][1] - start < BLEED_TOLERANCE_US and len(stack) >= 2:
+                    stack.pop()
+                else:
+                    continue
+            if stack:
+                parents[at] = stack[-1][0]
+            kept[at] = True
+            stack.append((i, finish))
+        parent[block] = parents
+        in_tree[block] = kept
+    return parent, in_tree, order
 
 
 NO_LINK = -(1 << 63)
