@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -40,6 +41,7 @@ FIRST = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec")
 RATES = ("TB/s", "TFLOPS/s")
 STATS = ("mean", "median", "std", "min", "max")
 KERNEL_TIME = "Kernel Time (µs)"
+ROW_BLOCK = 1 << 14  # rows turned into Python values at a time
 
 
 class UnknownModel(Exception):
@@ -83,7 +85,7 @@ class _Unified:
         placed = np.flatnonzero(parent != optree.NO_PARENT)
         below_cpu_op[placed] = tree.cpu_ops_above(parent[placed]) != optree.NO_PARENT
         order = tree.order
-        self.roots = order[(tree.in_tree & (f.h_kind == CPU_OP) & ~below_cpu_op)[order]].tolist()
+        self.roots = order[(tree.in_tree & (f.h_kind == CPU_OP) & ~below_cpu_op)[order]]
         self._model: dict[tuple[int, int], bool] = {}  # (by name and signature)
         self.forwards = opsheets.cached_forwards(tree, signature_values)
         self._sole: dict[int, dict] = {}  # (the found ones; _sole_tried: each host event tried)
@@ -261,20 +263,21 @@ class _Unified:
         status = (self._status_of + 1).astype(np.uint8).tobytes()  # (0: its test raises, 1: no model, 2: a model)
         collected = array("q")
         visited = bytearray(len(cpu_op))
-        stack = self.roots[::-1]
-        while stack:
-            h = stack.pop()
-            if visited[h]:
-                continue
-            visited[h] = 1
-            if not cpu_op[h] or not has_gpu[h]:
-                continue
-            if status[h] == 2:
-                collected.append(h)
-                continue
-            if status[h] == 0:
-                self.op_has_model(h)  # (raises, where TraceLens's test does)
-            stack.extend(reversed(self._visit(h, collected)))
+        for root in map(int, self.roots):  # (a root's walk ends before the next root's begins)
+            stack = [root]
+            while stack:
+                h = stack.pop()
+                if visited[h]:
+                    continue
+                visited[h] = 1
+                if not cpu_op[h] or not has_gpu[h]:
+                    continue
+                if status[h] == 2:
+                    collected.append(h)
+                    continue
+                if status[h] == 0:
+                    self.op_has_model(h)  # (raises, where TraceLens's test does)
+                stack.extend(reversed(self._visit(h, collected)))
         return np.frombuffer(collected, dtype=np.int64) if len(collected) else np.empty(0, np.int64)
 
     def _visit(self, h: int, collected: array) -> list[int]:
@@ -426,8 +429,9 @@ class _RowColumns:
                 self.coded[column][row] = self._code(column, metrics.get(column))
         coded = {name: np.frombuffer(column, dtype=np.int64) for name, column in self.coded.items()}
         held = np.repeat(keep, ints["gpu_count"])
-        columns = {**{name: values[keep] for name, values in {**ints, **flags, **floats, **coded}.items()},
-                   "gpu": gpu[held]}
+        columns = {**ints, **flags, **floats, **coded, "gpu": gpu}
+        if not keep.all():
+            columns = {name: values[held if name == "gpu" else keep] for name, values in columns.items()}
         columns["gpu_first"] = np.cumsum(columns["gpu_count"]) - columns["gpu_count"]
         return OpRows(columns["h"], columns["name"], self.names, columns["category"], self.categories, columns,
                       self.values)
@@ -439,25 +443,29 @@ def _rows(walk: _Unified) -> OpRows:
     rows = _RowColumns(f)
     flat, first, count = walk.link_slices(collected)
     kernels, kernels_first = _kernel_names(f, flat, first, count)
-    categories = tree.categories(collected)
-    for at, (h, category, uid, sig, parent, dur, dur_int) in enumerate(zip(
-            collected.tolist(), categories, f.h_uid[collected].tolist(), f.h_sig[collected].tolist(),
-            tree.parent[collected].tolist(), f.h_dur[collected].tolist(), f.h_dur_int[collected].tolist())):
-        lo, named = int(first[at]), int(kernels_first[at])
-        _row(walk, rows, (h, sig, parent, dur, dur_int), walk.name(h), category, h, flat[lo:lo + count[at]], uid,
-             kernels[named:named + count[at]])
-    del categories
+    category, categories = tree.category_codes(collected)
+    for h, code, uid, sig, parent, dur, dur_int, lo, size, named in _each_row(
+            collected, category, f.h_uid[collected], f.h_sig[collected], tree.parent[collected], f.h_dur[collected],
+            f.h_dur_int[collected], first, count, kernels_first):
+        _row(walk, rows, (h, sig, parent, dur, dur_int), walk.name(h), categories[code], h, flat[lo:lo + size], uid,
+             kernels[named:named + size])
     held = np.zeros(len(f.g_ts), dtype=bool)
     held[flat] = True
     sources, gpus = walk.synthetic(held)
     next_uid = f.events
-    for source, g in zip(sources.tolist(), gpus.tolist()):
+    for source, g in _each_row(sources, gpus):
         name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
         facts = (source, int(f.h_sig[source]), int(tree.parent[source]), float(f.h_dur[source]), f.h_dur_int[source])
         _row(walk, rows, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid,
              kernels[:0])
         next_uid += 1
     return rows.rate(tree, walk.spec)
+
+
+def _each_row(*columns: np.ndarray) -> Iterator[tuple]:
+    """The columns' rows as tuples of Python values, a block at a time (not whole columns as lists)."""
+    for lo in range(0, len(columns[0]), ROW_BLOCK):
+        yield from zip(*(column[lo:lo + ROW_BLOCK].tolist() for column in columns))
 
 
 def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray,
