@@ -41,7 +41,7 @@ FIRST = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec")
 RATES = ("TB/s", "TFLOPS/s")
 STATS = ("mean", "median", "std", "min", "max")
 KERNEL_TIME = "Kernel Time (µs)"
-ROW_BLOCK = 1 << 14  # rows turned into Python values at a time
+ROW_BLOCK = 1 << 12  # rows turned into Python values at a time
 
 
 class UnknownModel(Exception):
@@ -330,15 +330,17 @@ CODED = ("Compute Spec", "Roofline Bound", "params")  # (numbers into each colum
 
 class _RowColumns:
     """``build_df_unified_perf_table``'s rows as typed columns appended a row at a time (a few numbers a
-    row, not a dict), a model's result kept as a number into the distinct results until its rates are
-    made over the row's kernel time (:meth:`rate`)."""
+    row, not a dict).  The model columns are held only for the rows with a model (``model_row``: those
+    rows, in order), a model's result as a number into the distinct results until its rates are made over
+    the row's kernel time (:meth:`rate`)."""
 
     def __init__(self, f: OpsFacts) -> None:
-        self.ints = {name: array("q") for name in ("h", "uid", "name", "category", "gpu_count", "result")}
+        self.ints = {name: array("q") for name in ("h", "uid", "name", "category", "gpu_count")}
         self.flags = {name: array("b") for name in ("dur_int", "has_perf_model", "busy_known", "busy_int", "rated",
                                                     "roofline")}
-        self.floats = {name: array("d") for name in ("dur", "busy", *RATED)}
-        self.coded = {name: array("q") for name in CODED}
+        self.floats = {name: array("d") for name in ("dur", "busy")}
+        self.model = {"model_row": array("q"), "result": array("q"), **{name: array("d") for name in RATED},
+                      **{name: array("q") for name in CODED}}
         self.values: dict[str, list] = {name: [] for name in (*CODED, "result")}
         self._value_codes: dict[tuple[str, int], int] = {}
         self.gpu = array("q")
@@ -362,27 +364,31 @@ class _RowColumns:
         if code is None:
             code = self._category_codes[category] = len(self.categories)
             self.categories.append(category)
+        row = len(self)
         for column, value in (("h", h), ("uid", uid), ("name", name), ("category", code), ("gpu_count", len(gpu))):
             self.ints[column].append(value)
-        self.ints["result"].append(self._code("result", result))
         self.gpu.extend(gpu.tolist() if isinstance(gpu, np.ndarray) else gpu)
         self.flags["dur_int"].append(dur_int)
         self.flags["has_perf_model"].append(has_perf_model)
         self.floats["dur"].append(dur)
-        self._metrics(metrics or {})
-
-    def _metrics(self, metrics: dict) -> None:
-        """A row's model columns (none: absent), its kernel time if they give it."""
+        metrics = metrics or {}
         self.flags["busy_known"].append("busy" in metrics)
         self.flags["busy_int"].append(bool(metrics.get("busy_int", False)))
+        self.floats["busy"].append(metrics.get("busy", math.nan))
         self.flags["rated"].append("GFLOPS" in metrics)
         self.flags["roofline"].append("Roofline Time (µs)" in metrics)
-        self.floats["busy"].append(metrics.get("busy", math.nan))
+        if result is not None or metrics:
+            self.model["model_row"].append(row)
+            self.model["result"].append(self._code("result", result))
+            self._metrics(metrics)
+
+    def _metrics(self, metrics: dict) -> None:
+        """The last model row's model columns (none: absent)."""
         for column in RATED:
             value = metrics.get(column)
-            self.floats[column].append(math.nan if value is None else value)
+            self.model[column].append(math.nan if value is None else value)
         for column in CODED:
-            self.coded[column].append(self._code(column, metrics.get(column)))
+            self.model[column].append(self._code(column, metrics.get(column)))
 
     def _code(self, column: str, value: object) -> int:
         """A model column's value as a number into its distinct values (by identity: the models' results are
@@ -399,22 +405,21 @@ class _RowColumns:
     def rate(self, tree: OpTree, spec: dict | None) -> OpRows:
         """Each row's kernel time (unless its metrics gave it) and its model's rates over it; the rows as
         :class:`OpRows` (``columns``: numpy), without those whose model declined them."""
-        ints = {name: np.frombuffer(column, dtype=np.int64) for name, column in self.ints.items()}
-        gpu = np.frombuffer(self.gpu, dtype=np.int64) if len(self.gpu) else np.empty(0, np.int64)
+        ints = {name: _numbers(column, np.int64) for name, column in self.ints.items()}
+        gpu = _numbers(self.gpu, np.int64)
+        flags = {name: _numbers(column, np.int8).astype(bool) for name, column in self.flags.items()}
+        floats = {name: _numbers(column, np.float64).copy() for name, column in self.floats.items()}
         first = np.cumsum(ints["gpu_count"]) - ints["gpu_count"]
-        flags = {name: np.frombuffer(column, dtype=np.int8).astype(bool) for name, column in self.flags.items()}
         timed = np.flatnonzero(~flags["busy_known"])
-        sizes = ints["gpu_count"][timed]
-        members = np.repeat(first[timed] - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
-        busy, integral = tree.busy_many(np.repeat(np.arange(len(timed)), sizes), gpu[members], len(timed))
-        floats = {name: np.frombuffer(column, dtype=np.float64).copy() for name, column in self.floats.items()}
-        floats["busy"][timed], flags["busy_int"][timed] = busy, integral
+        floats["busy"][timed], flags["busy_int"][timed] = _busy(tree, gpu, first[timed], ints["gpu_count"][timed])
         keep = np.ones(len(self), dtype=bool)
-        modelled = timed[ints["result"][timed] >= 0]
-        for row, value, whole in zip(modelled.tolist(), floats["busy"][modelled].tolist(),
-                                     flags["busy_int"][modelled].tolist()):
+        model = self.model
+        for slot, (row, result) in enumerate(zip(model["model_row"], model["result"])):
+            if result < 0 or flags["busy_known"][row]:
+                continue
             try:  # (an op's own model: its rates over that busy time)
-                metrics = opsheets.rated(self.values["result"][ints["result"][row]], value, whole, spec)
+                metrics = opsheets.rated(self.values["result"][result], float(floats["busy"][row]),
+                                         bool(flags["busy_int"][row]), spec)
             except NotImplementedError:
                 keep[row] = False
                 continue
@@ -424,23 +429,51 @@ class _RowColumns:
             flags["roofline"][row] = "Roofline Time (µs)" in metrics
             for column in RATED:
                 value = metrics.get(column)
-                floats[column][row] = math.nan if value is None else value
+                model[column][slot] = math.nan if value is None else value
             for column in CODED:
-                self.coded[column][row] = self._code(column, metrics.get(column))
-        coded = {name: np.frombuffer(column, dtype=np.int64) for name, column in self.coded.items()}
-        held = np.repeat(keep, ints["gpu_count"])
-        columns = {**ints, **flags, **floats, **coded, "gpu": gpu}
+                model[column][slot] = self._code(column, metrics.get(column))
+        columns = {**ints, **flags, **floats, "gpu": gpu}
+        sparse = {name: _numbers(column, np.int64 if column.typecode == "q" else np.float64)
+                  for name, column in model.items()}
         if not keep.all():
+            held = np.repeat(keep, ints["gpu_count"])
             columns = {name: values[held if name == "gpu" else keep] for name, values in columns.items()}
+            kept = keep[sparse["model_row"]]
+            sparse = {name: values[kept] for name, values in sparse.items()}
+            sparse["model_row"] = (np.cumsum(keep) - 1)[sparse["model_row"]]
         columns["gpu_first"] = np.cumsum(columns["gpu_count"]) - columns["gpu_count"]
-        return OpRows(columns["h"], columns["name"], self.names, columns["category"], self.categories, columns,
-                      self.values)
+        return OpRows(columns["h"], columns["name"], self.names, columns["category"], self.categories,
+                      {**columns, **sparse}, self.values)
+
+
+def _numbers(column: array, dtype: type) -> np.ndarray:
+    return np.frombuffer(column, dtype=dtype) if len(column) else np.empty(0, dtype)
+
+
+def _busy(tree: OpTree, gpu: np.ndarray, first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`OpTree.busy_many` of the slices ``gpu[first[i]:first[i] + count[i]]``, a block of slices at a
+    time (its temporary arrays a block's)."""
+    busy, integral = np.zeros(len(first)), np.ones(len(first), dtype=bool)
+    for lo in range(0, len(first), ROW_BLOCK):
+        starts, sizes = first[lo:lo + ROW_BLOCK], count[lo:lo + ROW_BLOCK]
+        members = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        busy[lo:lo + ROW_BLOCK], integral[lo:lo + ROW_BLOCK] = tree.busy_many(
+            np.repeat(np.arange(len(sizes)), sizes), gpu[members], len(sizes))
+    return busy, integral
 
 
 def _rows(walk: _Unified) -> OpRows:
+    rows = _RowColumns(walk.f)
+    held = _collected_rows(walk, rows)
+    _synthetic_rows(walk, rows, held)
+    del held  # (each step's arrays gone before the next's)
+    return rows.rate(walk.tree, walk.spec)
+
+
+def _collected_rows(walk: _Unified, rows: _RowColumns) -> np.ndarray:
+    """The rows of the collected ops; which GPU events they hold."""
     f, tree = walk.f, walk.tree
     collected = walk.collect()
-    rows = _RowColumns(f)
     flat, first, count = walk.link_slices(collected)
     kernels, kernels_first = _kernel_names(f, flat, first, count)
     category, categories = tree.category_codes(collected)
@@ -451,15 +484,20 @@ def _rows(walk: _Unified) -> OpRows:
              kernels[named:named + size])
     held = np.zeros(len(f.g_ts), dtype=bool)
     held[flat] = True
+    return held
+
+
+def _synthetic_rows(walk: _Unified, rows: _RowColumns, held: np.ndarray) -> None:
+    """A synthetic op's row per GPU event no collected op holds, numbered after the trace's events."""
+    f, tree = walk.f, walk.tree
     sources, gpus = walk.synthetic(held)
-    next_uid = f.events
+    next_uid, no_kernels = f.events, np.empty(0, np.int64)
     for source, g in _each_row(sources, gpus):
         name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
         facts = (source, int(f.h_sig[source]), int(tree.parent[source]), float(f.h_dur[source]), f.h_dur_int[source])
         _row(walk, rows, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid,
-             kernels[:0])
+             no_kernels)
         next_uid += 1
-    return rows.rate(tree, walk.spec)
 
 
 def _each_row(*columns: np.ndarray) -> Iterator[tuple]:
@@ -517,7 +555,10 @@ def _summarize(tree: OpTree, rows: OpRows) -> Table:
         KERNEL_TIME: _stats(groups, members, columns["busy"], bool(columns["busy_int"].all())),
     }
     for column in (*RATES, *(["Pct Roofline"] if with_roofline else [])):
-        stats[column] = _stats(groups, members, columns[column], False)
+        dense = np.full(len(rows), math.nan)
+        dense[columns["model_row"]] = columns[column]
+        stats[column] = _stats(groups, members, dense, False)
+        del dense
     header = [*UNIQUE_ARGS_KEYS, "ex_UID", "operation_count", "total_duration_us", "mean_duration_us",
               "std_duration_us"]
     if modelled:
@@ -545,12 +586,14 @@ def _summarize(tree: OpTree, rows: OpRows) -> Table:
         for column in (KERNEL_TIME, *RATES, "Pct Roofline"):
             for stat, values in stats.get(column, {}).items():
                 cells[f"{column}_{stat}"] = values[k]
-        modelled_rows = group[with_model[group]]  # (in row order: mostly the first one has it)
+        slots = _model_slots(rows, group)
+        candidates = slots[with_model[columns["model_row"][slots]]]  # (in row order: mostly the first has it)
         for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
-            cells[column] = _first_present(rows, column, modelled_rows)
+            cells[column] = next((value for slot in candidates.tolist()
+                                  if _present(value := _value(rows, column, slot))), NA)
         cells["Roofline Time (µs)_first"] = cells["Roofline Time (µs)"]
         summary = kernel_stats_of(f, columns["gpu"], columns["gpu_first"][group], columns["gpu_count"][group])
-        params = next((value for i in group.tolist() if (value := _value(rows, "params", i))), None)
+        params = next((value for slot in slots.tolist() if (value := _value(rows, "params", slot))), None)
         cells.update({"kernel_details_summary": repr(summary), "trunc_kernel_details": truncated(summary),
                       "perf_params": NA if params is None else str(params),
                       "has_perf_model": bool(columns["has_perf_model"][first])})
@@ -565,22 +608,22 @@ def _summarize(tree: OpTree, rows: OpRows) -> Table:
     return table
 
 
-def _value(rows: OpRows, column: str, row: int) -> object:
-    """A row's value of a model column (None: absent)."""
+def _model_slots(rows: OpRows, group: np.ndarray) -> np.ndarray:
+    """Where the model columns hold the rows of ``group`` that have them, in row order."""
+    model_row = rows.columns["model_row"]
+    if not len(model_row):
+        return np.empty(0, np.int64)
+    slots = np.minimum(np.searchsorted(model_row, group), len(model_row) - 1)
+    return slots[model_row[slots] == group]
+
+
+def _value(rows: OpRows, column: str, slot: int) -> object:
+    """A model row's value of a model column (None: absent)."""
     if column in CODED:
-        code = int(rows.columns[column][row])
+        code = int(rows.columns[column][slot])
         return None if code < 0 else rows.values[column][code]
-    value = float(rows.columns[column][row])
+    value = float(rows.columns[column][slot])
     return None if math.isnan(value) else value
-
-
-def _first_present(rows: OpRows, column: str, candidates: np.ndarray) -> object:
-    """The column's value in the first of the rows where it is present (NA: none)."""
-    for row in candidates.tolist():
-        value = _value(rows, column, row)
-        if _present(value):
-            return value
-    return NA
 
 
 def _present(value: object) -> bool:
