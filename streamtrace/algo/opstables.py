@@ -576,14 +576,22 @@ def kernels(tree: OpTree) -> _Kernels:
     op_keys, first, inverse = np.unique(np.where(above != optree.NO_PARENT, above,
                                                  -1 - f.h_name[calls].astype(np.int64)),
                                         return_index=True, return_inverse=True)
-    ops = op_keys[op_keys >= 0].tolist()
-    infos = dict(zip(ops, [(category, f.names[name], _short_signature(f.signatures[sig])) for category, name, sig
-                           in zip(tree.categories(ops), f.h_name[ops].tolist(), f.h_sig[ops].tolist())]))
-    number_of_op = np.zeros(len(op_keys), dtype=np.int64)
-    for at in np.argsort(first, kind="stable").tolist():  # (numbered as the calls first give them)
-        key = int(op_keys[at])
-        info = infos.get(key) or _runtime_info(f.names[-1 - key])
-        number_of_op[at] = numbers.setdefault(info, len(numbers))
+    # (what stands above: (category, name, signature) of an op, the name of a call without one; each
+    # distinct one numbered where its calls first come)
+    is_op = op_keys >= 0
+    category, categories = tree.category_codes(op_keys[is_op])
+    columns = [is_op.astype(np.int64), np.full(len(op_keys), -1, np.int64), -1 - op_keys, np.full(len(op_keys), -1)]
+    columns[1][is_op], columns[2][is_op], columns[3][is_op] = category, f.h_name[op_keys[is_op]], f.h_sig[op_keys[is_op]]
+    distinct, _, info_of = _distinct_rows(columns) if len(op_keys) else (np.empty((0, 4), np.int64), None, op_keys)
+    info_first = np.full(len(distinct), len(runtime), dtype=np.int64)
+    np.minimum.at(info_first, info_of, first)
+    number_of_info = np.zeros(len(distinct), dtype=np.int64)
+    for at in np.argsort(info_first, kind="stable").tolist():
+        op, category, name, sig = distinct[at].tolist()
+        info = (categories[category], f.names[name], _short_signature(f.signatures[sig])) if op else \
+            _runtime_info(f.names[name])
+        number_of_info[at] = numbers.setdefault(info, len(numbers))
+    number_of_op = number_of_info[info_of]
     above_of = np.zeros(len(runtime), dtype=np.int64)
     linked = np.flatnonzero(runtime != optree.NO_PARENT)
     above_of[linked] = number_of_op[inverse.reshape(-1)][np.searchsorted(calls, runtime[linked])]

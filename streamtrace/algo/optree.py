@@ -274,6 +274,7 @@ def group_sums(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray
 
 
 COLUMN_GROUPS = 16  # groups still adding rows for a column-wise step to pay (fewer: a loop per group)
+SUM_BLOCK = 1 << 14  # a long group's rows turned into Python floats at a time
 
 
 def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
@@ -306,15 +307,17 @@ def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
         c[np.isnan(c)] = 0.0
         comp[group], total[group] = c, t
         step += 1
-    ordered, starts, sizes = values[by_group].tolist(), starts.tolist(), sizes.tolist()
-    for g in [g for g, size in enumerate(sizes) if size > step]:
+    ordered = values[by_group]
+    for g in np.flatnonzero(sizes > step).tolist():
         sum_, compensation = float(total[g]), float(comp[g])
-        for value in ordered[starts[g] + step:starts[g] + sizes[g]]:
-            y = value - compensation
-            t = sum_ + y
-            c = t - sum_ - y
-            compensation = 0.0 if c != c else c
-            sum_ = t
+        end = int(starts[g] + sizes[g])
+        for lo in range(int(starts[g]) + step, end, SUM_BLOCK):  # (a block of Python floats at a time)
+            for value in ordered[lo:min(lo + SUM_BLOCK, end)].tolist():
+                y = value - compensation
+                t = sum_ + y
+                c = t - sum_ - y
+                compensation = 0.0 if c != c else c
+                sum_ = t
         total[g] = sum_
     return total
 
