@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import optree
+from .blockunique import unique_in_blocks
 from .opcategories import op_category
 
 SHORT_KERNEL_US = 10
@@ -623,10 +624,14 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
     widths = [int(column.max()) - low + 1 for column, low in zip(columns, lows)]
     if math.prod(widths) >= 1 << 62:
         return np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
-    key = np.zeros(len(columns[0]), dtype=np.int64)
-    for column, low, width in zip(columns, lows, widths):
-        key = key * width + (column.astype(np.int64) - low)
-    values, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+
+    def key(lo: int, hi: int) -> np.ndarray:
+        found = np.zeros(hi - lo, dtype=np.int64)
+        for column, low, width in zip(columns, lows, widths):
+            found = found * width + (column[lo:hi].astype(np.int64) - low)
+        return found
+
+    values, first, inverse = unique_in_blocks(len(columns[0]), key)
     digits = []
     for low, width in zip(lows[::-1], widths[::-1]):
         digits.append(values % width + low)
@@ -636,8 +641,8 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
 
 def _stream_codes(streams: np.ndarray) -> tuple[np.ndarray, list]:
     """Streams as small integers, and each code's value (None for none)."""
-    values, codes = np.unique(np.nan_to_num(streams, nan=-np.inf), return_inverse=True)
-    return codes.reshape(-1), [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
+    values, _, codes = unique_in_blocks(len(streams), lambda lo, hi: np.nan_to_num(streams[lo:hi], nan=-np.inf))
+    return codes, [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
 
 
 def kernel_summary(tree: OpTree, kernels: _Kernels, total_us: float) -> Table:

@@ -287,16 +287,21 @@ def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
     total = np.zeros(groups, dtype=np.float64)
     comp = np.zeros(groups, dtype=np.float64)
     kept = codes >= 0
-    codes, values = codes[kept].astype(np.int64), values[kept].astype(np.float64)
+    if not kept.all():  # (else the columns as they are: no copies)
+        codes, values = codes[kept], values[kept]
+    codes, values = codes.astype(np.int64, copy=False), values.astype(np.float64, copy=False)
     if not len(codes):
         return total
     by_group = np.argsort(codes, kind="stable")
     sizes = np.bincount(codes, minlength=groups)
     starts = np.cumsum(sizes) - sizes
-    position = np.empty(len(codes), dtype=np.int64)
-    position[by_group] = np.arange(len(codes)) - np.repeat(starts, sizes)
+    position = np.arange(len(codes))
+    position -= np.repeat(starts, sizes)
+    position[by_group] = position.copy()
     by_position = np.argsort(position, kind="stable")
-    bounds = np.searchsorted(position[by_position], np.arange(int(sizes.max()) + 2)).tolist()
+    position = position[by_position]  # (sorted: where each k-th row begins)
+    bounds = np.searchsorted(position, np.arange(int(sizes.max()) + 2)).tolist()
+    del position
     step = 0
     while step + 1 < len(bounds) and bounds[step + 1] - bounds[step] >= COLUMN_GROUPS:
         at = by_position[bounds[step]:bounds[step + 1]]
@@ -307,8 +312,10 @@ def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
         c[np.isnan(c)] = 0.0
         comp[group], total[group] = c, t
         step += 1
-    ordered = values[by_group]
-    for g in np.flatnonzero(sizes > step).tolist():
+    del by_position
+    long_groups = np.flatnonzero(sizes > step).tolist()
+    ordered = values[by_group] if long_groups else values
+    for g in long_groups:
         sum_, compensation = float(total[g]), float(comp[g])
         end = int(starts[g] + sizes[g])
         for lo in range(int(starts[g]) + step, end, SUM_BLOCK):  # (a block of Python floats at a time)
