@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tracelens_perf_reference import CASES, trace_of
 
-from streamtrace.algo import opsreport, opstables, optree, unifiedperf
+from streamtrace.algo import blockunique, opsreport, opstables, optree, unifiedperf
 from streamtrace.algo.opstables import OpsFacts, OpTree
 from streamtrace.commands.analyses import ops
 from streamtrace.commands.analyses.index import AnalyzeIndex
@@ -138,7 +138,8 @@ def _tables_peak(path: str, monkeypatch) -> tuple[int, int, dict]:
     """The most the tables of ``path`` allocate at once (tracemalloc's peak, the columns read first, in
     small blocks so that a small trace shows the bound), its GPU events, and the tables' CSV bytes."""
     for module, name in ((optree, "TREE_BLOCK"), (optree, "SUM_BLOCK"), (opstables, "STD_BLOCK"),
-                         (unifiedperf, "ROW_BLOCK")):
+                         (opstables, "LAUNCHER_BLOCK"), (opstables, "BUSY_BLOCK"), (unifiedperf, "ROW_BLOCK"),
+                         (blockunique, "BLOCK")):
         monkeypatch.setattr(module, name, 256, raising=False)  # (absent in code without blocks)
     facts = ops.read_input(path)[0]
     gc.collect()
@@ -155,12 +156,15 @@ def _tables_peak(path: str, monkeypatch) -> tuple[int, int, dict]:
 @pytest.mark.slow
 def test_what_the_tables_hold_per_op_is_a_few_numbers(tmp_path, monkeypatch) -> None:
     """The tables hold typed columns indexed by op row, not a dict or list per op: on generated ranks of N
-    and 4N steps (every table made), the peak grows by under 300 bytes per added GPU event (about 180; 535
-    with a dict per row and a list per launcher), and a block of rows costs the same whatever the trace."""
+    and 4N steps (every table made), the peak grows by under 300 bytes per added GPU event (about 150; 535
+    with a dict per row and a list per launcher); the tables made in blocks of 256 rows are the ones made in
+    one block."""
     small, large = (_synth(str(tmp_path / f"s{steps}"), steps) for steps in (2, 8))
+    expected = ops.ops_tables(small)[0]  # (blocks of the usual size: one block here)
     (peak_small, gpu_small, tables), (peak_large, gpu_large, _) = (_tables_peak(path, monkeypatch)
                                                                    for path in (small, large))
     assert {"unified_perf_summary", "ops_unique_args", "kernel_summary"} <= set(tables)
+    assert tables == {stem: data for stem, data in expected.items() if stem in tables}  # (many blocks: the same)
     assert gpu_large > 3.5 * gpu_small
     per_event = (peak_large - peak_small) / (gpu_large - gpu_small)
     assert 0 < per_event < 300, (peak_small, peak_large, per_event)

@@ -24,6 +24,8 @@ SHORT_KERNEL_US = 10
 HISTOGRAM_BINS = 100
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
 CPU_OP, RUNTIME = 0, 1
+LAUNCHER_BLOCK = 1 << 15  # launchers whose subtree's GPU events are gathered at once
+BUSY_BLOCK = 1 << 13  # groups of GPU events whose busy time is found at once
 GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
 NA = None  # an empty cell (pandas' NaN / NA)
 
@@ -159,6 +161,17 @@ class OpTree:
         f = self.f
         busy = optree.busy_groups(group, f.g_ts[gpu], f.g_end[gpu], count)
         return busy, np.bincount(group[~f.g_int[gpu]], minlength=count) == 0
+
+    def busy_slices(self, gpu: np.ndarray, first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`busy_many` of the groups ``gpu[first[i]:first[i] + count[i]]``, a block of groups at a
+        time (its temporary arrays a block's)."""
+        busy, integral = np.zeros(len(first)), np.ones(len(first), dtype=bool)
+        for lo in range(0, len(first), BUSY_BLOCK):
+            starts, sizes = first[lo:lo + BUSY_BLOCK], count[lo:lo + BUSY_BLOCK]
+            members = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+            busy[lo:lo + BUSY_BLOCK], integral[lo:lo + BUSY_BLOCK] = self.busy_many(
+                np.repeat(np.arange(len(sizes)), sizes), gpu[members], len(sizes))
+        return busy, integral
 
     def _launchers(self, runtime: np.ndarray) -> np.ndarray:
         """The cpu op above each runtime call (skipping ``execute``), else the call (a tree level at a time)."""
@@ -314,10 +327,13 @@ def ops_rows(tree: OpTree) -> OpRows:
     launchers = tree.launchers
     position = np.full(len(f.h_ts), -1, dtype=np.int64)
     position[launchers] = np.arange(len(launchers))
-    own = np.flatnonzero(tree.launcher_of != optree.NO_PARENT)
-    direct, direct_int = tree.busy_many(position[tree.launcher_of[own]], own, len(launchers))
-    op, gpu = tree.link_pairs(launchers)
-    subtree, subtree_int = tree.busy_many(position[op], gpu, len(launchers))
+    direct, direct_int = tree.busy_slices(tree.by_start, *tree.kernel_slices(launchers))
+    subtree, subtree_int = np.zeros(len(launchers)), np.ones(len(launchers), dtype=bool)
+    for lo in range(0, len(launchers), LAUNCHER_BLOCK):  # (a block of launchers' links below at a time)
+        block = launchers[lo:lo + LAUNCHER_BLOCK]
+        op, gpu = tree.link_pairs(block)
+        subtree[lo:lo + len(block)], subtree_int[lo:lo + len(block)] = tree.busy_many(position[op] - lo, gpu,
+                                                                                      len(block))
     category, categories = tree.category_codes(launchers)
     return OpRows(launchers, f.h_name[launchers].astype(np.int64), f.names, category, categories,
                   {"direct": direct, "direct_int": direct_int, "subtree": subtree, "subtree_int": subtree_int})

@@ -411,7 +411,7 @@ class _RowColumns:
         floats = {name: _numbers(column, np.float64).copy() for name, column in self.floats.items()}
         first = np.cumsum(ints["gpu_count"]) - ints["gpu_count"]
         timed = np.flatnonzero(~flags["busy_known"])
-        floats["busy"][timed], flags["busy_int"][timed] = _busy(tree, gpu, first[timed], ints["gpu_count"][timed])
+        floats["busy"][timed], flags["busy_int"][timed] = tree.busy_slices(gpu, first[timed], ints["gpu_count"][timed])
         keep = np.ones(len(self), dtype=bool)
         model = self.model
         for slot, (row, result) in enumerate(zip(model["model_row"], model["result"])):
@@ -448,18 +448,6 @@ class _RowColumns:
 
 def _numbers(column: array, dtype: type) -> np.ndarray:
     return np.frombuffer(column, dtype=dtype) if len(column) else np.empty(0, dtype)
-
-
-def _busy(tree: OpTree, gpu: np.ndarray, first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`OpTree.busy_many` of the slices ``gpu[first[i]:first[i] + count[i]]``, a block of slices at a
-    time (its temporary arrays a block's)."""
-    busy, integral = np.zeros(len(first)), np.ones(len(first), dtype=bool)
-    for lo in range(0, len(first), ROW_BLOCK):
-        starts, sizes = first[lo:lo + ROW_BLOCK], count[lo:lo + ROW_BLOCK]
-        members = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
-        busy[lo:lo + ROW_BLOCK], integral[lo:lo + ROW_BLOCK] = tree.busy_many(
-            np.repeat(np.arange(len(sizes)), sizes), gpu[members], len(sizes))
-    return busy, integral
 
 
 def _rows(walk: _Unified) -> OpRows:
