@@ -121,6 +121,10 @@ class OpTree:
         # the same by start (ties in event order), as TraceLens lists them: each launcher's slice of by_start
         self.by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))]
         self._owners, self._owner_first, self._owner_count = owners, first, count
+        # each runtime call's slice of the links (link_run is by call): the calls, the slices' bounds
+        heads = np.flatnonzero(np.r_[True, facts.link_run[1:] != facts.link_run[:-1]]) if len(facts.link_run) else \
+            np.empty(0, np.int64)
+        self._calls = facts.link_run[heads], heads, np.append(heads[1:], len(facts.link_run))
         self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}
         self.model_results: dict[tuple, tuple] = {}  # (the performance models' results, by what they read)
@@ -139,8 +143,7 @@ class OpTree:
         f = self.f
         wanted = np.zeros(len(f.h_ts) + 1, dtype=bool)  # (the last: no parent)
         wanted[ops] = True
-        runs, lo = np.unique(f.link_run, return_index=True)
-        hi = np.append(lo[1:], len(f.link_run))
+        runs, lo, hi = self._calls
         pair_op, pair_run = [], []
         current, at = runs.copy(), np.arange(len(runs))
         while len(current):  # (a level of ancestors at a time, from each call itself up)
@@ -268,8 +271,9 @@ def _slices(listed: list[int], keys: np.ndarray, starts: np.ndarray, sizes: np.n
 
 def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
     """Record the (runtime call, GPU event) links (every one: TraceLens
-    propagates them all up the tree) and each GPU event's call (the last link
-    wins)."""
+    propagates them all up the tree; by call, as :func:`optree.launch_links`
+    gives them, so that each call's links are one slice) and each GPU event's
+    call (the last link wins)."""
     facts.link_run, facts.link_gpu = run, gpu
     facts.g_parent = optree.last_parent(run, gpu, len(facts.g_ts))
 
