@@ -112,9 +112,12 @@ def launch_links(run_link: np.ndarray, run_graph: np.ndarray, gpu_link: np.ndarr
     found = keys[at] == query if len(keys) else np.zeros(len(query), dtype=bool)
     runs.append(calls[found])
     gpus.append(owners[at[found]])
-    run, gpu = np.concatenate(runs), np.concatenate(gpus)
-    order = np.argsort(run, kind="stable")
-    return run[order].astype(np.int64), gpu[order].astype(np.int64)
+    del gpu_ids, by_link, sorted_links, links, gpu_keys, keys, last, owners, query, at, found
+    run, gpu = np.concatenate(runs).astype(np.int64, copy=False), np.concatenate(gpus).astype(np.int64, copy=False)
+    if np.any(run[1:] < run[:-1]):  # (else already by call: no copies)
+        order = np.argsort(run, kind="stable")
+        run, gpu = run[order], gpu[order]
+    return run, gpu
 
 
 def last_parent(run: np.ndarray, gpu: np.ndarray, count: int) -> np.ndarray:
