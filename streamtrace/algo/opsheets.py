@@ -40,9 +40,8 @@ from .opstables import (
     Table,
     ancestors,
     cell_number,
-    gpu_details,
     grouped,
-    kernel_stats,
+    kernel_stats_of,
     process_and_thread,
     truncated,
     welford_std,
@@ -262,10 +261,10 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     f = tree.f
     by_start = sorted(gpu, key=lambda g: f.g_ts[g])
     result = model_result(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
-    details = gpu_details(f, by_start)  # (after the model: nothing to list where it fails)
     busy, integral = tree.busy(gpu) if gpu else (0, True)
-    return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]], "details": details,
-            **rated(result, busy, integral, spec)}
+    # (its GPU events by start, as numbers: their details are read from the columns when the sheet is made)
+    return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]],
+            "kernels": np.array(by_start, dtype=np.int64), **rated(result, busy, integral, spec)}
 
 
 def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
@@ -408,8 +407,9 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
             stats = rate_stats([r.get("Pct Roofline", math.nan) for r in group])
             stats["mean"] = rate_means["Pct Roofline"][k]
             record += [stats[s] for s in RATE_STATS]
-        summary = kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \
-            else []
+        lists = [r["kernels"] for r in group if len(r["kernels"])]
+        count = np.array([len(kernels) for kernels in lists], dtype=np.int64)
+        summary = kernel_stats_of(f, np.concatenate(lists), np.cumsum(count) - count, count) if lists else []
         record += [repr(summary), truncated(summary)]
         for i in range(len(ARG_COLUMNS)):
             record.append(next((str(r["values"][i]) for r in group if r["values"][i] is not None), NA))

@@ -11,7 +11,7 @@ docs/analyze.md states each rule, and the accidents kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,14 +129,11 @@ class OpTree:
         self._cpu_op_above: dict[int, int] = {}
         self.model_results: dict[tuple, tuple] = {}  # (the performance models' results, by what they read)
 
-    def links_below(self, ops: list[int]) -> dict[int, list[int]]:
+    def links_below(self, ops: list[int]) -> LinkSlices:
         """Each op's GPU events: every link of every runtime call below it (a
         GPU event linked twice counts twice), as TraceLens walks the children."""
-        found: dict[int, list[int]] = {h: [] for h in ops}
-        op, gpu = self.link_pairs(np.array(ops, dtype=np.int64))
-        heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
-        found.update(_slices(gpu.tolist(), op[heads], heads, np.diff(np.append(heads, len(op)))))
-        return found
+        ops = np.unique(np.asarray(ops, dtype=np.int64))
+        return LinkSlices(ops, *self.link_pairs(ops))
 
     def link_pairs(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`links_below` as (op, GPU event) pairs, by op, then by runtime call, then by link."""
@@ -264,9 +261,24 @@ class OpTree:
         return found
 
 
-def _slices(listed: list[int], keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> dict[int, list[int]]:
-    """``{key: listed[start:start + size]}`` in the keys' order (the slices made in C, not a loop)."""
-    return dict(zip(keys.tolist(), map(listed.__getitem__, map(slice, starts.tolist(), (starts + sizes).tolist()))))
+class LinkSlices(Mapping):
+    """Ops' GPU events (:meth:`OpTree.links_below`) as slices of (op, GPU event) pairs by op, each op's a
+    list when asked for (not a dict of lists held for every op)."""
+
+    def __init__(self, ops: np.ndarray, op: np.ndarray, gpu: np.ndarray) -> None:
+        self._ops, self._op, self._gpu = ops, op, gpu
+
+    def __getitem__(self, h: int) -> list[int]:
+        at = int(np.searchsorted(self._ops, h))
+        if at == len(self._ops) or self._ops[at] != h:
+            raise KeyError(h)
+        return self._gpu[int(np.searchsorted(self._op, h, "left")):int(np.searchsorted(self._op, h, "right"))].tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ops.tolist())
+
+    def __len__(self) -> int:
+        return len(self._ops)
 
 
 def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
@@ -439,24 +451,11 @@ def gpu_details(f: OpsFacts, gpu: Sequence[int]) -> list[dict]:
              "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
 
 
-def kernel_stats(lists: list[list[dict]]) -> list[dict]:
-    """TraceLens's ``_summarize_kernel_stats``: per kernel position of the
-    first row's list (rows of another length left out), numpy's statistics;
-    then ordered by total time and name."""
-    template = lists[0]
-    durations: list[list] = [[] for _ in template]
-    for kernels in lists:
-        if len(kernels) == len(template):
-            for i, kernel in enumerate(kernels):
-                durations[i].append(kernel["dur"])
-    return _summary([(kernel["name"], kernel["stream"]) for kernel in template],
-                    [np.array(values) for values in durations])
-
-
 def kernel_stats_of(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray) -> list[dict]:
-    """:func:`kernel_stats` of the GPU events' :func:`gpu_details` (lists of GPU events, each in its
-    details' order: ``flat[first[i]:first[i] + count[i]]``), from the columns: each position's durations
-    an integer array where all are integers in the trace, as numpy makes one of them."""
+    """TraceLens's ``_summarize_kernel_stats`` of lists of GPU events (``flat[first[i]:first[i] + count[i]]``,
+    each in its :func:`gpu_details` order): per position of the first list (lists of another length left
+    out), numpy's statistics of the durations (an integer array where all are integers in the trace, as
+    numpy makes one of them); then ordered by total time and name."""
     size = int(count[0])
     template = flat[int(first[0]):int(first[0]) + size]
     same = flat[first[count == size][:, None] + np.arange(size)]
