@@ -77,10 +77,9 @@ class _Unified:
         self.launch[self._runs] = True
         self.has_gpu = self._marked_above(np.ones(len(f.link_run), dtype=bool))  # (TraceLens's gpu_events)
         self.communication_below = self._marked_above(np.array(tree.communication + [False])[f.g_name[f.link_gpu]])
-        self.forward_of: dict[int, int] = {}
-        for forward, backwards in opsheets.backward_ops(tree).items():
-            for backward in backwards:
-                self.forward_of[backward] = forward
+        self.forward_of = np.full(count, optree.NO_PARENT, dtype=np.int64)  # (each backward op's forward op)
+        forwards, backwards = opsheets.backward_ops(tree)
+        self.forward_of[backwards] = forwards
         below_cpu_op = np.zeros(count, dtype=bool)  # (a cpu op among its ancestors)
         placed = np.flatnonzero(parent != optree.NO_PARENT)
         below_cpu_op[placed] = tree.cpu_ops_above(parent[placed]) != optree.NO_PARENT
@@ -160,8 +159,8 @@ class _Unified:
         for _ in range(5):
             if current == optree.NO_PARENT:
                 break
-            forward = self.forward_of.get(current)
-            if forward is not None and f.h_uid[forward] != 0:
+            forward = int(self.forward_of[current])
+            if forward != optree.NO_PARENT and f.h_uid[forward] != 0:
                 wrapper = current
                 break
             current = int(tree.parent[current])
