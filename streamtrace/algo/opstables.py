@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import optree
+from . import blockunique, optree
 from .blockunique import unique_in_blocks
 from .opcategories import op_category
 
@@ -587,9 +587,13 @@ class _Kernels:
 def kernels(tree: OpTree) -> _Kernels:
     f = tree.f
     g = np.flatnonzero(f.g_cat == KERNEL)
-    runtime = f.g_parent[g]
     numbers: dict[tuple, int] = {(NA, NA, (NA, NA, NA)): 0}  # an unlinked kernel
-    calls = np.unique(runtime[runtime != optree.NO_PARENT])
+    is_call = np.zeros(len(f.h_ts), dtype=bool)  # (the calls that launched kernels, a block of kernels at a time)
+    for lo in range(0, len(g), blockunique.BLOCK):
+        runtime = f.g_parent[g[lo:lo + blockunique.BLOCK]]
+        is_call[runtime[runtime != optree.NO_PARENT]] = True
+    calls = np.flatnonzero(is_call)
+    del is_call
     above = tree.cpu_ops_above(calls)
     has_cpu_op = bool((above != optree.NO_PARENT).any())
     # (each call's op: the cpu op above it, else, TraceLens's fallback, the launch call by its name)
@@ -603,7 +607,7 @@ def kernels(tree: OpTree) -> _Kernels:
     columns = [is_op.astype(np.int64), np.full(len(op_keys), -1, np.int64), -1 - op_keys, np.full(len(op_keys), -1)]
     columns[1][is_op], columns[2][is_op], columns[3][is_op] = category, f.h_name[op_keys[is_op]], f.h_sig[op_keys[is_op]]
     distinct, _, info_of = _distinct_rows(columns) if len(op_keys) else (np.empty((0, 4), np.int64), None, op_keys)
-    info_first = np.full(len(distinct), len(runtime), dtype=np.int64)
+    info_first = np.full(len(distinct), len(calls), dtype=np.int64)
     np.minimum.at(info_first, info_of, first)
     number_of_info = np.zeros(len(distinct), dtype=np.int64)
     for at in np.argsort(info_first, kind="stable").tolist():
@@ -611,10 +615,12 @@ def kernels(tree: OpTree) -> _Kernels:
         info = (categories[category], f.names[name], _short_signature(f.signatures[sig])) if op else \
             _runtime_info(f.names[name])
         number_of_info[at] = numbers.setdefault(info, len(numbers))
-    number_of_op = number_of_info[info_of]
-    above_of = np.zeros(len(runtime), dtype=np.int64)
-    linked = np.flatnonzero(runtime != optree.NO_PARENT)
-    above_of[linked] = number_of_op[inverse.reshape(-1)][np.searchsorted(calls, runtime[linked])]
+    number_of_call = number_of_info[info_of][inverse.reshape(-1)]
+    above_of = np.zeros(len(g), dtype=np.int64)
+    for lo in range(0, len(g), blockunique.BLOCK):
+        runtime = f.g_parent[g[lo:lo + blockunique.BLOCK]]
+        linked = runtime != optree.NO_PARENT
+        above_of[lo:lo + blockunique.BLOCK][linked] = number_of_call[np.searchsorted(calls, runtime[linked])]
     return _Kernels(g, list(numbers), above_of, has_cpu_op)
 
 

@@ -69,9 +69,7 @@ class _Unified:
         place[tree.order] = np.arange(count)
         below = np.flatnonzero(tree.in_tree & (parent != optree.NO_PARENT))
         self._child = below[np.lexsort((place[below], parent[below]))]  # children by parent, in the order taken
-        parents = parent[self._child]
-        self._child_lo = np.searchsorted(parents, np.arange(count), "left")
-        self._child_hi = np.searchsorted(parents, np.arange(count), "right")
+        self._parents = parent[self._child]  # (sorted: each event's children one slice, found by searching)
         self._runs = np.unique(f.link_run)
         self.launch = np.zeros(count, dtype=bool)
         self.launch[self._runs] = True
@@ -93,7 +91,7 @@ class _Unified:
         self._status_of = np.zeros(0, dtype=np.int8)
 
     def children(self, h: int) -> list[int]:
-        return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
+        return self._child[self._parents.searchsorted(h, "left"):self._parents.searchsorted(h, "right")].tolist()
 
     def _marked_above(self, links: np.ndarray) -> np.ndarray:
         """Each host event with one of the marked links' calls at or below it."""
@@ -465,8 +463,8 @@ def _collected_rows(walk: _Unified, rows: _RowColumns) -> np.ndarray:
     kernels, kernels_first = _kernel_names(f, flat, first, count)
     category, categories = tree.category_codes(collected)
     for h, code, uid, sig, parent, dur, dur_int, lo, size, named in _each_row(
-            collected, category, f.h_uid[collected], f.h_sig[collected], tree.parent[collected], f.h_dur[collected],
-            f.h_dur_int[collected], first, count, kernels_first):
+            collected, category, (f.h_uid, collected), (f.h_sig, collected), (tree.parent, collected),
+            (f.h_dur, collected), (f.h_dur_int, collected), first, count, kernels_first):
         _row(walk, rows, (h, sig, parent, dur, dur_int), walk.name(h), categories[code], h, flat[lo:lo + size], uid,
              kernels[named:named + size])
     held = np.zeros(len(f.g_ts), dtype=bool)
@@ -487,10 +485,17 @@ def _synthetic_rows(walk: _Unified, rows: _RowColumns, held: np.ndarray) -> None
         next_uid += 1
 
 
-def _each_row(*columns: np.ndarray) -> Iterator[tuple]:
-    """The columns' rows as tuples of Python values, a block at a time (not whole columns as lists)."""
+def _each_row(*columns: np.ndarray | tuple[np.ndarray, np.ndarray]) -> Iterator[tuple]:
+    """The columns' rows as tuples of Python values, a block at a time (not whole columns as lists); a
+    column given as (values, rows) is ``values[rows]``, gathered a block at a time too."""
+    def block(column: np.ndarray | tuple[np.ndarray, np.ndarray], lo: int) -> list:
+        if isinstance(column, tuple):
+            values, rows = column
+            return values[rows[lo:lo + ROW_BLOCK]].tolist()
+        return column[lo:lo + ROW_BLOCK].tolist()
+
     for lo in range(0, len(columns[0]), ROW_BLOCK):
-        yield from zip(*(column[lo:lo + ROW_BLOCK].tolist() for column in columns))
+        yield from zip(*(block(column, lo) for column in columns))
 
 
 def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray,
