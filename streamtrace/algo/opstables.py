@@ -639,7 +639,10 @@ def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: b
     groups = grouped([keys[i] for i in np.argsort(first, kind="stable").tolist()], sort=sort, dropna=dropna)
     number = {key: i for i, key in enumerate(groups.keys)}
     remap = np.array([number.get(key, -1) for key in keys], dtype=np.int64)
-    return _Groups(groups.keys, remap[inverse.reshape(-1)])
+    inverse = inverse.reshape(-1)
+    for lo in range(0, len(inverse), blockunique.BLOCK):  # (in place: no second column of codes)
+        inverse[lo:lo + blockunique.BLOCK] = remap[inverse[lo:lo + blockunique.BLOCK]]
+    return _Groups(groups.keys, inverse)
 
 
 def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -664,9 +667,9 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
     return np.stack(digits[::-1], axis=1), first, inverse.reshape(-1)
 
 
-def _stream_codes(streams: np.ndarray) -> tuple[np.ndarray, list]:
-    """Streams as small integers, and each code's value (None for none)."""
-    values, _, codes = unique_in_blocks(len(streams), lambda lo, hi: np.nan_to_num(streams[lo:hi], nan=-np.inf))
+def _stream_codes(streams: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, list]:
+    """The streams of ``rows`` as small integers, and each code's value (None for none)."""
+    values, _, codes = unique_in_blocks(len(rows), lambda lo, hi: np.nan_to_num(streams[rows[lo:hi]], nan=-np.inf))
     return codes, [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
 
 
@@ -674,7 +677,7 @@ def kernel_summary(tree: OpTree, kernels: _Kernels, total_us: float) -> Table:
     f = tree.f
     durations = f.g_dur[kernels.g]
     integral = bool(f.g_dur_int[kernels.g].all())
-    stream_codes, stream_values = _stream_codes(f.g_stream[kernels.g])
+    stream_codes, stream_values = _stream_codes(f.g_stream, kernels.g)
     streams_whole = None not in stream_values  # else pandas' float column: 7.0
 
     def key_of(row: list[int]) -> tuple:
