@@ -137,7 +137,7 @@ def test_the_op_tree_keeps_no_list_of_each_launchers_gpu_events_in_event_order(t
 def _tables_peak(path: str, monkeypatch) -> tuple[int, int, dict]:
     """The most the tables of ``path`` allocate at once (tracemalloc's peak, the columns read first, in
     small blocks so that a small trace shows the bound), its GPU events, and the tables' CSV bytes."""
-    for module, name in ((optree, "TREE_BLOCK"), (optree, "SUM_BLOCK"), (opstables, "STD_BLOCK"),
+    for module, name in ((optree, "TREE_BLOCK"), (optree, "SUM_BLOCK"), (optree, "KAHAN_BLOCK"), (opstables, "STD_BLOCK"),
                          (opstables, "LAUNCHER_BLOCK"), (opstables, "BUSY_BLOCK"), (unifiedperf, "ROW_BLOCK"),
                          (blockunique, "BLOCK")):
         monkeypatch.setattr(module, name, 256, raising=False)  # (absent in code without blocks)

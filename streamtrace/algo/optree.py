@@ -278,6 +278,7 @@ def group_sums(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray
 
 COLUMN_GROUPS = 16  # groups still adding rows for a column-wise step to pay (fewer: a loop per group)
 SUM_BLOCK = 1 << 14  # a long group's rows turned into Python floats at a time
+KAHAN_BLOCK = 1 << 16  # rows added to the groups' Kahan sums at a time
 
 
 def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
@@ -286,15 +287,23 @@ def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
     Each group's rows are added in row order, as the kernel adds them; the
     groups are independent, so the k-th row of every group is added at once
     while many groups have a k-th row, and the long groups' remaining rows by
-    a plain loop per group: the same operations on the same floats."""
+    a plain loop per group: the same operations on the same floats.  The
+    rows are taken a block at a time, each group's sum and compensation
+    carried from block to block (its rows still added in row order)."""
     total = np.zeros(groups, dtype=np.float64)
     comp = np.zeros(groups, dtype=np.float64)
-    kept = codes >= 0
-    if not kept.all():  # (else the columns as they are: no copies)
-        codes, values = codes[kept], values[kept]
-    codes, values = codes.astype(np.int64, copy=False), values.astype(np.float64, copy=False)
+    for lo in range(0, len(codes), KAHAN_BLOCK):
+        block = codes[lo:lo + KAHAN_BLOCK]
+        kept = block >= 0
+        _kahan_block(block[kept].astype(np.int64), values[lo:lo + KAHAN_BLOCK][kept].astype(np.float64), total, comp)
+    return total
+
+
+def _kahan_block(codes: np.ndarray, values: np.ndarray, total: np.ndarray, comp: np.ndarray) -> None:
+    """Add a block of rows to the groups' Kahan sums (``total``, ``comp``: updated in place)."""
+    groups = len(total)
     if not len(codes):
-        return total
+        return
     by_group = np.argsort(codes, kind="stable")
     sizes = np.bincount(codes, minlength=groups)
     starts = np.cumsum(sizes) - sizes
@@ -328,8 +337,7 @@ def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
                 c = t - sum_ - y
                 compensation = 0.0 if c != c else c
                 sum_ = t
-        total[g] = sum_
-    return total
+        total[g], comp[g] = sum_, compensation
 
 
 def descending(values: Sequence[float]) -> list[int]:
