@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from tracelens_perf_reference import CASES, trace_of
 
+from streamtrace.algo import opsreport, opstables, optree, unifiedperf
 from streamtrace.algo.opstables import OpsFacts, OpTree
 from streamtrace.commands.analyses import ops
 from streamtrace.commands.analyses.index import AnalyzeIndex
@@ -119,8 +120,9 @@ def test_a_file_of_several_ranks_holds_one_ranks_facts_at_a_time(tmp_path, monke
 
 @pytest.mark.slow
 def test_the_op_tree_keeps_no_list_of_each_launchers_gpu_events_in_event_order(tmp_path) -> None:
-    """The tree keeps each launcher's GPU events once (by start, as the tables read them): what it holds
-    per GPU event stays under 150 bytes on a generated rank (178 with a second list in event order)."""
+    """The tree keeps each launcher's GPU events once (by start, as the tables read them), in typed arrays:
+    what it holds per GPU event stays under 60 bytes on a generated rank (about 33; 150 with a Python list
+    per launcher, 178 with a second one in event order)."""
     facts = ops.read_input(_synth(str(tmp_path), 10))[0]
     tracemalloc.start()
     try:
@@ -129,4 +131,40 @@ def test_the_op_tree_keeps_no_list_of_each_launchers_gpu_events_in_event_order(t
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert tree.launchers and held / len(facts.g_ts) < 150, held / len(facts.g_ts)
+    assert len(tree.launchers) and held / len(facts.g_ts) < 60, held / len(facts.g_ts)
+
+
+def _tables_peak(path: str, monkeypatch) -> tuple[int, int, dict]:
+    """The most the tables of ``path`` allocate at once (tracemalloc's peak, the columns read first, in
+    small blocks so that a small trace shows the bound), its GPU events, and the tables' CSV bytes."""
+    for module, name in ((optree, "TREE_BLOCK"), (optree, "SUM_BLOCK"), (optree, "KAHAN_BLOCK"), (opstables, "STD_BLOCK"),
+                         (opstables, "LAUNCHER_BLOCK"), (opstables, "BUSY_BLOCK"), (unifiedperf, "ROW_BLOCK"),
+                         (getattr(opstables, "blockunique", opstables), "BLOCK")):
+        monkeypatch.setattr(module, name, 256, raising=False)  # (absent in code without blocks)
+    facts = ops.read_input(path)[0]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tables, _ = opsreport.perf_tables(facts)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    return peak, len(facts.g_ts), {stem: ops.table_csv(table) for stem, table in tables.items()}
+
+
+@pytest.mark.slow
+def test_what_the_tables_hold_per_op_is_a_few_numbers(tmp_path, monkeypatch) -> None:
+    """The tables hold typed columns indexed by op row, not a dict or list per op: on generated ranks of N
+    and 4N steps (every table made), the peak grows by under 200 bytes per added GPU event (about 110; 543
+    with a dict per row and a list per launcher); the tables made in blocks of 256 rows are the ones made in
+    one block."""
+    small, large = (_synth(str(tmp_path / f"s{steps}"), steps) for steps in (2, 8))
+    expected = ops.ops_tables(small)[0]  # (blocks of the usual size: one block here)
+    (peak_small, gpu_small, tables), (peak_large, gpu_large, _) = (_tables_peak(path, monkeypatch)
+                                                                   for path in (small, large))
+    assert {"unified_perf_summary", "ops_unique_args", "kernel_summary"} <= set(tables)
+    assert tables == {stem: data for stem, data in expected.items() if stem in tables}  # (many blocks: the same)
+    assert gpu_large > 3.5 * gpu_small
+    per_event = (peak_large - peak_small) / (gpu_large - gpu_small)
+    assert 0 < per_event < 200, (peak_small, peak_large, per_event)

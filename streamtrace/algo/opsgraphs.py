@@ -58,20 +58,23 @@ def captures(tree: OpTree) -> list[Capture]:
     runtime = np.flatnonzero(f.h_kind == RUNTIME)
     order = runtime[np.lexsort((f.h_ts[runtime], f.h_thread[runtime]))]
     _, firsts = np.unique(f.h_thread[order], return_index=True)
+    # (by name number: each name tested once, not each call)
+    begin, end, dispatch = (np.array([test(name) for name in f.names] or [False]) for test in (
+        lambda name: BEGIN in name, lambda name: END in name, _dispatch))
     found: list[Capture] = []
     for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
         mine = order[lo:hi]
-        names = [f.names[n] for n in f.h_name[mine].tolist()]
-        begins = [f.h_end[h] for h, name in zip(mine.tolist(), names) if BEGIN in name]
-        ends = [f.h_ts[h] for h, name in zip(mine.tolist(), names) if END in name]
+        names = f.h_name[mine]
+        begins = f.h_end[mine[begin[names]]].tolist()
+        ends = f.h_ts[mine[end[names]]].tolist()
         starts = f.h_ts[mine]
         for start in begins:  # (each Begin closed by the first End after it: a trace may start inside a capture)
             after = bisect.bisect_left(ends, start)
             if after == len(ends):
                 continue
             stop = ends[after]
-            inside = range(int(np.searchsorted(starts, start, "left")), int(np.searchsorted(starts, stop, "right")))
-            calls = [int(mine[at]) for at in inside if f.h_end[mine[at]] <= stop and _dispatch(names[at])]
+            inside = mine[int(np.searchsorted(starts, start, "left")):int(np.searchsorted(starts, stop, "right"))]
+            calls = inside[(f.h_end[inside] <= stop) & dispatch[f.h_name[inside]]].tolist()
             found.append(Capture(calls, [_call_label(tree, h) for h in calls]))
     return found
 
@@ -116,11 +119,10 @@ def replays(tree: OpTree) -> tuple[dict[int, int], list[int], list[Capture]]:
     if not launches:
         return {}, [], []
     found = captures(tree)
-    runs, starts = np.unique(f.link_run, return_index=True)
-    bounds = dict(zip(runs.tolist(), zip(starts.tolist(), [*starts[1:].tolist(), len(f.link_run)])))
+    runs = f.link_run  # (by call: each call's links one slice)
     given: dict[int, int] = {}
     for launch in launches if found else ():  # (no capture: nothing to pair)
-        lo, hi = bounds.get(launch, (0, 0))
+        lo, hi = int(np.searchsorted(runs, launch, "left")), int(np.searchsorted(runs, launch, "right"))
         gpu = sorted(set(f.link_gpu[lo:hi].tolist()), key=lambda g: (f.g_ts[g], g))
         labels = [_kind(f.names[f.g_name[g]]) or f.names[f.g_name[g]] for g in gpu]
         for capture in found:

@@ -40,9 +40,8 @@ from .opstables import (
     Table,
     ancestors,
     cell_number,
-    gpu_details,
     grouped,
-    kernel_stats,
+    kernel_stats_of,
     process_and_thread,
     truncated,
     welford_std,
@@ -91,39 +90,46 @@ ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  
 RATE_STATS = ("mean", "median", "std", "min", "max")
 
 
-def backward_ops(tree: OpTree) -> dict[int, list[int]]:
-    """TraceLens's forward -> backward op links: per sequence number, the
-    first ``autograd::engine::evaluate_function:`` event is the backward op,
-    and the forward op is the latest-starting other event of that number on
-    another thread (the first of equal starts)."""
+def backward_ops(tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
+    """TraceLens's forward -> backward op links, as (forward ops, their backward ops) in the order the
+    sequence numbers first come: per sequence number, the first ``autograd::engine::evaluate_function:``
+    event is the backward op, and the forward op is the latest-starting other event of that number on
+    another thread (the first of equal starts).  A sequence number's members sorted by number, not a
+    list per number."""
     f = tree.f
-    by_seq: dict[int, list[int]] = {}
-    for h in np.flatnonzero(f.h_seq != optree.NO_LINK).tolist():
-        by_seq.setdefault(int(f.h_seq[h]), []).append(h)
-    links: dict[int, list[int]] = {}
-    for members in by_seq.values():
-        bwd = next((h for h in members if f.names[f.h_name[h]].startswith("autograd::engine::evaluate_function:")),
-                   None)
-        if bwd is None:
-            continue
-        others = [h for h in members if f.h_thread[h] != f.h_thread[bwd]]
-        if others:
-            fwd = max(others, key=lambda h: (f.h_ts[h], -h))
-            links.setdefault(fwd, []).append(bwd)
-    return links
+    hs = np.flatnonzero(f.h_seq != optree.NO_LINK)
+    hs = hs[np.argsort(f.h_seq[hs], kind="stable")]  # (by number, each number's in event order)
+    if not len(hs):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    seq = f.h_seq[hs]
+    heads = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    group = np.repeat(np.arange(len(heads)), np.diff(np.append(heads, len(hs))))
+    evaluate = np.array([name.startswith("autograd::engine::evaluate_function:") for name in f.names])
+    at = np.arange(len(hs))
+    first_bwd = np.full(len(heads), len(hs), dtype=np.int64)
+    np.minimum.at(first_bwd, group[evaluate[f.h_name[hs]]], at[evaluate[f.h_name[hs]]])
+    has_bwd = first_bwd < len(hs)
+    bwd = np.where(has_bwd, hs[np.minimum(first_bwd, len(hs) - 1)], -1)
+    other = has_bwd[group] & (f.h_thread[hs] != f.h_thread[np.maximum(bwd[group], 0)])
+    # (the forward op: per number the latest start among the others, the first event of equal starts)
+    candidates = at[other][np.lexsort((hs[other], -f.h_ts[hs[other]], group[other]))]
+    numbers, first = np.unique(group[candidates], return_index=True)
+    fwd = hs[candidates[first]]
+    in_order = np.argsort(hs[heads[numbers]], kind="stable")  # (numbers in the order they first come)
+    return fwd[in_order], bwd[numbers][in_order]
 
 
 def backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
     """The GPU events of the backward ops of each op linked to some: its own
     and its descendants' backward ops, each with its whole subtree."""
-    links = backward_ops(tree)
+    forwards, backwards = backward_ops(tree)
     wanted = set(ops)
     backward: dict[int, set[int]] = {}
-    for fwd, bwds in links.items():
+    for fwd, bwd in zip(forwards.tolist(), backwards.tolist()):
         for h in ancestors(tree.parent, fwd):
             if h in wanted:
-                backward.setdefault(h, set()).update(bwds)
-    owned = {h for h in ops if h in links}
+                backward.setdefault(h, set()).add(bwd)
+    owned = set(np.asarray(ops, dtype=np.int64)[np.isin(ops, forwards)].tolist())
     below = tree.links_below(sorted({b for bwds in backward.values() for b in bwds}))
     return {h: [g for b in sorted(backward[h]) for g in below[b]] for h in ops if h in owned}
 
@@ -262,10 +268,10 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     f = tree.f
     by_start = sorted(gpu, key=lambda g: f.g_ts[g])
     result = model_result(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
-    details = gpu_details(f, by_start)  # (after the model: nothing to list where it fails)
     busy, integral = tree.busy(gpu) if gpu else (0, True)
-    return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]], "details": details,
-            **rated(result, busy, integral, spec)}
+    # (its GPU events by start, as numbers: their details are read from the columns when the sheet is made)
+    return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]],
+            "kernels": np.array(by_start, dtype=np.int64), **rated(result, busy, integral, spec)}
 
 
 def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
@@ -408,8 +414,9 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
             stats = rate_stats([r.get("Pct Roofline", math.nan) for r in group])
             stats["mean"] = rate_means["Pct Roofline"][k]
             record += [stats[s] for s in RATE_STATS]
-        summary = kernel_stats([r["details"] for r in group if r["details"]]) if any(r["details"] for r in group) \
-            else []
+        lists = [r["kernels"] for r in group if len(r["kernels"])]
+        count = np.array([len(kernels) for kernels in lists], dtype=np.int64)
+        summary = kernel_stats_of(f, np.concatenate(lists), np.cumsum(count) - count, count) if lists else []
         record += [repr(summary), truncated(summary)]
         for i in range(len(ARG_COLUMNS)):
             record.append(next((str(r["values"][i]) for r in group if r["values"][i] is not None), NA))

@@ -11,18 +11,21 @@ docs/analyze.md states each rule, and the accidents kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import optree
+from . import blockunique, optree
+from .blockunique import unique_in_blocks
 from .opcategories import op_category
 
 SHORT_KERNEL_US = 10
 HISTOGRAM_BINS = 100
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
 CPU_OP, RUNTIME = 0, 1
+LAUNCHER_BLOCK = 1 << 15  # launchers whose subtree's GPU events are gathered at once
+BUSY_BLOCK = 1 << 13  # groups of GPU events whose busy time is found at once
 GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
 NA = None  # an empty cell (pandas' NaN / NA)
 
@@ -114,31 +117,30 @@ class OpTree:
         by_launcher = kept[np.argsort(self.launcher_of[kept], kind="stable")]
         owners, first, count = np.unique(self.launcher_of[by_launcher], return_index=True, return_counts=True)
         in_order = owners[np.argsort(by_launcher[first], kind="stable")]
-        self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")].tolist()
-        # the same by start (ties in event order), as TraceLens lists them
-        by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))].tolist()
-        self.by_start: dict[int, list[int]] = _slices(by_start, owners, first, count)
-        self._categories: dict[int, str] = {}
+        self.launchers = in_order[np.argsort(facts.h_ts[in_order], kind="stable")]
+        # the same by start (ties in event order), as TraceLens lists them: each launcher's slice of by_start
+        self.by_start = kept[np.lexsort((facts.g_ts[kept], self.launcher_of[kept]))]
+        self._owners, self._owner_first, self._owner_count = owners, first, count
+        # each runtime call's slice of the links (link_run is by call): the calls, the slices' bounds
+        heads = np.flatnonzero(np.r_[True, facts.link_run[1:] != facts.link_run[:-1]]) if len(facts.link_run) else \
+            np.empty(0, np.int64)
+        self._calls = facts.link_run[heads], heads, np.append(heads[1:], len(facts.link_run))
         self._category_of: dict[tuple[str, str | None], str] = {}
         self._cpu_op_above: dict[int, int] = {}
         self.model_results: dict[tuple, tuple] = {}  # (the performance models' results, by what they read)
 
-    def links_below(self, ops: list[int]) -> dict[int, list[int]]:
+    def links_below(self, ops: list[int]) -> LinkSlices:
         """Each op's GPU events: every link of every runtime call below it (a
         GPU event linked twice counts twice), as TraceLens walks the children."""
-        found: dict[int, list[int]] = {h: [] for h in ops}
-        op, gpu = self.link_pairs(np.array(ops, dtype=np.int64))
-        heads = np.flatnonzero(np.r_[True, op[1:] != op[:-1]]) if len(op) else op
-        found.update(_slices(gpu.tolist(), op[heads], heads, np.diff(np.append(heads, len(op)))))
-        return found
+        ops = np.unique(np.asarray(ops, dtype=np.int64))
+        return LinkSlices(ops, *self.link_pairs(ops))
 
     def link_pairs(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`links_below` as (op, GPU event) pairs, by op, then by runtime call, then by link."""
         f = self.f
         wanted = np.zeros(len(f.h_ts) + 1, dtype=bool)  # (the last: no parent)
         wanted[ops] = True
-        runs, lo = np.unique(f.link_run, return_index=True)
-        hi = np.append(lo[1:], len(f.link_run))
+        runs, lo, hi = self._calls
         pair_op, pair_run = [], []
         current, at = runs.copy(), np.arange(len(runs))
         while len(current):  # (a level of ancestors at a time, from each call itself up)
@@ -160,6 +162,17 @@ class OpTree:
         busy = optree.busy_groups(group, f.g_ts[gpu], f.g_end[gpu], count)
         return busy, np.bincount(group[~f.g_int[gpu]], minlength=count) == 0
 
+    def busy_slices(self, gpu: np.ndarray, first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`busy_many` of the groups ``gpu[first[i]:first[i] + count[i]]``, a block of groups at a
+        time (its temporary arrays a block's)."""
+        busy, integral = np.zeros(len(first)), np.ones(len(first), dtype=bool)
+        for lo in range(0, len(first), BUSY_BLOCK):
+            starts, sizes = first[lo:lo + BUSY_BLOCK], count[lo:lo + BUSY_BLOCK]
+            members = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+            busy[lo:lo + BUSY_BLOCK], integral[lo:lo + BUSY_BLOCK] = self.busy_many(
+                np.repeat(np.arange(len(sizes)), sizes), gpu[members], len(sizes))
+        return busy, integral
+
     def _launchers(self, runtime: np.ndarray) -> np.ndarray:
         """The cpu op above each runtime call (skipping ``execute``), else the call (a tree level at a time)."""
         f = self.f
@@ -176,29 +189,46 @@ class OpTree:
             at, current = at[~named], self.parent[current[~named]]
         return found
 
+    def kernel_slices(self, hs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each host event's own GPU events (by start) lie in ``by_start``: first place and count (0
+        for an event that launched none)."""
+        hs = np.asarray(hs, dtype=np.int64)
+        if not len(self._owners):
+            return np.zeros(len(hs), np.int64), np.zeros(len(hs), np.int64)
+        at = np.minimum(np.searchsorted(self._owners, hs), len(self._owners) - 1)
+        found = self._owners[at] == hs
+        return np.where(found, self._owner_first[at], 0), np.where(found, self._owner_count[at], 0)
+
+    def own_kernels(self, h: int) -> np.ndarray:
+        """The GPU events ``h`` launched directly, by start (ties in event order)."""
+        first, count = self.kernel_slices(np.array([h]))
+        return self.by_start[int(first[0]):int(first[0] + count[0])]
+
     def first_kernel(self, h: int) -> str | None:
         """The name of the earliest kernel ``h`` launched directly (None if none)."""
-        kernels = self.by_start.get(h)
-        return self.f.names[self.f.g_name[kernels[0]]] if kernels else None
+        kernels = self.own_kernels(h)
+        return self.f.names[self.f.g_name[kernels[0]]] if len(kernels) else None
 
     def category(self, h: int) -> str:
-        category = self._categories.get(h)
-        if category is None:
-            category = self._categories[h] = self.category_of(self.f.names[self.f.h_name[h]], self.first_kernel(h))
-        return category
+        return self.category_of(self.f.names[self.f.h_name[h]], self.first_kernel(h))
 
-    def categories(self, hs: list[int]) -> list[str]:
-        """:meth:`category` of many host events, :func:`op_category` once per distinct (name, first kernel)."""
+    def categories(self, hs: list[int] | np.ndarray) -> list[str]:
+        """:meth:`category` of many host events."""
+        codes, values = self.category_codes(hs)
+        return [values[code] for code in codes.tolist()]
+
+    def category_codes(self, hs: list[int] | np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """:meth:`category` of many host events as numbers into the distinct categories (in first-seen
+        order), :func:`op_category` once per distinct (name, first kernel)."""
         f, width = self.f, len(self.f.names) + 1
-        firsts = np.array([kernels[0] if (kernels := self.by_start.get(h)) else -1 for h in hs], dtype=np.int64)
-        kernel = np.where(firsts >= 0, f.g_name[firsts] if len(f.g_name) else -1, -1)
-        keys, inverse = np.unique(f.h_name[np.array(hs, dtype=np.int64)].astype(np.int64) * width + kernel + 1,
-                                  return_inverse=True)
+        hs = np.asarray(hs, dtype=np.int64)
+        first, count = self.kernel_slices(hs)
+        kernel = np.where(count > 0, f.g_name[self.by_start[first]] if len(self.by_start) else -1, -1)
+        keys, inverse = np.unique(f.h_name[hs].astype(np.int64) * width + kernel + 1, return_inverse=True)
         found = [self.category_of(f.names[key // width], f.names[key % width - 1] if key % width else None)
                  for key in keys.tolist()]
-        listed = [found[at] for at in inverse.reshape(-1).tolist()]
-        self._categories.update(zip(hs, listed))
-        return listed
+        codes, values = _codes(found)
+        return codes[inverse.reshape(-1)], values
 
     def category_of(self, name: str, first_kernel: str | None) -> str:
         """:func:`op_category`, once per (name, first kernel)."""
@@ -231,15 +261,31 @@ class OpTree:
         return found
 
 
-def _slices(listed: list[int], keys: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> dict[int, list[int]]:
-    """``{key: listed[start:start + size]}`` in the keys' order (the slices made in C, not a loop)."""
-    return dict(zip(keys.tolist(), map(listed.__getitem__, map(slice, starts.tolist(), (starts + sizes).tolist()))))
+class LinkSlices(Mapping):
+    """Ops' GPU events (:meth:`OpTree.links_below`) as slices of (op, GPU event) pairs by op, each op's a
+    list when asked for (not a dict of lists held for every op)."""
+
+    def __init__(self, ops: np.ndarray, op: np.ndarray, gpu: np.ndarray) -> None:
+        self._ops, self._op, self._gpu = ops, op, gpu
+
+    def __getitem__(self, h: int) -> list[int]:
+        at = int(np.searchsorted(self._ops, h))
+        if at == len(self._ops) or self._ops[at] != h:
+            raise KeyError(h)
+        return self._gpu[int(np.searchsorted(self._op, h, "left")):int(np.searchsorted(self._op, h, "right"))].tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ops.tolist())
+
+    def __len__(self) -> int:
+        return len(self._ops)
 
 
 def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
     """Record the (runtime call, GPU event) links (every one: TraceLens
-    propagates them all up the tree) and each GPU event's call (the last link
-    wins)."""
+    propagates them all up the tree; by call, as :func:`optree.launch_links`
+    gives them, so that each call's links are one slice) and each GPU event's
+    call (the last link wins)."""
     facts.link_run, facts.link_gpu = run, gpu
     facts.g_parent = optree.last_parent(run, gpu, len(facts.g_ts))
 
@@ -270,23 +316,43 @@ def _timeline_kind(cat: int, name: str) -> int:
     return 1 if optree.is_communication(name) else 0
 
 
-def ops_rows(tree: OpTree) -> list[dict]:
-    """Each launcher's row: its name, category, and the busy time of its own GPU events and of every
-    GPU event linked below it."""
+@dataclass
+class OpRows:
+    """Rows of ops as columns indexed by row (typed arrays, not a dict a row): the host event each
+    stands for, its name and category (numbers into ``names`` and ``categories``)."""
+
+    h: np.ndarray
+    name: np.ndarray
+    names: list[str]
+    category: np.ndarray
+    categories: list[str]
+    columns: dict[str, np.ndarray] = field(default_factory=dict)  # numbers per row, by column
+    values: dict[str, list] = field(default_factory=dict)  # the distinct values of coded columns, by column
+
+    def __len__(self) -> int:
+        return len(self.h)
+
+    def name_list(self) -> list[str]:
+        return [self.names[code] for code in self.name.tolist()]
+
+
+def ops_rows(tree: OpTree) -> OpRows:
+    """Each launcher's row: its name, category, and the busy time of its own GPU events (``direct``) and
+    of every GPU event linked below it (``subtree``), with whether each is an integer in TraceLens."""
     f = tree.f
-    launchers = np.array(tree.launchers, dtype=np.int64)
+    launchers = tree.launchers
     position = np.full(len(f.h_ts), -1, dtype=np.int64)
     position[launchers] = np.arange(len(launchers))
-    own = np.flatnonzero(tree.launcher_of != optree.NO_PARENT)
-    direct, direct_int = tree.busy_many(position[tree.launcher_of[own]], own, len(launchers))
-    op, gpu = tree.link_pairs(launchers)
-    subtree, subtree_int = tree.busy_many(position[op], gpu, len(launchers))
-    names = [f.names[name] for name in f.h_name[launchers].tolist()]
-    return [{"h": h, "name": name, "category": category, "direct": d, "direct_int": di, "subtree": s,
-             "subtree_int": si}
-            for h, name, category, d, di, s, si in zip(tree.launchers, names, tree.categories(tree.launchers),
-                                                       direct.tolist(), direct_int.tolist(), subtree.tolist(),
-                                                       subtree_int.tolist())]
+    direct, direct_int = tree.busy_slices(tree.by_start, *tree.kernel_slices(launchers))
+    subtree, subtree_int = np.zeros(len(launchers)), np.ones(len(launchers), dtype=bool)
+    for lo in range(0, len(launchers), LAUNCHER_BLOCK):  # (a block of launchers' links below at a time)
+        block = launchers[lo:lo + LAUNCHER_BLOCK]
+        op, gpu = tree.link_pairs(block)
+        subtree[lo:lo + len(block)], subtree_int[lo:lo + len(block)] = tree.busy_many(position[op] - lo, gpu,
+                                                                                      len(block))
+    category, categories = tree.category_codes(launchers)
+    return OpRows(launchers, f.h_name[launchers].astype(np.int64), f.names, category, categories,
+                  {"direct": direct, "direct_int": direct_int, "subtree": subtree, "subtree_int": subtree_int})
 
 
 @dataclass
@@ -323,16 +389,20 @@ def percentages(ms: list[float]) -> tuple[list[float], list[float]]:
     return pct, np.cumsum(np.array(pct, dtype=np.float64)).tolist()
 
 
-def ops_summary(rows: list[dict]) -> Table:
-    groups = grouped([r["name"] for r in rows])
-    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
-    subtree = groups.sums(np.array([r["subtree"] for r in rows], dtype=np.float64))
-    direct_int = all(r["direct_int"] for r in rows)
-    subtree_int = all(r["subtree_int"] for r in rows)
+def _by_code(column: np.ndarray, values: list) -> _Groups:
+    """Rows grouped (sorted) by a coded column (``values``: each code's value)."""
+    return _grouped_columns([column], lambda row: values[row[0]], sort=True)
+
+
+def ops_summary(rows: OpRows) -> Table:
+    groups = _by_code(rows.name, rows.names)
+    direct, subtree = groups.sums(rows.columns["direct"]), groups.sums(rows.columns["subtree"])
+    direct_int, subtree_int = bool(rows.columns["direct_int"].all()), bool(rows.columns["subtree_int"].all())
     counts = groups.counts()
     categories: dict[str, set] = {}
-    for row in rows:
-        categories.setdefault(row["name"], set()).add(row["category"])
+    pairs = _distinct_rows([rows.name, rows.category])[0]
+    for name, category in pairs.tolist():
+        categories.setdefault(rows.names[name], set()).add(rows.categories[category])
     order = optree.descending(direct.tolist())
     d_sum = [cell_number(direct[i], direct_int) for i in order]
     s_sum = [cell_number(subtree[i], subtree_int) for i in order]
@@ -348,10 +418,10 @@ def ops_summary(rows: list[dict]) -> Table:
     return table
 
 
-def ops_summary_by_category(rows: list[dict]) -> Table:
-    groups = grouped([r["category"] for r in rows])
-    direct = groups.sums(np.array([r["direct"] for r in rows], dtype=np.float64))
-    direct_int = all(r["direct_int"] for r in rows)
+def ops_summary_by_category(rows: OpRows) -> Table:
+    groups = _by_code(rows.category, rows.categories)
+    direct = groups.sums(rows.columns["direct"])
+    direct_int = bool(rows.columns["direct_int"].all())
     counts = groups.counts()
     order = optree.descending(direct.tolist())
     ms = [cell_number(direct[i], direct_int) / 1000 for i in order]
@@ -372,6 +442,7 @@ UNIQUE_ARGS_KEYS = ("name", "op category", "process_name", "process_label", "thr
                     "Input Strides", "Concrete Inputs")
 STATS = ("mean", "median", "std", "min", "max", "sum")
 TRUNCATE_KERNEL_NAME = 64
+STD_BLOCK = 1 << 16  # values of a group turned into Python floats at a time
 
 
 def gpu_details(f: OpsFacts, gpu: Sequence[int]) -> list[dict]:
@@ -380,31 +451,17 @@ def gpu_details(f: OpsFacts, gpu: Sequence[int]) -> list[dict]:
              "stream": None if math.isnan(f.g_stream[g]) else int(f.g_stream[g])} for g in gpu]
 
 
-def kernel_stats(lists: list[list[dict]]) -> list[dict]:
-    """TraceLens's ``_summarize_kernel_stats``: per kernel position of the
-    first row's list (rows of another length left out), numpy's statistics;
-    then ordered by total time and name."""
-    template = lists[0]
-    durations: list[list] = [[] for _ in template]
-    for kernels in lists:
-        if len(kernels) == len(template):
-            for i, kernel in enumerate(kernels):
-                durations[i].append(kernel["dur"])
-    return _summary([(kernel["name"], kernel["stream"]) for kernel in template],
-                    [np.array(values) for values in durations])
-
-
-def kernel_stats_of(f: OpsFacts, lists: list[list[int]]) -> list[dict]:
-    """:func:`kernel_stats` of the GPU events' :func:`gpu_details` (lists of GPU events, each in its
-    details' order), from the columns: each position's durations an integer array where all are
-    integers in the trace, as numpy makes one of them."""
-    template = lists[0]
-    same = np.array([kernels for kernels in lists if len(kernels) == len(template)], dtype=np.int64)
-    same = same.reshape(-1, len(template))
+def kernel_stats_of(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray) -> list[dict]:
+    """TraceLens's ``_summarize_kernel_stats`` of lists of GPU events (``flat[first[i]:first[i] + count[i]]``,
+    each in its :func:`gpu_details` order): per position of the first list (lists of another length left
+    out), numpy's statistics of the durations (an integer array where all are integers in the trace, as
+    numpy makes one of them); then ordered by total time and name."""
+    size = int(count[0])
+    template = flat[int(first[0]):int(first[0]) + size]
+    same = flat[first[count == size][:, None] + np.arange(size)]
     durations, integral = f.g_dur[same], f.g_dur_int[same].all(axis=0)
-    return _summary([(details["name"], details["stream"]) for details in gpu_details(f, template)],
-                    [durations[:, i].astype(np.int64) if integral[i] else durations[:, i]
-                     for i in range(len(template))])
+    return _summary([(details["name"], details["stream"]) for details in gpu_details(f, template.tolist())],
+                    [durations[:, i].astype(np.int64) if integral[i] else durations[:, i] for i in range(size)])
 
 
 def _summary(template: list[tuple[str, int | None]], durations: list[np.ndarray]) -> list[dict]:
@@ -424,14 +481,16 @@ def truncated(summary: list[dict]) -> list[dict] | None:
     return out or None
 
 
-def welford_std(values: list[float]) -> float:
-    """pandas' grouped ``std`` (Welford's running mean, ddof 1)."""
+def welford_std(values: Sequence[float] | np.ndarray) -> float:
+    """pandas' grouped ``std`` (Welford's running mean, ddof 1), a block of values at a time."""
+    values = np.asarray(values, dtype=np.float64)
     count, mean, squares = 0, 0.0, 0.0
-    for value in values:
-        count += 1
-        before = mean
-        mean += (value - before) / count
-        squares += (value - mean) * (value - before)
+    for lo in range(0, len(values), STD_BLOCK):
+        for value in values[lo:lo + STD_BLOCK].tolist():
+            count += 1
+            before = mean
+            mean += (value - before) / count
+            squares += (value - mean) * (value - before)
     return math.sqrt(squares / (count - 1)) if count > 1 else math.nan
 
 
@@ -442,30 +501,30 @@ def process_and_thread(f: OpsFacts, h: int) -> tuple:
             f.metadata.get((pid, tid, "thread_name"), "Unknown"))
 
 
-def unique_args_groups(f: OpsFacts, rows: list[dict]) -> tuple[_Groups, list[tuple], list[int], list[list[int]]]:
-    """Rows (name, category, host event ``h``) grouped as ``grouped(sort=False)`` groups TraceLens's
-    unique-args keys (name, category, process, thread, argument lists) by their str(): each group's key
-    as its first row has it, its first row, and its rows; the str() keys made once per distinct
-    (name, category, thread, signature)."""
-    hs = np.array([row["h"] for row in rows], dtype=np.int64)
-    names, categories = _codes([row["name"] for row in rows]), _codes([row["category"] for row in rows])
+def unique_args_groups(f: OpsFacts, rows: OpRows) -> tuple[_Groups, list[tuple], np.ndarray, list[np.ndarray]]:
+    """Rows grouped as ``grouped(sort=False)`` groups TraceLens's unique-args keys (name, category,
+    process, thread, argument lists) by their str(): each group's key as its first row has it, its first
+    row, and its rows (in row order); the str() keys made once per distinct (name, category, thread,
+    signature)."""
+    hs = rows.h
 
     def key_of(row: list[int]) -> tuple:
-        name, category, h = names[1][row[0]], categories[1][row[1]], row[2]
-        return tuple("None" if part is NA else str(part) for part in (
-            name, category, *process_and_thread(f, h), *f.signatures[f.h_sig[h]]))
+        return tuple("None" if part is NA else str(part) for part in _unique_key(f, rows, *row))
 
     # (the host event stands for its thread and signature: one of the rows of each distinct four)
     thread_sig = _distinct_rows([f.h_thread[hs], f.h_sig[hs]])[2]
     stand_in = hs[np.unique(thread_sig, return_index=True)[1]][thread_sig]
-    groups = _grouped_columns([names[0], categories[0], stand_in], key_of, sort=False)
+    groups = _grouped_columns([rows.name, rows.category, stand_in], key_of, sort=False)
     order = np.argsort(groups.codes, kind="stable")
     bounds = np.searchsorted(groups.codes[order], np.arange(len(groups.keys) + 1))
-    members = [order[lo:hi].tolist() for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
-    first = [group[0] for group in members]
-    keys = [(rows[i]["name"], rows[i]["category"], *process_and_thread(f, rows[i]["h"]),
-             *f.signatures[f.h_sig[rows[i]["h"]]]) for i in first]
+    members = [order[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+    first = order[bounds[:-1]] if len(order) else np.empty(0, np.int64)
+    keys = [_unique_key(f, rows, int(rows.name[i]), int(rows.category[i]), int(hs[i])) for i in first.tolist()]
     return groups, keys, first, members
+
+
+def _unique_key(f: OpsFacts, rows: OpRows, name: int, category: int, h: int) -> tuple:
+    return (rows.names[name], rows.categories[category], *process_and_thread(f, h), *f.signatures[f.h_sig[h]])
 
 
 def _codes(values: list) -> tuple[np.ndarray, list]:
@@ -475,7 +534,7 @@ def _codes(values: list) -> tuple[np.ndarray, list]:
     return codes, list(numbers)
 
 
-def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
+def ops_unique_args(tree: OpTree, rows: OpRows) -> Table:
     """``ops_unique_args``: launchers grouped by name, category, process,
     thread and the str() of their four argument lists, in first-seen order."""
     f = tree.f
@@ -483,18 +542,19 @@ def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
     counts = groups.counts()
     stats = {}
     for column in ("direct", "subtree"):
-        values = np.array([r[column] for r in rows], dtype=np.float64)
-        integral = all(r[column + "_int"] for r in rows)
+        values = rows.columns[column].astype(np.float64)
+        integral = bool(rows.columns[column + "_int"].all())
         sums = groups.sums(values)
         stats[column] = {
             "mean": (sums / counts).tolist(),
             "median": [float(np.median(values[m])) for m in members],
-            "std": [welford_std(values[m].tolist()) for m in members],
+            "std": [welford_std(values[m]) for m in members],
             "min": [cell_number(values[m].min(), integral) for m in members],
             "max": [cell_number(values[m].max(), integral) for m in members],
             "sum": [cell_number(x, integral) for x in sums.tolist()],
         }
-    order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], int(f.h_uid[rows[first[k]]["h"]])))
+    uids = f.h_uid[rows.h[first]].tolist()
+    order = sorted(range(len(groups.keys)), key=lambda k: (-stats["direct"]["sum"][k], uids[k]))
     sums = [stats["direct"]["sum"][k] for k in order]
     pct, cumulative = percentages([float(x) for x in sums])
     header = [*UNIQUE_ARGS_KEYS, "operation_count"]
@@ -506,8 +566,8 @@ def ops_unique_args(tree: OpTree, rows: list[dict]) -> Table:
         row = [*keys[k], int(counts[k])]
         for stat in STATS:
             row += [stats["direct"][stat][k], stats["subtree"][stat][k]]
-        summary = kernel_stats_of(f, [tree.by_start[rows[i]["h"]] for i in members[k]])
-        row += [int(f.h_uid[rows[first[k]]["h"]]), repr(summary), truncated(summary), pct[j], cumulative[j]]
+        summary = kernel_stats_of(f, tree.by_start, *tree.kernel_slices(rows.h[members[k]]))
+        row += [int(uids[k]), repr(summary), truncated(summary), pct[j], cumulative[j]]
         table.rows.append(row)
     return table
 
@@ -527,26 +587,40 @@ class _Kernels:
 def kernels(tree: OpTree) -> _Kernels:
     f = tree.f
     g = np.flatnonzero(f.g_cat == KERNEL)
-    runtime = f.g_parent[g]
     numbers: dict[tuple, int] = {(NA, NA, (NA, NA, NA)): 0}  # an unlinked kernel
-    calls = np.unique(runtime[runtime != optree.NO_PARENT])
+    is_call = np.zeros(len(f.h_ts), dtype=bool)  # (the calls that launched kernels, a block of kernels at a time)
+    for lo in range(0, len(g), blockunique.BLOCK):
+        runtime = f.g_parent[g[lo:lo + blockunique.BLOCK]]
+        is_call[runtime[runtime != optree.NO_PARENT]] = True
+    calls = np.flatnonzero(is_call)
+    del is_call
     above = tree.cpu_ops_above(calls)
     has_cpu_op = bool((above != optree.NO_PARENT).any())
     # (each call's op: the cpu op above it, else, TraceLens's fallback, the launch call by its name)
     op_keys, first, inverse = np.unique(np.where(above != optree.NO_PARENT, above,
                                                  -1 - f.h_name[calls].astype(np.int64)),
                                         return_index=True, return_inverse=True)
-    ops = op_keys[op_keys >= 0].tolist()
-    infos = dict(zip(ops, [(category, f.names[name], _short_signature(f.signatures[sig])) for category, name, sig
-                           in zip(tree.categories(ops), f.h_name[ops].tolist(), f.h_sig[ops].tolist())]))
-    number_of_op = np.zeros(len(op_keys), dtype=np.int64)
-    for at in np.argsort(first, kind="stable").tolist():  # (numbered as the calls first give them)
-        key = int(op_keys[at])
-        info = infos.get(key) or _runtime_info(f.names[-1 - key])
-        number_of_op[at] = numbers.setdefault(info, len(numbers))
-    above_of = np.zeros(len(runtime), dtype=np.int64)
-    linked = np.flatnonzero(runtime != optree.NO_PARENT)
-    above_of[linked] = number_of_op[inverse.reshape(-1)][np.searchsorted(calls, runtime[linked])]
+    # (what stands above: (category, name, signature) of an op, the name of a call without one; each
+    # distinct one numbered where its calls first come)
+    is_op = op_keys >= 0
+    category, categories = tree.category_codes(op_keys[is_op])
+    columns = [is_op.astype(np.int64), np.full(len(op_keys), -1, np.int64), -1 - op_keys, np.full(len(op_keys), -1)]
+    columns[1][is_op], columns[2][is_op], columns[3][is_op] = category, f.h_name[op_keys[is_op]], f.h_sig[op_keys[is_op]]
+    distinct, _, info_of = _distinct_rows(columns) if len(op_keys) else (np.empty((0, 4), np.int64), None, op_keys)
+    info_first = np.full(len(distinct), len(calls), dtype=np.int64)
+    np.minimum.at(info_first, info_of, first)
+    number_of_info = np.zeros(len(distinct), dtype=np.int64)
+    for at in np.argsort(info_first, kind="stable").tolist():
+        op, category, name, sig = distinct[at].tolist()
+        info = (categories[category], f.names[name], _short_signature(f.signatures[sig])) if op else \
+            _runtime_info(f.names[name])
+        number_of_info[at] = numbers.setdefault(info, len(numbers))
+    number_of_call = number_of_info[info_of][inverse.reshape(-1)]
+    above_of = np.zeros(len(g), dtype=np.int64)
+    for lo in range(0, len(g), blockunique.BLOCK):
+        runtime = f.g_parent[g[lo:lo + blockunique.BLOCK]]
+        linked = runtime != optree.NO_PARENT
+        above_of[lo:lo + blockunique.BLOCK][linked] = number_of_call[np.searchsorted(calls, runtime[linked])]
     return _Kernels(g, list(numbers), above_of, has_cpu_op)
 
 
@@ -565,7 +639,10 @@ def _grouped_columns(columns: list[np.ndarray], key_of, *, sort: bool, dropna: b
     groups = grouped([keys[i] for i in np.argsort(first, kind="stable").tolist()], sort=sort, dropna=dropna)
     number = {key: i for i, key in enumerate(groups.keys)}
     remap = np.array([number.get(key, -1) for key in keys], dtype=np.int64)
-    return _Groups(groups.keys, remap[inverse.reshape(-1)])
+    inverse = inverse.reshape(-1)
+    for lo in range(0, len(inverse), blockunique.BLOCK):  # (in place: no second column of codes)
+        inverse[lo:lo + blockunique.BLOCK] = remap[inverse[lo:lo + blockunique.BLOCK]]
+    return _Groups(groups.keys, inverse)
 
 
 def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -575,10 +652,14 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
     widths = [int(column.max()) - low + 1 for column, low in zip(columns, lows)]
     if math.prod(widths) >= 1 << 62:
         return np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
-    key = np.zeros(len(columns[0]), dtype=np.int64)
-    for column, low, width in zip(columns, lows, widths):
-        key = key * width + (column.astype(np.int64) - low)
-    values, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+
+    def key(lo: int, hi: int) -> np.ndarray:
+        found = np.zeros(hi - lo, dtype=np.int64)
+        for column, low, width in zip(columns, lows, widths):
+            found = found * width + (column[lo:hi].astype(np.int64) - low)
+        return found
+
+    values, first, inverse = unique_in_blocks(len(columns[0]), key)
     digits = []
     for low, width in zip(lows[::-1], widths[::-1]):
         digits.append(values % width + low)
@@ -586,17 +667,17 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
     return np.stack(digits[::-1], axis=1), first, inverse.reshape(-1)
 
 
-def _stream_codes(streams: np.ndarray) -> tuple[np.ndarray, list]:
-    """Streams as small integers, and each code's value (None for none)."""
-    values, codes = np.unique(np.nan_to_num(streams, nan=-np.inf), return_inverse=True)
-    return codes.reshape(-1), [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
+def _stream_codes(streams: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, list]:
+    """The streams of ``rows`` as small integers, and each code's value (None for none)."""
+    values, _, codes = unique_in_blocks(len(rows), lambda lo, hi: np.nan_to_num(streams[rows[lo:hi]], nan=-np.inf))
+    return codes, [None if math.isinf(v) and v < 0 else v for v in values.tolist()]
 
 
 def kernel_summary(tree: OpTree, kernels: _Kernels, total_us: float) -> Table:
     f = tree.f
     durations = f.g_dur[kernels.g]
     integral = bool(f.g_dur_int[kernels.g].all())
-    stream_codes, stream_values = _stream_codes(f.g_stream[kernels.g])
+    stream_codes, stream_values = _stream_codes(f.g_stream, kernels.g)
     streams_whole = None not in stream_values  # else pandas' float column: 7.0
 
     def key_of(row: list[int]) -> tuple:

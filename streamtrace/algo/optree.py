@@ -28,7 +28,10 @@ def is_communication(name: str) -> bool:
     return bool(name) and COMMUNICATION.search(name) is not None
 
 
-def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+TREE_BLOCK = 1 << 16  # host events taken per block (their times as Python floats for the walk)
+
+
+def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Parent (an index into the arrays, or ``NO_PARENT``) of each host event,
     whether it is in the tree, and the order the events were taken in.
 
@@ -36,28 +39,35 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
     thread: entries that ended at or before the start are popped; an event
     that starts inside the top but ends after it is hung beside it when the
     overlap is under 1 µs and the top has a parent, and otherwise left out of
-    the tree (no parent, never a parent): TraceLens's rules.
+    the tree (no parent, never a parent): TraceLens's rules.  The walk reads
+    a block of events at a time and its stacks hold (event, end) pairs, so
+    that its Python objects are a block's and the nesting depth's.
     """
-    parent = [NO_PARENT] * len(ts)  # (lists while walking: a numpy item set costs more)
-    in_tree = [False] * len(ts)
-    stacks: dict[int, list[int]] = {}
-    ts_list, end_list, thread_list = ts.tolist(), end.tolist(), thread.tolist()
-    order = np.argsort(ts, kind="stable").tolist()
-    for i in order:
-        stack = stacks.setdefault(thread_list[i], [])
-        start = ts_list[i]
-        while stack and start >= end_list[stack[-1]]:
-            stack.pop()
-        if stack and end_list[i] > end_list[stack[-1]]:
-            if end_list[stack[-1]] - start < BLEED_TOLERANCE_US and len(stack) >= 2:
+    parent = np.full(len(ts), NO_PARENT, dtype=np.int64)
+    in_tree = np.zeros(len(ts), dtype=bool)
+    stacks: dict[int, list[tuple[int, float]]] = {}
+    order = np.argsort(ts, kind="stable")
+    for lo in range(0, len(order), TREE_BLOCK):
+        block = order[lo:lo + TREE_BLOCK]
+        parents = [NO_PARENT] * len(block)  # (lists while walking: a numpy item set costs more)
+        kept = [False] * len(block)
+        for at, (i, thread_of, start, finish) in enumerate(zip(block.tolist(), thread[block].tolist(),
+                                                               ts[block].tolist(), end[block].tolist())):
+            stack = stacks.setdefault(thread_of, [])
+            while stack and start >= stack[-1][1]:
                 stack.pop()
-            else:
-                continue
-        if stack:
-            parent[i] = stack[-1]
-        in_tree[i] = True
-        stack.append(i)
-    return np.array(parent, dtype=np.int64), np.array(in_tree, dtype=bool), order
+            if stack and finish > stack[-1][1]:
+                if stack[-1][1] - start < BLEED_TOLERANCE_US and len(stack) >= 2:
+                    stack.pop()
+                else:
+                    continue
+            if stack:
+                parents[at] = stack[-1][0]
+            kept[at] = True
+            stack.append((i, finish))
+        parent[block] = parents
+        in_tree[block] = kept
+    return parent, in_tree, order
 
 
 NO_LINK = -(1 << 63)
@@ -102,9 +112,12 @@ def launch_links(run_link: np.ndarray, run_graph: np.ndarray, gpu_link: np.ndarr
     found = keys[at] == query if len(keys) else np.zeros(len(query), dtype=bool)
     runs.append(calls[found])
     gpus.append(owners[at[found]])
-    run, gpu = np.concatenate(runs), np.concatenate(gpus)
-    order = np.argsort(run, kind="stable")
-    return run[order].astype(np.int64), gpu[order].astype(np.int64)
+    del gpu_ids, by_link, sorted_links, links, gpu_keys, keys, last, owners, query, at, found
+    run, gpu = np.concatenate(runs).astype(np.int64, copy=False), np.concatenate(gpus).astype(np.int64, copy=False)
+    if np.any(run[1:] < run[:-1]):  # (else already by call: no copies)
+        order = np.argsort(run, kind="stable")
+        run, gpu = run[order], gpu[order]
+    return run, gpu
 
 
 def last_parent(run: np.ndarray, gpu: np.ndarray, count: int) -> np.ndarray:
@@ -264,6 +277,8 @@ def group_sums(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray
 
 
 COLUMN_GROUPS = 16  # groups still adding rows for a column-wise step to pay (fewer: a loop per group)
+SUM_BLOCK = 1 << 14  # a long group's rows turned into Python floats at a time
+KAHAN_BLOCK = 1 << 16  # rows added to the groups' Kahan sums at a time
 
 
 def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
@@ -272,20 +287,33 @@ def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
     Each group's rows are added in row order, as the kernel adds them; the
     groups are independent, so the k-th row of every group is added at once
     while many groups have a k-th row, and the long groups' remaining rows by
-    a plain loop per group: the same operations on the same floats."""
+    a plain loop per group: the same operations on the same floats.  The
+    rows are taken a block at a time, each group's sum and compensation
+    carried from block to block (its rows still added in row order)."""
     total = np.zeros(groups, dtype=np.float64)
     comp = np.zeros(groups, dtype=np.float64)
-    kept = codes >= 0
-    codes, values = codes[kept].astype(np.int64), values[kept].astype(np.float64)
+    for lo in range(0, len(codes), KAHAN_BLOCK):
+        block = codes[lo:lo + KAHAN_BLOCK]
+        kept = block >= 0
+        _kahan_block(block[kept].astype(np.int64), values[lo:lo + KAHAN_BLOCK][kept].astype(np.float64), total, comp)
+    return total
+
+
+def _kahan_block(codes: np.ndarray, values: np.ndarray, total: np.ndarray, comp: np.ndarray) -> None:
+    """Add a block of rows to the groups' Kahan sums (``total``, ``comp``: updated in place)."""
+    groups = len(total)
     if not len(codes):
-        return total
+        return
     by_group = np.argsort(codes, kind="stable")
     sizes = np.bincount(codes, minlength=groups)
     starts = np.cumsum(sizes) - sizes
-    position = np.empty(len(codes), dtype=np.int64)
-    position[by_group] = np.arange(len(codes)) - np.repeat(starts, sizes)
+    position = np.arange(len(codes))
+    position -= np.repeat(starts, sizes)
+    position[by_group] = position.copy()
     by_position = np.argsort(position, kind="stable")
-    bounds = np.searchsorted(position[by_position], np.arange(int(sizes.max()) + 2)).tolist()
+    position = position[by_position]  # (sorted: where each k-th row begins)
+    bounds = np.searchsorted(position, np.arange(int(sizes.max()) + 2)).tolist()
+    del position
     step = 0
     while step + 1 < len(bounds) and bounds[step + 1] - bounds[step] >= COLUMN_GROUPS:
         at = by_position[bounds[step]:bounds[step + 1]]
@@ -296,17 +324,20 @@ def group_sums_kahan(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
         c[np.isnan(c)] = 0.0
         comp[group], total[group] = c, t
         step += 1
-    ordered, starts, sizes = values[by_group].tolist(), starts.tolist(), sizes.tolist()
-    for g in [g for g, size in enumerate(sizes) if size > step]:
+    del by_position
+    long_groups = np.flatnonzero(sizes > step).tolist()
+    ordered = values[by_group] if long_groups else values
+    for g in long_groups:
         sum_, compensation = float(total[g]), float(comp[g])
-        for value in ordered[starts[g] + step:starts[g] + sizes[g]]:
-            y = value - compensation
-            t = sum_ + y
-            c = t - sum_ - y
-            compensation = 0.0 if c != c else c
-            sum_ = t
-        total[g] = sum_
-    return total
+        end = int(starts[g] + sizes[g])
+        for lo in range(int(starts[g]) + step, end, SUM_BLOCK):  # (a block of Python floats at a time)
+            for value in ordered[lo:min(lo + SUM_BLOCK, end)].tolist():
+                y = value - compensation
+                t = sum_ + y
+                c = t - sum_ - y
+                compensation = 0.0 if c != c else c
+                sum_ = t
+        total[g], comp[g] = sum_, compensation
 
 
 def descending(values: Sequence[float]) -> list[int]:

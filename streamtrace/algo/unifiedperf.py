@@ -10,6 +10,8 @@ docs/analyze.md states the rules and TraceLens's accidents.
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from .opstables import (
     NA,
     RUNTIME,
     UNIQUE_ARGS_KEYS,
+    OpRows,
     OpsFacts,
     OpTree,
     Table,
@@ -38,6 +41,7 @@ FIRST = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec")
 RATES = ("TB/s", "TFLOPS/s")
 STATS = ("mean", "median", "std", "min", "max")
 KERNEL_TIME = "Kernel Time (µs)"
+ROW_BLOCK = 1 << 12  # rows turned into Python values at a time
 
 
 class UnknownModel(Exception):
@@ -62,35 +66,32 @@ class _Unified:
         f, parent = self.f, tree.parent
         count = len(f.h_ts)
         place = np.empty(count, dtype=np.int64)
-        place[np.array(tree.order, dtype=np.int64)] = np.arange(count)
+        place[tree.order] = np.arange(count)
         below = np.flatnonzero(tree.in_tree & (parent != optree.NO_PARENT))
         self._child = below[np.lexsort((place[below], parent[below]))]  # children by parent, in the order taken
-        parents = parent[self._child]
-        self._child_lo = np.searchsorted(parents, np.arange(count), "left")
-        self._child_hi = np.searchsorted(parents, np.arange(count), "right")
+        self._parents = parent[self._child]  # (sorted: each event's children one slice, found by searching)
         self._runs = np.unique(f.link_run)
         self.launch = np.zeros(count, dtype=bool)
         self.launch[self._runs] = True
         self.has_gpu = self._marked_above(np.ones(len(f.link_run), dtype=bool))  # (TraceLens's gpu_events)
-        self._gpu: dict[int, list[int]] = {}
         self.communication_below = self._marked_above(np.array(tree.communication + [False])[f.g_name[f.link_gpu]])
-        self.forward_of: dict[int, int] = {}
-        for forward, backwards in opsheets.backward_ops(tree).items():
-            for backward in backwards:
-                self.forward_of[backward] = forward
+        self.forward_of = np.full(count, optree.NO_PARENT, dtype=np.int64)  # (each backward op's forward op)
+        forwards, backwards = opsheets.backward_ops(tree)
+        self.forward_of[backwards] = forwards
         below_cpu_op = np.zeros(count, dtype=bool)  # (a cpu op among its ancestors)
         placed = np.flatnonzero(parent != optree.NO_PARENT)
         below_cpu_op[placed] = tree.cpu_ops_above(parent[placed]) != optree.NO_PARENT
-        order = np.array(tree.order, dtype=np.int64)
-        self.roots = order[(tree.in_tree & (f.h_kind == CPU_OP) & ~below_cpu_op)[order]].tolist()
-        self._model: dict[int, bool] = {}
+        order = tree.order
+        self.roots = order[(tree.in_tree & (f.h_kind == CPU_OP) & ~below_cpu_op)[order]]
+        self._model: dict[tuple[int, int], bool] = {}  # (by name and signature)
         self.forwards = opsheets.cached_forwards(tree, signature_values)
-        self._sole: dict[int, dict | None] = {}
+        self._sole: dict[int, dict] = {}  # (the found ones; _sole_tried: each host event tried)
+        self._sole_tried = bytearray(count)
         self._owns = self._risky = self._launches = np.zeros(0, dtype=bool)  # (by _prepare)
         self._status_of = np.zeros(0, dtype=np.int8)
 
     def children(self, h: int) -> list[int]:
-        return self._child[self._child_lo[h]:self._child_hi[h]].tolist()
+        return self._child[self._parents.searchsorted(h, "left"):self._parents.searchsorted(h, "right")].tolist()
 
     def _marked_above(self, links: np.ndarray) -> np.ndarray:
         """Each host event with one of the marked links' calls at or below it."""
@@ -103,16 +104,12 @@ class _Unified:
             current = current[~marked[current]]
         return marked
 
-    def gather(self, ops: list[int]) -> None:
-        """Find the GPU events below each of ``ops`` at once (:meth:`gpu`)."""
-        self._gpu.update(self.tree.links_below(np.unique(np.array([h for h in ops if h not in self._gpu],
-                                                                   dtype=np.int64)).tolist()))
-
-    def gpu(self, h: int) -> list[int]:
-        """The GPU events below ``h`` in TraceLens's order (by launch call, in file order)."""
-        if h not in self._gpu:
-            self.gather([h])
-        return self._gpu[h]
+    def link_slices(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The GPU events below each of ``ops`` in TraceLens's order (by launch call, in file order):
+        ``flat[first[i]:first[i] + count[i]]`` for ``ops[i]``."""
+        op, flat = self.tree.link_pairs(np.unique(ops))
+        first = np.searchsorted(op, ops, "left")
+        return flat, first, np.searchsorted(op, ops, "right") - first
 
     def name(self, h: int) -> str:
         return self.f.names[self.f.h_name[h]]
@@ -134,9 +131,10 @@ class _Unified:
         return False
 
     def op_has_model(self, h: int) -> bool:
-        found = self._model.get(h)
+        key = (int(self.f.h_name[h]), int(self.f.h_sig[h]))
+        found = self._model.get(key)
         if found is None:
-            found = self._model[h] = self.has_model(self.name(h), int(self.f.h_sig[h]))
+            found = self._model[key] = self.has_model(self.name(h), key[1])
         return found
 
     def sole_backward(self, first_parent: int) -> dict | None:
@@ -144,10 +142,14 @@ class _Unified:
         wrapper within 5 levels above, when the wrapper holds exactly one
         kernel-launching op of the wrapper's function name and the forward
         op's model has backward formulas (``_is_sole_bwd_with_fwd_perf_model``)."""
-        if first_parent in self._sole:
-            return self._sole[first_parent]
-        found = self._sole[first_parent] = self._sole_backward(first_parent)
-        return found
+        if first_parent == optree.NO_PARENT:
+            return None
+        if not self._sole_tried[first_parent]:
+            self._sole_tried[first_parent] = 1
+            found = self._sole_backward(first_parent)
+            if found is not None:
+                self._sole[first_parent] = found
+        return self._sole.get(first_parent)
 
     def _sole_backward(self, first_parent: int) -> dict | None:
         f, tree = self.f, self.tree
@@ -155,8 +157,8 @@ class _Unified:
         for _ in range(5):
             if current == optree.NO_PARENT:
                 break
-            forward = self.forward_of.get(current)
-            if forward is not None and f.h_uid[forward] != 0:
+            forward = int(self.forward_of[current])
+            if forward != optree.NO_PARENT and f.h_uid[forward] != 0:
                 wrapper = current
                 break
             current = int(tree.parent[current])
@@ -250,30 +252,32 @@ class _Unified:
             current = parent[current[cpu_op[current]]]
         return found
 
-    def collect(self) -> list[int]:
-        """The ops with a row, in TraceLens's order: its depth-first walk from the roots (a stack here)."""
+    def collect(self) -> np.ndarray:
+        """The ops with a row, in TraceLens's order: its depth-first walk from the roots (a stack here;
+        per host event a byte of each flag, not a Python object)."""
         self._prepare()
-        cpu_op, has_gpu = (self.f.h_kind == CPU_OP).tolist(), self.has_gpu.tolist()
-        status = self._status_of.tolist()
-        collected: list[int] = []
-        visited: set[int] = set()
-        stack = self.roots[::-1]
-        while stack:
-            h = stack.pop()
-            if h in visited:
-                continue
-            visited.add(h)
-            if not cpu_op[h] or not has_gpu[h]:
-                continue
-            if status[h] == 1:
-                collected.append(h)
-                continue
-            if status[h] == -1:
-                self.op_has_model(h)  # (raises, where TraceLens's test does)
-            stack.extend(reversed(self._visit(h, collected)))
-        return collected
+        cpu_op, has_gpu = (self.f.h_kind == CPU_OP).tobytes(), self.has_gpu.tobytes()
+        status = (self._status_of + 1).astype(np.uint8).tobytes()  # (0: its test raises, 1: no model, 2: a model)
+        collected = array("q")
+        visited = bytearray(len(cpu_op))
+        for root in map(int, self.roots):  # (a root's walk ends before the next root's begins)
+            stack = [root]
+            while stack:
+                h = stack.pop()
+                if visited[h]:
+                    continue
+                visited[h] = 1
+                if not cpu_op[h] or not has_gpu[h]:
+                    continue
+                if status[h] == 2:
+                    collected.append(h)
+                    continue
+                if status[h] == 0:
+                    self.op_has_model(h)  # (raises, where TraceLens's test does)
+                stack.extend(reversed(self._visit(h, collected)))
+        return np.frombuffer(collected, dtype=np.int64) if len(collected) else np.empty(0, np.int64)
 
-    def _visit(self, h: int, collected: list[int]) -> list[int]:
+    def _visit(self, h: int, collected: array) -> list[int]:
         """A cpu op with GPU work and no model of its own: collected, or the children to walk next."""
         sole = self.sole_backward(int(self.tree.parent[h])) is not None
         owns = self._owns_model_below(h) if self._risky[h] else self._owns[h]
@@ -289,24 +293,21 @@ class _Unified:
             return modelled
         return self.children(h)
 
-    def synthetic(self, collected: list[int]) -> list[tuple[int, int]]:
-        """(host event, GPU event) of each GPU event no collected op holds:
-        first those with no cpu op above (by their launch call, the call's
-        first kernel first), then those with one (with the nearest cpu op)."""
+    def synthetic(self, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(host event, GPU event) of each GPU event no collected op holds (``held``: those held), as two
+        columns: first those with no cpu op above (by their launch call, the call's first kernel first),
+        then those with one (with the nearest cpu op)."""
         f, tree = self.f, self.tree
-        held = np.zeros(len(f.g_ts), dtype=bool)
-        held[np.array([g for h in collected for g in self.gpu(h)], dtype=np.int64)] = True
-        by_call: dict[int, list[int]] = {}
-        with_cpu_op: list[tuple[int, int]] = []
         communication = np.array(tree.communication + [False])[f.g_name]
         left = np.flatnonzero(~held & ~communication & (f.g_parent != optree.NO_PARENT))
         calls = f.g_parent[left]
-        for g, call, cpu_op in zip(left.tolist(), calls.tolist(), tree.cpu_ops_above(calls).tolist()):
-            if cpu_op == optree.NO_PARENT:
-                by_call.setdefault(call, []).append(g)
-            else:
-                with_cpu_op.append((cpu_op, g))
-        return [(call, g) for call, kernels in by_call.items() for g in kernels] + with_cpu_op
+        above = tree.cpu_ops_above(calls)
+        none = above == optree.NO_PARENT
+        alone, alone_calls = left[none], calls[none]
+        first = np.unique(alone_calls, return_index=True, return_inverse=True)
+        by_call = np.argsort(first[1][first[2].reshape(-1)], kind="stable")  # (each call where it first comes)
+        return (np.concatenate([alone_calls[by_call], above[~none]]).astype(np.int64),
+                np.concatenate([alone[by_call], left[~none]]).astype(np.int64))
 
 
 def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict | None = None,
@@ -317,98 +318,239 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
         rows = _rows(walk)
     except UnknownModel as exc:
         return None, [exc.note()]
-    return (_summarize(tree, rows) if rows else None), []
+    return (_summarize(tree, rows) if len(rows) else None), []
 
 
-def _rows(walk: _Unified) -> list[dict]:
+RATED = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "TB/s", "TFLOPS/s", "Roofline Time (µs)", "Pct Roofline")
+CODED = ("Compute Spec", "Roofline Bound", "params")  # (numbers into each column's distinct values; -1: none)
+
+
+class _RowColumns:
+    """``build_df_unified_perf_table``'s rows as typed columns appended a row at a time (a few numbers a
+    row, not a dict).  The model columns are held only for the rows with a model (``model_row``: those
+    rows, in order), a model's result as a number into the distinct results until its rates are made over
+    the row's kernel time (:meth:`rate`)."""
+
+    def __init__(self, f: OpsFacts) -> None:
+        self.ints = {name: array("q") for name in ("h", "uid", "name", "category", "gpu_count")}
+        self.flags = {name: array("b") for name in ("dur_int", "has_perf_model", "busy_known", "busy_int", "rated",
+                                                    "roofline")}
+        self.floats = {name: array("d") for name in ("dur", "busy")}
+        self.model = {"model_row": array("q"), "result": array("q"), **{name: array("d") for name in RATED},
+                      **{name: array("q") for name in CODED}}
+        self.values: dict[str, list] = {name: [] for name in (*CODED, "result")}
+        self._value_codes: dict[tuple[str, int], int] = {}
+        self.gpu = array("q")
+        self.names, self._name_codes = list(f.names), {}  # (the trace's names, then the synthetic ops')
+        self.categories: list[str] = []
+        self._category_codes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ints["h"])
+
+    def name_code(self, name: str) -> int:
+        code = self._name_codes.get(name)
+        if code is None:
+            code = self._name_codes[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def append(self, h: int, uid: int, name: int, category: str, dur: float, dur_int: bool, gpu: np.ndarray,
+               has_perf_model: bool, result: tuple | None, metrics: dict | None) -> None:
+        code = self._category_codes.get(category)
+        if code is None:
+            code = self._category_codes[category] = len(self.categories)
+            self.categories.append(category)
+        row = len(self)
+        for column, value in (("h", h), ("uid", uid), ("name", name), ("category", code), ("gpu_count", len(gpu))):
+            self.ints[column].append(value)
+        self.gpu.extend(gpu.tolist() if isinstance(gpu, np.ndarray) else gpu)
+        self.flags["dur_int"].append(dur_int)
+        self.flags["has_perf_model"].append(has_perf_model)
+        self.floats["dur"].append(dur)
+        metrics = metrics or {}
+        self.flags["busy_known"].append("busy" in metrics)
+        self.flags["busy_int"].append(bool(metrics.get("busy_int", False)))
+        self.floats["busy"].append(metrics.get("busy", math.nan))
+        self.flags["rated"].append("GFLOPS" in metrics)
+        self.flags["roofline"].append("Roofline Time (µs)" in metrics)
+        if result is not None or metrics:
+            self.model["model_row"].append(row)
+            self.model["result"].append(self._code("result", result))
+            self._metrics(metrics)
+
+    def _metrics(self, metrics: dict) -> None:
+        """The last model row's model columns (none: absent)."""
+        for column in RATED:
+            value = metrics.get(column)
+            self.model[column].append(math.nan if value is None else value)
+        for column in CODED:
+            self.model[column].append(self._code(column, metrics.get(column)))
+
+    def _code(self, column: str, value: object) -> int:
+        """A model column's value as a number into its distinct values (by identity: the models' results are
+        shared objects; -1: none)."""
+        if value is None:
+            return -1
+        key = (column, id(value))
+        code = self._value_codes.get(key)
+        if code is None:
+            code = self._value_codes[key] = len(self.values[column])
+            self.values[column].append(value)  # (held: its id is not reused)
+        return code
+
+    def rate(self, tree: OpTree, spec: dict | None) -> OpRows:
+        """Each row's kernel time (unless its metrics gave it) and its model's rates over it; the rows as
+        :class:`OpRows` (``columns``: numpy), without those whose model declined them."""
+        ints = {name: _numbers(column, np.int64) for name, column in self.ints.items()}
+        gpu = _numbers(self.gpu, np.int64)
+        flags = {name: _numbers(column, np.int8).astype(bool) for name, column in self.flags.items()}
+        floats = {name: _numbers(column, np.float64).copy() for name, column in self.floats.items()}
+        first = np.cumsum(ints["gpu_count"]) - ints["gpu_count"]
+        timed = np.flatnonzero(~flags["busy_known"])
+        floats["busy"][timed], flags["busy_int"][timed] = tree.busy_slices(gpu, first[timed], ints["gpu_count"][timed])
+        keep = np.ones(len(self), dtype=bool)
+        model = self.model
+        for slot, (row, result) in enumerate(zip(model["model_row"], model["result"])):
+            if result < 0 or flags["busy_known"][row]:
+                continue
+            try:  # (an op's own model: its rates over that busy time)
+                metrics = opsheets.rated(self.values["result"][result], float(floats["busy"][row]),
+                                         bool(flags["busy_int"][row]), spec)
+            except NotImplementedError:
+                keep[row] = False
+                continue
+            except opsheets.MODEL_FAILURES:
+                continue
+            flags["rated"][row] = "GFLOPS" in metrics
+            flags["roofline"][row] = "Roofline Time (µs)" in metrics
+            for column in RATED:
+                value = metrics.get(column)
+                model[column][slot] = math.nan if value is None else value
+            for column in CODED:
+                model[column][slot] = self._code(column, metrics.get(column))
+        columns = {**ints, **flags, **floats, "gpu": gpu}
+        sparse = {name: _numbers(column, np.int64 if column.typecode == "q" else np.float64)
+                  for name, column in model.items()}
+        if not keep.all():
+            held = np.repeat(keep, ints["gpu_count"])
+            columns = {name: values[held if name == "gpu" else keep] for name, values in columns.items()}
+            kept = keep[sparse["model_row"]]
+            sparse = {name: values[kept] for name, values in sparse.items()}
+            sparse["model_row"] = (np.cumsum(keep) - 1)[sparse["model_row"]]
+        columns["gpu_first"] = np.cumsum(columns["gpu_count"]) - columns["gpu_count"]
+        return OpRows(columns["h"], columns["name"], self.names, columns["category"], self.categories,
+                      {**columns, **sparse}, self.values)
+
+
+def _numbers(column: array, dtype: type) -> np.ndarray:
+    return np.frombuffer(column, dtype=dtype) if len(column) else np.empty(0, dtype)
+
+
+def _rows(walk: _Unified) -> OpRows:
+    rows = _RowColumns(walk.f)
+    held = _collected_rows(walk, rows)
+    _synthetic_rows(walk, rows, held)
+    del held  # (each step's arrays gone before the next's)
+    return rows.rate(walk.tree, walk.spec)
+
+
+def _collected_rows(walk: _Unified, rows: _RowColumns) -> np.ndarray:
+    """The rows of the collected ops; which GPU events they hold."""
     f, tree = walk.f, walk.tree
     collected = walk.collect()
-    walk.gather(collected)
-    tree.categories(collected)  # (each op's category, found at once)
-    gpus = [walk.gpu(h) for h in collected]
-    kernels = _kernel_names(f, gpus)
-    at = np.array(collected, dtype=np.int64)
-    rows = []
-    for h, gpu, names, uid, sig, parent, dur, dur_int in zip(
-            collected, gpus, kernels, f.h_uid[at].tolist(), f.h_sig[at].tolist(), tree.parent[at].tolist(),
-            f.h_dur[at].tolist(), f.h_dur_int[at].tolist()):
-        row = _row(walk, (h, sig, parent, dur, dur_int), walk.name(h), tree.category(h), h, gpu, uid, names)
-        if row is not None:
-            rows.append(row)
-    next_uid = f.events
-    for source, g in walk.synthetic(collected):
+    flat, first, count = walk.link_slices(collected)
+    kernels, kernels_first = _kernel_names(f, flat, first, count)
+    category, categories = tree.category_codes(collected)
+    for h, code, uid, sig, parent, dur, dur_int, lo, size, named in _each_row(
+            collected, category, (f.h_uid, collected), (f.h_sig, collected), (tree.parent, collected),
+            (f.h_dur, collected), (f.h_dur_int, collected), first, count, kernels_first):
+        _row(walk, rows, (h, sig, parent, dur, dur_int), walk.name(h), categories[code], h, flat[lo:lo + size], uid,
+             kernels[named:named + size])
+    held = np.zeros(len(f.g_ts), dtype=bool)
+    held[flat] = True
+    return held
+
+
+def _synthetic_rows(walk: _Unified, rows: _RowColumns, held: np.ndarray) -> None:
+    """A synthetic op's row per GPU event no collected op holds, numbered after the trace's events."""
+    f, tree = walk.f, walk.tree
+    sources, gpus = walk.synthetic(held)
+    next_uid, no_kernels = f.events, np.empty(0, np.int64)
+    for source, g in _each_row(sources, gpus):
         name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
         facts = (source, int(f.h_sig[source]), int(tree.parent[source]), float(f.h_dur[source]), f.h_dur_int[source])
-        row = _row(walk, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid)
+        _row(walk, rows, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid,
+             no_kernels)
         next_uid += 1
-        if row is not None:
-            rows.append(row)
-    timed = [row for row in rows if "busy" not in row]
-    sizes = [len(row["gpu"]) for row in timed]
-    gpu = np.array([g for row in timed for g in row["gpu"]], dtype=np.int64)
-    busy, integral = tree.busy_many(np.repeat(np.arange(len(timed)), sizes), gpu, len(timed))
-    declined = set()
-    for row, value, whole in zip(timed, busy.tolist(), integral.tolist()):
-        result = row.pop("model", None)
-        try:  # (an op's own model: its rates over that busy time)
-            row.update(opsheets.rated(result, value, whole, walk.spec) if result is not None else {})
-        except NotImplementedError:
-            declined.add(id(row))
-        except opsheets.MODEL_FAILURES:
-            pass
-        row.setdefault("busy", value)
-        row.setdefault("busy_int", whole)
-    return [row for row in rows if id(row) not in declined] if declined else rows
 
 
-def _kernel_names(f: OpsFacts, gpus: list[list[int]]) -> list[tuple[int, ...]]:
-    """The names (numbers) of each list's GPU events by start (ties as listed), as the models read them."""
-    sizes = np.array([len(gpu) for gpu in gpus], dtype=np.int64)
-    flat = np.fromiter((g for gpu in gpus for g in gpu), dtype=np.int64, count=int(sizes.sum()))
-    names = f.g_name[flat[np.lexsort((f.g_ts[flat], np.repeat(np.arange(len(gpus)), sizes)))]].tolist()
-    bounds = np.cumsum(sizes).tolist()
-    return [tuple(names[end - size:end]) for end, size in zip(bounds, sizes.tolist())]
+def _each_row(*columns: np.ndarray | tuple[np.ndarray, np.ndarray]) -> Iterator[tuple]:
+    """The columns' rows as tuples of Python values, a block at a time (not whole columns as lists); a
+    column given as (values, rows) is ``values[rows]``, gathered a block at a time too."""
+    def block(column: np.ndarray | tuple[np.ndarray, np.ndarray], lo: int) -> list:
+        if isinstance(column, tuple):
+            values, rows = column
+            return values[rows[lo:lo + ROW_BLOCK]].tolist()
+        return column[lo:lo + ROW_BLOCK].tolist()
+
+    for lo in range(0, len(columns[0]), ROW_BLOCK):
+        yield from zip(*(block(column, lo) for column in columns))
 
 
-def _row(walk: _Unified, facts: tuple, name: str, category: str, h: int | None, gpu: list[int], uid: int,
-         kernels: tuple[int, ...] = ()) -> dict | None:
+def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The names (numbers) of each slice's GPU events (``flat[first[i]:first[i] + count[i]]``) by start
+    (ties as listed), as the models read them: the slices' names one after the other, and where each
+    slice's begin."""
+    placed = np.cumsum(count) - count
+    owner = np.repeat(np.arange(len(count)), count)
+    gpu = flat[(np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64)]
+    return f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]], placed
+
+
+def _row(walk: _Unified, rows: _RowColumns, facts: tuple, name: str, category: str, h: int | None,
+         gpu: np.ndarray | list[int], uid: int, kernels: np.ndarray) -> None:
     """One row of ``build_df_unified_perf_table`` (``facts``: the host event the row stands for, its
     signature, parent, duration and whether that is an integer; ``h``: the op itself, None for a synthetic
-    op copying that event; ``kernels``: the names of ``gpu`` by start); None when the op's model declines it
-    (TraceLens drops such a row)."""
+    op copying that event; ``kernels``: the names of ``gpu`` by start); none when the op's model
+    declines it (TraceLens drops such a row)."""
     source, sig, parent, dur, dur_int = facts
     own = walk.has_model(name, sig)
     sole = walk.sole_backward(parent)
     if not own and sole is not None:
         category = sole["category"]
-    row = {"h": source, "uid": uid, "name": name, "category": category, "dur": dur, "dur_int": bool(dur_int),
-           "gpu": gpu, "has_perf_model": own or sole is not None}
-    if own and h is not None:  # (the model's result now; its rates by _rows, with all kernel times at once)
+    result, metrics = None, None
+    if own and h is not None:  # (the model's result now; its rates by _RowColumns.rate, with its kernel time)
         forward = (opsheets.forward_args(walk.tree, walk.forwards, h, before=False)
                    if name in perfmodels_conv.CACHED_FORWARD else None)
-        outcome = opsheets.model_outcome(walk.tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled), kernels,
-                                         walk.values, forward)
+        outcome = opsheets.model_outcome(walk.tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled),
+                                         tuple(kernels.tolist()), walk.values, forward)
         if isinstance(outcome, NotImplementedError):
-            return None
+            return
         if not isinstance(outcome, BaseException):
-            row["model"] = outcome
+            result = outcome
     elif sole is not None:
-        row.update({key: value for key, value in sole.items() if key not in ("h", "name", "values", "details")})
-    return row
+        metrics = sole
+    code = int(walk.f.h_name[h]) if h is not None else rows.name_code(name)
+    rows.append(source, uid, code, category, dur, bool(dur_int), gpu, own or sole is not None, result, metrics)
 
 
-def _summarize(tree: OpTree, rows: list[dict]) -> Table:
-    f = tree.f
+def _summarize(tree: OpTree, rows: OpRows) -> Table:
+    f, columns = tree.f, rows.columns
     groups, keys, _, members = unique_args_groups(f, rows)
     counts = groups.counts()
-    modelled = any("GFLOPS" in r for r in rows)
-    with_roofline = any("Roofline Time (µs)" in r for r in rows)
-    columns = {
-        "duration": _stats(groups, members, [r["dur"] for r in rows], all(r["dur_int"] for r in rows)),
-        KERNEL_TIME: _stats(groups, members, [r["busy"] for r in rows], all(r["busy_int"] for r in rows)),
+    modelled = bool(columns["rated"].any())
+    with_roofline = bool(columns["roofline"].any())
+    stats = {
+        "duration": _stats(groups, members, columns["dur"], bool(columns["dur_int"].all())),
+        KERNEL_TIME: _stats(groups, members, columns["busy"], bool(columns["busy_int"].all())),
     }
     for column in (*RATES, *(["Pct Roofline"] if with_roofline else [])):
-        columns[column] = _stats(groups, members, [r.get(column, math.nan) for r in rows], False)
+        dense = np.full(len(rows), math.nan)
+        dense[columns["model_row"]] = columns[column]
+        stats[column] = _stats(groups, members, dense, False)
+        del dense
     header = [*UNIQUE_ARGS_KEYS, "ex_UID", "operation_count", "total_duration_us", "mean_duration_us",
               "std_duration_us"]
     if modelled:
@@ -422,35 +564,31 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
         header += ["Roofline Time (µs)_first", *[f"Pct Roofline_{stat}" for stat in STATS]]
     header += [f"{KERNEL_TIME}_median", f"{KERNEL_TIME}_min", f"{KERNEL_TIME}_max", "kernel_details_summary",
                "trunc_kernel_details", "perf_params", "has_perf_model", "Percentage (%)", "Cumulative Percentage (%)"]
-    firsts: dict[str, dict[int, int]] = {}  # per column: each group's first row where it is present
-    with_model = np.fromiter((row["has_perf_model"] and "GFLOPS" in row for row in rows), dtype=bool, count=len(rows))
     # (a row without a model, or whose model failed, has no model column)
-    modelled_members = [np.array(group)[with_model[group]].tolist() for group in members]
-    for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
-        firsts[column] = {}
-        for k, group in enumerate(modelled_members):  # (in row order: mostly the first one has it)
-            found = next((i for i in group if _present(rows[i].get(column))), None)
-            if found is not None:
-                firsts[column][k] = found
+    with_model = columns["has_perf_model"] & columns["rated"]
     records = []
     for k, group in enumerate(members):
-        first = rows[group[0]]
-        cells = {"ex_UID": first["uid"], "operation_count": int(counts[k])}
-        duration = columns["duration"]
+        first = int(group[0])
+        cells = {"ex_UID": int(columns["uid"][first]), "operation_count": int(counts[k])}
+        duration = stats["duration"]
         cells.update({"total_duration_us": duration["sum"][k], "mean_duration_us": duration["mean"][k],
                       "std_duration_us": duration["std"][k]})
         for stat in ("median", "min", "max"):
             cells[f"duration_us_{stat}"] = duration[stat][k]
         for column in (KERNEL_TIME, *RATES, "Pct Roofline"):
-            for stat, values in columns.get(column, {}).items():
+            for stat, values in stats.get(column, {}).items():
                 cells[f"{column}_{stat}"] = values[k]
+        slots = _model_slots(rows, group)
+        candidates = slots[with_model[columns["model_row"][slots]]]  # (in row order: mostly the first has it)
         for column in (*FIRST, "Roofline Bound", "Roofline Time (µs)"):
-            cells[column] = rows[firsts[column][k]][column] if k in firsts[column] else NA
+            cells[column] = next((value for slot in candidates.tolist()
+                                  if _present(value := _value(rows, column, slot))), NA)
         cells["Roofline Time (µs)_first"] = cells["Roofline Time (µs)"]
-        summary = kernel_stats_of(f, [rows[i]["gpu"] for i in group])
-        params = next((rows[i]["params"] for i in group if rows[i].get("params")), None)
+        summary = kernel_stats_of(f, columns["gpu"], columns["gpu_first"][group], columns["gpu_count"][group])
+        params = next((value for slot in slots.tolist() if (value := _value(rows, "params", slot))), None)
         cells.update({"kernel_details_summary": repr(summary), "trunc_kernel_details": truncated(summary),
-                      "perf_params": NA if params is None else str(params), "has_perf_model": first["has_perf_model"]})
+                      "perf_params": NA if params is None else str(params),
+                      "has_perf_model": bool(columns["has_perf_model"][first])})
         records.append((keys[k], cells))
     order = sorted(range(len(records)), key=lambda k: (-records[k][1][f"{KERNEL_TIME}_sum"], records[k][1]["ex_UID"]))
     pct, cumulative = percentages([float(records[k][1][f"{KERNEL_TIME}_sum"]) for k in order])
@@ -462,19 +600,37 @@ def _summarize(tree: OpTree, rows: list[dict]) -> Table:
     return table
 
 
+def _model_slots(rows: OpRows, group: np.ndarray) -> np.ndarray:
+    """Where the model columns hold the rows of ``group`` that have them, in row order."""
+    model_row = rows.columns["model_row"]
+    if not len(model_row):
+        return np.empty(0, np.int64)
+    slots = np.minimum(np.searchsorted(model_row, group), len(model_row) - 1)
+    return slots[model_row[slots] == group]
+
+
+def _value(rows: OpRows, column: str, slot: int) -> object:
+    """A model row's value of a model column (None: absent)."""
+    if column in CODED:
+        code = int(rows.columns[column][slot])
+        return None if code < 0 else rows.values[column][code]
+    value = float(rows.columns[column][slot])
+    return None if math.isnan(value) else value
+
+
 def _present(value: object) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def _stats(groups, members: list[list[int]], values: list[float], integral: bool) -> dict[str, list]:
+def _stats(groups, members: list[np.ndarray], array: np.ndarray, integral: bool) -> dict[str, list]:
     """pandas' grouped sum, mean, median, std (n-1), min and max of a column, missing values skipped."""
-    array = np.array(values, dtype=np.float64)
     missing = np.isnan(array)
     sums = groups.sums(np.nan_to_num(array)) if not missing.all() else np.zeros(len(members))
-    means = opsheets.group_means(groups, values, sums if np.isfinite(array).all() else None)  # (the same sums)
+    means = opsheets.group_means(groups, array, sums if np.isfinite(array).all() else None)  # (the same sums)
     out: dict[str, list] = {"mean": means, "median": [], "std": [], "min": [], "max": [], "sum": []}
     for k, group in enumerate(members):
-        present = [v for v in array[group].tolist() if not math.isnan(v)]
+        values = array[group]
+        present = values[~np.isnan(values)].tolist()
         stats = opsheets.rate_stats(present)
         out["median"].append(stats["median"])
         out["std"].append(stats["std"])
