@@ -205,11 +205,12 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     forwards = cached_forwards(tree, signature_values) if present & perfmodels_conv.CACHED_FORWARD.keys() else {}
     rows = []
     for h in ops:
-        if h not in kernels_of:  # (no backward op linked to it)
+        gpu = kernels_of.get(h)
+        if gpu is None:  # (no backward op linked to it)
             continue
         name = f.names[f.h_name[h]]
         try:
-            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec,
+            rows.append(op_metrics(tree, h, models[name], gpu, signature_values, spec,
                                    forward_args(tree, forwards, h, before=True)))
         except MODEL_FAILURES:
             continue  # TraceLens leaves the op out (its perf model fails on it)
@@ -266,12 +267,13 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     raises on the op's arguments).  ``forward``: the arguments of the
     forward op whose cached parameters the model reads."""
     f = tree.f
-    by_start = sorted(gpu, key=lambda g: f.g_ts[g])
+    listed = np.asarray(gpu, dtype=np.int64)
+    by_start = listed[np.argsort(f.g_ts[listed], kind="stable")]  # (ties as listed)
     result = model_result(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
     busy, integral = tree.busy(gpu) if gpu else (0, True)
     # (its GPU events by start, as numbers: their details are read from the columns when the sheet is made)
     return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]],
-            "kernels": np.array(by_start, dtype=np.int64), **rated(result, busy, integral, spec)}
+            "kernels": by_start, **rated(result, busy, integral, spec)}
 
 
 def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
