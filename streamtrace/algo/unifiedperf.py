@@ -323,6 +323,9 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
 
 RATED = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "TB/s", "TFLOPS/s", "Roofline Time (µs)", "Pct Roofline")
 CODED = ("Compute Spec", "Roofline Bound", "params")  # (numbers into each column's distinct values; -1: none)
+PENDING = (("ints", "h"), ("ints", "uid"), ("ints", "name"), ("ints", "category"), ("ints", "gpu_count"),
+           ("flags", "dur_int"), ("flags", "has_perf_model"), ("floats", "dur"), ("flags", "busy_known"),
+           ("flags", "busy_int"), ("floats", "busy"), ("flags", "rated"), ("flags", "roofline"))  # (a row's order)
 
 
 class _RowColumns:
@@ -339,6 +342,8 @@ class _RowColumns:
         self.model = {"model_row": array("q"), "result": array("q"), **{name: array("d") for name in RATED},
                       **{name: array("q") for name in CODED}}
         self.values: dict[str, list] = {name: [] for name in (*CODED, "result")}
+        self._pending: list[tuple] = []  # (rows' dense columns, moved into the arrays a block at a time)
+        self._targets = [getattr(self, group)[name] for group, name in PENDING]
         self._value_codes: dict[tuple[str, int], int] = {}
         self.gpu = array("q")
         self.names, self._name_codes = list(f.names), {}  # (the trace's names, then the synthetic ops')
@@ -346,7 +351,12 @@ class _RowColumns:
         self._category_codes: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self.ints["h"])
+        return len(self.ints["h"]) + len(self._pending)
+
+    def _flush(self) -> None:
+        for target, values in zip(self._targets, zip(*self._pending)):
+            target.extend(values)
+        self._pending.clear()
 
     def name_code(self, name: str) -> int:
         code = self._name_codes.get(name)
@@ -361,23 +371,14 @@ class _RowColumns:
         if code is None:
             code = self._category_codes[category] = len(self.categories)
             self.categories.append(category)
-        ints, flags, floats = self.ints, self.flags, self.floats
-        row = len(ints["h"])
-        ints["h"].append(h)
-        ints["uid"].append(uid)
-        ints["name"].append(name)
-        ints["category"].append(code)
-        ints["gpu_count"].append(len(gpu))
+        row = len(self)
         self.gpu.extend(gpu.tolist() if isinstance(gpu, np.ndarray) else gpu)
-        flags["dur_int"].append(dur_int)
-        flags["has_perf_model"].append(has_perf_model)
-        floats["dur"].append(dur)
         metrics = metrics or {}
-        flags["busy_known"].append("busy" in metrics)
-        flags["busy_int"].append(bool(metrics.get("busy_int", False)))
-        floats["busy"].append(metrics.get("busy", math.nan))
-        flags["rated"].append("GFLOPS" in metrics)
-        flags["roofline"].append("Roofline Time (µs)" in metrics)
+        self._pending.append((h, uid, name, code, len(gpu), dur_int, has_perf_model, dur, "busy" in metrics,
+                              bool(metrics.get("busy_int", False)), metrics.get("busy", math.nan),
+                              "GFLOPS" in metrics, "Roofline Time (µs)" in metrics))  # (in PENDING's order)
+        if len(self._pending) >= ROW_BLOCK:
+            self._flush()
         if result is not None or metrics:
             self.model["model_row"].append(row)
             self.model["result"].append(self._code("result", result))
@@ -406,6 +407,7 @@ class _RowColumns:
     def rate(self, tree: OpTree, spec: dict | None) -> OpRows:
         """Each row's kernel time (unless its metrics gave it) and its model's rates over it; the rows as
         :class:`OpRows` (``columns``: numpy), without those whose model declined them."""
+        self._flush()
         ints = {name: _numbers(column, np.int64) for name, column in self.ints.items()}
         gpu = _numbers(self.gpu, np.int64)
         flags = {name: _numbers(column, np.int8).astype(bool) for name, column in self.flags.items()}
