@@ -95,7 +95,7 @@ def test_analyze_tables_are_the_same_from_disk_and_from_memory(jobs: int, tmp_pa
 def test_spilled_columns_reach_the_tables_as_maps(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(ops, "SPILL_ROWS", 1)
     facts = ops.read_input(trace_of("kineto_small", str(tmp_path)))[0]
-    assert isinstance(facts.h_ts, np.memmap) and isinstance(facts.g_dur, np.memmap)
+    assert isinstance(facts.h_ts.base, np.memmap) and isinstance(facts.g_dur.base, np.memmap)
     assert not facts.h_ts.flags.writeable
 
 

@@ -205,14 +205,17 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     forwards = cached_forwards(tree, signature_values) if present & perfmodels_conv.CACHED_FORWARD.keys() else {}
     rows = []
     for h in ops:
-        if h not in kernels_of:  # (no backward op linked to it)
+        gpu = kernels_of.get(h)
+        if gpu is None:  # (no backward op linked to it)
             continue
         name = f.names[f.h_name[h]]
         try:
-            rows.append(op_metrics(tree, h, models[name], kernels_of[h], signature_values, spec,
-                                   forward_args(tree, forwards, h, before=True)))
+            metrics = op_outcome(tree, h, models[name], gpu, signature_values, spec,
+                                 forward_args(tree, forwards, h, before=True))
         except MODEL_FAILURES:
             continue  # TraceLens leaves the op out (its perf model fails on it)
+        if not isinstance(metrics, BaseException):  # (the model failed on it: left out too)
+            rows.append(metrics)
     if not rows:
         return None, []
     return _summarize(tree, rows), []
@@ -265,22 +268,26 @@ def op_metrics(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     GFLOPS, bytes and rates over their busy time (raises what the model
     raises on the op's arguments).  ``forward``: the arguments of the
     forward op whose cached parameters the model reads."""
+    metrics = op_outcome(tree, h, model, gpu, signature_values, spec, forward)
+    if isinstance(metrics, BaseException):
+        raise copy.copy(metrics)  # (a copy: the kept one gathers no frames that would hold the tree)
+    return metrics
+
+
+def op_outcome(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], signature_values: list[list],
+               spec: dict | None, forward: dict | None = None) -> dict | BaseException:
+    """:func:`op_metrics`, or what the model raised, not raised (a sheet leaves out the ops a model fails
+    on, often many of one shape: no exception copied and raised for each)."""
     f = tree.f
-    by_start = sorted(gpu, key=lambda g: f.g_ts[g])
-    result = model_result(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
+    listed = np.asarray(gpu, dtype=np.int64)
+    by_start = listed[np.argsort(f.g_ts[listed], kind="stable")]  # (ties as listed)
+    result = model_outcome(tree, h, model, tuple(f.g_name[by_start].tolist()), signature_values, forward)
+    if isinstance(result, BaseException):
+        return result
     busy, integral = tree.busy(gpu) if gpu else (0, True)
     # (its GPU events by start, as numbers: their details are read from the columns when the sheet is made)
     return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]],
-            "kernels": np.array(by_start, dtype=np.int64), **rated(result, busy, integral, spec)}
-
-
-def model_result(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],
-                 forward: dict | None = None) -> tuple:
-    """:func:`model_outcome`, raising what the model raised."""
-    result = model_outcome(tree, h, model, kernels, signature_values, forward)
-    if isinstance(result, BaseException):
-        raise copy.copy(result)  # (a copy: the kept one gathers no frames that would hold the tree)
-    return result
+            "kernels": by_start, **rated(result, busy, integral, spec)}
 
 
 def model_outcome(tree: OpTree, h: int, model: perfmodel.Model, kernels: tuple[int, ...], signature_values: list[list],

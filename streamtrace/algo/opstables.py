@@ -266,13 +266,14 @@ class LinkSlices(Mapping):
     list when asked for (not a dict of lists held for every op)."""
 
     def __init__(self, ops: np.ndarray, op: np.ndarray, gpu: np.ndarray) -> None:
-        self._ops, self._op, self._gpu = ops, op, gpu
+        self._ops, self._gpu = ops, gpu
+        self._ends = np.searchsorted(op, ops, "right")  # (each op's slice ends there, begins where the last ended)
 
     def __getitem__(self, h: int) -> list[int]:
-        at = int(np.searchsorted(self._ops, h))
+        at = int(self._ops.searchsorted(h))
         if at == len(self._ops) or self._ops[at] != h:
             raise KeyError(h)
-        return self._gpu[int(np.searchsorted(self._op, h, "left")):int(np.searchsorted(self._op, h, "right"))].tolist()
+        return self._gpu[int(self._ends[at - 1]) if at else 0:int(self._ends[at])].tolist()
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._ops.tolist())

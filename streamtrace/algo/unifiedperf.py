@@ -323,6 +323,10 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
 
 RATED = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "TB/s", "TFLOPS/s", "Roofline Time (µs)", "Pct Roofline")
 CODED = ("Compute Spec", "Roofline Bound", "params")  # (numbers into each column's distinct values; -1: none)
+NO_METRICS = (math.nan,) * len(RATED) + (-1,) * len(CODED)  # (a model row's columns without metrics)
+PENDING = (("ints", "h"), ("ints", "uid"), ("ints", "name"), ("ints", "category"), ("ints", "gpu_count"),
+           ("flags", "dur_int"), ("flags", "has_perf_model"), ("floats", "dur"), ("flags", "busy_known"),
+           ("flags", "busy_int"), ("floats", "busy"), ("flags", "rated"), ("flags", "roofline"))  # (a row's order)
 
 
 class _RowColumns:
@@ -339,6 +343,10 @@ class _RowColumns:
         self.model = {"model_row": array("q"), "result": array("q"), **{name: array("d") for name in RATED},
                       **{name: array("q") for name in CODED}}
         self.values: dict[str, list] = {name: [] for name in (*CODED, "result")}
+        self._pending: list[tuple] = []  # (rows' dense columns, moved into the arrays a block at a time)
+        self._targets = [getattr(self, group)[name] for group, name in PENDING]
+        self._model_pending: list[tuple] = []  # (the model columns of model rows, likewise)
+        self._model_targets = [self.model[name] for name in ("model_row", "result", *RATED, *CODED)]
         self._value_codes: dict[tuple[str, int], int] = {}
         self.gpu = array("q")
         self.names, self._name_codes = list(f.names), {}  # (the trace's names, then the synthetic ops')
@@ -346,7 +354,13 @@ class _RowColumns:
         self._category_codes: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self.ints["h"])
+        return len(self.ints["h"]) + len(self._pending)
+
+    def _flush(self) -> None:
+        for pending, targets in ((self._pending, self._targets), (self._model_pending, self._model_targets)):
+            for target, values in zip(targets, zip(*pending)):
+                target.extend(values)
+            pending.clear()
 
     def name_code(self, name: str) -> int:
         code = self._name_codes.get(name)
@@ -362,30 +376,21 @@ class _RowColumns:
             code = self._category_codes[category] = len(self.categories)
             self.categories.append(category)
         row = len(self)
-        for column, value in (("h", h), ("uid", uid), ("name", name), ("category", code), ("gpu_count", len(gpu))):
-            self.ints[column].append(value)
         self.gpu.extend(gpu.tolist() if isinstance(gpu, np.ndarray) else gpu)
-        self.flags["dur_int"].append(dur_int)
-        self.flags["has_perf_model"].append(has_perf_model)
-        self.floats["dur"].append(dur)
         metrics = metrics or {}
-        self.flags["busy_known"].append("busy" in metrics)
-        self.flags["busy_int"].append(bool(metrics.get("busy_int", False)))
-        self.floats["busy"].append(metrics.get("busy", math.nan))
-        self.flags["rated"].append("GFLOPS" in metrics)
-        self.flags["roofline"].append("Roofline Time (µs)" in metrics)
+        self._pending.append((h, uid, name, code, len(gpu), dur_int, has_perf_model, dur, "busy" in metrics,
+                              bool(metrics.get("busy_int", False)), metrics.get("busy", math.nan),
+                              "GFLOPS" in metrics, "Roofline Time (µs)" in metrics))  # (in PENDING's order)
+        if len(self._pending) >= ROW_BLOCK:
+            self._flush()
         if result is not None or metrics:
-            self.model["model_row"].append(row)
-            self.model["result"].append(self._code("result", result))
-            self._metrics(metrics)
+            self._model_pending.append((row, self._code("result", result),
+                                        *(self._model_values(metrics) if metrics else NO_METRICS)))
 
-    def _metrics(self, metrics: dict) -> None:
-        """The last model row's model columns (none: absent)."""
-        for column in RATED:
-            value = metrics.get(column)
-            self.model[column].append(math.nan if value is None else value)
-        for column in CODED:
-            self.model[column].append(self._code(column, metrics.get(column)))
+    def _model_values(self, metrics: dict) -> tuple:
+        """A model row's model columns (none: absent), in RATED's then CODED's order."""
+        return (*(math.nan if (value := metrics.get(column)) is None else value for column in RATED),
+                *(self._code(column, metrics.get(column)) for column in CODED))
 
     def _code(self, column: str, value: object) -> int:
         """A model column's value as a number into its distinct values (by identity: the models' results are
@@ -402,6 +407,7 @@ class _RowColumns:
     def rate(self, tree: OpTree, spec: dict | None) -> OpRows:
         """Each row's kernel time (unless its metrics gave it) and its model's rates over it; the rows as
         :class:`OpRows` (``columns``: numpy), without those whose model declined them."""
+        self._flush()
         ints = {name: _numbers(column, np.int64) for name, column in self.ints.items()}
         gpu = _numbers(self.gpu, np.int64)
         flags = {name: _numbers(column, np.int8).astype(bool) for name, column in self.flags.items()}
