@@ -19,7 +19,7 @@ import pickle
 from typing import Any, Callable
 
 from ..errors import TraceError
-from ..resources import forking
+from ..resources import forking, trim_heap
 from .jobs import die_with_parent
 from .parallel import can_fork
 from .parseproc import leave_signals_to_parent, send_failure
@@ -41,6 +41,7 @@ class ForkedCall:
         self._process = context.Process(target=_child_main, daemon=True,
                                         args=(function, args, sender, self._receiver, os.getpid()))
         self._call = None
+        trim_heap()  # (the child's resident set starts as this process's: not with its free heap pages)
         try:
             with forking():  # (a signal held meanwhile is raised as it ends: the child is known by then)
                 self._process.start()
