@@ -140,6 +140,7 @@ def _tables_peak(path: str, monkeypatch) -> tuple[int, int, dict]:
     small blocks so that a small trace shows the bound), its GPU events, and the tables' CSV bytes."""
     for module, name in ((optree, "TREE_BLOCK"), (optree, "SUM_BLOCK"), (optree, "KAHAN_BLOCK"), (opstables, "STD_BLOCK"),
                          (opstables, "LAUNCHER_BLOCK"), (opstables, "BUSY_BLOCK"), (unifiedperf, "ROW_BLOCK"),
+                         (unifiedperf, "KERNEL_BLOCK"),
                          (getattr(opstables, "blockunique", opstables), "BLOCK")):
         monkeypatch.setattr(module, name, 256, raising=False)  # (absent in code without blocks)
     facts = ops.read_input(path)[0]

@@ -174,10 +174,10 @@ def _last_by_place(sorted_links: np.ndarray, by_link: np.ndarray, gpu_place: np.
 
 
 def last_parent(run: np.ndarray, gpu: np.ndarray, count: int) -> np.ndarray:
-    """Each GPU event's runtime call: the last link to it (``NO_PARENT`` if none)."""
+    """Each GPU event's runtime call: the last link to it (``NO_PARENT`` if none); the links by call, as
+    :func:`launch_links` gives them, so the last link to an event is the one of the greatest call."""
     parent = np.full(count, NO_PARENT, dtype=np.int64)
-    ids, last = np.unique(gpu[::-1], return_index=True)
-    parent[ids] = run[::-1][last]
+    np.maximum.at(parent, gpu, run)
     return parent
 
 
@@ -186,8 +186,9 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     if len(starts) == 0:
         return starts, ends
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
+    s, reach = starts[order], ends[order]
+    del order
+    np.maximum.accumulate(reach, out=reach)
     first = np.ones(len(s), dtype=bool)
     first[1:] = s[1:] > reach[:-1]
     heads = np.flatnonzero(first)

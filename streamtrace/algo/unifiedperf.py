@@ -42,6 +42,7 @@ RATES = ("TB/s", "TFLOPS/s")
 STATS = ("mean", "median", "std", "min", "max")
 KERNEL_TIME = "Kernel Time (µs)"
 ROW_BLOCK = 1 << 12  # rows turned into Python values at a time
+KERNEL_BLOCK = 1 << 18  # GPU events whose names are put in order at a time
 
 
 class UnknownModel(Exception):
@@ -518,9 +519,17 @@ def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.nd
     (ties as listed), as the models read them: the slices' names one after the other, and where each
     slice's begin."""
     placed = np.cumsum(count) - count
-    owner = np.repeat(np.arange(len(count)), count)
-    gpu = flat[(np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64)]
-    return f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]], placed
+    names = np.empty(int(count.sum()), dtype=f.g_name.dtype)
+    ends = placed + count
+    lo = 0
+    while lo < len(count):  # (slices a block of about KERNEL_BLOCK events at a time: its sort's arrays a block's)
+        hi = max(lo + 1, int(np.searchsorted(ends, placed[lo] + KERNEL_BLOCK, "right")))
+        sizes, start = count[lo:hi], int(placed[lo])
+        owner = np.repeat(np.arange(hi - lo), sizes)
+        gpu = flat[(np.repeat(first[lo:hi] - placed[lo:hi], sizes) + np.arange(start, int(ends[hi - 1]))).astype(np.int64)]
+        names[start:int(ends[hi - 1])] = f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]]
+        lo = hi
+    return names, placed
 
 
 def _row(walk: _Unified, rows: _RowColumns, facts: tuple, name: str, category: str, h: int | None,
