@@ -140,6 +140,7 @@ class OpsCollector:
         self._check_mask = (1 << min(12, SPILL_ROWS.bit_length() - 1)) - 1  # (visit looks every so many events)
         self.names: dict[str, int] = {}
         self.places: dict[tuple, int] = {}  # (pid, tid) -> number
+        self.tid_places: dict[object, dict] = {}  # pid -> {tid -> its number in places}, for the projected events
         self.signatures: dict[tuple, int] = {}
         self._signature_of_text: dict[bytes, int] = {}
         self.signature_of_raw: dict[bytes, int] = {}  # (the same, by the texts of a projected event's lists)

@@ -68,11 +68,20 @@ _encode = msgspec.json.encode
 _NO_SIGNATURE = _encode((None,) * len(_SIGNATURE_ATTRIBUTES))
 
 
+class Kept(NamedTuple):
+    """The host events of a chunk, or its GPU events: their positions, the events and their names."""
+
+    at: np.ndarray
+    events: list
+    names: list
+
+
 class Coded(NamedTuple):
     """What :func:`chunk_codes` reads of a chunk once, for :func:`collect_chunk`."""
 
     codes: np.ndarray  # each event's category's code (see _CODES)
-    names: list  # each event's name
+    host: Kept
+    gpu: Kept
 
 
 def accepts_chunk(events: list) -> bool:
@@ -90,15 +99,21 @@ def chunk_codes(events: list) -> Coded | None:
         codes = np.frombuffer(bytes(map(_CODE_OF.__getitem__, cats)), dtype=np.int8)  # (bytes(): a sixth faster)
     except (KeyError, TypeError):  # (a category not met yet, or one that is no string)
         codes = _new_codes(cats)
-    names = [event.name for event in events]
-    kept = np.flatnonzero((codes >= _FIRST_HOST) & (codes < _ANNOTATION)).tolist()
-    if kept and set(map(type, names)) != {str} and set(map(type, map(names.__getitem__, kept))) != {str}:
+    host, gpu = (_kept(events, np.flatnonzero((codes >= first) & (codes < last)))
+                 for first, last in ((_FIRST_HOST, _FIRST_GPU), (_FIRST_GPU, _ANNOTATION)))
+    if (host.names or gpu.names) and set(map(type, host.names)) | set(map(type, gpu.names)) != {str}:
         return None
-    runtime = np.flatnonzero(_IS_RUNTIME[codes]).tolist()
-    if [at for at in runtime if (args := events[at].args) is not None and args.correlation is None
-            and "launch" in names[at].lower()]:
+    if [at for at in np.flatnonzero(_IS_RUNTIME[codes[host.at]]).tolist()
+            if (args := host.events[at].args) is not None and args.correlation is None
+            and "launch" in host.names[at].lower()]:
         return None
-    return Coded(codes, names)
+    return Coded(codes, host, gpu)
+
+
+def _kept(events: list, at: np.ndarray) -> Kept:
+    """The events at ``at`` with their names (read of these events only)."""
+    chosen = _taken(events, at)
+    return Kept(at, chosen, [event.name for event in chosen])
 
 
 def _new_codes(cats: list) -> np.ndarray:
@@ -148,13 +163,12 @@ def collect_chunk(c: OpsCollector, events: list, coded: Coded | None = None, tim
         _flows(c, events, phases, pids, flows, run_of)
     annotations = np.flatnonzero(codes == _ANNOTATION)
     if len(annotations):
-        _annotations(c, coded.names, annotations, times, run_of)
-    chunk = (c, events, coded, times, pids, run_of, first_uid)
-    for first, last, take in ((_FIRST_HOST, _FIRST_GPU, _host), (_FIRST_GPU, _ANNOTATION, _gpu)):
-        chosen = np.flatnonzero((codes >= first) & (codes < last))
-        if len(chosen):
-            timed = _timed(c, chosen, times, run_of)
-            if len(timed):
+        _annotations(c, events, annotations, times, run_of)
+    chunk = (c, coded, times, run_of, first_uid)
+    for kept, take in ((coded.host, _host), (coded.gpu, _gpu)):
+        if len(kept.at):
+            timed = _timed(c, kept, times, run_of)
+            if len(timed.at):
                 take(chunk, timed)
     c.spill_if_full()
 
@@ -166,15 +180,17 @@ def _times(events: list) -> Times:
     return times
 
 
-def _timed(c: OpsCollector, chosen: np.ndarray, times: Times, run_of: np.ndarray) -> np.ndarray:
-    """The chosen events with a numeric ts and dur (the others counted as untimed, per run)."""
+def _timed(c: OpsCollector, kept: Kept, times: Times, run_of: np.ndarray) -> Kept:
+    """The kept events with a numeric ts and dur (the others counted as untimed, per run)."""
+    chosen = kept.at
     timed = ~(np.isnan(times.ts_float[chosen]) | np.isnan(times.dur_float[chosen]))
     if timed.all():
-        return chosen
+        return kept
     untimed = c.runs.arrays["untimed"]
     for run in run_of[chosen[~timed]].tolist():
         untimed[run] += 1
-    return chosen[timed]
+    listed = np.flatnonzero(timed).tolist()
+    return Kept(chosen[timed], _taken(kept.events, listed), _taken(kept.names, listed))
 
 
 def _ends(times: Times, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -277,9 +293,18 @@ def _metadata(c: OpsCollector, event: object) -> None:
 
 
 def _places(c: OpsCollector, pids: list, tids: list) -> list[int]:
-    """Each event's (pid, tid) number, as the dict way numbers them."""
+    """Each event's (pid, tid) number, as the dict way numbers them; events of one pid (the usual case: a
+    chunk's host events, or its GPU events) by the pid's own numbers of its tids, with no tuple per event."""
     places = c.places
-    if set(map(type, pids)) | set(map(type, tids)) <= {int, str}:
+    kinds = set(map(type, pids)) | set(map(type, tids))
+    if pids and kinds <= _KEY_TYPES and pids.count(pid := pids[0]) == len(pids):
+        of_pid = c.tid_places.setdefault(pid, {})
+        out = list(map(of_pid.get, tids))
+        if None in out:
+            for at in [at for at, number in enumerate(out) if number is None]:
+                out[at] = of_pid[tids[at]] = places.setdefault((pid, tids[at]), len(places))
+        return out
+    if kinds <= _KEY_TYPES:
         keys = list(zip(pids, tids))
     else:
         keys = [(pid, tid) if pid.__class__ in KEYS and tid.__class__ in KEYS else (_key(pid), _key(tid))
@@ -316,13 +341,13 @@ def _signatures(c: OpsCollector, args: list) -> list[int]:
     return out
 
 
-def _annotations(c: OpsCollector, names: list, chosen: np.ndarray, times: Times, run_of: np.ndarray) -> None:
+def _annotations(c: OpsCollector, events: list, chosen: np.ndarray, times: Times, run_of: np.ndarray) -> None:
     """The annotations' columns, as :meth:`.ops.OpsCollector.annotate` keeps each (one without a numeric
     ts or dur left out: it encloses nothing)."""
     at = chosen[~(np.isnan(times.ts_float[chosen]) | np.isnan(times.dur_float[chosen]))]
     ts, end, _ = _ends(times, at)
-    _append(c.annotations.arrays, (("ts", ts), ("end", end), ("name", _name_numbers(c, _taken(names, at))),
-                                   ("run", run_of[at])))
+    names = [event.name for event in _taken(events, at)]
+    _append(c.annotations.arrays, (("ts", ts), ("end", end), ("name", _name_numbers(c, names)), ("run", run_of[at])))
 
 
 def _append(columns: dict, values: tuple) -> None:
@@ -356,20 +381,19 @@ def _flows(c: OpsCollector, events: list, phases: list, pids: list, flows: np.nd
     c.flow_ends.arrays["place"].fromlist(_places(c, _taken(pids, ends), [event.tid for event in end_events]))
 
 
-def _fields(chunk: tuple, at: np.ndarray) -> tuple[list, list[int], list[int], list]:
-    """The names, name numbers, places and args of the events at ``at``."""
-    c, events, coded, _, pids, _, _ = chunk
-    chosen_events = _taken(events, at)
-    names = _taken(coded.names, at)
-    return (names, _name_numbers(c, names), _places(c, _taken(pids, at), [event.tid for event in chosen_events]),
-            _present([event.args for event in chosen_events]))
+def _fields(c: OpsCollector, kept: Kept) -> tuple[list[int], list[int], list]:
+    """The name numbers, places and args of the kept events."""
+    events = kept.events
+    return (_name_numbers(c, kept.names), _places(c, [event.pid for event in events], [event.tid for event in events]),
+            _present([event.args for event in events]))
 
 
-def _host(chunk: tuple, at: np.ndarray) -> None:
+def _host(chunk: tuple, kept: Kept) -> None:
     """The host events' columns (``chunk``: what :func:`collect_chunk` read of the chunk), as
     :meth:`.ops.OpsCollector.host` keeps each."""
-    c, _, coded, times, _, run_of, first_uid = chunk
-    names, name_ids, places, args = _fields(chunk, at)
+    c, coded, times, run_of, first_uid = chunk
+    at, names = kept.at, kept.names
+    name_ids, places, args = _fields(c, kept)
     codes = coded.codes[at]
     kinds = _HOST_KIND[codes]
     corrs, exts = [one.correlation for one in args], [one.External_id for one in args]
@@ -395,10 +419,11 @@ def _host(chunk: tuple, at: np.ndarray) -> None:
             ("driver", _DRIVER[codes])))
 
 
-def _gpu(chunk: tuple, at: np.ndarray) -> None:
+def _gpu(chunk: tuple, kept: Kept) -> None:
     """The GPU events' columns, as :meth:`.ops.OpsCollector.visit` keeps each."""
-    c, events, coded, times, _, run_of, _ = chunk
-    names, name_ids, places, args = _fields(chunk, at)
+    c, coded, times, run_of, _ = chunk
+    at, names = kept.at, kept.names
+    name_ids, places, args = _fields(c, kept)
     gpu_cats = _GPU_CAT[coded.codes[at]]
     corrs, exts = [one.correlation for one in args], [one.External_id for one in args]
     originals, streams = [one.original_stream for one in args], [one.stream for one in args]
@@ -416,4 +441,4 @@ def _gpu(chunk: tuple, at: np.ndarray) -> None:
     if wanted:
         slots = run_of[at]
         for k in np.flatnonzero(np.isin(np.array(name_ids), wanted) & (gpu_cats == KERNEL)).tolist():
-            c.collectives.add_projected([events[at[k]]], lambda _pid, slot=int(slots[k]): slot)
+            c.collectives.add_projected([kept.events[k]], lambda _pid, slot=int(slots[k]): slot)
