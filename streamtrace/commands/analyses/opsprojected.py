@@ -81,7 +81,7 @@ class Kept(NamedTuple):
 
 
 class Coded(NamedTuple):
-    """What :func:`chunk_codes` reads of a chunk once, for :func:`collect_chunk`."""
+    """What :func:`chunk_codes` reads of a chunk once, for :func:`collect_chunk` and analyze's index."""
 
     codes: np.ndarray  # each event's category's code (see _CODES)
     plain: bool  # whether every category is a string or None (then the codes tell which are None)
