@@ -465,7 +465,12 @@ def _gpu(chunk: tuple, kept: Kept) -> None:
             ("ts", ts), ("end", end), ("dur", dur), ("integral", _are_ints(times.ts, times.ts_kinds, at) & dur_int),
             ("cat", gpu_cats), ("name", name_ids), ("stream", streams), ("dur_int", dur_int), ("place", places),
             ("corr", _links(c, corrs)), ("ext", _links(c, exts)), ("run", run_of[at])))
-    wanted = {c.names[name] for name in filter(c.collectives.wanted, set(names))}  # (a kernel's name asked once per chunk)
+    numbers, asked = set(name_ids), c._collective_names  # (whether a name is a collective kernel's, asked once per name)
+    if not numbers <= asked.keys():
+        for number, name in zip(name_ids, names):
+            if number not in asked:
+                asked[number] = c.collectives.wanted(name)
+    wanted = {number for number in numbers if asked[number]}
     if wanted:
         slots = run_of[at]
         for k in [k for k, number in enumerate(name_ids) if number in wanted and gpu_cats[k] == KERNEL]:
