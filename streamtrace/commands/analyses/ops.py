@@ -141,6 +141,7 @@ class OpsCollector:
         self._check_mask = (1 << min(12, SPILL_ROWS.bit_length() - 1)) - 1  # (visit looks every so many events)
         self.names: dict[str, int] = {}
         self.places: dict[tuple, int] = {}  # (pid, tid) -> number
+        self.tid_places: dict[object, dict] = {}  # pid -> {tid -> its number in places}, for the projected events
         self.signatures: dict[tuple, int] = {}
         self._signature_of_text: dict[bytes, int] = {}
         self.signature_of_raw: dict[bytes, int] = {}  # (the same, by the texts of a projected event's lists)
@@ -167,6 +168,7 @@ class OpsCollector:
         self._last: object = _NO_RUN  # (pid, own rank) of the run being counted
         self._counts, self._at = self.runs.arrays["count"], -1  # (its events, its number)
         self._launch_names: dict[int, bool] = {}  # name number -> a launch call's name ("launch" in it)
+        self._collective_names: dict[int, bool] = {}  # name number -> a collective kernel's (collectives.wanted)
         self.metadata: dict[tuple, object] = {}  # (pid, tid, process_name|process_labels|thread_name) -> value
         self.events = 0  # events seen: TraceLens's UID of the next one
         self._listed = (0, 0, 0, 0, 0)  # names, places, signatures, odd ids and pids already in a part
