@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tracemalloc
 
-import numpy as np
 import pytest
 from tracelens_perf_reference import CASES, trace_of
 
