@@ -35,7 +35,7 @@ from ...io.reader import TraceReader
 from ...io.scratch import mapped_array, park_arrays, release_mapped_pages
 from ...io.source import InputSource
 from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
-from ...resources import trim_heap
+from ...resources import gc_paused, trim_heap
 from .collectives import KernelCollector, csv_text
 
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
@@ -635,6 +635,7 @@ class InputOps:
     spec_words: dict[str, list[str]] = field(default_factory=dict)
 
 
+@gc_paused()  # (the tables make many short-lived acyclic tuples; the collector's scans of them cost ~18% of their time)
 def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collector: OpsCollector, members: list, *,
              spec: dict | None = None) -> InputOps:
     """One input's tables, from what pass 1 collected (``members``: the trace's top-level members), made in
