@@ -176,3 +176,41 @@ def test_random_mixtures_of_odd_events_give_the_columns_their_dicts_give() -> No
                 event["ts"] = rng.choice([0, 3.5, 1 << 54, 7])
         by_dicts, projected = _both(events)
         assert projected == by_dicts, events
+
+
+INDEX_EVENTS = [  # (with EVENTS and ODD_EVENTS: what analyze's index reads differently)
+    {"ph": "X", "name": "no category", "pid": 1, "tid": 2, "ts": 3, "dur": 1, "args": {"correlation": 4}},
+    {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 2, "ts": 4, "dur": 1,
+     "args": {"Process Group Name": "0", "Global rank start": 0, "Global rank stride": 1, "Group size": 2}},
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "pid": "gpu", "tid": 7, "ts": 3,
+     "args": {"correlation": 3, "stream": 7}},  # (no dur: untimed)
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": "gpu", "tid": 7, "ts": 50,
+     "dur": 3, "args": {"correlation": 12, "stream": 7, "Collective name": "allreduce", "In msg nelems": 4,
+                        "Process Group Name": "0", "Group size": 2, "rank": 1}},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 2, "ts": 0, "dur": 90},
+    {"ph": "X", "cat": "python_function", "name": "f", "pid": 1, "tid": 2, "ts": 1, "dur": 5},
+]
+
+
+def test_analyze_indexes_a_chunk_alike_with_ops_and_without() -> None:
+    """With ops, analyze's index takes the kernels, CPU ops, pids and the events it leaves out (no category,
+    "Trace", categories that are no strings) from what the ops read of a chunk: its part is the one it gives
+    without ops, in random mixtures of chunks (timed and untimed events, runs carried over)."""
+    from streamtrace.commands.analyses.index import AnalyzeIndex
+
+    rng = random.Random(11)
+    pool = EVENTS + ODD_EVENTS + INDEX_EVENTS
+    for _ in range(120):
+        plain, with_ops = AnalyzeIndex(), AnalyzeIndex(ops=True)
+        plain.partial = with_ops.partial = True
+        for _ in range(2):
+            events = [dict(rng.choice(pool)) for _ in range(rng.randint(1, 30))]
+            for event in events:
+                if rng.random() < 0.2:
+                    event["pid"] = rng.choice([0, 1, "gpu", 1 << 40])
+            text = _chunk(events)
+            assert plain.visit_chunk(text) == with_ops.visit_chunk(text), events
+            ours, theirs = plain.take_part(), with_ops.take_part()
+            assert ours.pop("ops") is None and theirs.pop("ops") is not None
+            assert ours == theirs, events

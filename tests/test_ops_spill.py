@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tracemalloc
 
-import numpy as np
 import pytest
 from tracelens_perf_reference import CASES, trace_of
 
@@ -22,6 +21,7 @@ from streamtrace.commands.analyses.index import AnalyzeIndex
 from streamtrace.commands.analyses.task import Options, analyze_file, discard
 from streamtrace.engine import indexworkers, parseproc
 from streamtrace.engine.passes import index_pass
+from streamtrace.io.scratch import is_mapped
 from streamtrace.io.source import InputSource
 
 SMALL_CASES = [case for case in CASES if case not in {"b200_eager", "nccl_rank0"}]  # (the two largest: slow)
@@ -95,7 +95,7 @@ def test_analyze_tables_are_the_same_from_disk_and_from_memory(jobs: int, tmp_pa
 def test_spilled_columns_reach_the_tables_as_maps(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(ops, "SPILL_ROWS", 1)
     facts = ops.read_input(trace_of("kineto_small", str(tmp_path)))[0]
-    assert isinstance(facts.h_ts.base, np.memmap) and isinstance(facts.g_dur.base, np.memmap)
+    assert is_mapped(facts.h_ts) and is_mapped(facts.g_dur)
     assert not facts.h_ts.flags.writeable
 
 
@@ -105,9 +105,9 @@ def test_a_file_of_several_ranks_holds_one_ranks_facts_at_a_time(tmp_path, monke
     held = []
     perf_tables = ops.opsreport.perf_tables
 
-    def counting(facts: OpsFacts, spec: dict | None = None) -> tuple:
+    def counting(facts: OpsFacts, spec: dict | None = None, **stages) -> tuple:
         held.append(sum(isinstance(one, OpsFacts) for one in gc.get_objects()))
-        return perf_tables(facts, spec)
+        return perf_tables(facts, spec, **stages)
 
     monkeypatch.setattr(ops.opsreport, "perf_tables", counting)
     options = Options(include_last_step=False, salvage=False, spool_dir=None, jobs=1, ops=True)
@@ -139,6 +139,7 @@ def _tables_peak(path: str, monkeypatch) -> tuple[int, int, dict]:
     small blocks so that a small trace shows the bound), its GPU events, and the tables' CSV bytes."""
     for module, name in ((optree, "TREE_BLOCK"), (optree, "SUM_BLOCK"), (optree, "KAHAN_BLOCK"), (opstables, "STD_BLOCK"),
                          (opstables, "LAUNCHER_BLOCK"), (opstables, "BUSY_BLOCK"), (unifiedperf, "ROW_BLOCK"),
+                         (unifiedperf, "KERNEL_BLOCK"),
                          (getattr(opstables, "blockunique", opstables), "BLOCK")):
         monkeypatch.setattr(module, name, 256, raising=False)  # (absent in code without blocks)
     facts = ops.read_input(path)[0]

@@ -9,7 +9,7 @@ accidents kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -73,58 +73,111 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
 NO_LINK = -(1 << 63)
 
 
-def launch_links(run_link: np.ndarray, run_graph: np.ndarray, gpu_link: np.ndarray, gpu_place: np.ndarray,
-                 flow_starts: np.ndarray, flow_ends: np.ndarray, flow_end_places: np.ndarray,
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def launch_links(calls: np.ndarray, call_link: np.ndarray, call_graph: np.ndarray, gpu_link: np.ndarray,
+                 gpu_place: np.ndarray, flow_starts: np.ndarray, flow_ends: np.ndarray, flow_end_places: np.ndarray,
+                 settle: Callable[[], None] = lambda: None) -> tuple[np.ndarray, np.ndarray]:
     """TraceLens's kernel-to-launch links as (runtime call, GPU event) pairs,
     by call then GPU event order.
 
-    ``run_link``: each runtime call's id (``NO_LINK`` for none or another
-    host event); a graph launch takes every GPU event of its id, another call
-    the GPU event at its flow's end: the last flow end of that id must exist,
-    as a flow start of it, and the GPU event is the last one of that id at the
-    end's place (pid, tid).
+    ``calls``: the runtime calls (host events, ascending), ``call_link``
+    each one's id (``NO_LINK`` for none), ``call_graph`` whether it is a
+    graph launch; a graph launch takes every GPU event of its id, another
+    call the GPU event at its flow's end: the last flow end of that id must
+    exist, as a flow start of it, and the GPU event is the last one of that
+    id at the end's place (pid, tid). ``settle`` is called once an input
+    has been read for the last time (the caller may give back its pages).
     """
-    gpu_ids = np.flatnonzero(gpu_link != NO_LINK)
-    by_link = gpu_ids[np.argsort(gpu_link[gpu_ids], kind="stable")]
+    by_link = np.flatnonzero(gpu_link != NO_LINK)
+    by_link = by_link[np.argsort(gpu_link[by_link], kind="stable")]  # (the linked GPU events by id, then event order)
     sorted_links = gpu_link[by_link]
+    settle()
     runs: list[np.ndarray] = []
     gpus: list[np.ndarray] = []
-    for r in np.flatnonzero(run_graph & (run_link != NO_LINK)).tolist():
-        lo, hi = np.searchsorted(sorted_links, run_link[r], "left"), np.searchsorted(sorted_links, run_link[r], "right")
+    linked = call_link != NO_LINK
+    for r, link in zip(calls[call_graph & linked].tolist(), call_link[call_graph & linked].tolist()):
+        lo, hi = np.searchsorted(sorted_links, link, "left"), np.searchsorted(sorted_links, link, "right")
         gpus.append(by_link[lo:hi])
         runs.append(np.full(hi - lo, r, dtype=np.int64))
-    calls = np.flatnonzero(~run_graph & (run_link != NO_LINK))
-    wanted = run_link[calls]
-    ends, last = np.unique(flow_ends[::-1], return_index=True)
-    end_places = flow_end_places[::-1][last]
+    calls, wanted = calls[~call_graph & linked], call_link[~call_graph & linked]
+    asked = np.unique(wanted)
+    ends, end_places = _last_flow_ends(asked, flow_ends, flow_end_places)
+    settle()
     at = np.minimum(np.searchsorted(ends, wanted), len(ends) - 1) if len(ends) else np.zeros(len(wanted), np.int64)
     ok = np.isin(wanted, flow_starts) & (ends[at] == wanted) if len(ends) else np.zeros(len(wanted), dtype=bool)
     calls, wanted, places = calls[ok], wanted[ok], end_places[at[ok]]
-    # the last GPU event of each (id, place), found by the pair's rank
-    links = np.unique(np.concatenate([gpu_link[gpu_ids], wanted]))
+    del ends, end_places, at, ok
+    # the last GPU event of each (id, place), among the GPU events of the ids asked for (graph kernels are not)
+    lo, hi = np.searchsorted(sorted_links, asked, "left"), np.searchsorted(sorted_links, asked, "right")
+    sizes = hi - lo
+    among = np.repeat(lo - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
+    by_link, sorted_links = by_link[among], sorted_links[among]
+    del asked, lo, hi, sizes, among
     width = int(max(gpu_place.max(initial=0), places.max(initial=0))) + 1
-    gpu_keys = np.searchsorted(links, gpu_link[gpu_ids]) * width + gpu_place[gpu_ids]
-    keys, last = np.unique(gpu_keys[::-1], return_index=True)
-    owners = gpu_ids[::-1][last]
-    query = np.searchsorted(links, wanted) * width + places
+    keys, owners, links = _last_by_place(sorted_links, by_link, gpu_place, width)
+    del by_link, sorted_links
+    rank = np.minimum(np.searchsorted(links, wanted), max(len(links) - 1, 0))
+    query = rank * width + places
     at = np.minimum(np.searchsorted(keys, query), len(keys) - 1) if len(keys) else np.zeros(len(query), np.int64)
-    found = keys[at] == query if len(keys) else np.zeros(len(query), dtype=bool)
+    found = (links[rank] == wanted) & (keys[at] == query) if len(keys) else np.zeros(len(query), dtype=bool)
     runs.append(calls[found])
     gpus.append(owners[at[found]])
-    del gpu_ids, by_link, sorted_links, links, gpu_keys, keys, last, owners, query, at, found
-    run, gpu = np.concatenate(runs).astype(np.int64, copy=False), np.concatenate(gpus).astype(np.int64, copy=False)
-    if np.any(run[1:] < run[:-1]):  # (else already by call: no copies)
-        order = np.argsort(run, kind="stable")
-        run, gpu = run[order], gpu[order]
+    del links, keys, owners, query, at, found, rank
+    eager_run, eager_gpu = runs.pop(), gpus.pop()
+    graph_run, graph_gpu = np.concatenate([np.empty(0, np.int64), *runs]), np.concatenate([np.empty(0, np.int64), *gpus])
+    del runs, gpus
+    # the two lists, each by call, merged by call (no call is in both): each link's place in the merged one
+    run = np.empty(len(graph_run) + len(eager_run), dtype=np.int64)
+    gpu = np.empty(len(run), dtype=np.int64)
+    to = np.searchsorted(eager_run, graph_run) + np.arange(len(graph_run))
+    run[to], gpu[to] = graph_run, graph_gpu
+    to = np.searchsorted(graph_run, eager_run) + np.arange(len(eager_run))
+    run[to], gpu[to] = eager_run, eager_gpu
     return run, gpu
 
 
+def _last_flow_ends(asked: np.ndarray, flow_ends: np.ndarray, flow_end_places: np.ndarray,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of ``asked`` (sorted, distinct) that have a flow end, and the place of each one's last, in
+    flow order; only the flow ends of those ids are sorted."""
+    at = np.searchsorted(asked, flow_ends)
+    np.minimum(at, len(asked) - 1, out=at)
+    mine = np.flatnonzero(asked[at] == flow_ends) if len(asked) else np.empty(0, np.int64)
+    del at
+    ends, last = np.unique(flow_ends[mine][::-1], return_index=True)
+    return ends, flow_end_places[mine][::-1][last]
+
+
+def _last_by_place(sorted_links: np.ndarray, by_link: np.ndarray, gpu_place: np.ndarray, width: int,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The last GPU event of each (id, place), as sorted keys (the id's rank among the distinct ids times
+    ``width``, plus the place), their GPU events, and the distinct ids. ``by_link``: the linked
+    GPU events by id, then event order (``sorted_links`` their ids), so that a stable sort of the keys
+    keeps event order within each key; a few arrays of the linked GPU events are held at once."""
+    if not len(by_link):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, sorted_links.dtype)
+    new_id = np.empty(len(sorted_links), dtype=bool)
+    new_id[0] = True
+    np.not_equal(sorted_links[1:], sorted_links[:-1], out=new_id[1:])
+    links = sorted_links[new_id]
+    key = np.cumsum(new_id, dtype=np.int64)
+    del new_id
+    key -= 1
+    key *= width
+    key += gpu_place[by_link]
+    order = np.argsort(key, kind="stable")
+    key, owner = key[order], by_link[order]
+    del order
+    last = np.empty(len(key), dtype=bool)
+    last[-1] = True
+    np.not_equal(key[1:], key[:-1], out=last[:-1])
+    return key[last], owner[last], links
+
+
 def last_parent(run: np.ndarray, gpu: np.ndarray, count: int) -> np.ndarray:
-    """Each GPU event's runtime call: the last link to it (``NO_PARENT`` if none)."""
+    """Each GPU event's runtime call: the last link to it (``NO_PARENT`` if none); the links by call, as
+    :func:`launch_links` gives them, so the last link to an event is the one of the greatest call."""
     parent = np.full(count, NO_PARENT, dtype=np.int64)
-    ids, last = np.unique(gpu[::-1], return_index=True)
-    parent[ids] = run[::-1][last]
+    np.maximum.at(parent, gpu, run)
     return parent
 
 
@@ -133,8 +186,9 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     if len(starts) == 0:
         return starts, ends
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
+    s, reach = starts[order], ends[order]
+    del order
+    np.maximum.accumulate(reach, out=reach)
     first = np.ones(len(s), dtype=bool)
     first[1:] = s[1:] > reach[:-1]
     heads = np.flatnonzero(first)

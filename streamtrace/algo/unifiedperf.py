@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -42,6 +42,7 @@ RATES = ("TB/s", "TFLOPS/s")
 STATS = ("mean", "median", "std", "min", "max")
 KERNEL_TIME = "Kernel Time (µs)"
 ROW_BLOCK = 1 << 12  # rows turned into Python values at a time
+KERNEL_BLOCK = 1 << 18  # GPU events whose names are put in order at a time
 
 
 class UnknownModel(Exception):
@@ -89,6 +90,7 @@ class _Unified:
         self._sole_tried = bytearray(count)
         self._owns = self._risky = self._launches = np.zeros(0, dtype=bool)  # (by _prepare)
         self._status_of = np.zeros(0, dtype=np.int8)
+        self.settle: Callable[..., None] = lambda *held: None  # (see unified_perf_summary)
 
     def children(self, h: int) -> list[int]:
         return self._child[self._parents.searchsorted(h, "left"):self._parents.searchsorted(h, "right")].tolist()
@@ -311,14 +313,18 @@ class _Unified:
 
 
 def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict | None = None,
-                         ) -> tuple[Table | None, list[str]]:
-    """The table, or None and a note (no op with GPU work; an op whose model is not here)."""
+                         settle: Callable[..., None] = lambda *held: None) -> tuple[Table | None, list[str]]:
+    """The table, or None and a note (no op with GPU work; an op whose model is not here). ``settle`` is
+    called between steps and blocks with what later ones keep (see :func:`.opsreport.perf_tables`)."""
     walk = _Unified(tree, signature_values, spec)
+    walk.settle = settle
+    settle(walk)
     try:
         rows = _rows(walk)
     except UnknownModel as exc:
         return None, [exc.note()]
-    return (_summarize(tree, rows) if len(rows) else None), []
+    settle()
+    return (_summarize(tree, rows, settle) if len(rows) else None), []
 
 
 RATED = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "TB/s", "TFLOPS/s", "Roofline Time (µs)", "Pct Roofline")
@@ -470,7 +476,7 @@ def _collected_rows(walk: _Unified, rows: _RowColumns) -> np.ndarray:
     category, categories = tree.category_codes(collected)
     for h, code, uid, sig, parent, dur, dur_int, lo, size, named in _each_row(
             collected, category, (f.h_uid, collected), (f.h_sig, collected), (tree.parent, collected),
-            (f.h_dur, collected), (f.h_dur_int, collected), first, count, kernels_first):
+            (f.h_dur, collected), (f.h_dur_int, collected), first, count, kernels_first, between=walk.settle):
         _row(walk, rows, (h, sig, parent, dur, dur_int), walk.name(h), categories[code], h, flat[lo:lo + size], uid,
              kernels[named:named + size])
     held = np.zeros(len(f.g_ts), dtype=bool)
@@ -483,7 +489,7 @@ def _synthetic_rows(walk: _Unified, rows: _RowColumns, held: np.ndarray) -> None
     f, tree = walk.f, walk.tree
     sources, gpus = walk.synthetic(held)
     next_uid, no_kernels = f.events, np.empty(0, np.int64)
-    for source, g in _each_row(sources, gpus):
+    for source, g in _each_row(sources, gpus, between=walk.settle):
         name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
         facts = (source, int(f.h_sig[source]), int(tree.parent[source]), float(f.h_dur[source]), f.h_dur_int[source])
         _row(walk, rows, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid,
@@ -491,9 +497,11 @@ def _synthetic_rows(walk: _Unified, rows: _RowColumns, held: np.ndarray) -> None
         next_uid += 1
 
 
-def _each_row(*columns: np.ndarray | tuple[np.ndarray, np.ndarray]) -> Iterator[tuple]:
+def _each_row(*columns: np.ndarray | tuple[np.ndarray, np.ndarray],
+              between: Callable[[], None] = lambda: None) -> Iterator[tuple]:
     """The columns' rows as tuples of Python values, a block at a time (not whole columns as lists); a
-    column given as (values, rows) is ``values[rows]``, gathered a block at a time too."""
+    column given as (values, rows) is ``values[rows]``, gathered a block at a time too; ``between`` is
+    called before each block."""
     def block(column: np.ndarray | tuple[np.ndarray, np.ndarray], lo: int) -> list:
         if isinstance(column, tuple):
             values, rows = column
@@ -501,6 +509,7 @@ def _each_row(*columns: np.ndarray | tuple[np.ndarray, np.ndarray]) -> Iterator[
         return column[lo:lo + ROW_BLOCK].tolist()
 
     for lo in range(0, len(columns[0]), ROW_BLOCK):
+        between()
         yield from zip(*(block(column, lo) for column in columns))
 
 
@@ -510,9 +519,17 @@ def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.nd
     (ties as listed), as the models read them: the slices' names one after the other, and where each
     slice's begin."""
     placed = np.cumsum(count) - count
-    owner = np.repeat(np.arange(len(count)), count)
-    gpu = flat[(np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64)]
-    return f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]], placed
+    names = np.empty(int(count.sum()), dtype=f.g_name.dtype)
+    ends = placed + count
+    lo = 0
+    while lo < len(count):  # (slices a block of about KERNEL_BLOCK events at a time: its sort's arrays a block's)
+        hi = max(lo + 1, int(np.searchsorted(ends, placed[lo] + KERNEL_BLOCK, "right")))
+        sizes, start = count[lo:hi], int(placed[lo])
+        owner = np.repeat(np.arange(hi - lo), sizes)
+        gpu = flat[(np.repeat(first[lo:hi] - placed[lo:hi], sizes) + np.arange(start, int(ends[hi - 1]))).astype(np.int64)]
+        names[start:int(ends[hi - 1])] = f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]]
+        lo = hi
+    return names, placed
 
 
 def _row(walk: _Unified, rows: _RowColumns, facts: tuple, name: str, category: str, h: int | None,
@@ -542,7 +559,7 @@ def _row(walk: _Unified, rows: _RowColumns, facts: tuple, name: str, category: s
     rows.append(source, uid, code, category, dur, bool(dur_int), gpu, own or sole is not None, result, metrics)
 
 
-def _summarize(tree: OpTree, rows: OpRows) -> Table:
+def _summarize(tree: OpTree, rows: OpRows, settle: Callable[..., None]) -> Table:
     f, columns = tree.f, rows.columns
     groups, keys, _, members = unique_args_groups(f, rows)
     counts = groups.counts()
@@ -574,6 +591,8 @@ def _summarize(tree: OpTree, rows: OpRows) -> Table:
     with_model = columns["has_perf_model"] & columns["rated"]
     records = []
     for k, group in enumerate(members):
+        if not k % ROW_BLOCK:
+            settle()
         first = int(group[0])
         cells = {"ex_UID": int(columns["uid"][first]), "operation_count": int(counts[k])}
         duration = stats["duration"]

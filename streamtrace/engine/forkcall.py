@@ -8,8 +8,9 @@ here; a child that dies without one (killed, out of memory) is one line.
 Signals are this process's, as for the engine's other workers: the child
 ignores Ctrl-C and ends with this process, and :meth:`ForkedCall.close`
 ends it at once (its files are unnamed or the run directory's).  Not
-forked (one process asked for, or no ``fork``), the function runs here
-when its result is asked for.
+forked (one process asked for, or no ``fork``), the function runs here at
+once, before the other work: what it reads is let go before that work
+holds its own.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pickle
 from typing import Any, Callable
 
 from ..errors import TraceError
-from ..resources import forking
+from ..resources import forking, trim_heap
 from .jobs import die_with_parent
 from .parallel import can_fork
 from .parseproc import leave_signals_to_parent, send_failure
@@ -28,19 +29,20 @@ _RESULT, _FAILED = b"R", b"F"
 
 
 class ForkedCall:
-    """``function(*args)``, in a forked child when ``fork``, else here at :meth:`result`.
+    """``function(*args)``, in a forked child when ``fork``, else here at once.
     Use as a context manager: on exit a child still running is ended."""
 
     def __init__(self, function: Callable[..., Any], *args: Any, fork: bool) -> None:
-        self._call: tuple | None = (function, args)
+        self._ran: tuple | None = None  # (the result, when run here)
         self._receiver = self._process = None
         if not (fork and can_fork()):
+            self._ran = (function(*args),)
             return
         context = multiprocessing.get_context("fork")
         self._receiver, sender = context.Pipe(duplex=False)
         self._process = context.Process(target=_child_main, daemon=True,
                                         args=(function, args, sender, self._receiver, os.getpid()))
-        self._call = None
+        trim_heap()  # (the child's resident set starts as this process's: not with its free heap pages)
         try:
             with forking():  # (a signal held meanwhile is raised as it ends: the child is known by then)
                 self._process.start()
@@ -52,10 +54,9 @@ class ForkedCall:
 
     def result(self) -> Any:
         """The function's result (waiting for the child), or its failure raised."""
-        if self._call is not None:
-            function, args = self._call
-            self._call = None
-            return function(*args)
+        if self._ran is not None:
+            ran, self._ran = self._ran[0], None
+            return ran
         if self._receiver is None:
             raise TraceError("validation failed: a forked call's result was asked for twice")
         try:
@@ -85,7 +86,7 @@ class ForkedCall:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._call = None
+        self._ran = None
         self.close()
 
 

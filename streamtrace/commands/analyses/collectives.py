@@ -130,7 +130,11 @@ class KernelCollector:
 
     def add_projected_comms_ops(self, events: list, cats: list) -> None:
         """The record_param_comms ops among a chunk's projected events (``cats``: their categories)."""
-        for event in [events[at] for at, cat in enumerate(cats) if cat == "cpu_op"]:
+        self.add_comms_ops_among([events[at] for at, cat in enumerate(cats) if cat == "cpu_op"])
+
+    def add_comms_ops_among(self, cpu_ops: list) -> None:
+        """The record_param_comms ops among projected ``cpu_op`` events."""
+        for event in cpu_ops:
             if event.name == COMMS_OP and event.args is not None:
                 self._stride([getattr(event.args, name) for name in _STRIDE_ATTRIBUTES])
 
@@ -147,8 +151,12 @@ class KernelCollector:
 
     def kernels(self, events: list, cats: list) -> list:
         """The collective kernels among a chunk's projected events (``cats``: their categories)."""
+        return self.kernels_among([events[at] for at, cat in enumerate(cats) if cat == "kernel"])
+
+    def kernels_among(self, kernels: list) -> list:
+        """The collective kernels among projected ``kernel`` events."""
         wanted = self.wanted
-        return [event for event in [events[at] for at, cat in enumerate(cats) if cat == "kernel"] if wanted(event.name)]
+        return [event for event in kernels if wanted(event.name)]
 
     def add_projected(self, kernels: list, slot_of) -> None:
         """Projected collective kernels (:meth:`kernels`; their args projected: io.projection.COLLECTIVE_ARGS)."""

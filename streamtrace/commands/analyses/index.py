@@ -19,7 +19,7 @@ from ..mergedindex import note_process_name
 from . import collectives  # TraceLens's collective report (SPEC 16): its pass-1 hooks are marked "collectives"
 from .chunktimes import Times, chunk_times
 from .ops import OpsCollector  # TraceLens's perf report (SPEC 17, --ops): its pass-1 hooks are marked "ops"
-from .opsprojected import chunk_codes, collect_chunk  # ops
+from .opsprojected import Coded, chunk_codes, collect_chunk  # ops
 
 RANK_EVIDENCE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES  # the events relink reads args.rank on
 NUMBERS = (int, float)
@@ -210,7 +210,7 @@ class AnalyzeIndex:
                 dicts = chunk_events(text)
                 if dicts is None:
                     return None
-        count = self._index_chunk(events, times)
+        count = self._index_chunk(events, times, coded)
         if self.ops is None:
             return count
         if dicts is None:
@@ -221,15 +221,18 @@ class AnalyzeIndex:
                 visit(event)
         return count
 
-    def _index_chunk(self, events: list, times: Times) -> int:
-        """Index a chunk's projected events (``times``: their :func:`.chunktimes.chunk_times`)."""
+    def _index_chunk(self, events: list, times: Times, coded: Coded | None = None) -> int:
+        """Index a chunk's projected events (``times``: their :func:`.chunktimes.chunk_times`; ``coded``: with
+        ops, what :func:`.opsprojected.chunk_codes` read of them, which tells the kernels, CPU ops, pids and the
+        events left out (no category, or "Trace") without passes of the index's own)."""
         if self.first_event[0] is None and events:
             self.first_event[0] = _plain_event(events[0])
         if times.ts_kinds != {int}:
             self.fractional[0] = True
-        timed = np.flatnonzero(~np.isnan(times.dur_float) & ~np.isnan(times.ts_float))
+        timed_mask = ~np.isnan(times.dur_float) & ~np.isnan(times.ts_float)
+        timed = np.flatnonzero(timed_mask)
         if len(timed) != len(events):
-            phases = [event.ph for event in events]
+            phases = [event.ph for event in events] if coded is None else coded.phases  # (ops)
             if "M" in phases:
                 untimed = set(range(len(events))) - set(timed.tolist())
                 for at in sorted(untimed):
@@ -238,10 +241,31 @@ class AnalyzeIndex:
                         args = event.args
                         self.metadata({"name": event.name, "pid": event.pid,
                                        "args": None if args is None else {"name": args.name, "rank": args.rank}})
-        timed_events = [events[at] for at in timed.tolist()]
-        cats = [event.cat for event in timed_events]
-        kernels = self.collectives.kernels(timed_events, cats)  # collectives
-        self.collectives.add_projected_comms_ops(timed_events, cats)  # collectives
+        listed = timed.tolist()
+        timed_events = [events[at] for at in listed]
+        if coded is None:
+            self._index_rows(timed_events, [event.cat for event in timed_events])
+            return len(events)
+        # ops: the kernels, CPU ops, categories left out and pids as chunk_codes read them
+        kernels = self.collectives.kernels_among(coded.of_category("kernel", timed_mask))  # collectives
+        self.collectives.add_comms_ops_among(coded.of_category("cpu_op", timed_mask))  # collectives
+        left_out = coded.left_out(timed)
+        if left_out is None:  # (a category that is no string: the index reads them itself)
+            self._index_rows(timed_events, [event.cat for event in timed_events], kernels)
+            return len(events)
+        if left_out.any():
+            timed = timed[~left_out]
+            timed_events = [event for event, out in zip(timed_events, left_out.tolist()) if not out]
+        self._rows(timed_events, coded.pids_of(timed))
+        self.collectives.add_projected(kernels, self.slot_of)  # collectives
+        return len(events)
+
+    def _index_rows(self, timed_events: list, cats: list, kernels: list | None = None) -> None:
+        """The rows of a chunk's timed events (``cats``: their categories; ``kernels``: their collective
+        kernels, when found)."""
+        if kernels is None:
+            kernels = self.collectives.kernels(timed_events, cats)  # collectives
+            self.collectives.add_projected_comms_ops(timed_events, cats)  # collectives
         if set(map(type, cats)) - {str}:
             self.skipped[0] += sum(1 for cat in cats if cat is not None and cat.__class__ is not str)
             timed_events = [event for event, cat in zip(timed_events, cats) if cat.__class__ is str]
@@ -249,12 +273,11 @@ class AnalyzeIndex:
             timed_events = [event for event in timed_events if event.cat != "Trace"]
         self._rows(timed_events)
         self.collectives.add_projected(kernels, self.slot_of)  # collectives
-        return len(events)
 
-    def _rows(self, events: list) -> None:
-        """The rows of a chunk (events HTA reads), in order: work rows and plain rows."""
+    def _rows(self, events: list, pids: list | None = None) -> None:
+        """The rows of a chunk (events HTA reads), in order: work rows and plain rows (``pids``: theirs, if read)."""
         pid_slots, slot_of = self.pid_slots, self.slot_of
-        slots = [pid_slots.get(event.pid) for event in events]
+        slots = [pid_slots.get(event.pid) for event in events] if pids is None else list(map(pid_slots.get, pids))
         if None in slots:
             slots = [slot_of(event.pid) for event in events]
         for slot in dict.fromkeys(slots):

@@ -32,8 +32,10 @@ from ...io.destinations import Destinations
 from ...io.jsonscan import member_value
 from ...io.projection import OP_SIGNATURE_ARGS
 from ...io.reader import TraceReader
+from ...io.scratch import mapped_array, park_arrays, release_mapped_pages
 from ...io.source import InputSource
 from ...kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES
+from ...resources import gc_paused, trim_heap
 from .collectives import KernelCollector, csv_text
 
 HOST_CATS = {"cpu_op": CPU_OP, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
@@ -73,6 +75,7 @@ KEYS = (int, str)  # ids kept as they are (anything else by _key)
 LINK_LOW, LINK_HIGH = -(1 << 62), 1 << 62  # ids kept as they are (beyond: numbered above them, by _link)
 
 
+MAPPED_BUDGET = 48 << 20  # file pages the tables' process keeps resident before it gives the mapped ones back
 SPILL_ROWS = 1 << 16  # rows of a group of columns held in memory before they go to its temporary files
 
 
@@ -111,9 +114,7 @@ class _Columns:
             file.flush()
             if not file.tell():
                 return np.empty(0, column.typecode)
-            # (a plain array over the map, which its base holds: memmap's own indexing costs ~10x a plain array's,
-            # and the tables index these columns per op)
-            return np.memmap(file, dtype=column.typecode, mode="r").view(np.ndarray)
+            return mapped_array(file, column.typecode)
 
 
 _NO_RUN = object()  # (no run counted yet)
@@ -140,6 +141,7 @@ class OpsCollector:
         self._check_mask = (1 << min(12, SPILL_ROWS.bit_length() - 1)) - 1  # (visit looks every so many events)
         self.names: dict[str, int] = {}
         self.places: dict[tuple, int] = {}  # (pid, tid) -> number
+        self.tid_places: dict[object, dict] = {}  # pid -> {tid -> its number in places}, for the projected events
         self.signatures: dict[tuple, int] = {}
         self._signature_of_text: dict[bytes, int] = {}
         self.signature_of_raw: dict[bytes, int] = {}  # (the same, by the texts of a projected event's lists)
@@ -166,6 +168,7 @@ class OpsCollector:
         self._last: object = _NO_RUN  # (pid, own rank) of the run being counted
         self._counts, self._at = self.runs.arrays["count"], -1  # (its events, its number)
         self._launch_names: dict[int, bool] = {}  # name number -> a launch call's name ("launch" in it)
+        self._collective_names: dict[int, bool] = {}  # name number -> a collective kernel's (collectives.wanted)
         self.metadata: dict[tuple, object] = {}  # (pid, tid, process_name|process_labels|thread_name) -> value
         self.events = 0  # events seen: TraceLens's UID of the next one
         self._listed = (0, 0, 0, 0, 0)  # names, places, signatures, odd ids and pids already in a part
@@ -515,11 +518,12 @@ class OpsCollector:
         launches = np.flatnonzero(h["launch"] >= 0)  # (the first launch call says which id links)
         key = "ext" if len(launches) and h["launch"][launches[0]] == 1 else "corr"
         graph_names = np.array([name in opstables.GRAPH_LAUNCHES for name in names] or [False])
-        runtime = facts.h_kind == RUNTIME
-        run_link = np.where(runtime, h[key], NO_LINK)
-        run, gpu = optree.launch_links(run_link, runtime & graph_names[facts.h_name], g[key], g["place"],
-                                       columns["flow_starts"]["id"], columns["flow_ends"]["id"],
-                                       columns["flow_ends"]["place"])
+        calls = np.flatnonzero(facts.h_kind == RUNTIME)
+        call_link, call_graph = h[key][calls], graph_names[facts.h_name[calls]]
+        release_mapped_pages()  # (the mapped columns read so far: the links read others)
+        run, gpu = optree.launch_links(calls, call_link, call_graph, g[key], g["place"], columns["flow_starts"]["id"],
+                                       columns["flow_ends"]["id"], columns["flow_ends"]["place"], release_mapped_pages)
+        del calls, call_link, call_graph
         opstables.link(facts, run, gpu)
         return facts
 
@@ -631,6 +635,7 @@ class InputOps:
     spec_words: dict[str, list[str]] = field(default_factory=dict)
 
 
+@gc_paused()  # (the tables make many short-lived acyclic tuples; the collector's scans of them cost ~18% of their time)
 def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collector: OpsCollector, members: list, *,
              spec: dict | None = None) -> InputOps:
     """One input's tables, from what pass 1 collected (``members``: the trace's top-level members), made in
@@ -643,6 +648,7 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
     found them) gives each rank its tables, as the rank's own file would.
     """
     out = InputOps()
+    trim_heap()  # (what the run freed before, such as the rank analyses' scratch at -j 1, leaves the resident set)
     devices = member_value(members, "deviceProperties")
     kernels = collector.collectives
     if len(ranks) > 1:
@@ -657,7 +663,9 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
         inputs = [(input_label(path, ranks), partial(collector.facts, _merged(members)), None)]
     for label, make_facts, rows in inputs:
         facts = make_facts()
-        tables, found = opsreport.perf_tables(facts, spec)
+        settle = partial(_settle, collector.spool_dir)
+        settle(facts)
+        tables, found = opsreport.perf_tables(facts, spec, settle=settle)
         used, how, words = _spec_for(spec, devices)
         if used is not None:
             found += opsroofline.add_roofline(tables, used)
@@ -670,6 +678,17 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
             out.files[os.path.join("ops", label, f"{stem}.csv")] = data
         del facts, tables  # (this rank's columns and rows go before the next rank's are made)
     return out
+
+
+def _settle(directory: str | None, *held: object) -> None:
+    """Between two stages or blocks of the tables: the large arrays ``held`` keeps for later ones go to
+    mapped files, and once the mapped pages read so far exceed the budget they leave the resident set
+    (what is read next faults back in)."""
+    for holder in held:
+        park_arrays(holder, directory)
+    if held:
+        trim_heap()  # (a stage's scratch freed: its pages back to the OS)
+    release_mapped_pages(MAPPED_BUDGET)
 
 
 def combine(inputs: list[InputOps]) -> tuple[dict[str, bytes], list[str], dict[str, dict]]:

@@ -131,7 +131,8 @@ def analyze_file(path: str, options: Options, progress: Meter | None = None) -> 
 def _ops_call(path: str, analyzed: list[int], index: AnalyzeIndex, ranks: list[int], members: list,
               options: Options) -> ForkedCall:
     """The input's ops tables (None without --ops), made from what pass 1 collected: with more than one
-    process (-j), in a forked child while this process analyzes the ranks; else here, after them."""
+    process (-j), in a forked child while this process analyzes the ranks; else here, before them (the
+    columns let go before the ranks' rows are read)."""
     collector, index.ops = index.ops, None
     if collector is None:
         return ForkedCall(lambda: None, fork=False)
