@@ -93,12 +93,13 @@ def launch_links(calls: np.ndarray, call_link: np.ndarray, call_graph: np.ndarra
     settle()
     runs: list[np.ndarray] = []
     gpus: list[np.ndarray] = []
-    linked = call_link != NO_LINK
-    for r, link in zip(calls[call_graph & linked].tolist(), call_link[call_graph & linked].tolist()):
+    graph = call_graph & (call_link != NO_LINK)
+    eager = ~call_graph & (call_link != NO_LINK)
+    for r, link in zip(calls[graph].tolist(), call_link[graph].tolist()):
         lo, hi = np.searchsorted(sorted_links, link, "left"), np.searchsorted(sorted_links, link, "right")
         gpus.append(by_link[lo:hi])
         runs.append(np.full(hi - lo, r, dtype=np.int64))
-    calls, wanted = calls[~call_graph & linked], call_link[~call_graph & linked]
+    calls, wanted = calls[eager], call_link[eager]
     asked = np.unique(wanted)
     ends, end_places = _last_flow_ends(asked, flow_ends, flow_end_places)
     settle()

@@ -62,8 +62,9 @@ class ModelCrash(UnknownModel):
 class _Unified:
     """TraceLens's walk of the op tree for the table (``collect_unified_perf_events``)."""
 
-    def __init__(self, tree: OpTree, signature_values: list[list], spec: dict | None) -> None:
-        self.tree, self.f, self.values, self.spec = tree, tree.f, signature_values, spec
+    def __init__(self, tree: OpTree, signature_values: list[list], spec: dict | None,
+                 settle: Callable[..., None] = lambda *held: None) -> None:
+        self.tree, self.f, self.values, self.spec, self.settle = tree, tree.f, signature_values, spec, settle
         f, parent = self.f, tree.parent
         count = len(f.h_ts)
         place = np.empty(count, dtype=np.int64)
@@ -90,7 +91,6 @@ class _Unified:
         self._sole_tried = bytearray(count)
         self._owns = self._risky = self._launches = np.zeros(0, dtype=bool)  # (by _prepare)
         self._status_of = np.zeros(0, dtype=np.int8)
-        self.settle: Callable[..., None] = lambda *held: None  # (see unified_perf_summary)
 
     def children(self, h: int) -> list[int]:
         return self._child[self._parents.searchsorted(h, "left"):self._parents.searchsorted(h, "right")].tolist()
@@ -316,8 +316,7 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
                          settle: Callable[..., None] = lambda *held: None) -> tuple[Table | None, list[str]]:
     """The table, or None and a note (no op with GPU work; an op whose model is not here). ``settle`` is
     called between steps and blocks with what later ones keep (see :func:`.opsreport.perf_tables`)."""
-    walk = _Unified(tree, signature_values, spec)
-    walk.settle = settle
+    walk = _Unified(tree, signature_values, spec, settle)
     settle(walk)
     try:
         rows = _rows(walk)
@@ -524,10 +523,10 @@ def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.nd
     lo = 0
     while lo < len(count):  # (slices a block of about KERNEL_BLOCK events at a time: its sort's arrays a block's)
         hi = max(lo + 1, int(np.searchsorted(ends, placed[lo] + KERNEL_BLOCK, "right")))
-        sizes, start = count[lo:hi], int(placed[lo])
+        sizes, start, stop = count[lo:hi], int(placed[lo]), int(ends[hi - 1])
         owner = np.repeat(np.arange(hi - lo), sizes)
-        gpu = flat[(np.repeat(first[lo:hi] - placed[lo:hi], sizes) + np.arange(start, int(ends[hi - 1]))).astype(np.int64)]
-        names[start:int(ends[hi - 1])] = f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]]
+        gpu = flat[(np.repeat(first[lo:hi] - placed[lo:hi], sizes) + np.arange(start, stop)).astype(np.int64)]
+        names[start:stop] = f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]]
         lo = hi
     return names, placed
 

@@ -35,6 +35,7 @@ class ForkedCall:
     def __init__(self, function: Callable[..., Any], *args: Any, fork: bool) -> None:
         self._ran: tuple | None = None  # (the result, when run here)
         self._receiver = self._process = None
+        trim_heap()  # (the call starts without this process's free heap pages: a child's resident set starts as ours)
         if not (fork and can_fork()):
             self._ran = (function(*args),)
             return
@@ -42,7 +43,6 @@ class ForkedCall:
         self._receiver, sender = context.Pipe(duplex=False)
         self._process = context.Process(target=_child_main, daemon=True,
                                         args=(function, args, sender, self._receiver, os.getpid()))
-        trim_heap()  # (the child's resident set starts as this process's: not with its free heap pages)
         try:
             with forking():  # (a signal held meanwhile is raised as it ends: the child is known by then)
                 self._process.start()

@@ -648,7 +648,6 @@ def of_input(path: str, ranks: list[int], pid_ranks: dict[object, int], collecto
     found them) gives each rank its tables, as the rank's own file would.
     """
     out = InputOps()
-    trim_heap()  # (what the run freed before, such as the rank analyses' scratch at -j 1, leaves the resident set)
     devices = member_value(members, "deviceProperties")
     kernels = collector.collectives
     if len(ranks) > 1:
