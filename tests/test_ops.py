@@ -493,6 +493,18 @@ def test_an_op_not_modelled_here_below_another_op_is_said(tmp_path) -> None:
     assert "unified_perf_summary not written: no model here yet for pseudo_op::moe_gptq_awq_down" in notes
 
 
+def test_the_unified_rows_raise_the_first_row_s_missing_model() -> None:
+    """A block's model tests run once per distinct key, yet the note names what TraceLens's row-by-row walk
+    meets first: the earliest row whose test raises, its own model's test before its parent's."""
+    own = ([False, unifiedperf.UnknownModel("b"), unifiedperf.UnknownModel("c")], np.array([0, 0, 2, 1]))
+    parent = ([None, unifiedperf.UnknownModel("p")], np.array([0, 0, 1, 0]))
+    with pytest.raises(unifiedperf.UnknownModel, match="^c$"):  # (row 2: its own test raises first)
+        unifiedperf._raise_first(own, parent)
+    with pytest.raises(unifiedperf.UnknownModel, match="^p$"):
+        unifiedperf._raise_first(([False], np.zeros(4, dtype=np.int64)), parent)
+    unifiedperf._raise_first(([False, True], np.array([1, 0])), ([None], np.zeros(2, dtype=np.int64)))
+
+
 @pytest.mark.slow
 def test_each_model_runs_once_per_distinct_input(monkeypatch: pytest.MonkeyPatch,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,7 +41,7 @@ FIRST = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "Compute Spec")
 RATES = ("TB/s", "TFLOPS/s")
 STATS = ("mean", "median", "std", "min", "max")
 KERNEL_TIME = "Kernel Time (µs)"
-ROW_BLOCK = 1 << 12  # rows turned into Python values at a time
+ROW_BLOCK = 1 << 12  # rows made at a time (and summary groups between settles)
 KERNEL_BLOCK = 1 << 18  # GPU events whose names are put in order at a time
 
 
@@ -329,28 +329,24 @@ def unified_perf_summary(tree: OpTree, signature_values: list[list], spec: dict 
 RATED = ("GFLOPS", "Data Moved (MB)", "FLOPS/Byte", "TB/s", "TFLOPS/s", "Roofline Time (µs)", "Pct Roofline")
 CODED = ("Compute Spec", "Roofline Bound", "params")  # (numbers into each column's distinct values; -1: none)
 NO_METRICS = (math.nan,) * len(RATED) + (-1,) * len(CODED)  # (a model row's columns without metrics)
-PENDING = (("ints", "h"), ("ints", "uid"), ("ints", "name"), ("ints", "category"), ("ints", "gpu_count"),
-           ("flags", "dur_int"), ("flags", "has_perf_model"), ("floats", "dur"), ("flags", "busy_known"),
-           ("flags", "busy_int"), ("floats", "busy"), ("flags", "rated"), ("flags", "roofline"))  # (a row's order)
+DENSE = {"ints": ("h", "uid", "name", "category", "gpu_count"),
+         "flags": ("dur_int", "has_perf_model", "busy_known", "busy_int", "rated", "roofline"),
+         "floats": ("dur", "busy")}
 
 
 class _RowColumns:
-    """``build_df_unified_perf_table``'s rows as typed columns appended a row at a time (a few numbers a
-    row, not a dict).  The model columns are held only for the rows with a model (``model_row``: those
-    rows, in order), a model's result as a number into the distinct results until its rates are made over
-    the row's kernel time (:meth:`rate`)."""
+    """``build_df_unified_perf_table``'s rows as typed columns appended a block of rows at a time (a few
+    numbers a row, not a dict).  The model columns are held only for the rows with a model (``model_row``:
+    those rows, in order), a model's result as a number into the distinct results until its rates are made
+    over the row's kernel time (:meth:`rate`)."""
 
     def __init__(self, f: OpsFacts) -> None:
-        self.ints = {name: array("q") for name in ("h", "uid", "name", "category", "gpu_count")}
-        self.flags = {name: array("b") for name in ("dur_int", "has_perf_model", "busy_known", "busy_int", "rated",
-                                                    "roofline")}
-        self.floats = {name: array("d") for name in ("dur", "busy")}
+        self.ints = {name: array("q") for name in DENSE["ints"]}
+        self.flags = {name: array("b") for name in DENSE["flags"]}
+        self.floats = {name: array("d") for name in DENSE["floats"]}
         self.model = {"model_row": array("q"), "result": array("q"), **{name: array("d") for name in RATED},
                       **{name: array("q") for name in CODED}}
         self.values: dict[str, list] = {name: [] for name in (*CODED, "result")}
-        self._pending: list[tuple] = []  # (rows' dense columns, moved into the arrays a block at a time)
-        self._targets = [getattr(self, group)[name] for group, name in PENDING]
-        self._model_pending: list[tuple] = []  # (the model columns of model rows, likewise)
         self._model_targets = [self.model[name] for name in ("model_row", "result", *RATED, *CODED)]
         self._value_codes: dict[tuple[str, int], int] = {}
         self.gpu = array("q")
@@ -359,13 +355,7 @@ class _RowColumns:
         self._category_codes: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self.ints["h"]) + len(self._pending)
-
-    def _flush(self) -> None:
-        for pending, targets in ((self._pending, self._targets), (self._model_pending, self._model_targets)):
-            for target, values in zip(targets, zip(*pending)):
-                target.extend(values)
-            pending.clear()
+        return len(self.ints["h"])
 
     def name_code(self, name: str) -> int:
         code = self._name_codes.get(name)
@@ -374,23 +364,30 @@ class _RowColumns:
             self.names.append(name)
         return code
 
-    def append(self, h: int, uid: int, name: int, category: str, dur: float, dur_int: bool, gpu: np.ndarray,
-               has_perf_model: bool, result: tuple | None, metrics: dict | None) -> None:
-        code = self._category_codes.get(category)
-        if code is None:
-            code = self._category_codes[category] = len(self.categories)
-            self.categories.append(category)
+    def category_codes(self, codes: np.ndarray, categories: list[str]) -> np.ndarray:
+        """Rows' categories (``codes`` into ``categories``) as numbers into this table's, the new ones
+        numbered in the order the rows first have them."""
+        distinct, first = np.unique(codes, return_index=True)
+        for category in (categories[code] for code in distinct[np.argsort(first)].tolist()):
+            if category not in self._category_codes:
+                self._category_codes[category] = len(self.categories)
+                self.categories.append(category)
+        table = np.array([self._category_codes.get(category, -1) for category in categories] or [-1], dtype=np.int64)
+        return table[codes]
+
+    def extend(self, dense: dict[str, np.ndarray], gpu: np.ndarray, model: list[tuple[int, tuple | None, dict | None]],
+               ) -> None:
+        """A block of rows: the dense columns (by name), their GPU events one row's after another, and
+        per row with a model (its position in the block, the model's result or its metrics)."""
         row = len(self)
-        self.gpu.extend(gpu.tolist() if isinstance(gpu, np.ndarray) else gpu)
-        metrics = metrics or {}
-        self._pending.append((h, uid, name, code, len(gpu), dur_int, has_perf_model, dur, "busy" in metrics,
-                              bool(metrics.get("busy_int", False)), metrics.get("busy", math.nan),
-                              "GFLOPS" in metrics, "Roofline Time (µs)" in metrics))  # (in PENDING's order)
-        if len(self._pending) >= ROW_BLOCK:
-            self._flush()
-        if result is not None or metrics:
-            self._model_pending.append((row, self._code("result", result),
-                                        *(self._model_values(metrics) if metrics else NO_METRICS)))
+        for group in (self.ints, self.flags, self.floats):
+            for name, column in group.items():
+                column.frombytes(np.ascontiguousarray(dense[name], dtype=column.typecode).tobytes())
+        self.gpu.frombytes(np.ascontiguousarray(gpu, dtype=np.int64).tobytes())
+        entries = [(row + at, self._code("result", result), *(self._model_values(metrics) if metrics else NO_METRICS))
+                   for at, result, metrics in model]
+        for target, values in zip(self._model_targets, zip(*entries)):
+            target.extend(values)
 
     def _model_values(self, metrics: dict) -> tuple:
         """A model row's model columns (none: absent), in RATED's then CODED's order."""
@@ -412,7 +409,6 @@ class _RowColumns:
     def rate(self, tree: OpTree, spec: dict | None) -> OpRows:
         """Each row's kernel time (unless its metrics gave it) and its model's rates over it; the rows as
         :class:`OpRows` (``columns``: numpy), without those whose model declined them."""
-        self._flush()
         ints = {name: _numbers(column, np.int64) for name, column in self.ints.items()}
         gpu = _numbers(self.gpu, np.int64)
         flags = {name: _numbers(column, np.int8).astype(bool) for name, column in self.flags.items()}
@@ -467,17 +463,19 @@ def _rows(walk: _Unified) -> OpRows:
 
 
 def _collected_rows(walk: _Unified, rows: _RowColumns) -> np.ndarray:
-    """The rows of the collected ops; which GPU events they hold."""
+    """The rows of the collected ops, a block at a time; which GPU events they hold."""
     f, tree = walk.f, walk.tree
     collected = walk.collect()
     flat, first, count = walk.link_slices(collected)
     kernels, kernels_first = _kernel_names(f, flat, first, count)
     category, categories = tree.category_codes(collected)
-    for h, code, uid, sig, parent, dur, dur_int, lo, size, named in _each_row(
-            collected, category, (f.h_uid, collected), (f.h_sig, collected), (tree.parent, collected),
-            (f.h_dur, collected), (f.h_dur_int, collected), first, count, kernels_first, between=walk.settle):
-        _row(walk, rows, (h, sig, parent, dur, dur_int), walk.name(h), categories[code], h, flat[lo:lo + size], uid,
-             kernels[named:named + size])
+    for lo in range(0, len(collected), ROW_BLOCK):
+        walk.settle()
+        block = slice(lo, lo + ROW_BLOCK)
+        ops, sizes = collected[block], count[block]
+        named = int(kernels_first[lo])
+        _add_rows(walk, rows, ops, f.h_uid[ops], f.h_name[ops], (category[block], categories),
+                  flat[_flat_positions(first[block], sizes)], sizes, kernels[named:named + int(sizes.sum())])
     held = np.zeros(len(f.g_ts), dtype=bool)
     held[flat] = True
     return held
@@ -487,29 +485,20 @@ def _synthetic_rows(walk: _Unified, rows: _RowColumns, held: np.ndarray) -> None
     """A synthetic op's row per GPU event no collected op holds, numbered after the trace's events."""
     f, tree = walk.f, walk.tree
     sources, gpus = walk.synthetic(held)
-    next_uid, no_kernels = f.events, np.empty(0, np.int64)
-    for source, g in _each_row(sources, gpus, between=walk.settle):
-        name = f"{walk.name(source)}->{f.names[f.g_name[g]]} (Synthetic Op)"
-        facts = (source, int(f.h_sig[source]), int(tree.parent[source]), float(f.h_dur[source]), f.h_dur_int[source])
-        _row(walk, rows, facts, name, tree.category_of(name, tree.first_kernel(source)), None, [g], next_uid,
-             no_kernels)
-        next_uid += 1
+    for lo in range(0, len(sources), ROW_BLOCK):
+        walk.settle()
+        source, gpu = sources[lo:lo + ROW_BLOCK], gpus[lo:lo + ROW_BLOCK]
+        names = [f"{walk.name(h)}->{f.names[g]} (Synthetic Op)" for h, g in zip(source.tolist(), f.g_name[gpu].tolist())]
+        categories = [tree.category_of(name, tree.first_kernel(h)) for name, h in zip(names, source.tolist())]
+        _add_rows(walk, rows, source, f.events + lo + np.arange(len(source)),
+                  np.array([rows.name_code(name) for name in names], dtype=np.int64),
+                  (np.arange(len(source)), categories), gpu, np.ones(len(source), dtype=np.int64))
 
 
-def _each_row(*columns: np.ndarray | tuple[np.ndarray, np.ndarray],
-              between: Callable[[], None] = lambda: None) -> Iterator[tuple]:
-    """The columns' rows as tuples of Python values, a block at a time (not whole columns as lists); a
-    column given as (values, rows) is ``values[rows]``, gathered a block at a time too; ``between`` is
-    called before each block."""
-    def block(column: np.ndarray | tuple[np.ndarray, np.ndarray], lo: int) -> list:
-        if isinstance(column, tuple):
-            values, rows = column
-            return values[rows[lo:lo + ROW_BLOCK]].tolist()
-        return column[lo:lo + ROW_BLOCK].tolist()
-
-    for lo in range(0, len(columns[0]), ROW_BLOCK):
-        between()
-        yield from zip(*(block(column, lo) for column in columns))
+def _flat_positions(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The positions ``first[i]:first[i] + count[i]`` of every slice, one slice's after another."""
+    placed = np.cumsum(count) - count
+    return (np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64)
 
 
 def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray,
@@ -525,37 +514,95 @@ def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.nd
         hi = max(lo + 1, int(np.searchsorted(ends, placed[lo] + KERNEL_BLOCK, "right")))
         sizes, start, stop = count[lo:hi], int(placed[lo]), int(ends[hi - 1])
         owner = np.repeat(np.arange(hi - lo), sizes)
-        gpu = flat[(np.repeat(first[lo:hi] - placed[lo:hi], sizes) + np.arange(start, stop)).astype(np.int64)]
+        gpu = flat[_flat_positions(first[lo:hi], sizes)]
         names[start:stop] = f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]]
         lo = hi
     return names, placed
 
 
-def _row(walk: _Unified, rows: _RowColumns, facts: tuple, name: str, category: str, h: int | None,
-         gpu: np.ndarray | list[int], uid: int, kernels: np.ndarray) -> None:
-    """One row of ``build_df_unified_perf_table`` (``facts``: the host event the row stands for, its
-    signature, parent, duration and whether that is an integer; ``h``: the op itself, None for a synthetic
-    op copying that event; ``kernels``: the names of ``gpu`` by start); none when the op's model
-    declines it (TraceLens drops such a row)."""
-    source, sig, parent, dur, dur_int = facts
-    own = walk.has_model(name, sig)
-    sole = walk.sole_backward(parent)
-    if not own and sole is not None:
-        category = sole["category"]
-    result, metrics = None, None
-    if own and h is not None:  # (the model's result now; its rates by _RowColumns.rate, with its kernel time)
-        forward = (opsheets.forward_args(walk.tree, walk.forwards, h, before=False)
-                   if name in perfmodels_conv.CACHED_FORWARD else None)
-        outcome = opsheets.model_outcome(walk.tree, h, KNOWN.get(name, perfmodels_inductor.triton_compiled),
-                                         tuple(kernels.tolist()), walk.values, forward)
-        if isinstance(outcome, NotImplementedError):
-            return
-        if not isinstance(outcome, BaseException):
-            result = outcome
-    elif sole is not None:
-        metrics = sole
-    code = int(walk.f.h_name[h]) if h is not None else rows.name_code(name)
-    rows.append(source, uid, code, category, dur, bool(dur_int), gpu, own or sole is not None, result, metrics)
+def _add_rows(walk: _Unified, rows: _RowColumns, source: np.ndarray, uid: np.ndarray, name: np.ndarray,
+              category: tuple[np.ndarray, list[str]], gpu: np.ndarray, gpu_count: np.ndarray,
+              kernels: np.ndarray | None = None) -> None:
+    """A block of ``build_df_unified_perf_table``'s rows: per row the host event it copies (``source``:
+    its signature, parent, duration), its UID, name (a number into ``rows.names``), category (numbers
+    into a list) and GPU events (``gpu``: one row's after another, ``gpu_count`` each). ``kernels``: the
+    names of those events by start when the rows are the ops themselves (their models run), None for
+    synthetic ops. A row whose model declines it is left out, as TraceLens drops it; an op whose model
+    is not here raises :class:`UnknownModel` at the first row that meets it, as TraceLens's walk does."""
+    f, tree = walk.f, walk.tree
+    width = len(walk.values) + 1
+    owns = _outcomes(name.astype(np.int64) * width + f.h_sig[source],
+                     lambda key: walk.has_model(rows.names[key // width], key % width))
+    soles = _outcomes(tree.parent[source], walk.sole_backward)
+    _raise_first(owns, soles)
+    own = _per_row(owns, bool)
+    sole = _per_row(soles, lambda found: found is not None)
+    with_metrics = sole & ~own if kernels is not None else sole  # (a synthetic op with a model takes the sole's)
+    codes, categories = category
+    codes = np.where(sole & ~own, len(categories) + soles[1], codes)
+    categories = [*categories, *(found["category"] if found is not None else "" for found in soles[0])]
+    keep = np.ones(len(source), dtype=bool)
+    model: list[tuple[int, tuple | None, dict | None]] = []
+    if kernels is not None:
+        starts = (np.cumsum(gpu_count) - gpu_count).tolist()
+        for at in np.flatnonzero(own).tolist():
+            h, op = int(source[at]), rows.names[name[at]]
+            forward = (opsheets.forward_args(tree, walk.forwards, h, before=False)
+                       if op in perfmodels_conv.CACHED_FORWARD else None)
+            outcome = opsheets.model_outcome(tree, h, KNOWN.get(op, perfmodels_inductor.triton_compiled),
+                                             tuple(kernels[starts[at]:starts[at] + int(gpu_count[at])].tolist()),
+                                             walk.values, forward)
+            if isinstance(outcome, NotImplementedError):
+                keep[at] = False
+            elif not isinstance(outcome, BaseException):
+                model.append((at, outcome, None))
+    model += [(at, None, soles[0][soles[1][at]]) for at in np.flatnonzero(with_metrics).tolist()]
+    position = np.cumsum(keep) - 1
+    model = [(int(position[at]), result, metrics) for at, result, metrics in sorted(model, key=lambda entry: entry[0])]
+
+    def metric(value_of: Callable[[dict], object], default: object) -> np.ndarray:
+        return np.where(with_metrics, _per_row(soles, lambda found: default if found is None else value_of(found)),
+                        default)
+
+    dense = {"h": source, "uid": uid, "name": name, "category": codes, "gpu_count": gpu_count,
+             "dur_int": f.h_dur_int[source], "has_perf_model": own | sole, "dur": f.h_dur[source],
+             "busy_known": metric(lambda found: "busy" in found, False),
+             "busy_int": metric(lambda found: bool(found.get("busy_int", False)), False),
+             "busy": metric(lambda found: found.get("busy", math.nan), math.nan),
+             "rated": metric(lambda found: "GFLOPS" in found, False),
+             "roofline": metric(lambda found: "Roofline Time (µs)" in found, False)}
+    dense = {column: values[keep] for column, values in dense.items()}
+    dense["category"] = rows.category_codes(dense["category"], categories)
+    rows.extend(dense, gpu[np.repeat(keep, gpu_count)], model)
+
+
+def _outcomes(keys: np.ndarray, outcome: Callable[[int], object]) -> tuple[list, np.ndarray]:
+    """``outcome`` of each distinct key (or the :class:`UnknownModel` it raised), and each row's number
+    into those."""
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    found: list = []
+    for key in distinct.tolist():
+        try:
+            found.append(outcome(key))
+        except UnknownModel as exc:
+            found.append(exc)
+    return found, inverse.reshape(-1)
+
+
+def _per_row(outcomes: tuple[list, np.ndarray], value_of: Callable[[object], object]) -> np.ndarray:
+    """A value of each row's outcome."""
+    found, at = outcomes
+    return np.array([value_of(one) for one in found])[at]
+
+
+def _raise_first(*tests: tuple[list, np.ndarray]) -> None:
+    """The :class:`UnknownModel` of the first row whose tests raised one (the first test's in that row)."""
+    raised = [_per_row(outcomes, lambda one: isinstance(one, UnknownModel)) for outcomes in tests]
+    failing = np.flatnonzero(np.logical_or.reduce(raised))
+    if len(failing):
+        row = int(failing[0])
+        found, at = next(outcomes for outcomes, flags in zip(tests, raised) if flags[row])
+        raise found[at[row]]
 
 
 def _summarize(tree: OpTree, rows: OpRows, settle: Callable[..., None]) -> Table:
