@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_ops import _kernel, _launch
 
 from streamtrace.algo import optree
 
@@ -125,3 +126,64 @@ def test_categories_at_once_are_each_ops_category() -> None:
     expected = [one_by_one.category(h) for h in hosts]
     assert OpTree(facts).categories(hosts) == expected  # (a fresh tree: nothing cached)
     assert len(set(expected)) > 2
+
+
+def _nested_ops(rng: np.random.Generator) -> list[dict]:
+    """Random ops nested on two threads with interleaved roots (some with models, a backward wrapper),
+    launches under some, their kernels later on one stream."""
+    names = ["aten::mm", "aten::add", "aten::linear", "outer", "autograd::engine::evaluate_function: MmBackward0",
+             "aten::sum", "aten::copy_"]
+    events: list[dict] = []
+    corr = iter(range(1, 10_000))
+
+    def op(tid: int, ts: float, span: float, depth: int) -> None:
+        events.append({"ph": "X", "cat": "cpu_op", "name": str(rng.choice(names)), "pid": 1, "tid": tid, "ts": ts,
+                       "dur": span, "args": {"Input Dims": [[8, 4], [4, 8]], "Input type": ["float", "float"],
+                                             "Sequence number": int(rng.integers(0, 3))}})
+        at = ts + 1
+        while at + 4 < ts + span and depth < 3:
+            width = float(rng.integers(2, max(3, int(span / 2))))
+            if rng.random() < 0.6 and at + width < ts + span:
+                op(tid, at, width, depth + 1)
+            elif rng.random() < 0.7:
+                link = next(corr)
+                events.extend([*_launch(link, at, tid=tid), *_kernel(link, 100_000 + at, 2, f"k{rng.integers(0, 3)}")])
+            at += width + 1
+
+    for root in range(12):
+        op(1 + root % 2, root * 50.0 + (root % 2) * 20, 60.0, 0)
+    return events
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_unified_ops_found_by_levels_are_tracelens_walks(seed: int, tmp_path) -> None:
+    """The ops with a unified row, found a tree level at a time, are TraceLens's depth-first walk's, in its
+    order (roots of two threads interleaved, modelled ops, launchers, a backward wrapper)."""
+    import json
+
+    from streamtrace.algo.opstables import OpTree
+    from streamtrace.algo.unifiedperf import _Unified
+    from streamtrace.commands.analyses.ops import read_input
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": _nested_ops(np.random.default_rng(seed))}))
+    facts = read_input(str(path))[0]
+    walk = _Unified(OpTree(facts), facts.signature_values, None)
+    walk._prepare()
+    found, walked = walk._collect_by_levels(), walk._walk()
+    assert found is not None and found.tolist() == walked.tolist() and len(walked)
+
+
+@pytest.mark.parametrize("trace", ["b200_eager.json.gz", "nccl_rank0.json.gz", "mi250_minitoy.json.gz"])
+def test_unified_ops_found_by_levels_on_real_traces(trace: str) -> None:
+    from conftest import TRACES
+
+    from streamtrace.algo.opstables import OpTree
+    from streamtrace.algo.unifiedperf import _Unified
+    from streamtrace.commands.analyses.ops import read_input
+
+    facts = read_input(str(TRACES / trace))[0]
+    walk = _Unified(OpTree(facts), facts.signature_values, None)
+    walk._prepare()
+    found = walk._collect_by_levels()
+    assert found is not None and found.tolist() == walk._walk().tolist() and len(found) > 10

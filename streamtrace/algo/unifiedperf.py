@@ -146,9 +146,9 @@ class _Unified:
         op's model has backward formulas (``_is_sole_bwd_with_fwd_perf_model``)."""
         if first_parent == optree.NO_PARENT:
             return None
-        if not self._sole_tried[first_parent]:
-            self._sole_tried[first_parent] = 1
+        if not self._sole_tried[first_parent]:  # (marked once found: a test that raised raises again)
             found = self._sole_backward(first_parent)
+            self._sole_tried[first_parent] = 1
             if found is not None:
                 self._sole[first_parent] = found
         return self._sole.get(first_parent)
@@ -255,9 +255,60 @@ class _Unified:
         return found
 
     def collect(self) -> np.ndarray:
-        """The ops with a row, in TraceLens's order: its depth-first walk from the roots (a stack here;
-        per host event a byte of each flag, not a Python object)."""
+        """The ops with a row, in TraceLens's order (its depth-first walk from the roots): found a tree level
+        at a time, or where some test on the way may raise, by the walk itself (:meth:`_walk`)."""
         self._prepare()
+        found = self._collect_by_levels()
+        return self._walk() if found is None else found
+
+    def _collect_by_levels(self) -> np.ndarray | None:
+        """:meth:`_walk`'s ops, the walk's choices made for a tree level of ops at a time; None when an op
+        on the way has a model test that raises (the walk raises where TraceLens does). A thread's events
+        taken by start are its tree in depth-first order, so the walk's order is by root, then by start."""
+        f, tree = self.f, self.tree
+        walked = (f.h_kind == CPU_OP) & self.has_gpu
+        place = np.empty(len(tree.order), dtype=np.int64)
+        place[tree.order] = np.arange(len(tree.order))
+        ops, roots = [], []
+        current, root = self.roots, place[self.roots]
+        while len(current):
+            mine = walked[current]
+            current, root = current[mine], root[mine]
+            status = self._status_of[current]
+            if (status < 0).any() or self._risky[current].any():
+                return None
+            modelled = status > 0
+            ops.append(current[modelled])
+            roots.append(root[modelled])
+            current, root = current[~modelled], root[~modelled]
+            if not len(current):
+                break
+            soles = _outcomes(tree.parent[current], self.sole_backward)
+            if _per_row(soles, lambda one: isinstance(one, UnknownModel)).any():
+                return None
+            sole = _per_row(soles, lambda one: one is not None) & ~self._owns[current]
+            # (a launcher owns no modelled op below it, so none of its children is one to walk to)
+            launching = ~self._owns[current] & ~sole & self._launches[current]
+            taken = sole | (launching & ~self.communication_below[current])
+            ops.append(current[taken])
+            roots.append(root[taken])
+            walks_on = ~sole & ~launching
+            current, parent_at = self._children_of(current[walks_on])
+            root = root[walks_on][parent_at]
+        if not ops:
+            return np.empty(0, np.int64)
+        found, root = np.concatenate(ops), np.concatenate(roots)
+        return found[np.lexsort((place[found], root))]
+
+    def _children_of(self, hs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The children of each of ``hs`` in the order taken, one's after another, and whose each is (an
+        index into ``hs``)."""
+        lo = self._parents.searchsorted(hs, "left")
+        count = self._parents.searchsorted(hs, "right") - lo
+        return self._child[_flat_positions(lo, count)], np.repeat(np.arange(len(hs)), count)
+
+    def _walk(self) -> np.ndarray:
+        """TraceLens's walk itself, a stack here (per host event a byte of each flag, not a Python object)."""
         cpu_op, has_gpu = (self.f.h_kind == CPU_OP).tobytes(), self.has_gpu.tobytes()
         status = (self._status_of + 1).astype(np.uint8).tobytes()  # (0: its test raises, 1: no model, 2: a model)
         collected = array("q")
