@@ -38,7 +38,6 @@ from .opstables import (
     STATS,
     OpTree,
     Table,
-    ancestors,
     cell_number,
     grouped,
     kernel_stats_of,
@@ -88,6 +87,9 @@ MODEL_FAILURES = (KeyError, IndexError, TypeError, ValueError, AttributeError, S
                   NotImplementedError)
 ARG_COLUMNS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")  # (then "Output type")
 RATE_STATS = ("mean", "median", "std", "min", "max")
+OP_BLOCK = 1 << 16  # a sheet's ops whose models are found at a time
+LINK_BLOCK = 1 << 18  # ... and at most about this many of their GPU events (more when one op has more)
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 
 
 def backward_ops(tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
@@ -119,19 +121,40 @@ def backward_ops(tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
     return fwd[in_order], bwd[numbers][in_order]
 
 
+def backward_pairs(tree: OpTree, ops: np.ndarray | list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`backward_links` as arrays (not a list per op): the ops linked to some backward op, ascending,
+    and (op, GPU event) pairs by op, each op's backward ops ascending, each one's GPU events as
+    :meth:`OpTree.link_pairs` lists them."""
+    forwards, backwards = backward_ops(tree)
+    ops = np.unique(np.asarray(ops, dtype=np.int64))
+    wanted = np.zeros(len(tree.f.h_ts), dtype=bool)
+    wanted[ops] = True
+    found_op, found_bwd = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    current, bwd = forwards, backwards
+    while len(current):  # (a level of ancestors at a time, from each forward op itself up)
+        mine = wanted[current]
+        found_op.append(current[mine])
+        found_bwd.append(bwd[mine])
+        up = tree.parent[current]
+        current, bwd = up[up != optree.NO_PARENT], bwd[up != optree.NO_PARENT]
+    owned = ops[np.isin(ops, forwards)]
+    op, bwd = np.concatenate(found_op), np.concatenate(found_bwd)
+    width = len(tree.f.h_ts)
+    pairs = np.unique((op * width + bwd)[np.isin(op, owned)])  # (each op's backward ops once, ascending)
+    op, bwd = pairs // width, pairs % width
+    below_op, below_gpu = tree.link_pairs(np.unique(bwd))
+    first = np.searchsorted(below_op, bwd)
+    sizes = np.searchsorted(below_op, bwd, "right") - first
+    places = np.repeat(first - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+    return owned, np.repeat(op, sizes), below_gpu[places]
+
+
 def backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
     """The GPU events of the backward ops of each op linked to some: its own
     and its descendants' backward ops, each with its whole subtree."""
-    forwards, backwards = backward_ops(tree)
-    wanted = set(ops)
-    backward: dict[int, set[int]] = {}
-    for fwd, bwd in zip(forwards.tolist(), backwards.tolist()):
-        for h in ancestors(tree.parent, fwd):
-            if h in wanted:
-                backward.setdefault(h, set()).add(bwd)
-    owned = set(np.asarray(ops, dtype=np.int64)[np.isin(ops, forwards)].tolist())
-    below = tree.links_below(sorted({b for bwds in backward.values() for b in bwds}))
-    return {h: [g for b in sorted(backward[h]) for g in below[b]] for h in ops if h in owned}
+    owned, op, gpu = backward_pairs(tree, ops)
+    bounds = zip(np.searchsorted(op, owned).tolist(), np.searchsorted(op, owned, "right").tolist())
+    return {h: gpu[lo:hi].tolist() for h, (lo, hi) in zip(owned.tolist(), bounds)}
 
 
 def rate_stats(values: list[float]) -> dict[str, object]:
@@ -191,8 +214,8 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
     backward FLOPs and bytes equal its forward ones)."""
     f = tree.f
     names = np.array([name in SHEET_OPS[sheet] for name in f.names] or [False])
-    ops = np.flatnonzero(names[f.h_name]).tolist()
-    if not ops:
+    ops = np.flatnonzero(names[f.h_name])
+    if not len(ops):
         return None, []
     models = MODELS[sheet]
     present = {f.names[at] for at in np.unique(f.h_name[ops]).tolist()}
@@ -201,24 +224,94 @@ def model_sheet(tree: OpTree, sheet: str, signature_values: list[list], spec: di
         models = {name: BACKWARD_MODELS.get(name, model) for name, model in models.items()}
     if other:
         return None, [f"{sheet} sheet not written: no model here yet for {', '.join(other)}"]
-    kernels_of = backward_links(tree, ops) if backward else tree.links_below(ops)
+    owned, op, gpu = backward_pairs(tree, ops) if backward else (ops, *tree.link_pairs(ops))
     forwards = cached_forwards(tree, signature_values) if present & perfmodels_conv.CACHED_FORWARD.keys() else {}
-    rows = []
-    for h in ops:
-        gpu = kernels_of.get(h)
-        if gpu is None:  # (no backward op linked to it)
-            continue
-        name = f.names[f.h_name[h]]
-        try:
-            metrics = op_outcome(tree, h, models[name], gpu, signature_values, spec,
-                                 forward_args(tree, forwards, h, before=True))
-        except MODEL_FAILURES:
-            continue  # TraceLens leaves the op out (its perf model fails on it)
-        if not isinstance(metrics, BaseException):  # (the model failed on it: left out too)
-            rows.append(metrics)
+    alone = np.array([name in perfmodels_inference.ANNOTATED or name in perfmodels_conv.CACHED_FORWARD
+                      for name in f.names] or [False])
+    first = np.searchsorted(op, owned)
+    count = np.searchsorted(op, owned, "right") - first
+    ends = first + count
+    rows: list[dict] = []
+    lo = 0
+    while lo < len(owned):  # (a block of ops, about LINK_BLOCK GPU events, at a time: its arrays a block's)
+        hi = min(lo + OP_BLOCK, max(lo + 1, int(np.searchsorted(ends, first[lo] + LINK_BLOCK, "right"))))
+        start, stop = int(first[lo]), int(ends[hi - 1])
+        block = _Block(tree, owned[lo:hi], first[lo:hi] - start, count[lo:hi], op[start:stop], gpu[start:stop])
+        rows += block.rows(models, alone, signature_values, spec, forwards)
+        lo = hi
     if not rows:
         return None, []
     return _summarize(tree, rows), []
+
+
+class _Block:
+    """A block of a sheet's ops (ascending), their GPU events by start (ties as listed) and those events'
+    names, as numbers; ``placed``, ``count``: where each op's lie in them.  ``op``, ``gpu``: the block's
+    (op, GPU event) pairs, by op."""
+
+    def __init__(self, tree: OpTree, ops: np.ndarray, placed: np.ndarray, count: np.ndarray, op: np.ndarray,
+                 gpu: np.ndarray) -> None:
+        self.tree, self.ops, self.placed, self.count = tree, ops, placed, count
+        self.by_start = gpu[np.lexsort((tree.f.g_ts[gpu], op))]
+        self.kernels = tree.f.g_name[self.by_start]
+
+    def rows(self, models: dict[str, perfmodel.Model], alone: np.ndarray, signature_values: list[list],
+             spec: dict | None, forwards: dict) -> list[dict]:
+        """The rows of the ops their models succeed on, in op order: a model's outcome found once per
+        group (:meth:`groups`: ops of one shape are many), the busy time only of those ops."""
+        tree, f = self.tree, self.tree.f
+        group, firsts = self.groups(alone)
+        outcomes = []
+        for i in firsts.tolist():
+            h, lo = int(self.ops[i]), int(self.placed[i])
+            kernels = tuple(self.kernels[lo:lo + int(self.count[i])].tolist())
+            outcomes.append(model_outcome(tree, h, models[f.names[f.h_name[h]]], kernels, signature_values,
+                                          forward_args(tree, forwards, h, before=True)))
+        failed = np.array([isinstance(outcome, BaseException) for outcome in outcomes])
+        good = np.flatnonzero(~failed[group])
+        busy, integral = tree.busy_slices(self.by_start, self.placed[good], self.count[good])
+        rows = []
+        for i, time, whole in zip(good.tolist(), busy.tolist(), integral.tolist()):
+            lo = int(self.placed[i])
+            try:
+                rows.append(_metrics(tree, int(self.ops[i]), outcomes[group[i]],
+                                     self.by_start[lo:lo + int(self.count[i])].copy(), time, whole,
+                                     signature_values, spec))
+            except MODEL_FAILURES:
+                continue  # TraceLens leaves the op out (its rates fail on the model's result)
+        return rows
+
+    def groups(self, alone: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each op's group and each group's first op (places in the block): the ops of one name, signature
+        and kernel names (a hash of the names puts them side by side, then each is compared with the one
+        before), but an op whose model reads more of it (``alone``, by name: an annotation, a cached
+        forward op) in a group of its own."""
+        f = self.tree.f
+        names, sigs, count, hashes = f.h_name[self.ops], f.h_sig[self.ops], self.count, self._hashes()
+        order = np.lexsort((hashes, count, sigs, names))
+        now, before = order[1:], order[:-1]
+        same = np.r_[False, (names[now] == names[before]) & (sigs[now] == sigs[before]) & (count[now] == count[before])
+                     & (hashes[now] == hashes[before]) & ~alone[names[now]]]
+        kin = np.flatnonzero(same)
+        sizes = count[order[kin]]
+        mine = np.repeat(self.placed[order[kin]] - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        theirs = mine + np.repeat(self.placed[order[kin - 1]] - self.placed[order[kin]], sizes)
+        same[np.repeat(kin, sizes)[self.kernels[mine] != self.kernels[theirs]]] = False  # (a hash collision)
+        group = np.empty(len(order), dtype=np.int64)
+        group[order] = np.cumsum(~same) - 1
+        return group, order[~same]
+
+    def _hashes(self) -> np.ndarray:
+        """A 64-bit hash of each op's kernel names in order (wrapping arithmetic; equal names, equal hash)."""
+        position = np.arange(len(self.kernels)) - np.repeat(self.placed, self.count)
+        mixed = (self.kernels.astype(np.uint64) * _MIX[0]) ^ (position.astype(np.uint64) * _MIX[1])
+        mixed ^= mixed >> np.uint64(31)
+        mixed *= _MIX[2]
+        hashes = np.zeros(len(self.count), dtype=np.uint64)
+        held = self.count > 0
+        if held.any():
+            hashes[held] = np.add.reduceat(mixed, self.placed[held])
+        return hashes
 
 
 def op_args(values: list) -> dict:
@@ -285,7 +378,14 @@ def op_outcome(tree: OpTree, h: int, model: perfmodel.Model, gpu: list[int], sig
     if isinstance(result, BaseException):
         return result
     busy, integral = tree.busy(gpu) if gpu else (0, True)
-    # (its GPU events by start, as numbers: their details are read from the columns when the sheet is made)
+    return _metrics(tree, h, result, by_start, busy, integral, signature_values, spec)
+
+
+def _metrics(tree: OpTree, h: int, result: tuple, by_start: np.ndarray, busy: float, integral: bool,
+             signature_values: list[list], spec: dict | None) -> dict:
+    """:func:`op_metrics` from the model's result, the op's GPU events by start (as numbers: their
+    details are read from the columns when the sheet is made) and their busy time."""
+    f = tree.f
     return {"h": h, "name": f.names[f.h_name[h]], "values": signature_values[f.h_sig[h]],
             "kernels": by_start, **rated(result, busy, integral, spec)}
 

@@ -11,7 +11,7 @@ docs/analyze.md states each rule, and the accidents kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,14 +129,10 @@ class OpTree:
         self._cpu_op_above: dict[int, int] = {}
         self.model_results: dict[tuple, tuple] = {}  # (the performance models' results, by what they read)
 
-    def links_below(self, ops: list[int]) -> LinkSlices:
-        """Each op's GPU events: every link of every runtime call below it (a
-        GPU event linked twice counts twice), as TraceLens walks the children."""
-        ops = np.unique(np.asarray(ops, dtype=np.int64))
-        return LinkSlices(ops, *self.link_pairs(ops))
-
     def link_pairs(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`links_below` as (op, GPU event) pairs, by op, then by runtime call, then by link."""
+        """Each op's GPU events, every link of every runtime call below it (a GPU event linked twice counts
+        twice, as TraceLens walks the children), as (op, GPU event) pairs by op, then by runtime call, then
+        by link."""
         f = self.f
         wanted = np.zeros(len(f.h_ts) + 1, dtype=bool)  # (the last: no parent)
         wanted[ops] = True
@@ -259,27 +255,6 @@ class OpTree:
             at, current = at[~cpu], self.parent[current[~cpu]]
             at, current = at[current != optree.NO_PARENT], current[current != optree.NO_PARENT]
         return found
-
-
-class LinkSlices(Mapping):
-    """Ops' GPU events (:meth:`OpTree.links_below`) as slices of (op, GPU event) pairs by op, each op's a
-    list when asked for (not a dict of lists held for every op)."""
-
-    def __init__(self, ops: np.ndarray, op: np.ndarray, gpu: np.ndarray) -> None:
-        self._ops, self._gpu = ops, gpu
-        self._ends = np.searchsorted(op, ops, "right")  # (each op's slice ends there, begins where the last ended)
-
-    def __getitem__(self, h: int) -> list[int]:
-        at = int(self._ops.searchsorted(h))
-        if at == len(self._ops) or self._ops[at] != h:
-            raise KeyError(h)
-        return self._gpu[int(self._ends[at - 1]) if at else 0:int(self._ends[at])].tolist()
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._ops.tolist())
-
-    def __len__(self) -> int:
-        return len(self._ops)
 
 
 def link(facts: OpsFacts, run: np.ndarray, gpu: np.ndarray) -> None:
