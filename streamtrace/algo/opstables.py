@@ -149,8 +149,7 @@ class OpTree:
         order = np.lexsort((run, op))
         op, run = op[order], run[order]
         sizes = (hi - lo)[run]
-        starts = np.repeat(lo[run] - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
-        return np.repeat(op, sizes), f.link_gpu[starts]
+        return np.repeat(op, sizes), f.link_gpu[optree.slice_positions(lo[run], sizes)]
 
     def busy_many(self, group: np.ndarray, gpu: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`busy` of many groups of GPU events at once (``group``: each GPU event's group)."""
@@ -164,9 +163,8 @@ class OpTree:
         busy, integral = np.zeros(len(first)), np.ones(len(first), dtype=bool)
         for lo in range(0, len(first), BUSY_BLOCK):
             starts, sizes = first[lo:lo + BUSY_BLOCK], count[lo:lo + BUSY_BLOCK]
-            members = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
             busy[lo:lo + BUSY_BLOCK], integral[lo:lo + BUSY_BLOCK] = self.busy_many(
-                np.repeat(np.arange(len(sizes)), sizes), gpu[members], len(sizes))
+                np.repeat(np.arange(len(sizes)), sizes), gpu[optree.slice_positions(starts, sizes)], len(sizes))
         return busy, integral
 
     def _launchers(self, runtime: np.ndarray) -> np.ndarray:

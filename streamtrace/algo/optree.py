@@ -73,6 +73,13 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
 NO_LINK = -(1 << 63)
 
 
+def slice_positions(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The positions ``first[i]:first[i] + count[i]`` of every slice, one slice's after another (to gather
+    many slices of an array with one index)."""
+    placed = np.cumsum(count) - count
+    return (np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64, copy=False)
+
+
 def launch_links(calls: np.ndarray, call_link: np.ndarray, call_graph: np.ndarray, gpu_link: np.ndarray,
                  gpu_place: np.ndarray, flow_starts: np.ndarray, flow_ends: np.ndarray, flow_end_places: np.ndarray,
                  settle: Callable[[], None] = lambda: None) -> tuple[np.ndarray, np.ndarray]:
@@ -109,10 +116,9 @@ def launch_links(calls: np.ndarray, call_link: np.ndarray, call_graph: np.ndarra
     del ends, end_places, at, ok
     # the last GPU event of each (id, place), among the GPU events of the ids asked for (graph kernels are not)
     lo, hi = np.searchsorted(sorted_links, asked, "left"), np.searchsorted(sorted_links, asked, "right")
-    sizes = hi - lo
-    among = np.repeat(lo - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
+    among = slice_positions(lo, hi - lo)
     by_link, sorted_links = by_link[among], sorted_links[among]
-    del asked, lo, hi, sizes, among
+    del asked, lo, hi, among
     width = int(max(gpu_place.max(initial=0), places.max(initial=0))) + 1
     keys, owners, links = _last_by_place(sorted_links, by_link, gpu_place, width)
     del by_link, sorted_links

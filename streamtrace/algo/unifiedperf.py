@@ -305,7 +305,7 @@ class _Unified:
         index into ``hs``)."""
         lo = self._parents.searchsorted(hs, "left")
         count = self._parents.searchsorted(hs, "right") - lo
-        return self._child[_flat_positions(lo, count)], np.repeat(np.arange(len(hs)), count)
+        return self._child[optree.slice_positions(lo, count)], np.repeat(np.arange(len(hs)), count)
 
     def _walk(self) -> np.ndarray:
         """TraceLens's walk itself, a stack here (per host event a byte of each flag, not a Python object)."""
@@ -526,7 +526,7 @@ def _collected_rows(walk: _Unified, rows: _RowColumns) -> np.ndarray:
         ops, sizes = collected[block], count[block]
         named = int(kernels_first[lo])
         _add_rows(walk, rows, ops, f.h_uid[ops], f.h_name[ops], (category[block], categories),
-                  flat[_flat_positions(first[block], sizes)], sizes, kernels[named:named + int(sizes.sum())])
+                  flat[optree.slice_positions(first[block], sizes)], sizes, kernels[named:named + int(sizes.sum())])
     held = np.zeros(len(f.g_ts), dtype=bool)
     held[flat] = True
     return held
@@ -546,12 +546,6 @@ def _synthetic_rows(walk: _Unified, rows: _RowColumns, held: np.ndarray) -> None
                   (np.arange(len(source)), categories), gpu, np.ones(len(source), dtype=np.int64))
 
 
-def _flat_positions(first: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """The positions ``first[i]:first[i] + count[i]`` of every slice, one slice's after another."""
-    placed = np.cumsum(count) - count
-    return (np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64)
-
-
 def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.ndarray,
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The names (numbers) of each slice's GPU events (``flat[first[i]:first[i] + count[i]]``) by start
@@ -565,7 +559,7 @@ def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.nd
         hi = max(lo + 1, int(np.searchsorted(ends, placed[lo] + KERNEL_BLOCK, "right")))
         sizes, start, stop = count[lo:hi], int(placed[lo]), int(ends[hi - 1])
         owner = np.repeat(np.arange(hi - lo), sizes)
-        gpu = flat[_flat_positions(first[lo:hi], sizes)]
+        gpu = flat[optree.slice_positions(first[lo:hi], sizes)]
         names[start:stop] = f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]]
         lo = hi
     return names, placed
