@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import TRACES
 from dask_faults import kill_workers_during
 
 import streamtrace
@@ -132,6 +133,26 @@ def test_a_damaged_rank_stops_the_run_with_one_line_naming_it(sixteen, address, 
                "--spool-dir", str(spooled), "-q")
     assert done.returncode == 1 and "rank6_trace.json.gz" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "compacted").exists() and list(spooled.iterdir()) == []  # the folder it made goes too
+
+
+QUIET_CHECK = """
+import logging, sys
+from streamtrace.cli import main
+main(sys.argv[1:])
+import distributed
+print(logging.getLogger("distributed.batched").getEffectiveLevel())
+"""
+
+
+@pytest.mark.parametrize("flags, level", [([], "30"), (["--debug"], "20")])
+def test_the_command_line_keeps_distributeds_info_log_off_stderr(flags, level, tmp_path):
+    """A failed --dask task closes the client's connection, which distributed logs at INFO with a traceback."""
+    trace = TRACES / "kineto_small.json"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DASK_")}
+    done = subprocess.run([sys.executable, "-c", QUIET_CHECK, "inspect", str(trace), "-q", *flags],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == level  # WARNING, or INFO under --debug
 
 
 def size_now(path: Path) -> int:

@@ -78,6 +78,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     install_signal_handlers()
+    _quiet_dask(args.debug)
     run: Callable[[argparse.Namespace], None] = args.run
     try:
         run(args)
@@ -103,6 +104,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streamtrace: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _quiet_dask(debug: bool) -> None:
+    """Keep distributed's INFO log (a closed connection's traceback, after a failed --dask task) off stderr.
+
+    Set before distributed is imported (it is, lazily, by --dask), and only by the command line: a library
+    caller keeps its own logging. The user's own DASK_LOGGING__DISTRIBUTED, and --debug, keep the INFO lines.
+    """
+    if not debug:
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
 
 
 def _silence_stdout() -> None:
