@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -434,3 +435,13 @@ def test_members_named_with_spaces_are_read_as_attributes():
                                                                                       "_1st"]
     assert (events[0].args.Collective_name, events[0].args.In_msg_nelems, events[0].args._1st) == ("allreduce", 8, [1])
     assert (events[1].args.Collective_name, events[1].args.In_msg_nelems) == (None, -1)
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5)), max_size=12))
+def test_slice_positions_gather_every_slice_in_order(slices):
+    """Against the slices spelled out one by one."""
+    first = np.array([start for start, _ in slices], dtype=np.int64)
+    count = np.array([size for _, size in slices], dtype=np.int64)
+    expected = [position for start, size in slices for position in range(start, start + size)]
+    got = columns.slice_positions(first, count)
+    assert got.dtype == np.int64 and got.tolist() == expected

@@ -1,5 +1,6 @@
 """Columns of decoded JSON values (a member of each event of a chunk) as
-typed arrays, read as the event-by-event visits read them one at a time (pure)."""
+typed arrays, read as the event-by-event visits read them one at a time,
+and the gathering of many slices of such arrays at once (pure)."""
 from __future__ import annotations
 
 from itertools import compress, repeat
@@ -46,3 +47,10 @@ def rank_column(arguments: list, missing: int) -> np.ndarray:
 
 _RANK = attrgetter("rank")
 _INTEGER = frozenset({int})
+
+
+def slice_positions(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The positions ``first[i]:first[i] + count[i]`` of every slice, one slice's after another (to gather
+    many slices of an array with one index)."""
+    placed = np.cumsum(count) - count
+    return (np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64, copy=False)

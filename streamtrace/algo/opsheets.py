@@ -32,6 +32,7 @@ from . import (
     perfmodels_ssm,
     perfmodels_te,
 )
+from .columns import slice_positions
 from .opcategories import CATEGORY_OF_OP
 from .opstables import (
     NA,
@@ -145,7 +146,7 @@ def backward_pairs(tree: OpTree, ops: np.ndarray | list[int]) -> tuple[np.ndarra
     below_op, below_gpu = tree.link_pairs(np.unique(bwd))
     first = np.searchsorted(below_op, bwd)
     sizes = np.searchsorted(below_op, bwd, "right") - first
-    return owned, np.repeat(op, sizes), below_gpu[optree.slice_positions(first, sizes)]
+    return owned, np.repeat(op, sizes), below_gpu[slice_positions(first, sizes)]
 
 
 def backward_links(tree: OpTree, ops: list[int]) -> dict[int, list[int]]:
@@ -293,7 +294,7 @@ class _Block:
                      & (hashes[now] == hashes[before]) & ~alone[names[now]]]
         kin = np.flatnonzero(same)
         sizes = count[order[kin]]
-        mine = optree.slice_positions(self.placed[order[kin]], sizes)
+        mine = slice_positions(self.placed[order[kin]], sizes)
         theirs = mine + np.repeat(self.placed[order[kin - 1]] - self.placed[order[kin]], sizes)
         same[np.repeat(kin, sizes)[self.kernels[mine] != self.kernels[theirs]]] = False  # (a hash collision)
         group = np.empty(len(order), dtype=np.int64)

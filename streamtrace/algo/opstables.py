@@ -18,6 +18,7 @@ import numpy as np
 
 from . import blockunique, optree
 from .blockunique import unique_in_blocks
+from .columns import slice_positions
 from .opcategories import op_category
 
 SHORT_KERNEL_US = 10
@@ -149,7 +150,7 @@ class OpTree:
         order = np.lexsort((run, op))
         op, run = op[order], run[order]
         sizes = (hi - lo)[run]
-        return np.repeat(op, sizes), f.link_gpu[optree.slice_positions(lo[run], sizes)]
+        return np.repeat(op, sizes), f.link_gpu[slice_positions(lo[run], sizes)]
 
     def busy_many(self, group: np.ndarray, gpu: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`busy` of many groups of GPU events at once (``group``: each GPU event's group)."""
@@ -164,7 +165,7 @@ class OpTree:
         for lo in range(0, len(first), BUSY_BLOCK):
             starts, sizes = first[lo:lo + BUSY_BLOCK], count[lo:lo + BUSY_BLOCK]
             busy[lo:lo + BUSY_BLOCK], integral[lo:lo + BUSY_BLOCK] = self.busy_many(
-                np.repeat(np.arange(len(sizes)), sizes), gpu[optree.slice_positions(starts, sizes)], len(sizes))
+                np.repeat(np.arange(len(sizes)), sizes), gpu[slice_positions(starts, sizes)], len(sizes))
         return busy, integral
 
     def _launchers(self, runtime: np.ndarray) -> np.ndarray:

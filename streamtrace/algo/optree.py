@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .columns import slice_positions
+
 NO_PARENT = -1
 # TraceLens's "event bleed" tolerance: a host event starting less than this
 # before its would-be sibling ends is hung under the sibling's parent.
@@ -71,13 +73,6 @@ def host_tree(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.n
 
 
 NO_LINK = -(1 << 63)
-
-
-def slice_positions(first: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """The positions ``first[i]:first[i] + count[i]`` of every slice, one slice's after another (to gather
-    many slices of an array with one index)."""
-    placed = np.cumsum(count) - count
-    return (np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64, copy=False)
 
 
 def launch_links(calls: np.ndarray, call_link: np.ndarray, call_graph: np.ndarray, gpu_link: np.ndarray,

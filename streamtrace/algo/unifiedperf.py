@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import opsheets, optree, perfmodels_conv, perfmodels_inductor
+from .columns import slice_positions
 from .opstables import (
     CPU_OP,
     NA,
@@ -305,7 +306,7 @@ class _Unified:
         index into ``hs``)."""
         lo = self._parents.searchsorted(hs, "left")
         count = self._parents.searchsorted(hs, "right") - lo
-        return self._child[optree.slice_positions(lo, count)], np.repeat(np.arange(len(hs)), count)
+        return self._child[slice_positions(lo, count)], np.repeat(np.arange(len(hs)), count)
 
     def _walk(self) -> np.ndarray:
         """TraceLens's walk itself, a stack here (per host event a byte of each flag, not a Python object)."""
@@ -526,7 +527,7 @@ def _collected_rows(walk: _Unified, rows: _RowColumns) -> np.ndarray:
         ops, sizes = collected[block], count[block]
         named = int(kernels_first[lo])
         _add_rows(walk, rows, ops, f.h_uid[ops], f.h_name[ops], (category[block], categories),
-                  flat[optree.slice_positions(first[block], sizes)], sizes, kernels[named:named + int(sizes.sum())])
+                  flat[slice_positions(first[block], sizes)], sizes, kernels[named:named + int(sizes.sum())])
     held = np.zeros(len(f.g_ts), dtype=bool)
     held[flat] = True
     return held
@@ -559,7 +560,7 @@ def _kernel_names(f: OpsFacts, flat: np.ndarray, first: np.ndarray, count: np.nd
         hi = max(lo + 1, int(np.searchsorted(ends, placed[lo] + KERNEL_BLOCK, "right")))
         sizes, start, stop = count[lo:hi], int(placed[lo]), int(ends[hi - 1])
         owner = np.repeat(np.arange(hi - lo), sizes)
-        gpu = flat[optree.slice_positions(first[lo:hi], sizes)]
+        gpu = flat[slice_positions(first[lo:hi], sizes)]
         names[start:stop] = f.g_name[gpu[np.lexsort((f.g_ts[gpu], owner))]]
         lo = hi
     return names, placed

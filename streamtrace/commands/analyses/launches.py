@@ -24,6 +24,7 @@ from typing import IO, BinaryIO
 
 import numpy as np
 
+from ...algo.columns import slice_positions
 from ...io.objectstore import open_object
 from ...io.remote import is_url
 from ...io.sink import remove_quietly
@@ -172,7 +173,7 @@ def _launch_stats(rank: int, cpu: tuple[np.ndarray, ...], ids: np.ndarray, joins
                 begin = np.searchsorted(gpu["corr"], corr[launches], side="left")
                 found = np.searchsorted(gpu["corr"], corr[launches], side="right") - begin
                 launch = np.repeat(launches, found)  # per row: its launch, then its kernel
-                kernel = np.arange(len(launch)) + np.repeat(begin - (np.cumsum(found) - found), found)
+                kernel = slice_positions(begin, found)
                 delay = np.maximum(gpu["ts"][kernel] - ts[launch] - dur[launch], 0.0)
                 for first in range(0, len(launch), PLAIN_BLOCK):
                     rows = slice(first, first + PLAIN_BLOCK)
