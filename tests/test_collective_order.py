@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import math
 import os
+import subprocess
+import sys
 import tracemalloc
 from array import array
 
@@ -204,3 +206,37 @@ def test_skipped_report_collects_no_kernels(tmp_path, monkeypatch):
     assert not added and not ranked
     kept = {name: text for name, text in csv_bytes(tmp_path / "all").items() if name[:-4] not in algo.TABLE_NAMES}
     assert csv_bytes(tmp_path / "skipped") == kept
+
+
+ORDER_ON_A_FULL_DISK = """
+import sys
+import numpy as np
+from streamtrace.errors import TraceError
+from streamtrace.io.collectivesort import DiskOrder
+count = 200_000
+groups, starts = np.zeros(count, dtype=np.int64), np.arange(count, 0, -1, dtype=np.float64)
+try:
+    DiskOrder(sys.argv[1], 0)(count, lambda first, stop: (groups[first:stop], starts[first:stop]), np.array([count]))
+except TraceError as exc:
+    print(exc)
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB filesystem (tmpfs, mounted for the test: root only)."""
+    mounted = tmp_path / "small"
+    mounted.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mounted)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mounted
+    subprocess.run(["umount", str(mounted)], check=True)
+
+
+def test_ordering_on_a_full_disk_is_a_one_line_error_not_a_crash(small_disk):
+    """The order's scratch files reserve their blocks: a write through a memory map of a sparse file on a
+    full disk would kill the process with SIGBUS."""
+    done = subprocess.run([sys.executable, "-c", ORDER_ON_A_FULL_DISK, str(small_disk)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{small_disk}: disk full while writing a temporary file"), done.stdout
+    assert list(small_disk.iterdir()) == []

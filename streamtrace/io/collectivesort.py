@@ -9,6 +9,7 @@ scatter, again) until each piece fits the budget and is sorted in memory.  Every
 equal starts, so the order is the in-memory sort's exactly."""
 from __future__ import annotations
 
+import os
 import tempfile
 from typing import Callable
 
@@ -50,7 +51,7 @@ class DiskOrder:
             return np.zeros(0, dtype)
         with spool_writes(self.directory or tempfile.gettempdir()), \
                 tempfile.TemporaryFile(prefix="streamtrace-order-", dir=self.directory) as file:
-            file.truncate(count * np.dtype(dtype).itemsize)
+            _reserve(file.fileno(), count * np.dtype(dtype).itemsize)
             return np.memmap(file, dtype=dtype, mode="r+", shape=(count,))  # (the map keeps the file)
 
     def _on_disk(self, count: int, keys: Callable, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -73,6 +74,15 @@ class DiskOrder:
             places = np.arange(first, min(first + block, count), dtype=np.int64)
             index[order[first:first + block]] = places - starts[np.searchsorted(ends, places, side="right")]
         return order, index
+
+
+def _reserve(handle: int, size: int) -> None:
+    """Give the file its size with its blocks allocated: a full disk is then an error here (ENOSPC), where a
+    sparse file would make a later write through the memory map kill the process (SIGBUS)."""
+    if hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(handle, 0, size)
+    else:  # (macOS and Windows: no block reservation; the file is made sparse)
+        os.ftruncate(handle, size)
 
 
 def sort_keys(ts: np.ndarray) -> np.ndarray:
