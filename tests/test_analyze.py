@@ -343,3 +343,17 @@ def test_a_merge_output_gives_the_tables_of_its_ranks(dlrm_merged):
     assert not any("correlation ids" in note for note in per_rank["notes"])
     raw = {(row["rank"], row["correlation"] % 10**9) for row in merged["tables"]["kernel_launch_stats"]}
     assert raw == {(row["rank"], row["correlation"]) for row in per_rank["tables"]["kernel_launch_stats"]}
+
+
+def test_the_summary_says_whose_last_step_the_tables_leave_out(real_trace):
+    """HTA's cut applies to a rank with two or more distinct ProfilerStep names (json.load's count); the summary
+    lists it, the short report says so, and --include-last-step empties the list."""
+    names = {event.get("name") for event in events_of(load_json(real_trace))
+             if isinstance(event, dict) and "ProfilerStep" in str(event.get("name"))}
+    summary = streamtrace.analyze(real_trace, jobs=1)
+    assert summary["last_step_left_out"] == (summary["ranks"] if len(names) > 1 else [])
+    assert streamtrace.analyze(real_trace, jobs=1, include_last_step=True)["last_step_left_out"] == []
+    shown = subprocess.run([sys.executable, "-m", "streamtrace", "analyze", str(real_trace), "-j", "1"],
+                           capture_output=True, text=True, check=True).stdout
+    said = [line for line in shown.splitlines() if line.startswith("last step ")]
+    assert len(said) == (len(names) > 1) and all("left out on every rank" in line for line in said), shown

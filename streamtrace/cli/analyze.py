@@ -103,6 +103,7 @@ def rows(summary: dict) -> Rows:
         rows.append(("longest steps", ", ".join(f"rank {row['rank']} step {row['step']} +{ms(row['lag(us)'])}"
                                                 for row in lags[:TOP])
                      + " (beyond the shortest rank's; a rank waiting in a collective for a late one takes long too)"))
+    rows.extend(_last_step_rows(summary))
     for n, row in enumerate(tables.get("kernel_totals", [])[:TOP]):
         rows.append(("top kernels" if n == 0 else "", f"{ms(row['sum (us)'])} {row['count']:,}x {row['name'][:90]}"))
     rows.extend(collective_rows(summary))
@@ -110,6 +111,17 @@ def rows(summary: dict) -> Rows:
     if summary["output"]:
         rows.append(("output", listed(summary["output"], 3)))
     return rows
+
+
+def _last_step_rows(summary: dict) -> Rows:
+    """Which ranks' last profiler step the tables leave out (HTA's cut), so that no figure leaves it out unsaid."""
+    left_out = summary.get("last_step_left_out") or []
+    if not left_out:
+        return []
+    who = "every rank" if left_out == summary["ranks"] else \
+        ("rank " if len(left_out) == 1 else "ranks ") + listed([str(rank) for rank in left_out], 8)
+    return [("last step", f"left out on {who}, as HTA leaves it out (its events from the last ProfilerStep's start "
+                          "on); --include-last-step keeps it")]
 
 
 def _gpu_time(row: dict, rounded: dict | None, overlap: float | None) -> str:

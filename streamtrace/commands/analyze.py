@@ -134,6 +134,7 @@ def analyze(srcs: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str 
                 "tables": tables,
                 "kernel_launch_rows": launch_rows,
                 "events_skipped": sum(result.skipped_events for result in per_file),
+                "last_step_left_out": sorted(result.rank for result in results if result.last_step_left_out),
                 "notes": notes,
                 "pass1_seconds": round(sum(result.pass1_seconds for result in per_file), 3),
             }

@@ -85,7 +85,7 @@ class RankResult:
     source: str
     min_ts: float  # its earliest start (HTA's times)
     step_names: set
-    filtered: bool
+    last_step_left_out: bool  # HTA's cut applied: its events from the last ProfilerStep's start on are not counted
     results: dict  # analysis name -> its result for this rank
     notes: list = field(default_factory=list)
     pp_stage: int | None = None  # its place in its PP group (distributedInfo)

@@ -254,4 +254,5 @@ def _analyze_rank(path: str, data: RankInput, frame: Frame, plain: PlainFacts, s
         notes.append(f"rank {data.rank}: {negative:,} events last less than a microsecond within one: HTA's rounding "
                      "(start up, end down) gives them -1 us, counted so (as HTA does) in HTA's tables (gpu_time and the "
                      "report take the trace's own times)")
-    return RankResult(data.rank, path, min(min_ts, plain.min_ts), step_names, frame.filtered, results, notes=notes)
+    left_out = frame.cutoff is not None and not frame.inclusive
+    return RankResult(data.rank, path, min(min_ts, plain.min_ts), step_names, left_out, results, notes=notes)
