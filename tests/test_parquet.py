@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -274,3 +275,19 @@ def test_several_inputs_need_a_parquet_output(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="several inputs"):
         convert([str(path) for path in DLRM[:2]], tmp_path / "two.json")
     assert not (tmp_path / "two.json").exists()
+
+
+def test_an_archive_of_rank_files_into_one_file(tmp_path: Path) -> None:
+    """A tar of rank files reads as the directory it was made from: each member's rows in turn, with its rank."""
+    bundle = tmp_path / "dlrm.tar.gz"
+    with tarfile.open(bundle, "w:gz") as tar:
+        for trace in DLRM:
+            tar.add(trace, arcname=f"dlrm_8ranks/{trace.name}")
+    out = tmp_path / "dlrm.parquet"
+    summary = convert(bundle, out, jobs=1)
+    rows = rows_of(out)
+    assert [rebuild(row) for row in rows] == [event for trace in DLRM for event in events_of(load_json(trace))]
+    ranks = [load_json(trace)["distributedInfo"]["rank"] for trace in DLRM]
+    assert [row["rank"] for row in rows] == [rank for trace, rank in zip(DLRM, ranks)
+                                             for _ in events_of(load_json(trace))]
+    assert summary["input"] == "8 files"

@@ -23,7 +23,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("trace", nargs="+", metavar="IN", help="input trace, '-' for stdin, or a URL; several files, "
-                     "globs or directories: each into the directory OUT/ (one task each), or all into one .parquet")
+                     "globs, directories or an archive of traces: each into the directory OUT/ (one task each), or all "
+                     "into one .parquet")
     cmd.add_argument("output", metavar="OUT", help="output path, or '-' for stdout (summary then goes to stderr); "
                      "a directory DIR/ for several inputs")
     drop_cat_option(cmd)

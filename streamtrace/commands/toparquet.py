@@ -35,7 +35,7 @@ from ..engine.plan import EmitPlan
 from ..errors import RobustModeNeeded, TraceError
 from ..io.destinations import Destinations
 from ..io.eventtext import event_loader, raise_if_container_field
-from ..io.inputs import expand_inputs, names_several
+from ..io.inputs import expand_inputs
 from ..io.jsonscan import member_value
 from ..io.parquet import RowBuilder, RowGroupWriter, copy_rows, pack_batch, require_pyarrow, unpack_batch
 from ..io.progress import Progress
@@ -162,7 +162,7 @@ def to_parquet(
 ) -> dict:
     """Write every event of ``src`` (less ``drop_categories``) as a row of the Parquet file ``dst``.
 
-    ``src`` may also be a list of files, globs and directories (their trace
+    ``src`` may also be a list of files, globs, directories and archives (their trace
     files, :mod:`streamtrace.io.inputs`): their rows follow one another, each file's ranks decided
     on its own (a file whose pids get no rank takes the one its name states,
     ``rank<N>``/``worker<N>``).  Returns the summary.
@@ -172,9 +172,8 @@ def to_parquet(
     drop = frozenset(drop_categories)
     processes = resolve_jobs(jobs)
     specs = list(src) if isinstance(src, (list, tuple)) else [src]
-    first = specs[0] if isinstance(specs[0], (str, os.PathLike)) else None
-    expand = len(specs) > 1 or (first is not None and names_several(first))
-    inputs = expand_inputs(specs) if expand else specs
+    named = all(isinstance(spec, (str, os.PathLike)) for spec in specs)
+    inputs = expand_inputs(specs) if named else specs  # (an archive of several traces: its members, as a directory)
     several = len(inputs) > 1
     destinations = Destinations([os.fspath(path) for path in inputs if isinstance(path, (str, os.PathLike))],
                                 overwrite=overwrite, summary=summary_file)
