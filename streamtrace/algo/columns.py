@@ -54,3 +54,11 @@ def slice_positions(first: np.ndarray, count: np.ndarray) -> np.ndarray:
     many slices of an array with one index)."""
     placed = np.cumsum(count) - count
     return (np.repeat(first - placed, count) + np.arange(int(count.sum()))).astype(np.int64, copy=False)
+
+
+def in_sorted(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """``value in ordered`` for each of ``values`` (``ordered``: sorted): a binary search each, where
+    ``np.isin`` would sort both again at every call."""
+    if not len(ordered):
+        return np.zeros(len(values), dtype=bool)
+    return ordered[np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)] == values

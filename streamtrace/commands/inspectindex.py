@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 
 from ..algo.busy import BusyTime
+from ..algo.columns import in_sorted
 from ..algo.corrset import CorrelationSet
 from ..algo.pp import parse_pp_name
 from ..algo.ranks import rank_from_args
@@ -400,7 +401,7 @@ class InspectVisitor:
             return None
         at, _, correlation = kernels
         at = np.array(at, dtype=np.int64)
-        graph = _among(correlation, self._graph_array())
+        graph = in_sorted(correlation, self._graph_array())
         launched = self.any_launch.contains_each(correlation)
         graph_positions = [position for position in launches[0]
                            if events[position].name.__class__ is str and "GraphLaunch" in events[position].name]
@@ -563,7 +564,7 @@ class InspectVisitor:
         counted when one came before the part, dropped when a launch that is
         not a graph launch did, else left for :meth:`settle`."""
         correlations = np.frombuffer(undecided.correlations, dtype=np.int64)
-        in_graph = _among(correlations, self._graph_array())
+        in_graph = in_sorted(correlations, self._graph_array())
         positions = np.frombuffer(undecided.positions, dtype=np.int32)
         if in_graph.any():
             self._count_graph_gpu(undecided.pids, positions[in_graph], correlations[in_graph])
@@ -659,13 +660,6 @@ def _last_end(phases: list, starts: list, events: list["ChunkEvent"]) -> object:
     if ends == others:
         return max(start + event.dur if slice_ else start for slice_, start, event in zip(timed, starts, events))
     return ends if ends > others else others
-
-
-def _among(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
-    """``value in ordered`` for each of ``values`` (``ordered``: sorted, few)."""
-    if not len(ordered):
-        return np.zeros(len(values), dtype=bool)
-    return ordered[np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)] == values
 
 
 def _pid_codes(pids: list) -> tuple[list, np.ndarray]:

@@ -20,11 +20,11 @@ import os
 import tempfile
 from dataclasses import dataclass
 from itertools import repeat
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, Iterator
 
 import numpy as np
 
-from ...algo.columns import slice_positions
+from ...algo.columns import in_sorted, slice_positions
 from ...io.objectstore import open_object
 from ...io.remote import is_url
 from ...io.sink import remove_quietly
@@ -62,12 +62,24 @@ class LaunchPart:
         self.joins.add(view.rows[view.rows.corr != NO_ID])
 
     def finish(self, swept: Swept) -> LaunchResult:
-        ids = np.unique(np.concatenate(self.launch_ids)) if self.launch_ids else np.empty(0, np.int64)
         try:
-            return LaunchResult(*_launch_stats(self.context.rank, joined_columns(self.cpu, (np.int64, np.float64, np.float64)),
-                                               ids, self.joins, self.context.spool_dir))
+            return LaunchResult(*_launch_stats(self.context.rank, self._launch_rows(), self.joins, self.context.spool_dir))
         finally:
             self.close()
+
+    def _launch_rows(self) -> tuple[np.ndarray, ...]:
+        """The CPU rows whose id a launch call has, as columns; each chunk's rows let go once filtered (all of
+        them beside the filtered copy would add a third to the rank's peak in the launch statistics)."""
+        ids = np.unique(np.concatenate(self.launch_ids)) if self.launch_ids else np.empty(0, np.int64)
+        ids = ids[ids != NO_ID]
+        parts, self.cpu = self.cpu, []
+        parts.reverse()
+        kept = []
+        while parts:
+            columns = parts.pop()
+            mine = in_sorted(columns[0], ids)
+            kept.append(tuple(column[mine] for column in columns))
+        return joined_columns(kept, (np.int64, np.float64, np.float64))
 
     def close(self) -> None:
         self.joins.close()
@@ -104,13 +116,12 @@ _JOIN = np.dtype([("corr", np.int64), ("ts", np.float64), ("dur", np.float64)])
 
 
 class _JoinSpool:
-    """A rank's kept GPU rows with an id (id, start, duration), on disk in event order, with the count per id."""
+    """A rank's kept GPU rows with an id (id, start, duration), on disk in event order: only a block of them is
+    in memory at a time, when they are counted or matched to the launches."""
 
     def __init__(self, spool_dir: str | None) -> None:
         self.handle: IO[bytes] | None = None
         self.spool_dir = spool_dir
-        self.ids: list[np.ndarray] = []
-        self.id_counts: list[np.ndarray] = []
 
     def add(self, rows: Chunk) -> None:
         if not len(rows.corr):
@@ -120,44 +131,45 @@ class _JoinSpool:
         records = np.empty(len(rows.corr), dtype=_JOIN)
         records["corr"], records["ts"], records["dur"] = rows.corr, rows.ts, rows.dur
         self.handle.write(records.tobytes())
-        ids, counts = np.unique(rows.corr, return_counts=True)
-        self.ids.append(ids)
-        self.id_counts.append(counts)
 
     def counts(self, wanted: np.ndarray) -> np.ndarray:
         """How many rows each wanted id has."""
-        if not self.ids:
-            return np.zeros(len(wanted), dtype=np.int64)
-        ids, where = np.unique(np.concatenate(self.ids), return_inverse=True)
-        totals = np.bincount(where, weights=np.concatenate(self.id_counts)).astype(np.int64)
-        at = np.clip(np.searchsorted(ids, wanted), 0, len(ids) - 1)
-        return np.where(ids[at] == wanted, totals[at], 0)
+        ids, where = np.unique(wanted, return_inverse=True)
+        totals = np.zeros(len(ids), dtype=np.int64)
+        for records in self._blocks() if len(ids) else ():
+            corr = records["corr"]
+            at = np.minimum(np.searchsorted(ids, corr), len(ids) - 1)
+            found = ids[at] == corr
+            totals += np.bincount(at[found], minlength=len(ids))
+        return totals[where]
 
     def matching(self, wanted: np.ndarray) -> np.ndarray:
         """The rows whose id is wanted, sorted by id (event order within an id)."""
-        found = []
-        if self.handle is not None:
-            self.handle.seek(0)
-            while block := self.handle.read(_JOIN.itemsize * JOIN_ROWS):
-                records = np.frombuffer(block, dtype=_JOIN)
-                found.append(records[np.isin(records["corr"], wanted)])
+        found = [records[np.isin(records["corr"], wanted)] for records in self._blocks()]
         rows = np.concatenate(found) if found else np.empty(0, dtype=_JOIN)
         return rows[np.argsort(rows["corr"], kind="stable")]
+
+    def _blocks(self) -> Iterator[np.ndarray]:
+        """The rows, :data:`JOIN_ROWS` at a time."""
+        if self.handle is None:
+            return
+        self.handle.seek(0)
+        while block := self.handle.read(_JOIN.itemsize * JOIN_ROWS):
+            yield np.frombuffer(block, dtype=_JOIN)
 
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
 
 
-def _launch_stats(rank: int, cpu: tuple[np.ndarray, ...], ids: np.ndarray, joins: _JoinSpool,
+def _launch_stats(rank: int, calls: tuple[np.ndarray, ...], joins: _JoinSpool,
                   spool_dir: str | None) -> tuple[str | None, int]:
     """HTA's launch statistics (every launch, memory copies included): each
-    CPU row on no stream whose id a launch call has, joined with each GPU row
-    with that id (their launches' order, then the GPU rows' order); written as
-    CSV rows to a part file, the GPU rows read back a batch of launches at a time."""
-    ids = ids[ids != NO_ID]
-    mine = np.isin(cpu[0], ids)
-    corr, ts, dur = (column[mine] for column in cpu)
+    CPU row on no stream whose id a launch call has (``calls``: their id,
+    start and duration), joined with each GPU row with that id (their
+    launches' order, then the GPU rows' order); written as CSV rows to a
+    part file, the GPU rows read back a batch of launches at a time."""
+    corr, ts, dur = calls
     matches = joins.counts(corr)
     if not len(corr) or not matches.sum():
         return None, 0
