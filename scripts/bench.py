@@ -66,6 +66,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import BinaryIO
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IJSON_CODE = """
@@ -117,7 +118,11 @@ for path in sys.argv[1:]:
 print(total)
 """
 YARDSTICKS = {"ijson": IJSON_CODE, "orjson": ORJSON_CODE, "scan": SCAN_CODE}
+ONE_THREAD = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""A yardstick's environment: numpy's BLAS would start a thread per core at import, whose start-up alone
+takes more CPU time than wall time on a small input; a yardstick is one thread."""
 PHASES = ("pass1_seconds", "plan_seconds", "wall_seconds")
+SMALL_OUTPUT = 1 << 20  # a child's stdout kept whole up to this size (a yardstick's count of events)
 
 
 def tree_memory_mb(pid: int) -> tuple[float, float]:
@@ -151,7 +156,7 @@ def own_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def run_child(argv: list[str]) -> dict:
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> dict:
     """Wall seconds, the largest single process's peak RSS (MiB), stdout, and
     the whole process tree's peak RSS and PSS (sampled every 0.2 s); the main
     process's own CPU time is sampled too, so it may be short by what that
@@ -160,7 +165,7 @@ def run_child(argv: list[str]) -> dict:
     tree_peak = [0.0, 0.0]
     main_cpu = [0.0]
     with tempfile.TemporaryFile() as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE)
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env)
         done = threading.Event()
 
         def sample() -> None:
@@ -184,8 +189,11 @@ def run_child(argv: list[str]) -> dict:
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             raise SystemExit(f"bench: {shlex.join(argv)} failed ({code}): {stderr.strip()[-500:]}")
+        size = out.seek(0, os.SEEK_END)
         out.seek(0)
-        return {"seconds": elapsed, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": out.read().decode(errors="replace"),
+        found = out.read().decode(errors="replace") if size <= SMALL_OUTPUT else ""
+        out.seek(0)
+        return {"seconds": elapsed, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": found, "phases": phases(out),
                 "tree_rss_mb": tree_peak[0], "tree_pss_mb": tree_peak[1],
                 # the child's own CPU time plus that of every descendant it reaped (its workers)
                 "cpu_seconds": usage.ru_utime + usage.ru_stime, "sys_cpu_seconds": usage.ru_stime,
@@ -243,13 +251,20 @@ def spread(values: list[float], digits: int = 2) -> dict:
             "max": round(max(values), digits)}
 
 
-def phases(stdout: str) -> dict:
-    """The timing fields of the command's JSON summary, if it printed one."""
+def phases(stdout: BinaryIO) -> dict:
+    """The timing fields of the command's JSON summary, if it printed one, read as a stream: a summary with
+    large tables never sits in this process, whose high-water mark every child started later would report as
+    its own peak (a child inherits it until its exec)."""
+    import ijson
+
+    found = {}
     try:
-        summary = json.loads(stdout)
-    except ValueError:
+        for key, event, value in ijson.parse(stdout):
+            if key in PHASES and event == "number":
+                found[key] = float(value)
+    except (ijson.JSONError, ijson.IncompleteJSONError, ValueError):
         return {}
-    return {key: summary[key] for key in PHASES if isinstance(summary, dict) and key in summary}
+    return found
 
 
 def command_lines(argv: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -314,7 +329,7 @@ def report_for(command: list[str], runs: list[dict], yardstick_runs: dict[str, l
         "command_tree_peak_rss_mb": round(max(run["tree_rss_mb"] for run in runs), 1),
         "command_tree_peak_pss_mb": round(max(run["tree_pss_mb"] for run in runs), 1),
     }
-    breakdown = [phases(run["stdout"]) for run in runs]
+    breakdown = [run.get("phases", {}) for run in runs]
     for key in PHASES:
         values = [found[key] for found in breakdown if key in found]
         if len(values) == len(runs):
@@ -376,7 +391,7 @@ def main() -> int:
     for _ in range(args.rounds):
         for name in chosen:
             code = YARDSTICKS[name].format(root=ROOT)
-            yardstick_runs[name].append(run_child([sys.executable, "-c", code, *args.inputs]))
+            yardstick_runs[name].append(run_child([sys.executable, "-c", code, *args.inputs], ONE_THREAD))
         for command, runs in zip(commands, command_runs):
             runs.append(run_command(command, args.inputs))
     machine["calibration_seconds_after"] = round(calibration_seconds(), 3)

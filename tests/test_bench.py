@@ -73,3 +73,17 @@ def test_sigterm_stops_the_child_and_removes_the_scratch_directory(tmp_path):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_large_summary_does_not_raise_the_next_commands_peak(tmp_path):
+    """A child reports the bench process's high-water mark as its own peak (it shares it until its exec): a
+    command printing 80 MB must not make the next one look 80 MB larger; the timing fields are still read."""
+    trace = TRACES / "kineto_small.json"
+    large = ("import sys; sys.stdout.write('{\"rows\": [' + ','.join(['12345678'] * 9_000_000) + '], "
+             "\"wall_seconds\": 1.5}')")
+    done = subprocess.run([sys.executable, BENCH, str(trace), "--rounds", "1", "--yardsticks", "",
+                           "--", sys.executable, "-c", large, "--", sys.executable, "-c", "pass"],
+                          capture_output=True, text=True, check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    first, second = json.loads(done.stdout)
+    assert first["command_wall_seconds"]["median"] == 1.5
+    assert second["command_peak_rss_mb"] < 60, second["command_peak_rss_mb"]
