@@ -144,8 +144,8 @@ class _JoinSpool:
         return totals[where]
 
     def matching(self, wanted: np.ndarray) -> np.ndarray:
-        """The rows whose id is wanted, sorted by id (event order within an id)."""
-        found = [records[np.isin(records["corr"], wanted)] for records in self._blocks()]
+        """The rows whose id is wanted (``wanted``: sorted), sorted by id (event order within an id)."""
+        found = [records[in_sorted(records["corr"], wanted)] for records in self._blocks()]
         rows = np.concatenate(found) if found else np.empty(0, dtype=_JOIN)
         return rows[np.argsort(rows["corr"], kind="stable")]
 
